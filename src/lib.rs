@@ -1,0 +1,8 @@
+//! uroce: a software RoCEv2 / InfiniBand transport stack in user space.
+//!
+//! Layers (see `DESIGN.md`): [`wire`] formats and the ICRC, [`capture`] for reading pcap
+//! and pcapng files, [`decode`] for turning frames into lines a person or a program reads.
+
+pub mod capture;
+pub mod decode;
+pub mod wire;

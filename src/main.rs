@@ -1,0 +1,35 @@
+//! The `uroce` command line.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cli;
+
+/// uroce: a software RoCEv2 stack in user space, and the tools to use it.
+#[derive(Parser)]
+#[command(name = "uroce", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Decode RoCEv2 frames in a pcap or pcapng capture, one line per frame.
+    Decode(cli::decode::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Decode(a) => cli::decode::run(a),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("uroce: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! Base Transport Header (IBTA Vol. 1 §9.2): 12 bytes that start every transport packet.
+//!
+//! ```text
+//! byte 0      opcode
+//! byte 1      SE | M | PadCnt(2) | TVer(4)
+//! bytes 2-3   P_Key
+//! byte 4      FECN | BECN | reserved(6)     (resv8a: masked to ones in the ICRC)
+//! bytes 5-7   DestQP
+//! byte 8      AckReq | reserved(7)
+//! bytes 9-11  PSN
+//! ```
+
+use super::{be16, be24, check_len, put16, put24, Opcode, WireError};
+
+/// Length of the BTH.
+pub const HEADER_LEN: usize = 12;
+/// Byte of the BTH that the ICRC masks to ones (FECN, BECN, reserved).
+pub const RESV8A_OFFSET: usize = 4;
+/// PSNs are 24 bits.
+pub const PSN_MASK: u32 = 0x00ff_ffff;
+/// QPNs are 24 bits.
+pub const QPN_MASK: u32 = 0x00ff_ffff;
+
+mod field {
+    pub const OPCODE: usize = 0;
+    pub const FLAGS: usize = 1;
+    pub const PKEY: usize = 2;
+    pub const RESV8A: usize = 4;
+    pub const DEST_QP: usize = 5;
+    pub const ACK: usize = 8;
+    pub const PSN: usize = 9;
+}
+
+/// A zero-copy view of a BTH.
+#[derive(Debug, Clone, Copy)]
+pub struct Header<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Header<T> {
+    /// Wraps a buffer, checking that 12 bytes are there.
+    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+        check_len("BTH", buffer.as_ref(), HEADER_LEN, 0)?;
+        Ok(Self { buffer })
+    }
+    fn b(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+    /// Raw opcode byte.
+    pub fn opcode(&self) -> u8 {
+        self.b()[field::OPCODE]
+    }
+    /// Solicited event.
+    pub fn solicited(&self) -> bool {
+        self.b()[field::FLAGS] & 0x80 != 0
+    }
+    /// Migration request.
+    pub fn mig_req(&self) -> bool {
+        self.b()[field::FLAGS] & 0x40 != 0
+    }
+    /// Pad count: bytes of padding after the payload (0..=3).
+    pub fn pad_count(&self) -> u8 {
+        (self.b()[field::FLAGS] >> 4) & 0x03
+    }
+    /// Transport header version (must be 0).
+    pub fn tver(&self) -> u8 {
+        self.b()[field::FLAGS] & 0x0f
+    }
+    /// Partition key.
+    pub fn pkey(&self) -> u16 {
+        be16(self.b(), field::PKEY)
+    }
+    /// Forward explicit congestion notification.
+    pub fn fecn(&self) -> bool {
+        self.b()[field::RESV8A] & 0x80 != 0
+    }
+    /// Backward explicit congestion notification.
+    pub fn becn(&self) -> bool {
+        self.b()[field::RESV8A] & 0x40 != 0
+    }
+    /// Destination QP number (24 bits).
+    pub fn dest_qp(&self) -> u32 {
+        be24(self.b(), field::DEST_QP)
+    }
+    /// Acknowledge request.
+    pub fn ack_req(&self) -> bool {
+        self.b()[field::ACK] & 0x80 != 0
+    }
+    /// Packet sequence number (24 bits).
+    pub fn psn(&self) -> u32 {
+        be24(self.b(), field::PSN)
+    }
+}
+
+/// Plain representation of a BTH. TVer is always 0 and reserved bits are sent as 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BthRepr {
+    /// The opcode.
+    pub opcode: Opcode,
+    /// Solicited event.
+    pub solicited: bool,
+    /// Migration request (APM); RoCE senders set it to 1 on connected QPs... or not: carried as is.
+    pub mig_req: bool,
+    /// Pad count; the frame builder derives it from the payload length.
+    pub pad_count: u8,
+    /// Partition key (0xffff is the default full-membership key).
+    pub pkey: u16,
+    /// FECN.
+    pub fecn: bool,
+    /// BECN.
+    pub becn: bool,
+    /// Destination QP (24 bits).
+    pub dest_qp: u32,
+    /// Acknowledge request.
+    pub ack_req: bool,
+    /// PSN (24 bits).
+    pub psn: u32,
+}
+
+impl BthRepr {
+    /// A BTH with the default P_Key and every flag clear.
+    pub fn new(opcode: Opcode, dest_qp: u32, psn: u32) -> Self {
+        Self {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp,
+            ack_req: false,
+            psn,
+        }
+    }
+
+    /// Parses a checked view: the opcode must be known and TVer 0.
+    pub fn parse<T: AsRef<[u8]>>(h: &Header<T>) -> Result<Self, WireError> {
+        let opcode = Opcode::from_u8(h.opcode()).ok_or(WireError::UnknownOpcode {
+            opcode: h.opcode(),
+            offset: 0,
+        })?;
+        if h.tver() != 0 {
+            return Err(WireError::BadTver {
+                tver: h.tver(),
+                offset: field::FLAGS,
+            });
+        }
+        Ok(Self {
+            opcode,
+            solicited: h.solicited(),
+            mig_req: h.mig_req(),
+            pad_count: h.pad_count(),
+            pkey: h.pkey(),
+            fecn: h.fecn(),
+            becn: h.becn(),
+            dest_qp: h.dest_qp(),
+            ack_req: h.ack_req(),
+            psn: h.psn(),
+        })
+    }
+
+    /// Bytes the header takes.
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Writes the header at the start of `buf`.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<(), WireError> {
+        if buf.len() < HEADER_LEN {
+            return Err(WireError::BufferTooSmall {
+                need: HEADER_LEN,
+                have: buf.len(),
+            });
+        }
+        if self.pad_count > 3 || self.dest_qp > QPN_MASK || self.psn > PSN_MASK {
+            return Err(WireError::InvalidRepr(
+                "BTH pad count above 3, or QPN / PSN wider than 24 bits",
+            ));
+        }
+        buf[field::OPCODE] = self.opcode.value();
+        buf[field::FLAGS] = (u8::from(self.solicited) << 7)
+            | (u8::from(self.mig_req) << 6)
+            | (self.pad_count << 4);
+        put16(buf, field::PKEY, self.pkey);
+        buf[field::RESV8A] = (u8::from(self.fecn) << 7) | (u8::from(self.becn) << 6);
+        put24(buf, field::DEST_QP, self.dest_qp);
+        buf[field::ACK] = u8::from(self.ack_req) << 7;
+        put24(buf, field::PSN, self.psn);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_real_bth() {
+        // RC SEND_ONLY from rc_pingpong.pcap: opcode 4, P_Key 0xffff, QP 0x12, AckReq, PSN 0x1443b7.
+        let b = [0x04, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x80, 0x14, 0x43, 0xb7];
+        let r = BthRepr::parse(&Header::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(r.opcode, Opcode::RcSendOnly);
+        assert_eq!((r.dest_qp, r.psn, r.ack_req, r.pkey), (0x12, 0x1443b7, true, 0xffff));
+        let mut out = [0u8; 12];
+        r.emit(&mut out).unwrap();
+        assert_eq!(out, b);
+    }
+
+    #[test]
+    fn rejects_bad_tver_unknown_opcode_and_wide_fields() {
+        let mut b = [0u8; 12];
+        b[1] = 0x01;
+        assert!(matches!(
+            BthRepr::parse(&Header::new_checked(&b[..]).unwrap()),
+            Err(WireError::BadTver { tver: 1, .. })
+        ));
+        b[0] = 0x1f;
+        assert!(matches!(
+            BthRepr::parse(&Header::new_checked(&b[..]).unwrap()),
+            Err(WireError::UnknownOpcode { opcode: 0x1f, .. })
+        ));
+        let mut r = BthRepr::new(Opcode::RcAck, 1, 1 << 24);
+        assert!(r.emit(&mut b).is_err());
+        r.psn = 0;
+        assert!(r.emit(&mut b[..11]).is_err());
+    }
+}

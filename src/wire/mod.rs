@@ -1,0 +1,123 @@
+//! Wire formats: zero-copy views and plain representations of every header a RoCEv2
+//! frame carries, the opcode table, the ICRC, and whole-frame parse / build.
+//!
+//! Each header follows the smoltcp pattern: a `Header<T: AsRef<[u8]>>` view with
+//! `new_checked()`, getters and (for `AsMut`) setters over byte ranges named in a private
+//! `field` module, plus a `Repr` with `parse()` / `buffer_len()` / `emit()`. Nothing here
+//! panics on malformed input: every problem is a [`WireError`] that says what and where.
+//!
+//! Layout of a RoCEv2 frame (IBTA Vol. 1 Annex A17):
+//!
+//! ```text
+//! Ethernet [802.1Q] | IPv4 or IPv6 | UDP (dst 4791) | BTH | ext headers | payload | pad | ICRC
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod aeth;
+pub mod atomic;
+pub mod bth;
+pub mod builder;
+pub mod cnp;
+pub mod deth;
+mod error;
+pub mod ethernet;
+pub mod grh;
+pub mod icrc;
+pub mod immdt;
+pub mod ipv4;
+pub mod ipv6;
+pub mod opcode;
+pub mod packet;
+pub mod reth;
+pub mod udp;
+
+pub use aeth::{AethRepr, NakCode, Syndrome};
+pub use atomic::{AtomicAckEthRepr, AtomicEthRepr};
+pub use bth::BthRepr;
+pub use builder::FrameRepr;
+pub use deth::DethRepr;
+pub use error::WireError;
+pub use ethernet::{EthernetRepr, VlanTag};
+pub use grh::GrhRepr;
+pub use ipv4::Ipv4Repr;
+pub use ipv6::Ipv6Repr;
+pub use opcode::{ExtHeader, Opcode, TransportKind};
+pub use packet::{dissect, dissect_ip, parse, parse_ip, Dissection, ExtHeaders, IpRepr, RocePacket};
+pub use reth::RethRepr;
+pub use udp::UdpRepr;
+
+/// UDP destination port assigned to RoCEv2 by IANA.
+pub const ROCEV2_UDP_PORT: u16 = 4791;
+
+/// Largest InfiniBand path MTU, hence the largest payload a packet may carry.
+pub const MAX_PAYLOAD: usize = 4096;
+
+/// Length of the ICRC trailer.
+pub const ICRC_LEN: usize = 4;
+
+/// Reads a big-endian `u16` at `at`; callers have checked the length.
+#[inline]
+pub(crate) fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+/// Reads a big-endian 24-bit value at `at`; callers have checked the length.
+#[inline]
+pub(crate) fn be24(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]])
+}
+
+/// Reads a big-endian `u32` at `at`; callers have checked the length.
+#[inline]
+pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Reads a big-endian `u64` at `at`; callers have checked the length.
+#[inline]
+pub(crate) fn be64(b: &[u8], at: usize) -> u64 {
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&b[at..at + 8]);
+    u64::from_be_bytes(v)
+}
+
+#[inline]
+pub(crate) fn put16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+#[inline]
+pub(crate) fn put24(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 3].copy_from_slice(&v.to_be_bytes()[1..]);
+}
+
+#[inline]
+pub(crate) fn put32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+#[inline]
+pub(crate) fn put64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Returns `Err(Truncated)` unless `buf` holds at least `need` bytes.
+#[inline]
+pub(crate) fn check_len(
+    what: &'static str,
+    buf: &[u8],
+    need: usize,
+    offset: usize,
+) -> Result<(), WireError> {
+    if buf.len() < need {
+        Err(WireError::Truncated {
+            what,
+            offset,
+            need,
+            have: buf.len(),
+        })
+    } else {
+        Ok(())
+    }
+}

@@ -1,0 +1,369 @@
+//! The BTH opcode table (IBTA Vol. 1 §9.2.1, Table 35; RoCEv2 CNP from Annex A17.9.3;
+//! FLUSH and ATOMIC WRITE from the IBTA 1.5 memory placement extensions).
+//!
+//! The top three bits name the transport (RC 0x00, UC 0x20, RD 0x40, UD 0x60, CNP 0x80),
+//! the low five the operation. Each known opcode says which extension headers follow the
+//! BTH, in wire order, and whether a payload may follow them.
+
+use super::WireError;
+
+/// The transport service an opcode belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransportKind {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable connected.
+    Uc,
+    /// Reliable datagram: opcodes are known, the transport is not implemented.
+    Rd,
+    /// Unreliable datagram.
+    Ud,
+    /// RoCEv2 congestion notification packet.
+    Cnp,
+}
+
+impl TransportKind {
+    /// Short name as used in opcode names (`RC`, `UC`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Rc => "RC",
+            Self::Uc => "UC",
+            Self::Rd => "RD",
+            Self::Ud => "UD",
+            Self::Cnp => "CNP",
+        }
+    }
+}
+
+/// An extension header that may follow the BTH. The discriminant order is wire order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ExtHeader {
+    /// Reliable Datagram ETH (4 bytes, RD only).
+    Rdeth,
+    /// Datagram ETH: Q_Key and source QP (8 bytes).
+    Deth,
+    /// Flush ETH (4 bytes, FLUSH only).
+    Feth,
+    /// RDMA ETH: virtual address, R_Key, DMA length (16 bytes).
+    Reth,
+    /// Atomic ETH: VA, R_Key, swap/add, compare (28 bytes).
+    AtomicEth,
+    /// ACK ETH: syndrome and MSN (4 bytes).
+    Aeth,
+    /// Atomic ACK ETH: the original remote data (8 bytes).
+    AtomicAckEth,
+    /// Immediate data (4 bytes).
+    ImmDt,
+    /// Invalidate ETH: the R_Key to invalidate (4 bytes).
+    Ieth,
+    /// The 16 reserved bytes that follow the BTH of a CNP.
+    CnpReserved,
+}
+
+impl ExtHeader {
+    /// Length on the wire, in bytes.
+    pub const fn len(self) -> usize {
+        match self {
+            Self::Rdeth | Self::Feth | Self::Aeth | Self::ImmDt | Self::Ieth => 4,
+            Self::Deth | Self::AtomicAckEth => 8,
+            Self::Reth | Self::CnpReserved => 16,
+            Self::AtomicEth => 28,
+        }
+    }
+
+    const fn bit(self) -> u16 {
+        1 << self as u16
+    }
+
+    /// Every extension header, in wire order.
+    pub const ALL_WIRE_ORDER: [ExtHeader; 10] = [
+        Self::Rdeth,
+        Self::Deth,
+        Self::Feth,
+        Self::Reth,
+        Self::AtomicEth,
+        Self::Aeth,
+        Self::AtomicAckEth,
+        Self::ImmDt,
+        Self::Ieth,
+        Self::CnpReserved,
+    ];
+}
+
+/// What may follow the extension headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadRule {
+    /// Nothing: pad count must be 0 and no bytes may follow.
+    None,
+    /// Any length from 0 to the path MTU.
+    Any,
+    /// Exactly this many bytes (ATOMIC WRITE carries 8).
+    Exactly(usize),
+}
+
+use ExtHeader as H;
+const RDETH: u16 = H::Rdeth.bit();
+const DETH: u16 = H::Deth.bit();
+const FETH: u16 = H::Feth.bit();
+const RETH: u16 = H::Reth.bit();
+const ATOMIC: u16 = H::AtomicEth.bit();
+const AETH: u16 = H::Aeth.bit();
+const ATOMIC_ACK: u16 = H::AtomicAckEth.bit();
+const IMM: u16 = H::ImmDt.bit();
+const IETH: u16 = H::Ieth.bit();
+const CNP_RESV: u16 = H::CnpReserved.bit();
+
+const NONE: PayloadRule = PayloadRule::None;
+const ANY: PayloadRule = PayloadRule::Any;
+
+macro_rules! opcodes {
+    ($( $variant:ident = $value:literal, $kind:ident, $name:literal, $hdrs:expr, $payload:expr; )*) => {
+        /// A known BTH opcode. Unknown and reserved values do not convert
+        /// ([`Opcode::try_from`] gives [`WireError::UnknownOpcode`]).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        #[allow(missing_docs)]
+        pub enum Opcode {
+            $( $variant = $value, )*
+        }
+
+        impl Opcode {
+            /// Looks an opcode up in the table; `None` for unknown and reserved values.
+            pub const fn from_u8(v: u8) -> Option<Self> {
+                match v {
+                    $( $value => Some(Self::$variant), )*
+                    _ => None,
+                }
+            }
+
+            /// The IBTA name with its transport prefix, for example `RC_SEND_ONLY`.
+            pub const fn name(self) -> &'static str {
+                match self { $( Self::$variant => $name, )* }
+            }
+
+            /// The transport this opcode belongs to.
+            pub const fn transport(self) -> TransportKind {
+                match self { $( Self::$variant => TransportKind::$kind, )* }
+            }
+
+            const fn header_bits(self) -> u16 {
+                match self { $( Self::$variant => $hdrs, )* }
+            }
+
+            /// What may follow the extension headers.
+            pub const fn payload(self) -> PayloadRule {
+                match self { $( Self::$variant => $payload, )* }
+            }
+
+            /// Every known opcode, in numeric order.
+            pub const ALL: &'static [Opcode] = &[ $( Self::$variant, )* ];
+        }
+    };
+}
+
+opcodes! {
+    RcSendFirst = 0x00, Rc, "RC_SEND_FIRST", 0, ANY;
+    RcSendMiddle = 0x01, Rc, "RC_SEND_MIDDLE", 0, ANY;
+    RcSendLast = 0x02, Rc, "RC_SEND_LAST", 0, ANY;
+    RcSendLastImm = 0x03, Rc, "RC_SEND_LAST_WITH_IMMEDIATE", IMM, ANY;
+    RcSendOnly = 0x04, Rc, "RC_SEND_ONLY", 0, ANY;
+    RcSendOnlyImm = 0x05, Rc, "RC_SEND_ONLY_WITH_IMMEDIATE", IMM, ANY;
+    RcWriteFirst = 0x06, Rc, "RC_RDMA_WRITE_FIRST", RETH, ANY;
+    RcWriteMiddle = 0x07, Rc, "RC_RDMA_WRITE_MIDDLE", 0, ANY;
+    RcWriteLast = 0x08, Rc, "RC_RDMA_WRITE_LAST", 0, ANY;
+    RcWriteLastImm = 0x09, Rc, "RC_RDMA_WRITE_LAST_WITH_IMMEDIATE", IMM, ANY;
+    RcWriteOnly = 0x0a, Rc, "RC_RDMA_WRITE_ONLY", RETH, ANY;
+    RcWriteOnlyImm = 0x0b, Rc, "RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", RETH | IMM, ANY;
+    RcReadRequest = 0x0c, Rc, "RC_RDMA_READ_REQUEST", RETH, NONE;
+    RcReadResponseFirst = 0x0d, Rc, "RC_RDMA_READ_RESPONSE_FIRST", AETH, ANY;
+    RcReadResponseMiddle = 0x0e, Rc, "RC_RDMA_READ_RESPONSE_MIDDLE", 0, ANY;
+    RcReadResponseLast = 0x0f, Rc, "RC_RDMA_READ_RESPONSE_LAST", AETH, ANY;
+    RcReadResponseOnly = 0x10, Rc, "RC_RDMA_READ_RESPONSE_ONLY", AETH, ANY;
+    RcAck = 0x11, Rc, "RC_ACKNOWLEDGE", AETH, NONE;
+    RcAtomicAck = 0x12, Rc, "RC_ATOMIC_ACKNOWLEDGE", AETH | ATOMIC_ACK, NONE;
+    RcCompareSwap = 0x13, Rc, "RC_COMPARE_SWAP", ATOMIC, NONE;
+    RcFetchAdd = 0x14, Rc, "RC_FETCH_ADD", ATOMIC, NONE;
+    RcSendLastInv = 0x16, Rc, "RC_SEND_LAST_WITH_INVALIDATE", IETH, ANY;
+    RcSendOnlyInv = 0x17, Rc, "RC_SEND_ONLY_WITH_INVALIDATE", IETH, ANY;
+    RcFlush = 0x1c, Rc, "RC_FLUSH", FETH | RETH, NONE;
+    RcAtomicWrite = 0x1d, Rc, "RC_ATOMIC_WRITE", RETH, PayloadRule::Exactly(8);
+
+    UcSendFirst = 0x20, Uc, "UC_SEND_FIRST", 0, ANY;
+    UcSendMiddle = 0x21, Uc, "UC_SEND_MIDDLE", 0, ANY;
+    UcSendLast = 0x22, Uc, "UC_SEND_LAST", 0, ANY;
+    UcSendLastImm = 0x23, Uc, "UC_SEND_LAST_WITH_IMMEDIATE", IMM, ANY;
+    UcSendOnly = 0x24, Uc, "UC_SEND_ONLY", 0, ANY;
+    UcSendOnlyImm = 0x25, Uc, "UC_SEND_ONLY_WITH_IMMEDIATE", IMM, ANY;
+    UcWriteFirst = 0x26, Uc, "UC_RDMA_WRITE_FIRST", RETH, ANY;
+    UcWriteMiddle = 0x27, Uc, "UC_RDMA_WRITE_MIDDLE", 0, ANY;
+    UcWriteLast = 0x28, Uc, "UC_RDMA_WRITE_LAST", 0, ANY;
+    UcWriteLastImm = 0x29, Uc, "UC_RDMA_WRITE_LAST_WITH_IMMEDIATE", IMM, ANY;
+    UcWriteOnly = 0x2a, Uc, "UC_RDMA_WRITE_ONLY", RETH, ANY;
+    UcWriteOnlyImm = 0x2b, Uc, "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", RETH | IMM, ANY;
+
+    RdSendFirst = 0x40, Rd, "RD_SEND_FIRST", RDETH | DETH, ANY;
+    RdSendMiddle = 0x41, Rd, "RD_SEND_MIDDLE", RDETH | DETH, ANY;
+    RdSendLast = 0x42, Rd, "RD_SEND_LAST", RDETH | DETH, ANY;
+    RdSendLastImm = 0x43, Rd, "RD_SEND_LAST_WITH_IMMEDIATE", RDETH | DETH | IMM, ANY;
+    RdSendOnly = 0x44, Rd, "RD_SEND_ONLY", RDETH | DETH, ANY;
+    RdSendOnlyImm = 0x45, Rd, "RD_SEND_ONLY_WITH_IMMEDIATE", RDETH | DETH | IMM, ANY;
+    RdWriteFirst = 0x46, Rd, "RD_RDMA_WRITE_FIRST", RDETH | DETH | RETH, ANY;
+    RdWriteMiddle = 0x47, Rd, "RD_RDMA_WRITE_MIDDLE", RDETH | DETH, ANY;
+    RdWriteLast = 0x48, Rd, "RD_RDMA_WRITE_LAST", RDETH | DETH, ANY;
+    RdWriteLastImm = 0x49, Rd, "RD_RDMA_WRITE_LAST_WITH_IMMEDIATE", RDETH | DETH | IMM, ANY;
+    RdWriteOnly = 0x4a, Rd, "RD_RDMA_WRITE_ONLY", RDETH | DETH | RETH, ANY;
+    RdWriteOnlyImm = 0x4b, Rd, "RD_RDMA_WRITE_ONLY_WITH_IMMEDIATE", RDETH | DETH | RETH | IMM, ANY;
+    RdReadRequest = 0x4c, Rd, "RD_RDMA_READ_REQUEST", RDETH | DETH | RETH, NONE;
+    RdReadResponseFirst = 0x4d, Rd, "RD_RDMA_READ_RESPONSE_FIRST", RDETH | AETH, ANY;
+    RdReadResponseMiddle = 0x4e, Rd, "RD_RDMA_READ_RESPONSE_MIDDLE", RDETH, ANY;
+    RdReadResponseLast = 0x4f, Rd, "RD_RDMA_READ_RESPONSE_LAST", RDETH | AETH, ANY;
+    RdReadResponseOnly = 0x50, Rd, "RD_RDMA_READ_RESPONSE_ONLY", RDETH | AETH, ANY;
+    RdAck = 0x51, Rd, "RD_ACKNOWLEDGE", RDETH | AETH, NONE;
+    RdAtomicAck = 0x52, Rd, "RD_ATOMIC_ACKNOWLEDGE", RDETH | AETH | ATOMIC_ACK, NONE;
+    RdCompareSwap = 0x53, Rd, "RD_COMPARE_SWAP", RDETH | DETH | ATOMIC, NONE;
+    RdFetchAdd = 0x54, Rd, "RD_FETCH_ADD", RDETH | DETH | ATOMIC, NONE;
+    RdResync = 0x55, Rd, "RD_RESYNC", RDETH | DETH, NONE;
+
+    UdSendOnly = 0x64, Ud, "UD_SEND_ONLY", DETH, ANY;
+    UdSendOnlyImm = 0x65, Ud, "UD_SEND_ONLY_WITH_IMMEDIATE", DETH | IMM, ANY;
+
+    Cnp = 0x81, Cnp, "CNP", CNP_RESV, NONE;
+}
+
+impl Opcode {
+    /// The opcode's numeric value.
+    pub const fn value(self) -> u8 {
+        self as u8
+    }
+
+    /// True when `header` follows the BTH for this opcode.
+    pub const fn has(self, header: ExtHeader) -> bool {
+        self.header_bits() & header.bit() != 0
+    }
+
+    /// The extension headers that follow the BTH, in wire order.
+    pub fn headers(self) -> impl Iterator<Item = ExtHeader> {
+        let bits = self.header_bits();
+        ExtHeader::ALL_WIRE_ORDER.into_iter().filter(move |h| bits & h.bit() != 0)
+    }
+
+    /// Total length of the extension headers.
+    pub fn headers_len(self) -> usize {
+        self.headers().map(ExtHeader::len).sum()
+    }
+
+    /// False for RD, which uroce knows by number but does not implement.
+    pub const fn is_supported(self) -> bool {
+        !matches!(self.transport(), TransportKind::Rd)
+    }
+
+    /// True when the opcode carries a payload (possibly of length 0).
+    pub const fn carries_payload(self) -> bool {
+        !matches!(self.payload(), PayloadRule::None)
+    }
+
+    /// True for the first packet of a multi-packet message (`*_FIRST`).
+    pub const fn is_first(self) -> bool {
+        matches!(
+            self,
+            Self::RcSendFirst
+                | Self::RcWriteFirst
+                | Self::RcReadResponseFirst
+                | Self::UcSendFirst
+                | Self::UcWriteFirst
+                | Self::RdSendFirst
+                | Self::RdWriteFirst
+                | Self::RdReadResponseFirst
+        )
+    }
+
+    /// True for a middle packet (`*_MIDDLE`).
+    pub const fn is_middle(self) -> bool {
+        matches!(
+            self,
+            Self::RcSendMiddle
+                | Self::RcWriteMiddle
+                | Self::RcReadResponseMiddle
+                | Self::UcSendMiddle
+                | Self::UcWriteMiddle
+                | Self::RdSendMiddle
+                | Self::RdWriteMiddle
+                | Self::RdReadResponseMiddle
+        )
+    }
+}
+
+impl TryFrom<u8> for Opcode {
+    type Error = WireError;
+
+    /// Converts, reporting an unknown opcode at offset 0 (callers that know where the
+    /// BTH sits rewrite the offset).
+    fn try_from(v: u8) -> Result<Self, WireError> {
+        Self::from_u8(v).ok_or(WireError::UnknownOpcode {
+            opcode: v,
+            offset: 0,
+        })
+    }
+}
+
+impl std::fmt::Display for Opcode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_value_round_trips_and_unknown_is_none() {
+        let mut known = 0;
+        for v in 0..=255u8 {
+            if let Some(op) = Opcode::from_u8(v) {
+                assert_eq!(op.value(), v);
+                known += 1;
+            }
+        }
+        assert_eq!(known, Opcode::ALL.len());
+        // Reserved values in each transport's range.
+        for v in [0x15u8, 0x18, 0x1f, 0x2c, 0x3f, 0x56, 0x60, 0x63, 0x66, 0x80, 0x82, 0xc0, 0xff] {
+            assert!(Opcode::from_u8(v).is_none(), "{v:#x} must be unknown");
+            assert!(matches!(
+                Opcode::try_from(v),
+                Err(WireError::UnknownOpcode { opcode, .. }) if opcode == v
+            ));
+        }
+    }
+
+    #[test]
+    fn transport_comes_from_the_top_bits() {
+        for &op in Opcode::ALL {
+            let expect = match op.value() >> 5 {
+                0 => TransportKind::Rc,
+                1 => TransportKind::Uc,
+                2 => TransportKind::Rd,
+                3 => TransportKind::Ud,
+                _ => TransportKind::Cnp,
+            };
+            assert_eq!(op.transport(), expect, "{op}");
+            assert!(op.name().starts_with(expect.name()), "{op}");
+        }
+    }
+
+    #[test]
+    fn header_lists_follow_table_35() {
+        let hs = |op: Opcode| op.headers().collect::<Vec<_>>();
+        assert_eq!(hs(Opcode::RcWriteOnlyImm), [H::Reth, H::ImmDt]);
+        assert_eq!(hs(Opcode::RcAtomicAck), [H::Aeth, H::AtomicAckEth]);
+        assert_eq!(hs(Opcode::UdSendOnlyImm), [H::Deth, H::ImmDt]);
+        assert_eq!(hs(Opcode::RdWriteOnlyImm), [H::Rdeth, H::Deth, H::Reth, H::ImmDt]);
+        assert_eq!(hs(Opcode::RcFlush), [H::Feth, H::Reth]);
+        assert_eq!(Opcode::RcCompareSwap.headers_len(), 28);
+        assert_eq!(Opcode::Cnp.headers_len(), 16);
+        assert!(!Opcode::RcReadRequest.carries_payload());
+        assert!(Opcode::RcReadResponseMiddle.carries_payload());
+        assert!(!Opcode::RdSendOnly.is_supported());
+        assert!(Opcode::UcWriteFirst.is_first() && Opcode::RcSendMiddle.is_middle());
+    }
+}

@@ -1,0 +1,586 @@
+//! Whole-frame parsing: Ethernet → IP → UDP → ICRC → BTH → extension headers → payload.
+//!
+//! [`parse`] is strict and fast: the first problem is the error. [`dissect`] is for tools
+//! (the `decode` command): it keeps every header it could read, goes on past a bad
+//! checksum or ICRC, and records the first error.
+
+use std::net::IpAddr;
+
+use super::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use super::opcode::{ExtHeader, PayloadRule};
+use super::{
+    aeth::AethRepr, atomic::AtomicAckEthRepr, atomic::AtomicEthRepr, bth, check_len,
+    deth::DethRepr, icrc, immdt, ipv4, ipv6, reth::RethRepr, udp, BthRepr, EthernetRepr,
+    Ipv4Repr, Ipv6Repr, TransportKind, UdpRepr, WireError, ICRC_LEN, MAX_PAYLOAD,
+    ROCEV2_UDP_PORT,
+};
+
+/// An IPv4 or IPv6 header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpRepr {
+    /// IPv4.
+    V4(Ipv4Repr),
+    /// IPv6.
+    V6(Ipv6Repr),
+}
+
+impl IpRepr {
+    /// 4 or 6.
+    pub fn version(&self) -> u8 {
+        match self {
+            Self::V4(_) => 4,
+            Self::V6(_) => 6,
+        }
+    }
+    /// Source address.
+    pub fn src(&self) -> IpAddr {
+        match self {
+            Self::V4(r) => r.src.into(),
+            Self::V6(r) => r.src.into(),
+        }
+    }
+    /// Destination address.
+    pub fn dst(&self) -> IpAddr {
+        match self {
+            Self::V4(r) => r.dst.into(),
+            Self::V6(r) => r.dst.into(),
+        }
+    }
+    /// ECN codepoint: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE.
+    pub fn ecn(&self) -> u8 {
+        match self {
+            Self::V4(r) => r.ecn(),
+            Self::V6(r) => r.ecn(),
+        }
+    }
+    /// The ethertype that carries this header.
+    pub fn ethertype(&self) -> u16 {
+        match self {
+            Self::V4(_) => ETHERTYPE_IPV4,
+            Self::V6(_) => ETHERTYPE_IPV6,
+        }
+    }
+    /// The payload protocol (next header).
+    pub fn protocol(&self) -> u8 {
+        match self {
+            Self::V4(r) => r.protocol,
+            Self::V6(r) => r.next_header,
+        }
+    }
+    /// Bytes the header takes.
+    pub fn buffer_len(&self) -> usize {
+        match self {
+            Self::V4(r) => r.buffer_len(),
+            Self::V6(r) => r.buffer_len(),
+        }
+    }
+    /// Writes the header for `payload_len` bytes of payload.
+    pub fn emit(&self, buf: &mut [u8], payload_len: usize) -> Result<(), WireError> {
+        match self {
+            Self::V4(r) => r.emit(buf, payload_len),
+            Self::V6(r) => r.emit(buf, payload_len),
+        }
+    }
+}
+
+/// The extension headers of one packet; which ones are present follows from the opcode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ExtHeaders {
+    /// RDETH (RD only): the EE context.
+    pub rdeth: Option<u32>,
+    /// DETH.
+    pub deth: Option<DethRepr>,
+    /// FETH (FLUSH only), raw.
+    pub feth: Option<u32>,
+    /// RETH.
+    pub reth: Option<RethRepr>,
+    /// AtomicETH.
+    pub atomic: Option<AtomicEthRepr>,
+    /// AETH.
+    pub aeth: Option<AethRepr>,
+    /// AtomicAckETH.
+    pub atomic_ack: Option<AtomicAckEthRepr>,
+    /// Immediate data.
+    pub imm: Option<u32>,
+    /// IETH: the R_Key to invalidate.
+    pub ieth: Option<u32>,
+}
+
+impl ExtHeaders {
+    /// True when `h` is present (the CNP's reserved block carries no value: always false).
+    pub fn has(&self, h: ExtHeader) -> bool {
+        match h {
+            ExtHeader::Rdeth => self.rdeth.is_some(),
+            ExtHeader::Deth => self.deth.is_some(),
+            ExtHeader::Feth => self.feth.is_some(),
+            ExtHeader::Reth => self.reth.is_some(),
+            ExtHeader::AtomicEth => self.atomic.is_some(),
+            ExtHeader::Aeth => self.aeth.is_some(),
+            ExtHeader::AtomicAckEth => self.atomic_ack.is_some(),
+            ExtHeader::ImmDt => self.imm.is_some(),
+            ExtHeader::Ieth => self.ieth.is_some(),
+            ExtHeader::CnpReserved => false,
+        }
+    }
+
+    fn parse_one(&mut self, h: ExtHeader, b: &[u8]) -> Result<(), WireError> {
+        match h {
+            ExtHeader::Rdeth => self.rdeth = Some(immdt::parse("RDETH", b)? & 0x00ff_ffff),
+            ExtHeader::Deth => self.deth = Some(DethRepr::parse(b)?),
+            ExtHeader::Feth => self.feth = Some(immdt::parse("FETH", b)?),
+            ExtHeader::Reth => self.reth = Some(RethRepr::parse(b)?),
+            ExtHeader::AtomicEth => self.atomic = Some(AtomicEthRepr::parse(b)?),
+            ExtHeader::Aeth => self.aeth = Some(AethRepr::parse(b)?),
+            ExtHeader::AtomicAckEth => self.atomic_ack = Some(AtomicAckEthRepr::parse(b)?),
+            ExtHeader::ImmDt => self.imm = Some(immdt::parse("ImmDt", b)?),
+            ExtHeader::Ieth => self.ieth = Some(immdt::parse("IETH", b)?),
+            ExtHeader::CnpReserved => check_len("CNP reserved bytes", b, 16, 0)?,
+        }
+        Ok(())
+    }
+
+    /// Writes header `h` at the start of `b`; `InvalidRepr` when it is missing.
+    pub(crate) fn emit_one(&self, h: ExtHeader, b: &mut [u8]) -> Result<(), WireError> {
+        let missing = WireError::InvalidRepr("an extension header the opcode requires is missing");
+        match h {
+            ExtHeader::Rdeth => immdt::emit(self.rdeth.ok_or(missing)?, b),
+            ExtHeader::Deth => self.deth.ok_or(missing)?.emit(b),
+            ExtHeader::Feth => immdt::emit(self.feth.ok_or(missing)?, b),
+            ExtHeader::Reth => self.reth.ok_or(missing)?.emit(b),
+            ExtHeader::AtomicEth => self.atomic.ok_or(missing)?.emit(b),
+            ExtHeader::Aeth => self.aeth.ok_or(missing)?.emit(b),
+            ExtHeader::AtomicAckEth => self.atomic_ack.ok_or(missing)?.emit(b),
+            ExtHeader::ImmDt => immdt::emit(self.imm.ok_or(missing)?, b),
+            ExtHeader::Ieth => immdt::emit(self.ieth.ok_or(missing)?, b),
+            ExtHeader::CnpReserved => {
+                super::reth::need(b, 16)?;
+                b[..16].fill(0);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A parsed RoCEv2 packet whose ICRC verified. Borrowed from the frame it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RocePacket<'a> {
+    /// Ethernet header (`None` when parsed from the IP header on, see [`parse_ip`]).
+    pub eth: Option<EthernetRepr>,
+    /// IP header.
+    pub ip: IpRepr,
+    /// The IP header's bytes as received (a UD receive copies them into its GRH area).
+    pub ip_header: &'a [u8],
+    /// UDP header.
+    pub udp: UdpRepr,
+    /// BTH.
+    pub bth: BthRepr,
+    /// Extension headers.
+    pub ext: ExtHeaders,
+    /// Payload, pad excluded.
+    pub payload: &'a [u8],
+    /// The ICRC as found (and verified).
+    pub icrc: u32,
+    /// Link-layer bytes after the IP packet (Ethernet padding or FCS); not RoCE data.
+    pub trailer: &'a [u8],
+}
+
+impl RocePacket<'_> {
+    /// The representation that [`super::FrameRepr::emit`] turns back into this frame.
+    pub fn frame_repr(&self) -> super::FrameRepr {
+        super::FrameRepr {
+            eth: self.eth,
+            ip: self.ip,
+            udp: self.udp,
+            bth: self.bth,
+            ext: self.ext,
+        }
+    }
+}
+
+/// Everything [`dissect`] could read from a frame, with the first problem found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dissection<'a> {
+    /// Ethernet header, when the frame had one and it was complete.
+    pub eth: Option<EthernetRepr>,
+    /// IP header.
+    pub ip: Option<IpRepr>,
+    /// UDP header.
+    pub udp: Option<UdpRepr>,
+    /// The opcode byte, even when it is unknown.
+    pub opcode_raw: Option<u8>,
+    /// BTH, when its opcode is known and TVer is 0.
+    pub bth: Option<BthRepr>,
+    /// Extension headers read before any error.
+    pub ext: ExtHeaders,
+    /// Payload (pad excluded), when the structure was valid.
+    pub payload: Option<&'a [u8]>,
+    /// The stored ICRC, when there were enough bytes for one.
+    pub icrc: Option<u32>,
+    /// True when the ICRC was computed and matched.
+    pub icrc_ok: bool,
+    /// The first problem found, `None` for a good RoCEv2 packet.
+    pub error: Option<WireError>,
+}
+
+impl Dissection<'_> {
+    /// True for a well-formed RoCEv2 packet with a good ICRC.
+    pub fn is_ok(&self) -> bool {
+        self.error.is_none()
+    }
+
+    fn note(&mut self, e: WireError) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+}
+
+struct IpLayer<'a> {
+    ip: IpRepr,
+    header: &'a [u8],
+    payload: &'a [u8],
+    trailer: &'a [u8],
+}
+
+struct UdpLayer<'a> {
+    udp: UdpRepr,
+    header: &'a [u8],
+    payload: &'a [u8],
+    base: usize,
+}
+
+#[derive(Default)]
+struct TransportParts<'a> {
+    bth: Option<BthRepr>,
+    ext: ExtHeaders,
+    payload: Option<&'a [u8]>,
+}
+
+/// Parses an Ethernet frame carrying RoCEv2 and verifies its IPv4 checksum and ICRC.
+pub fn parse(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
+    let (eth, ip_off) = ethernet_layer(frame)?;
+    let mut p = parse_from(&frame[ip_off..], ip_off)?;
+    p.eth = Some(eth);
+    Ok(p)
+}
+
+/// Parses a packet that starts with its IP header (raw-IP captures, UDP sockets).
+pub fn parse_ip(packet: &[u8]) -> Result<RocePacket<'_>, WireError> {
+    parse_from(packet, 0)
+}
+
+fn parse_from(b: &[u8], base: usize) -> Result<RocePacket<'_>, WireError> {
+    let l3 = ip_layer(b, base)?;
+    ipv4_checksum(&l3, base)?;
+    let l4 = udp_layer(&l3, base)?;
+    let found = check_icrc(&l3, &l4)?;
+    let mut t = TransportParts::default();
+    transport_layer(l4.payload, l4.base, &mut t)?;
+    match (t.bth, t.payload) {
+        (Some(bth), Some(payload)) => Ok(RocePacket {
+            eth: None,
+            ip: l3.ip,
+            ip_header: l3.header,
+            udp: l4.udp,
+            bth,
+            ext: t.ext,
+            payload,
+            icrc: found,
+            trailer: l3.trailer,
+        }),
+        _ => Err(WireError::InvalidRepr("transport layer incomplete")),
+    }
+}
+
+/// Reads as much of an Ethernet frame as it can; never fails, never panics.
+pub fn dissect(frame: &[u8]) -> Dissection<'_> {
+    match ethernet_layer(frame) {
+        Ok((eth, ip_off)) => {
+            let mut d = dissect_from(&frame[ip_off..], ip_off);
+            d.eth = Some(eth);
+            d
+        }
+        Err(e) => {
+            let mut d = Dissection::default();
+            if let Ok(f) = ethernet::Frame::new_checked(frame) {
+                d.eth = Some(EthernetRepr::parse(&f));
+            }
+            d.note(e);
+            d
+        }
+    }
+}
+
+/// [`dissect`] for a packet that starts with its IP header.
+pub fn dissect_ip(packet: &[u8]) -> Dissection<'_> {
+    dissect_from(packet, 0)
+}
+
+fn dissect_from(b: &[u8], base: usize) -> Dissection<'_> {
+    let mut d = Dissection::default();
+    let l3 = match ip_layer(b, base) {
+        Ok(l3) => l3,
+        Err(e) => {
+            d.note(e);
+            return d;
+        }
+    };
+    d.ip = Some(l3.ip);
+    if let Err(e) = ipv4_checksum(&l3, base) {
+        d.note(e);
+    }
+    let l4 = match udp_layer(&l3, base) {
+        Ok(l4) => l4,
+        Err(e) => {
+            d.note(e);
+            return d;
+        }
+    };
+    d.udp = Some(l4.udp);
+    d.opcode_raw = l4.payload.first().copied();
+    d.icrc = icrc::stored(l4.payload);
+    match check_icrc(&l3, &l4) {
+        Ok(_) => d.icrc_ok = true,
+        Err(e) => d.note(e),
+    }
+    let mut t = TransportParts::default();
+    let r = transport_layer(l4.payload, l4.base, &mut t);
+    d.bth = t.bth;
+    d.ext = t.ext;
+    d.payload = t.payload;
+    if let Err(e) = r {
+        d.note(e);
+    }
+    d
+}
+
+fn ethernet_layer(frame: &[u8]) -> Result<(EthernetRepr, usize), WireError> {
+    let f = ethernet::Frame::new_checked(frame)?;
+    let eth = EthernetRepr::parse(&f);
+    match eth.ethertype {
+        ETHERTYPE_IPV4 | ETHERTYPE_IPV6 => Ok((eth, f.header_len())),
+        ethertype => Err(WireError::UnsupportedEthertype {
+            ethertype,
+            offset: f.header_len() - 2,
+        }),
+    }
+}
+
+fn ip_layer(b: &[u8], base: usize) -> Result<IpLayer<'_>, WireError> {
+    check_len("IP header", b, 1, 0).map_err(|e| e.shifted(base))?;
+    match b[0] >> 4 {
+        4 => ipv4_layer(b, base),
+        6 => ipv6_layer(b, base),
+        version => Err(WireError::BadIpVersion {
+            version,
+            expected: 4,
+            offset: base,
+        }),
+    }
+}
+
+fn ipv4_layer(b: &[u8], base: usize) -> Result<IpLayer<'_>, WireError> {
+    let h = ipv4::Header::new_checked(b).map_err(|e| e.shifted(base))?;
+    let hl = h.header_len();
+    let total = usize::from(h.total_len());
+    if total < hl {
+        return Err(WireError::BadIpLength {
+            field: total,
+            offset: base + 2,
+            why: "IPv4 total length is shorter than the header",
+        });
+    }
+    check_len("IPv4 packet", b, total, base).map_err(|e| match e {
+        WireError::Truncated { need, have, .. } => WireError::Truncated {
+            what: "IPv4 packet (total length)",
+            offset: base,
+            need,
+            have,
+        },
+        e => e,
+    })?;
+    if h.more_frags() || h.frag_offset() != 0 {
+        return Err(WireError::Fragmented { offset: base + 6 });
+    }
+    Ok(IpLayer {
+        ip: IpRepr::V4(Ipv4Repr::parse(&h)),
+        header: &b[..hl],
+        payload: &b[hl..total],
+        trailer: &b[total..],
+    })
+}
+
+fn ipv6_layer(b: &[u8], base: usize) -> Result<IpLayer<'_>, WireError> {
+    let h = ipv6::Header::new_checked(b).map_err(|e| e.shifted(base))?;
+    let plen = usize::from(h.payload_len());
+    let end = ipv6::HEADER_LEN + plen;
+    if plen == 0 {
+        return Err(WireError::BadIpLength {
+            field: 0,
+            offset: base + 4,
+            why: "IPv6 payload length 0 (jumbograms are not RoCEv2)",
+        });
+    }
+    if b.len() < end {
+        return Err(WireError::Truncated {
+            what: "IPv6 packet (payload length)",
+            offset: base,
+            need: end,
+            have: b.len(),
+        });
+    }
+    Ok(IpLayer {
+        ip: IpRepr::V6(Ipv6Repr::parse(&h)),
+        header: &b[..ipv6::HEADER_LEN],
+        payload: &b[ipv6::HEADER_LEN..end],
+        trailer: &b[end..],
+    })
+}
+
+fn ipv4_checksum(l3: &IpLayer<'_>, base: usize) -> Result<(), WireError> {
+    if let IpRepr::V4(_) = l3.ip {
+        let h = ipv4::Header::new_unchecked(l3.header);
+        let computed = h.compute_checksum();
+        if computed != h.checksum() {
+            return Err(WireError::BadIpv4Checksum {
+                computed,
+                found: h.checksum(),
+                offset: base + 10,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn udp_layer<'a>(l3: &IpLayer<'a>, base: usize) -> Result<UdpLayer<'a>, WireError> {
+    if l3.ip.protocol() != ipv4::PROTO_UDP {
+        let field = if l3.ip.version() == 4 { 9 } else { 6 };
+        return Err(WireError::NotUdp {
+            protocol: l3.ip.protocol(),
+            offset: base + field,
+        });
+    }
+    let at = base + l3.header.len();
+    let h = udp::Header::new_checked(l3.payload).map_err(|e| e.shifted(at))?;
+    if h.dst_port() != ROCEV2_UDP_PORT {
+        return Err(WireError::NotRoceV2Port {
+            port: h.dst_port(),
+            offset: at + 2,
+        });
+    }
+    if usize::from(h.len()) != l3.payload.len() {
+        return Err(WireError::BadUdpLength {
+            udp_len: usize::from(h.len()),
+            ip_payload: l3.payload.len(),
+            offset: at + 4,
+        });
+    }
+    Ok(UdpLayer {
+        udp: UdpRepr::parse(&h),
+        header: &l3.payload[..udp::HEADER_LEN],
+        payload: &l3.payload[udp::HEADER_LEN..],
+        base: at + udp::HEADER_LEN,
+    })
+}
+
+fn check_icrc(l3: &IpLayer<'_>, l4: &UdpLayer<'_>) -> Result<u32, WireError> {
+    let p = l4.payload;
+    check_len("BTH and ICRC", p, bth::HEADER_LEN + ICRC_LEN, 0).map_err(|e| e.shifted(l4.base))?;
+    let body = &p[..p.len() - ICRC_LEN];
+    let found = icrc::stored(p).unwrap_or(0);
+    let computed = icrc::compute(l3.header, l4.header, body);
+    if computed != found {
+        return Err(WireError::BadIcrc {
+            computed,
+            found,
+            offset: l4.base + body.len(),
+        });
+    }
+    Ok(found)
+}
+
+/// Parses BTH, extension headers and payload out of a UDP payload (ICRC included).
+fn transport_layer<'a>(
+    p: &'a [u8],
+    base: usize,
+    out: &mut TransportParts<'a>,
+) -> Result<(), WireError> {
+    check_len("BTH and ICRC", p, bth::HEADER_LEN + ICRC_LEN, 0).map_err(|e| e.shifted(base))?;
+    let h = bth::Header::new_checked(p).map_err(|e| e.shifted(base))?;
+    let bth = BthRepr::parse(&h).map_err(|e| e.shifted(base))?;
+    out.bth = Some(bth);
+    let op = bth.opcode;
+    if op.transport() == TransportKind::Rd {
+        return Err(WireError::UnsupportedOpcode {
+            opcode: op.value(),
+            name: op.name(),
+            offset: base,
+        });
+    }
+    let end = p.len() - ICRC_LEN;
+    let mut at = bth::HEADER_LEN;
+    for hdr in op.headers() {
+        let what = match hdr {
+            ExtHeader::Rdeth => "RDETH",
+            ExtHeader::Deth => "DETH",
+            ExtHeader::Feth => "FETH",
+            ExtHeader::Reth => "RETH",
+            ExtHeader::AtomicEth => "AtomicETH",
+            ExtHeader::Aeth => "AETH",
+            ExtHeader::AtomicAckEth => "AtomicAckETH",
+            ExtHeader::ImmDt => "ImmDt",
+            ExtHeader::Ieth => "IETH",
+            ExtHeader::CnpReserved => "CNP reserved bytes",
+        };
+        check_len(what, &p[at..end], hdr.len(), 0).map_err(|e| e.shifted(base + at))?;
+        out.ext
+            .parse_one(hdr, &p[at..end])
+            .map_err(|e| e.shifted(base + at))?;
+        at += hdr.len();
+    }
+    let rest = end - at;
+    let pad = usize::from(bth.pad_count);
+    let payload_at = base + at;
+    match op.payload() {
+        PayloadRule::None if rest != 0 || pad != 0 => {
+            return Err(WireError::UnexpectedPayload {
+                opcode: op.value(),
+                len: rest,
+                allowed: "no",
+                offset: payload_at,
+            })
+        }
+        PayloadRule::Exactly(n) if rest != n || pad != 0 => {
+            return Err(WireError::UnexpectedPayload {
+                opcode: op.value(),
+                len: rest,
+                allowed: "exactly 8",
+                offset: payload_at,
+            })
+        }
+        _ => {}
+    }
+    if rest % 4 != 0 {
+        return Err(WireError::Unaligned {
+            len: rest,
+            offset: payload_at,
+        });
+    }
+    if pad > rest {
+        return Err(WireError::BadPad {
+            pad: bth.pad_count,
+            available: rest,
+            offset: base + 1,
+        });
+    }
+    let len = rest - pad;
+    if len > MAX_PAYLOAD {
+        return Err(WireError::PayloadTooLong {
+            len,
+            offset: payload_at,
+        });
+    }
+    out.payload = Some(&p[at..at + len]);
+    Ok(())
+}
+
