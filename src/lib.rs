@@ -5,4 +5,6 @@
 
 pub mod capture;
 pub mod decode;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod wire;
