@@ -114,8 +114,14 @@ pub struct Reader<'a> {
 
 #[derive(Debug, Clone)]
 enum Format {
-    Pcap { endian: Endian, link: LinkType },
-    Pcapng { endian: Endian, links: Vec<LinkType> },
+    Pcap {
+        endian: Endian,
+        link: LinkType,
+    },
+    Pcapng {
+        endian: Endian,
+        links: Vec<LinkType>,
+    },
 }
 
 const PCAPNG_SHB: u32 = 0x0a0d_0d0a;
@@ -160,7 +166,11 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn next_pcap(&mut self, endian: Endian, link: LinkType) -> Result<Option<Frame<'a>>, CaptureError> {
+    fn next_pcap(
+        &mut self,
+        endian: Endian,
+        link: LinkType,
+    ) -> Result<Option<Frame<'a>>, CaptureError> {
         let (d, at) = (self.data, self.pos);
         if at == d.len() {
             return Ok(None);
@@ -249,9 +259,11 @@ impl<'a> Reader<'a> {
             };
             match btype {
                 1 => {
-                    need("pcapng interface block", body, 0, 8).map_err(|_| CaptureError::Corrupt {
-                        offset: at,
-                        why: "interface description block too short".into(),
+                    need("pcapng interface block", body, 0, 8).map_err(|_| {
+                        CaptureError::Corrupt {
+                            offset: at,
+                            why: "interface description block too short".into(),
+                        }
                     })?;
                     links.push(LinkType::from_u32(u32::from(endian.u16(body))));
                 }
@@ -341,7 +353,10 @@ mod tests {
     fn pcap_round_trip_and_truncation() {
         let frames: [&[u8]; 2] = [b"abc", b"defgh"];
         let file = write_pcap(frames);
-        let got: Vec<_> = Reader::new(&file).unwrap().map(|f| f.unwrap().data).collect();
+        let got: Vec<_> = Reader::new(&file)
+            .unwrap()
+            .map(|f| f.unwrap().data)
+            .collect();
         assert_eq!(got, frames);
         let cut = &file[..file.len() - 2];
         let r: Vec<_> = Reader::new(cut).unwrap().collect();

@@ -144,7 +144,10 @@ pub fn record(index: usize, frame: &Frame<'_>) -> FrameRecord {
             let start = ethernet::Frame::new_checked(frame.data)
                 .map(|f| f.header_len())
                 .unwrap_or(0);
-            (d, udp_payload_of(&frame.data[start.min(frame.data.len())..]))
+            (
+                d,
+                udp_payload_of(&frame.data[start.min(frame.data.len())..]),
+            )
         }
         LinkType::RawIp => (wire::dissect_ip(frame.data), udp_payload_of(frame.data)),
         LinkType::LinuxSll | LinkType::LinuxSll2 => {
@@ -217,10 +220,22 @@ fn fill(r: &mut FrameRecord, d: &Dissection<'_>, udp_payload: &[u8]) {
     if let (Some(ip), Some(udp)) = (&d.ip, &d.udp) {
         r.addrs = Some(match ip.src() {
             std::net::IpAddr::V4(_) => {
-                format!("{}:{} > {}:{}", ip.src(), udp.src_port, ip.dst(), udp.dst_port)
+                format!(
+                    "{}:{} > {}:{}",
+                    ip.src(),
+                    udp.src_port,
+                    ip.dst(),
+                    udp.dst_port
+                )
             }
             std::net::IpAddr::V6(_) => {
-                format!("[{}]:{} > [{}]:{}", ip.src(), udp.src_port, ip.dst(), udp.dst_port)
+                format!(
+                    "[{}]:{} > [{}]:{}",
+                    ip.src(),
+                    udp.src_port,
+                    ip.dst(),
+                    udp.dst_port
+                )
             }
         });
     }

@@ -5,9 +5,8 @@
 use crate::capture::Reader;
 use crate::decode::{human_line, record};
 use crate::wire::{
-    self, bth, ethernet, immdt, ipv4, ipv6, udp, AethRepr, AtomicAckEthRepr,
-    AtomicEthRepr, BthRepr, DethRepr, EthernetRepr, GrhRepr, Ipv4Repr, Ipv6Repr, RethRepr,
-    UdpRepr,
+    self, bth, ethernet, immdt, ipv4, ipv6, udp, AethRepr, AtomicAckEthRepr, AtomicEthRepr,
+    BthRepr, DethRepr, EthernetRepr, GrhRepr, Ipv4Repr, Ipv6Repr, RethRepr, UdpRepr,
 };
 
 /// Whole Ethernet frames: `parse` and `dissect` agree, and what parses re-emits and
@@ -16,11 +15,17 @@ pub fn frame(data: &[u8]) {
     let d = wire::dissect(data);
     match wire::parse(data) {
         Ok(p) => {
-            assert!(d.is_ok(), "parse accepted what dissect refused: {:?}", d.error);
+            assert!(
+                d.is_ok(),
+                "parse accepted what dissect refused: {:?}",
+                d.error
+            );
             assert_eq!(d.bth, Some(p.bth));
             let r = p.frame_repr();
             let mut out = vec![0u8; r.buffer_len(p.payload.len())];
-            let n = r.emit(p.payload, &mut out).expect("a parsed packet must re-emit");
+            let n = r
+                .emit(p.payload, &mut out)
+                .expect("a parsed packet must re-emit");
             // Reserved bits and the CNP's reserved block are emitted as zero, so the
             // bytes may differ there; the representation may not.
             let again = wire::parse(&out[..n]).expect("a re-emitted packet must parse");
@@ -41,7 +46,8 @@ pub fn ip_packet(data: &[u8]) {
         assert!(d.is_ok());
         let r = p.frame_repr();
         let mut out = vec![0u8; r.buffer_len(p.payload.len())];
-        r.emit(p.payload, &mut out).expect("a parsed packet must re-emit");
+        r.emit(p.payload, &mut out)
+            .expect("a parsed packet must re-emit");
     }
 }
 
@@ -94,14 +100,20 @@ pub fn header(data: &[u8]) {
             if let Ok(h) = ipv6::Header::new_checked(b) {
                 let r = Ipv6Repr::parse(&h);
                 r.emit(&mut out, 0).expect("emit");
-                assert_eq!(Ipv6Repr::parse(&ipv6::Header::new_checked(&out[..]).expect("reparse")), r);
+                assert_eq!(
+                    Ipv6Repr::parse(&ipv6::Header::new_checked(&out[..]).expect("reparse")),
+                    r
+                );
             }
         }
         3 => {
             if let Ok(h) = udp::Header::new_checked(b) {
                 let r = UdpRepr::parse(&h);
                 r.emit(&mut out, 0).expect("emit");
-                assert_eq!(UdpRepr::parse(&udp::Header::new_checked(&out[..]).expect("reparse")), r);
+                assert_eq!(
+                    UdpRepr::parse(&udp::Header::new_checked(&out[..]).expect("reparse")),
+                    r
+                );
             }
         }
         4 => {
@@ -119,7 +131,12 @@ pub fn header(data: &[u8]) {
         8 => round_trip(b, AtomicEthRepr::parse, |r, o| r.emit(o), &mut out),
         9 => round_trip(b, AtomicAckEthRepr::parse, |r, o| r.emit(o), &mut out),
         10 => round_trip(b, GrhRepr::parse, |r, o| r.emit(o), &mut out),
-        _ => round_trip(b, |b| immdt::parse("ImmDt", b), |r, o| immdt::emit(*r, o), &mut out),
+        _ => round_trip(
+            b,
+            |b| immdt::parse("ImmDt", b),
+            |r, o| immdt::emit(*r, o),
+            &mut out,
+        ),
     }
 }
 

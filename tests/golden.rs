@@ -101,9 +101,16 @@ fn damaged_real_frames_are_rejected() {
         "ib_write_bw.pcap",
         "ib_atomic_bw.pcap",
     ] {
-        for f in frames(name).iter().filter(|f| wire::dissect(f).udp.is_some()).take(6) {
+        for f in frames(name)
+            .iter()
+            .filter(|f| wire::dissect(f).udp.is_some())
+            .take(6)
+        {
             for cut in 0..f.len() {
-                assert!(wire::parse(&f[..cut]).is_err(), "{name}: cut at {cut} accepted");
+                assert!(
+                    wire::parse(&f[..cut]).is_err(),
+                    "{name}: cut at {cut} accepted"
+                );
                 let _ = wire::dissect(&f[..cut]);
             }
             // Bits the ICRC covers: from the IP header (offset 14) on, minus the masked

@@ -49,8 +49,14 @@ fn ip() -> impl Strategy<Value = IpRepr> {
             r.options_len = opts.len() as u8;
             IpRepr::V4(r)
         });
-    let v6 = (any::<u128>(), any::<u128>(), any::<u8>(), 0u32..1 << 20, any::<u8>()).prop_map(
-        |(s, d, tc, fl, hl)| {
+    let v6 = (
+        any::<u128>(),
+        any::<u128>(),
+        any::<u8>(),
+        0u32..1 << 20,
+        any::<u8>(),
+    )
+        .prop_map(|(s, d, tc, fl, hl)| {
             IpRepr::V6(Ipv6Repr {
                 src: Ipv6Addr::from(s),
                 dst: Ipv6Addr::from(d),
@@ -59,8 +65,7 @@ fn ip() -> impl Strategy<Value = IpRepr> {
                 next_header: 17,
                 hop_limit: hl,
             })
-        },
-    );
+        });
     prop_oneof![v4, v6]
 }
 
@@ -69,40 +74,42 @@ fn ext_for(op: Opcode) -> impl Strategy<Value = ExtHeaders> {
         any::<(u32, u32, u32, u64, u32, u32)>(),
         any::<(u64, u32, u64, u64, u8, u32, u64)>(),
     )
-        .prop_map(move |((qkey, sqp, imm, va, rkey, len), (ava, ark, sa, cmp, syn, msn, orig))| {
-            let mut e = ExtHeaders::default();
-            for h in op.headers() {
-                match h {
-                    ExtHeader::Deth => {
-                        e.deth = Some(DethRepr {
-                            qkey,
-                            src_qp: sqp & 0xff_ffff,
-                        })
+        .prop_map(
+            move |((qkey, sqp, imm, va, rkey, len), (ava, ark, sa, cmp, syn, msn, orig))| {
+                let mut e = ExtHeaders::default();
+                for h in op.headers() {
+                    match h {
+                        ExtHeader::Deth => {
+                            e.deth = Some(DethRepr {
+                                qkey,
+                                src_qp: sqp & 0xff_ffff,
+                            })
+                        }
+                        ExtHeader::Feth => e.feth = Some(imm),
+                        ExtHeader::Reth => e.reth = Some(RethRepr { va, rkey, len }),
+                        ExtHeader::AtomicEth => {
+                            e.atomic = Some(AtomicEthRepr {
+                                va: ava,
+                                rkey: ark,
+                                swap_add: sa,
+                                compare: cmp,
+                            })
+                        }
+                        ExtHeader::Aeth => {
+                            e.aeth = Some(AethRepr {
+                                syndrome: syn,
+                                msn: msn & 0xff_ffff,
+                            })
+                        }
+                        ExtHeader::AtomicAckEth => e.atomic_ack = Some(AtomicAckEthRepr { orig }),
+                        ExtHeader::ImmDt => e.imm = Some(imm),
+                        ExtHeader::Ieth => e.ieth = Some(rkey),
+                        ExtHeader::Rdeth | ExtHeader::CnpReserved => {}
                     }
-                    ExtHeader::Feth => e.feth = Some(imm),
-                    ExtHeader::Reth => e.reth = Some(RethRepr { va, rkey, len }),
-                    ExtHeader::AtomicEth => {
-                        e.atomic = Some(AtomicEthRepr {
-                            va: ava,
-                            rkey: ark,
-                            swap_add: sa,
-                            compare: cmp,
-                        })
-                    }
-                    ExtHeader::Aeth => {
-                        e.aeth = Some(AethRepr {
-                            syndrome: syn,
-                            msn: msn & 0xff_ffff,
-                        })
-                    }
-                    ExtHeader::AtomicAckEth => e.atomic_ack = Some(AtomicAckEthRepr { orig }),
-                    ExtHeader::ImmDt => e.imm = Some(imm),
-                    ExtHeader::Ieth => e.ieth = Some(rkey),
-                    ExtHeader::Rdeth | ExtHeader::CnpReserved => {}
                 }
-            }
-            e
-        })
+                e
+            },
+        )
 }
 
 prop_compose! {

@@ -80,8 +80,8 @@ mod tests {
     fn parses_a_real_fetch_add() {
         // AtomicETH of the first FETCH_ADD in ib_atomic_bw.pcap.
         let b = [
-            0x00, 0x00, 0x55, 0x6a, 0x80, 0x50, 0x80, 0x00, 0x00, 0x00, 0x08, 0x60, 0, 0, 0, 0,
-            0, 0, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0,
+            0x00, 0x00, 0x55, 0x6a, 0x80, 0x50, 0x80, 0x00, 0x00, 0x00, 0x08, 0x60, 0, 0, 0, 0, 0,
+            0, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0,
         ];
         let a = AtomicEthRepr::parse(&b).unwrap();
         assert_eq!(a.va, 0x0000_556a_8050_8000);

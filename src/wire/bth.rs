@@ -179,9 +179,8 @@ impl BthRepr {
             ));
         }
         buf[field::OPCODE] = self.opcode.value();
-        buf[field::FLAGS] = (u8::from(self.solicited) << 7)
-            | (u8::from(self.mig_req) << 6)
-            | (self.pad_count << 4);
+        buf[field::FLAGS] =
+            (u8::from(self.solicited) << 7) | (u8::from(self.mig_req) << 6) | (self.pad_count << 4);
         put16(buf, field::PKEY, self.pkey);
         buf[field::RESV8A] = (u8::from(self.fecn) << 7) | (u8::from(self.becn) << 6);
         put24(buf, field::DEST_QP, self.dest_qp);
@@ -198,10 +197,15 @@ mod tests {
     #[test]
     fn parses_a_real_bth() {
         // RC SEND_ONLY from rc_pingpong.pcap: opcode 4, P_Key 0xffff, QP 0x12, AckReq, PSN 0x1443b7.
-        let b = [0x04, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x80, 0x14, 0x43, 0xb7];
+        let b = [
+            0x04, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x80, 0x14, 0x43, 0xb7,
+        ];
         let r = BthRepr::parse(&Header::new_checked(&b[..]).unwrap()).unwrap();
         assert_eq!(r.opcode, Opcode::RcSendOnly);
-        assert_eq!((r.dest_qp, r.psn, r.ack_req, r.pkey), (0x12, 0x1443b7, true, 0xffff));
+        assert_eq!(
+            (r.dest_qp, r.psn, r.ack_req, r.pkey),
+            (0x12, 0x1443b7, true, 0xffff)
+        );
         let mut out = [0u8; 12];
         r.emit(&mut out).unwrap();
         assert_eq!(out, b);

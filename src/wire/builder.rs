@@ -99,9 +99,9 @@ impl FrameRepr {
         };
         bth.emit(&mut buf[l.bth..])?;
         let mut at = l.bth + bth::HEADER_LEN;
-        for h in self.bth.opcode.headers() {
+        for &h in self.bth.opcode.headers() {
             self.ext.emit_one(h, &mut buf[at..])?;
-            at += h.len();
+            at += h.wire_len();
         }
         fill(&mut buf[l.payload..l.payload + payload_len]);
         let icrc_at = l.len - ICRC_LEN;
@@ -200,7 +200,10 @@ mod tests {
     fn refuses_inconsistent_reprs() {
         let mut buf = [0u8; 256];
         let r = repr(Opcode::RcWriteOnly); // RETH missing
-        assert!(matches!(r.emit(b"", &mut buf), Err(WireError::InvalidRepr(_))));
+        assert!(matches!(
+            r.emit(b"", &mut buf),
+            Err(WireError::InvalidRepr(_))
+        ));
         let mut r = repr(Opcode::RcAck);
         r.ext.deth = Some(DethRepr::default()); // header the opcode has not
         assert!(r.emit(b"", &mut buf).is_err());

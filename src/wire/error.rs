@@ -33,7 +33,9 @@ pub enum WireError {
         why: &'static str,
     },
     /// IPv4 header checksum does not verify.
-    #[error("bad IPv4 header checksum at offset {offset}: computed {computed:#06x}, found {found:#06x}")]
+    #[error(
+        "bad IPv4 header checksum at offset {offset}: computed {computed:#06x}, found {found:#06x}"
+    )]
     BadIpv4Checksum {
         computed: u16,
         found: u16,
@@ -49,7 +51,9 @@ pub enum WireError {
     #[error("not RoCEv2: UDP destination port {port} at offset {offset}, not 4791")]
     NotRoceV2Port { port: u16, offset: usize },
     /// UDP length field disagrees with the IP payload length.
-    #[error("UDP length {udp_len} at offset {offset} disagrees with the IP payload length {ip_payload}")]
+    #[error(
+        "UDP length {udp_len} at offset {offset} disagrees with the IP payload length {ip_payload}"
+    )]
     BadUdpLength {
         udp_len: usize,
         ip_payload: usize,

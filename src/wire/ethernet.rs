@@ -207,7 +207,11 @@ mod tests {
         assert_eq!(EthernetRepr::parse(&f), repr);
         assert!(matches!(
             Frame::new_checked(&buf[..16]),
-            Err(WireError::Truncated { need: 18, have: 16, .. })
+            Err(WireError::Truncated {
+                need: 18,
+                have: 16,
+                ..
+            })
         ));
     }
 }

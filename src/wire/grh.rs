@@ -122,6 +122,9 @@ mod tests {
         let mut b = [0u8; 40];
         g.emit(&mut b).unwrap();
         assert_eq!(GrhRepr::parse(&b).unwrap(), g);
-        assert_eq!(&b[8..24], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 12]);
+        assert_eq!(
+            &b[8..24],
+            &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 12]
+        );
     }
 }

@@ -109,12 +109,22 @@ impl<T: AsRef<[u8]>> Header<T> {
     /// Source address.
     pub fn src(&self) -> Ipv4Addr {
         let b = self.b();
-        Ipv4Addr::new(b[field::SRC], b[field::SRC + 1], b[field::SRC + 2], b[field::SRC + 3])
+        Ipv4Addr::new(
+            b[field::SRC],
+            b[field::SRC + 1],
+            b[field::SRC + 2],
+            b[field::SRC + 3],
+        )
     }
     /// Destination address.
     pub fn dst(&self) -> Ipv4Addr {
         let b = self.b();
-        Ipv4Addr::new(b[field::DST], b[field::DST + 1], b[field::DST + 2], b[field::DST + 3])
+        Ipv4Addr::new(
+            b[field::DST],
+            b[field::DST + 1],
+            b[field::DST + 2],
+            b[field::DST + 3],
+        )
     }
     /// Options bytes (empty when IHL is 5).
     pub fn options(&self) -> &[u8] {
@@ -285,7 +295,11 @@ mod tests {
         b[0] = 0x4f;
         assert!(matches!(
             Header::new_checked(&b[..]),
-            Err(WireError::Truncated { need: 60, have: 24, .. })
+            Err(WireError::Truncated {
+                need: 60,
+                have: 24,
+                ..
+            })
         ));
     }
 }

@@ -43,7 +43,9 @@ pub use grh::GrhRepr;
 pub use ipv4::Ipv4Repr;
 pub use ipv6::Ipv6Repr;
 pub use opcode::{ExtHeader, Opcode, TransportKind};
-pub use packet::{dissect, dissect_ip, parse, parse_ip, Dissection, ExtHeaders, IpRepr, RocePacket};
+pub use packet::{
+    dissect, dissect_ip, parse, parse_headers, parse_ip, Dissection, ExtHeaders, IpRepr, RocePacket,
+};
 pub use reth::RethRepr;
 pub use udp::UdpRepr;
 
