@@ -92,6 +92,9 @@ pub struct FrameRecord {
     /// For the human line only.
     #[serde(skip)]
     pub addrs: Option<String>,
+    /// The frame is addressed to UDP port 4791, even if it is damaged or cut short.
+    #[serde(skip)]
+    pub to_roce_port: bool,
 }
 
 impl FrameRecord {
@@ -121,12 +124,13 @@ impl FrameRecord {
             atomic: None,
             atomic_ack: None,
             addrs: None,
+            to_roce_port: false,
         }
     }
 
     /// True when the frame was addressed to UDP port 4791 (whether or not it was valid).
     pub fn is_roce(&self) -> bool {
-        self.opcode.is_some()
+        self.to_roce_port || self.opcode.is_some()
     }
 
     /// One JSON object, no trailing newline.
@@ -138,18 +142,15 @@ impl FrameRecord {
 /// Decodes frame number `index` (1-based) of a capture.
 pub fn record(index: usize, frame: &Frame<'_>) -> FrameRecord {
     let mut r = FrameRecord::empty(index);
-    let (dissection, udp_payload) = match frame.link {
+    let (dissection, ip) = match frame.link {
         LinkType::Ethernet => {
             let d = wire::dissect(frame.data);
             let start = ethernet::Frame::new_checked(frame.data)
                 .map(|f| f.header_len())
-                .unwrap_or(0);
-            (
-                d,
-                udp_payload_of(&frame.data[start.min(frame.data.len())..]),
-            )
+                .unwrap_or(frame.data.len());
+            (d, &frame.data[start..])
         }
-        LinkType::RawIp => (wire::dissect_ip(frame.data), udp_payload_of(frame.data)),
+        LinkType::RawIp => (wire::dissect_ip(frame.data), frame.data),
         LinkType::LinuxSll | LinkType::LinuxSll2 => {
             let (hl, proto_at) = if frame.link == LinkType::LinuxSll {
                 (16, 14)
@@ -180,14 +181,15 @@ pub fn record(index: usize, frame: &Frame<'_>) -> FrameRecord {
                 error: d.error.map(|e| e.shifted(hl)),
                 ..d
             };
-            (d, udp_payload_of(ip))
+            (d, ip)
         }
         LinkType::Other(n) => {
             r.error = Some(format!("unsupported capture link type {n}"));
             return r;
         }
     };
-    fill(&mut r, &dissection, udp_payload);
+    r.to_roce_port = to_roce_port(ip);
+    fill(&mut r, &dissection, udp_payload_of(ip));
     if dissection.is_ok() && (frame.orig_len as usize) > frame.data.len() {
         r.ok = false;
         r.error = Some(format!(
@@ -197,6 +199,16 @@ pub fn record(index: usize, frame: &Frame<'_>) -> FrameRecord {
         ));
     }
     r
+}
+
+/// True when an IP packet, however damaged, is UDP to port 4791.
+fn to_roce_port(ip: &[u8]) -> bool {
+    let (proto, hl) = match ip.first().map(|b| b >> 4) {
+        Some(4) if ip.len() > 9 => (ip[9], usize::from(ip[0] & 0x0f) * 4),
+        Some(6) if ip.len() > 6 => (ip[6], 40),
+        _ => return false,
+    };
+    proto == 17 && ip.get(hl + 2..hl + 4) == Some(&wire::ROCEV2_UDP_PORT.to_be_bytes()[..])
 }
 
 /// The UDP payload of an IP packet whose UDP header could be read, for BTH fields of
