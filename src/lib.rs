@@ -7,4 +7,8 @@ pub mod capture;
 pub mod decode;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod mem;
+pub mod sim;
+pub mod transport;
+pub mod verbs;
 pub mod wire;

@@ -1,0 +1,367 @@
+//! Memory: protection domains and registered memory regions (IBTA §10.6), with the one
+//! bounds-and-rights check that every remote access goes through.
+//!
+//! A region's bytes are owned by the [`Memory`] table once registered (the caller gets
+//! them back from [`Memory::deregister`]); the stack and the application reach them
+//! through the table, by key. Keys are drawn from a seeded generator, so a peer that
+//! knows one rkey learns nothing about the next (no counting from one region to another).
+
+use std::collections::HashMap;
+
+/// Access rights of a memory region (ibv_access_flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(u8);
+
+impl Access {
+    /// No remote access, read-only locally.
+    pub const NONE: Access = Access(0);
+    /// The local HCA may write (receive buffers, RDMA READ and atomic results).
+    pub const LOCAL_WRITE: Access = Access(1);
+    /// Peers may RDMA WRITE.
+    pub const REMOTE_WRITE: Access = Access(2);
+    /// Peers may RDMA READ.
+    pub const REMOTE_READ: Access = Access(4);
+    /// Peers may run atomics.
+    pub const REMOTE_ATOMIC: Access = Access(8);
+    /// Every right.
+    pub const ALL: Access = Access(15);
+
+    /// True when every right in `other` is in `self`.
+    pub fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, o: Access) -> Access {
+        Access(self.0 | o.0)
+    }
+}
+
+/// A protection domain handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct PdId(pub u32);
+
+/// What the application keeps of a registered region (ibv_mr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Mr {
+    /// Protection domain.
+    pub pd: PdId,
+    /// Local key, for scatter/gather entries of local work requests.
+    pub lkey: u32,
+    /// Remote key, handed to peers.
+    pub rkey: u32,
+    /// Virtual address of the first byte (what peers put in a RETH).
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: usize,
+    /// Rights.
+    pub access: Access,
+}
+
+/// Why an access was refused. The transport maps these to NAK codes and completion
+/// statuses; memory is never touched when one is returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    /// No region has this key (never did, or was deregistered).
+    #[error("no memory region with key {0:#x}")]
+    BadKey(u32),
+    /// The region belongs to another protection domain.
+    #[error("memory region is in another protection domain")]
+    WrongPd,
+    /// The range is not inside the region.
+    #[error("range {va:#x}+{len} outside the region")]
+    OutOfBounds { va: u64, len: u64 },
+    /// The region does not grant the right.
+    #[error("access right missing")]
+    NoRight,
+    /// An atomic's address is not 8-byte aligned.
+    #[error("atomic address {0:#x} not 8-byte aligned")]
+    Misaligned(u64),
+}
+
+/// Errors of registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RegError {
+    /// Unknown protection domain.
+    #[error("unknown protection domain")]
+    NoSuchPd,
+    /// ibverbs requires LOCAL_WRITE with REMOTE_WRITE or REMOTE_ATOMIC.
+    #[error("REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE")]
+    InvalidAccess,
+    /// The protection domain still has regions.
+    #[error("protection domain still has registered regions")]
+    Busy,
+}
+
+struct Region {
+    mr: Mr,
+    data: Box<[u8]>,
+}
+
+/// The protection domains and regions of one context.
+pub struct Memory {
+    pds: Vec<bool>,
+    by_lkey: HashMap<u32, Region>,
+    rkey_to_lkey: HashMap<u32, u32>,
+    rng: crate::sim::Rng,
+}
+
+impl Memory {
+    /// An empty table whose keys come from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            pds: Vec::new(),
+            by_lkey: HashMap::new(),
+            rkey_to_lkey: HashMap::new(),
+            rng: crate::sim::Rng::new(seed ^ 0x6d65_6d6f_7279),
+        }
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&mut self) -> PdId {
+        self.pds.push(true);
+        PdId(self.pds.len() as u32 - 1)
+    }
+
+    /// Frees a protection domain that has no regions left.
+    pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), RegError> {
+        if !self.pd_exists(pd) {
+            return Err(RegError::NoSuchPd);
+        }
+        if self.by_lkey.values().any(|r| r.mr.pd == pd) {
+            return Err(RegError::Busy);
+        }
+        self.pds[pd.0 as usize] = false;
+        Ok(())
+    }
+
+    /// True for a live protection domain.
+    pub fn pd_exists(&self, pd: PdId) -> bool {
+        self.pds.get(pd.0 as usize).copied().unwrap_or(false)
+    }
+
+    fn fresh_key(&mut self) -> u32 {
+        loop {
+            let k = self.rng.next_u64() as u32;
+            if k != 0 && !self.by_lkey.contains_key(&k) && !self.rkey_to_lkey.contains_key(&k) {
+                return k;
+            }
+        }
+    }
+
+    /// Registers `data` as a region of `pd` with `access`.
+    pub fn register(&mut self, pd: PdId, data: Vec<u8>, access: Access) -> Result<Mr, RegError> {
+        if !self.pd_exists(pd) {
+            return Err(RegError::NoSuchPd);
+        }
+        let needs_local = Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
+        if access.0 & needs_local.0 != 0 && !access.contains(Access::LOCAL_WRITE) {
+            return Err(RegError::InvalidAccess);
+        }
+        let data = data.into_boxed_slice();
+        let lkey = self.fresh_key();
+        let rkey = if access.0
+            & (Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC).0
+            != 0
+        {
+            let k = self.fresh_key();
+            self.rkey_to_lkey.insert(k, lkey);
+            k
+        } else {
+            0
+        };
+        let mr = Mr {
+            pd,
+            lkey,
+            rkey,
+            addr: data.as_ptr() as u64,
+            len: data.len(),
+            access,
+        };
+        self.by_lkey.insert(lkey, Region { mr, data });
+        Ok(mr)
+    }
+
+    /// Deregisters a region: its keys stop working at once; the bytes come back.
+    pub fn deregister(&mut self, lkey: u32) -> Option<Vec<u8>> {
+        let r = self.by_lkey.remove(&lkey)?;
+        self.rkey_to_lkey.remove(&r.mr.rkey);
+        Some(r.data.into_vec())
+    }
+
+    /// The region registered under `lkey`.
+    pub fn mr(&self, lkey: u32) -> Option<Mr> {
+        self.by_lkey.get(&lkey).map(|r| r.mr)
+    }
+
+    /// The whole region's bytes, for the application.
+    pub fn bytes(&self, lkey: u32) -> Option<&[u8]> {
+        self.by_lkey.get(&lkey).map(|r| &r.data[..])
+    }
+
+    /// The whole region's bytes, writable, for the application.
+    pub fn bytes_mut(&mut self, lkey: u32) -> Option<&mut [u8]> {
+        self.by_lkey.get_mut(&lkey).map(|r| &mut r.data[..])
+    }
+
+    /// The one check for remote access (IBTA §10.6.3.2, C10-..): key valid, same PD,
+    /// `[va, va+len)` inside the region, right granted. Gives the region's lkey and the
+    /// offset of `va` in it. A zero-length access passes without a key check, as the
+    /// spec allows for zero-length RDMA.
+    pub fn check_remote(
+        &self,
+        pd: PdId,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Span, AccessError> {
+        let lkey = *self
+            .rkey_to_lkey
+            .get(&rkey)
+            .ok_or(AccessError::BadKey(rkey))?;
+        self.check(pd, lkey, va, len, need)
+    }
+
+    /// The same check for a local scatter/gather entry.
+    pub fn check_local(
+        &self,
+        pd: PdId,
+        lkey: u32,
+        addr: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Span, AccessError> {
+        self.check(pd, lkey, addr, len, need)
+    }
+
+    fn check(
+        &self,
+        pd: PdId,
+        lkey: u32,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Span, AccessError> {
+        let r = self.by_lkey.get(&lkey).ok_or(AccessError::BadKey(lkey))?;
+        if r.mr.pd != pd {
+            return Err(AccessError::WrongPd);
+        }
+        if !r.mr.access.contains(need) {
+            return Err(AccessError::NoRight);
+        }
+        let oob = AccessError::OutOfBounds { va, len };
+        let off = va.checked_sub(r.mr.addr).ok_or(oob)?;
+        let end = off.checked_add(len).ok_or(oob)?;
+        if end > r.mr.len as u64 {
+            return Err(oob);
+        }
+        Ok(Span {
+            lkey,
+            offset: off as usize,
+            len: len as usize,
+        })
+    }
+
+    /// Bytes of a checked span.
+    pub fn read(&self, s: Span) -> &[u8] {
+        match self.by_lkey.get(&s.lkey) {
+            Some(r) => &r.data[s.offset..s.offset + s.len],
+            None => &[],
+        }
+    }
+
+    /// Writable bytes of a checked span (empty if the region went away since the check).
+    pub fn write(&mut self, s: Span) -> &mut [u8] {
+        match self.by_lkey.get_mut(&s.lkey) {
+            Some(r) => &mut r.data[s.offset..s.offset + s.len],
+            None => &mut [],
+        }
+    }
+}
+
+/// A range inside a region that passed [`Memory::check_remote`] or
+/// [`Memory::check_local`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// The region.
+    pub lkey: u32,
+    /// Offset in the region.
+    pub offset: usize,
+    /// Length.
+    pub len: usize,
+}
+
+impl Span {
+    /// The sub-range `[from, from+len)` of this span (callers keep it inside).
+    pub fn sub(self, from: usize, len: usize) -> Span {
+        let from = from.min(self.len);
+        Span {
+            lkey: self.lkey,
+            offset: self.offset + from,
+            len: len.min(self.len - from),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rights_bounds_keys() {
+        let mut m = Memory::new(1);
+        let pd = m.alloc_pd();
+        let other = m.alloc_pd();
+        let a = m
+            .register(pd, vec![0; 100], Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        let b = m.register(pd, vec![0; 100], Access::REMOTE_READ).unwrap();
+        assert_ne!(a.rkey, b.rkey);
+        assert_ne!(b.rkey.wrapping_sub(a.rkey), 1, "keys are not sequential");
+        assert!(m
+            .check_remote(pd, a.rkey, a.addr, 100, Access::REMOTE_WRITE)
+            .is_ok());
+        assert_eq!(
+            m.check_remote(pd, a.rkey, a.addr + 1, 100, Access::REMOTE_WRITE),
+            Err(AccessError::OutOfBounds {
+                va: a.addr + 1,
+                len: 100
+            })
+        );
+        assert_eq!(
+            m.check_remote(pd, a.rkey, a.addr - 1, 1, Access::REMOTE_WRITE),
+            Err(AccessError::OutOfBounds {
+                va: a.addr - 1,
+                len: 1
+            })
+        );
+        assert_eq!(
+            m.check_remote(pd, a.rkey, u64::MAX, 2, Access::REMOTE_WRITE),
+            Err(AccessError::OutOfBounds {
+                va: u64::MAX,
+                len: 2
+            })
+        );
+        assert_eq!(
+            m.check_remote(pd, a.rkey, a.addr, 1, Access::REMOTE_READ),
+            Err(AccessError::NoRight)
+        );
+        assert_eq!(
+            m.check_remote(other, a.rkey, a.addr, 1, Access::REMOTE_WRITE),
+            Err(AccessError::WrongPd)
+        );
+        assert_eq!(
+            m.register(pd, vec![0; 1], Access::REMOTE_WRITE),
+            Err(RegError::InvalidAccess)
+        );
+        assert_eq!(m.dealloc_pd(pd), Err(RegError::Busy));
+        assert_eq!(m.deregister(a.lkey).map(|v| v.len()), Some(100));
+        assert_eq!(
+            m.check_remote(pd, a.rkey, a.addr, 1, Access::REMOTE_WRITE),
+            Err(AccessError::BadKey(a.rkey))
+        );
+    }
+}

@@ -1,0 +1,9 @@
+//! Simulation: a deterministic random source, a lossy in-memory link, and workloads that
+//! run two endpoints over it in simulated time.
+
+mod link;
+pub mod rc;
+mod rng;
+
+pub use link::{Link, LinkConfig, LinkStats};
+pub use rng::Rng;

@@ -1,0 +1,654 @@
+//! The RC requester (IBTA §9.7.4 and the completer of §9.7.5.1): cuts work requests into
+//! packets, numbers them, retransmits go-back-N on timeout or NAK, waits on RNR NAKs,
+//! takes READ and atomic responses into local memory, and completes work requests in order.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::{Fatal, Io, OutPacket, Path, QpCounters};
+use crate::mem::{Access, Memory, PdId, Span};
+use crate::transport::{psn_add, psn_diff};
+use crate::verbs::{
+    ack_timeout, rnr_timer_us, CqId, RtsAttr, SendOp, SendWr, VerbsError, WcStatus, WorkCompletion,
+};
+use crate::wire::{
+    AtomicEthRepr, BthRepr, ExtHeaders, NakCode, Opcode, RethRepr, RocePacket, Syndrome,
+};
+
+/// Largest message (IBTA: 2^31 bytes).
+const MAX_MESSAGE: u32 = 1 << 31;
+/// Largest number of PSNs in flight; far below the 2^23 the spec allows, enough for a
+/// few MB in flight at 4 KiB MTU.
+const MAX_INFLIGHT_PSNS: i32 = 2048;
+/// Ask for an ACK at least this often inside long messages.
+const ACKREQ_EVERY: i32 = 32;
+
+#[derive(Debug, Clone)]
+struct Wqe {
+    wr: SendWr,
+    local: Option<Span>,
+    first_psn: u32,
+    npkts: u32,
+    /// READ: next response PSN expected; ATOMIC: its PSN until the ACK arrives.
+    next_resp: u32,
+    done: bool,
+    status: Option<WcStatus>,
+}
+
+impl Wqe {
+    fn last_psn(&self) -> u32 {
+        psn_add(self.first_psn, self.npkts - 1)
+    }
+    fn end_psn(&self) -> u32 {
+        psn_add(self.first_psn, self.npkts)
+    }
+    fn contains(&self, psn: u32) -> bool {
+        let d = psn_diff(psn, self.first_psn);
+        d >= 0 && (d as u32) < self.npkts
+    }
+}
+
+/// Requester state of one QP.
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    qpn: u32,
+    cq: CqId,
+    sq: VecDeque<Wqe>,
+    /// sq[..started] have PSNs.
+    started: usize,
+    /// First PSN of the next work request to start.
+    next_psn: u32,
+    /// Oldest PSN not yet acknowledged (or not yet answered, for READ / atomics).
+    una: u32,
+    /// Next PSN to (re)transmit; equal to `next_psn` when nothing is owed.
+    tx_psn: u32,
+    rd_atomic_inflight: u32,
+    max_rd_atomic: u32,
+    timeout: Option<Duration>,
+    retry_cnt: u8,
+    retry_left: u8,
+    rnr_retry: u8,
+    rnr_left: u8,
+    timer: Option<Instant>,
+    rnr_until: Option<Instant>,
+    last_ackreq: u32,
+    /// Every PSN before this one has been sent at least once.
+    sent_hw: u32,
+    /// A READ re-request went out at this PSN: later responses beyond it are expected
+    /// to be discarded, do not re-request again for each of them.
+    rerequested: Option<u32>,
+}
+
+impl Requester {
+    pub(crate) fn new(qpn: u32, cq: CqId) -> Self {
+        Self {
+            qpn,
+            cq,
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn start(&mut self, a: RtsAttr) {
+        let psn = a.sq_psn & 0xff_ffff;
+        self.next_psn = psn;
+        self.una = psn;
+        self.tx_psn = psn;
+        self.last_ackreq = psn;
+        self.sent_hw = psn;
+        self.max_rd_atomic = u32::from(a.max_rd_atomic.max(1));
+        self.timeout = ack_timeout(a.timeout);
+        self.retry_cnt = a.retry_cnt.min(7);
+        self.retry_left = self.retry_cnt;
+        self.rnr_retry = a.rnr_retry.min(7);
+        self.rnr_left = self.rnr_retry;
+    }
+
+    pub(crate) fn queued(&self) -> usize {
+        self.sq.len()
+    }
+
+    pub(crate) fn post(
+        &mut self,
+        pd: PdId,
+        mem: &Memory,
+        wr: SendWr,
+        mtu: u32,
+    ) -> Result<(), VerbsError> {
+        let len = wr.sge.length;
+        if len > MAX_MESSAGE {
+            return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
+        }
+        if wr.op.is_atomic() && len != 8 {
+            return Err(VerbsError::InvalidWr("atomic needs an 8-byte local buffer"));
+        }
+        let need = if wr.op.is_read_or_atomic() {
+            Access::LOCAL_WRITE
+        } else {
+            Access::NONE
+        };
+        // A local protection error completes the work request in error (IBV_WC_LOC_PROT_ERR)
+        // rather than failing the post, as a NIC does.
+        let local = if len == 0 {
+            None
+        } else {
+            mem.check_local(pd, wr.sge.lkey, wr.sge.addr, u64::from(len), need)
+                .ok()
+        };
+        let status = (len != 0 && local.is_none()).then_some(WcStatus::LocProtErr);
+        let npkts = match wr.op {
+            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
+            _ => len.div_ceil(mtu).max(1),
+        };
+        self.sq.push_back(Wqe {
+            wr,
+            local,
+            first_psn: 0,
+            npkts,
+            next_resp: 0,
+            done: status.is_some(),
+            status,
+        });
+        Ok(())
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match (self.timer, self.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn outstanding(&self) -> bool {
+        psn_diff(self.next_psn, self.una) > 0
+    }
+
+    fn arm(&mut self, now: Instant) {
+        self.timer = if self.outstanding() {
+            self.timeout.map(|t| now + t)
+        } else {
+            None
+        };
+    }
+
+    /// The next packet to put on the wire, if the window and the RNR wait allow one.
+    pub(crate) fn next_packet(
+        &mut self,
+        path: &Path,
+        io: &mut Io<'_>,
+        c: &mut QpCounters,
+    ) -> Option<OutPacket> {
+        if let Some(t) = self.rnr_until {
+            if io.now < t {
+                return None;
+            }
+            self.rnr_until = None;
+        }
+        // Report work requests that failed locally before they got PSNs.
+        self.complete(io);
+        let owed = self.tx_psn != self.next_psn;
+        let idx = if owed {
+            match (0..self.started).find(|&i| self.sq[i].contains(self.tx_psn)) {
+                Some(i) => i,
+                None => {
+                    // Nothing owed any more (acknowledged meanwhile).
+                    self.tx_psn = self.next_psn;
+                    return self.next_packet(path, io, c);
+                }
+            }
+        } else {
+            let i = self.started;
+            let w = self.sq.get(i)?;
+            if w.status.is_some() {
+                return None; // a locally failed request waits for completion in order
+            }
+            if psn_diff(self.next_psn, self.una) >= MAX_INFLIGHT_PSNS {
+                return None;
+            }
+            if w.wr.op.is_read_or_atomic() && self.rd_atomic_inflight >= self.max_rd_atomic {
+                return None;
+            }
+            let psn = self.next_psn;
+            let w = &mut self.sq[i];
+            w.first_psn = psn;
+            w.next_resp = psn;
+            if w.wr.op.is_read_or_atomic() {
+                self.rd_atomic_inflight += 1;
+            }
+            self.next_psn = psn_add(psn, w.npkts);
+            self.started += 1;
+            i
+        };
+        let psn = self.tx_psn;
+        let w = &self.sq[idx];
+        let mut pkt = build(w, psn, path);
+        // READ and atomic requests carry their whole PSN range in one packet.
+        self.tx_psn = if w.wr.op.is_read_or_atomic() {
+            w.end_psn()
+        } else {
+            psn_add(psn, 1)
+        };
+        let last_of_message = self.tx_psn == w.end_psn();
+        if last_of_message || psn_diff(psn, self.last_ackreq) >= ACKREQ_EVERY {
+            pkt.bth.ack_req = true;
+        }
+        if pkt.bth.ack_req {
+            self.last_ackreq = psn;
+        }
+        if psn_diff(psn, self.sent_hw) < 0 {
+            c.retransmits += 1;
+        } else {
+            self.sent_hw = self.tx_psn;
+        }
+        if self.timer.is_none() {
+            self.arm(io.now);
+        }
+        Some(pkt)
+    }
+
+    /// Handles ACK, NAK, READ response and ATOMIC ACK packets.
+    pub(crate) fn on_response(
+        &mut self,
+        path: &Path,
+        io: &mut Io<'_>,
+        p: &RocePacket<'_>,
+        c: &mut QpCounters,
+    ) -> Result<(), Fatal> {
+        let psn = p.bth.psn;
+        // A response must name a PSN we sent and that is not yet fully answered.
+        let d_una = psn_diff(psn, self.una);
+        if psn_diff(self.next_psn, psn) <= 0 || d_una < -1 {
+            c.dropped += 1;
+            return Ok(());
+        }
+        use Opcode::*;
+        match p.bth.opcode {
+            RcAck => {
+                let Some(aeth) = p.ext.aeth else {
+                    return Ok(());
+                };
+                match aeth.kind() {
+                    Syndrome::Ack { .. } => self.acked_through(psn, io.now),
+                    Syndrome::RnrNak { timer } => {
+                        c.rnr_nak_received += 1;
+                        self.acked_through(psn_add(psn, 0xff_ffff), io.now);
+                        if self.rnr_retry != 7 {
+                            if self.rnr_left == 0 {
+                                c.rnr_nak_retry_err += 1;
+                                return self.fail_at(psn, WcStatus::RnrRetryExcErr, io);
+                            }
+                            self.rnr_left -= 1;
+                        }
+                        self.rnr_until = Some(io.now + Duration::from_micros(rnr_timer_us(timer)));
+                        self.rewind(psn);
+                        self.timer = None;
+                    }
+                    Syndrome::Nak(NakCode::PsnSequenceError) => {
+                        c.packet_seq_err += 1;
+                        let progress = psn_diff(psn, self.una) > 0;
+                        self.acked_through(psn_add(psn, 0xff_ffff), io.now);
+                        if !progress {
+                            if self.retry_left == 0 {
+                                return self.fail_at(psn, WcStatus::RetryExcErr, io);
+                            }
+                            self.retry_left -= 1;
+                        }
+                        self.rewind(psn);
+                    }
+                    Syndrome::Nak(code) => {
+                        self.acked_through(psn_add(psn, 0xff_ffff), io.now);
+                        let status = match code {
+                            NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                            NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                            _ => WcStatus::RemInvReqErr,
+                        };
+                        return self.fail_at(psn, status, io);
+                    }
+                    Syndrome::Reserved(_) => c.dropped += 1,
+                }
+            }
+            RcAtomicAck => {
+                let Some(w) = self.oldest_rd_atomic() else {
+                    c.dropped += 1;
+                    return Ok(());
+                };
+                let w = &mut self.sq[w];
+                if !w.wr.op.is_atomic() || w.first_psn != psn {
+                    c.dropped += 1;
+                    return Ok(());
+                }
+                if let (Some(span), Some(ack)) = (w.local, p.ext.atomic_ack) {
+                    io.mem
+                        .write(span)
+                        .copy_from_slice(&ack.orig.to_le_bytes()[..span.len.min(8)]);
+                }
+                w.done = true;
+                w.next_resp = w.end_psn();
+                self.rd_atomic_inflight = self.rd_atomic_inflight.saturating_sub(1);
+                self.acked_through(psn, io.now);
+            }
+            RcReadResponseFirst | RcReadResponseMiddle | RcReadResponseLast
+            | RcReadResponseOnly => {
+                return self.read_response(path, io, p, c);
+            }
+            _ => c.dropped += 1,
+        }
+        self.complete(io);
+        Ok(())
+    }
+
+    fn read_response(
+        &mut self,
+        path: &Path,
+        io: &mut Io<'_>,
+        p: &RocePacket<'_>,
+        c: &mut QpCounters,
+    ) -> Result<(), Fatal> {
+        let psn = p.bth.psn;
+        let Some(i) = self.oldest_rd_atomic() else {
+            c.dropped += 1;
+            return Ok(());
+        };
+        let w = &self.sq[i];
+        if !matches!(w.wr.op, SendOp::Read { .. }) {
+            c.dropped += 1;
+            return Ok(());
+        }
+        let d = psn_diff(psn, w.next_resp);
+        if d < 0 {
+            return Ok(()); // a duplicate response
+        }
+        if d > 0 {
+            // A response went missing: ask again from the first missing PSN, once.
+            if self.rerequested != Some(w.next_resp) {
+                self.rerequested = Some(w.next_resp);
+                let at = w.next_resp;
+                self.rewind(at);
+            }
+            return Ok(());
+        }
+        let mtu = path.mtu;
+        let k = psn_diff(psn, w.first_psn) as u32;
+        let offset = k as u64 * u64::from(mtu);
+        let total = u64::from(w.wr.sge.length);
+        let len = p.payload.len() as u64;
+        let is_last = matches!(
+            p.bth.opcode,
+            Opcode::RcReadResponseLast | Opcode::RcReadResponseOnly
+        );
+        let expect = if is_last {
+            total.saturating_sub(offset)
+        } else {
+            u64::from(mtu)
+        };
+        if len != expect || (is_last && k + 1 != w.npkts) || (!is_last && k + 1 >= w.npkts) {
+            let first = w.first_psn;
+            return self.fail_at(first, WcStatus::BadRespErr, io);
+        }
+        if let Some(span) = w.local {
+            io.mem
+                .write(span.sub(offset as usize, len as usize))
+                .copy_from_slice(p.payload);
+        }
+        let w = &mut self.sq[i];
+        w.next_resp = psn_add(psn, 1);
+        self.rerequested = None;
+        if is_last {
+            w.done = true;
+            self.rd_atomic_inflight = self.rd_atomic_inflight.saturating_sub(1);
+        }
+        // A READ response acknowledges everything before it (IBTA §9.7.5.1.2).
+        self.acked_through(psn, io.now);
+        self.complete(io);
+        Ok(())
+    }
+
+    fn oldest_rd_atomic(&self) -> Option<usize> {
+        (0..self.started).find(|&i| self.sq[i].wr.op.is_read_or_atomic() && !self.sq[i].done)
+    }
+
+    /// Everything up to and including `psn` is acknowledged; READ / atomic requests stay
+    /// outstanding until their data arrived (an ACK beyond an unanswered READ means its
+    /// responses were lost: re-request it, the "implied NAK" of §9.7.5.1.4).
+    fn acked_through(&mut self, psn: u32, now: Instant) {
+        let mut una = psn_add(psn, 1);
+        let mut implied_nak = None;
+        for i in 0..self.started {
+            let w = &mut self.sq[i];
+            if w.done {
+                continue;
+            }
+            if psn_diff(w.first_psn, psn) > 0 {
+                break; // not covered
+            }
+            if w.wr.op.is_read_or_atomic() {
+                una = w.next_resp;
+                if psn_diff(psn, w.next_resp) >= 0 {
+                    implied_nak = Some(w.next_resp);
+                }
+                break;
+            }
+            if psn_diff(psn, w.last_psn()) >= 0 {
+                w.done = true;
+            } else {
+                break;
+            }
+        }
+        if let Some(at) = implied_nak {
+            if psn_diff(self.tx_psn, at) > 0 && self.rerequested != Some(at) {
+                self.rerequested = Some(at);
+                self.rewind(at);
+            }
+        }
+        if psn_diff(una, self.una) > 0 {
+            self.una = una;
+            self.retry_left = self.retry_cnt;
+            self.rnr_left = self.rnr_retry;
+            self.timer = None;
+            self.arm(now);
+        }
+    }
+
+    /// Go back to `psn` (go-back-N).
+    fn rewind(&mut self, psn: u32) {
+        if psn_diff(self.tx_psn, psn) > 0 && psn_diff(psn, self.una) >= 0 {
+            self.tx_psn = psn;
+        } else if psn_diff(psn, self.una) < 0 {
+            self.tx_psn = self.una;
+        }
+    }
+
+    /// Pops finished work requests in order and reports them.
+    fn complete(&mut self, io: &mut Io<'_>) {
+        while self.sq.front().is_some_and(|w| w.done) {
+            let Some(w) = self.sq.pop_front() else { break };
+            // Started requests are a prefix of the queue.
+            self.started = self.started.saturating_sub(1);
+            let status = w.status.unwrap_or(WcStatus::Success);
+            if w.wr.signaled || status != WcStatus::Success {
+                io.wcs.push((self.cq, wc(&w, status, self.qpn)));
+            }
+        }
+    }
+
+    /// Completes the request holding `psn` with `status` (the oldest one if none holds
+    /// it); the QP then goes to ERR and flushes the rest.
+    fn fail_at(&mut self, psn: u32, status: WcStatus, io: &mut Io<'_>) -> Result<(), Fatal> {
+        self.complete(io);
+        let i = (0..self.started)
+            .find(|&i| self.sq[i].contains(psn))
+            .unwrap_or(0);
+        if let Some(w) = self.sq.remove(i) {
+            if i < self.started {
+                self.started -= 1;
+            }
+            io.wcs.push((self.cq, wc(&w, status, self.qpn)));
+        }
+        Err(Fatal(status))
+    }
+
+    /// Timer expiry: retransmit from the oldest unacknowledged PSN, or give up.
+    pub(crate) fn on_timeout(&mut self, io: &mut Io<'_>, c: &mut QpCounters) -> Result<(), Fatal> {
+        if let Some(t) = self.timer {
+            if io.now >= t {
+                self.timer = None;
+                if !self.outstanding() {
+                    return Ok(());
+                }
+                c.local_ack_timeout_err += 1;
+                if self.retry_left == 0 {
+                    let una = self.una;
+                    return self.fail_at(una, WcStatus::RetryExcErr, io);
+                }
+                self.retry_left -= 1;
+                self.tx_psn = self.una;
+                self.rerequested = None;
+                self.arm(io.now);
+            }
+        }
+        if let Some(t) = self.rnr_until {
+            if io.now >= t {
+                self.rnr_until = None;
+                self.arm(io.now);
+            }
+        }
+        Ok(())
+    }
+
+    /// QP to ERR: every outstanding send work request completes with WR_FLUSH_ERR.
+    pub(crate) fn flush(&mut self, io: &mut Io<'_>) {
+        for w in self.sq.drain(..) {
+            io.wcs
+                .push((self.cq, wc(&w, WcStatus::WrFlushErr, self.qpn)));
+        }
+        self.started = 0;
+        self.timer = None;
+        self.rnr_until = None;
+        self.una = self.next_psn;
+        self.tx_psn = self.next_psn;
+    }
+}
+
+fn wc(w: &Wqe, status: WcStatus, qpn: u32) -> WorkCompletion {
+    WorkCompletion {
+        wr_id: w.wr.wr_id,
+        status,
+        opcode: w.wr.op.wc_opcode(),
+        byte_len: if status == WcStatus::Success {
+            w.wr.sge.length
+        } else {
+            0
+        },
+        imm: None,
+        qp_num: qpn,
+        src_qp: 0,
+    }
+}
+
+/// Builds the request packet of `w` at `psn`.
+fn build(w: &Wqe, psn: u32, path: &Path) -> OutPacket {
+    let mtu = path.mtu;
+    let k = psn_diff(psn, w.first_psn).max(0) as u32;
+    let offset = u64::from(k) * u64::from(mtu);
+    let total = u64::from(w.wr.sge.length);
+    let first = k == 0;
+    let last = k + 1 == w.npkts;
+    let only = first && last;
+    let mut ext = ExtHeaders::default();
+    let mut payload = None;
+    let seg = |off: u64| -> Option<Span> {
+        let len = (total - off).min(u64::from(mtu)) as usize;
+        w.local.map(|s| s.sub(off as usize, len))
+    };
+    use Opcode::*;
+    let opcode = match w.wr.op {
+        SendOp::Send | SendOp::SendWithImm(_) => {
+            payload = seg(offset);
+            let imm = if let SendOp::SendWithImm(i) = w.wr.op {
+                Some(i)
+            } else {
+                None
+            };
+            if last {
+                ext.imm = imm;
+            }
+            match (only, first, last, imm.is_some()) {
+                (true, _, _, false) => RcSendOnly,
+                (true, _, _, true) => RcSendOnlyImm,
+                (_, true, _, _) => RcSendFirst,
+                (_, _, true, false) => RcSendLast,
+                (_, _, true, true) => RcSendLastImm,
+                _ => RcSendMiddle,
+            }
+        }
+        SendOp::Write { remote_addr, rkey }
+        | SendOp::WriteWithImm {
+            remote_addr, rkey, ..
+        } => {
+            payload = seg(offset);
+            let imm = if let SendOp::WriteWithImm { imm, .. } = w.wr.op {
+                Some(imm)
+            } else {
+                None
+            };
+            if first {
+                ext.reth = Some(RethRepr {
+                    va: remote_addr,
+                    rkey,
+                    len: w.wr.sge.length,
+                });
+            }
+            if last {
+                ext.imm = imm;
+            }
+            match (only, first, last, imm.is_some()) {
+                (true, _, _, false) => RcWriteOnly,
+                (true, _, _, true) => RcWriteOnlyImm,
+                (_, true, _, _) => RcWriteFirst,
+                (_, _, true, false) => RcWriteLast,
+                (_, _, true, true) => RcWriteLastImm,
+                _ => RcWriteMiddle,
+            }
+        }
+        SendOp::Read { remote_addr, rkey } => {
+            // A re-request asks only for what is still missing (§9.7.5.1.4).
+            ext.reth = Some(RethRepr {
+                va: remote_addr.wrapping_add(offset),
+                rkey,
+                len: (total.saturating_sub(offset)) as u32,
+            });
+            RcReadRequest
+        }
+        SendOp::CompareSwap {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => {
+            ext.atomic = Some(AtomicEthRepr {
+                va: remote_addr,
+                rkey,
+                swap_add: swap,
+                compare,
+            });
+            RcCompareSwap
+        }
+        SendOp::FetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => {
+            ext.atomic = Some(AtomicEthRepr {
+                va: remote_addr,
+                rkey,
+                swap_add: add,
+                compare: 0,
+            });
+            RcFetchAdd
+        }
+    };
+    let mut bth = BthRepr::new(opcode, path.dest_qpn, psn);
+    bth.pkey = path.pkey;
+    bth.solicited = last && w.wr.solicited;
+    bth.ack_req = w.wr.op.is_read_or_atomic();
+    OutPacket { bth, ext, payload }
+}

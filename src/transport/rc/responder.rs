@@ -1,0 +1,642 @@
+//! The RC responder (IBTA §9.7.5.2 and §9.7.4 for duplicates): checks PSNs, executes
+//! SEND / RDMA WRITE / RDMA READ / atomics against registered memory after the access
+//! check, and answers with ACKs (coalesced), NAKs, READ responses and ATOMIC ACKs, in
+//! PSN order.
+
+use std::collections::VecDeque;
+
+use super::{Fatal, Io, OutPacket, Path, QpCounters};
+use crate::mem::{Access, AccessError, Memory, PdId, Span};
+use crate::transport::{psn_add, psn_diff};
+use crate::verbs::{CqId, RecvWr, VerbsError, WcOpcode, WcStatus, WorkCompletion};
+use crate::wire::{
+    AethRepr, AtomicAckEthRepr, BthRepr, ExtHeaders, NakCode, Opcode, RocePacket, Syndrome,
+    TransportKind,
+};
+
+/// Credit count sent in ACKs: 31 means "no end-to-end credits" (§9.7.7.2.5).
+const NO_CREDITS: u8 = 31;
+
+#[derive(Debug, Clone, Copy)]
+struct Rwqe {
+    wr_id: u64,
+    span: Option<Span>,
+    len: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum InMsg {
+    Send {
+        rwqe: Rwqe,
+        offset: u32,
+    },
+    Write {
+        span: Option<Span>,
+        offset: u64,
+        total: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Resp {
+    Ack {
+        psn: u32,
+        syndrome: Syndrome,
+        msn: u32,
+    },
+    AtomicAck {
+        psn: u32,
+        msn: u32,
+        orig: u64,
+    },
+    Read {
+        first: u32,
+        next: u32,
+        npkts: u32,
+        span: Option<Span>,
+        total: u32,
+        msn: u32,
+    },
+}
+
+/// Responder state of one QP.
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    qpn: u32,
+    cq: CqId,
+    pd: PdId,
+    access: Access,
+    pub(crate) pkey: u16,
+    epsn: u32,
+    msn: u32,
+    max_dest_rd_atomic: u32,
+    min_rnr_timer: u8,
+    nak_seq_sent: bool,
+    rq: VecDeque<Rwqe>,
+    cur: Option<InMsg>,
+    out: VecDeque<Resp>,
+    atomic_replay: VecDeque<(u32, u64)>,
+}
+
+enum Verdict {
+    Done,
+    Nak(NakCode),
+    Rnr,
+    LenErr(Rwqe),
+}
+
+impl Responder {
+    pub(crate) fn new(qpn: u32, cq: CqId, pd: PdId) -> Self {
+        Self {
+            qpn,
+            cq,
+            pd,
+            pkey: 0xffff,
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn set_access(&mut self, access: Access, pkey: u16) {
+        self.access = access;
+        self.pkey = pkey;
+    }
+
+    pub(crate) fn start(&mut self, rq_psn: u32, max_dest_rd_atomic: u8, min_rnr_timer: u8) {
+        self.epsn = rq_psn & 0xff_ffff;
+        self.max_dest_rd_atomic = u32::from(max_dest_rd_atomic.max(1));
+        self.min_rnr_timer = min_rnr_timer & 31;
+    }
+
+    pub(crate) fn queued(&self) -> usize {
+        self.rq.len()
+    }
+
+    pub(crate) fn post(&mut self, mem: &Memory, wr: RecvWr) -> Result<(), VerbsError> {
+        let span = if wr.sge.length == 0 {
+            None
+        } else {
+            Some(
+                mem.check_local(
+                    self.pd,
+                    wr.sge.lkey,
+                    wr.sge.addr,
+                    u64::from(wr.sge.length),
+                    Access::LOCAL_WRITE,
+                )
+                .map_err(|_| {
+                    VerbsError::InvalidWr(
+                        "receive buffer outside its region or without LOCAL_WRITE",
+                    )
+                })?,
+            )
+        };
+        self.rq.push_back(Rwqe {
+            wr_id: wr.wr_id,
+            span,
+            len: wr.sge.length,
+        });
+        Ok(())
+    }
+
+    fn queue_ack(&mut self, psn: u32) {
+        let ack = Resp::Ack {
+            psn,
+            syndrome: Syndrome::Ack {
+                credits: NO_CREDITS,
+            },
+            msn: self.msn,
+        };
+        // Coalesce: a newer ACK replaces an ACK still waiting at the tail.
+        if let Some(Resp::Ack {
+            syndrome: Syndrome::Ack { .. },
+            ..
+        }) = self.out.back()
+        {
+            self.out.pop_back();
+        }
+        self.out.push_back(ack);
+    }
+
+    fn queue_nak(&mut self, psn: u32, syndrome: Syndrome) {
+        self.out.push_back(Resp::Ack {
+            psn,
+            syndrome,
+            msn: self.msn,
+        });
+    }
+
+    /// Handles a request packet. `Err` means the QP must go to the error state (after the
+    /// NAK already queued is sent).
+    pub(crate) fn on_request(
+        &mut self,
+        path: &Path,
+        io: &mut Io<'_>,
+        p: &RocePacket<'_>,
+        c: &mut QpCounters,
+    ) -> Result<(), Fatal> {
+        if p.bth.opcode.transport() != TransportKind::Rc {
+            c.dropped += 1;
+            return Ok(());
+        }
+        let psn = p.bth.psn;
+        let d = psn_diff(psn, self.epsn);
+        if d > 0 {
+            // Out of sequence: one NAK per sequence error (§9.7.5.2.2).
+            c.out_of_sequence += 1;
+            if !self.nak_seq_sent {
+                self.nak_seq_sent = true;
+                c.nak_sent_seq += 1;
+                let e = self.epsn;
+                self.queue_nak(e, Syndrome::Nak(NakCode::PsnSequenceError));
+            }
+            return Ok(());
+        }
+        if d < 0 {
+            c.duplicate_request += 1;
+            self.duplicate(path, io.mem, p);
+            return Ok(());
+        }
+        self.nak_seq_sent = false;
+        match self.execute(path, io, p) {
+            Verdict::Done => Ok(()),
+            Verdict::Rnr => {
+                c.nak_sent_rnr += 1;
+                let t = self.min_rnr_timer;
+                self.queue_nak(psn, Syndrome::RnrNak { timer: t });
+                Ok(())
+            }
+            Verdict::Nak(code) => {
+                match code {
+                    NakCode::RemoteAccessError => c.nak_sent_access += 1,
+                    _ => c.nak_sent_inv += 1,
+                }
+                self.queue_nak(psn, Syndrome::Nak(code));
+                Err(Fatal(match code {
+                    NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                    _ => WcStatus::RemInvReqErr,
+                }))
+            }
+            Verdict::LenErr(rwqe) => {
+                c.nak_sent_inv += 1;
+                io.wcs.push((
+                    self.cq,
+                    self.wc(
+                        rwqe.wr_id,
+                        WcStatus::LocLenErr,
+                        WcOpcode::Recv,
+                        0,
+                        None,
+                        path,
+                    ),
+                ));
+                self.cur = None;
+                self.queue_nak(psn, Syndrome::Nak(NakCode::InvalidRequest));
+                Err(Fatal(WcStatus::LocLenErr))
+            }
+        }
+    }
+
+    fn wc(
+        &self,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+        imm: Option<u32>,
+        path: &Path,
+    ) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status,
+            opcode,
+            byte_len,
+            imm,
+            qp_num: self.qpn,
+            src_qp: path.dest_qpn,
+        }
+    }
+
+    fn execute(&mut self, path: &Path, io: &mut Io<'_>, p: &RocePacket<'_>) -> Verdict {
+        use Opcode::*;
+        let op = p.bth.opcode;
+        let psn = p.bth.psn;
+        let mtu = path.mtu as usize;
+        let len = p.payload.len();
+        // Opcode sequence (§9.7.5.2.3): continuation packets only inside a message.
+        let in_send = matches!(self.cur, Some(InMsg::Send { .. }));
+        let in_write = matches!(self.cur, Some(InMsg::Write { .. }));
+        let seq_ok = match op {
+            RcSendMiddle | RcSendLast | RcSendLastImm | RcSendLastInv => in_send,
+            RcWriteMiddle | RcWriteLast | RcWriteLastImm => in_write,
+            RcSendFirst | RcSendOnly | RcSendOnlyImm | RcSendOnlyInv | RcWriteFirst
+            | RcWriteOnly | RcWriteOnlyImm | RcReadRequest | RcCompareSwap | RcFetchAdd => {
+                self.cur.is_none()
+            }
+            _ => false, // responses, FLUSH, ATOMIC WRITE: not requests this responder takes
+        };
+        if !seq_ok {
+            return Verdict::Nak(NakCode::InvalidRequest);
+        }
+        // Payload sizes (§9.7.5.2.4): FIRST and MIDDLE carry exactly one MTU, LAST 1..=MTU.
+        let size_ok = if op.is_first() || op.is_middle() {
+            len == mtu
+        } else if matches!(
+            op,
+            RcSendLast | RcSendLastImm | RcSendLastInv | RcWriteLast | RcWriteLastImm
+        ) {
+            (1..=mtu).contains(&len)
+        } else {
+            len <= mtu
+        };
+        if !size_ok {
+            return Verdict::Nak(NakCode::InvalidRequest);
+        }
+        let last = !(op.is_first() || op.is_middle());
+        match op {
+            RcSendFirst | RcSendMiddle | RcSendLast | RcSendLastImm | RcSendLastInv
+            | RcSendOnly | RcSendOnlyImm | RcSendOnlyInv => {
+                if self.cur.is_none() {
+                    let Some(rwqe) = self.rq.pop_front() else {
+                        return Verdict::Rnr;
+                    };
+                    self.cur = Some(InMsg::Send { rwqe, offset: 0 });
+                }
+                let Some(InMsg::Send { rwqe, offset }) = self.cur else {
+                    return Verdict::Nak(NakCode::InvalidRequest);
+                };
+                let end = offset as usize + len;
+                if end > rwqe.len as usize {
+                    return Verdict::LenErr(rwqe);
+                }
+                if let Some(span) = rwqe.span {
+                    io.mem
+                        .write(span.sub(offset as usize, len))
+                        .copy_from_slice(p.payload);
+                }
+                if last {
+                    self.cur = None;
+                    self.msn = psn_add(self.msn, 1);
+                    let wc = self.wc(
+                        rwqe.wr_id,
+                        WcStatus::Success,
+                        WcOpcode::Recv,
+                        end as u32,
+                        p.ext.imm,
+                        path,
+                    );
+                    io.wcs.push((self.cq, wc));
+                } else {
+                    self.cur = Some(InMsg::Send {
+                        rwqe,
+                        offset: end as u32,
+                    });
+                }
+            }
+            RcWriteFirst | RcWriteMiddle | RcWriteLast | RcWriteLastImm | RcWriteOnly
+            | RcWriteOnlyImm => {
+                let with_imm = matches!(op, RcWriteLastImm | RcWriteOnlyImm);
+                if with_imm && self.rq.is_empty() {
+                    return Verdict::Rnr; // checked before any byte is written
+                }
+                if let Some(reth) = p.ext.reth {
+                    if !self.access.contains(Access::REMOTE_WRITE) {
+                        return Verdict::Nak(NakCode::InvalidRequest);
+                    }
+                    let total = u64::from(reth.len);
+                    if (op == RcWriteOnly || op == RcWriteOnlyImm) && len as u64 != total
+                        || op == RcWriteFirst && total <= len as u64
+                    {
+                        return Verdict::Nak(NakCode::InvalidRequest);
+                    }
+                    let span = if total == 0 {
+                        None
+                    } else {
+                        match io.mem.check_remote(
+                            self.pd,
+                            reth.rkey,
+                            reth.va,
+                            total,
+                            Access::REMOTE_WRITE,
+                        ) {
+                            Ok(s) => Some(s),
+                            Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
+                        }
+                    };
+                    self.cur = Some(InMsg::Write {
+                        span,
+                        offset: 0,
+                        total,
+                    });
+                }
+                let Some(InMsg::Write {
+                    span,
+                    offset,
+                    total,
+                }) = self.cur
+                else {
+                    return Verdict::Nak(NakCode::InvalidRequest);
+                };
+                let end = offset + len as u64;
+                if end > total || (last && end != total) {
+                    return Verdict::Nak(NakCode::InvalidRequest);
+                }
+                if let Some(span) = span {
+                    io.mem
+                        .write(span.sub(offset as usize, len))
+                        .copy_from_slice(p.payload);
+                }
+                if last {
+                    self.cur = None;
+                    self.msn = psn_add(self.msn, 1);
+                    if with_imm {
+                        if let Some(rwqe) = self.rq.pop_front() {
+                            let wc = self.wc(
+                                rwqe.wr_id,
+                                WcStatus::Success,
+                                WcOpcode::RecvRdmaWithImm,
+                                total as u32,
+                                p.ext.imm,
+                                path,
+                            );
+                            io.wcs.push((self.cq, wc));
+                        }
+                    }
+                } else {
+                    self.cur = Some(InMsg::Write {
+                        span,
+                        offset: end,
+                        total,
+                    });
+                }
+            }
+            RcReadRequest => {
+                let Some(reth) = p.ext.reth else {
+                    return Verdict::Nak(NakCode::InvalidRequest);
+                };
+                if !self.access.contains(Access::REMOTE_READ) {
+                    return Verdict::Nak(NakCode::InvalidRequest);
+                }
+                let reads = self
+                    .out
+                    .iter()
+                    .filter(|r| !matches!(r, Resp::Ack { .. }))
+                    .count();
+                if reads as u32 >= self.max_dest_rd_atomic {
+                    return Verdict::Nak(NakCode::InvalidRequest);
+                }
+                let span = match read_span(io.mem, self.pd, reth.rkey, reth.va, reth.len) {
+                    Ok(s) => s,
+                    Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
+                };
+                let npkts = (reth.len as usize).div_ceil(mtu).max(1) as u32;
+                self.msn = psn_add(self.msn, 1);
+                self.out.push_back(Resp::Read {
+                    first: psn,
+                    next: psn,
+                    npkts,
+                    span,
+                    total: reth.len,
+                    msn: self.msn,
+                });
+                self.epsn = psn_add(psn, npkts);
+                return Verdict::Done;
+            }
+            RcCompareSwap | RcFetchAdd => {
+                let Some(a) = p.ext.atomic else {
+                    return Verdict::Nak(NakCode::InvalidRequest);
+                };
+                if !self.access.contains(Access::REMOTE_ATOMIC) || a.va % 8 != 0 {
+                    return Verdict::Nak(NakCode::InvalidRequest);
+                }
+                let reads = self
+                    .out
+                    .iter()
+                    .filter(|r| !matches!(r, Resp::Ack { .. }))
+                    .count();
+                if reads as u32 >= self.max_dest_rd_atomic {
+                    return Verdict::Nak(NakCode::InvalidRequest);
+                }
+                let span =
+                    match io
+                        .mem
+                        .check_remote(self.pd, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
+                    {
+                        Ok(s) => s,
+                        Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
+                    };
+                let cell = io.mem.write(span);
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&cell[..8]);
+                let orig = u64::from_le_bytes(b);
+                let new = if op == RcFetchAdd {
+                    orig.wrapping_add(a.swap_add)
+                } else if orig == a.compare {
+                    a.swap_add
+                } else {
+                    orig
+                };
+                cell[..8].copy_from_slice(&new.to_le_bytes());
+                // Executed once: a duplicate of this PSN is answered from here (§9.7.5.2.2).
+                self.atomic_replay.push_back((psn, orig));
+                let keep = (self.max_dest_rd_atomic as usize).max(16);
+                while self.atomic_replay.len() > keep {
+                    self.atomic_replay.pop_front();
+                }
+                self.msn = psn_add(self.msn, 1);
+                self.out.push_back(Resp::AtomicAck {
+                    psn,
+                    msn: self.msn,
+                    orig,
+                });
+                self.epsn = psn_add(psn, 1);
+                return Verdict::Done;
+            }
+            _ => return Verdict::Nak(NakCode::InvalidRequest),
+        }
+        self.epsn = psn_add(psn, 1);
+        if p.bth.ack_req {
+            self.queue_ack(psn);
+        }
+        Verdict::Done
+    }
+
+    /// A request with a PSN already executed (§9.7.5.2.2): SEND / WRITE are acknowledged
+    /// again, READ is answered again from memory, an atomic gets its saved result.
+    fn duplicate(&mut self, path: &Path, mem: &Memory, p: &RocePacket<'_>) {
+        let psn = p.bth.psn;
+        match p.bth.opcode {
+            Opcode::RcReadRequest => {
+                let Some(reth) = p.ext.reth else { return };
+                let Ok(span) = read_span(mem, self.pd, reth.rkey, reth.va, reth.len) else {
+                    return;
+                };
+                let npkts = (reth.len as usize).div_ceil(path.mtu as usize).max(1) as u32;
+                // Replace what is still queued for this READ from `psn` on.
+                self.out.retain(|r| match r {
+                    Resp::Read { first, npkts, .. } => {
+                        let d = psn_diff(psn, *first);
+                        !(d >= 0 && (d as u32) < *npkts)
+                    }
+                    _ => true,
+                });
+                let msn = self.msn;
+                self.out.push_back(Resp::Read {
+                    first: psn,
+                    next: psn,
+                    npkts,
+                    span,
+                    total: reth.len,
+                    msn,
+                });
+            }
+            Opcode::RcCompareSwap | Opcode::RcFetchAdd => {
+                if let Some(&(_, orig)) = self.atomic_replay.iter().find(|(q, _)| *q == psn) {
+                    let msn = self.msn;
+                    self.out.push_back(Resp::AtomicAck { psn, msn, orig });
+                }
+            }
+            _ => {
+                let last = psn_add(self.epsn, 0xff_ffff);
+                self.queue_ack(last);
+            }
+        }
+    }
+
+    /// The next response packet.
+    pub(crate) fn next_packet(&mut self, path: &Path) -> Option<OutPacket> {
+        let r = self.out.front_mut()?;
+        let mut ext = ExtHeaders::default();
+        let (opcode, psn, payload) = match *r {
+            Resp::Ack { psn, syndrome, msn } => {
+                ext.aeth = Some(AethRepr::new(syndrome, msn));
+                self.out.pop_front();
+                (Opcode::RcAck, psn, None)
+            }
+            Resp::AtomicAck { psn, msn, orig } => {
+                ext.aeth = Some(AethRepr::new(
+                    Syndrome::Ack {
+                        credits: NO_CREDITS,
+                    },
+                    msn,
+                ));
+                ext.atomic_ack = Some(AtomicAckEthRepr { orig });
+                self.out.pop_front();
+                (Opcode::RcAtomicAck, psn, None)
+            }
+            Resp::Read {
+                first,
+                ref mut next,
+                npkts,
+                span,
+                total,
+                msn,
+            } => {
+                let psn = *next;
+                let k = psn_diff(psn, first) as u32;
+                let off = k as usize * path.mtu as usize;
+                let len = (total as usize - off.min(total as usize)).min(path.mtu as usize);
+                let op = match (k == 0, k + 1 == npkts) {
+                    (true, true) => Opcode::RcReadResponseOnly,
+                    (true, false) => Opcode::RcReadResponseFirst,
+                    (false, true) => Opcode::RcReadResponseLast,
+                    (false, false) => Opcode::RcReadResponseMiddle,
+                };
+                if op != Opcode::RcReadResponseMiddle {
+                    ext.aeth = Some(AethRepr::new(
+                        Syndrome::Ack {
+                            credits: NO_CREDITS,
+                        },
+                        msn,
+                    ));
+                }
+                *next = psn_add(psn, 1);
+                if k + 1 == npkts {
+                    self.out.pop_front();
+                }
+                (op, psn, span.map(|s| s.sub(off, len)))
+            }
+        };
+        let mut bth = BthRepr::new(opcode, path.dest_qpn, psn);
+        bth.pkey = path.pkey;
+        Some(OutPacket { bth, ext, payload })
+    }
+
+    /// QP to ERR: receives complete with WR_FLUSH_ERR; queued NAKs still go out.
+    pub(crate) fn flush(&mut self, io: &mut Io<'_>, path: Option<&Path>) {
+        let src_qp = path.map_or(0, |p| p.dest_qpn);
+        let cur = match self.cur.take() {
+            Some(InMsg::Send { rwqe, .. }) => Some(rwqe),
+            _ => None,
+        };
+        for r in cur.into_iter().chain(self.rq.drain(..)) {
+            io.wcs.push((
+                self.cq,
+                WorkCompletion {
+                    wr_id: r.wr_id,
+                    status: WcStatus::WrFlushErr,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    imm: None,
+                    qp_num: self.qpn,
+                    src_qp,
+                },
+            ));
+        }
+        self.out.retain(|r| matches!(r, Resp::Ack { .. }));
+    }
+}
+
+/// The access check of a READ; zero-length reads need no key (§9.7.4.1.2).
+fn read_span(
+    mem: &Memory,
+    pd: PdId,
+    rkey: u32,
+    va: u64,
+    len: u32,
+) -> Result<Option<Span>, AccessError> {
+    if len == 0 {
+        return Ok(None);
+    }
+    mem.check_remote(pd, rkey, va, u64::from(len), Access::REMOTE_READ)
+        .map(Some)
+}
