@@ -18,12 +18,15 @@ struct Cli {
 enum Command {
     /// Decode RoCEv2 frames in a pcap or pcapng capture, one line per frame.
     Decode(cli::decode::Args),
+    /// Run two endpoints over a simulated lossy link and verify every operation.
+    Sim(cli::sim::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Decode(a) => cli::decode::run(a),
+        Command::Sim(a) => cli::sim::run_cmd(a),
     };
     match r {
         Ok(code) => code,

@@ -1,3 +1,4 @@
 //! One module per subcommand.
 
 pub mod decode;
+pub mod sim;

@@ -286,7 +286,7 @@ pub struct RtsAttr {
     pub sq_psn: u32,
     /// Local ACK timeout: 4.096 µs × 2^timeout (0 = infinite).
     pub timeout: u8,
-    /// Transport retries (0..=7).
+    /// Transport retries (0..=6; 7 retries without limit, as Linux rdma_rxe does).
     pub retry_cnt: u8,
     /// RNR retries (0..=6, 7 = infinite).
     pub rnr_retry: u8,

@@ -19,7 +19,9 @@ use crate::wire::{
 const MAX_MESSAGE: u32 = 1 << 31;
 /// Largest number of PSNs in flight; far below the 2^23 the spec allows, enough for a
 /// few MB in flight at 4 KiB MTU.
-const MAX_INFLIGHT_PSNS: i32 = 2048;
+const MAX_INFLIGHT_PSNS: u32 = 2048;
+/// The in-flight limit never shrinks below this.
+const MIN_INFLIGHT_PSNS: u32 = 8;
 /// Ask for an ACK at least this often inside long messages.
 const ACKREQ_EVERY: i32 = 32;
 
@@ -74,6 +76,13 @@ pub(crate) struct Requester {
     last_ackreq: u32,
     /// Every PSN before this one has been sent at least once.
     sent_hw: u32,
+    /// In-flight limit in PSNs. Go-back-N resends everything after a loss, so on a lossy
+    /// path a full window of 2048 packets would be resent again and again: the limit
+    /// halves on each loss episode and grows by one per window acknowledged (AIMD).
+    inflight_limit: u32,
+    inflight_credit: u32,
+    /// No further halving until `una` passes this PSN (one cut per loss episode).
+    recover: Option<u32>,
     /// A READ re-request went out at this PSN: later responses beyond it are expected
     /// to be discarded, do not re-request again for each of them.
     rerequested: Option<u32>,
@@ -95,6 +104,7 @@ impl Requester {
         self.tx_psn = psn;
         self.last_ackreq = psn;
         self.sent_hw = psn;
+        self.inflight_limit = MAX_INFLIGHT_PSNS;
         self.max_rd_atomic = u32::from(a.max_rd_atomic.max(1));
         self.timeout = ack_timeout(a.timeout);
         self.retry_cnt = a.retry_cnt.min(7);
@@ -201,7 +211,8 @@ impl Requester {
             if w.status.is_some() {
                 return None; // a locally failed request waits for completion in order
             }
-            if psn_diff(self.next_psn, self.una) >= MAX_INFLIGHT_PSNS {
+            let inflight = psn_diff(self.next_psn, self.una);
+            if inflight > 0 && inflight as u32 >= self.inflight_limit {
                 return None;
             }
             if w.wr.op.is_read_or_atomic() && self.rd_atomic_inflight >= self.max_rd_atomic {
@@ -228,13 +239,16 @@ impl Requester {
             psn_add(psn, 1)
         };
         let last_of_message = self.tx_psn == w.end_psn();
-        if last_of_message || psn_diff(psn, self.last_ackreq) >= ACKREQ_EVERY {
+        let resent = psn_diff(psn, self.sent_hw) < 0;
+        // AckReq on every resent packet: after a loss, each one that gets through
+        // should move `una` (and reset the retry counter) as soon as possible.
+        if last_of_message || resent || psn_diff(psn, self.last_ackreq) >= ACKREQ_EVERY {
             pkt.bth.ack_req = true;
         }
         if pkt.bth.ack_req {
             self.last_ackreq = psn;
         }
-        if psn_diff(psn, self.sent_hw) < 0 {
+        if resent {
             c.retransmits += 1;
         } else {
             self.sent_hw = self.tx_psn;
@@ -290,7 +304,7 @@ impl Requester {
                             if self.retry_left == 0 {
                                 return self.fail_at(psn, WcStatus::RetryExcErr, io);
                             }
-                            self.retry_left -= 1;
+                            self.spend_retry();
                         }
                         self.rewind(psn);
                     }
@@ -440,6 +454,15 @@ impl Requester {
             }
         }
         if psn_diff(una, self.una) > 0 {
+            let advanced = psn_diff(una, self.una) as u32;
+            self.inflight_credit += advanced;
+            if self.inflight_credit >= self.inflight_limit {
+                self.inflight_credit = 0;
+                self.inflight_limit = (self.inflight_limit + 1).min(MAX_INFLIGHT_PSNS);
+            }
+            if self.recover.is_some_and(|r| psn_diff(una, r) >= 0) {
+                self.recover = None;
+            }
             self.una = una;
             self.retry_left = self.retry_cnt;
             self.rnr_left = self.rnr_retry;
@@ -448,8 +471,27 @@ impl Requester {
         }
     }
 
+    /// One transport retry. A retry count of 7 never runs out, as in Linux rdma_rxe and
+    /// as the RNR retry count does in the spec (the IBTA itself counts 7 as seven).
+    fn spend_retry(&mut self) {
+        if self.retry_cnt != 7 {
+            self.retry_left = self.retry_left.saturating_sub(1);
+        }
+    }
+
+    /// A loss was detected: halve the in-flight limit, once per episode.
+    fn on_loss(&mut self) {
+        if self.recover.is_some() {
+            return;
+        }
+        self.inflight_limit = (self.inflight_limit / 2).max(MIN_INFLIGHT_PSNS);
+        self.inflight_credit = 0;
+        self.recover = Some(self.sent_hw);
+    }
+
     /// Go back to `psn` (go-back-N).
     fn rewind(&mut self, psn: u32) {
+        self.on_loss();
         if psn_diff(self.tx_psn, psn) > 0 && psn_diff(psn, self.una) >= 0 {
             self.tx_psn = psn;
         } else if psn_diff(psn, self.una) < 0 {
@@ -499,7 +541,8 @@ impl Requester {
                     let una = self.una;
                     return self.fail_at(una, WcStatus::RetryExcErr, io);
                 }
-                self.retry_left -= 1;
+                self.spend_retry();
+                self.on_loss();
                 self.tx_psn = self.una;
                 self.rerequested = None;
                 self.arm(io.now);

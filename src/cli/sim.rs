@@ -1,0 +1,187 @@
+//! `uroce sim`: two endpoints over a simulated lossy link, every operation verified.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use uroce::sim::rc::{run, Mix, SimConfig};
+use uroce::sim::LinkConfig;
+use uroce::verbs::Mtu;
+
+/// Arguments of `uroce sim`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Operations to run.
+    #[arg(long, default_value_t = 10_000)]
+    ops: usize,
+    /// Operation mix as weights, e.g. `send:4,write:3,read:2,atomic:1`.
+    #[arg(long, default_value = "send:4,write:3,read:2,atomic:1", value_parser = parse_mix)]
+    mix: Mix,
+    /// Message sizes in bytes, uniform in `MIN..MAX` (inclusive), or one size.
+    #[arg(long, default_value = "1..65536", value_parser = parse_size)]
+    size: (u32, u32),
+    /// Probability that the link loses a frame.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
+    loss: f64,
+    /// Probability that a frame is delayed past later ones.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
+    reorder: f64,
+    /// Probability that a frame is delivered twice.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
+    dup: f64,
+    /// Probability that one bit of a frame is flipped (the ICRC must catch it).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
+    corrupt: f64,
+    /// Seed: the same seed replays the same run.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(long, default_value_t = 1024, value_parser = parse_mtu)]
+    mtu: u32,
+    /// One-way link delay in microseconds.
+    #[arg(long, default_value_t = 2.0)]
+    delay_us: f64,
+    /// Link rate in Gb/s (0 = unlimited).
+    #[arg(long, default_value_t = 25.0)]
+    gbps: f64,
+    /// Operations in flight.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    window: u32,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_prob(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a probability between 0 and 1"))
+    }
+}
+
+fn parse_mtu(s: &str) -> Result<u32, String> {
+    let v: u32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    Mtu::from_bytes(v)
+        .map(|_| v)
+        .ok_or_else(|| format!("path MTU must be 256, 512, 1024, 2048 or 4096, not {v}"))
+}
+
+fn parse_size(s: &str) -> Result<(u32, u32), String> {
+    let num = |t: &str| -> Result<u32, String> {
+        t.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("`{t}` is not a size in bytes"))
+    };
+    let (lo, hi) = match s.split_once("..") {
+        Some((a, b)) => (num(a)?, num(b.trim_start_matches('='))?),
+        None => {
+            let v = num(s)?;
+            (v, v)
+        }
+    };
+    if lo > hi {
+        return Err(format!("size range {lo}..{hi} is empty"));
+    }
+    if hi > 1 << 24 {
+        return Err(format!("sizes above {} bytes are not simulated", 1 << 24));
+    }
+    Ok((lo, hi))
+}
+
+fn parse_mix(s: &str) -> Result<Mix, String> {
+    let mut m = Mix {
+        send: 0,
+        write: 0,
+        read: 0,
+        atomic: 0,
+    };
+    for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+        let (k, v) = part
+            .split_once(':')
+            .ok_or_else(|| format!("`{part}` should be KIND:WEIGHT"))?;
+        let w: u32 = v
+            .trim()
+            .parse()
+            .map_err(|_| format!("weight `{v}` is not a whole number"))?;
+        match k.trim() {
+            "send" => m.send = w,
+            "write" => m.write = w,
+            "read" => m.read = w,
+            "atomic" => m.atomic = w,
+            other => {
+                return Err(format!(
+                    "unknown operation `{other}` (send, write, read, atomic)"
+                ))
+            }
+        }
+    }
+    if m.send + m.write + m.read + m.atomic == 0 {
+        return Err("the mix has no operation with a weight above 0".into());
+    }
+    Ok(m)
+}
+
+/// Runs the simulation and prints the summary; exit 1 if anything went wrong.
+pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
+    if !(a.delay_us >= 0.0 && a.delay_us < 1e7) {
+        return Err(format!("--delay-us {} is out of range", a.delay_us));
+    }
+    if !(a.gbps >= 0.0 && a.gbps < 1e6) {
+        return Err(format!("--gbps {} is out of range", a.gbps));
+    }
+    let cfg = SimConfig {
+        ops: a.ops,
+        mix: a.mix,
+        size: a.size,
+        seed: a.seed,
+        mtu: Mtu::from_bytes(a.mtu).unwrap_or(Mtu::M1024),
+        window: a.window as usize,
+        recv_depth: a.window as usize,
+        link: LinkConfig {
+            loss: a.loss,
+            dup: a.dup,
+            reorder: a.reorder,
+            corrupt: a.corrupt,
+            delay: Duration::from_nanos((a.delay_us * 1000.0) as u64),
+            bandwidth_bps: (a.gbps * 1e9) as u64,
+            ..LinkConfig::default()
+        },
+        ..SimConfig::default()
+    };
+    let r = run(&cfg);
+    if a.json {
+        println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+    } else {
+        println!("uroce sim: RC, {} ops, seed {}", a.ops, a.seed);
+        println!("  ops completed      {}", r.ops_completed);
+        println!("  ops failed         {}", r.ops_failed);
+        println!("  bytes verified     {}", r.bytes_verified);
+        println!("  packets sent       {}", r.packets_sent);
+        println!("  retransmits        {}", r.retransmits);
+        println!("  ack timeouts       {}", r.timeouts);
+        let naks: Vec<String> = r.naks.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("  NAKs sent          {}", naks.join(", "));
+        println!(
+            "  link               dropped {}, duplicated {}, reordered {}, corrupted {} (rejected by ICRC/parser: {})",
+            r.link_dropped, r.link_duplicated, r.link_reordered, r.link_corrupted, r.corrupted_rejected
+        );
+        println!(
+            "  simulated time     {:.3} ms",
+            r.sim_time_us as f64 / 1000.0
+        );
+        if r.errors.is_empty() {
+            println!("  result             OK: every operation completed once, in order, with correct data");
+        } else {
+            println!("  result             FAILED, {} error(s):", r.errors.len());
+            for e in r.errors.iter().take(20) {
+                println!("    - {e}");
+            }
+        }
+    }
+    Ok(if r.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
