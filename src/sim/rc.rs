@@ -548,6 +548,15 @@ pub fn run(cfg: &SimConfig) -> Report {
         server.ctx.handle_timeout(now);
     }
 
+    // Every atomic executed exactly once: the cell holds what the model says.
+    let mut cell = [0u8; 8];
+    cell.copy_from_slice(&server.ctx.mr_bytes(&atom)[..8]);
+    if rep.ops_failed == 0 && u64::from_le_bytes(cell) != model {
+        rep.errors.push(format!(
+            "atomic cell holds {:#x}, the model says {model:#x}: an atomic ran twice or not at all",
+            u64::from_le_bytes(cell)
+        ));
+    }
     if rep.ops_completed + rep.ops_failed < cfg.ops as u64 && rep.errors.is_empty() {
         rep.errors.push("not every operation completed".into());
     }
