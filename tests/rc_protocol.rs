@@ -1,0 +1,635 @@
+//! RC protocol behaviour against the spec, packet by packet: two contexts wired back to
+//! back through a test harness that can drop, duplicate and inspect every frame.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use uroce::mem::{Access, Mr};
+use uroce::transport::psn_add;
+use uroce::verbs::{
+    rnr_timer_us, Context, ContextConfig, CqId, InitAttr, Mtu, QpCaps, QpState, RecvWr, Remote,
+    RtrAttr, RtsAttr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+};
+use uroce::wire::{self, NakCode, Opcode, Syndrome};
+
+const A_PSN: u32 = 0x10_0000;
+const B_PSN: u32 = 0x20_0000;
+
+/// One packet seen by the harness: who sent it and the frame.
+#[derive(Clone)]
+struct Seen {
+    from_a: bool,
+    frame: Vec<u8>,
+    at: Instant,
+}
+
+impl Seen {
+    fn opcode(&self) -> Opcode {
+        wire::parse(&self.frame).unwrap().bth.opcode
+    }
+    fn psn(&self) -> u32 {
+        wire::parse(&self.frame).unwrap().bth.psn
+    }
+    fn syndrome(&self) -> Option<Syndrome> {
+        wire::parse(&self.frame).unwrap().ext.aeth.map(|a| a.kind())
+    }
+}
+
+struct Pair {
+    a: Context,
+    b: Context,
+    qa: u32,
+    qb: u32,
+    cqa: CqId,
+    cqb: CqId,
+    la: Mr,   // A's local buffer
+    rb: Mr,   // B's remote-accessible region
+    recv: Mr, // B's receive buffers
+    now: Instant,
+    log: Vec<Seen>,
+}
+
+fn ctx(last: u8) -> (Context, CqId, u32) {
+    let mut c = Context::new(ContextConfig {
+        mac: [2, 0, 0, 0, 0, last],
+        ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, last)),
+        seed: u64::from(last),
+        udp_sport_base: 0xc000,
+        tos: 0,
+    });
+    let cq = c.create_cq();
+    let pd = c.alloc_pd();
+    let caps = QpCaps {
+        send_cq: cq,
+        recv_cq: cq,
+        max_send_wr: 64,
+        max_recv_wr: 64,
+    };
+    let q = c.create_qp(pd, caps).unwrap();
+    (c, cq, q)
+}
+
+impl Pair {
+    fn new(rts: RtsAttr, rb_access: Access) -> Self {
+        Self::with(rts, rb_access, A_PSN)
+    }
+
+    fn with(rts: RtsAttr, rb_access: Access, a_psn: u32) -> Self {
+        let (mut a, cqa, qa) = ctx(1);
+        let (mut b, cqb, qb) = ctx(2);
+        let pd = uroce::mem::PdId(0);
+        let la = a.reg_mr(pd, vec![0; 1 << 17], Access::LOCAL_WRITE).unwrap();
+        let rb = b
+            .reg_mr(pd, (0..1u32 << 17).map(|i| i as u8).collect(), rb_access)
+            .unwrap();
+        let recv = b.reg_mr(pd, vec![0; 1 << 17], Access::LOCAL_WRITE).unwrap();
+        for (c, q, peer, rq, sq) in [
+            (&mut a, qa, (2u8, qb), B_PSN, a_psn),
+            (&mut b, qb, (1u8, qa), a_psn, B_PSN),
+        ] {
+            c.modify_qp_init(q, InitAttr::default()).unwrap();
+            c.modify_qp_rtr(
+                q,
+                RtrAttr {
+                    remote: Remote {
+                        ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, peer.0)),
+                        mac: [2, 0, 0, 0, 0, peer.0],
+                    },
+                    dest_qpn: peer.1,
+                    rq_psn: rq,
+                    path_mtu: Mtu::M1024,
+                    max_dest_rd_atomic: 4,
+                    min_rnr_timer: 12, // 0.64 ms
+                },
+            )
+            .unwrap();
+            c.modify_qp_rts(q, RtsAttr { sq_psn: sq, ..rts }).unwrap();
+        }
+        Self {
+            a,
+            b,
+            qa,
+            qb,
+            cqa,
+            cqb,
+            la,
+            rb,
+            recv,
+            now: Instant::now(),
+            log: Vec::new(),
+        }
+    }
+
+    fn post(&mut self, wr_id: u64, op: SendOp, len: u32) {
+        let sge = Sge {
+            addr: self.la.addr,
+            length: len,
+            lkey: self.la.lkey,
+        };
+        self.a
+            .post_send(
+                self.qa,
+                SendWr {
+                    wr_id,
+                    op,
+                    sge,
+                    signaled: true,
+                    solicited: false,
+                },
+            )
+            .unwrap();
+    }
+
+    fn post_recv(&mut self, wr_id: u64) {
+        let sge = Sge {
+            addr: self.recv.addr + wr_id * 8192,
+            length: 8192,
+            lkey: self.recv.lkey,
+        };
+        self.b.post_recv(self.qb, RecvWr { wr_id, sge }).unwrap();
+    }
+
+    /// Moves frames both ways until nothing is left to send, then fires the next timer;
+    /// `deliver(seen, n)` decides the fate of the n-th frame: how many copies arrive.
+    fn run(&mut self, mut deliver: impl FnMut(&Seen, usize) -> usize, max_timeouts: usize) {
+        let mut buf = vec![0u8; 5000];
+        let mut timeouts = 0;
+        loop {
+            let mut moved = false;
+            for from_a in [true, false] {
+                loop {
+                    let src = if from_a { &mut self.a } else { &mut self.b };
+                    let Some(n) = src.poll_transmit(self.now, &mut buf) else {
+                        break;
+                    };
+                    moved = true;
+                    let s = Seen {
+                        from_a,
+                        frame: buf[..n].to_vec(),
+                        at: self.now,
+                    };
+                    let copies = deliver(&s, self.log.len());
+                    self.log.push(s);
+                    let dst = if from_a { &mut self.b } else { &mut self.a };
+                    for _ in 0..copies {
+                        dst.handle_frame(self.now, &buf[..n]).unwrap();
+                    }
+                }
+            }
+            if moved {
+                continue;
+            }
+            let next = [self.a.poll_timeout(), self.b.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            match next {
+                Some(t) if timeouts < max_timeouts => {
+                    timeouts += 1;
+                    self.now = self.now.max(t);
+                    self.a.handle_timeout(self.now);
+                    self.b.handle_timeout(self.now);
+                }
+                _ => break,
+            }
+        }
+    }
+
+    /// Hands B the first frame A sent, again (a late duplicate), and lets B answer.
+    fn replay_first_from_a(&mut self) {
+        let first = self.log.iter().find(|s| s.from_a).unwrap().frame.clone();
+        self.b.handle_frame(self.now, &first).unwrap();
+        self.run(|_, _| 1, 10);
+    }
+
+    fn wcs_a(&mut self) -> Vec<WorkCompletion> {
+        self.a.poll_cq(self.cqa, 100)
+    }
+    fn wcs_b(&mut self) -> Vec<WorkCompletion> {
+        self.b.poll_cq(self.cqb, 100)
+    }
+    fn sent(&self, from_a: bool, op: Opcode) -> Vec<&Seen> {
+        self.log
+            .iter()
+            .filter(|s| s.from_a == from_a && s.opcode() == op)
+            .collect()
+    }
+}
+
+fn all() -> Access {
+    Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
+}
+
+fn write_op(p: &Pair, off: u64) -> SendOp {
+    SendOp::Write {
+        remote_addr: p.rb.addr + off,
+        rkey: p.rb.rkey,
+    }
+}
+
+#[test]
+fn duplicate_send_is_acked_again_and_received_once() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    p.post_recv(0);
+    p.post_recv(1);
+    p.a.mr_bytes_mut(&p.la)[..100].fill(7);
+    p.post(1, SendOp::Send, 100);
+    p.run(|_, _| 1, 10);
+    p.replay_first_from_a();
+    let b = p.wcs_b();
+    assert_eq!(b.len(), 1, "one receive completion for a duplicated SEND");
+    assert_eq!(
+        (b[0].status, b[0].byte_len, b[0].opcode),
+        (WcStatus::Success, 100, WcOpcode::Recv)
+    );
+    let acks = p.sent(false, Opcode::RcAck);
+    assert_eq!(acks.len(), 2, "the duplicate is acknowledged again");
+    assert!(acks
+        .iter()
+        .all(|a| a.psn() == A_PSN && a.syndrome() == Some(Syndrome::Ack { credits: 31 })));
+    assert_eq!(p.wcs_a().len(), 1);
+}
+
+#[test]
+fn duplicate_atomic_executes_once_and_replays_its_result() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let va = p.rb.addr + 64;
+    p.b.mr_bytes_mut(&p.rb)[64..72].copy_from_slice(&100u64.to_le_bytes());
+    p.post(
+        1,
+        SendOp::FetchAdd {
+            remote_addr: va,
+            rkey: p.rb.rkey,
+            add: 5,
+        },
+        8,
+    );
+    p.run(|s, _| if s.from_a { 3 } else { 1 }, 10);
+    assert_eq!(
+        &p.b.mr_bytes(&p.rb)[64..72],
+        &105u64.to_le_bytes(),
+        "added once"
+    );
+    let acks = p.sent(false, Opcode::RcAtomicAck);
+    assert_eq!(acks.len(), 3, "each duplicate gets the saved result");
+    for a in acks {
+        let pk = wire::parse(&a.frame).unwrap();
+        assert_eq!(pk.ext.atomic_ack.unwrap().orig, 100);
+    }
+    let wc = p.wcs_a();
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].status, WcStatus::Success);
+    assert_eq!(&p.a.mr_bytes(&p.la)[..8], &100u64.to_le_bytes());
+}
+
+#[test]
+fn duplicate_read_is_answered_again_from_memory() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    p.post(
+        1,
+        SendOp::Read {
+            remote_addr: p.rb.addr + 10,
+            rkey: p.rb.rkey,
+        },
+        3000,
+    );
+    p.run(|_, _| 1, 10);
+    p.replay_first_from_a();
+    let resp: Vec<u32> = p
+        .log
+        .iter()
+        .filter(|s| !s.from_a)
+        .map(|s| s.psn())
+        .collect();
+    let want: Vec<u32> = (0..3).map(|i| A_PSN + i).collect();
+    assert_eq!(
+        resp,
+        [want.clone(), want].concat(),
+        "two full sets of READ responses"
+    );
+    assert_eq!(p.wcs_a().len(), 1);
+    assert_eq!(&p.a.mr_bytes(&p.la)[..3000], &p.b.mr_bytes(&p.rb)[10..3010]);
+}
+
+#[test]
+fn psn_wraps_around_2_pow_24() {
+    let mut p = Pair::with(RtsAttr::default(), all(), 0xff_fff0);
+    // B expects A's PSNs from 0xfffff0 too (Pair::with sets both ends).
+    for (i, b) in p.a.mr_bytes_mut(&p.la)[..40_000].iter_mut().enumerate() {
+        *b = (i * 7) as u8;
+    }
+    p.post(1, write_op(&p, 0), 40_000); // 40 packets: 0xfffff0 ..= 0x000017
+    p.run(|_, _| 1, 10);
+    let psns: Vec<u32> = p.log.iter().filter(|s| s.from_a).map(|s| s.psn()).collect();
+    assert_eq!(psns.first(), Some(&0xff_fff0));
+    assert_eq!(psns.last(), Some(&psn_add(0xff_fff0, 39)));
+    assert!(psns.contains(&0xff_ffff) && psns.contains(&0));
+    assert_eq!(p.wcs_a()[0].status, WcStatus::Success);
+    assert_eq!(
+        &p.b.mr_bytes(&p.rb)[..40_000],
+        &p.a.mr_bytes(&p.la)[..40_000]
+    );
+}
+
+#[test]
+fn sequence_error_gives_one_nak_then_resend() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    p.post_recv(0);
+    p.post(1, SendOp::Send, 4096); // FIRST, MIDDLE, MIDDLE, LAST
+    let mut dropped = false;
+    p.run(
+        |s, _| {
+            if s.from_a && s.psn() == A_PSN + 1 && !dropped {
+                dropped = true;
+                0
+            } else {
+                1
+            }
+        },
+        10,
+    );
+    let naks: Vec<_> = p
+        .log
+        .iter()
+        .filter(|s| !s.from_a && s.syndrome() == Some(Syndrome::Nak(NakCode::PsnSequenceError)))
+        .collect();
+    assert_eq!(
+        naks.len(),
+        1,
+        "one NAK for the sequence error, not one per packet"
+    );
+    assert_eq!(naks[0].psn(), A_PSN + 1, "the NAK names the expected PSN");
+    let a_psns: Vec<u32> = p.log.iter().filter(|s| s.from_a).map(|s| s.psn()).collect();
+    assert_eq!(
+        a_psns,
+        [
+            A_PSN,
+            A_PSN + 1,
+            A_PSN + 2,
+            A_PSN + 3,
+            A_PSN + 1,
+            A_PSN + 2,
+            A_PSN + 3
+        ]
+    );
+    assert_eq!(p.wcs_b()[0].byte_len, 4096);
+    assert_eq!(p.wcs_a()[0].status, WcStatus::Success);
+    assert_eq!(p.b.qp_counters(p.qb).unwrap().out_of_sequence, 2);
+}
+
+#[test]
+fn rnr_nak_then_retry_after_the_timer() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    p.post(1, SendOp::Send, 10);
+    p.run(|_, _| 1, 0); // no receive posted: RNR NAK, no timer fired yet
+    let rnr = p.log.iter().find(|s| !s.from_a).unwrap().clone();
+    assert_eq!(rnr.syndrome(), Some(Syndrome::RnrNak { timer: 12 }));
+    assert_eq!(rnr.psn(), A_PSN);
+    assert!(p.wcs_a().is_empty());
+    p.post_recv(0);
+    p.run(|_, _| 1, 10);
+    let resend = p.log.iter().filter(|s| s.from_a).nth(1).unwrap();
+    assert_eq!(resend.psn(), A_PSN);
+    assert!(
+        resend.at - rnr.at >= Duration::from_micros(rnr_timer_us(12)),
+        "waited the RNR timer"
+    );
+    assert_eq!(p.wcs_a()[0].status, WcStatus::Success);
+    assert_eq!(p.a.qp_counters(p.qa).unwrap().rnr_nak_received, 1);
+}
+
+#[test]
+fn rnr_retries_exhausted() {
+    let mut p = Pair::new(
+        RtsAttr {
+            rnr_retry: 2,
+            ..RtsAttr::default()
+        },
+        all(),
+    );
+    p.post(1, SendOp::Send, 10);
+    p.run(|_, _| 1, 20);
+    let wc = p.wcs_a();
+    assert_eq!(wc[0].status, WcStatus::RnrRetryExcErr);
+    assert_eq!(
+        p.sent(true, Opcode::RcSendOnly).len(),
+        3,
+        "first try and two retries"
+    );
+}
+
+#[test]
+fn retries_exhausted_then_error_state_and_flush() {
+    let rts = RtsAttr {
+        retry_cnt: 2,
+        timeout: 8,
+        ..RtsAttr::default()
+    }; // 1.05 ms
+    let mut p = Pair::new(rts, all());
+    p.post(1, write_op(&p, 0), 100);
+    p.post(2, write_op(&p, 0), 100);
+    p.post(3, SendOp::Send, 100);
+    let before = p.b.mr_bytes(&p.rb)[..100].to_vec();
+    p.run(|s, _| if s.from_a { 0 } else { 1 }, 50);
+    let wc = p.wcs_a();
+    let st: Vec<(u64, WcStatus)> = wc.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        st,
+        [
+            (1, WcStatus::RetryExcErr),
+            (2, WcStatus::WrFlushErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(p.a.qp_state(p.qa), Some(QpState::Err));
+    assert_eq!(p.a.qp_counters(p.qa).unwrap().local_ack_timeout_err, 3);
+    // Three rounds of the two WRITEs and the SEND: the first try, then two retries.
+    let first: Vec<_> = p.log.iter().filter(|s| s.psn() == A_PSN).collect();
+    assert_eq!(first.len(), 3);
+    let gap = first[1].at - first[0].at;
+    assert!(
+        gap >= Duration::from_nanos(4096 << 8),
+        "retransmit after 4.096 us * 2^timeout, was {gap:?}"
+    );
+    assert_eq!(&p.b.mr_bytes(&p.rb)[..100], &before[..]);
+    assert!(p
+        .a
+        .post_send(
+            p.qa,
+            SendWr {
+                wr_id: 9,
+                op: SendOp::Send,
+                sge: Sge::default(),
+                signaled: true,
+                solicited: false
+            }
+        )
+        .is_err());
+}
+
+fn access_error(rb_access: Access, op: impl Fn(&Pair) -> SendOp, len: u32) {
+    let mut p = Pair::new(RtsAttr::default(), rb_access);
+    let before = p.b.mr_bytes(&p.rb).to_vec();
+    p.post(1, op(&p), len);
+    p.post(2, SendOp::Send, 1);
+    p.run(|_, _| 1, 10);
+    let nak = p.log.iter().find(|s| !s.from_a).unwrap();
+    assert_eq!(
+        nak.syndrome(),
+        Some(Syndrome::Nak(NakCode::RemoteAccessError))
+    );
+    let wc = p.wcs_a();
+    assert_eq!(wc[0].status, WcStatus::RemAccessErr);
+    assert_eq!(wc[1].status, WcStatus::WrFlushErr);
+    assert_eq!(p.a.qp_state(p.qa), Some(QpState::Err));
+    assert_eq!(
+        p.b.qp_state(p.qb),
+        Some(QpState::Err),
+        "class C error: the responder goes to ERR too"
+    );
+    assert_eq!(p.b.mr_bytes(&p.rb), &before[..], "memory untouched");
+}
+
+#[test]
+fn remote_access_error_on_bad_rkey() {
+    access_error(
+        all(),
+        |p| SendOp::Write {
+            remote_addr: p.rb.addr,
+            rkey: p.rb.rkey ^ 1,
+        },
+        100,
+    );
+    access_error(
+        all(),
+        |p| SendOp::Read {
+            remote_addr: p.rb.addr,
+            rkey: p.rb.rkey.wrapping_add(1),
+        },
+        100,
+    );
+}
+
+#[test]
+fn remote_access_error_out_of_bounds() {
+    access_error(
+        all(),
+        |p| SendOp::Write {
+            remote_addr: p.rb.addr + (1 << 17) - 50,
+            rkey: p.rb.rkey,
+        },
+        100,
+    );
+    access_error(
+        all(),
+        |p| SendOp::Write {
+            remote_addr: p.rb.addr - 1,
+            rkey: p.rb.rkey,
+        },
+        3000,
+    );
+    access_error(
+        all(),
+        |p| SendOp::Read {
+            remote_addr: p.rb.addr + (1 << 17),
+            rkey: p.rb.rkey,
+        },
+        1,
+    );
+    access_error(
+        all(),
+        |p| SendOp::FetchAdd {
+            remote_addr: p.rb.addr + (1 << 17),
+            rkey: p.rb.rkey,
+            add: 1,
+        },
+        8,
+    );
+}
+
+#[test]
+fn remote_access_error_without_the_right() {
+    let read_only = Access::REMOTE_READ;
+    access_error(read_only, |p| write_op(p, 0), 100);
+    access_error(
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        |p| SendOp::Read {
+            remote_addr: p.rb.addr,
+            rkey: p.rb.rkey,
+        },
+        100,
+    );
+    access_error(
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        |p| SendOp::FetchAdd {
+            remote_addr: p.rb.addr,
+            rkey: p.rb.rkey,
+            add: 1,
+        },
+        8,
+    );
+}
+
+#[test]
+fn read_response_loss_is_recovered_by_a_partial_rerequest() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    p.post(
+        1,
+        SendOp::Read {
+            remote_addr: p.rb.addr + 5,
+            rkey: p.rb.rkey,
+        },
+        5000,
+    ); // 5 responses
+    let mut dropped = false;
+    p.run(
+        |s, _| {
+            if !s.from_a && s.psn() == A_PSN + 1 && !dropped {
+                dropped = true;
+                0
+            } else {
+                1
+            }
+        },
+        10,
+    );
+    let reqs = p.sent(true, Opcode::RcReadRequest);
+    assert_eq!(reqs.len(), 2);
+    let again = wire::parse(&reqs[1].frame).unwrap();
+    assert_eq!(
+        again.bth.psn,
+        A_PSN + 1,
+        "asks again from the missing response"
+    );
+    let reth = again.ext.reth.unwrap();
+    assert_eq!((reth.va, reth.len), (p.rb.addr + 5 + 1024, 5000 - 1024));
+    assert_eq!(p.wcs_a()[0].status, WcStatus::Success);
+    assert_eq!(&p.a.mr_bytes(&p.la)[..5000], &p.b.mr_bytes(&p.rb)[5..5005]);
+}
+
+#[test]
+fn a_bad_icrc_is_dropped_and_recovered_by_retransmission() {
+    let mut p = Pair::new(
+        RtsAttr {
+            timeout: 8,
+            ..RtsAttr::default()
+        },
+        all(),
+    );
+    p.post(1, write_op(&p, 0), 10);
+    let mut buf = vec![0u8; 256];
+    let n = p.a.poll_transmit(p.now, &mut buf).unwrap();
+    buf[n - 10] ^= 0x40; // a payload bit
+    assert!(matches!(
+        p.b.handle_frame(p.now, &buf[..n]),
+        Err(wire::WireError::BadIcrc { .. })
+    ));
+    assert_eq!(p.b.counters().rx_bad_icrc, 1);
+    assert_eq!(
+        &p.b.mr_bytes(&p.rb)[..10],
+        &(0..10u8).collect::<Vec<_>>()[..],
+        "nothing written"
+    );
+    p.run(|_, _| 1, 10);
+    assert_eq!(p.wcs_a()[0].status, WcStatus::Success);
+}
