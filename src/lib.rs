@@ -4,6 +4,7 @@
 //! and pcapng files, [`decode`] for turning frames into lines a person or a program reads.
 
 pub mod capture;
+pub mod congestion;
 pub mod decode;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -40,6 +40,7 @@ fn victim() -> Victim {
         .create_qp(
             pd,
             QpCaps {
+                qp_type: uroce::verbs::QpType::Rc,
                 send_cq: cq,
                 recv_cq: cq,
                 max_send_wr: 16,

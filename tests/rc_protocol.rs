@@ -60,6 +60,7 @@ fn ctx(last: u8) -> (Context, CqId, u32) {
     let cq = c.create_cq();
     let pd = c.alloc_pd();
     let caps = QpCaps {
+        qp_type: uroce::verbs::QpType::Rc,
         send_cq: cq,
         recv_cq: cq,
         max_send_wr: 64,

@@ -174,6 +174,7 @@ fn side(ip: [u8; 4], mac_last: u8, seed: u64) -> Side {
         .create_qp(
             pd,
             QpCaps {
+                qp_type: crate::verbs::QpType::Rc,
                 send_cq: cq,
                 recv_cq: cq,
                 max_send_wr: 4096,

@@ -2,6 +2,79 @@
 //! completions come out; nothing here touches a socket or reads a clock.
 
 pub mod rc;
+pub mod uc;
+pub mod ud;
+
+use std::time::Instant;
+
+use crate::mem::{Memory, Span};
+use crate::verbs::{CqId, Remote, WorkCompletion};
+use crate::wire::{BthRepr, ExtHeaders};
+
+/// A packet a QP wants sent: headers, and the registered bytes that are its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutPacket {
+    /// BTH (the pad count is filled in by the frame builder).
+    pub bth: BthRepr,
+    /// Extension headers.
+    pub ext: ExtHeaders,
+    /// Payload, read from registered memory when the frame is built.
+    pub payload: Option<Span>,
+    /// Where it goes.
+    pub to: Remote,
+}
+
+/// Counters of one QP, named as mlx5 / rdma statistics name them where they exist.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpCounters {
+    /// Packets sent (requests, responses, ACKs).
+    pub packets_sent: u64,
+    /// Request packets sent again (go-back-N, READ re-requests).
+    pub retransmits: u64,
+    /// Local ACK timeouts that led to a retransmission.
+    pub local_ack_timeout_err: u64,
+    /// PSN sequence error NAKs received.
+    pub packet_seq_err: u64,
+    /// RNR NAKs received.
+    pub rnr_nak_received: u64,
+    /// RNR retries exhausted.
+    pub rnr_nak_retry_err: u64,
+    /// Out-of-sequence requests the responder saw (one NAK each sequence error).
+    pub out_of_sequence: u64,
+    /// Duplicate requests the responder answered again.
+    pub duplicate_request: u64,
+    /// NAKs sent by kind.
+    pub nak_sent_seq: u64,
+    /// RNR NAKs sent.
+    pub nak_sent_rnr: u64,
+    /// Invalid-request NAKs sent.
+    pub nak_sent_inv: u64,
+    /// Remote-access-error NAKs sent.
+    pub nak_sent_access: u64,
+    /// Packets dropped as unexpected or malformed for this QP.
+    pub dropped: u64,
+    /// UD: datagrams dropped for a Q_Key that is not the QP's.
+    pub qkey_violation: u64,
+    /// UD / UC: messages dropped because no receive was posted.
+    pub no_recv_drop: u64,
+    /// UC: messages dropped whole because a packet of theirs was lost.
+    pub uc_msg_dropped: u64,
+    /// UD / UC: messages delivered.
+    pub delivered: u64,
+    /// np_ecn_marked_roce_packets: packets received with ECN CE.
+    pub np_ecn_marked_roce_packets: u64,
+    /// np_cnp_sent: CNPs sent for this QP's flows.
+    pub np_cnp_sent: u64,
+    /// rp_cnp_handled: CNPs received for this QP.
+    pub rp_cnp_handled: u64,
+}
+
+/// What a QP is handed while it works: memory, and where completions go.
+pub(crate) struct Io<'a> {
+    pub now: Instant,
+    pub mem: &'a mut Memory,
+    pub wcs: &'a mut Vec<(CqId, WorkCompletion)>,
+}
 
 /// PSNs are 24 bits.
 pub const PSN_MASK: u32 = 0x00ff_ffff;

@@ -4,6 +4,7 @@
 //! ([`Context::poll_transmit`]) and keeps time ([`Context::poll_timeout`],
 //! [`Context::handle_timeout`]). Nothing in here touches a socket or reads a clock.
 
+mod qp;
 mod types;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -12,9 +13,21 @@ use std::time::Instant;
 
 pub use types::*;
 
+use std::collections::HashMap;
+use std::time::Duration;
+
+use qp::Qp;
+
+use crate::congestion::{NotificationPoint, ReactionPoint, DEFAULT_CNP_DSCP};
 use crate::mem::{Access, Memory, Mr, PdId};
-use crate::transport::rc::{Io, QpCounters, RcQp};
-use crate::wire::{self, EthernetRepr, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, UdpRepr, WireError};
+use crate::transport::rc::RcQp;
+use crate::transport::uc::UcQp;
+use crate::transport::ud::UdQp;
+use crate::transport::{Io, OutPacket, QpCounters};
+use crate::wire::{
+    self, cnp, EthernetRepr, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, Opcode, UdpRepr,
+    WireError,
+};
 
 /// A completion queue handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -35,9 +48,11 @@ pub struct ContextConfig {
     pub tos: u8,
 }
 
-/// Capacities of a new QP.
+/// Type and capacities of a new QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpCaps {
+    /// RC, UC, UD, or QP1 (GSI).
+    pub qp_type: QpType,
     /// CQ for send completions.
     pub send_cq: CqId,
     /// CQ for receive completions.
@@ -63,6 +78,19 @@ pub struct ContextCounters {
     pub rx_not_for_us: u64,
     /// Frames produced by [`Context::poll_transmit`].
     pub tx_frames: u64,
+    /// CNPs received for a QP that does not exist.
+    pub rx_cnp_unknown_qp: u64,
+}
+
+/// A CNP waiting to be sent.
+#[derive(Debug, Clone, Copy)]
+struct CnpJob {
+    /// The QP whose flow was marked (ours: its UDP source port is used).
+    from_qpn: u32,
+    /// The sender's QP, which the CNP names.
+    dest_qp: u32,
+    pkey: u16,
+    to: Remote,
 }
 
 /// One RDMA device context: everything a process has open on it.
@@ -70,8 +98,12 @@ pub struct Context {
     cfg: ContextConfig,
     mem: Memory,
     cqs: Vec<VecDeque<WorkCompletion>>,
-    qps: BTreeMap<u32, RcQp>,
+    qps: BTreeMap<u32, Qp>,
     next_qpn: u32,
+    np: NotificationPoint,
+    cnp_dscp: u8,
+    cnps: VecDeque<CnpJob>,
+    rps: HashMap<u32, ReactionPoint>,
     rr_cursor: u32,
     ip_ident: u16,
     wcs: Vec<(CqId, WorkCompletion)>,
@@ -87,6 +119,10 @@ impl Context {
             cqs: Vec::new(),
             qps: BTreeMap::new(),
             next_qpn: 0x11,
+            np: NotificationPoint::default(),
+            cnp_dscp: DEFAULT_CNP_DSCP,
+            cnps: VecDeque::new(),
+            rps: HashMap::new(),
             rr_cursor: 0,
             ip_ident: 0,
             wcs: Vec::new(),
@@ -144,7 +180,7 @@ impl Context {
         q.drain(..n).collect()
     }
 
-    /// Creates an RC QP in RESET (ibv_create_qp); returns its QPN.
+    /// Creates a QP in RESET (ibv_create_qp); returns its QPN. A `Gsi` QP is QP1.
     pub fn create_qp(&mut self, pd: PdId, caps: QpCaps) -> Result<u32, VerbsError> {
         if !self.mem.pd_exists(pd) {
             return Err(crate::mem::RegError::NoSuchPd.into());
@@ -154,42 +190,84 @@ impl Context {
                 return Err(VerbsError::NoSuchCq);
             }
         }
-        let qpn = self.next_qpn;
-        self.next_qpn = (self.next_qpn + 1) & 0xff_ffff;
-        self.qps.insert(
-            qpn,
-            RcQp::new(
-                qpn,
-                pd,
-                caps.send_cq,
-                caps.recv_cq,
-                caps.max_send_wr,
-                caps.max_recv_wr,
-            ),
+        let qpn = if caps.qp_type == QpType::Gsi {
+            if self.qps.contains_key(&1) {
+                return Err(VerbsError::InvalidWr("QP1 (GSI) already exists"));
+            }
+            1
+        } else {
+            let q = self.next_qpn;
+            self.next_qpn = (self.next_qpn + 1) & 0xff_ffff;
+            q
+        };
+        let (s, r, ms, mr) = (
+            caps.send_cq,
+            caps.recv_cq,
+            caps.max_send_wr,
+            caps.max_recv_wr,
         );
+        let qp = match caps.qp_type {
+            QpType::Rc => Qp::Rc(RcQp::new(qpn, pd, s, r, ms, mr)),
+            QpType::Uc => Qp::Uc(UcQp::new(qpn, pd, s, r, ms, mr)),
+            QpType::Ud | QpType::Gsi => Qp::Ud(UdQp::new(qpn, pd, s, r, ms, mr)),
+        };
+        self.qps.insert(qpn, qp);
+        self.rps.insert(qpn, ReactionPoint::default());
         Ok(qpn)
     }
 
-    fn qp(&mut self, qpn: u32) -> Result<&mut RcQp, VerbsError> {
+    /// Sets the notification point's minimum interval between CNPs of one QP.
+    pub fn set_cnp_interval(&mut self, interval: Duration) {
+        self.np = NotificationPoint::new(interval);
+    }
+
+    /// The reaction point of a QP: the CNPs it received.
+    pub fn reaction_point(&self, qpn: u32) -> Option<ReactionPoint> {
+        self.rps.get(&qpn).copied()
+    }
+
+    fn qp(&mut self, qpn: u32) -> Result<&mut Qp, VerbsError> {
         self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))
     }
 
     /// RESET → INIT.
     pub fn modify_qp_init(&mut self, qpn: u32, a: InitAttr) -> Result<(), VerbsError> {
-        self.qp(qpn)?.modify_init(a)
+        match self.qp(qpn)? {
+            Qp::Rc(q) => q.modify_init(a),
+            Qp::Uc(q) => q.modify_init(a.pkey, a.access),
+            Qp::Ud(q) => q.modify_init(a.pkey, a.qkey),
+        }
     }
 
-    /// INIT → RTR.
+    /// INIT → RTR for a connected QP (RC, UC).
     pub fn modify_qp_rtr(&mut self, qpn: u32, a: RtrAttr) -> Result<(), VerbsError> {
         if a.remote.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
             return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
         }
-        self.qp(qpn)?.modify_rtr(a)
+        match self.qp(qpn)? {
+            Qp::Rc(q) => q.modify_rtr(a),
+            Qp::Uc(q) => q.modify_rtr(a.remote, a.dest_qpn, a.rq_psn, a.path_mtu.bytes()),
+            Qp::Ud(_) => Err(VerbsError::InvalidWr(
+                "a UD QP has no peer: use modify_qp_rtr_ud",
+            )),
+        }
+    }
+
+    /// INIT → RTR for a UD QP; `mtu` limits the datagrams it sends.
+    pub fn modify_qp_rtr_ud(&mut self, qpn: u32, mtu: Mtu) -> Result<(), VerbsError> {
+        match self.qp(qpn)? {
+            Qp::Ud(q) => q.modify_rtr(mtu.bytes()),
+            _ => Err(VerbsError::InvalidWr("modify_qp_rtr_ud is for UD QPs")),
+        }
     }
 
     /// RTR → RTS.
     pub fn modify_qp_rts(&mut self, qpn: u32, a: RtsAttr) -> Result<(), VerbsError> {
-        self.qp(qpn)?.modify_rts(a)
+        match self.qp(qpn)? {
+            Qp::Rc(q) => q.modify_rts(a),
+            Qp::Uc(q) => q.modify_rts(a.sq_psn),
+            Qp::Ud(q) => q.modify_rts(a.sq_psn),
+        }
     }
 
     /// Any state → ERR: outstanding work requests complete with WR_FLUSH_ERR.
@@ -207,24 +285,43 @@ impl Context {
 
     /// The QP's state.
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
-        self.qps.get(&qpn).map(|q| q.state)
+        self.qps.get(&qpn).map(|q| q.state())
     }
 
     /// The QP's counters.
     pub fn qp_counters(&self, qpn: u32) -> Option<QpCounters> {
-        self.qps.get(&qpn).map(|q| q.counters)
+        self.qps.get(&qpn).map(|q| *q.counters())
     }
 
-    /// Posts a send work request (ibv_post_send).
+    /// Posts a send work request on an RC or UC QP (ibv_post_send).
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
-        qp.post_send(&self.mem, wr)
+        match qp {
+            Qp::Rc(q) => q.post_send(&self.mem, wr),
+            Qp::Uc(q) => q.post_send(&self.mem, wr),
+            Qp::Ud(_) => Err(VerbsError::InvalidWr("a UD QP takes post_send_ud")),
+        }
+    }
+
+    /// Posts a datagram on a UD QP (ibv_post_send with an address handle).
+    pub fn post_send_ud(&mut self, qpn: u32, wr: UdSendWr) -> Result<(), VerbsError> {
+        if wr.dest.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
+            return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
+        }
+        match self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))? {
+            Qp::Ud(q) => q.post_send(&self.mem, wr),
+            _ => Err(VerbsError::InvalidWr("post_send_ud is for UD QPs")),
+        }
     }
 
     /// Posts a receive work request (ibv_post_recv).
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), VerbsError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
-        qp.post_recv(&self.mem, wr)
+        let mem = &self.mem;
+        match self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))? {
+            Qp::Rc(q) => q.post_recv(mem, wr),
+            Qp::Uc(q) => q.post_recv(mem, wr),
+            Qp::Ud(q) => q.post_recv(mem, wr),
+        }
     }
 
     fn route_completions(&mut self) {
@@ -254,10 +351,38 @@ impl Context {
             self.counters.rx_not_for_us += 1;
             return Ok(());
         }
-        let Some(qp) = self.qps.get_mut(&p.bth.dest_qp) else {
+        let qpn = p.bth.dest_qp;
+        if p.bth.opcode == Opcode::Cnp {
+            // A CNP names the QP whose flow was marked: hand it to that QP's reaction point.
+            match (self.qps.get_mut(&qpn), self.rps.get_mut(&qpn)) {
+                (Some(qp), Some(rp)) => {
+                    qp.counters_mut().rp_cnp_handled += 1;
+                    rp.on_cnp(now);
+                }
+                _ => self.counters.rx_cnp_unknown_qp += 1,
+            }
+            return Ok(());
+        }
+        let Some(qp) = self.qps.get_mut(&qpn) else {
             self.counters.rx_unknown_qp += 1;
             return Ok(());
         };
+        if p.ip.ecn() == 3 {
+            // Notification point: CE seen; at most one CNP per QP per interval.
+            qp.counters_mut().np_ecn_marked_roce_packets += 1;
+            if self.np.on_ce(qpn, now) {
+                qp.counters_mut().np_cnp_sent += 1;
+                self.cnps.push_back(CnpJob {
+                    from_qpn: qpn,
+                    dest_qp: qp.peer_qpn(&p),
+                    pkey: p.bth.pkey,
+                    to: Remote {
+                        ip: p.ip.src(),
+                        mac: p.eth.map_or([0; 6], |e| e.src),
+                    },
+                });
+            }
+        }
         let mut io = Io {
             now,
             mem: &mut self.mem,
@@ -268,9 +393,21 @@ impl Context {
         Ok(())
     }
 
-    /// Writes the next frame to send into `buf` and returns its length; QPs take turns.
-    /// `buf` must hold a full frame (4096 + 128 bytes is always enough).
+    /// Writes the next frame to send into `buf` and returns its length: CNPs first, then
+    /// the QPs in turn. `buf` must hold a full frame (4096 + 128 bytes is always enough).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        while let Some(job) = self.cnps.pop_front() {
+            let pkt = OutPacket {
+                bth: cnp::bth(job.dest_qp, job.pkey),
+                ext: ExtHeaders::default(),
+                payload: None,
+                to: job.to,
+            };
+            let tos = self.cnp_dscp << 2;
+            if let Some(n) = self.emit(job.from_qpn, &pkt, tos, buf) {
+                return Some(n);
+            }
+        }
         let qpns: Vec<u32> = self
             .qps
             .range(self.rr_cursor..)
@@ -286,58 +423,63 @@ impl Context {
                 mem: &mut self.mem,
                 wcs: &mut self.wcs,
             };
-            let Some(pkt) = qp.next_packet(&mut io) else {
-                self.route_completions();
-                continue;
-            };
-            let Some(path) = qp.path else { continue };
+            let pkt = qp.next_packet(&mut io);
             self.route_completions();
+            let Some(pkt) = pkt else { continue };
             self.rr_cursor = qpn.wrapping_add(1);
-            let ip = match (self.cfg.ip, path.remote.ip) {
-                (IpAddr::V4(s), IpAddr::V4(d)) => {
-                    let mut r = Ipv4Repr::new(s, d, self.cfg.tos);
-                    self.ip_ident = self.ip_ident.wrapping_add(1);
-                    r.ident = self.ip_ident;
-                    IpRepr::V4(r)
-                }
-                (IpAddr::V6(s), IpAddr::V6(d)) => IpRepr::V6(Ipv6Repr {
-                    src: s,
-                    dst: d,
-                    traffic_class: self.cfg.tos,
-                    flow_label: 0,
-                    next_header: 17,
-                    hop_limit: 64,
-                }),
-                _ => continue,
-            };
-            let repr = FrameRepr {
-                eth: Some(EthernetRepr {
-                    dst: path.remote.mac,
-                    src: self.cfg.mac,
-                    vlan: None,
-                    ethertype: ip.ethertype(),
-                }),
-                ip,
-                udp: UdpRepr {
-                    src_port: udp_source_port(self.cfg.udp_sport_base, qpn),
-                    dst_port: wire::ROCEV2_UDP_PORT,
-                    checksum: 0,
-                },
-                bth: pkt.bth,
-                ext: pkt.ext,
-            };
-            let mem = &self.mem;
-            let len = pkt.payload.map_or(0, |s| s.len);
-            let n = repr
-                .emit_with(len, buf, |dst| match pkt.payload {
-                    Some(s) if mem.read(s).len() == dst.len() => dst.copy_from_slice(mem.read(s)),
-                    _ => dst.fill(0), // the region went away under a queued response
-                })
-                .ok()?;
-            self.counters.tx_frames += 1;
-            return Some(n);
+            let tos = self.cfg.tos;
+            if let Some(n) = self.emit(qpn, &pkt, tos, buf) {
+                return Some(n);
+            }
         }
         None
+    }
+
+    /// Builds the frame of `pkt` from QP `qpn` into `buf`.
+    fn emit(&mut self, qpn: u32, pkt: &OutPacket, tos: u8, buf: &mut [u8]) -> Option<usize> {
+        let ip = match (self.cfg.ip, pkt.to.ip) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                let mut r = Ipv4Repr::new(s, d, tos);
+                self.ip_ident = self.ip_ident.wrapping_add(1);
+                r.ident = self.ip_ident;
+                IpRepr::V4(r)
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => IpRepr::V6(Ipv6Repr {
+                src: s,
+                dst: d,
+                traffic_class: tos,
+                flow_label: 0,
+                next_header: 17,
+                hop_limit: 64,
+            }),
+            _ => return None,
+        };
+        let repr = FrameRepr {
+            eth: Some(EthernetRepr {
+                dst: pkt.to.mac,
+                src: self.cfg.mac,
+                vlan: None,
+                ethertype: ip.ethertype(),
+            }),
+            ip,
+            udp: UdpRepr {
+                src_port: udp_source_port(self.cfg.udp_sport_base, qpn),
+                dst_port: wire::ROCEV2_UDP_PORT,
+                checksum: 0,
+            },
+            bth: pkt.bth,
+            ext: pkt.ext,
+        };
+        let mem = &self.mem;
+        let len = pkt.payload.map_or(0, |s| s.len);
+        let n = repr
+            .emit_with(len, buf, |dst| match pkt.payload {
+                Some(s) if mem.read(s).len() == dst.len() => dst.copy_from_slice(mem.read(s)),
+                _ => dst.fill(0), // the region went away under a queued response
+            })
+            .ok()?;
+        self.counters.tx_frames += 1;
+        Some(n)
     }
 
     /// The earliest time [`Context::handle_timeout`] has work to do.

@@ -127,6 +127,40 @@ pub struct SendWr {
     pub solicited: bool,
 }
 
+/// A UD send work request (ibv_send_wr with its `wr.ud` part): always a SEND.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdSendWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Where the datagram goes (the address handle).
+    pub dest: Remote,
+    /// The destination QP.
+    pub remote_qpn: u32,
+    /// The destination's Q_Key; with bit 31 set, the sending QP's own Q_Key is used.
+    pub remote_qkey: u32,
+    /// The data (at most one path MTU).
+    pub sge: Sge,
+    /// Immediate data.
+    pub imm: Option<u32>,
+    /// Generate a completion on success.
+    pub signaled: bool,
+    /// Set the solicited-event bit.
+    pub solicited: bool,
+}
+
+/// Transport service of a QP (ibv_qp_type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpType {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable connected.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
+    /// QP1, the general services interface: UD with the well-known Q_Key 0x80010000.
+    Gsi,
+}
+
 /// A receive work request (ibv_recv_wr with one SGE).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RecvWr {
@@ -218,6 +252,8 @@ pub struct WorkCompletion {
     pub qp_num: u32,
     /// The remote QP (the sender, for receives).
     pub src_qp: u32,
+    /// The sender's address, for receives (its GID is `::ffff:a.b.c.d` for IPv4).
+    pub sender: Option<IpAddr>,
 }
 
 /// QP state (ibv_qp_state).
@@ -251,6 +287,8 @@ pub struct InitAttr {
     pub pkey: u16,
     /// Remote operations the QP accepts (REMOTE_WRITE / REMOTE_READ / REMOTE_ATOMIC).
     pub access: Access,
+    /// UD: the Q_Key incoming datagrams must carry (QP1 always uses 0x80010000).
+    pub qkey: u32,
 }
 
 impl Default for InitAttr {
@@ -258,6 +296,7 @@ impl Default for InitAttr {
         Self {
             pkey: 0xffff,
             access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+            qkey: 0,
         }
     }
 }

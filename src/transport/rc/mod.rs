@@ -10,57 +10,15 @@ mod responder;
 
 use std::time::Instant;
 
-use crate::mem::{Memory, PdId, Span};
+use crate::mem::{Memory, PdId};
 use crate::verbs::{
     CqId, InitAttr, QpState, RecvWr, Remote, RtrAttr, RtsAttr, SendWr, VerbsError, WcStatus,
-    WorkCompletion,
 };
-use crate::wire::{BthRepr, ExtHeaders, RocePacket};
+use crate::wire::RocePacket;
 
+pub(crate) use crate::transport::{Io, OutPacket, QpCounters};
 pub(crate) use requester::Requester;
 pub(crate) use responder::Responder;
-
-/// A packet a QP wants sent: headers, and the registered bytes that are its payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OutPacket {
-    /// BTH (the pad count is filled in by the frame builder).
-    pub bth: BthRepr,
-    /// Extension headers.
-    pub ext: ExtHeaders,
-    /// Payload, read from registered memory when the frame is built.
-    pub payload: Option<Span>,
-}
-
-/// Counters of one QP, named as mlx5 / rdma statistics name them where they exist.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QpCounters {
-    /// Packets sent (requests, responses, ACKs).
-    pub packets_sent: u64,
-    /// Request packets sent again (go-back-N, READ re-requests).
-    pub retransmits: u64,
-    /// Local ACK timeouts that led to a retransmission.
-    pub local_ack_timeout_err: u64,
-    /// PSN sequence error NAKs received.
-    pub packet_seq_err: u64,
-    /// RNR NAKs received.
-    pub rnr_nak_received: u64,
-    /// RNR retries exhausted.
-    pub rnr_nak_retry_err: u64,
-    /// Out-of-sequence requests the responder saw (one NAK each sequence error).
-    pub out_of_sequence: u64,
-    /// Duplicate requests the responder answered again.
-    pub duplicate_request: u64,
-    /// NAKs sent by kind.
-    pub nak_sent_seq: u64,
-    /// RNR NAKs sent.
-    pub nak_sent_rnr: u64,
-    /// Invalid-request NAKs sent.
-    pub nak_sent_inv: u64,
-    /// Remote-access-error NAKs sent.
-    pub nak_sent_access: u64,
-    /// Packets dropped as unexpected or malformed for this QP.
-    pub dropped: u64,
-}
 
 /// Connection parameters fixed at RTR / RTS.
 #[derive(Debug, Clone, Copy)]
@@ -69,13 +27,6 @@ pub(crate) struct Path {
     pub dest_qpn: u32,
     pub mtu: u32,
     pub pkey: u16,
-}
-
-/// What a QP is handed while it works: memory, and where completions go.
-pub(crate) struct Io<'a> {
-    pub now: Instant,
-    pub mem: &'a mut Memory,
-    pub wcs: &'a mut Vec<(CqId, WorkCompletion)>,
 }
 
 /// One RC queue pair.

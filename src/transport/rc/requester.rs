@@ -584,6 +584,7 @@ fn wc(w: &Wqe, status: WcStatus, qpn: u32) -> WorkCompletion {
         imm: None,
         qp_num: qpn,
         src_qp: 0,
+        sender: None,
     }
 }
 
@@ -693,5 +694,10 @@ fn build(w: &Wqe, psn: u32, path: &Path) -> OutPacket {
     bth.pkey = path.pkey;
     bth.solicited = last && w.wr.solicited;
     bth.ack_req = w.wr.op.is_read_or_atomic();
-    OutPacket { bth, ext, payload }
+    OutPacket {
+        bth,
+        ext,
+        payload,
+        to: path.remote,
+    }
 }

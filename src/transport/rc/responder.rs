@@ -253,6 +253,7 @@ impl Responder {
             imm,
             qp_num: self.qpn,
             src_qp: path.dest_qpn,
+            sender: Some(path.remote.ip),
         }
     }
 
@@ -598,7 +599,12 @@ impl Responder {
         };
         let mut bth = BthRepr::new(opcode, path.dest_qpn, psn);
         bth.pkey = path.pkey;
-        Some(OutPacket { bth, ext, payload })
+        Some(OutPacket {
+            bth,
+            ext,
+            payload,
+            to: path.remote,
+        })
     }
 
     /// QP to ERR: receives complete with WR_FLUSH_ERR; queued NAKs still go out.
@@ -619,6 +625,7 @@ impl Responder {
                     imm: None,
                     qp_num: self.qpn,
                     src_qp,
+                    sender: path.map(|p| p.remote.ip),
                 },
             ));
         }
