@@ -138,6 +138,11 @@ impl Link {
         self.dirs[d].queue.push(Reverse((at, self.seq, frame)));
     }
 
+    /// When endpoint `from`'s side of the wire is free again (a paced sender waits for it).
+    pub fn free_at(&self, from: usize) -> Option<Instant> {
+        self.dirs[from & 1].busy_until
+    }
+
     /// When the next frame arrives, if any is on its way.
     pub fn next_delivery(&self) -> Option<Instant> {
         self.dirs

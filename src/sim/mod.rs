@@ -1,6 +1,7 @@
 //! Simulation: a deterministic random source, a lossy in-memory link, and workloads that
 //! run two endpoints over it in simulated time.
 
+pub mod dgram;
 mod link;
 pub mod rc;
 mod rng;
