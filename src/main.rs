@@ -20,6 +20,8 @@ enum Command {
     Decode(cli::decode::Args),
     /// Run two endpoints over a simulated lossy link and verify every operation.
     Sim(cli::sim::Args),
+    /// Simulate DCQCN on a switch port: N senders, RED/ECN marking, optional PFC.
+    SimCc(cli::simcc::Args),
 }
 
 fn main() -> ExitCode {
@@ -27,6 +29,7 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Command::Decode(a) => cli::decode::run(a),
         Command::Sim(a) => cli::sim::run_cmd(a),
+        Command::SimCc(a) => cli::simcc::run_cmd(a),
     };
     match r {
         Ok(code) => code,

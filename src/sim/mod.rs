@@ -1,8 +1,10 @@
 //! Simulation: a deterministic random source, a lossy in-memory link, and workloads that
 //! run two endpoints over it in simulated time.
 
+pub mod cc;
 pub mod dgram;
 mod link;
+pub mod plot;
 pub mod rc;
 mod rng;
 
