@@ -51,6 +51,15 @@ pub struct Args {
     /// be lost, never delivered damaged or partial).
     #[arg(long, default_value = "rc", value_parser = ["rc", "uc", "ud"])]
     transport: String,
+    /// Turn DCQCN on (RC) with this parameter profile: paper or mlx5.
+    #[arg(long)]
+    dcqcn: Option<String>,
+    /// DCQCN knobs by their mlx5 names, e.g. `rpg_ai_rate=10,min_time_between_cnps=50`.
+    #[arg(long, default_value = "")]
+    dcqcn_set: String,
+    /// Probability that the link marks an ECN-capable frame CE (a congested switch).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
+    ecn_mark: f64,
     /// Print the summary as one JSON object.
     #[arg(long)]
     json: bool,
@@ -142,7 +151,17 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         corrupt: a.corrupt,
         delay: Duration::from_nanos((a.delay_us * 1000.0) as u64),
         bandwidth_bps: (a.gbps * 1e9) as u64,
+        ecn_mark: a.ecn_mark,
         ..LinkConfig::default()
+    };
+    let dcqcn = match &a.dcqcn {
+        Some(profile) => {
+            let mut p = uroce::congestion::dcqcn::Params::profile(profile, a.gbps.max(1.0) * 1e9)
+                .map_err(|e| e.to_string())?;
+            p.set_all(&a.dcqcn_set).map_err(|e| e.to_string())?;
+            Some(p)
+        }
+        None => None,
     };
     let mtu = Mtu::from_bytes(a.mtu).unwrap_or(Mtu::M1024);
     if a.transport != "rc" {
@@ -157,6 +176,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         window: a.window as usize,
         recv_depth: a.window as usize,
         link,
+        dcqcn,
         ..SimConfig::default()
     };
     let r = run(&cfg);
@@ -180,6 +200,17 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
             "  simulated time     {:.3} ms",
             r.sim_time_us as f64 / 1000.0
         );
+        if r.link_ecn_marked > 0 {
+            println!("  ECN CE marked      {}", r.link_ecn_marked);
+        }
+        for (side, c) in &r.counters {
+            let nonzero: Vec<String> = c
+                .iter()
+                .filter(|(_, v)| **v > 0)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            println!("  {side:<6} counters   {}", nonzero.join(" "));
+        }
         if r.errors.is_empty() {
             println!("  result             OK: every operation completed once, in order, with correct data");
         } else {

@@ -52,13 +52,16 @@ impl Default for NotificationPoint {
     }
 }
 
-/// The reaction point of one QP: where its CNPs are delivered.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// The reaction point of one QP: where its CNPs are delivered, and, when DCQCN is on,
+/// the rate limiter its packets wait for.
+#[derive(Debug, Clone, Default)]
 pub struct ReactionPoint {
     /// CNPs received.
     pub cnps: u64,
     /// When the last one arrived.
     pub last_cnp: Option<Instant>,
+    /// The DCQCN rate state, when DCQCN is on.
+    pub dcqcn: Option<dcqcn::ReactionPoint>,
 }
 
 impl ReactionPoint {
@@ -66,6 +69,38 @@ impl ReactionPoint {
     pub fn on_cnp(&mut self, now: Instant) {
         self.cnps += 1;
         self.last_cnp = Some(now);
+        if let Some(rp) = &mut self.dcqcn {
+            rp.on_cnp(now);
+        }
+    }
+
+    /// True when the QP may send a packet now.
+    #[inline]
+    pub fn can_send(&self, now: Instant) -> bool {
+        self.dcqcn.as_ref().is_none_or(|rp| rp.can_send(now))
+    }
+
+    /// A packet of `bytes` left.
+    #[inline]
+    pub fn on_sent(&mut self, now: Instant, bytes: usize) {
+        if let Some(rp) = &mut self.dcqcn {
+            rp.on_sent(now, bytes);
+        }
+    }
+
+    /// The next time the rate limiter has something to do: its increase timer, or the
+    /// release of a packet it holds back.
+    pub fn poll_timeout(&self, held: bool) -> Option<Instant> {
+        let rp = self.dcqcn.as_ref()?;
+        let release = if held { rp.next_send() } else { None };
+        [rp.poll_timeout(), release].into_iter().flatten().min()
+    }
+
+    /// Runs the increase timer.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(rp) = &mut self.dcqcn {
+            rp.handle_timeout(now);
+        }
     }
 }
 

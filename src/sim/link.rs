@@ -25,6 +25,9 @@ pub struct LinkConfig {
     pub bandwidth_bps: u64,
     /// Longest a frame may wait for the wire before it is dropped (the switch buffer).
     pub max_queue: Duration,
+    /// Probability that an ECN-capable (ECT) IPv4 frame is marked CE, as a congested
+    /// switch would.
+    pub ecn_mark: f64,
 }
 
 impl Default for LinkConfig {
@@ -37,6 +40,7 @@ impl Default for LinkConfig {
             delay: Duration::from_micros(2),
             bandwidth_bps: 25_000_000_000,
             max_queue: Duration::from_millis(1),
+            ecn_mark: 0.0,
         }
     }
 }
@@ -58,6 +62,8 @@ pub struct LinkStats {
     pub corrupted: u64,
     /// Frames delivered.
     pub delivered: u64,
+    /// Frames marked ECN CE.
+    pub ecn_marked: u64,
 }
 
 #[derive(Default)]
@@ -115,6 +121,9 @@ impl Link {
             self.stats.dropped += 1;
             return;
         }
+        if self.cfg.ecn_mark > 0.0 && mark_ce(&mut frame, &mut self.rng, self.cfg.ecn_mark) {
+            self.stats.ecn_marked += 1;
+        }
         if self.rng.chance(self.cfg.corrupt) && !frame.is_empty() {
             let bit = self.rng.range(0, frame.len() as u64 * 8 - 1);
             frame[(bit / 8) as usize] ^= 1 << (bit % 8);
@@ -164,6 +173,24 @@ impl Link {
         self.stats.delivered += out.len() as u64;
         out
     }
+}
+
+/// Marks an ECT IPv4-in-Ethernet frame CE with probability `p`, fixing the header
+/// checksum (the ICRC does not cover the ECN bits).
+fn mark_ce(frame: &mut [u8], rng: &mut Rng, p: f64) -> bool {
+    if frame.len() < 34 || frame[12..14] != [0x08, 0x00] || frame[15] & 0x03 == 0 {
+        return false;
+    }
+    if !rng.chance(p) {
+        return false;
+    }
+    frame[15] |= 0x03;
+    let hl = usize::from(frame[14] & 0x0f) * 4;
+    if frame.len() >= 14 + hl {
+        let sum = crate::wire::ipv4::header_checksum(&frame[14..14 + hl]);
+        frame[24..26].copy_from_slice(&sum.to_be_bytes());
+    }
+    true
 }
 
 #[cfg(test)]

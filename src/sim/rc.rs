@@ -65,6 +65,8 @@ pub struct SimConfig {
     /// Fill and compare payloads (off only to measure the transport alone; completion
     /// status, order and atomic results are still checked).
     pub verify: bool,
+    /// DCQCN on both endpoints, with these parameters.
+    pub dcqcn: Option<crate::congestion::dcqcn::Params>,
 }
 
 impl Default for SimConfig {
@@ -87,6 +89,7 @@ impl Default for SimConfig {
             client_psn: 0x12_3456,
             time_limit: Duration::from_secs(600),
             verify: true,
+            dcqcn: None,
         }
     }
 }
@@ -122,6 +125,10 @@ pub struct Report {
     pub corrupted_rejected: u64,
     /// Local ACK timeouts.
     pub timeouts: u64,
+    /// Frames the link marked ECN CE.
+    pub link_ecn_marked: u64,
+    /// Per-endpoint QP counters (client, server), by their mlx5 / rdma names.
+    pub counters: BTreeMap<String, BTreeMap<&'static str, u64>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,6 +332,10 @@ pub fn run(cfg: &SimConfig) -> Report {
 
     let t0 = Instant::now();
     let mut now = t0;
+    if let Some(p) = cfg.dcqcn {
+        client.ctx.enable_dcqcn(p, t0);
+        server.ctx.enable_dcqcn(p, t0);
+    }
     let mut link = Link::new(cfg.link, cfg.seed);
     let mut buf = vec![0u8; 4096 + 256];
     let mut next_post = 0usize;
@@ -574,6 +585,12 @@ pub fn run(cfg: &SimConfig) -> Report {
     rep.link_duplicated = ls.duplicated;
     rep.link_reordered = ls.reordered;
     rep.link_corrupted = ls.corrupted;
+    rep.link_ecn_marked = ls.ecn_marked;
+    for (name, s) in [("client", &client), ("server", &server)] {
+        if let Some(q) = s.ctx.qp_counters(s.qpn) {
+            rep.counters.insert(name.to_string(), q.named());
+        }
+    }
     for s in [&client, &server] {
         let cc = s.ctx.counters();
         rep.packets_sent += cc.tx_frames;

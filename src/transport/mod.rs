@@ -5,6 +5,7 @@ pub mod rc;
 pub mod uc;
 pub mod ud;
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::mem::{Memory, Span};
@@ -65,8 +66,38 @@ pub struct QpCounters {
     pub np_ecn_marked_roce_packets: u64,
     /// np_cnp_sent: CNPs sent for this QP's flows.
     pub np_cnp_sent: u64,
-    /// rp_cnp_handled: CNPs received for this QP.
+    /// rp_cnp_handled: CNPs received for this QP (and acted on, when DCQCN is on).
     pub rp_cnp_handled: u64,
+    /// rp_cnp_ignored: CNPs DCQCN ignored (inside `rate_reduce_monitor_period`).
+    pub rp_cnp_ignored: u64,
+}
+
+impl QpCounters {
+    /// The counters by name, as operators know them from mlx5 and rdma statistics.
+    pub fn named(&self) -> BTreeMap<&'static str, u64> {
+        BTreeMap::from([
+            ("packets_sent", self.packets_sent),
+            ("retransmits", self.retransmits),
+            ("local_ack_timeout_err", self.local_ack_timeout_err),
+            ("packet_seq_err", self.packet_seq_err),
+            ("rnr_nak_received", self.rnr_nak_received),
+            ("rnr_nak_retry_err", self.rnr_nak_retry_err),
+            ("out_of_sequence", self.out_of_sequence),
+            ("duplicate_request", self.duplicate_request),
+            ("nak_sent_seq", self.nak_sent_seq),
+            ("nak_sent_rnr", self.nak_sent_rnr),
+            ("nak_sent_inv", self.nak_sent_inv),
+            ("nak_sent_access", self.nak_sent_access),
+            ("dropped", self.dropped),
+            (
+                "np_ecn_marked_roce_packets",
+                self.np_ecn_marked_roce_packets,
+            ),
+            ("np_cnp_sent", self.np_cnp_sent),
+            ("rp_cnp_handled", self.rp_cnp_handled),
+            ("rp_cnp_ignored", self.rp_cnp_ignored),
+        ])
+    }
 }
 
 /// What a QP is handed while it works: memory, and where completions go.

@@ -13,12 +13,11 @@ use std::time::Instant;
 
 pub use types::*;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use qp::Qp;
+use qp::{Qp, QpKind};
 
-use crate::congestion::{NotificationPoint, ReactionPoint, DEFAULT_CNP_DSCP};
+use crate::congestion::{dcqcn, NotificationPoint, ReactionPoint, DEFAULT_CNP_DSCP};
 use crate::mem::{Access, Memory, Mr, PdId};
 use crate::transport::rc::RcQp;
 use crate::transport::uc::UcQp;
@@ -103,8 +102,13 @@ pub struct Context {
     np: NotificationPoint,
     cnp_dscp: u8,
     cnps: VecDeque<CnpJob>,
-    rps: HashMap<u32, ReactionPoint>,
+    /// DCQCN parameters, when on.
+    dcqcn: Option<dcqcn::Params>,
+    /// QPs whose packets the rate limiter held back in the last `poll_transmit`.
+    held: Vec<u32>,
     rr_cursor: u32,
+    /// Start of DCQCN rate state for QPs created after `enable_dcqcn`.
+    epoch: Instant,
     ip_ident: u16,
     wcs: Vec<(CqId, WorkCompletion)>,
     counters: ContextCounters,
@@ -122,8 +126,10 @@ impl Context {
             np: NotificationPoint::default(),
             cnp_dscp: DEFAULT_CNP_DSCP,
             cnps: VecDeque::new(),
-            rps: HashMap::new(),
+            dcqcn: None,
+            held: Vec::new(),
             rr_cursor: 0,
+            epoch: Instant::now(),
             ip_ident: 0,
             wcs: Vec::new(),
             counters: ContextCounters::default(),
@@ -206,14 +212,31 @@ impl Context {
             caps.max_send_wr,
             caps.max_recv_wr,
         );
-        let qp = match caps.qp_type {
-            QpType::Rc => Qp::Rc(RcQp::new(qpn, pd, s, r, ms, mr)),
-            QpType::Uc => Qp::Uc(UcQp::new(qpn, pd, s, r, ms, mr)),
-            QpType::Ud | QpType::Gsi => Qp::Ud(UdQp::new(qpn, pd, s, r, ms, mr)),
+        let kind = match caps.qp_type {
+            QpType::Rc => QpKind::Rc(RcQp::new(qpn, pd, s, r, ms, mr)),
+            QpType::Uc => QpKind::Uc(UcQp::new(qpn, pd, s, r, ms, mr)),
+            QpType::Ud | QpType::Gsi => QpKind::Ud(UdQp::new(qpn, pd, s, r, ms, mr)),
         };
-        self.qps.insert(qpn, qp);
-        self.rps.insert(qpn, ReactionPoint::default());
+        let mut rp = ReactionPoint::default();
+        if let Some(p) = self.dcqcn {
+            rp.dcqcn = Some(dcqcn::ReactionPoint::new(p, self.epoch));
+        }
+        self.qps.insert(qpn, Qp { kind, rp });
         Ok(qpn)
+    }
+
+    /// Turns DCQCN on for every QP, present and future: data packets carry ECT(0), the
+    /// notification point follows `min_time_between_cnps` and `cnp_dscp`, and each QP's
+    /// packets wait for its reaction point's rate. `now` starts the rate state.
+    pub fn enable_dcqcn(&mut self, p: dcqcn::Params, now: Instant) {
+        self.dcqcn = Some(p);
+        self.epoch = now;
+        self.np = NotificationPoint::new(p.min_time_between_cnps);
+        self.cnp_dscp = p.cnp_dscp;
+        self.cfg.tos = (self.cfg.tos & !0x03) | 0x02;
+        for qp in self.qps.values_mut() {
+            qp.rp.dcqcn = Some(dcqcn::ReactionPoint::new(p, now));
+        }
     }
 
     /// Sets the notification point's minimum interval between CNPs of one QP.
@@ -222,8 +245,8 @@ impl Context {
     }
 
     /// The reaction point of a QP: the CNPs it received.
-    pub fn reaction_point(&self, qpn: u32) -> Option<ReactionPoint> {
-        self.rps.get(&qpn).copied()
+    pub fn reaction_point(&self, qpn: u32) -> Option<&ReactionPoint> {
+        self.qps.get(&qpn).map(|q| &q.rp)
     }
 
     fn qp(&mut self, qpn: u32) -> Result<&mut Qp, VerbsError> {
@@ -232,10 +255,10 @@ impl Context {
 
     /// RESET → INIT.
     pub fn modify_qp_init(&mut self, qpn: u32, a: InitAttr) -> Result<(), VerbsError> {
-        match self.qp(qpn)? {
-            Qp::Rc(q) => q.modify_init(a),
-            Qp::Uc(q) => q.modify_init(a.pkey, a.access),
-            Qp::Ud(q) => q.modify_init(a.pkey, a.qkey),
+        match &mut self.qp(qpn)?.kind {
+            QpKind::Rc(q) => q.modify_init(a),
+            QpKind::Uc(q) => q.modify_init(a.pkey, a.access),
+            QpKind::Ud(q) => q.modify_init(a.pkey, a.qkey),
         }
     }
 
@@ -244,10 +267,10 @@ impl Context {
         if a.remote.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
             return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
         }
-        match self.qp(qpn)? {
-            Qp::Rc(q) => q.modify_rtr(a),
-            Qp::Uc(q) => q.modify_rtr(a.remote, a.dest_qpn, a.rq_psn, a.path_mtu.bytes()),
-            Qp::Ud(_) => Err(VerbsError::InvalidWr(
+        match &mut self.qp(qpn)?.kind {
+            QpKind::Rc(q) => q.modify_rtr(a),
+            QpKind::Uc(q) => q.modify_rtr(a.remote, a.dest_qpn, a.rq_psn, a.path_mtu.bytes()),
+            QpKind::Ud(_) => Err(VerbsError::InvalidWr(
                 "a UD QP has no peer: use modify_qp_rtr_ud",
             )),
         }
@@ -255,18 +278,18 @@ impl Context {
 
     /// INIT → RTR for a UD QP; `mtu` limits the datagrams it sends.
     pub fn modify_qp_rtr_ud(&mut self, qpn: u32, mtu: Mtu) -> Result<(), VerbsError> {
-        match self.qp(qpn)? {
-            Qp::Ud(q) => q.modify_rtr(mtu.bytes()),
+        match &mut self.qp(qpn)?.kind {
+            QpKind::Ud(q) => q.modify_rtr(mtu.bytes()),
             _ => Err(VerbsError::InvalidWr("modify_qp_rtr_ud is for UD QPs")),
         }
     }
 
     /// RTR → RTS.
     pub fn modify_qp_rts(&mut self, qpn: u32, a: RtsAttr) -> Result<(), VerbsError> {
-        match self.qp(qpn)? {
-            Qp::Rc(q) => q.modify_rts(a),
-            Qp::Uc(q) => q.modify_rts(a.sq_psn),
-            Qp::Ud(q) => q.modify_rts(a.sq_psn),
+        match &mut self.qp(qpn)?.kind {
+            QpKind::Rc(q) => q.modify_rts(a),
+            QpKind::Uc(q) => q.modify_rts(a.sq_psn),
+            QpKind::Ud(q) => q.modify_rts(a.sq_psn),
         }
     }
 
@@ -290,16 +313,22 @@ impl Context {
 
     /// The QP's counters.
     pub fn qp_counters(&self, qpn: u32) -> Option<QpCounters> {
-        self.qps.get(&qpn).map(|q| *q.counters())
+        let qp = self.qps.get(&qpn)?;
+        let mut c = *qp.counters();
+        if let Some(rp) = &qp.rp.dcqcn {
+            c.rp_cnp_handled = rp.counters().rp_cnp_handled;
+            c.rp_cnp_ignored = rp.counters().rp_cnp_ignored;
+        }
+        Some(c)
     }
 
     /// Posts a send work request on an RC or UC QP (ibv_post_send).
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
-        match qp {
-            Qp::Rc(q) => q.post_send(&self.mem, wr),
-            Qp::Uc(q) => q.post_send(&self.mem, wr),
-            Qp::Ud(_) => Err(VerbsError::InvalidWr("a UD QP takes post_send_ud")),
+        match &mut qp.kind {
+            QpKind::Rc(q) => q.post_send(&self.mem, wr),
+            QpKind::Uc(q) => q.post_send(&self.mem, wr),
+            QpKind::Ud(_) => Err(VerbsError::InvalidWr("a UD QP takes post_send_ud")),
         }
     }
 
@@ -308,8 +337,13 @@ impl Context {
         if wr.dest.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
             return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
         }
-        match self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))? {
-            Qp::Ud(q) => q.post_send(&self.mem, wr),
+        match &mut self
+            .qps
+            .get_mut(&qpn)
+            .ok_or(VerbsError::NoSuchQp(qpn))?
+            .kind
+        {
+            QpKind::Ud(q) => q.post_send(&self.mem, wr),
             _ => Err(VerbsError::InvalidWr("post_send_ud is for UD QPs")),
         }
     }
@@ -317,10 +351,15 @@ impl Context {
     /// Posts a receive work request (ibv_post_recv).
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), VerbsError> {
         let mem = &self.mem;
-        match self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))? {
-            Qp::Rc(q) => q.post_recv(mem, wr),
-            Qp::Uc(q) => q.post_recv(mem, wr),
-            Qp::Ud(q) => q.post_recv(mem, wr),
+        match &mut self
+            .qps
+            .get_mut(&qpn)
+            .ok_or(VerbsError::NoSuchQp(qpn))?
+            .kind
+        {
+            QpKind::Rc(q) => q.post_recv(mem, wr),
+            QpKind::Uc(q) => q.post_recv(mem, wr),
+            QpKind::Ud(q) => q.post_recv(mem, wr),
         }
     }
 
@@ -354,12 +393,12 @@ impl Context {
         let qpn = p.bth.dest_qp;
         if p.bth.opcode == Opcode::Cnp {
             // A CNP names the QP whose flow was marked: hand it to that QP's reaction point.
-            match (self.qps.get_mut(&qpn), self.rps.get_mut(&qpn)) {
-                (Some(qp), Some(rp)) => {
+            match self.qps.get_mut(&qpn) {
+                Some(qp) => {
                     qp.counters_mut().rp_cnp_handled += 1;
-                    rp.on_cnp(now);
+                    qp.rp.on_cnp(now);
                 }
-                _ => self.counters.rx_cnp_unknown_qp += 1,
+                None => self.counters.rx_cnp_unknown_qp += 1,
             }
             return Ok(());
         }
@@ -408,16 +447,24 @@ impl Context {
                 return Some(n);
             }
         }
-        let qpns: Vec<u32> = self
-            .qps
-            .range(self.rr_cursor..)
-            .chain(self.qps.range(..self.rr_cursor))
-            .map(|(k, _)| *k)
-            .collect();
-        for qpn in qpns {
+        self.held.clear();
+        let mut cursor = self.rr_cursor;
+        for _ in 0..self.qps.len() {
+            // QPs take turns, starting after the one that sent last (no allocation).
+            let next = self
+                .qps
+                .range(cursor..)
+                .next()
+                .or_else(|| self.qps.iter().next());
+            let Some((&qpn, _)) = next else { break };
+            cursor = qpn.wrapping_add(1);
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
+            if !qp.rp.can_send(now) {
+                self.held.push(qpn);
+                continue;
+            }
             let mut io = Io {
                 now,
                 mem: &mut self.mem,
@@ -426,9 +473,12 @@ impl Context {
             let pkt = qp.next_packet(&mut io);
             self.route_completions();
             let Some(pkt) = pkt else { continue };
-            self.rr_cursor = qpn.wrapping_add(1);
+            self.rr_cursor = cursor;
             let tos = self.cfg.tos;
             if let Some(n) = self.emit(qpn, &pkt, tos, buf) {
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    qp.rp.on_sent(now, n);
+                }
                 return Some(n);
             }
         }
@@ -484,11 +534,19 @@ impl Context {
 
     /// The earliest time [`Context::handle_timeout`] has work to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps.values().filter_map(|q| q.poll_timeout()).min()
+        let qps = self.qps.values().filter_map(|q| q.poll_timeout());
+        let rps = self
+            .qps
+            .iter()
+            .filter_map(|(qpn, q)| q.rp.poll_timeout(self.held.contains(qpn)));
+        qps.chain(rps).min()
     }
 
     /// Runs the timers that are due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        for qp in self.qps.values_mut() {
+            qp.rp.handle_timeout(now);
+        }
         for qp in self.qps.values_mut() {
             if qp.poll_timeout().is_some_and(|t| t <= now) {
                 let mut io = Io {

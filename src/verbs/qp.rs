@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use crate::congestion::ReactionPoint;
 use crate::transport::rc::RcQp;
 use crate::transport::uc::UcQp;
 use crate::transport::ud::UdQp;
@@ -9,68 +10,74 @@ use crate::transport::{Io, OutPacket, QpCounters};
 use crate::verbs::QpState;
 use crate::wire::RocePacket;
 
-/// One QP.
-pub(crate) enum Qp {
+/// The transport state machine of a QP.
+pub(crate) enum QpKind {
     Rc(RcQp),
     Uc(UcQp),
     Ud(UdQp),
 }
 
+/// One QP: its transport, and the reaction point its packets wait for.
+pub(crate) struct Qp {
+    pub(crate) kind: QpKind,
+    pub(crate) rp: ReactionPoint,
+}
+
 impl Qp {
     pub(crate) fn state(&self) -> QpState {
-        match self {
-            Qp::Rc(q) => q.state,
-            Qp::Uc(q) => q.state,
-            Qp::Ud(q) => q.state,
+        match &self.kind {
+            QpKind::Rc(q) => q.state,
+            QpKind::Uc(q) => q.state,
+            QpKind::Ud(q) => q.state,
         }
     }
 
     pub(crate) fn counters(&self) -> &QpCounters {
-        match self {
-            Qp::Rc(q) => &q.counters,
-            Qp::Uc(q) => &q.counters,
-            Qp::Ud(q) => &q.counters,
+        match &self.kind {
+            QpKind::Rc(q) => &q.counters,
+            QpKind::Uc(q) => &q.counters,
+            QpKind::Ud(q) => &q.counters,
         }
     }
 
     pub(crate) fn counters_mut(&mut self) -> &mut QpCounters {
-        match self {
-            Qp::Rc(q) => &mut q.counters,
-            Qp::Uc(q) => &mut q.counters,
-            Qp::Ud(q) => &mut q.counters,
+        match &mut self.kind {
+            QpKind::Rc(q) => &mut q.counters,
+            QpKind::Uc(q) => &mut q.counters,
+            QpKind::Ud(q) => &mut q.counters,
         }
     }
 
     /// The QPN packets of this QP's peer come from (RC / UC); UD peers name theirs in the DETH.
     pub(crate) fn peer_qpn(&self, p: &RocePacket<'_>) -> u32 {
-        match self {
-            Qp::Rc(q) => q.path.map_or(0, |p| p.dest_qpn),
-            Qp::Uc(q) => q.dest_qpn(),
-            Qp::Ud(_) => p.ext.deth.map_or(0, |d| d.src_qp),
+        match &self.kind {
+            QpKind::Rc(q) => q.path.map_or(0, |p| p.dest_qpn),
+            QpKind::Uc(q) => q.dest_qpn(),
+            QpKind::Ud(_) => p.ext.deth.map_or(0, |d| d.src_qp),
         }
     }
 
     pub(crate) fn enter_err(&mut self, io: &mut Io<'_>) {
-        match self {
-            Qp::Rc(q) => q.enter_err(io),
-            Qp::Uc(q) => q.enter_err(io),
-            Qp::Ud(q) => q.enter_err(io),
+        match &mut self.kind {
+            QpKind::Rc(q) => q.enter_err(io),
+            QpKind::Uc(q) => q.enter_err(io),
+            QpKind::Ud(q) => q.enter_err(io),
         }
     }
 
     pub(crate) fn on_packet(&mut self, io: &mut Io<'_>, p: &RocePacket<'_>) {
-        match self {
-            Qp::Rc(q) => q.on_packet(io, p),
-            Qp::Uc(q) => q.on_packet(io, p),
-            Qp::Ud(q) => q.on_packet(io, p),
+        match &mut self.kind {
+            QpKind::Rc(q) => q.on_packet(io, p),
+            QpKind::Uc(q) => q.on_packet(io, p),
+            QpKind::Ud(q) => q.on_packet(io, p),
         }
     }
 
     pub(crate) fn next_packet(&mut self, io: &mut Io<'_>) -> Option<OutPacket> {
-        let p = match self {
-            Qp::Rc(q) => return q.next_packet(io),
-            Qp::Uc(q) => q.next_packet(io),
-            Qp::Ud(q) => q.next_packet(io),
+        let p = match &mut self.kind {
+            QpKind::Rc(q) => return q.next_packet(io),
+            QpKind::Uc(q) => q.next_packet(io),
+            QpKind::Ud(q) => q.next_packet(io),
         };
         if p.is_some() {
             self.counters_mut().packets_sent += 1;
@@ -79,14 +86,14 @@ impl Qp {
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        match self {
-            Qp::Rc(q) => q.poll_timeout(),
+        match &self.kind {
+            QpKind::Rc(q) => q.poll_timeout(),
             _ => None,
         }
     }
 
     pub(crate) fn on_timeout(&mut self, io: &mut Io<'_>) {
-        if let Qp::Rc(q) = self {
+        if let QpKind::Rc(q) = &mut self.kind {
             q.on_timeout(io);
         }
     }
