@@ -5,7 +5,9 @@
 
 pub mod capture;
 pub mod congestion;
+pub mod datapath;
 pub mod decode;
+pub mod demo;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod mem;

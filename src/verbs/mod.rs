@@ -109,7 +109,6 @@ pub struct Context {
     rr_cursor: u32,
     /// Start of DCQCN rate state for QPs created after `enable_dcqcn`.
     epoch: Instant,
-    ip_ident: u16,
     wcs: Vec<(CqId, WorkCompletion)>,
     counters: ContextCounters,
 }
@@ -130,7 +129,6 @@ impl Context {
             held: Vec::new(),
             rr_cursor: 0,
             epoch: Instant::now(),
-            ip_ident: 0,
             wcs: Vec::new(),
             counters: ContextCounters::default(),
         }
@@ -488,12 +486,9 @@ impl Context {
     /// Builds the frame of `pkt` from QP `qpn` into `buf`.
     fn emit(&mut self, qpn: u32, pkt: &OutPacket, tos: u8, buf: &mut [u8]) -> Option<usize> {
         let ip = match (self.cfg.ip, pkt.to.ip) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => {
-                let mut r = Ipv4Repr::new(s, d, tos);
-                self.ip_ident = self.ip_ident.wrapping_add(1);
-                r.ident = self.ip_ident;
-                IpRepr::V4(r)
-            }
+            // DF set and identification 0, as RFC 6864 allows for atomic datagrams and as
+            // Linux sends UDP with DF: the UDP backend's frames then match the ICRC.
+            (IpAddr::V4(s), IpAddr::V4(d)) => IpRepr::V4(Ipv4Repr::new(s, d, tos)),
             (IpAddr::V6(s), IpAddr::V6(d)) => IpRepr::V6(Ipv6Repr {
                 src: s,
                 dst: d,

@@ -1,0 +1,62 @@
+//! `uroce demo`: two endpoints in two network namespaces over a veth pair.
+
+use std::process::ExitCode;
+
+use uroce::demo::{run, DemoConfig};
+use uroce::verbs::Mtu;
+
+/// Arguments of `uroce demo`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Messages per operation.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    messages: u32,
+    /// Bytes per RC message.
+    #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(8..=1 << 24))]
+    size: u32,
+    /// Path MTU: 1024, 2048 or 4096.
+    #[arg(long, default_value_t = 4096)]
+    mtu: u32,
+    /// Impair the veth with `tc netem`, e.g. `--netem "loss 5%"` (needs sch_netem).
+    #[arg(long)]
+    netem: Option<String>,
+    /// Drop this share of received datagrams at each endpoint (0..0.5), where netem is missing.
+    #[arg(long, default_value_t = 0.0)]
+    drop: f64,
+}
+
+/// Runs the demo and prints what it did.
+pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
+    let mtu = Mtu::from_bytes(a.mtu)
+        .ok_or_else(|| format!("--mtu {} is not 256, 512, 1024, 2048 or 4096", a.mtu))?;
+    if !(0.0..=0.5).contains(&a.drop) {
+        return Err(format!("--drop {} is not between 0 and 0.5", a.drop));
+    }
+    if u64::from(a.messages) * u64::from(a.size) > 256 << 20 {
+        return Err("--messages x --size above 256 MiB: pick smaller numbers".into());
+    }
+    println!("uroce demo: AF_XDP is not built yet; using the UDP socket backend (kernel UDP on port 4791)");
+    let r = run(&DemoConfig {
+        messages: a.messages as usize,
+        size: a.size,
+        mtu,
+        netem: a.netem,
+        drop: a.drop,
+    })?;
+    for l in &r.lines {
+        println!("  {l}");
+    }
+    println!(
+        "  result: {}",
+        if r.ok {
+            "OK, everything verified; all it made is removed"
+        } else {
+            "FAILED"
+        }
+    );
+    Ok(if r.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,150 @@
+//! Network namespaces joined by a veth pair, made with iproute2 and removed when dropped
+//! (also when the program unwinds). Threads enter a namespace with `setns`, so one process
+//! can run both ends.
+
+use std::io;
+use std::net::Ipv4Addr;
+use std::process::Command;
+
+/// Why the demo or a test cannot make namespaces here, in words a user can act on.
+pub fn check_privileges() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(
+            "creating network namespaces and veth pairs needs root (CAP_SYS_ADMIN and \
+                    CAP_NET_ADMIN); run as root, or use `uroce sim`, which runs the same RDMA \
+                    between two endpoints over a simulated link without privileges"
+                .into(),
+        );
+    }
+    match Command::new("ip").arg("-V").output() {
+        Ok(o) if o.status.success() => {}
+        _ => {
+            return Err(
+                "`ip` (iproute2) is not installed: run scripts/setup.sh, or \
+                        apt-get install iproute2"
+                    .into(),
+            )
+        }
+    }
+    if !std::path::Path::new("/proc/self/ns/net").exists() {
+        return Err("this kernel has no network namespaces".into());
+    }
+    Ok(())
+}
+
+fn ip(args: &[&str]) -> io::Result<()> {
+    let out = Command::new("ip").args(args).output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// Two namespaces, `ns[0]` and `ns[1]`, with veth ends `ifaces[i]` addressed `addrs[i]/24`.
+#[derive(Debug)]
+pub struct VethPair {
+    /// Namespace names.
+    pub ns: [String; 2],
+    /// Interface names, one in each namespace.
+    pub ifaces: [String; 2],
+    /// IPv4 addresses.
+    pub addrs: [Ipv4Addr; 2],
+}
+
+impl VethPair {
+    /// Creates the pair (names carry `tag` and the process id so runs do not collide).
+    pub fn create(tag: &str, mtu: u32) -> io::Result<Self> {
+        let pid = std::process::id();
+        let ns = [
+            format!("uroce-{tag}-{pid}-a"),
+            format!("uroce-{tag}-{pid}-b"),
+        ];
+        let ifaces = [
+            format!("ur{}a", pid % 100_000),
+            format!("ur{}b", pid % 100_000),
+        ];
+        let third = (pid % 200 + 20) as u8;
+        let addrs = [
+            Ipv4Addr::new(10, 213, third, 1),
+            Ipv4Addr::new(10, 213, third, 2),
+        ];
+        let pair = Self { ns, ifaces, addrs };
+        // From here on, Drop cleans up whatever was made.
+        for n in &pair.ns {
+            ip(&["netns", "add", n])?;
+        }
+        ip(&[
+            "link",
+            "add",
+            &pair.ifaces[0],
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &pair.ifaces[1],
+        ])?;
+        let mtu = mtu.to_string();
+        for i in 0..2 {
+            ip(&["link", "set", &pair.ifaces[i], "netns", &pair.ns[i]])?;
+            let (n, dev) = (&pair.ns[i], &pair.ifaces[i]);
+            ip(&[
+                "-n",
+                n,
+                "addr",
+                "add",
+                &format!("{}/24", pair.addrs[i]),
+                "dev",
+                dev,
+            ])?;
+            ip(&["-n", n, "link", "set", dev, "mtu", &mtu])?;
+            ip(&["-n", n, "link", "set", dev, "up"])?;
+            ip(&["-n", n, "link", "set", "lo", "up"])?;
+        }
+        Ok(pair)
+    }
+
+    /// Runs `tc qdisc add dev IFACE root netem ARGS` on side `i` (loss, delay, reorder).
+    pub fn netem(&self, i: usize, args: &[&str]) -> io::Result<()> {
+        let mut cmd = vec![
+            "netns",
+            "exec",
+            &self.ns[i],
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            &self.ifaces[i],
+            "root",
+            "netem",
+        ];
+        cmd.extend_from_slice(args);
+        ip(&cmd)
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        for n in &self.ns {
+            let _ = ip(&["netns", "del", n]);
+        }
+    }
+}
+
+/// Moves the calling thread into namespace `ns` (sockets it opens afterwards live there).
+pub fn enter(ns: &str) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(format!("/run/netns/{ns}"))?;
+    // SAFETY: `f` is an open namespace file; setns only changes this thread's namespace.
+    let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
