@@ -28,6 +28,8 @@ pub struct DemoConfig {
     pub netem: Option<String>,
     /// Share of received datagrams each endpoint drops (seeded), for kernels without netem.
     pub drop: f64,
+    /// Capture every frame on the veth (namespaces only).
+    pub capture: bool,
 }
 
 /// What happened.
@@ -37,6 +39,8 @@ pub struct DemoReport {
     pub lines: Vec<String>,
     /// Everything verified.
     pub ok: bool,
+    /// Frames captured on the veth, when asked for.
+    pub captured: Vec<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -225,6 +229,13 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
             pair.netem(i, &args).map_err(|e| format!("tc netem: {e}"))?;
         }
     }
+    let capture = match (&pair, cfg.capture) {
+        (Some(p), true) => Some(
+            crate::datapath::capture::Capture::start(Some(p.ns[1].clone()), p.ifaces[1].clone())
+                .map_err(|e| format!("capturing on the veth: {e}"))?,
+        ),
+        _ => None,
+    };
     let (n, size) = (cfg.messages.max(1), cfg.size.max(8));
     let region = n * size as usize;
     let (to_client, from_server) = mpsc::channel::<Info>();
@@ -550,6 +561,9 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
     report.lines.push(format!(
         "server verified {sends_ok}/{n} SENDs and {ud_ok}/{n} UD datagrams byte for byte"
     ));
+    if let Some(c) = capture {
+        report.captured = c.stop().map_err(|e| format!("capture: {e}"))?;
+    }
     let lossy = cfg.netem.is_some() || cfg.drop > 0.0;
     report.ok = sends_ok == n && (ud_ok == n || lossy && ud_ok > 0);
     drop(pair);

@@ -23,6 +23,9 @@ pub struct Args {
     /// Drop this share of received datagrams at each endpoint (0..0.5), where netem is missing.
     #[arg(long, default_value_t = 0.0)]
     drop: f64,
+    /// Capture the veth traffic into this pcap file (and check every RoCE frame's ICRC).
+    #[arg(long)]
+    pcap: Option<std::path::PathBuf>,
 }
 
 /// Runs the demo and prints what it did.
@@ -42,9 +45,33 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         mtu,
         netem: a.netem,
         drop: a.drop,
+        capture: a.pcap.is_some(),
     })?;
     for l in &r.lines {
         println!("  {l}");
+    }
+    if let Some(path) = &a.pcap {
+        let roce: Vec<&Vec<u8>> = r
+            .captured
+            .iter()
+            .filter(|f| uroce::wire::dissect(f).udp.is_some())
+            .collect();
+        let bad = roce
+            .iter()
+            .filter(|f| uroce::wire::parse(f).is_err())
+            .count();
+        std::fs::write(
+            path,
+            uroce::capture::write_pcap(r.captured.iter().map(|f| &f[..])),
+        )
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+        println!(
+            "  captured {} frames on the veth into {} ({} RoCEv2, {} with a bad ICRC or malformed)",
+            r.captured.len(),
+            path.display(),
+            roce.len(),
+            bad
+        );
     }
     println!(
         "  result: {}",

@@ -7,6 +7,7 @@
 //!
 //! The AF_XDP backend (kernel bypass) is not built yet.
 
+pub mod capture;
 pub mod event_loop;
 pub mod netns;
 pub mod udp;

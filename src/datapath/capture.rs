@@ -1,0 +1,116 @@
+//! Capturing what crosses an interface with an AF_PACKET socket (both directions), so the
+//! demo and the tests can check that every RoCE frame on the wire decodes with a good ICRC.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// A capture running on its own thread; [`Capture::stop`] returns the frames.
+pub struct Capture {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<io::Result<Vec<Vec<u8>>>>,
+}
+
+fn open(iface: &str) -> io::Result<OwnedFd> {
+    let name = CString::new(iface).map_err(|_| io::Error::other("interface name"))?;
+    // SAFETY: a valid C string.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if ifindex == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let proto = (libc::ETH_P_ALL as u16).to_be();
+    // SAFETY: plain socket call; the fd is owned right after.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto)) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_ll is plain data; all-zero is valid before we fill it.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto;
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY: `sll` is a valid sockaddr_ll of the size given.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+impl Capture {
+    /// Starts capturing on `iface` inside namespace `ns` (`None`: the current one).
+    /// Returns once the socket is open, so nothing sent afterwards is missed.
+    pub fn start(ns: Option<String>, iface: String) -> io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
+        let thread = std::thread::spawn(move || {
+            let opened = ns
+                .as_deref()
+                .map_or(Ok(()), super::netns::enter)
+                .and_then(|()| open(&iface));
+            let fd = match opened {
+                Ok(fd) => {
+                    let _ = ready_tx.send(Ok(()));
+                    fd
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(io::Error::new(e.kind(), e.to_string())));
+                    return Err(e);
+                }
+            };
+            let mut frames = Vec::new();
+            let mut buf = vec![0u8; 65536];
+            loop {
+                let mut pfd = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                let r = unsafe { libc::poll(&mut pfd, 1, 50) };
+                if r > 0 {
+                    // SAFETY: `buf` is writable for its length.
+                    let n = unsafe {
+                        libc::recv(
+                            fd.as_raw_fd(),
+                            buf.as_mut_ptr().cast(),
+                            buf.len(),
+                            libc::MSG_DONTWAIT,
+                        )
+                    };
+                    if n > 0 {
+                        frames.push(buf[..n as usize].to_vec());
+                        continue;
+                    }
+                }
+                if flag.load(Ordering::SeqCst) {
+                    return Ok(frames);
+                }
+            }
+        });
+        ready_rx
+            .recv()
+            .map_err(|_| io::Error::other("capture thread ended"))??;
+        Ok(Self { stop, thread })
+    }
+
+    /// Stops and returns every frame seen.
+    pub fn stop(self) -> io::Result<Vec<Vec<u8>>> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread
+            .join()
+            .map_err(|_| io::Error::other("capture thread panicked"))?
+    }
+}
