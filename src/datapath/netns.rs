@@ -60,16 +60,18 @@ pub struct VethPair {
 impl VethPair {
     /// Creates the pair (names carry `tag` and the process id so runs do not collide).
     pub fn create(tag: &str, mtu: u32) -> io::Result<Self> {
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let k = SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 100;
         let pid = std::process::id();
         let ns = [
-            format!("uroce-{tag}-{pid}-a"),
-            format!("uroce-{tag}-{pid}-b"),
+            format!("uroce-{tag}-{pid}-{k}a"),
+            format!("uroce-{tag}-{pid}-{k}b"),
         ];
         let ifaces = [
-            format!("ur{}a", pid % 100_000),
-            format!("ur{}b", pid % 100_000),
+            format!("ur{}x{k}a", pid % 100_000),
+            format!("ur{}x{k}b", pid % 100_000),
         ];
-        let third = (pid % 200 + 20) as u8;
+        let third = ((pid + k * 37) % 200 + 20) as u8;
         let addrs = [
             Ipv4Addr::new(10, 213, third, 1),
             Ipv4Addr::new(10, 213, third, 2),
