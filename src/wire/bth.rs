@@ -136,27 +136,33 @@ impl BthRepr {
 
     /// Parses a checked view: the opcode must be known and TVer 0.
     pub fn parse<T: AsRef<[u8]>>(h: &Header<T>) -> Result<Self, WireError> {
-        let opcode = Opcode::from_u8(h.opcode()).ok_or(WireError::UnknownOpcode {
-            opcode: h.opcode(),
+        // One copy of the 12 bytes, then plain shifts: no bounds check per field.
+        let mut b = [0u8; HEADER_LEN];
+        b.copy_from_slice(&h.buffer.as_ref()[..HEADER_LEN]);
+        let opcode = Opcode::from_u8(b[field::OPCODE]).ok_or(WireError::UnknownOpcode {
+            opcode: b[field::OPCODE],
             offset: 0,
         })?;
-        if h.tver() != 0 {
+        let flags = b[field::FLAGS];
+        if flags & 0x0f != 0 {
             return Err(WireError::BadTver {
-                tver: h.tver(),
+                tver: flags & 0x0f,
                 offset: field::FLAGS,
             });
         }
+        let w1 = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+        let w2 = u32::from_be_bytes([b[8], b[9], b[10], b[11]]);
         Ok(Self {
             opcode,
-            solicited: h.solicited(),
-            mig_req: h.mig_req(),
-            pad_count: h.pad_count(),
-            pkey: h.pkey(),
-            fecn: h.fecn(),
-            becn: h.becn(),
-            dest_qp: h.dest_qp(),
-            ack_req: h.ack_req(),
-            psn: h.psn(),
+            solicited: flags & 0x80 != 0,
+            mig_req: flags & 0x40 != 0,
+            pad_count: (flags >> 4) & 0x03,
+            pkey: u16::from_be_bytes([b[field::PKEY], b[field::PKEY + 1]]),
+            fecn: w1 & 0x8000_0000 != 0,
+            becn: w1 & 0x4000_0000 != 0,
+            dest_qp: w1 & QPN_MASK,
+            ack_req: w2 & 0x8000_0000 != 0,
+            psn: w2 & PSN_MASK,
         })
     }
 

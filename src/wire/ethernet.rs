@@ -135,11 +135,27 @@ pub struct EthernetRepr {
 impl EthernetRepr {
     /// Parses a checked view.
     pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>) -> Self {
-        Self {
-            dst: frame.dst(),
-            src: frame.src(),
-            vlan: frame.vlan(),
-            ethertype: frame.ethertype(),
+        let mut b = [0u8; HEADER_LEN];
+        b.copy_from_slice(&frame.buffer.as_ref()[..HEADER_LEN]);
+        let mut dst = [0u8; 6];
+        let mut src = [0u8; 6];
+        dst.copy_from_slice(&b[field::DST]);
+        src.copy_from_slice(&b[field::SRC]);
+        let outer = u16::from_be_bytes([b[field::TYPE], b[field::TYPE + 1]]);
+        if matches!(outer, TPID_8021Q | TPID_8021AD) {
+            Self {
+                dst,
+                src,
+                vlan: frame.vlan(),
+                ethertype: frame.ethertype(),
+            }
+        } else {
+            Self {
+                dst,
+                src,
+                vlan: None,
+                ethertype: outer,
+            }
         }
     }
 

@@ -194,17 +194,22 @@ impl Ipv4Repr {
 
     /// Parses a checked view (fragmentation and lengths are the packet parser's business).
     pub fn parse<T: AsRef<[u8]>>(h: &Header<T>) -> Self {
-        let opts = h.options();
+        let all = h.buffer.as_ref();
+        let mut b = [0u8; MIN_HEADER_LEN];
+        b.copy_from_slice(&all[..MIN_HEADER_LEN]);
         let mut options = [0u8; 40];
-        options[..opts.len()].copy_from_slice(opts);
+        let opts = h.options();
+        if !opts.is_empty() {
+            options[..opts.len()].copy_from_slice(opts);
+        }
         Self {
-            src: h.src(),
-            dst: h.dst(),
-            tos: h.tos(),
-            ident: h.ident(),
-            dont_frag: h.dont_frag(),
-            ttl: h.ttl(),
-            protocol: h.protocol(),
+            src: Ipv4Addr::new(b[12], b[13], b[14], b[15]),
+            dst: Ipv4Addr::new(b[16], b[17], b[18], b[19]),
+            tos: b[field::TOS],
+            ident: u16::from_be_bytes([b[4], b[5]]),
+            dont_frag: b[field::FLG_OFF] & 0x40 != 0,
+            ttl: b[field::TTL],
+            protocol: b[field::PROTOCOL],
             options,
             options_len: opts.len() as u8,
         }
