@@ -184,6 +184,17 @@ impl Context {
         q.drain(..n).collect()
     }
 
+    /// Like [`Context::poll_cq`], appending to `out` (no allocation once `out` has room):
+    /// for loops that poll per packet.
+    pub fn poll_cq_into(&mut self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        let Some(q) = self.cqs.get_mut(cq.0 as usize) else {
+            return 0;
+        };
+        let n = max.min(q.len());
+        out.extend(q.drain(..n));
+        n
+    }
+
     /// Creates a QP in RESET (ibv_create_qp); returns its QPN. A `Gsi` QP is QP1.
     pub fn create_qp(&mut self, pd: PdId, caps: QpCaps) -> Result<u32, VerbsError> {
         if !self.mem.pd_exists(pd) {

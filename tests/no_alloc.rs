@@ -1,0 +1,164 @@
+//! No allocation per packet on the send or receive path after warm-up: two RC endpoints
+//! back to back, RDMA WRITEs and SENDs through post_send, poll_transmit, handle_frame and
+//! poll_cq_into, counted with a counting global allocator.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use uroce::mem::Access;
+use uroce::verbs::{
+    Context, ContextConfig, CqId, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
+    SendOp, SendWr, Sge, WorkCompletion,
+};
+
+struct Counting;
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator, only counting calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+fn ctx(n: u8) -> (Context, CqId, u32, uroce::mem::Mr) {
+    let mut c = Context::new(ContextConfig {
+        mac: [2, 0, 0, 0, 0, n],
+        ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, n)),
+        seed: u64::from(n),
+        udp_sport_base: 0xc000,
+        tos: 0,
+    });
+    let cq = c.create_cq();
+    let pd = c.alloc_pd();
+    let caps = QpCaps {
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        max_send_wr: 256,
+        max_recv_wr: 256,
+    };
+    let q = c.create_qp(pd, caps).unwrap();
+    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let mr = c.reg_mr(pd, vec![1; 1 << 20], all).unwrap();
+    (c, cq, q, mr)
+}
+
+#[test]
+fn steady_state_send_and_receive_do_not_allocate() {
+    let (mut a, cqa, qa, ma) = ctx(1);
+    let (mut b, cqb, qb, mb) = ctx(2);
+    for (c, q, peer, pq) in [(&mut a, qa, 2u8, qb), (&mut b, qb, 1, qa)] {
+        c.modify_qp_init(q, InitAttr::default()).unwrap();
+        let remote = Remote {
+            ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, peer)),
+            mac: [2, 0, 0, 0, 0, peer],
+        };
+        let rtr = RtrAttr {
+            remote,
+            dest_qpn: pq,
+            rq_psn: 7,
+            path_mtu: Mtu::M4096,
+            max_dest_rd_atomic: 4,
+            min_rnr_timer: 1,
+        };
+        c.modify_qp_rtr(q, rtr).unwrap();
+        c.modify_qp_rts(
+            q,
+            RtsAttr {
+                sq_psn: 7,
+                ..RtsAttr::default()
+            },
+        )
+        .unwrap();
+    }
+    let now = Instant::now();
+    let mut buf = vec![0u8; 4096 + 256];
+    let mut wcs: Vec<WorkCompletion> = Vec::with_capacity(1024);
+    let mut round = |a: &mut Context, b: &mut Context, i: u64| {
+        let sge = Sge {
+            addr: ma.addr,
+            length: 16384,
+            lkey: ma.lkey,
+        };
+        let op = if i % 2 == 0 {
+            SendOp::Write {
+                remote_addr: mb.addr,
+                rkey: mb.rkey,
+            }
+        } else {
+            SendOp::Send
+        };
+        if i % 2 == 1 {
+            let rsge = Sge {
+                addr: mb.addr + 65536,
+                length: 16384,
+                lkey: mb.lkey,
+            };
+            b.post_recv(
+                qb,
+                RecvWr {
+                    wr_id: i,
+                    sge: rsge,
+                },
+            )
+            .unwrap();
+        }
+        a.post_send(
+            qa,
+            SendWr {
+                wr_id: i,
+                op,
+                sge,
+                signaled: true,
+                solicited: false,
+            },
+        )
+        .unwrap();
+        loop {
+            let mut moved = false;
+            while let Some(n) = a.poll_transmit(now, &mut buf) {
+                b.handle_frame(now, &buf[..n]).unwrap();
+                moved = true;
+            }
+            while let Some(n) = b.poll_transmit(now, &mut buf) {
+                a.handle_frame(now, &buf[..n]).unwrap();
+                moved = true;
+            }
+            if !moved {
+                break;
+            }
+        }
+        wcs.clear();
+        a.poll_cq_into(cqa, 64, &mut wcs);
+        b.poll_cq_into(cqb, 64, &mut wcs);
+        wcs.len()
+    };
+    for i in 0..200 {
+        round(&mut a, &mut b, i);
+    }
+    let before = ALLOCS.load(Ordering::SeqCst);
+    let mut completions = 0;
+    for i in 200..400 {
+        completions += round(&mut a, &mut b, i);
+    }
+    let allocs = ALLOCS.load(Ordering::SeqCst) - before;
+    assert!(completions >= 300, "{completions} completions");
+    assert_eq!(
+        allocs, 0,
+        "{allocs} allocations in 200 messages (800 data packets) after warm-up"
+    );
+}
