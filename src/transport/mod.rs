@@ -8,8 +8,8 @@ pub mod ud;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::mem::{Memory, Span};
-use crate::verbs::{CqId, Remote, WorkCompletion};
+use crate::mem::{Access, Memory, PdId, Span};
+use crate::verbs::{CqId, RecvWr, Remote, VerbsError, WorkCompletion};
 use crate::wire::{BthRepr, ExtHeaders};
 
 /// A packet a QP wants sent: headers, and the registered bytes that are its payload.
@@ -97,6 +97,39 @@ impl QpCounters {
             ("rp_cnp_handled", self.rp_cnp_handled),
             ("rp_cnp_ignored", self.rp_cnp_ignored),
         ])
+    }
+}
+
+/// A posted receive, its buffer checked when it was posted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecvBuf {
+    pub wr_id: u64,
+    pub span: Option<Span>,
+    pub len: u32,
+}
+
+impl RecvBuf {
+    /// Checks a receive work request: its buffer must lie inside a region of `pd` that
+    /// grants LOCAL_WRITE (a zero-length buffer needs no region).
+    pub(crate) fn check(mem: &Memory, pd: PdId, wr: RecvWr) -> Result<Self, VerbsError> {
+        let span = if wr.sge.length == 0 {
+            None
+        } else {
+            let len = u64::from(wr.sge.length);
+            let s = mem
+                .check_local(pd, wr.sge.lkey, wr.sge.addr, len, Access::LOCAL_WRITE)
+                .map_err(|_| {
+                    VerbsError::InvalidWr(
+                        "receive buffer outside its region or without LOCAL_WRITE",
+                    )
+                })?;
+            Some(s)
+        };
+        Ok(Self {
+            wr_id: wr.wr_id,
+            span,
+            len: wr.sge.length,
+        })
     }
 }
 

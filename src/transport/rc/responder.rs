@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use super::{Fatal, Io, OutPacket, Path, QpCounters};
 use crate::mem::{Access, AccessError, Memory, PdId, Span};
-use crate::transport::{psn_add, psn_diff};
+use crate::transport::{psn_add, psn_diff, RecvBuf};
 use crate::verbs::{CqId, RecvWr, VerbsError, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, ExtHeaders, NakCode, Opcode, RocePacket, Syndrome,
@@ -18,16 +18,9 @@ use crate::wire::{
 const NO_CREDITS: u8 = 31;
 
 #[derive(Debug, Clone, Copy)]
-struct Rwqe {
-    wr_id: u64,
-    span: Option<Span>,
-    len: u32,
-}
-
-#[derive(Debug, Clone, Copy)]
 enum InMsg {
     Send {
-        rwqe: Rwqe,
+        rwqe: RecvBuf,
         offset: u32,
     },
     Write {
@@ -72,7 +65,7 @@ pub(crate) struct Responder {
     max_dest_rd_atomic: u32,
     min_rnr_timer: u8,
     nak_seq_sent: bool,
-    rq: VecDeque<Rwqe>,
+    rq: VecDeque<RecvBuf>,
     cur: Option<InMsg>,
     out: VecDeque<Resp>,
     atomic_replay: VecDeque<(u32, u64)>,
@@ -82,7 +75,7 @@ enum Verdict {
     Done,
     Nak(NakCode),
     Rnr,
-    LenErr(Rwqe),
+    LenErr(RecvBuf),
 }
 
 impl Responder {
@@ -112,29 +105,7 @@ impl Responder {
     }
 
     pub(crate) fn post(&mut self, mem: &Memory, wr: RecvWr) -> Result<(), VerbsError> {
-        let span = if wr.sge.length == 0 {
-            None
-        } else {
-            Some(
-                mem.check_local(
-                    self.pd,
-                    wr.sge.lkey,
-                    wr.sge.addr,
-                    u64::from(wr.sge.length),
-                    Access::LOCAL_WRITE,
-                )
-                .map_err(|_| {
-                    VerbsError::InvalidWr(
-                        "receive buffer outside its region or without LOCAL_WRITE",
-                    )
-                })?,
-            )
-        };
-        self.rq.push_back(Rwqe {
-            wr_id: wr.wr_id,
-            span,
-            len: wr.sge.length,
-        });
+        self.rq.push_back(RecvBuf::check(mem, self.pd, wr)?);
         Ok(())
     }
 

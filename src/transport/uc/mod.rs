@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 use crate::mem::{Access, Memory, PdId, Span};
-use crate::transport::{psn_add, psn_diff, Io, OutPacket, QpCounters};
+use crate::transport::{psn_add, psn_diff, Io, OutPacket, QpCounters, RecvBuf};
 use crate::verbs::{
     CqId, QpState, RecvWr, Remote, SendOp, SendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
@@ -23,16 +23,9 @@ struct Wqe {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Rwqe {
-    wr_id: u64,
-    span: Option<Span>,
-    len: u32,
-}
-
-#[derive(Debug, Clone, Copy)]
 enum InMsg {
     Send {
-        rwqe: Rwqe,
+        rwqe: RecvBuf,
         offset: usize,
     },
     Write {
@@ -57,7 +50,7 @@ pub struct UcQp {
     next_psn: u32,
     epsn: u32,
     sq: VecDeque<Wqe>,
-    rq: VecDeque<Rwqe>,
+    rq: VecDeque<RecvBuf>,
     cur: Option<InMsg>,
     max_send_wr: usize,
     max_recv_wr: usize,
@@ -154,7 +147,7 @@ impl UcQp {
             Some(InMsg::Send { rwqe, .. }) => Some(rwqe),
             _ => None,
         };
-        let rq: Vec<Rwqe> = cur.into_iter().chain(self.rq.drain(..)).collect();
+        let rq: Vec<RecvBuf> = cur.into_iter().chain(self.rq.drain(..)).collect();
         for r in rq {
             io.wcs.push((
                 self.recv_cq,
@@ -210,29 +203,7 @@ impl UcQp {
         if self.rq.len() >= self.max_recv_wr {
             return Err(VerbsError::QueueFull("receive"));
         }
-        let span = if wr.sge.length == 0 {
-            None
-        } else {
-            Some(
-                mem.check_local(
-                    self.pd,
-                    wr.sge.lkey,
-                    wr.sge.addr,
-                    u64::from(wr.sge.length),
-                    Access::LOCAL_WRITE,
-                )
-                .map_err(|_| {
-                    VerbsError::InvalidWr(
-                        "receive buffer outside its region or without LOCAL_WRITE",
-                    )
-                })?,
-            )
-        };
-        self.rq.push_back(Rwqe {
-            wr_id: wr.wr_id,
-            span,
-            len: wr.sge.length,
-        });
+        self.rq.push_back(RecvBuf::check(mem, self.pd, wr)?);
         Ok(())
     }
 

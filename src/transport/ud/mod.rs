@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use crate::mem::{Access, Memory, PdId, Span};
-use crate::transport::{psn_add, Io, OutPacket, QpCounters};
+use crate::transport::{psn_add, Io, OutPacket, QpCounters, RecvBuf};
 use crate::verbs::{
     CqId, QpState, RecvWr, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
@@ -23,13 +23,6 @@ struct Wqe {
     status: Option<WcStatus>,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Rwqe {
-    wr_id: u64,
-    span: Option<Span>,
-    len: u32,
-}
-
 /// One UD queue pair (also QP1, the GSI).
 pub struct UdQp {
     pub(crate) qpn: u32,
@@ -42,7 +35,7 @@ pub struct UdQp {
     mtu: u32,
     next_psn: u32,
     sq: VecDeque<Wqe>,
-    rq: VecDeque<Rwqe>,
+    rq: VecDeque<RecvBuf>,
     max_send_wr: usize,
     max_recv_wr: usize,
     pub(crate) counters: QpCounters,
@@ -167,29 +160,7 @@ impl UdQp {
         if self.rq.len() >= self.max_recv_wr {
             return Err(VerbsError::QueueFull("receive"));
         }
-        let span = if wr.sge.length == 0 {
-            None
-        } else {
-            Some(
-                mem.check_local(
-                    self.pd,
-                    wr.sge.lkey,
-                    wr.sge.addr,
-                    u64::from(wr.sge.length),
-                    Access::LOCAL_WRITE,
-                )
-                .map_err(|_| {
-                    VerbsError::InvalidWr(
-                        "receive buffer outside its region or without LOCAL_WRITE",
-                    )
-                })?,
-            )
-        };
-        self.rq.push_back(Rwqe {
-            wr_id: wr.wr_id,
-            span,
-            len: wr.sge.length,
-        });
+        self.rq.push_back(RecvBuf::check(mem, self.pd, wr)?);
         Ok(())
     }
 
