@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::datapath::event_loop::Endpoint;
 use crate::datapath::netns::{self, VethPair};
 use crate::datapath::udp::UdpBackend;
+use crate::datapath::Backend;
 use crate::mem::{Access, Mr};
 use crate::verbs::{
     Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
@@ -30,6 +31,19 @@ pub struct DemoConfig {
     pub drop: f64,
     /// Capture every frame on the veth (namespaces only).
     pub capture: bool,
+    /// Which datapath.
+    pub backend: BackendChoice,
+}
+
+/// Which datapath the demo uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// AF_XDP where it can be set up, else the UDP backend (saying why).
+    Auto,
+    /// AF_XDP or fail.
+    Xdp,
+    /// The UDP socket backend.
+    Udp,
 }
 
 /// What happened.
@@ -63,7 +77,7 @@ fn pattern(i: usize, buf: &mut [u8]) {
 }
 
 struct Side {
-    ep: Endpoint<UdpBackend>,
+    ep: Endpoint<Box<dyn Backend + Send>>,
     rc: u32,
     ud: u32,
     cq: crate::verbs::CqId,
@@ -71,11 +85,59 @@ struct Side {
     atomic: Mr,
 }
 
-fn side(addr: Ipv4Addr, seed: u64, region: usize, drop: f64) -> Result<Side, String> {
-    let mut backend = UdpBackend::bind(addr).map_err(|e| e.to_string())?;
-    backend.set_drop(drop);
+/// Where one side runs.
+#[derive(Debug, Clone)]
+struct Place {
+    addr: Ipv4Addr,
+    mac: [u8; 6],
+    iface: Option<String>,
+}
+
+fn side(
+    place: &Place,
+    seed: u64,
+    region: usize,
+    drop: f64,
+    choice: BackendChoice,
+    mtu: Mtu,
+) -> Result<(Side, String), String> {
+    let addr = place.addr;
+    let xdp = match (&place.iface, choice) {
+        (Some(iface), BackendChoice::Auto | BackendChoice::Xdp) if drop == 0.0 => {
+            crate::datapath::xdp::XdpBackend::open(iface, 2, mtu.bytes() + 100)
+                .map_err(|e| e.to_string())
+        }
+        (None, BackendChoice::Xdp) => Err("AF_XDP needs the veth pair (root)".into()),
+        (_, BackendChoice::Xdp) => Err("--drop is for the UDP backend".into()),
+        _ => Err(String::new()),
+    };
+    let (backend, what): (Box<dyn Backend + Send>, String) = match xdp {
+        Ok(b) => {
+            let m = b.mode();
+            let what = format!(
+                "AF_XDP ({} mode, {}{})",
+                if m.native { "native" } else { "generic" },
+                if m.zero_copy { "zero-copy" } else { "copy" },
+                if m.multi_buffer { ", multi-buffer" } else { "" }
+            );
+            (Box::new(b), what)
+        }
+        Err(why) => {
+            if choice == BackendChoice::Xdp {
+                return Err(format!("AF_XDP: {why}"));
+            }
+            let mut u = UdpBackend::bind(addr).map_err(|e| e.to_string())?;
+            u.set_drop(drop);
+            let what = if why.is_empty() {
+                "UDP backend".to_string()
+            } else {
+                format!("UDP backend (AF_XDP not possible: {why})")
+            };
+            (Box::new(u), what)
+        }
+    };
     let mut ctx = Context::new(ContextConfig {
-        mac: [0; 6],
+        mac: place.mac,
         ip: IpAddr::V4(addr),
         seed,
         udp_sport_base: 0xc000,
@@ -107,21 +169,24 @@ fn side(addr: Ipv4Addr, seed: u64, region: usize, drop: f64) -> Result<Side, Str
         },
     )
     .map_err(e)?;
-    Ok(Side {
-        ep: Endpoint::new(ctx, backend),
-        rc,
-        ud,
-        cq,
-        mr,
-        atomic,
-    })
+    Ok((
+        Side {
+            ep: Endpoint::new(ctx, backend),
+            rc,
+            ud,
+            cq,
+            mr,
+            atomic,
+        },
+        what,
+    ))
 }
 
-fn connect(s: &mut Side, peer: Ipv4Addr, peer_rc: u32, mtu: Mtu) -> Result<(), String> {
+fn connect(s: &mut Side, peer: &Place, peer_rc: u32, mtu: Mtu) -> Result<(), String> {
     let e = |e: crate::verbs::VerbsError| e.to_string();
     let remote = Remote {
-        ip: IpAddr::V4(peer),
-        mac: [0; 6],
+        ip: IpAddr::V4(peer.addr),
+        mac: peer.mac,
     };
     let rtr = RtrAttr {
         remote,
@@ -231,8 +296,15 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
     }
     let capture = match (&pair, cfg.capture) {
         (Some(p), true) => Some(
-            crate::datapath::capture::Capture::start(Some(p.ns[1].clone()), p.ifaces[1].clone())
-                .map_err(|e| format!("capturing on the veth: {e}"))?,
+            // On the server's end, which then uses the UDP backend: AF_XDP sends bypass
+            // the capture taps and XDP takes received RoCE frames before them, so only a
+            // kernel-stack end sees both directions.
+            crate::datapath::capture::Capture::start(
+                Some(p.ns[1].clone()),
+                p.ifaces[1].clone(),
+                false,
+            )
+            .map_err(|e| format!("capturing on the veth: {e}"))?,
         ),
         _ => None,
     };
@@ -245,23 +317,57 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
         Some(p) => (Some(p.ns[0].clone()), Some(p.ns[1].clone())),
         None => (None, None),
     };
-    let (addr_a, addr_b) = match &pair {
-        Some(p) => (p.addrs[0], p.addrs[1]),
-        None => (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2)),
+    let (place_a, place_b) = match &pair {
+        Some(p) => {
+            let mac = |i| p.mac(i).map_err(|e| format!("reading the veth MAC: {e}"));
+            (
+                Place {
+                    addr: p.addrs[0],
+                    mac: mac(0)?,
+                    iface: Some(p.ifaces[0].clone()),
+                },
+                Place {
+                    addr: p.addrs[1],
+                    mac: mac(1)?,
+                    iface: Some(p.ifaces[1].clone()),
+                },
+            )
+        }
+        None => (
+            Place {
+                addr: Ipv4Addr::new(127, 0, 0, 1),
+                mac: [0; 6],
+                iface: None,
+            },
+            Place {
+                addr: Ipv4Addr::new(127, 0, 0, 2),
+                mac: [0; 6],
+                iface: None,
+            },
+        ),
+    };
+    let (pa, pb) = (place_a.clone(), place_b.clone());
+    let choice = cfg.backend;
+    let server_choice = if capture.is_some() {
+        BackendChoice::Udp
+    } else {
+        choice
     };
     let mtu = cfg.mtu;
     let drop_share = cfg.drop;
     let ud_size = size.min(mtu.bytes());
 
-    let server = std::thread::spawn(move || -> Result<(usize, usize), String> {
+    let server = std::thread::spawn(move || -> Result<(usize, usize, String), String> {
         if let Some(ns) = &ns_b {
             netns::enter(ns).map_err(|e| format!("entering {ns}: {e}"))?;
         }
-        let mut s = side(
-            addr_b,
+        let (mut s, what) = side(
+            &pb,
             2,
             region + n * (ud_size as usize + 40) + n * size as usize,
             drop_share,
+            server_choice,
+            mtu,
         )?;
         let info = Info {
             rc_qpn: s.rc,
@@ -273,7 +379,7 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
         };
         to_client.send(info).map_err(|e| e.to_string())?;
         let peer = from_client.recv().map_err(|e| e.to_string())?;
-        connect(&mut s, addr_a, peer.rc_qpn, mtu)?;
+        connect(&mut s, &pa, peer.rc_qpn, mtu)?;
         // Receives: n for the SENDs after the RC region, n for UD datagrams after those.
         let send_base = region;
         let ud_base = region + n * size as usize;
@@ -351,14 +457,15 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
                 s.ep.ctx.qp_counters(s.rc)
             );
         }
-        Ok((sends_ok, ud_ok))
+        Ok((sends_ok, ud_ok, what))
     });
 
+    let (pa, pb) = (place_a.clone(), place_b.clone());
     let client = std::thread::spawn(move || -> Result<Vec<String>, String> {
         if let Some(ns) = &ns_a {
             netns::enter(ns).map_err(|e| format!("entering {ns}: {e}"))?;
         }
-        let mut s = side(addr_a, 1, region + 8, drop_share)?;
+        let (mut s, what) = side(&pa, 1, region + 8, drop_share, choice, mtu)?;
         let peer = from_server.recv().map_err(|e| e.to_string())?;
         to_server
             .send(Info {
@@ -370,8 +477,8 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
                 atomic_rkey: 0,
             })
             .map_err(|e| e.to_string())?;
-        connect(&mut s, addr_b, peer.rc_qpn, mtu)?;
-        let mut lines = Vec::new();
+        connect(&mut s, &pb, peer.rc_qpn, mtu)?;
+        let mut lines = vec![format!("client datapath: {what}")];
         let sz = size as usize;
         let (mr, lkey) = (s.mr, s.mr.lkey);
         let sge = |i: usize, len: u32| Sge {
@@ -495,8 +602,8 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
                 let wr = UdSendWr {
                     wr_id: next as u64,
                     dest: Remote {
-                        ip: IpAddr::V4(addr_b),
-                        mac: [0; 6],
+                        ip: IpAddr::V4(pb.addr),
+                        mac: pb.mac,
                     },
                     remote_qpn: peer.ud_qpn,
                     remote_qkey: QKEY,
@@ -540,7 +647,7 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
         None => "loopback 127.0.0.1 and 127.0.0.2".to_string(),
     };
     report.lines.push(format!(
-        "{place}, path MTU {}, UDP backend{}",
+        "{place}, path MTU {}{}",
         mtu.bytes(),
         cfg.netem
             .as_ref()
@@ -557,7 +664,8 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
     ));
     let lines = client_result??;
     report.lines.extend(lines);
-    let (sends_ok, ud_ok) = server_result?;
+    let (sends_ok, ud_ok, server_what) = server_result?;
+    report.lines.push(format!("server datapath: {server_what}"));
     report.lines.push(format!(
         "server verified {sends_ok}/{n} SENDs and {ud_ok}/{n} UD datagrams byte for byte"
     ));

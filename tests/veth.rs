@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use uroce::datapath::netns;
-use uroce::demo::{run, DemoConfig};
+use uroce::demo::{run, BackendChoice, DemoConfig};
 use uroce::verbs::Mtu;
 use uroce::wire;
 
@@ -29,7 +29,32 @@ fn cfg() -> DemoConfig {
         netem: None,
         drop: 0.0,
         capture: false,
+        backend: BackendChoice::Udp,
     }
+}
+
+#[test]
+fn af_xdp_on_both_ends() {
+    if !can_run() {
+        return;
+    }
+    let r = match run(&DemoConfig {
+        backend: BackendChoice::Xdp,
+        ..cfg()
+    }) {
+        Ok(r) => r,
+        Err(e) if e.starts_with("AF_XDP") => {
+            eprintln!("SKIP: AF_XDP cannot be set up here: {e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert!(r.ok, "{:#?}", r.lines);
+    let has = |s: &str| r.lines.iter().any(|l| l.contains(s));
+    assert!(has("client datapath: AF_XDP"), "{:#?}", r.lines);
+    assert!(has("server datapath: AF_XDP"), "{:#?}", r.lines);
+    // A 4096-byte path MTU through 4 KiB UMEM chunks: multi-buffer frames.
+    assert!(has("multi-buffer"), "{:#?}", r.lines);
 }
 
 #[test]
@@ -37,8 +62,11 @@ fn rc_and_ud_over_veth_with_every_frame_checked() {
     if !can_run() {
         return;
     }
+    // The client uses AF_XDP where it can, the server the UDP backend, so a capture on
+    // the server's end sees both directions (AF_XDP traffic bypasses the capture taps).
     let r = run(&DemoConfig {
         capture: true,
+        backend: BackendChoice::Auto,
         ..cfg()
     })
     .unwrap();

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use uroce::demo::{run, DemoConfig};
+use uroce::demo::{run, BackendChoice, DemoConfig};
 use uroce::verbs::Mtu;
 
 /// Arguments of `uroce demo`.
@@ -23,6 +23,9 @@ pub struct Args {
     /// Drop this share of received datagrams at each endpoint (0..0.5), where netem is missing.
     #[arg(long, default_value_t = 0.0)]
     drop: f64,
+    /// Datapath: auto (AF_XDP where possible, else UDP, saying why), xdp or udp.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "udp"])]
+    backend: String,
     /// Capture the veth traffic into this pcap file (and check every RoCE frame's ICRC).
     #[arg(long)]
     pcap: Option<std::path::PathBuf>,
@@ -38,7 +41,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
     if u64::from(a.messages) * u64::from(a.size) > 256 << 20 {
         return Err("--messages x --size above 256 MiB: pick smaller numbers".into());
     }
-    println!("uroce demo: AF_XDP is not built yet; using the UDP socket backend (kernel UDP on port 4791)");
+    println!("uroce demo");
     let r = run(&DemoConfig {
         messages: a.messages as usize,
         size: a.size,
@@ -46,6 +49,11 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         netem: a.netem,
         drop: a.drop,
         capture: a.pcap.is_some(),
+        backend: match a.backend.as_str() {
+            "xdp" => BackendChoice::Xdp,
+            "udp" => BackendChoice::Udp,
+            _ => BackendChoice::Auto,
+        },
     })?;
     for l in &r.lines {
         println!("  {l}");

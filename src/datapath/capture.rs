@@ -49,9 +49,10 @@ fn open(iface: &str) -> io::Result<OwnedFd> {
 }
 
 impl Capture {
-    /// Starts capturing on `iface` inside namespace `ns` (`None`: the current one).
+    /// Starts capturing on `iface` inside namespace `ns` (`None`: the current one); with
+    /// `outgoing_only`, only the frames this interface sends.
     /// Returns once the socket is open, so nothing sent afterwards is missed.
-    pub fn start(ns: Option<String>, iface: String) -> io::Result<Self> {
+    pub fn start(ns: Option<String>, iface: String, outgoing_only: bool) -> io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
@@ -81,17 +82,24 @@ impl Capture {
                 // SAFETY: one valid pollfd.
                 let r = unsafe { libc::poll(&mut pfd, 1, 50) };
                 if r > 0 {
-                    // SAFETY: `buf` is writable for its length.
+                    // SAFETY: sockaddr_ll is plain data; all-zero is valid.
+                    let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+                    let mut flen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+                    // SAFETY: `buf` and `from` are writable for the lengths passed.
                     let n = unsafe {
-                        libc::recv(
+                        libc::recvfrom(
                             fd.as_raw_fd(),
                             buf.as_mut_ptr().cast(),
                             buf.len(),
                             libc::MSG_DONTWAIT,
+                            (&mut from as *mut libc::sockaddr_ll).cast(),
+                            &mut flen,
                         )
                     };
                     if n > 0 {
-                        frames.push(buf[..n as usize].to_vec());
+                        if !outgoing_only || from.sll_pkttype == libc::PACKET_OUTGOING {
+                            frames.push(buf[..n as usize].to_vec());
+                        }
                         continue;
                     }
                 }

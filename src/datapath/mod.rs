@@ -5,12 +5,13 @@
 //! - [`netns`]: network namespaces and veth pairs, for the demo and the tests.
 //! - [`event_loop`]: drives a context from a backend, its timers and the application.
 //!
-//! The AF_XDP backend (kernel bypass) is not built yet.
+//! - [`xdp`]: AF_XDP (kernel bypass) with an XDP program steering UDP/4791.
 
 pub mod capture;
 pub mod event_loop;
 pub mod netns;
 pub mod udp;
+pub mod xdp;
 
 use std::io;
 use std::time::Duration;
@@ -22,6 +23,15 @@ pub trait Backend {
     /// Waits up to `timeout` for one frame; writes it into `buf` as an Ethernet frame the
     /// context can parse and returns its length, or `None` on timeout.
     fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>>;
+}
+
+impl<B: Backend + ?Sized> Backend for Box<B> {
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        (**self).send(frame)
+    }
+    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
+        (**self).recv(buf, timeout)
+    }
 }
 
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

@@ -130,6 +130,39 @@ impl VethPair {
     }
 }
 
+impl VethPair {
+    /// The MAC address of side `i`'s interface.
+    pub fn mac(&self, i: usize) -> io::Result<[u8; 6]> {
+        let out = Command::new("ip")
+            .args([
+                "-n",
+                &self.ns[i],
+                "-j",
+                "link",
+                "show",
+                "dev",
+                &self.ifaces[i],
+            ])
+            .output()?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| io::Error::other(format!("ip -j link: {e}")))?;
+        let text = v[0]["address"].as_str().unwrap_or("");
+        let mut mac = [0u8; 6];
+        let parts: Vec<u8> = text
+            .split(':')
+            .filter_map(|h| u8::from_str_radix(h, 16).ok())
+            .collect();
+        if parts.len() != 6 {
+            return Err(io::Error::other(format!(
+                "no MAC address for {}",
+                self.ifaces[i]
+            )));
+        }
+        mac.copy_from_slice(&parts);
+        Ok(mac)
+    }
+}
+
 impl Drop for VethPair {
     fn drop(&mut self) {
         for n in &self.ns {
