@@ -265,19 +265,31 @@ impl Memory {
         })
     }
 
-    /// Bytes of a checked span.
-    pub fn read(&self, s: Span) -> &[u8] {
-        match self.by_lkey.get(&s.lkey) {
-            Some(r) => &r.data[s.offset..s.offset + s.len],
-            None => &[],
-        }
+    /// Bytes of a checked span; `None` if its region went away since the check.
+    pub fn read(&self, s: Span) -> Option<&[u8]> {
+        self.by_lkey
+            .get(&s.lkey)?
+            .data
+            .get(s.offset..s.offset + s.len)
     }
 
-    /// Writable bytes of a checked span (empty if the region went away since the check).
-    pub fn write(&mut self, s: Span) -> &mut [u8] {
-        match self.by_lkey.get_mut(&s.lkey) {
-            Some(r) => &mut r.data[s.offset..s.offset + s.len],
-            None => &mut [],
+    /// Writable bytes of a checked span; `None` if its region went away since the check.
+    pub fn write(&mut self, s: Span) -> Option<&mut [u8]> {
+        self.by_lkey
+            .get_mut(&s.lkey)?
+            .data
+            .get_mut(s.offset..s.offset + s.len)
+    }
+
+    /// Copies `data` into a checked span of the same length; false (and nothing written)
+    /// if the region went away or the lengths differ.
+    pub fn copy_in(&mut self, s: Span, data: &[u8]) -> bool {
+        match self.write(s) {
+            Some(dst) if dst.len() == data.len() => {
+                dst.copy_from_slice(data);
+                true
+            }
+            _ => false,
         }
     }
 }

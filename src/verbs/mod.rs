@@ -222,7 +222,7 @@ impl Context {
             caps.max_recv_wr,
         );
         let kind = match caps.qp_type {
-            QpType::Rc => QpKind::Rc(RcQp::new(qpn, pd, s, r, ms, mr)),
+            QpType::Rc => QpKind::Rc(Box::new(RcQp::new(qpn, pd, s, r, ms, mr))),
             QpType::Uc => QpKind::Uc(UcQp::new(qpn, pd, s, r, ms, mr)),
             QpType::Ud | QpType::Gsi => QpKind::Ud(UdQp::new(qpn, pd, s, r, ms, mr)),
         };
@@ -530,7 +530,10 @@ impl Context {
         let len = pkt.payload.map_or(0, |s| s.len);
         let n = repr
             .emit_with(len, buf, |dst| match pkt.payload {
-                Some(s) if mem.read(s).len() == dst.len() => dst.copy_from_slice(mem.read(s)),
+                Some(s) => match mem.read(s) {
+                    Some(src) if src.len() == dst.len() => dst.copy_from_slice(src),
+                    _ => dst.fill(0), // the region went away under a queued response
+                },
                 _ => dst.fill(0), // the region went away under a queued response
             })
             .ok()?;

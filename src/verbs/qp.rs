@@ -12,7 +12,7 @@ use crate::wire::RocePacket;
 
 /// The transport state machine of a QP.
 pub(crate) enum QpKind {
-    Rc(RcQp),
+    Rc(Box<RcQp>),
     Uc(UcQp),
     Ud(UdQp),
 }

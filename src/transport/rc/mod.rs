@@ -143,7 +143,8 @@ impl RcQp {
             return;
         }
         let Some(path) = self.path else { return };
-        if !pkey_matches(p.bth.pkey, path.pkey) {
+        // A connected QP takes packets from its peer only.
+        if p.ip.src() != path.remote.ip || !pkey_matches(p.bth.pkey, path.pkey) {
             self.counters.dropped += 1;
             return;
         }

@@ -149,6 +149,13 @@ impl Requester {
             SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
             _ => len.div_ceil(mtu).max(1),
         };
+        // One message's PSNs must fit well inside the 2^23 window that tells the past
+        // from the future (2^31 bytes at a 256-byte MTU would fill it exactly).
+        if npkts >= (1 << 23) - MAX_INFLIGHT_PSNS {
+            return Err(VerbsError::InvalidWr(
+                "message needs more PSNs than the window allows at this path MTU: use a larger MTU",
+            ));
+        }
         self.sq.push_back(Wqe {
             wr,
             local,
@@ -269,8 +276,13 @@ impl Requester {
     ) -> Result<(), Fatal> {
         let psn = p.bth.psn;
         // A response must name a PSN we sent and that is not yet fully answered.
+        // A response must name a PSN already sent (not merely reserved for a message
+        // still going out), and no older than the last one acknowledged; a NAK must name
+        // one not yet acknowledged.
         let d_una = psn_diff(psn, self.una);
-        if psn_diff(self.next_psn, psn) <= 0 || d_una < -1 {
+        let is_nak = p.bth.opcode == Opcode::RcAck
+            && !matches!(p.ext.aeth.map(|a| a.kind()), Some(Syndrome::Ack { .. }));
+        if psn_diff(self.sent_hw, psn) <= 0 || d_una < -1 || (is_nak && d_una < 0) {
             c.dropped += 1;
             return Ok(());
         }
@@ -296,6 +308,11 @@ impl Requester {
                         self.rewind(psn);
                         self.timer = None;
                     }
+                    Syndrome::Nak(NakCode::PsnSequenceError) if self.rnr_until.is_some() => {
+                        // Behind an RNR NAK the rest of the window is out of sequence by
+                        // design: the RNR wait already resends from there.
+                        c.packet_seq_err += 1;
+                    }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
                         c.packet_seq_err += 1;
                         let progress = psn_diff(psn, self.una) > 0;
@@ -309,6 +326,18 @@ impl Requester {
                         self.rewind(psn);
                     }
                     Syndrome::Nak(code) => {
+                        // An older READ or atomic still waits for its data: its responses
+                        // were lost (implied NAK, §9.7.5.1.4). Ask for them again first;
+                        // the error will come back, in order, when this PSN is resent.
+                        if let Some(j) = self.oldest_rd_atomic() {
+                            let w = &self.sq[j];
+                            if psn_diff(psn, w.first_psn) > 0 && !w.contains(psn) {
+                                let at = w.next_resp;
+                                self.rerequested = Some(at);
+                                self.tx_psn = at;
+                                return Ok(());
+                            }
+                        }
                         self.acked_through(psn_add(psn, 0xff_ffff), io.now);
                         let status = match code {
                             NakCode::RemoteAccessError => WcStatus::RemAccessErr,
@@ -331,9 +360,11 @@ impl Requester {
                     return Ok(());
                 }
                 if let (Some(span), Some(ack)) = (w.local, p.ext.atomic_ack) {
-                    io.mem
-                        .write(span)
-                        .copy_from_slice(&ack.orig.to_le_bytes()[..span.len.min(8)]);
+                    let orig = ack.orig.to_le_bytes();
+                    if !io.mem.copy_in(span, &orig[..span.len.min(8)]) {
+                        // The result buffer was deregistered under the request.
+                        return self.fail_at(psn, WcStatus::LocProtErr, io);
+                    }
                 }
                 w.done = true;
                 w.next_resp = w.end_psn();
@@ -399,9 +430,13 @@ impl Requester {
             return self.fail_at(first, WcStatus::BadRespErr, io);
         }
         if let Some(span) = w.local {
-            io.mem
-                .write(span.sub(offset as usize, len as usize))
-                .copy_from_slice(p.payload);
+            if !io
+                .mem
+                .copy_in(span.sub(offset as usize, len as usize), p.payload)
+            {
+                let first = w.first_psn;
+                return self.fail_at(first, WcStatus::LocProtErr, io);
+            }
         }
         let w = &mut self.sq[i];
         w.next_resp = psn_add(psn, 1);

@@ -41,6 +41,8 @@ enum Resp {
         psn: u32,
         msn: u32,
         orig: u64,
+        /// A new request (counts against max_dest_rd_atomic), not a replay.
+        fresh: bool,
     },
     Read {
         first: u32,
@@ -49,8 +51,38 @@ enum Resp {
         span: Option<Span>,
         total: u32,
         msn: u32,
+        fresh: bool,
     },
 }
+
+impl Resp {
+    fn fresh(&self) -> bool {
+        matches!(
+            self,
+            Resp::AtomicAck { fresh: true, .. } | Resp::Read { fresh: true, .. }
+        )
+    }
+    fn replay(&self) -> bool {
+        matches!(
+            self,
+            Resp::AtomicAck { fresh: false, .. } | Resp::Read { fresh: false, .. }
+        )
+    }
+}
+
+/// A READ the responder executed, remembered so that only its own retransmissions are
+/// answered again (§9.7.5.2.2), never an arbitrary READ with an old PSN.
+#[derive(Debug, Clone, Copy)]
+struct PastRead {
+    first: u32,
+    npkts: u32,
+    va: u64,
+    rkey: u32,
+    len: u32,
+}
+
+/// Largest message (IBTA: 2^31 bytes).
+const MAX_MESSAGE: u64 = 1 << 31;
 
 /// Responder state of one QP.
 #[derive(Debug, Default)]
@@ -69,6 +101,7 @@ pub(crate) struct Responder {
     cur: Option<InMsg>,
     out: VecDeque<Resp>,
     atomic_replay: VecDeque<(u32, u64)>,
+    past_reads: VecDeque<PastRead>,
 }
 
 enum Verdict {
@@ -174,6 +207,9 @@ impl Responder {
                 c.nak_sent_rnr += 1;
                 let t = self.min_rnr_timer;
                 self.queue_nak(psn, Syndrome::RnrNak { timer: t });
+                // The packets behind it are not a new sequence error: stay quiet until
+                // the requester comes back to this PSN.
+                self.nak_seq_sent = true;
                 Ok(())
             }
             Verdict::Nak(code) => {
@@ -281,9 +317,10 @@ impl Responder {
                     return Verdict::LenErr(rwqe);
                 }
                 if let Some(span) = rwqe.span {
-                    io.mem
-                        .write(span.sub(offset as usize, len))
-                        .copy_from_slice(p.payload);
+                    if !io.mem.copy_in(span.sub(offset as usize, len), p.payload) {
+                        // The receive buffer was deregistered after it was posted.
+                        return Verdict::Nak(NakCode::RemoteOperationalError);
+                    }
                 }
                 if last {
                     self.cur = None;
@@ -311,7 +348,9 @@ impl Responder {
                     return Verdict::Rnr; // checked before any byte is written
                 }
                 if let Some(reth) = p.ext.reth {
-                    if !self.access.contains(Access::REMOTE_WRITE) {
+                    if !self.access.contains(Access::REMOTE_WRITE)
+                        || u64::from(reth.len) > MAX_MESSAGE
+                    {
                         return Verdict::Nak(NakCode::InvalidRequest);
                     }
                     let total = u64::from(reth.len);
@@ -353,9 +392,9 @@ impl Responder {
                     return Verdict::Nak(NakCode::InvalidRequest);
                 }
                 if let Some(span) = span {
-                    io.mem
-                        .write(span.sub(offset as usize, len))
-                        .copy_from_slice(p.payload);
+                    if !io.mem.copy_in(span.sub(offset as usize, len), p.payload) {
+                        return Verdict::Nak(NakCode::RemoteAccessError);
+                    }
                 }
                 if last {
                     self.cur = None;
@@ -385,14 +424,10 @@ impl Responder {
                 let Some(reth) = p.ext.reth else {
                     return Verdict::Nak(NakCode::InvalidRequest);
                 };
-                if !self.access.contains(Access::REMOTE_READ) {
+                if !self.access.contains(Access::REMOTE_READ) || u64::from(reth.len) > MAX_MESSAGE {
                     return Verdict::Nak(NakCode::InvalidRequest);
                 }
-                let reads = self
-                    .out
-                    .iter()
-                    .filter(|r| !matches!(r, Resp::Ack { .. }))
-                    .count();
+                let reads = self.out.iter().filter(|r| r.fresh()).count();
                 if reads as u32 >= self.max_dest_rd_atomic {
                     return Verdict::Nak(NakCode::InvalidRequest);
                 }
@@ -409,7 +444,19 @@ impl Responder {
                     span,
                     total: reth.len,
                     msn: self.msn,
+                    fresh: true,
                 });
+                self.past_reads.push_back(PastRead {
+                    first: psn,
+                    npkts,
+                    va: reth.va,
+                    rkey: reth.rkey,
+                    len: reth.len,
+                });
+                let keep = (self.max_dest_rd_atomic as usize).max(16);
+                while self.past_reads.len() > keep {
+                    self.past_reads.pop_front();
+                }
                 self.epsn = psn_add(psn, npkts);
                 return Verdict::Done;
             }
@@ -420,11 +467,7 @@ impl Responder {
                 if !self.access.contains(Access::REMOTE_ATOMIC) || a.va % 8 != 0 {
                     return Verdict::Nak(NakCode::InvalidRequest);
                 }
-                let reads = self
-                    .out
-                    .iter()
-                    .filter(|r| !matches!(r, Resp::Ack { .. }))
-                    .count();
+                let reads = self.out.iter().filter(|r| r.fresh()).count();
                 if reads as u32 >= self.max_dest_rd_atomic {
                     return Verdict::Nak(NakCode::InvalidRequest);
                 }
@@ -436,7 +479,9 @@ impl Responder {
                         Ok(s) => s,
                         Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
                     };
-                let cell = io.mem.write(span);
+                let Some(cell) = io.mem.write(span).filter(|c| c.len() == 8) else {
+                    return Verdict::Nak(NakCode::RemoteAccessError);
+                };
                 let mut b = [0u8; 8];
                 b.copy_from_slice(&cell[..8]);
                 let orig = u64::from_le_bytes(b);
@@ -459,6 +504,7 @@ impl Responder {
                     psn,
                     msn: self.msn,
                     orig,
+                    fresh: true,
                 });
                 self.epsn = psn_add(psn, 1);
                 return Verdict::Done;
@@ -479,6 +525,27 @@ impl Responder {
         match p.bth.opcode {
             Opcode::RcReadRequest => {
                 let Some(reth) = p.ext.reth else { return };
+                // Only a retransmission of a READ this responder executed, asking for the
+                // rest of it from `psn` on, is answered again; and not beyond a bound on
+                // queued replays.
+                let mtu = u64::from(path.mtu);
+                let known = self.past_reads.iter().any(|r| {
+                    let k = psn_diff(psn, r.first);
+                    if k < 0 || k as u32 >= r.npkts {
+                        return false;
+                    }
+                    let off = (k as u64 * mtu).min(u64::from(r.len));
+                    r.rkey == reth.rkey
+                        && reth.va == r.va.wrapping_add(off)
+                        && u64::from(reth.len) == u64::from(r.len) - off
+                });
+                let replays = self.out.iter().filter(|r| r.replay()).count();
+                if !known
+                    || !self.access.contains(Access::REMOTE_READ)
+                    || replays >= 2 * (self.max_dest_rd_atomic as usize).max(1)
+                {
+                    return;
+                }
                 let Ok(span) = read_span(mem, self.pd, reth.rkey, reth.va, reth.len) else {
                     return;
                 };
@@ -499,12 +566,21 @@ impl Responder {
                     span,
                     total: reth.len,
                     msn,
+                    fresh: false,
                 });
             }
             Opcode::RcCompareSwap | Opcode::RcFetchAdd => {
                 if let Some(&(_, orig)) = self.atomic_replay.iter().find(|(q, _)| *q == psn) {
                     let msn = self.msn;
-                    self.out.push_back(Resp::AtomicAck { psn, msn, orig });
+                    let replays = self.out.iter().filter(|r| r.replay()).count();
+                    if replays < 2 * (self.max_dest_rd_atomic as usize).max(1) {
+                        self.out.push_back(Resp::AtomicAck {
+                            psn,
+                            msn,
+                            orig,
+                            fresh: false,
+                        });
+                    }
                 }
             }
             _ => {
@@ -524,7 +600,7 @@ impl Responder {
                 self.out.pop_front();
                 (Opcode::RcAck, psn, None)
             }
-            Resp::AtomicAck { psn, msn, orig } => {
+            Resp::AtomicAck { psn, msn, orig, .. } => {
                 ext.aeth = Some(AethRepr::new(
                     Syndrome::Ack {
                         credits: NO_CREDITS,
@@ -542,6 +618,7 @@ impl Responder {
                 span,
                 total,
                 msn,
+                ..
             } => {
                 let psn = *next;
                 let k = psn_diff(psn, first) as u32;
@@ -600,7 +677,8 @@ impl Responder {
                 },
             ));
         }
-        self.out.retain(|r| matches!(r, Resp::Ack { .. }));
+        // What was queued before the fatal NAK (READ responses, atomic ACKs) still goes
+        // out ahead of it, in PSN order.
     }
 }
 

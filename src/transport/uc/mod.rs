@@ -321,7 +321,10 @@ impl UcQp {
             self.counters.dropped += 1;
             return;
         }
-        if p.bth.pkey & 0x7fff != self.pkey & 0x7fff {
+        // A connected QP takes packets from its peer only.
+        if p.bth.pkey & 0x7fff != self.pkey & 0x7fff
+            || self.remote.is_some_and(|r| r.ip != p.ip.src())
+        {
             self.counters.dropped += 1;
             return;
         }
@@ -425,7 +428,10 @@ impl UcQp {
                     return true;
                 }
                 if let Some(s) = rwqe.span {
-                    io.mem.write(s.sub(offset, len)).copy_from_slice(p.payload);
+                    if !io.mem.copy_in(s.sub(offset, len), p.payload) {
+                        self.counters.dropped += 1;
+                        return false;
+                    }
                 }
                 if last {
                     self.cur = None;
@@ -461,9 +467,10 @@ impl UcQp {
                     return false;
                 }
                 if let Some(s) = span {
-                    io.mem
-                        .write(s.sub(offset as usize, len))
-                        .copy_from_slice(p.payload);
+                    if !io.mem.copy_in(s.sub(offset as usize, len), p.payload) {
+                        self.counters.dropped += 1;
+                        return false;
+                    }
                 }
                 if last {
                     self.cur = None;

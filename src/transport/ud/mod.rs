@@ -256,11 +256,28 @@ impl UdQp {
             return;
         }
         if let Some(span) = r.span {
-            let buf = io.mem.write(span);
-            if grh::ud_receive_grh(&p.ip, p.ip_header, buf).is_err() {
+            let placed = io.mem.write(span).is_some_and(|buf| {
+                grh::ud_receive_grh(&p.ip, p.ip_header, buf).is_ok()
+                    && buf
+                        .get_mut(GRH_LEN..GRH_LEN + len)
+                        .map(|d| d.copy_from_slice(p.payload))
+                        .is_some()
+            });
+            if !placed {
+                // The receive buffer was deregistered after it was posted.
                 self.counters.dropped += 1;
+                let wc = recv_wc(
+                    self.qpn,
+                    r.wr_id,
+                    WcStatus::LocProtErr,
+                    0,
+                    None,
+                    deth.src_qp,
+                    sender,
+                );
+                io.wcs.push((self.recv_cq, wc));
+                return;
             }
-            buf[GRH_LEN..GRH_LEN + len].copy_from_slice(p.payload);
         }
         self.counters.delivered += 1;
         let byte_len = (GRH_LEN + len) as u32;
