@@ -11,6 +11,7 @@ pub mod demo;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod mem;
+pub mod perf;
 pub mod sim;
 pub mod transport;
 pub mod verbs;

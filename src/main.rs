@@ -18,6 +18,8 @@ struct Cli {
 enum Command {
     /// Two endpoints in two network namespaces over veth: RC WRITE/READ/SEND/atomics and UD, verified.
     Demo(cli::demo::Args),
+    /// RC bandwidth / latency between two hosts; the server runs with no address.
+    Perf(cli::perf::Args),
     /// Decode RoCEv2 frames in a pcap or pcapng capture, one line per frame.
     Decode(cli::decode::Args),
     /// Run two endpoints over a simulated lossy link and verify every operation.
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Command::Decode(a) => cli::decode::run(a),
         Command::Demo(a) => cli::demo::run_cmd(a),
+        Command::Perf(a) => cli::perf::run_cmd(a),
         Command::Sim(a) => cli::sim::run_cmd(a),
         Command::SimCc(a) => cli::simcc::run_cmd(a),
     };

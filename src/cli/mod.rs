@@ -2,5 +2,6 @@
 
 pub mod decode;
 pub mod demo;
+pub mod perf;
 pub mod sim;
 pub mod simcc;

@@ -1,0 +1,484 @@
+//! `uroce perf`: RC bandwidth and latency between two hosts, perftest style. The server
+//! is `uroce perf OP` with no address; the client names it. They exchange QPN, PSN, rkey,
+//! address and MAC as one JSON line each over TCP (default port 18515), then move data
+//! over the chosen datapath.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::datapath::event_loop::Endpoint;
+use crate::datapath::udp::UdpBackend;
+use crate::datapath::xdp::XdpBackend;
+use crate::datapath::Backend;
+use crate::mem::Access;
+use crate::verbs::{
+    Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
+    SendOp, SendWr, Sge, WcStatus,
+};
+
+/// The operation measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PerfOp {
+    /// RDMA WRITE.
+    Write,
+    /// RDMA READ.
+    Read,
+    /// SEND.
+    Send,
+}
+
+/// Options of a run.
+#[derive(Debug, Clone)]
+pub struct PerfConfig {
+    /// Operation.
+    pub op: PerfOp,
+    /// Message size.
+    pub size: u32,
+    /// How long the client runs.
+    pub duration: Duration,
+    /// Latency mode: one operation at a time.
+    pub latency: bool,
+    /// `xdp`, `udp` or `auto`.
+    pub backend: String,
+    /// Interface for AF_XDP (found from the local address when not given).
+    pub iface: Option<String>,
+    /// TCP port of the exchange.
+    pub port: u16,
+    /// Path MTU.
+    pub mtu: Mtu,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Hello {
+    op: PerfOp,
+    size: u32,
+    qpn: u32,
+    psn: u32,
+    rkey: u32,
+    addr: u64,
+    mac: String,
+}
+
+/// What the client measured.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PerfResult {
+    /// Operation.
+    pub op: String,
+    /// Bytes per message.
+    pub bytes: u32,
+    /// Completed operations.
+    pub iterations: u64,
+    /// Average bandwidth, Gb/s.
+    pub bw_gbps: f64,
+    /// Messages per second, millions.
+    pub msg_rate_mpps: f64,
+    /// Latency percentiles, microseconds (latency mode).
+    pub lat_p50_us: Option<f64>,
+    /// p99.
+    pub lat_p99_us: Option<f64>,
+    /// p99.9.
+    pub lat_p999_us: Option<f64>,
+    /// The datapath used.
+    pub datapath: String,
+}
+
+fn ip_json(args: &[&str]) -> Result<serde_json::Value, String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("running ip: {e}"))?;
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("ip {}: {e}", args.join(" ")))
+}
+
+fn parse_mac(s: &str) -> [u8; 6] {
+    let mut m = [0u8; 6];
+    for (i, h) in s.split(':').take(6).enumerate() {
+        m[i] = u8::from_str_radix(h, 16).unwrap_or(0);
+    }
+    m
+}
+
+fn fmt_mac(m: &[u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The interface holding `ip`, and its MAC.
+fn iface_of(ip: Ipv4Addr) -> Result<(String, [u8; 6]), String> {
+    let v = ip_json(&["-j", "-4", "addr", "show"])?;
+    for link in v.as_array().into_iter().flatten() {
+        let has = link["addr_info"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|a| a["local"].as_str() == Some(&ip.to_string()));
+        if has {
+            let name = link["ifname"].as_str().unwrap_or("").to_string();
+            let mac = parse_mac(link["address"].as_str().unwrap_or(""));
+            return Ok((name, mac));
+        }
+    }
+    Err(format!("no interface has the address {ip}"))
+}
+
+/// The next hop's MAC for `ip`, from the kernel's neighbour table (the TCP exchange
+/// has just resolved it).
+fn neighbour_mac(ip: Ipv4Addr) -> [u8; 6] {
+    ip_json(&["-j", "neigh", "show", &ip.to_string()])
+        .ok()
+        .and_then(|v| v[0]["lladdr"].as_str().map(parse_mac))
+        .unwrap_or([0; 6])
+}
+
+fn open_backend(
+    cfg: &PerfConfig,
+    local: Ipv4Addr,
+    iface: &str,
+) -> Result<(Box<dyn Backend + Send>, String), String> {
+    if cfg.backend != "udp" {
+        match XdpBackend::open(iface, 2, cfg.mtu.bytes() + 100) {
+            Ok(b) => return Ok((Box::new(b), format!("AF_XDP on {iface}"))),
+            Err(e) if cfg.backend == "xdp" => return Err(format!("AF_XDP on {iface}: {e}")),
+            Err(e) => {
+                let u = UdpBackend::bind(local).map_err(|e| e.to_string())?;
+                return Ok((
+                    Box::new(u),
+                    format!("UDP backend (AF_XDP not possible: {e})"),
+                ));
+            }
+        }
+    }
+    let u = UdpBackend::bind(local).map_err(|e| e.to_string())?;
+    Ok((Box::new(u), "UDP backend".into()))
+}
+
+struct Setup {
+    ep: Endpoint<Box<dyn Backend + Send>>,
+    qp: u32,
+    cq: crate::verbs::CqId,
+    mr: crate::mem::Mr,
+    datapath: String,
+}
+
+const WINDOW: usize = 32;
+
+fn setup(cfg: &PerfConfig, local: Ipv4Addr) -> Result<Setup, String> {
+    let (iface, mac) = match &cfg.iface {
+        Some(i) => (i.clone(), iface_of(local).map(|x| x.1).unwrap_or([0; 6])),
+        None => iface_of(local).unwrap_or(("lo".into(), [0; 6])),
+    };
+    let (backend, datapath) = open_backend(cfg, local, &iface)?;
+    let mut ctx = Context::new(ContextConfig {
+        mac,
+        ip: IpAddr::V4(local),
+        seed: u64::from(u32::from(local)),
+        udp_sport_base: 0xc000,
+        tos: 0,
+    });
+    let e = |e: crate::verbs::VerbsError| e.to_string();
+    let cq = ctx.create_cq();
+    let pd = ctx.alloc_pd();
+    let caps = QpCaps {
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        max_send_wr: 1024,
+        max_recv_wr: 1024,
+    };
+    let qp = ctx.create_qp(pd, caps).map_err(e)?;
+    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let mr = ctx
+        .reg_mr(pd, vec![0x5a; cfg.size.max(8) as usize * WINDOW], all)
+        .map_err(e)?;
+    ctx.modify_qp_init(qp, InitAttr::default()).map_err(e)?;
+    Ok(Setup {
+        ep: Endpoint::new(ctx, backend),
+        qp,
+        cq,
+        mr,
+        datapath,
+    })
+}
+
+fn connect(
+    s: &mut Setup,
+    cfg: &PerfConfig,
+    peer: Ipv4Addr,
+    hello: &Hello,
+    my_psn: u32,
+) -> Result<(), String> {
+    let e = |e: crate::verbs::VerbsError| e.to_string();
+    let remote = Remote {
+        ip: IpAddr::V4(peer),
+        mac: parse_mac(&hello.mac),
+    };
+    let rtr = RtrAttr {
+        remote,
+        dest_qpn: hello.qpn,
+        rq_psn: hello.psn,
+        path_mtu: cfg.mtu,
+        max_dest_rd_atomic: 16,
+        min_rnr_timer: 1,
+    };
+    s.ep.ctx.modify_qp_rtr(s.qp, rtr).map_err(e)?;
+    s.ep.ctx
+        .modify_qp_rts(
+            s.qp,
+            RtsAttr {
+                sq_psn: my_psn,
+                timeout: 12,
+                ..RtsAttr::default()
+            },
+        )
+        .map_err(e)
+}
+
+fn v4(a: IpAddr) -> Result<Ipv4Addr, String> {
+    match a {
+        IpAddr::V4(v) => Ok(v),
+        IpAddr::V6(_) => Err("uroce perf is IPv4 only for now".into()),
+    }
+}
+
+/// Runs the server: answers one client, then returns.
+pub fn server(cfg: &PerfConfig) -> Result<String, String> {
+    crate::datapath::catch_interrupts();
+    let l = TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], cfg.port)))
+        .map_err(|e| format!("listening on TCP {}: {e}", cfg.port))?;
+    let (tcp, peer) = l.accept().map_err(|e| e.to_string())?;
+    let local = v4(tcp.local_addr().map_err(|e| e.to_string())?.ip())?;
+    let peer = v4(peer.ip())?;
+    let mut rd = BufReader::new(tcp.try_clone().map_err(|e| e.to_string())?);
+    let mut line = String::new();
+    rd.read_line(&mut line).map_err(|e| e.to_string())?;
+    let theirs: Hello =
+        serde_json::from_str(&line).map_err(|e| format!("bad hello from the client: {e}"))?;
+    let cfg = PerfConfig {
+        op: theirs.op,
+        size: theirs.size,
+        ..cfg.clone()
+    };
+    let mut s = setup(&cfg, local)?;
+    let mine = Hello {
+        op: cfg.op,
+        size: cfg.size,
+        qpn: s.qp,
+        psn: 0x200,
+        rkey: s.mr.rkey,
+        addr: s.mr.addr,
+        mac: fmt_mac(&s.ep.ctx.config().mac),
+    };
+    let mut w = tcp.try_clone().map_err(|e| e.to_string())?;
+    writeln!(
+        w,
+        "{}",
+        serde_json::to_string(&mine).map_err(|e| e.to_string())?
+    )
+    .map_err(|e| e.to_string())?;
+    let theirs = Hello {
+        mac: if theirs.mac == "00:00:00:00:00:00" {
+            fmt_mac(&neighbour_mac(peer))
+        } else {
+            theirs.mac
+        },
+        ..theirs
+    };
+    connect(&mut s, &cfg, peer, &theirs, 0x200)?;
+    let (qp, cq, mr) = (s.qp, s.cq, s.mr);
+    let slot = cfg.size.max(8);
+    let post_recv = |ctx: &mut Context, i: u64| {
+        let sge = Sge {
+            addr: mr.addr + (i % WINDOW as u64) * u64::from(slot),
+            length: slot,
+            lkey: mr.lkey,
+        };
+        ctx.post_recv(qp, RecvWr { wr_id: i, sge })
+    };
+    let mut posted = 0u64;
+    if cfg.op == PerfOp::Send {
+        for _ in 0..WINDOW * 4 {
+            post_recv(&mut s.ep.ctx, posted).map_err(|e| e.to_string())?;
+            posted += 1;
+        }
+    }
+    tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut probe = [0u8; 64];
+    let mut received = 0u64;
+    loop {
+        s.ep.poll(Duration::from_millis(1))
+            .map_err(|e| e.to_string())?;
+        for wc in s.ep.ctx.poll_cq(cq, 64) {
+            if wc.status == WcStatus::Success {
+                received += 1;
+                let _ = post_recv(&mut s.ep.ctx, posted);
+                posted += 1;
+            }
+        }
+        match std::io::Read::read(&mut &tcp, &mut probe) {
+            Ok(0) => break, // the client is done
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => break,
+        }
+        if crate::datapath::interrupted() {
+            break;
+        }
+    }
+    Ok(format!(
+        "served {:?} of {} B from {peer} over {} ({received} receives)",
+        cfg.op, cfg.size, s.datapath
+    ))
+}
+
+/// Runs the client against `server` and measures.
+pub fn client(
+    cfg: &PerfConfig,
+    server: IpAddr,
+    progress: &mut dyn FnMut(&str),
+) -> Result<PerfResult, String> {
+    crate::datapath::catch_interrupts();
+    let tcp = TcpStream::connect((server, cfg.port))
+        .map_err(|e| format!("connecting to {server}:{}: {e}", cfg.port))?;
+    let local = v4(tcp.local_addr().map_err(|e| e.to_string())?.ip())?;
+    let peer = v4(server)?;
+    let mut s = setup(cfg, local)?;
+    let mine = Hello {
+        op: cfg.op,
+        size: cfg.size,
+        qpn: s.qp,
+        psn: 0x100,
+        rkey: s.mr.rkey,
+        addr: s.mr.addr,
+        mac: fmt_mac(&s.ep.ctx.config().mac),
+    };
+    let mut w = tcp.try_clone().map_err(|e| e.to_string())?;
+    writeln!(
+        w,
+        "{}",
+        serde_json::to_string(&mine).map_err(|e| e.to_string())?
+    )
+    .map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    BufReader::new(tcp.try_clone().map_err(|e| e.to_string())?)
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    let theirs: Hello =
+        serde_json::from_str(&line).map_err(|e| format!("bad hello from the server: {e}"))?;
+    let theirs = Hello {
+        mac: if theirs.mac == "00:00:00:00:00:00" {
+            fmt_mac(&neighbour_mac(peer))
+        } else {
+            theirs.mac
+        },
+        ..theirs
+    };
+    connect(&mut s, cfg, peer, &theirs, 0x100)?;
+    let (qp, cq, mr) = (s.qp, s.cq, s.mr);
+    let size = cfg.size;
+    let slot = u64::from(size.max(8));
+    let window = if cfg.latency { 1 } else { WINDOW };
+    let mut inflight = 0usize;
+    let mut next = 0u64;
+    let mut done = 0u64;
+    let mut posted_at = vec![Instant::now(); WINDOW];
+    let mut lats: Vec<f64> = Vec::new();
+    let start = Instant::now();
+    let mut last_report = start;
+    let mut last_done = 0u64;
+    while start.elapsed() < cfg.duration && !crate::datapath::interrupted() {
+        while inflight < window {
+            let i = (next % WINDOW as u64) as usize;
+            let sge = Sge {
+                addr: mr.addr + i as u64 * slot,
+                length: size,
+                lkey: mr.lkey,
+            };
+            let remote_addr = theirs.addr + i as u64 * slot;
+            let op = match cfg.op {
+                PerfOp::Write => SendOp::Write {
+                    remote_addr,
+                    rkey: theirs.rkey,
+                },
+                PerfOp::Read => SendOp::Read {
+                    remote_addr,
+                    rkey: theirs.rkey,
+                },
+                PerfOp::Send => SendOp::Send,
+            };
+            s.ep.ctx
+                .post_send(
+                    qp,
+                    SendWr {
+                        wr_id: next,
+                        op,
+                        sge,
+                        signaled: true,
+                        solicited: false,
+                    },
+                )
+                .map_err(|e| e.to_string())?;
+            posted_at[i] = Instant::now();
+            next += 1;
+            inflight += 1;
+        }
+        s.ep.poll(if cfg.latency {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(1)
+        })
+        .map_err(|e| e.to_string())?;
+        for wc in s.ep.ctx.poll_cq(cq, 64) {
+            if wc.status != WcStatus::Success {
+                return Err(format!(
+                    "operation {} completed with {}",
+                    wc.wr_id,
+                    wc.status.name()
+                ));
+            }
+            if cfg.latency {
+                lats.push(
+                    posted_at[(wc.wr_id % WINDOW as u64) as usize]
+                        .elapsed()
+                        .as_secs_f64()
+                        * 1e6,
+                );
+            }
+            inflight -= 1;
+            done += 1;
+        }
+        if last_report.elapsed() >= Duration::from_secs(1) {
+            let dt = last_report.elapsed().as_secs_f64();
+            progress(&format!(
+                "{:>5.1} s  {:>8.3} Gb/s  {:>8.3} Mmsg/s",
+                start.elapsed().as_secs_f64(),
+                (done - last_done) as f64 * f64::from(size) * 8.0 / dt / 1e9,
+                (done - last_done) as f64 / dt / 1e6
+            ));
+            last_report = Instant::now();
+            last_done = done;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    lats.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| {
+        (!lats.is_empty()).then(|| lats[((lats.len() as f64 * p) as usize).min(lats.len() - 1)])
+    };
+    Ok(PerfResult {
+        op: format!("{:?}", cfg.op).to_lowercase(),
+        bytes: size,
+        iterations: done,
+        bw_gbps: done as f64 * f64::from(size) * 8.0 / secs / 1e9,
+        msg_rate_mpps: done as f64 / secs / 1e6,
+        lat_p50_us: pct(0.5),
+        lat_p99_us: pct(0.99),
+        lat_p999_us: pct(0.999),
+        datapath: s.datapath,
+    })
+}
