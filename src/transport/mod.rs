@@ -100,6 +100,74 @@ impl QpCounters {
     }
 }
 
+/// Packet `k` of `npkts` of a SEND or RDMA WRITE message on RC (`uc` false) or UC: its
+/// opcode (FIRST / MIDDLE / LAST / ONLY, with immediate on the last), its extension
+/// headers (RETH on the first packet of a WRITE, ImmDt on the last) and its slice of the
+/// local buffer. `None` for READ and atomics, which are not cut into packets this way.
+pub(crate) fn message_packet(
+    uc: bool,
+    op: crate::verbs::SendOp,
+    k: u32,
+    npkts: u32,
+    mtu: u32,
+    local: Option<Span>,
+) -> Option<(crate::wire::Opcode, ExtHeaders, Option<Span>)> {
+    use crate::verbs::SendOp;
+    use crate::wire::{Opcode::*, RethRepr};
+    let (first, last) = (k == 0, k + 1 == npkts);
+    let (write, imm, reth) = match op {
+        SendOp::Send => (false, None, None),
+        SendOp::SendWithImm(i) => (false, Some(i), None),
+        SendOp::Write { remote_addr, rkey } => (true, None, Some((remote_addr, rkey))),
+        SendOp::WriteWithImm {
+            remote_addr,
+            rkey,
+            imm,
+        } => (true, Some(imm), Some((remote_addr, rkey))),
+        _ => return None,
+    };
+    let total = local.map_or(0, |s| s.len) as u64;
+    let off = u64::from(k) * u64::from(mtu);
+    let payload = local.map(|s| {
+        s.sub(
+            off as usize,
+            (total.saturating_sub(off)).min(u64::from(mtu)) as usize,
+        )
+    });
+    let mut ext = ExtHeaders::default();
+    if first {
+        ext.reth = reth.map(|(va, rkey)| RethRepr {
+            va,
+            rkey,
+            len: total as u32,
+        });
+    }
+    if last {
+        ext.imm = imm;
+    }
+    let rc = match (write, first, last, imm.is_some()) {
+        (false, true, true, false) => RcSendOnly,
+        (false, true, true, true) => RcSendOnlyImm,
+        (false, true, false, _) => RcSendFirst,
+        (false, false, true, false) => RcSendLast,
+        (false, false, true, true) => RcSendLastImm,
+        (false, false, false, _) => RcSendMiddle,
+        (true, true, true, false) => RcWriteOnly,
+        (true, true, true, true) => RcWriteOnlyImm,
+        (true, true, false, _) => RcWriteFirst,
+        (true, false, true, false) => RcWriteLast,
+        (true, false, true, true) => RcWriteLastImm,
+        (true, false, false, _) => RcWriteMiddle,
+    };
+    // UC's SEND and WRITE opcodes are RC's plus 0x20 (IBTA Table 35).
+    let opcode = if uc {
+        crate::wire::Opcode::from_u8(rc.value() + 0x20)?
+    } else {
+        rc
+    };
+    Some((opcode, ext, payload))
+}
+
 /// A posted receive, its buffer checked when it was posted.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RecvBuf {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::{Fatal, Io, OutPacket, Path, QpCounters};
 use crate::mem::{Access, Memory, PdId, Span};
-use crate::transport::{psn_add, psn_diff};
+use crate::transport::{message_packet, psn_add, psn_diff};
 use crate::verbs::{
     ack_timeout, rnr_timer_us, CqId, RtsAttr, SendOp, SendWr, VerbsError, WcStatus, WorkCompletion,
 };
@@ -629,63 +629,22 @@ fn build(w: &Wqe, psn: u32, path: &Path) -> OutPacket {
     let k = psn_diff(psn, w.first_psn).max(0) as u32;
     let offset = u64::from(k) * u64::from(mtu);
     let total = u64::from(w.wr.sge.length);
-    let first = k == 0;
     let last = k + 1 == w.npkts;
-    let only = first && last;
     let mut ext = ExtHeaders::default();
     let mut payload = None;
-    let seg = |off: u64| -> Option<Span> {
-        let len = (total - off).min(u64::from(mtu)) as usize;
-        w.local.map(|s| s.sub(off as usize, len))
-    };
     use Opcode::*;
     let opcode = match w.wr.op {
-        SendOp::Send | SendOp::SendWithImm(_) => {
-            payload = seg(offset);
-            let imm = if let SendOp::SendWithImm(i) = w.wr.op {
-                Some(i)
-            } else {
-                None
-            };
-            if last {
-                ext.imm = imm;
-            }
-            match (only, first, last, imm.is_some()) {
-                (true, _, _, false) => RcSendOnly,
-                (true, _, _, true) => RcSendOnlyImm,
-                (_, true, _, _) => RcSendFirst,
-                (_, _, true, false) => RcSendLast,
-                (_, _, true, true) => RcSendLastImm,
-                _ => RcSendMiddle,
-            }
-        }
-        SendOp::Write { remote_addr, rkey }
-        | SendOp::WriteWithImm {
-            remote_addr, rkey, ..
-        } => {
-            payload = seg(offset);
-            let imm = if let SendOp::WriteWithImm { imm, .. } = w.wr.op {
-                Some(imm)
-            } else {
-                None
-            };
-            if first {
-                ext.reth = Some(RethRepr {
-                    va: remote_addr,
-                    rkey,
-                    len: w.wr.sge.length,
-                });
-            }
-            if last {
-                ext.imm = imm;
-            }
-            match (only, first, last, imm.is_some()) {
-                (true, _, _, false) => RcWriteOnly,
-                (true, _, _, true) => RcWriteOnlyImm,
-                (_, true, _, _) => RcWriteFirst,
-                (_, _, true, false) => RcWriteLast,
-                (_, _, true, true) => RcWriteLastImm,
-                _ => RcWriteMiddle,
+        SendOp::Send
+        | SendOp::SendWithImm(_)
+        | SendOp::Write { .. }
+        | SendOp::WriteWithImm { .. } => {
+            match message_packet(false, w.wr.op, k, w.npkts, mtu, w.local) {
+                Some((op, e, p)) => {
+                    ext = e;
+                    payload = p;
+                    op
+                }
+                None => RcSendOnly,
             }
         }
         SendOp::Read { remote_addr, rkey } => {

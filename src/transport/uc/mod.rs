@@ -7,11 +7,11 @@
 use std::collections::VecDeque;
 
 use crate::mem::{Access, Memory, PdId, Span};
-use crate::transport::{psn_add, psn_diff, Io, OutPacket, QpCounters, RecvBuf};
+use crate::transport::{message_packet, psn_add, psn_diff, Io, OutPacket, QpCounters, RecvBuf};
 use crate::verbs::{
-    CqId, QpState, RecvWr, Remote, SendOp, SendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    CqId, QpState, RecvWr, Remote, SendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
-use crate::wire::{BthRepr, ExtHeaders, Opcode, RethRepr, RocePacket, TransportKind};
+use crate::wire::{BthRepr, Opcode, RocePacket, TransportKind};
 
 #[derive(Debug, Clone, Copy)]
 struct Wqe {
@@ -222,63 +222,12 @@ impl UcQp {
                 continue;
             }
             let k = w.sent;
-            let (first, last) = (k == 0, k + 1 == w.npkts);
-            let off = u64::from(k) * u64::from(self.mtu);
-            let len = (u64::from(w.wr.sge.length) - off).min(u64::from(self.mtu)) as usize;
-            let payload = w.span.map(|s| s.sub(off as usize, len));
-            let mut ext = ExtHeaders::default();
-            use Opcode::*;
-            let opcode = match w.wr.op {
-                SendOp::Send | SendOp::SendWithImm(_) => {
-                    let imm = if let SendOp::SendWithImm(i) = w.wr.op {
-                        Some(i)
-                    } else {
-                        None
-                    };
-                    if last {
-                        ext.imm = imm;
-                    }
-                    match (first, last, imm.is_some()) {
-                        (true, true, false) => UcSendOnly,
-                        (true, true, true) => UcSendOnlyImm,
-                        (true, false, _) => UcSendFirst,
-                        (false, true, false) => UcSendLast,
-                        (false, true, true) => UcSendLastImm,
-                        (false, false, _) => UcSendMiddle,
-                    }
-                }
-                SendOp::Write { remote_addr, rkey }
-                | SendOp::WriteWithImm {
-                    remote_addr, rkey, ..
-                } => {
-                    let imm = if let SendOp::WriteWithImm { imm, .. } = w.wr.op {
-                        Some(imm)
-                    } else {
-                        None
-                    };
-                    if first {
-                        ext.reth = Some(RethRepr {
-                            va: remote_addr,
-                            rkey,
-                            len: w.wr.sge.length,
-                        });
-                    }
-                    if last {
-                        ext.imm = imm;
-                    }
-                    match (first, last, imm.is_some()) {
-                        (true, true, false) => UcWriteOnly,
-                        (true, true, true) => UcWriteOnlyImm,
-                        (true, false, _) => UcWriteFirst,
-                        (false, true, false) => UcWriteLast,
-                        (false, true, true) => UcWriteLastImm,
-                        (false, false, _) => UcWriteMiddle,
-                    }
-                }
-                _ => {
-                    self.sq.pop_front();
-                    continue;
-                }
+            let last = k + 1 == w.npkts;
+            let Some((opcode, ext, payload)) =
+                message_packet(true, w.wr.op, k, w.npkts, self.mtu, w.span)
+            else {
+                self.sq.pop_front();
+                continue;
             };
             let mut bth = BthRepr::new(opcode, self.dest_qpn, self.next_psn);
             bth.pkey = self.pkey;
