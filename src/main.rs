@@ -20,6 +20,8 @@ enum Command {
     Demo(cli::demo::Args),
     /// RC bandwidth / latency between two hosts; the server runs with no address.
     Perf(cli::perf::Args),
+    /// ibv_rc_pingpong / ibv_ud_pingpong compatible ping-pong; the server runs with no address.
+    Pingpong(cli::pingpong::Args),
     /// Decode RoCEv2 frames in a pcap or pcapng capture, one line per frame.
     Decode(cli::decode::Args),
     /// Run two endpoints over a simulated lossy link and verify every operation.
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
         Command::Decode(a) => cli::decode::run(a),
         Command::Demo(a) => cli::demo::run_cmd(a),
         Command::Perf(a) => cli::perf::run_cmd(a),
+        Command::Pingpong(a) => cli::pingpong::run_cmd(a),
         Command::Sim(a) => cli::sim::run_cmd(a),
         Command::SimCc(a) => cli::simcc::run_cmd(a),
     };

@@ -111,7 +111,7 @@ fn fmt_mac(m: &[u8; 6]) -> String {
 }
 
 /// The interface holding `ip`, and its MAC.
-fn iface_of(ip: Ipv4Addr) -> Result<(String, [u8; 6]), String> {
+pub(crate) fn iface_and_mac(ip: Ipv4Addr) -> Result<(String, [u8; 6]), String> {
     let v = ip_json(&["-j", "-4", "addr", "show"])?;
     for link in v.as_array().into_iter().flatten() {
         let has = link["addr_info"]
@@ -130,22 +130,24 @@ fn iface_of(ip: Ipv4Addr) -> Result<(String, [u8; 6]), String> {
 
 /// The next hop's MAC for `ip`, from the kernel's neighbour table (the TCP exchange
 /// has just resolved it).
-fn neighbour_mac(ip: Ipv4Addr) -> [u8; 6] {
+pub(crate) fn neighbour_mac(ip: Ipv4Addr) -> [u8; 6] {
     ip_json(&["-j", "neigh", "show", &ip.to_string()])
         .ok()
         .and_then(|v| v[0]["lladdr"].as_str().map(parse_mac))
         .unwrap_or([0; 6])
 }
 
-fn open_backend(
-    cfg: &PerfConfig,
+/// The datapath `backend` (`auto`, `xdp`, `udp`) on `iface` / `local`, and a description.
+pub(crate) fn open_backend(
+    backend: &str,
+    mtu: Mtu,
     local: Ipv4Addr,
     iface: &str,
 ) -> Result<(Box<dyn Backend + Send>, String), String> {
-    if cfg.backend != "udp" {
-        match XdpBackend::open(iface, 2, cfg.mtu.bytes() + 100) {
+    if backend != "udp" {
+        match XdpBackend::open(iface, 2, mtu.bytes() + 100) {
             Ok(b) => return Ok((Box::new(b), format!("AF_XDP on {iface}"))),
-            Err(e) if cfg.backend == "xdp" => return Err(format!("AF_XDP on {iface}: {e}")),
+            Err(e) if backend == "xdp" => return Err(format!("AF_XDP on {iface}: {e}")),
             Err(e) => {
                 let u = UdpBackend::bind(local).map_err(|e| e.to_string())?;
                 return Ok((
@@ -171,10 +173,13 @@ const WINDOW: usize = 32;
 
 fn setup(cfg: &PerfConfig, local: Ipv4Addr) -> Result<Setup, String> {
     let (iface, mac) = match &cfg.iface {
-        Some(i) => (i.clone(), iface_of(local).map(|x| x.1).unwrap_or([0; 6])),
-        None => iface_of(local).unwrap_or(("lo".into(), [0; 6])),
+        Some(i) => (
+            i.clone(),
+            iface_and_mac(local).map(|x| x.1).unwrap_or([0; 6]),
+        ),
+        None => iface_and_mac(local).unwrap_or(("lo".into(), [0; 6])),
     };
-    let (backend, datapath) = open_backend(cfg, local, &iface)?;
+    let (backend, datapath) = open_backend(&cfg.backend, cfg.mtu, local, &iface)?;
     let mut ctx = Context::new(ContextConfig {
         mac,
         ip: IpAddr::V4(local),

@@ -221,3 +221,58 @@ fn perf_client_and_server_over_veth() {
         assert!(v["bw_gbps"].as_f64().unwrap() > 0.0, "{backend}: {v}");
     }
 }
+
+/// `uroce pingpong` (ibv_rc_pingpong / ibv_ud_pingpong compatible) between the namespaces,
+/// RC and UD, over each datapath, with buffer validation.
+#[test]
+fn pingpong_rc_and_ud_over_veth() {
+    if !can_run() {
+        return;
+    }
+    let pair = netns::VethPair::create("pp", 9000).unwrap();
+    let bin = env!("CARGO_BIN_EXE_uroce");
+    let cases: [&[&str]; 4] = [
+        &["--backend=udp"],
+        &["--backend=udp", "--ud", "-s", "1024"],
+        &["--backend=xdp"],
+        &["--backend=xdp", "--ud", "-s", "1024"],
+    ];
+    for (k, opts) in cases.iter().enumerate() {
+        let port = (18700 + k).to_string();
+        let common = [&["pingpong", "-n", "200", "-c", "-p", &port][..], opts].concat();
+        let server = Command::new("ip")
+            .args(["netns", "exec", &pair.ns[1], bin])
+            .args(&common)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        let addr = pair.addrs[1].to_string();
+        let client = Command::new("ip")
+            .args(["netns", "exec", &pair.ns[0], bin])
+            .args(&common)
+            .arg(&addr)
+            .output()
+            .unwrap();
+        let server = server.wait_with_output().unwrap();
+        let cerr = String::from_utf8_lossy(&client.stderr);
+        if opts[0].contains("xdp") && cerr.contains("AF_XDP") && !client.status.success() {
+            eprintln!("SKIP: AF_XDP not possible here: {cerr}");
+            continue;
+        }
+        for (who, out) in [("client", &client), ("server", &server)] {
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{opts:?} {who}: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(text.contains("200 iters in"), "{opts:?} {who}: {text}");
+            assert!(
+                text.contains("remote address: LID 0x0000, QPN 0x"),
+                "{text}"
+            );
+        }
+    }
+}

@@ -3,5 +3,6 @@
 pub mod decode;
 pub mod demo;
 pub mod perf;
+pub mod pingpong;
 pub mod sim;
 pub mod simcc;

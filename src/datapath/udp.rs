@@ -145,7 +145,13 @@ impl Backend for UdpBackend {
         // SAFETY: one valid pollfd for an open socket.
         let r = unsafe { libc::poll(&mut pfd, 1, ms) };
         if r < 0 {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            // A signal (Ctrl-C is handled by the caller's loop) is just an early wake-up.
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(None)
+            } else {
+                Err(e)
+            };
         }
         if r == 0 {
             return Ok(None);
