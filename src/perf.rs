@@ -112,7 +112,7 @@ fn fmt_mac(m: &[u8; 6]) -> String {
 
 /// The interface holding `ip`, and its MAC.
 pub(crate) fn iface_and_mac(ip: Ipv4Addr) -> Result<(String, [u8; 6]), String> {
-    let v = ip_json(&["-j", "-4", "addr", "show"])?;
+    let v = ip_json(&["-j", "addr", "show"])?;
     for link in v.as_array().into_iter().flatten() {
         let has = link["addr_info"]
             .as_array()
