@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # Installs what uroce's demo and tests need beyond the Rust toolchain: iproute2 (`ip`,
-# `tc`) for network namespaces and veth pairs. Idempotent; needs root only when something
-# is missing.
+# `tc`) for network namespaces and veth pairs. With --interop, also the rxe interop guest
+# (scripts/interop/install.sh: qemu, debootstrap, a cached guest image; a failure there is
+# reported and the interop test then says why it skips). Idempotent; needs root only when
+# something is missing.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+interop=0
+[ "${1:-}" = "--interop" ] && interop=1
 
 need=()
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v tc >/dev/null 2>&1 || need+=(iproute2)
 
-if [ ${#need[@]} -eq 0 ]; then
-    exit 0
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "scripts/setup.sh: missing ${need[*]}; run this script as root to install (apt-get)." >&2
+        echo "Without it, 'uroce demo' runs both endpoints on loopback and the veth tests skip." >&2
+    else
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q
+        apt-get install -y -q "${need[@]}"
+    fi
 fi
-if [ "$(id -u)" -ne 0 ]; then
-    echo "scripts/setup.sh: missing ${need[*]}; run this script as root to install (apt-get)." >&2
-    echo "Without it, 'uroce demo' runs both endpoints on loopback and the veth tests skip." >&2
-    exit 0
+if [ $interop -eq 1 ]; then
+    "$here/interop/install.sh" || echo "WARNING: scripts/interop/install.sh failed; the rxe interop test will skip" >&2
 fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q "${need[@]}"
