@@ -212,6 +212,22 @@ fn setup(cfg: &PerfConfig, local: Ipv4Addr) -> Result<Setup, String> {
     })
 }
 
+/// Sends our side of the exchange: one JSON line.
+fn send_hello(tcp: &TcpStream, s: &Setup, cfg: &PerfConfig, psn: u32) -> Result<(), String> {
+    let mine = Hello {
+        op: cfg.op,
+        size: cfg.size,
+        qpn: s.qp,
+        psn,
+        rkey: s.mr.rkey,
+        addr: s.mr.addr,
+        mac: fmt_mac(&s.ep.ctx.config().mac),
+    };
+    let line = serde_json::to_string(&mine).map_err(|e| e.to_string())?;
+    let mut w = tcp;
+    writeln!(w, "{line}").map_err(|e| e.to_string())
+}
+
 fn connect(
     s: &mut Setup,
     cfg: &PerfConfig,
@@ -271,22 +287,7 @@ pub fn server(cfg: &PerfConfig) -> Result<String, String> {
         ..cfg.clone()
     };
     let mut s = setup(&cfg, local)?;
-    let mine = Hello {
-        op: cfg.op,
-        size: cfg.size,
-        qpn: s.qp,
-        psn: 0x200,
-        rkey: s.mr.rkey,
-        addr: s.mr.addr,
-        mac: fmt_mac(&s.ep.ctx.config().mac),
-    };
-    let mut w = tcp.try_clone().map_err(|e| e.to_string())?;
-    writeln!(
-        w,
-        "{}",
-        serde_json::to_string(&mine).map_err(|e| e.to_string())?
-    )
-    .map_err(|e| e.to_string())?;
+    send_hello(&tcp, &s, &cfg, 0x200)?;
     let theirs = Hello {
         mac: if theirs.mac == "00:00:00:00:00:00" {
             fmt_mac(&neighbour_mac(peer))
@@ -354,22 +355,7 @@ pub fn client(
     let local = v4(tcp.local_addr().map_err(|e| e.to_string())?.ip())?;
     let peer = v4(server)?;
     let mut s = setup(cfg, local)?;
-    let mine = Hello {
-        op: cfg.op,
-        size: cfg.size,
-        qpn: s.qp,
-        psn: 0x100,
-        rkey: s.mr.rkey,
-        addr: s.mr.addr,
-        mac: fmt_mac(&s.ep.ctx.config().mac),
-    };
-    let mut w = tcp.try_clone().map_err(|e| e.to_string())?;
-    writeln!(
-        w,
-        "{}",
-        serde_json::to_string(&mine).map_err(|e| e.to_string())?
-    )
-    .map_err(|e| e.to_string())?;
+    send_hello(&tcp, &s, cfg, 0x100)?;
     let mut line = String::new();
     BufReader::new(tcp.try_clone().map_err(|e| e.to_string())?)
         .read_line(&mut line)
