@@ -22,6 +22,10 @@ enum Command {
     Perf(cli::perf::Args),
     /// ibv_rc_pingpong / ibv_ud_pingpong compatible ping-pong; the server runs with no address.
     Pingpong(cli::pingpong::Args),
+    /// What uroce can use here: interfaces, MTUs, GIDs, backends.
+    Devices,
+    /// One interface: MTU, path MTU, GIDs, backends.
+    Info(cli::devices::InfoArgs),
     /// Decode RoCEv2 frames in a pcap or pcapng capture, one line per frame.
     Decode(cli::decode::Args),
     /// Run two endpoints over a simulated lossy link and verify every operation.
@@ -34,6 +38,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Decode(a) => cli::decode::run(a),
+        Command::Devices => cli::devices::run_devices(),
+        Command::Info(a) => cli::devices::run_info(a),
         Command::Demo(a) => cli::demo::run_cmd(a),
         Command::Perf(a) => cli::perf::run_cmd(a),
         Command::Pingpong(a) => cli::pingpong::run_cmd(a),

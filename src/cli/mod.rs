@@ -2,6 +2,7 @@
 
 pub mod decode;
 pub mod demo;
+pub mod devices;
 pub mod perf;
 pub mod pingpong;
 pub mod sim;

@@ -1,0 +1,117 @@
+//! `uroce devices` and `uroce info IFACE`: what uroce can use on this host.
+
+use std::net::IpAddr;
+use std::process::{Command, ExitCode};
+
+/// Arguments of `uroce info`.
+#[derive(clap::Args)]
+pub struct InfoArgs {
+    /// The interface.
+    iface: String,
+}
+
+struct Link {
+    name: String,
+    mac: String,
+    mtu: u64,
+    up: bool,
+    addrs: Vec<IpAddr>,
+}
+
+fn links() -> Result<Vec<Link>, String> {
+    let out = Command::new("ip")
+        .args(["-j", "addr", "show"])
+        .output()
+        .map_err(|e| format!("running `ip` (iproute2; scripts/setup.sh installs it): {e}"))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("ip -j addr: {e}"))?;
+    let mut links = Vec::new();
+    for l in v.as_array().into_iter().flatten() {
+        let addrs = l["addr_info"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a["local"].as_str()?.parse().ok())
+            .collect();
+        links.push(Link {
+            name: l["ifname"].as_str().unwrap_or("?").to_string(),
+            mac: l["address"].as_str().unwrap_or("").to_string(),
+            mtu: l["mtu"].as_u64().unwrap_or(0),
+            up: l["flags"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "UP")),
+            addrs,
+        });
+    }
+    Ok(links)
+}
+
+/// The GID of an address, as ibverbs tools show it: the IPv4-mapped address for IPv4.
+fn gid(a: &IpAddr) -> String {
+    match a {
+        IpAddr::V4(v) => v.to_ipv6_mapped().to_string(),
+        IpAddr::V6(v) => v.to_string(),
+    }
+}
+
+/// Largest RoCE path MTU that fits in an interface MTU (IPv4 + UDP + BTH + RETH + ICRC).
+fn path_mtu(mtu: u64) -> u64 {
+    [4096u64, 2048, 1024, 512, 256]
+        .into_iter()
+        .find(|p| p + 20 + 8 + 12 + 16 + 4 <= mtu)
+        .unwrap_or(0)
+}
+
+fn backends(l: &Link) -> String {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let has_v4 = l.addrs.iter().any(IpAddr::is_ipv4);
+    let xdp = if !root {
+        "xdp: needs root (CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW)"
+    } else if l.name == "lo" {
+        "xdp: not on loopback"
+    } else {
+        "xdp: yes"
+    };
+    let udp = if has_v4 {
+        "udp: yes"
+    } else {
+        "udp: needs an IPv4 address"
+    };
+    format!("{xdp}; {udp}")
+}
+
+fn show(l: &Link, verbose: bool) {
+    println!(
+        "{:<16} {:<5} mtu {:<5} path MTU {:<4} mac {}",
+        l.name,
+        if l.up { "UP" } else { "DOWN" },
+        l.mtu,
+        path_mtu(l.mtu),
+        l.mac
+    );
+    for (i, a) in l.addrs.iter().enumerate() {
+        println!("    GID[{i}] {:<40} RoCE v2 ({a})", gid(a));
+    }
+    if verbose {
+        println!("    backends: {}", backends(l));
+    }
+}
+
+/// `uroce devices`.
+pub fn run_devices() -> Result<ExitCode, String> {
+    for l in links()? {
+        show(&l, true);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `uroce info IFACE`.
+pub fn run_info(a: InfoArgs) -> Result<ExitCode, String> {
+    let l = links()?
+        .into_iter()
+        .find(|l| l.name == a.iface)
+        .ok_or_else(|| format!("no interface {} here (see `uroce devices`)", a.iface))?;
+    show(&l, true);
+    Ok(ExitCode::SUCCESS)
+}
