@@ -144,12 +144,27 @@ pub(crate) fn open_backend(
     local: Ipv4Addr,
     iface: &str,
 ) -> Result<(Box<dyn Backend + Send>, String), String> {
+    open_backend_lossy(backend, mtu, local, iface, 0.0)
+}
+
+/// [`open_backend`], dropping a share `drop` of received frames (to test recovery).
+pub(crate) fn open_backend_lossy(
+    backend: &str,
+    mtu: Mtu,
+    local: Ipv4Addr,
+    iface: &str,
+    drop: f64,
+) -> Result<(Box<dyn Backend + Send>, String), String> {
     if backend != "udp" {
         match XdpBackend::open(iface, 2, mtu.bytes() + 100) {
-            Ok(b) => return Ok((Box::new(b), format!("AF_XDP on {iface}"))),
+            Ok(mut b) => {
+                b.set_drop(drop);
+                return Ok((Box::new(b), format!("AF_XDP on {iface}")));
+            }
             Err(e) if backend == "xdp" => return Err(format!("AF_XDP on {iface}: {e}")),
             Err(e) => {
-                let u = UdpBackend::bind(local).map_err(|e| e.to_string())?;
+                let mut u = UdpBackend::bind(local).map_err(|e| e.to_string())?;
+                u.set_drop(drop);
                 return Ok((
                     Box::new(u),
                     format!("UDP backend (AF_XDP not possible: {e})"),
@@ -157,7 +172,8 @@ pub(crate) fn open_backend(
             }
         }
     }
-    let u = UdpBackend::bind(local).map_err(|e| e.to_string())?;
+    let mut u = UdpBackend::bind(local).map_err(|e| e.to_string())?;
+    u.set_drop(drop);
     Ok((Box::new(u), "UDP backend".into()))
 }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::datapath::event_loop::Endpoint;
 use crate::datapath::Backend;
 use crate::mem::Access;
-use crate::perf::{iface_and_mac, neighbour_mac, open_backend};
+use crate::perf::{iface_and_mac, neighbour_mac, open_backend_lossy};
 use crate::verbs::{
     Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
     SendOp, SendWr, Sge, UdSendWr, WcOpcode, WcStatus,
@@ -41,6 +41,8 @@ pub struct PingpongConfig {
     pub backend: String,
     /// Interface for AF_XDP.
     pub iface: Option<String>,
+    /// Share of received frames to drop on purpose (testing recovery where netem is missing).
+    pub drop: f64,
 }
 
 /// One side's address as exchanged.
@@ -172,7 +174,7 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
         None => iface_and_mac(local).unwrap_or(("lo".into(), [0; 6])),
     };
     let (backend, datapath): (Box<dyn Backend + Send>, String) =
-        open_backend(&cfg.backend, cfg.mtu, local, &iface)?;
+        open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.drop)?;
     let mut ctx = Context::new(ContextConfig {
         mac,
         ip: IpAddr::V4(local),

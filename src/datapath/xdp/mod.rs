@@ -65,6 +65,10 @@ pub struct XdpBackend {
     _map: OwnedFd,
     mode: XdpMode,
     next_rx: usize,
+    /// Share of received frames dropped on purpose (seeded), to test recovery where
+    /// `tc netem` is not available.
+    drop: f64,
+    rng: crate::sim::Rng,
 }
 
 fn sockopt<T>(fd: i32, name: i32, v: &T) -> io::Result<()> {
@@ -270,6 +274,8 @@ impl XdpBackend {
             _link: link,
             _prog: prog,
             _map: map,
+            drop: 0.0,
+            rng: crate::sim::Rng::new(u64::from(ifindex) ^ 0x5844_5000),
             mode: XdpMode {
                 native,
                 zero_copy,
@@ -277,6 +283,11 @@ impl XdpBackend {
             },
             next_rx: 0,
         })
+    }
+
+    /// Drops a share `p` of received frames, as a lossy path would.
+    pub fn set_drop(&mut self, p: f64) {
+        self.drop = p;
     }
 
     /// How it is bound.
@@ -368,6 +379,9 @@ impl Backend for XdpBackend {
                 }
                 s.rx.release();
                 s.fill.submit();
+                if got && self.rng.chance(self.drop) {
+                    continue; // dropped on purpose, as a lossy path would
+                }
                 if got {
                     self.next_rx = (i + 1) % n;
                     if len > buf.len() {
