@@ -256,6 +256,27 @@ pub struct WorkCompletion {
     pub sender: Option<IpAddr>,
 }
 
+impl WorkCompletion {
+    /// The completion of a send-side work request of `length` bytes on QP `qpn`
+    /// (byte_len is reported only on success).
+    pub fn send(qpn: u32, wr_id: u64, opcode: WcOpcode, length: u32, status: WcStatus) -> Self {
+        Self {
+            wr_id,
+            status,
+            opcode,
+            byte_len: if status == WcStatus::Success {
+                length
+            } else {
+                0
+            },
+            imm: None,
+            qp_num: qpn,
+            src_qp: 0,
+            sender: None,
+        }
+    }
+}
+
 /// QP state (ibv_qp_state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QpState {

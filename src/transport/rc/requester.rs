@@ -607,20 +607,13 @@ impl Requester {
 }
 
 fn wc(w: &Wqe, status: WcStatus, qpn: u32) -> WorkCompletion {
-    WorkCompletion {
-        wr_id: w.wr.wr_id,
+    WorkCompletion::send(
+        qpn,
+        w.wr.wr_id,
+        w.wr.op.wc_opcode(),
+        w.wr.sge.length,
         status,
-        opcode: w.wr.op.wc_opcode(),
-        byte_len: if status == WcStatus::Success {
-            w.wr.sge.length
-        } else {
-            0
-        },
-        imm: None,
-        qp_num: qpn,
-        src_qp: 0,
-        sender: None,
-    }
+    )
 }
 
 /// Builds the request packet of `w` at `psn`.

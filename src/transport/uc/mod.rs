@@ -476,18 +476,5 @@ impl UcQp {
 }
 
 fn send_wc(qpn: u32, wr: &SendWr, status: WcStatus) -> WorkCompletion {
-    WorkCompletion {
-        wr_id: wr.wr_id,
-        status,
-        opcode: wr.op.wc_opcode(),
-        byte_len: if status == WcStatus::Success {
-            wr.sge.length
-        } else {
-            0
-        },
-        imm: None,
-        qp_num: qpn,
-        src_qp: 0,
-        sender: None,
-    }
+    WorkCompletion::send(qpn, wr.wr_id, wr.op.wc_opcode(), wr.sge.length, status)
 }

@@ -297,20 +297,7 @@ impl UdQp {
 }
 
 fn send_wc(qpn: u32, wr: &UdSendWr, status: WcStatus) -> WorkCompletion {
-    WorkCompletion {
-        wr_id: wr.wr_id,
-        status,
-        opcode: WcOpcode::Send,
-        byte_len: if status == WcStatus::Success {
-            wr.sge.length
-        } else {
-            0
-        },
-        imm: None,
-        qp_num: qpn,
-        src_qp: 0,
-        sender: None,
-    }
+    WorkCompletion::send(qpn, wr.wr_id, WcOpcode::Send, wr.sge.length, status)
 }
 
 fn recv_wc(
