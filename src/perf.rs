@@ -30,6 +30,10 @@ pub enum PerfOp {
     Read,
     /// SEND.
     Send,
+    /// No transport: the client sends frames of the size an RC WRITE packet has at the
+    /// path MTU, as fast as the datapath takes them; the server counts what arrives. The
+    /// datapath's ceiling, to compare the transport against.
+    Raw,
 }
 
 /// Options of a run.
@@ -85,6 +89,12 @@ pub struct PerfResult {
     pub lat_p999_us: Option<f64>,
     /// The datapath used.
     pub datapath: String,
+    /// Raw mode: frames the client sent and the server received.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frames_sent: Option<u64>,
+    /// Raw mode: frames the server received.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frames_received: Option<u64>,
 }
 
 fn ip_json(args: &[&str]) -> Result<serde_json::Value, String> {
@@ -313,6 +323,9 @@ pub fn server(cfg: &PerfConfig) -> Result<String, String> {
         ..theirs
     };
     connect(&mut s, &cfg, peer, &theirs, 0x200)?;
+    if cfg.op == PerfOp::Raw {
+        return raw_sink(&mut s, &tcp, peer);
+    }
     let (qp, cq, mr) = (s.qp, s.cq, s.mr);
     let slot = cfg.size.max(8);
     let post_recv = |ctx: &mut Context, i: u64| {
@@ -387,6 +400,9 @@ pub fn client(
         ..theirs
     };
     connect(&mut s, cfg, peer, &theirs, 0x100)?;
+    if cfg.op == PerfOp::Raw {
+        return raw_source(&mut s, cfg, &theirs, &tcp, progress);
+    }
     let (qp, cq, mr) = (s.qp, s.cq, s.mr);
     let size = cfg.size;
     let slot = u64::from(size.max(8));
@@ -417,7 +433,7 @@ pub fn client(
                     remote_addr,
                     rkey: theirs.rkey,
                 },
-                PerfOp::Send => SendOp::Send,
+                PerfOp::Send | PerfOp::Raw => SendOp::Send,
             };
             s.ep.ctx
                 .post_send(
@@ -487,5 +503,151 @@ pub fn client(
         lat_p99_us: pct(0.99),
         lat_p999_us: pct(0.999),
         datapath: s.datapath,
+        frames_sent: None,
+        frames_received: None,
+    })
+}
+
+/// What the raw sink counted, sent back to the client at the end.
+#[derive(Debug, Serialize, Deserialize)]
+struct RawCount {
+    frames: u64,
+    bytes: u64,
+}
+
+/// Server side of `raw`: counts frames until the client says stop, then tells it.
+fn raw_sink(s: &mut Setup, tcp: &TcpStream, peer: Ipv4Addr) -> Result<String, String> {
+    tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut count = RawCount {
+        frames: 0,
+        bytes: 0,
+    };
+    let mut probe = [0u8; 64];
+    let mut rounds = 0u32;
+    loop {
+        let backend = s.ep.backend_mut();
+        backend
+            .receive(Duration::from_millis(1), 256, &mut |f| {
+                count.frames += 1;
+                count.bytes += f.len() as u64;
+            })
+            .map_err(|e| e.to_string())?;
+        rounds += 1;
+        if rounds % 64 == 0 || count.frames == 0 {
+            match std::io::Read::read(&mut &*tcp, &mut probe) {
+                Ok(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => break,
+            }
+        }
+        if crate::datapath::interrupted() {
+            break;
+        }
+    }
+    // Frames still in flight when the client stopped.
+    let quiet = Instant::now() + Duration::from_millis(20);
+    while Instant::now() < quiet {
+        s.ep.backend_mut()
+            .receive(Duration::from_millis(1), 256, &mut |f| {
+                count.frames += 1;
+                count.bytes += f.len() as u64;
+            })
+            .map_err(|e| e.to_string())?;
+    }
+    tcp.set_nonblocking(false).map_err(|e| e.to_string())?;
+    let line = serde_json::to_string(&count).map_err(|e| e.to_string())?;
+    writeln!(&mut &*tcp, "{line}").map_err(|e| e.to_string())?;
+    Ok(format!(
+        "counted {} raw frames ({} bytes) from {peer} over {}",
+        count.frames, count.bytes, s.datapath
+    ))
+}
+
+/// Client side of `raw`: one real RC WRITE packet carrying a full path MTU of payload is
+/// built once, then sent again and again through the backend alone.
+fn raw_source(
+    s: &mut Setup,
+    cfg: &PerfConfig,
+    theirs: &Hello,
+    tcp: &TcpStream,
+    progress: &mut dyn FnMut(&str),
+) -> Result<PerfResult, String> {
+    let payload = cfg.mtu.bytes();
+    let (qp, mr) = (s.qp, s.mr);
+    s.ep.ctx
+        .post_send(
+            qp,
+            SendWr {
+                wr_id: 0,
+                op: SendOp::Write {
+                    remote_addr: theirs.addr,
+                    rkey: theirs.rkey,
+                },
+                sge: Sge {
+                    addr: mr.addr,
+                    length: payload.min(mr.len as u32),
+                    lkey: mr.lkey,
+                },
+                signaled: false,
+                solicited: false,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    let mut template = vec![0u8; crate::datapath::MAX_FRAME];
+    let n =
+        s.ep.ctx
+            .poll_transmit(Instant::now(), &mut template)
+            .ok_or("the context built no frame")?;
+    template.truncate(n);
+    let backend = s.ep.backend_mut();
+    let start = Instant::now();
+    let mut last_report = start;
+    let (mut sent, mut last_sent) = (0u64, 0u64);
+    let mut copy = |buf: &mut [u8]| {
+        buf[..template.len()].copy_from_slice(&template);
+        Some(template.len())
+    };
+    while start.elapsed() < cfg.duration && !crate::datapath::interrupted() {
+        for _ in 0..64 {
+            match backend.send_with(&mut copy) {
+                Ok(true) => sent += 1,
+                Ok(false) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        backend.flush().map_err(|e| e.to_string())?;
+        if last_report.elapsed() >= Duration::from_secs(1) {
+            let dt = last_report.elapsed().as_secs_f64();
+            progress(&format!(
+                "{:>5.1} s  {:>8.3} Mframes/s sent",
+                start.elapsed().as_secs_f64(),
+                (sent - last_sent) as f64 / dt / 1e6
+            ));
+            last_report = Instant::now();
+            last_sent = sent;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    backend.flush().map_err(|e| e.to_string())?;
+    writeln!(&mut &*tcp, "stop").map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    BufReader::new(tcp)
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    let count: RawCount =
+        serde_json::from_str(&line).map_err(|e| format!("bad count from the server: {e}"))?;
+    Ok(PerfResult {
+        op: "raw".into(),
+        bytes: payload,
+        iterations: count.frames,
+        bw_gbps: count.frames as f64 * f64::from(payload) * 8.0 / secs / 1e9,
+        msg_rate_mpps: count.frames as f64 / secs / 1e6,
+        lat_p50_us: None,
+        lat_p99_us: None,
+        lat_p999_us: None,
+        datapath: s.datapath.clone(),
+        frames_sent: Some(sent),
+        frames_received: Some(count.frames),
     })
 }

@@ -10,8 +10,9 @@ use uroce::verbs::Mtu;
 /// Arguments of `uroce perf`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Operation: write, read or send.
-    #[arg(value_parser = ["write", "read", "send"])]
+    /// Operation: write, read or send; `raw` sends frames of an RC WRITE packet's size
+    /// with no transport at all (the datapath's ceiling; the server counts them).
+    #[arg(value_parser = ["write", "read", "send", "raw"])]
     op: String,
     /// The server's IPv4 address; without it this is the server (as perftest does).
     server: Option<IpAddr>,
@@ -64,6 +65,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
     let op = match a.op.as_str() {
         "read" => PerfOp::Read,
         "send" => PerfOp::Send,
+        "raw" => PerfOp::Raw,
         _ => PerfOp::Write,
     };
     let cfg = PerfConfig {

@@ -13,8 +13,6 @@ pub struct Endpoint<B: Backend> {
     /// The verbs context.
     pub ctx: Context,
     backend: B,
-    tx: Vec<u8>,
-    rx: Vec<u8>,
     /// Frames the backend refused to send.
     pub send_errors: u64,
 }
@@ -25,36 +23,45 @@ impl<B: Backend> Endpoint<B> {
         Self {
             ctx,
             backend,
-            tx: vec![0; 4096 + 256],
-            rx: vec![0; 4096 + 256],
             send_errors: 0,
         }
     }
 
-    /// One round: send what is ready, wait up to `max_wait` (less if a timer is due
-    /// sooner) for frames, take up to 64 of them, run due timers.
+    /// The backend, for callers that move frames without the transport (benchmarks).
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    /// One round: build every ready frame in the backend's memory and hand the batch to
+    /// the kernel, wait up to `max_wait` (less if a timer is due sooner) for frames, take
+    /// up to 64 of them in place, run due timers. No allocation.
     pub fn poll(&mut self, max_wait: Duration) -> io::Result<()> {
         let now = Instant::now();
-        while let Some(n) = self.ctx.poll_transmit(now, &mut self.tx) {
-            if self.backend.send(&self.tx[..n]).is_err() {
-                self.send_errors += 1;
+        let Self {
+            ctx,
+            backend,
+            send_errors,
+        } = self;
+        loop {
+            match backend.send_with(&mut |buf| ctx.poll_transmit(now, buf)) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(_) => {
+                    *send_errors += 1;
+                    break;
+                }
             }
         }
-        let wait = self
-            .ctx
+        if backend.flush().is_err() {
+            *send_errors += 1;
+        }
+        let wait = ctx
             .poll_timeout()
             .map_or(max_wait, |t| t.saturating_duration_since(now).min(max_wait));
-        let mut timeout = wait;
-        for _ in 0..64 {
-            match self.backend.recv(&mut self.rx, timeout)? {
-                Some(n) => {
-                    let _ = self.ctx.handle_frame(Instant::now(), &self.rx[..n]);
-                    timeout = Duration::ZERO;
-                }
-                None => break,
-            }
-        }
-        self.ctx.handle_timeout(Instant::now());
+        backend.receive(wait, 64, &mut |frame| {
+            let _ = ctx.handle_frame(Instant::now(), frame);
+        })?;
+        ctx.handle_timeout(Instant::now());
         Ok(())
     }
 

@@ -16,21 +16,88 @@ pub mod xdp;
 use std::io;
 use std::time::Duration;
 
+/// Largest frame a backend carries: a 4096-byte payload plus every header uroce emits.
+pub const MAX_FRAME: usize = 4096 + 256;
+
 /// A way to put frames on a network and take them off.
+///
+/// The batched calls are the fast path: [`Backend::send_with`] builds a frame in the
+/// backend's own memory (the UMEM for AF_XDP) and queues it, [`Backend::flush`] hands
+/// what is queued to the kernel, [`Backend::receive`] hands received frames to a closure
+/// in place. [`Backend::send`] and [`Backend::recv`] are the one-frame conveniences.
 pub trait Backend {
-    /// Sends one Ethernet frame built by the context.
-    fn send(&mut self, frame: &[u8]) -> io::Result<()>;
-    /// Waits up to `timeout` for one frame; writes it into `buf` as an Ethernet frame the
-    /// context can parse and returns its length, or `None` on timeout.
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>>;
+    /// Offers a frame buffer of at least [`MAX_FRAME`] bytes to `build`, which writes a
+    /// frame and returns its length, or `None` when it has nothing to send. Returns
+    /// whether a frame was queued. When the backend has no room, it returns
+    /// `ErrorKind::WouldBlock` without calling `build`, so nothing is lost.
+    fn send_with(&mut self, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<bool>;
+
+    /// Hands queued frames to the kernel.
+    fn flush(&mut self) -> io::Result<()>;
+
+    /// Waits up to `timeout` for a first frame, then passes up to `max` received frames
+    /// (Ethernet frames the context can parse) to `handle`; returns how many.
+    fn receive(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        handle: &mut dyn FnMut(&[u8]),
+    ) -> io::Result<usize>;
+
+    /// Sends one frame now (copied).
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        let mut copy = |buf: &mut [u8]| {
+            let n = frame.len().min(buf.len());
+            buf[..n].copy_from_slice(&frame[..n]);
+            Some(n)
+        };
+        if frame.len() > MAX_FRAME {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "frame larger than the backend carries",
+            ));
+        }
+        self.send_with(&mut copy)?;
+        self.flush()
+    }
+
+    /// Waits up to `timeout` for one frame, copies it into `buf` and returns its length,
+    /// or `None` on timeout.
+    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
+        let mut got = None;
+        let mut too_big = false;
+        self.receive(timeout, 1, &mut |f| {
+            if f.len() <= buf.len() {
+                buf[..f.len()].copy_from_slice(f);
+                got = Some(f.len());
+            } else {
+                too_big = true;
+            }
+        })?;
+        if too_big {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "received frame larger than the buffer",
+            ));
+        }
+        Ok(got)
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
-    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        (**self).send(frame)
+    fn send_with(&mut self, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<bool> {
+        (**self).send_with(build)
     }
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
-        (**self).recv(buf, timeout)
+    fn flush(&mut self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn receive(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        handle: &mut dyn FnMut(&[u8]),
+    ) -> io::Result<usize> {
+        (**self).receive(timeout, max, handle)
     }
 }
 

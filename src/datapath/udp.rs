@@ -9,6 +9,10 @@
 //! The ECN bits of received packets are read with IP_RECVTOS, so CE marks reach the
 //! notification point.
 //!
+//! Frames are batched: `send_with` queues up to 32 datagrams that `flush` hands over with
+//! one `sendmmsg` per run of the same source port, and `receive` takes up to 32 datagrams
+//! with one `recvmmsg`, each read straight behind the space where its headers are rebuilt.
+//!
 //! IPv4 only. A peer whose IP identification is not 0 (rdma_rxe numbers its packets)
 //! fails the ICRC check here: that is what the AF_XDP backend is for.
 
@@ -18,7 +22,7 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::Backend;
+use super::{Backend, MAX_FRAME};
 use crate::wire::{self, EthernetRepr, IpRepr, Ipv4Repr, UdpRepr};
 
 /// RoCEv2 over UDP sockets bound to one local IPv4 address.
@@ -33,7 +37,29 @@ pub struct UdpBackend {
     rx: UdpSocket,
     tx: HashMap<u16, UdpSocket>,
     tos: u8,
+    /// Queued datagrams: `BATCH` slots of `MAX_FRAME` bytes, and where each one's UDP
+    /// payload lies in its slot, its source port and destination.
+    txbuf: Vec<u8>,
+    txq: Vec<Queued>,
+    /// Receive slots, and the control-message space of each.
+    rxbuf: Vec<u8>,
+    rxcmsg: Vec<[u64; 8]>,
+    /// Datagrams the kernel refused (counted, the transport retransmits).
+    pub send_failures: u64,
 }
+
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    start: usize,
+    len: usize,
+    sport: u16,
+    dst: SocketAddrV4,
+}
+
+/// Datagrams per `sendmmsg` / `recvmmsg`.
+const BATCH: usize = 32;
+/// Ethernet + IPv4 + UDP headers rebuilt in front of a received datagram.
+const RX_HDR: usize = 14 + 20 + 8;
 
 fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: `fd` is an open socket owned by the caller; the option value is a live
@@ -74,6 +100,11 @@ impl UdpBackend {
             rx,
             tx: HashMap::new(),
             tos: 0,
+            txbuf: vec![0; BATCH * MAX_FRAME],
+            txq: Vec::with_capacity(BATCH),
+            rxbuf: vec![0; BATCH * MAX_FRAME],
+            rxcmsg: vec![[0; 8]; BATCH],
+            send_failures: 0,
         })
     }
 
@@ -106,8 +137,75 @@ impl UdpBackend {
     }
 }
 
+impl UdpBackend {
+    /// Sends the queued datagrams: one `sendmmsg` per run of the same source port.
+    fn send_queued(&mut self) -> io::Result<()> {
+        let mut i = 0;
+        while i < self.txq.len() {
+            let sport = self.txq[i].sport;
+            let run = self.txq[i..]
+                .iter()
+                .take_while(|q| q.sport == sport)
+                .count();
+            let fd = self.socket_for(sport)?.as_raw_fd();
+            let mut names = [unsafe_zeroed_sockaddr(); BATCH];
+            let mut iovs = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; BATCH];
+            // SAFETY: mmsghdr is plain data; all-zero is valid.
+            let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+            for (k, q) in self.txq[i..i + run].iter().enumerate() {
+                names[k].sin_family = libc::AF_INET as libc::sa_family_t;
+                names[k].sin_port = q.dst.port().to_be();
+                names[k].sin_addr.s_addr = u32::from(*q.dst.ip()).to_be();
+                iovs[k].iov_base = self.txbuf[q.start..].as_mut_ptr().cast();
+                iovs[k].iov_len = q.len;
+            }
+            for k in 0..run {
+                let h = &mut msgs[k].msg_hdr;
+                h.msg_name = (&mut names[k] as *mut libc::sockaddr_in).cast();
+                h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                h.msg_iov = &mut iovs[k];
+                h.msg_iovlen = 1;
+            }
+            let mut sent = 0;
+            while sent < run {
+                // SAFETY: `msgs[sent..run]` point at live addresses and queued bytes.
+                let r = unsafe {
+                    libc::sendmmsg(
+                        fd,
+                        msgs[sent..].as_mut_ptr(),
+                        (run - sent) as u32,
+                        libc::MSG_DONTWAIT,
+                    )
+                };
+                if r <= 0 {
+                    // The kernel refused this datagram (full buffer, too big): count it
+                    // and go on; RC retransmits, UD loses it as a datagram may be lost.
+                    self.send_failures += 1;
+                    sent += 1;
+                } else {
+                    sent += r as usize;
+                }
+            }
+            i += run;
+        }
+        self.txq.clear();
+        Ok(())
+    }
+}
+
 impl Backend for UdpBackend {
-    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+    fn send_with(&mut self, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<bool> {
+        if self.txq.len() == BATCH {
+            self.send_queued()?;
+        }
+        let start = self.txq.len() * MAX_FRAME;
+        let Some(n) = build(&mut self.txbuf[start..start + MAX_FRAME]) else {
+            return Ok(false);
+        };
+        let frame = &self.txbuf[start..start + n.min(MAX_FRAME)];
         let p = wire::parse_headers(frame)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         let IpRepr::V4(ip) = p.ip else {
@@ -116,25 +214,50 @@ impl Backend for UdpBackend {
                 "the UDP backend is IPv4 only",
             ));
         };
-        if ip.tos != self.tos {
-            self.tos = ip.tos;
+        let l = p.frame_repr().layout(p.payload.len());
+        let (sport, dport, tos) = (p.udp.src_port, p.udp.dst_port, ip.tos);
+        let end = frame.len() - p.trailer.len();
+        if tos != self.tos {
+            // A new TOS (DCQCN turned ECT on): send what was queued under the old one.
+            self.send_queued()?;
+            self.tos = tos;
             for s in self.tx.values() {
                 setsockopt_int(
                     s.as_raw_fd(),
                     libc::IPPROTO_IP,
                     libc::IP_TOS,
-                    i32::from(ip.tos),
+                    i32::from(tos),
                 )?;
             }
+            let start2 = 0;
+            self.txbuf.copy_within(start..start + end, start2);
+            self.txq.push(Queued {
+                start: start2 + l.bth,
+                len: end - l.bth,
+                sport,
+                dst: SocketAddrV4::new(ip.dst, dport),
+            });
+            return Ok(true);
         }
-        let l = p.frame_repr().layout(p.payload.len());
-        let udp_payload = &frame[l.bth..frame.len() - p.trailer.len()];
-        let sock = self.socket_for(p.udp.src_port)?;
-        sock.send_to(udp_payload, SocketAddrV4::new(ip.dst, p.udp.dst_port))?;
-        Ok(())
+        self.txq.push(Queued {
+            start: start + l.bth,
+            len: end - l.bth,
+            sport,
+            dst: SocketAddrV4::new(ip.dst, dport),
+        });
+        Ok(true)
     }
 
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
+    fn flush(&mut self) -> io::Result<()> {
+        self.send_queued()
+    }
+
+    fn receive(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        handle: &mut dyn FnMut(&[u8]),
+    ) -> io::Result<usize> {
         let fd = self.rx.as_raw_fd();
         let mut pfd = libc::pollfd {
             fd,
@@ -148,78 +271,104 @@ impl Backend for UdpBackend {
             let e = io::Error::last_os_error();
             // A signal (Ctrl-C is handled by the caller's loop) is just an early wake-up.
             return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(None)
+                Ok(0)
             } else {
                 Err(e)
             };
         }
-        if r == 0 {
-            return Ok(None);
+        if r == 0 || max == 0 {
+            return Ok(0);
         }
-        let mut data = [0u8; 4096 + 128];
-        let mut from: libc::sockaddr_in = unsafe_zeroed_sockaddr();
-        let mut cmsg = [0u64; 16];
-        let mut iov = libc::iovec {
-            iov_base: data.as_mut_ptr().cast(),
-            iov_len: data.len(),
+        let want = max.min(BATCH);
+        let mut names = [unsafe_zeroed_sockaddr(); BATCH];
+        let mut iovs = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; BATCH];
+        // SAFETY: mmsghdr is plain data; all-zero is valid.
+        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+        for k in 0..want {
+            // Each datagram lands behind the room for the headers rebuilt in front of it.
+            let slot = &mut self.rxbuf[k * MAX_FRAME + RX_HDR..(k + 1) * MAX_FRAME];
+            iovs[k].iov_base = slot.as_mut_ptr().cast();
+            iovs[k].iov_len = slot.len();
+            let h = &mut msgs[k].msg_hdr;
+            h.msg_name = (&mut names[k] as *mut libc::sockaddr_in).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            h.msg_iov = &mut iovs[k];
+            h.msg_iovlen = 1;
+            h.msg_control = self.rxcmsg[k].as_mut_ptr().cast();
+            h.msg_controllen = std::mem::size_of::<[u64; 8]>();
+        }
+        // SAFETY: every header points at live buffers of the lengths given with them.
+        let got = unsafe {
+            libc::recvmmsg(
+                fd,
+                msgs.as_mut_ptr(),
+                want as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
         };
-        // SAFETY: msghdr is plain data; every pointer in it refers to a live local buffer
-        // of the length given next to it.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_name = (&mut from as *mut libc::sockaddr_in).cast();
-        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cmsg.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&cmsg);
-        // SAFETY: `msg` is fully initialised above.
-        let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
-        if n < 0 {
+        if got < 0 {
             let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock {
-                Ok(None)
+            return if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) {
+                Ok(0)
             } else {
                 Err(e)
             };
         }
-        let n = n as usize;
-        if self.rng.chance(self.drop) {
-            self.dropped += 1;
-            return Ok(None);
+        let mut handled = 0;
+        for k in 0..got as usize {
+            let n = msgs[k].msg_len as usize;
+            if self.rng.chance(self.drop) {
+                self.dropped += 1;
+                continue;
+            }
+            let tos = read_tos(&msgs[k].msg_hdr);
+            let src = Ipv4Addr::from(u32::from_be(names[k].sin_addr.s_addr));
+            let sport = u16::from_be(names[k].sin_port);
+            let slot = &mut self.rxbuf[k * MAX_FRAME..(k + 1) * MAX_FRAME];
+            rebuild_headers(slot, src, self.local, sport, tos, n)?;
+            handle(&slot[..RX_HDR + n]);
+            handled += 1;
         }
-        let tos = read_tos(&msg);
-        let src = Ipv4Addr::from(u32::from_be(from.sin_addr.s_addr));
-        let sport = u16::from_be(from.sin_port);
-        // Rebuild Ethernet / IPv4 / UDP as they were on the wire, then the transport bytes.
-        let mut ip = Ipv4Repr::new(src, self.local, tos);
-        ip.ident = 0;
-        let eth = EthernetRepr {
-            dst: [0; 6],
-            src: [0; 6],
-            vlan: None,
-            ethertype: 0x0800,
-        };
-        let hdr = 14 + 20 + 8;
-        if buf.len() < hdr + n {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "receive buffer too small",
-            ));
-        }
-        eth.emit(buf)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        ip.emit(&mut buf[14..], 8 + n)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        UdpRepr {
-            src_port: sport,
-            dst_port: wire::ROCEV2_UDP_PORT,
-            checksum: 0,
-        }
-        .emit(&mut buf[34..], n)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        buf[hdr..hdr + n].copy_from_slice(&data[..n]);
-        Ok(Some(hdr + n))
+        Ok(handled)
     }
+}
+
+/// Writes Ethernet / IPv4 / UDP in front of an `n`-byte datagram as they were on the
+/// wire (IP ID 0, DF), so the context can verify the ICRC.
+fn rebuild_headers(
+    buf: &mut [u8],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    sport: u16,
+    tos: u8,
+    n: usize,
+) -> io::Result<()> {
+    let bad = |e| io::Error::new(io::ErrorKind::InvalidData, e);
+    let mut ip = Ipv4Repr::new(src, dst, tos);
+    ip.ident = 0;
+    EthernetRepr {
+        dst: [0; 6],
+        src: [0; 6],
+        vlan: None,
+        ethertype: 0x0800,
+    }
+    .emit(buf)
+    .map_err(bad)?;
+    ip.emit(&mut buf[14..], 8 + n).map_err(bad)?;
+    UdpRepr {
+        src_port: sport,
+        dst_port: wire::ROCEV2_UDP_PORT,
+        checksum: 0,
+    }
+    .emit(&mut buf[34..], n)
+    .map_err(bad)
 }
 
 fn unsafe_zeroed_sockaddr() -> libc::sockaddr_in {

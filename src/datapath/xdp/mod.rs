@@ -54,8 +54,21 @@ struct Socket {
     comp: Ring,
     rx: Ring,
     tx: Ring,
+    /// Bytes per TX slot: one chunk, or two adjacent chunks with multi-buffer so a
+    /// frame of up to 8 KiB is built in one contiguous place.
+    tx_slot: u64,
+    /// Free TX slots (UMEM offsets).
     free_tx: Vec<u64>,
+    /// Descriptors of each TX slot the kernel has not completed yet.
+    tx_pending: Vec<u8>,
+    /// Frames queued on the TX ring since the last wake-up.
+    unkicked: u32,
 }
+
+/// Copy-mode AF_XDP sends at most this many frames per wake-up (the kernel's batch).
+const TX_BATCH: u32 = 32;
+/// First UMEM offset of the TX half.
+const TX_BASE: u64 = (FRAMES / 2) as u64 * CHUNK as u64;
 
 /// AF_XDP on one interface.
 pub struct XdpBackend {
@@ -69,6 +82,8 @@ pub struct XdpBackend {
     /// `tc netem` is not available.
     drop: f64,
     rng: crate::sim::Rng,
+    /// Where a multi-buffer received frame is put together.
+    scratch: Vec<u8>,
 }
 
 fn sockopt<T>(fd: i32, name: i32, v: &T) -> io::Result<()> {
@@ -206,14 +221,23 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool) -> io::Result<(Socket, bool)>
         comp,
         rx,
         tx,
+        tx_slot: if sg {
+            2 * u64::from(CHUNK)
+        } else {
+            u64::from(CHUNK)
+        },
         free_tx: Vec::new(),
+        tx_pending: Vec::new(),
+        unkicked: 0,
     };
     // The first half of the frames wait in the fill ring for received packets.
     for i in 0..FRAMES / 2 {
         s.fill.push_addr(u64::from(i * CHUNK));
     }
     s.fill.submit();
-    s.free_tx = (FRAMES / 2..FRAMES).map(|i| u64::from(i * CHUNK)).collect();
+    let slots = (u64::from(FRAMES) * u64::from(CHUNK) - TX_BASE) / s.tx_slot;
+    s.free_tx = (0..slots).rev().map(|i| TX_BASE + i * s.tx_slot).collect();
+    s.tx_pending = vec![0; slots as usize];
     Ok((s, zero_copy))
 }
 
@@ -282,6 +306,7 @@ impl XdpBackend {
                 multi_buffer: sg,
             },
             next_rx: 0,
+            scratch: vec![0; 2 * CHUNK as usize],
         })
     }
 
@@ -297,9 +322,16 @@ impl XdpBackend {
 }
 
 impl Socket {
+    /// Takes finished TX descriptors back; a slot is free once all of its are done.
     fn reclaim(&mut self) {
         while let Some(addr) = self.comp.pop_addr() {
-            self.free_tx.push(addr & !u64::from(CHUNK - 1));
+            let slot = (addr.saturating_sub(TX_BASE) / self.tx_slot) as usize;
+            if let Some(p) = self.tx_pending.get_mut(slot) {
+                *p = p.saturating_sub(1);
+                if *p == 0 {
+                    self.free_tx.push(TX_BASE + slot as u64 * self.tx_slot);
+                }
+            }
         }
         self.comp.release();
     }
@@ -317,100 +349,179 @@ impl Socket {
             );
         }
     }
+
+    /// Wakes the kernel until it has taken every queued frame (copy mode moves a batch
+    /// per wake-up), or once when a zero-copy driver asks for it.
+    fn push_out(&mut self, zero_copy: bool) {
+        self.unkicked = 0;
+        if zero_copy {
+            if self.tx.needs_wakeup() {
+                self.kick();
+            }
+            return;
+        }
+        let mut tries = 0;
+        while self.tx.in_flight() > 0 && tries < 4 * RING / TX_BATCH {
+            self.kick();
+            self.reclaim();
+            tries += 1;
+        }
+    }
 }
 
 impl Backend for XdpBackend {
-    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+    fn send_with(&mut self, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<bool> {
+        let zero_copy = self.mode.zero_copy;
         let s = &mut self.socks[0];
         s.reclaim();
-        let chunks = frame.len().div_ceil(CHUNK as usize).max(1);
-        if chunks > 1 && !self.mode.multi_buffer {
+        let mut tries = 0;
+        while s.free_tx.is_empty() || s.tx.free_slots() < 2 {
+            if tries == 100 {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "AF_XDP TX ring full",
+                ));
+            }
+            s.push_out(zero_copy);
+            if tries > 0 {
+                std::thread::yield_now();
+            }
+            s.reclaim();
+            tries += 1;
+        }
+        let Some(addr) = s.free_tx.pop() else {
+            return Ok(false);
+        };
+        let slot_len = s.tx_slot as usize;
+        let Some(n) = build(s.umem.slice_mut(addr, slot_len)) else {
+            s.free_tx.push(addr);
+            return Ok(false);
+        };
+        if n > slot_len || n == 0 {
+            s.free_tx.push(addr);
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "frame larger than a UMEM chunk without multi-buffer",
+                format!("frame of {n} bytes does not fit a {slot_len}-byte TX slot"),
             ));
         }
-        for _ in 0..100 {
-            if s.free_tx.len() >= chunks && s.tx.free_slots() >= chunks as u32 {
-                break;
-            }
-            s.kick();
-            std::thread::yield_now();
-            s.reclaim();
-        }
-        if s.free_tx.len() < chunks || s.tx.free_slots() < chunks as u32 {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                "AF_XDP TX ring full",
-            ));
-        }
-        for (k, part) in frame.chunks(CHUNK as usize).enumerate() {
-            let addr = s.free_tx.pop().unwrap_or(0);
-            s.umem.write(addr, part);
-            let more = if k + 1 < chunks { XDP_PKT_CONTD } else { 0 };
-            s.tx.push_desc(addr, part.len() as u32, more);
+        let chunk = CHUNK as usize;
+        let slot = ((addr - TX_BASE) / s.tx_slot) as usize;
+        if n > chunk {
+            s.tx.push_desc(addr, CHUNK, XDP_PKT_CONTD);
+            s.tx.push_desc(addr + u64::from(CHUNK), (n - chunk) as u32, 0);
+            s.tx_pending[slot] = 2;
+        } else {
+            s.tx.push_desc(addr, n as u32, 0);
+            s.tx_pending[slot] = 1;
         }
         s.tx.submit();
-        if s.tx.needs_wakeup() || !self.mode.zero_copy {
-            s.kick();
+        s.unkicked += 1;
+        if s.unkicked >= TX_BATCH {
+            s.push_out(zero_copy);
         }
+        Ok(true)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let zero_copy = self.mode.zero_copy;
+        let s = &mut self.socks[0];
+        if s.unkicked > 0 || s.tx.in_flight() > 0 {
+            s.push_out(zero_copy);
+        }
+        s.reclaim();
         Ok(())
     }
 
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
-        let n = self.socks.len();
-        for round in 0..2 {
-            for k in 0..n {
-                let i = (self.next_rx + k) % n;
-                let s = &mut self.socks[i];
-                let mut len = 0usize;
-                let mut got = false;
-                while let Some((addr, l, opts)) = s.rx.pop_desc() {
-                    let l = l as usize;
-                    if len + l <= buf.len() {
-                        s.umem.read(addr, &mut buf[len..len + l]);
+    fn receive(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        handle: &mut dyn FnMut(&[u8]),
+    ) -> io::Result<usize> {
+        let mut count = self.drain(max, handle);
+        if count > 0 || max == 0 {
+            return Ok(count);
+        }
+        let mut pfds = [libc::pollfd {
+            fd: -1,
+            events: libc::POLLIN,
+            revents: 0,
+        }; 16];
+        let n = self.socks.len().min(pfds.len());
+        for (p, s) in pfds.iter_mut().zip(&self.socks) {
+            p.fd = s.fd.as_raw_fd();
+        }
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: valid pollfds for our sockets.
+        let r = unsafe { libc::poll(pfds.as_mut_ptr(), n as libc::nfds_t, ms) };
+        if r > 0 {
+            count = self.drain(max, handle);
+        }
+        Ok(count)
+    }
+}
+
+impl XdpBackend {
+    /// Hands up to `max` frames waiting on the RX rings to `handle`, in place where a
+    /// frame is one chunk; multi-buffer frames are put together in `scratch` first.
+    fn drain(&mut self, max: usize, handle: &mut dyn FnMut(&[u8])) -> usize {
+        let Self {
+            socks,
+            next_rx,
+            drop,
+            rng,
+            scratch,
+            ..
+        } = self;
+        let n = socks.len();
+        let mut count = 0;
+        for k in 0..n {
+            let i = (*next_rx + k) % n;
+            let s = &mut socks[i];
+            while count < max {
+                let Some((addr, len, opts)) = s.rx.pop_desc() else {
+                    break;
+                };
+                let mask = !u64::from(CHUNK - 1);
+                let keep = !rng.chance(*drop); // a lossy path, on purpose
+                if opts & XDP_PKT_CONTD == 0 {
+                    if keep {
+                        handle(s.umem.slice(addr, len as usize));
+                        count += 1;
                     }
-                    len += l;
-                    s.fill.push_addr(addr & !u64::from(CHUNK - 1));
-                    if opts & XDP_PKT_CONTD == 0 {
-                        got = true;
+                    s.fill.push_addr(addr & mask);
+                    continue;
+                }
+                // A frame in several chunks: gather it.
+                let mut total = 0usize;
+                let mut fits = true;
+                let mut d = Some((addr, len, opts));
+                while let Some((a, l, o)) = d {
+                    let l = l as usize;
+                    if total + l <= scratch.len() {
+                        scratch[total..total + l].copy_from_slice(s.umem.slice(a, l));
+                    } else {
+                        fits = false;
+                    }
+                    total += l;
+                    s.fill.push_addr(a & mask);
+                    if o & XDP_PKT_CONTD == 0 {
                         break;
                     }
+                    d = s.rx.pop_desc();
                 }
-                s.rx.release();
-                s.fill.submit();
-                if got && self.rng.chance(self.drop) {
-                    continue; // dropped on purpose, as a lossy path would
-                }
-                if got {
-                    self.next_rx = (i + 1) % n;
-                    if len > buf.len() {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            "received frame larger than the buffer",
-                        ));
-                    }
-                    return Ok(Some(len));
+                if keep && fits {
+                    handle(&scratch[..total]);
+                    count += 1;
                 }
             }
-            if round == 0 {
-                let mut pfds: Vec<libc::pollfd> = self
-                    .socks
-                    .iter()
-                    .map(|s| libc::pollfd {
-                        fd: s.fd.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    })
-                    .collect();
-                let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-                // SAFETY: valid pollfds for our sockets.
-                let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
-                if r <= 0 {
-                    return Ok(None);
-                }
+            s.rx.release();
+            s.fill.submit();
+            if count >= max {
+                *next_rx = (i + 1) % n;
+                break;
             }
         }
-        Ok(None)
+        count
     }
 }

@@ -39,21 +39,27 @@ impl Umem {
     pub(super) fn len(&self) -> usize {
         self.len
     }
-    /// Copies `data` to UMEM offset `at` (kept inside the mapping).
-    pub(super) fn write(&mut self, at: u64, data: &[u8]) {
+    /// The `len` bytes at offset `at`, writable (a TX frame we own).
+    ///
+    /// # Panics
+    /// If the range is outside the mapping (a bug in the caller's address arithmetic).
+    pub(super) fn slice_mut(&mut self, at: u64, len: usize) -> &mut [u8] {
         let at = at as usize;
-        if at + data.len() <= self.len {
-            // SAFETY: bounds checked above; the frame is ours (taken from the free list).
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(at), data.len()) }
-        }
+        assert!(at + len <= self.len, "UMEM range out of bounds");
+        // SAFETY: bounds checked above; the frame is ours until we hand it to the TX ring,
+        // and `&mut self` keeps any other slice of the UMEM from being alive meanwhile.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) }
     }
-    /// Copies UMEM bytes at `at` out into `out` (kept inside the mapping).
-    pub(super) fn read(&self, at: u64, out: &mut [u8]) {
+    /// The `len` bytes at offset `at` (an RX frame the kernel handed to us).
+    ///
+    /// # Panics
+    /// If the range is outside the mapping.
+    pub(super) fn slice(&self, at: u64, len: usize) -> &[u8] {
         let at = at as usize;
-        if at + out.len() <= self.len {
-            // SAFETY: bounds checked above; the kernel handed this frame to us on RX.
-            unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(at), out.as_mut_ptr(), out.len()) }
-        }
+        assert!(at + len <= self.len, "UMEM range out of bounds");
+        // SAFETY: bounds checked above; the kernel does not write a frame between
+        // producing it on the RX ring and getting it back through the fill ring.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(at), len) }
     }
 }
 
@@ -155,6 +161,11 @@ impl Ring {
     /// Producer rings: entries we may still fill.
     pub(super) fn free_slots(&self) -> u32 {
         self.size - self.local.wrapping_sub(self.cons().load(Ordering::Acquire))
+    }
+
+    /// Producer rings: entries produced that the kernel has not consumed yet.
+    pub(super) fn in_flight(&self) -> u32 {
+        self.local.wrapping_sub(self.cons().load(Ordering::Acquire))
     }
 
     /// Fill ring: offers a frame address.
