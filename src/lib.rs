@@ -12,6 +12,7 @@ pub mod demo;
 pub mod fuzzing;
 pub mod mem;
 pub mod perf;
+pub mod perftest;
 pub mod pingpong;
 pub mod sim;
 pub mod transport;

@@ -18,7 +18,8 @@ struct Cli {
 enum Command {
     /// Two endpoints in two network namespaces over veth: RC WRITE/READ/SEND/atomics and UD, verified.
     Demo(cli::demo::Args),
-    /// RC bandwidth / latency between two hosts; the server runs with no address.
+    /// RC bandwidth / latency between two hosts, or with perftest; the server runs with no address.
+    #[command(after_help = cli::perf::PERFTEST_HELP)]
     Perf(cli::perf::Args),
     /// ibv_rc_pingpong / ibv_ud_pingpong compatible ping-pong; the server runs with no address.
     Pingpong(cli::pingpong::Args),

@@ -89,6 +89,12 @@ pub struct PerfResult {
     pub lat_p999_us: Option<f64>,
     /// The datapath used.
     pub datapath: String,
+    /// Packets the client sent, and how many of them were retransmissions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packets_sent: Option<u64>,
+    /// Retransmitted packets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retransmits: Option<u64>,
     /// Raw mode: frames the client sent and the server received.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frames_sent: Option<u64>,
@@ -169,7 +175,18 @@ pub(crate) fn open_backend_lossy(
         match XdpBackend::open(iface, 2, mtu.bytes() + 100) {
             Ok(mut b) => {
                 b.set_drop(drop);
-                return Ok((Box::new(b), format!("AF_XDP on {iface}")));
+                let m = b.mode();
+                let what = format!(
+                    "AF_XDP on {iface} ({} XDP, {}{})",
+                    if m.native { "native" } else { "generic" },
+                    if m.zero_copy {
+                        "zero-copy"
+                    } else {
+                        "copy mode"
+                    },
+                    if m.multi_buffer { ", multi-buffer" } else { "" }
+                );
+                return Ok((Box::new(b), what));
             }
             Err(e) if backend == "xdp" => return Err(format!("AF_XDP on {iface}: {e}")),
             Err(e) => {
@@ -299,9 +316,14 @@ pub fn server(cfg: &PerfConfig) -> Result<String, String> {
     crate::datapath::catch_interrupts();
     let l = TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], cfg.port)))
         .map_err(|e| format!("listening on TCP {}: {e}", cfg.port))?;
-    let (tcp, peer) = l.accept().map_err(|e| e.to_string())?;
+    let (tcp, _) = l.accept().map_err(|e| e.to_string())?;
+    serve(cfg, tcp)
+}
+
+/// Serves a uroce perf client that has connected on `tcp`.
+pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> Result<String, String> {
     let local = v4(tcp.local_addr().map_err(|e| e.to_string())?.ip())?;
-    let peer = v4(peer.ip())?;
+    let peer = v4(tcp.peer_addr().map_err(|e| e.to_string())?.ip())?;
     let mut rd = BufReader::new(tcp.try_clone().map_err(|e| e.to_string())?);
     let mut line = String::new();
     rd.read_line(&mut line).map_err(|e| e.to_string())?;
@@ -502,6 +524,8 @@ pub fn client(
         lat_p50_us: pct(0.5),
         lat_p99_us: pct(0.99),
         lat_p999_us: pct(0.999),
+        packets_sent: s.ep.ctx.qp_counters(qp).map(|c| c.packets_sent),
+        retransmits: s.ep.ctx.qp_counters(qp).map(|c| c.retransmits),
         datapath: s.datapath,
         frames_sent: None,
         frames_received: None,
@@ -647,6 +671,8 @@ fn raw_source(
         lat_p99_us: None,
         lat_p999_us: None,
         datapath: s.datapath.clone(),
+        packets_sent: None,
+        retransmits: None,
         frames_sent: Some(sent),
         frames_received: Some(count.frames),
     })
