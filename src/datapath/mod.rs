@@ -6,9 +6,11 @@
 //! - [`event_loop`]: drives a context from a backend, its timers and the application.
 //!
 //! - [`xdp`]: AF_XDP (kernel bypass) with an XDP program steering UDP/4791.
+//! - [`neighbour`]: next hop and MAC for AF_XDP frames (routes, kernel table, ARP, NDP).
 
 pub mod capture;
 pub mod event_loop;
+pub mod neighbour;
 pub mod netns;
 pub mod udp;
 pub mod xdp;

@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod aeth;
+pub mod arp;
 pub mod atomic;
 pub mod bth;
 pub mod builder;
@@ -27,6 +28,7 @@ pub mod icrc;
 pub mod immdt;
 pub mod ipv4;
 pub mod ipv6;
+pub mod ndp;
 pub mod opcode;
 pub mod packet;
 pub mod reth;
