@@ -55,6 +55,11 @@ pub struct PerfConfig {
     pub port: u16,
     /// Path MTU.
     pub mtu: Mtu,
+    /// Share of received frames dropped on purpose (recovery tests).
+    pub drop: f64,
+    /// QPs, driven by one loop, messages spread over them in turn (the server takes
+    /// the client's count).
+    pub qps: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -66,6 +71,9 @@ struct Hello {
     rkey: u32,
     addr: u64,
     mac: String,
+    /// Every QP's number (the first is `qpn`).
+    #[serde(default)]
+    qpns: Vec<u32>,
 }
 
 /// What the client measured.
@@ -144,26 +152,32 @@ pub(crate) fn iface_and_mac(ip: Ipv4Addr) -> Result<(String, [u8; 6]), String> {
     Err(format!("no interface has the address {ip}"))
 }
 
-/// The next hop's MAC for `ip`, from the kernel's neighbour table (the TCP exchange
-/// has just resolved it).
-pub(crate) fn neighbour_mac(ip: Ipv4Addr) -> [u8; 6] {
-    ip_json(&["-j", "neigh", "show", &ip.to_string()])
-        .ok()
-        .and_then(|v| v[0]["lladdr"].as_str().map(parse_mac))
-        .unwrap_or([0; 6])
-}
-
-/// The datapath `backend` (`auto`, `xdp`, `udp`) on `iface` / `local`, and a description.
-pub(crate) fn open_backend(
-    backend: &str,
-    mtu: Mtu,
-    local: Ipv4Addr,
+/// The MAC address frames to `peer` go to: the peer's, or its gateway's when it is not
+/// on the link. With AF_XDP it is resolved from the kernel's neighbour table, else by ARP
+/// sent on the AF_XDP path; the UDP backend leaves the link header to the kernel.
+pub(crate) fn peer_mac(
+    backend: &mut dyn Backend,
     iface: &str,
-) -> Result<(Box<dyn Backend + Send>, String), String> {
-    open_backend_lossy(backend, mtu, local, iface, 0.0)
+    my_mac: [u8; 6],
+    local: Ipv4Addr,
+    peer: Ipv4Addr,
+) -> Result<[u8; 6], String> {
+    if !backend.needs_link_addresses() {
+        return Ok([0; 6]);
+    }
+    crate::datapath::neighbour::resolve(
+        iface,
+        my_mac,
+        IpAddr::V4(local),
+        IpAddr::V4(peer),
+        &mut |f| backend.send(f),
+        crate::datapath::neighbour::GIVE_UP,
+    )
+    .map(|r| r.mac)
 }
 
-/// [`open_backend`], dropping a share `drop` of received frames (to test recovery).
+/// The datapath `backend` (`auto`, `xdp`, `udp`) on `iface` / `local`, and a description,
+/// dropping a share `drop` of received frames (to test recovery).
 pub(crate) fn open_backend_lossy(
     backend: &str,
     mtu: Mtu,
@@ -206,10 +220,13 @@ pub(crate) fn open_backend_lossy(
 
 struct Setup {
     ep: Endpoint<Box<dyn Backend + Send>>,
-    qp: u32,
+    /// The QPs; the first one carries raw mode's template.
+    qps: Vec<u32>,
     cq: crate::verbs::CqId,
     mr: crate::mem::Mr,
     datapath: String,
+    iface: String,
+    local: Ipv4Addr,
 }
 
 const WINDOW: usize = 32;
@@ -222,7 +239,7 @@ fn setup(cfg: &PerfConfig, local: Ipv4Addr) -> Result<Setup, String> {
         ),
         None => iface_and_mac(local).unwrap_or(("lo".into(), [0; 6])),
     };
-    let (backend, datapath) = open_backend(&cfg.backend, cfg.mtu, local, &iface)?;
+    let (backend, datapath) = open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.drop)?;
     let mut ctx = Context::new(ContextConfig {
         mac,
         ip: IpAddr::V4(local),
@@ -240,18 +257,24 @@ fn setup(cfg: &PerfConfig, local: Ipv4Addr) -> Result<Setup, String> {
         max_send_wr: 1024,
         max_recv_wr: 1024,
     };
-    let qp = ctx.create_qp(pd, caps).map_err(e)?;
+    let mut qps = Vec::new();
+    for _ in 0..cfg.qps.max(1) {
+        let qp = ctx.create_qp(pd, caps).map_err(e)?;
+        ctx.modify_qp_init(qp, InitAttr::default()).map_err(e)?;
+        qps.push(qp);
+    }
     let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let mr = ctx
         .reg_mr(pd, vec![0x5a; cfg.size.max(8) as usize * WINDOW], all)
         .map_err(e)?;
-    ctx.modify_qp_init(qp, InitAttr::default()).map_err(e)?;
     Ok(Setup {
         ep: Endpoint::new(ctx, backend),
-        qp,
+        qps,
         cq,
         mr,
         datapath,
+        iface,
+        local,
     })
 }
 
@@ -260,7 +283,8 @@ fn send_hello(tcp: &TcpStream, s: &Setup, cfg: &PerfConfig, psn: u32) -> Result<
     let mine = Hello {
         op: cfg.op,
         size: cfg.size,
-        qpn: s.qp,
+        qpn: s.qps[0],
+        qpns: s.qps.clone(),
         psn,
         rkey: s.mr.rkey,
         addr: s.mr.addr,
@@ -279,29 +303,45 @@ fn connect(
     my_psn: u32,
 ) -> Result<(), String> {
     let e = |e: crate::verbs::VerbsError| e.to_string();
+    let my_mac = s.ep.ctx.config().mac;
     let remote = Remote {
         ip: IpAddr::V4(peer),
-        mac: parse_mac(&hello.mac),
+        mac: peer_mac(s.ep.backend_mut(), &s.iface, my_mac, s.local, peer)?,
     };
-    let rtr = RtrAttr {
-        remote,
-        dest_qpn: hello.qpn,
-        rq_psn: hello.psn,
-        path_mtu: cfg.mtu,
-        max_dest_rd_atomic: 16,
-        min_rnr_timer: 1,
+    let theirs = if hello.qpns.is_empty() {
+        vec![hello.qpn]
+    } else {
+        hello.qpns.clone()
     };
-    s.ep.ctx.modify_qp_rtr(s.qp, rtr).map_err(e)?;
-    s.ep.ctx
-        .modify_qp_rts(
-            s.qp,
-            RtsAttr {
-                sq_psn: my_psn,
-                timeout: 12,
-                ..RtsAttr::default()
-            },
-        )
-        .map_err(e)
+    if theirs.len() != s.qps.len() {
+        return Err(format!(
+            "the peer has {} QPs, this side {}",
+            theirs.len(),
+            s.qps.len()
+        ));
+    }
+    for (&qp, &dest_qpn) in s.qps.iter().zip(&theirs) {
+        let rtr = RtrAttr {
+            remote,
+            dest_qpn,
+            rq_psn: hello.psn,
+            path_mtu: cfg.mtu,
+            max_dest_rd_atomic: 16,
+            min_rnr_timer: 1,
+        };
+        s.ep.ctx.modify_qp_rtr(qp, rtr).map_err(e)?;
+        s.ep.ctx
+            .modify_qp_rts(
+                qp,
+                RtsAttr {
+                    sq_psn: my_psn,
+                    timeout: 12,
+                    ..RtsAttr::default()
+                },
+            )
+            .map_err(e)?;
+    }
+    Ok(())
 }
 
 fn v4(a: IpAddr) -> Result<Ipv4Addr, String> {
@@ -332,25 +372,18 @@ pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> Result<String, String> {
     let cfg = PerfConfig {
         op: theirs.op,
         size: theirs.size,
+        qps: theirs.qpns.len().max(1) as u32,
         ..cfg.clone()
     };
     let mut s = setup(&cfg, local)?;
     send_hello(&tcp, &s, &cfg, 0x200)?;
-    let theirs = Hello {
-        mac: if theirs.mac == "00:00:00:00:00:00" {
-            fmt_mac(&neighbour_mac(peer))
-        } else {
-            theirs.mac
-        },
-        ..theirs
-    };
     connect(&mut s, &cfg, peer, &theirs, 0x200)?;
     if cfg.op == PerfOp::Raw {
         return raw_sink(&mut s, &tcp, peer);
     }
-    let (qp, cq, mr) = (s.qp, s.cq, s.mr);
+    let (cq, mr) = (s.cq, s.mr);
     let slot = cfg.size.max(8);
-    let post_recv = |ctx: &mut Context, i: u64| {
+    let post_recv = |ctx: &mut Context, qp: u32, i: u64| {
         let sge = Sge {
             addr: mr.addr + (i % WINDOW as u64) * u64::from(slot),
             length: slot,
@@ -360,9 +393,11 @@ pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> Result<String, String> {
     };
     let mut posted = 0u64;
     if cfg.op == PerfOp::Send {
-        for _ in 0..WINDOW * 4 {
-            post_recv(&mut s.ep.ctx, posted).map_err(|e| e.to_string())?;
-            posted += 1;
+        for &qp in &s.qps {
+            for _ in 0..WINDOW * 4 {
+                post_recv(&mut s.ep.ctx, qp, posted).map_err(|e| e.to_string())?;
+                posted += 1;
+            }
         }
     }
     tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -374,7 +409,7 @@ pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> Result<String, String> {
         for wc in s.ep.ctx.poll_cq(cq, 64) {
             if wc.status == WcStatus::Success {
                 received += 1;
-                let _ = post_recv(&mut s.ep.ctx, posted);
+                let _ = post_recv(&mut s.ep.ctx, wc.qp_num, posted);
                 posted += 1;
             }
         }
@@ -413,22 +448,15 @@ pub fn client(
         .map_err(|e| e.to_string())?;
     let theirs: Hello =
         serde_json::from_str(&line).map_err(|e| format!("bad hello from the server: {e}"))?;
-    let theirs = Hello {
-        mac: if theirs.mac == "00:00:00:00:00:00" {
-            fmt_mac(&neighbour_mac(peer))
-        } else {
-            theirs.mac
-        },
-        ..theirs
-    };
     connect(&mut s, cfg, peer, &theirs, 0x100)?;
     if cfg.op == PerfOp::Raw {
         return raw_source(&mut s, cfg, &theirs, &tcp, progress);
     }
-    let (qp, cq, mr) = (s.qp, s.cq, s.mr);
+    let (cq, mr) = (s.cq, s.mr);
+    let qps = s.qps.clone();
     let size = cfg.size;
     let slot = u64::from(size.max(8));
-    let window = if cfg.latency { 1 } else { WINDOW };
+    let window = if cfg.latency { 1 } else { WINDOW * qps.len() };
     let mut inflight = 0usize;
     let mut next = 0u64;
     let mut done = 0u64;
@@ -459,7 +487,7 @@ pub fn client(
             };
             s.ep.ctx
                 .post_send(
-                    qp,
+                    qps[(next % qps.len() as u64) as usize],
                     SendWr {
                         wr_id: next,
                         op,
@@ -524,8 +552,18 @@ pub fn client(
         lat_p50_us: pct(0.5),
         lat_p99_us: pct(0.99),
         lat_p999_us: pct(0.999),
-        packets_sent: s.ep.ctx.qp_counters(qp).map(|c| c.packets_sent),
-        retransmits: s.ep.ctx.qp_counters(qp).map(|c| c.retransmits),
+        packets_sent: Some(
+            qps.iter()
+                .filter_map(|&q| s.ep.ctx.qp_counters(q))
+                .map(|c| c.packets_sent)
+                .sum(),
+        ),
+        retransmits: Some(
+            qps.iter()
+                .filter_map(|&q| s.ep.ctx.qp_counters(q))
+                .map(|c| c.retransmits)
+                .sum(),
+        ),
         datapath: s.datapath,
         frames_sent: None,
         frames_received: None,
@@ -597,7 +635,7 @@ fn raw_source(
     progress: &mut dyn FnMut(&str),
 ) -> Result<PerfResult, String> {
     let payload = cfg.mtu.bytes();
-    let (qp, mr) = (s.qp, s.mr);
+    let (qp, mr) = (s.qps[0], s.mr);
     s.ep.ctx
         .post_send(
             qp,

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use crate::datapath::event_loop::Endpoint;
 use crate::datapath::Backend;
 use crate::mem::{Access, Mr};
-use crate::perf::{iface_and_mac, neighbour_mac, open_backend_lossy};
+use crate::perf::{iface_and_mac, open_backend_lossy, peer_mac};
 use crate::verbs::{
     Context, ContextConfig, CqId, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
     SendOp, SendWr, Sge, WcStatus,
@@ -416,6 +416,8 @@ struct Run {
     mine: Keys,
     rem: Keys,
     mtu: Mtu,
+    iface: String,
+    local: Ipv4Addr,
     out: Outcome,
 }
 
@@ -593,6 +595,8 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> Result<Outcome, String> {
         mine,
         rem: mine,
         mtu,
+        iface,
+        local,
     };
     r.handshake(tcp_peer)?;
     r.header();
@@ -644,9 +648,10 @@ impl Run {
             peer
         };
         let e = |e: crate::verbs::VerbsError| e.to_string();
+        let my_mac = self.ep.ctx.config().mac;
         let remote = Remote {
             ip: IpAddr::V4(peer),
-            mac: neighbour_mac(peer),
+            mac: peer_mac(self.ep.backend_mut(), &self.iface, my_mac, self.local, peer)?,
         };
         self.ep
             .ctx
@@ -1042,9 +1047,11 @@ impl Run {
             Verb::Atomic if mismatches == 0 => self.out.validated.push(format!(
                 "{iters} atomics returned the sequence each remote word must show"
             )),
-            Verb::Read | Verb::Atomic => return Err(format!(
+            Verb::Read | Verb::Atomic => {
+                return Err(format!(
                 "{mismatches} of {iters} responses did not match what the remote memory must hold"
-            )),
+            ))
+            }
             _ => {}
         }
         Ok((posted, completed))

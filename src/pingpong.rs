@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::datapath::event_loop::Endpoint;
 use crate::datapath::Backend;
 use crate::mem::Access;
-use crate::perf::{iface_and_mac, neighbour_mac, open_backend_lossy};
+use crate::perf::{iface_and_mac, open_backend_lossy, peer_mac};
 use crate::verbs::{
     Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
     SendOp, SendWr, Sge, UdSendWr, WcOpcode, WcStatus,
@@ -173,8 +173,9 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
         ),
         None => iface_and_mac(local).unwrap_or(("lo".into(), [0; 6])),
     };
-    let (backend, datapath): (Box<dyn Backend + Send>, String) =
+    let (mut backend, datapath): (Box<dyn Backend + Send>, String) =
         open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.drop)?;
+    let next_mac = peer_mac(&mut backend, &iface, mac, local, peer_ip)?;
     let mut ctx = Context::new(ContextConfig {
         mac,
         ip: IpAddr::V4(local),
@@ -243,7 +244,7 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
         }
         let remote = Remote {
             ip: IpAddr::V4(peer_ip),
-            mac: neighbour_mac(peer_ip),
+            mac: next_mac,
         };
         let rtr = RtrAttr {
             remote,
@@ -287,7 +288,7 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
     let mut ep = Endpoint::new(ctx, backend);
     let dest = Remote {
         ip: IpAddr::V4(peer_ip),
-        mac: neighbour_mac(peer_ip),
+        mac: next_mac,
     };
     let post_send = |ctx: &mut Context| -> Result<(), String> {
         let sge = Sge {

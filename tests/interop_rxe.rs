@@ -119,25 +119,271 @@ impl Drop for Peer {
     }
 }
 
-fn ok(o: &Output, what: &str) -> String {
-    let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(
-        o.status.success(),
-        "{what}: {text}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    text
+/// One row of the results table.
+struct Row {
+    tool: String,
+    op: String,
+    direction: &'static str,
+    mtu: u32,
+    extra: String,
+    pass: bool,
+    detail: String,
 }
 
+/// The same uroce command, tried again while the emulated guest's server is not
+/// listening yet.
+fn uroce_client(peer: &Peer, args: &[&str]) -> Output {
+    let mut o = peer.uroce(args);
+    for _ in 0..10 {
+        if o.status.success() || !String::from_utf8_lossy(&o.stderr).contains("Connection refused")
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        o = peer.uroce(args);
+    }
+    o
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// ibv_rc_pingpong / ibv_ud_pingpong, rxe as server then as client.
+fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
+    let rxe = "10.77.0.11";
+    // (UD, size, MTU, share of frames uroce drops on receive: losing rxe's requests and
+    // ACKs, so both sides must recover; `tc netem` is not available on every kernel).
+    for (ud, size, mtu, drop) in [
+        (false, "1024", "1024", "0"),
+        (false, "8000", "1024", "0"),
+        (false, "8000", "4096", "0"),
+        (true, "512", "4096", "0"),
+        (false, "4000", "1024", "0.1"),
+    ] {
+        let tool = if ud {
+            "ibv_ud_pingpong"
+        } else {
+            "ibv_rc_pingpong"
+        };
+        // ibv_ud_pingpong has no -m (its MTU is the port's) and no -c.
+        let chk = if ud {
+            String::new()
+        } else {
+            format!(" -m {mtu} -c")
+        };
+        let mut args = vec![
+            "pingpong",
+            "-s",
+            size,
+            "-n",
+            "20",
+            "-m",
+            mtu,
+            "--backend",
+            "xdp",
+            "--drop",
+            drop,
+        ];
+        if ud {
+            args.push("--ud");
+        } else {
+            args.push("-c");
+        }
+        let extra = format!(
+            "{size} B{}",
+            if drop == "0" {
+                String::new()
+            } else {
+                format!(", {}% loss", (drop.parse::<f64>().unwrap() * 100.0) as u32)
+            }
+        );
+        // rxe serves, uroce is the client.
+        peer.guest_bg(&format!(
+            "{tool} -d rxe0 -g 1 -s {size} -n 20{chk} > /tmp/srv.log 2>&1; echo EXIT=$? >> /tmp/srv.log"
+        ));
+        std::thread::sleep(Duration::from_secs(2));
+        let mut client = args.clone();
+        client.push(rxe);
+        let o = uroce_client(peer, &client);
+        std::thread::sleep(Duration::from_secs(1));
+        let srv = text(&peer.guest("cat /tmp/srv.log"));
+        let pass = o.status.success()
+            && text(&o).contains("20 iters in")
+            && srv.contains("20 iters in")
+            && srv.contains("EXIT=0");
+        rows.push(Row {
+            tool: tool.into(),
+            op: if ud { "SEND (UD)" } else { "SEND (RC)" }.into(),
+            direction: "rxe server, uroce client",
+            mtu: mtu.parse().unwrap(),
+            extra: extra.clone(),
+            pass,
+            detail: format!("uroce: {}\nrxe: {srv}", text(&o)),
+        });
+        // uroce serves, rxe is the client.
+        let server = peer.uroce_bg(&args);
+        std::thread::sleep(Duration::from_secs(1));
+        let g = peer.guest(&format!(
+            "{tool} -d rxe0 -g 1 -s {size} -n 20{chk} 10.77.0.1"
+        ));
+        let s = server.wait_with_output().unwrap();
+        let pass = g.status.success()
+            && text(&g).contains("20 iters in")
+            && s.status.success()
+            && text(&s).contains("20 iters in");
+        rows.push(Row {
+            tool: tool.into(),
+            op: if ud { "SEND (UD)" } else { "SEND (RC)" }.into(),
+            direction: "uroce server, rxe client",
+            mtu: mtu.parse().unwrap(),
+            extra,
+            pass,
+            detail: format!("uroce: {}\nrxe: {}", text(&s), text(&g)),
+        });
+    }
+}
+
+/// perftest's ib_*_bw and ib_*_lat against `uroce perf`, both ways.
+fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
+    let rxe = "10.77.0.11";
+    // (verb, latency, size, MTU, iterations, uroce's receive drop share, backend)
+    let mut cases: Vec<(&str, bool, u32, u32, u32, &str, &str)> = Vec::new();
+    for verb in ["write", "read", "send", "atomic"] {
+        for lat in [false, true] {
+            let size = match (verb, lat) {
+                ("atomic", _) => 8,
+                (_, true) => 2,
+                _ => 4096,
+            };
+            cases.push((verb, lat, size, 1024, 50, "0", "xdp"));
+        }
+    }
+    // Sizes across the MTU, both MTUs.
+    for verb in ["write", "read", "send"] {
+        for (size, mtu) in [
+            (1, 1024),
+            (1025, 1024),
+            (65536, 1024),
+            (4097, 4096),
+            (65536, 4096),
+        ] {
+            cases.push((verb, false, size, mtu, 20, "0", "xdp"));
+        }
+    }
+    // Loss: uroce drops 5% of what it receives (rxe's requests, ACKs and responses).
+    for verb in ["write", "read", "send", "atomic"] {
+        let size = if verb == "atomic" { 8 } else { 8192 };
+        cases.push((verb, false, size, 1024, 50, "0.05", "xdp"));
+    }
+    for (verb, lat, size, mtu, iters, drop, backend) in cases {
+        let tool = format!("ib_{verb}_{}", if lat { "lat" } else { "bw" });
+        let size_s = size.to_string();
+        let iters_s = iters.to_string();
+        let mtu_s = mtu.to_string();
+        let mut args = vec![
+            "perf",
+            verb,
+            "-n",
+            &iters_s,
+            "-m",
+            &mtu_s,
+            "--backend",
+            backend,
+            "--drop",
+            drop,
+        ];
+        let mut flags = format!("-d rxe0 -x 1 -F -n {iters} -m {mtu}");
+        if verb != "atomic" {
+            args.extend(["-s", &size_s]);
+            flags.push_str(&format!(" -s {size}"));
+        }
+        if lat {
+            args.push("--lat");
+        }
+        let extra = format!(
+            "{size} B{}{}",
+            if drop == "0" {
+                String::new()
+            } else {
+                format!(", {}% loss", (drop.parse::<f64>().unwrap() * 100.0) as u32)
+            },
+            if backend == "udp" {
+                ", UDP backend"
+            } else {
+                ""
+            }
+        );
+        let op = match verb {
+            "write" => "RDMA WRITE",
+            "read" => "RDMA READ",
+            "send" => "SEND",
+            _ => "FETCH_AND_ADD",
+        };
+        // rxe serves, uroce is the client.
+        peer.guest_bg(&format!(
+            "timeout 100 {tool} {flags} > /tmp/srv.log 2>&1; echo EXIT=$? >> /tmp/srv.log"
+        ));
+        std::thread::sleep(Duration::from_millis(2500));
+        let mut client = args.clone();
+        client.extend(["--perftest", rxe]);
+        let o = uroce_client(peer, &client);
+        let mut srv = String::new();
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(500));
+            srv = text(&peer.guest("cat /tmp/srv.log"));
+            if srv.contains("EXIT=") {
+                break;
+            }
+        }
+        let row_ok = |t: &str| t.contains(&format!(" {size} ")) && t.contains("#bytes");
+        // The read/atomic latency servers print no table (as perftest's do).
+        let srv_table = row_ok(&srv) || (lat && (verb == "read" || verb == "atomic"));
+        let pass = o.status.success() && row_ok(&text(&o)) && srv.contains("EXIT=0") && srv_table;
+        rows.push(Row {
+            tool: tool.clone(),
+            op: op.into(),
+            direction: "rxe server, uroce client",
+            mtu,
+            extra: extra.clone(),
+            pass,
+            detail: format!("uroce: {}\nrxe: {srv}", text(&o)),
+        });
+        // uroce serves, rxe is the client.
+        let server = peer.uroce_bg(&args);
+        std::thread::sleep(Duration::from_secs(1));
+        let g = peer.guest(&format!("timeout 100 {tool} {flags} 10.77.0.1"));
+        let s = server.wait_with_output().unwrap();
+        let uroce_table = row_ok(&text(&s)) || (lat && (verb == "read" || verb == "atomic"));
+        let pass = g.status.success() && row_ok(&text(&g)) && s.status.success() && uroce_table;
+        rows.push(Row {
+            tool,
+            op: op.into(),
+            direction: "uroce server, rxe client",
+            mtu,
+            extra,
+            pass,
+            detail: format!("uroce: {}\nrxe: {}", text(&s), text(&g)),
+        });
+    }
+}
+
+/// The whole suite against one boot of the guest (link MTU 9000, so rxe's port MTU is
+/// 4096 and both 1024 and 4096 are reached with -m); every RoCE frame either side put on
+/// the wire is captured and must decode with a good ICRC.
 #[test]
-fn pingpong_against_rxe_both_ways() {
+fn rxe_interop_suite() {
     if let Some(why) = skip_reason() {
         eprintln!("SKIP: interop with rxe: {why}");
         return;
     }
+    std::env::set_var("ROCE_MTU", "9000");
     let peer = Peer::start().unwrap();
-    let rxe = "10.77.0.11";
-    // Capture what both sides put on the wire during the suite.
+    let pcap = std::env::temp_dir().join("uroce-interop.pcap");
     let mut cap = Command::new("ip")
         .args([
             "netns",
@@ -150,7 +396,7 @@ fn pingpong_against_rxe_both_ways() {
             "-i",
             "roce-tap1",
             "-w",
-            "/tmp/uroce-interop.pcap",
+            &pcap.to_string_lossy(),
             "udp port 4791",
         ])
         .stdout(std::process::Stdio::null())
@@ -158,96 +404,52 @@ fn pingpong_against_rxe_both_ways() {
         .spawn()
         .expect("tcpdump");
     std::thread::sleep(Duration::from_secs(1));
-    // (UD, size, share of frames uroce drops on receive: losing rxe's requests and ACKs,
-    // so both sides must recover; `tc netem` is not available on every kernel).
-    for (ud, size, drop) in [
-        (false, "1024", "0"),
-        (false, "8000", "0"),
-        (true, "512", "0"),
-        (false, "4000", "0.1"),
-    ] {
-        let tool = if ud {
-            "ibv_ud_pingpong"
-        } else {
-            "ibv_rc_pingpong"
-        };
-        // ibv_ud_pingpong has no -m (its MTU is the port's) and no -c.
-        let chk = if ud { "" } else { " -m 1024 -c" };
-        let mut args = vec![
-            "pingpong",
-            "-s",
-            size,
-            "-n",
-            "20",
-            "-m",
-            "1024",
-            "--backend",
-            "xdp",
-            "--drop",
-            drop,
-        ];
-        if ud {
-            args.push("--ud");
-        } else {
-            args.push("-c");
-        }
-        // rxe serves, uroce is the client.
-        peer.guest_bg(&format!(
-            "{tool} -d rxe0 -g 1 -s {size} -n 20{chk} > /tmp/srv.log 2>&1"
-        ));
-        std::thread::sleep(Duration::from_secs(2));
-        let mut client = args.clone();
-        client.push(rxe);
-        // The guest is emulated and slow to start its server: retry while it is not
-        // listening yet.
-        let mut o = peer.uroce(&client);
-        for _ in 0..10 {
-            if o.status.success()
-                || !String::from_utf8_lossy(&o.stderr).contains("Connection refused")
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_secs(1));
-            o = peer.uroce(&client);
-        }
-        let out = ok(&o, &format!("uroce {tool} client"));
-        assert!(out.contains("20 iters in"), "{out}");
-        std::thread::sleep(Duration::from_secs(1));
-        let srv = ok(&peer.guest("cat /tmp/srv.log"), "guest log");
-        assert!(
-            srv.contains("20 iters in"),
-            "{tool} server in the guest: {srv}"
-        );
-        // uroce serves, rxe is the client.
-        let server = peer.uroce_bg(&args);
-        std::thread::sleep(Duration::from_secs(1));
-        let g = ok(
-            &peer.guest(&format!(
-                "{tool} -d rxe0 -g 1 -s {size} -n 20{chk} 10.77.0.1"
-            )),
-            tool,
-        );
-        assert!(g.contains("20 iters in"), "{g}");
-        let s = server.wait_with_output().unwrap();
-        let s = ok(&s, "uroce pingpong server");
-        assert!(s.contains("20 iters in"), "{s}");
-    }
+    let mut rows = Vec::new();
+    pingpong_cases(&peer, &mut rows);
+    perftest_cases(&peer, &mut rows);
     // SAFETY: signalling our own child.
     unsafe { libc::kill(cap.id() as i32, libc::SIGINT) };
     let _ = cap.wait();
+    drop(peer);
     let dec = Command::new(env!("CARGO_BIN_EXE_uroce"))
-        .args(["decode", "--check", "/tmp/uroce-interop.pcap"])
+        .args(["decode", "--check", &pcap.to_string_lossy()])
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&dec.stdout);
+    let frames = String::from_utf8_lossy(&dec.stdout).lines().count();
+    // The table of the last run, for the README.
+    let mut md = String::from(
+        "| peer tool | operation | direction | MTU | case | result |\n|---|---|---|---|---|---|\n",
+    );
+    for r in &rows {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            r.tool,
+            r.op,
+            r.direction,
+            r.mtu,
+            r.extra,
+            if r.pass { "pass" } else { "FAIL" }
+        ));
+    }
+    md.push_str(&format!(
+        "\nCapture: {frames} RoCE frames, every one decoded with a good ICRC: {}\n",
+        if dec.status.success() { "yes" } else { "NO" }
+    ));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-results.md");
+    std::fs::write(&out, &md).unwrap();
+    eprintln!("{md}\n(written to {})", out.display());
+    let failed: Vec<&Row> = rows.iter().filter(|r| !r.pass).collect();
+    for r in &failed {
+        eprintln!(
+            "FAILED: {} {} {} MTU {} {}:\n{}\n",
+            r.tool, r.op, r.direction, r.mtu, r.extra, r.detail
+        );
+    }
+    assert!(failed.is_empty(), "{} interop cases failed", failed.len());
     assert!(
         dec.status.success(),
-        "frames on the wire that do not decode:\n{text}"
+        "frames on the wire that do not decode:\n{}",
+        String::from_utf8_lossy(&dec.stdout)
     );
-    assert!(
-        text.lines().count() > 100,
-        "too few RoCE frames captured: {}",
-        text.lines().count()
-    );
-    drop(peer);
+    assert!(frames > 1000, "too few RoCE frames captured: {frames}");
 }

@@ -1,11 +1,16 @@
 //! No allocation per packet on the send or receive path after warm-up: two RC endpoints
 //! back to back, RDMA WRITEs and SENDs through post_send, poll_transmit, handle_frame and
-//! poll_cq_into, counted with a counting global allocator.
+//! poll_cq_into, counted with a counting global allocator; then the same through
+//! [`Endpoint`] and the UDP socket backend on loopback (batched sendmmsg / recvmmsg).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use uroce::datapath::event_loop::Endpoint;
+use uroce::datapath::udp::UdpBackend;
 
 use uroce::mem::Access;
 use uroce::verbs::{
@@ -34,10 +39,17 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
+/// The allocation count is global: one test at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
 fn ctx(n: u8) -> (Context, CqId, u32, uroce::mem::Mr) {
+    ctx_at(Ipv4Addr::new(10, 0, 0, n), n)
+}
+
+fn ctx_at(ip: Ipv4Addr, n: u8) -> (Context, CqId, u32, uroce::mem::Mr) {
     let mut c = Context::new(ContextConfig {
         mac: [2, 0, 0, 0, 0, n],
-        ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, n)),
+        ip: IpAddr::V4(ip),
         seed: u64::from(n),
         udp_sport_base: 0xc000,
         tos: 0,
@@ -59,6 +71,7 @@ fn ctx(n: u8) -> (Context, CqId, u32, uroce::mem::Mr) {
 
 #[test]
 fn steady_state_send_and_receive_do_not_allocate() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (mut a, cqa, qa, ma) = ctx(1);
     let (mut b, cqb, qb, mb) = ctx(2);
     for (c, q, peer, pq) in [(&mut a, qa, 2u8, qb), (&mut b, qb, 1, qa)] {
@@ -160,5 +173,109 @@ fn steady_state_send_and_receive_do_not_allocate() {
     assert_eq!(
         allocs, 0,
         "{allocs} allocations in 200 messages (800 data packets) after warm-up"
+    );
+}
+
+fn connect(c: &mut Context, q: u32, peer: Ipv4Addr, pq: u32) {
+    c.modify_qp_init(q, InitAttr::default()).unwrap();
+    let rtr = RtrAttr {
+        remote: Remote {
+            ip: IpAddr::V4(peer),
+            mac: [0; 6],
+        },
+        dest_qpn: pq,
+        rq_psn: 9,
+        path_mtu: Mtu::M4096,
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 1,
+    };
+    c.modify_qp_rtr(q, rtr).unwrap();
+    c.modify_qp_rts(
+        q,
+        RtsAttr {
+            sq_psn: 9,
+            ..RtsAttr::default()
+        },
+    )
+    .unwrap();
+}
+
+#[test]
+fn endpoints_over_the_udp_backend_do_not_allocate() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (ia, ib) = (Ipv4Addr::new(127, 0, 0, 61), Ipv4Addr::new(127, 0, 0, 62));
+    let (Ok(ua), Ok(ub)) = (UdpBackend::bind(ia), UdpBackend::bind(ib)) else {
+        eprintln!("SKIP: cannot bind UDP 4791 on 127.0.0.61/62 here");
+        return;
+    };
+    let (mut a, cqa, qa, ma) = ctx_at(ia, 61);
+    let (mut b, cqb, qb, mb) = ctx_at(ib, 62);
+    connect(&mut a, qa, ib, qb);
+    connect(&mut b, qb, ia, qa);
+    let mut ea = Endpoint::new(a, ua);
+    let mut eb = Endpoint::new(b, ub);
+    let mut wcs: Vec<WorkCompletion> = Vec::with_capacity(1024);
+    let mut round = |ea: &mut Endpoint<UdpBackend>, eb: &mut Endpoint<UdpBackend>, i: u64| {
+        let sge = Sge {
+            addr: ma.addr,
+            length: 16384,
+            lkey: ma.lkey,
+        };
+        let op = if i % 2 == 0 {
+            SendOp::Write {
+                remote_addr: mb.addr,
+                rkey: mb.rkey,
+            }
+        } else {
+            eb.ctx
+                .post_recv(
+                    qb,
+                    RecvWr {
+                        wr_id: i,
+                        sge: Sge {
+                            addr: mb.addr + 65536,
+                            length: 16384,
+                            lkey: mb.lkey,
+                        },
+                    },
+                )
+                .unwrap();
+            SendOp::Send
+        };
+        ea.ctx
+            .post_send(
+                qa,
+                SendWr {
+                    wr_id: i,
+                    op,
+                    sge,
+                    signaled: true,
+                    solicited: false,
+                },
+            )
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut done = 0;
+        while done < 1 + (i % 2) as usize && Instant::now() < deadline {
+            ea.poll(Duration::ZERO).unwrap();
+            eb.poll(Duration::ZERO).unwrap();
+            wcs.clear();
+            ea.ctx.poll_cq_into(cqa, 64, &mut wcs);
+            eb.ctx.poll_cq_into(cqb, 64, &mut wcs);
+            done += wcs.len();
+        }
+        assert_eq!(done, 1 + (i % 2) as usize, "message {i} did not complete");
+    };
+    for i in 0..100 {
+        round(&mut ea, &mut eb, i);
+    }
+    let before = ALLOCS.load(Ordering::SeqCst);
+    for i in 100..300 {
+        round(&mut ea, &mut eb, i);
+    }
+    let allocs = ALLOCS.load(Ordering::SeqCst) - before;
+    assert_eq!(
+        allocs, 0,
+        "{allocs} allocations in 200 messages through Endpoint and the UDP backend"
     );
 }

@@ -61,7 +61,7 @@ pub struct Args {
     /// Latency: one operation at a time; report p50 / p99 / p99.9 of post-to-completion.
     #[arg(long)]
     lat: bool,
-    /// QPs (only 1 for now).
+    /// QPs, driven by one loop; messages go to them in turn (uroce peers only).
     #[arg(long, default_value_t = 1)]
     qps: u32,
     /// Datapath: auto (AF_XDP where possible, else UDP), xdp or udp.
@@ -77,6 +77,10 @@ pub struct Args {
     /// smaller of both sides' wins, and the default is what the interface carries.
     #[arg(short = 'm', long)]
     mtu: Option<u32>,
+    /// Drop this share (0..1) of received frames on purpose, as a lossy path would
+    /// (where `tc netem` is not available), to test recovery.
+    #[arg(long, default_value_t = 0.0)]
+    drop: f64,
     /// One JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -84,14 +88,22 @@ pub struct Args {
 
 /// Runs server or client.
 pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
-    if a.qps != 1 {
-        return Err("--qps above 1 is not supported yet".into());
+    if a.qps == 0 || a.qps > 64 {
+        return Err(format!("--qps {} is out of range 1..=64", a.qps));
+    }
+    if a.qps > 1 && (a.lat || a.perftest) {
+        return Err(
+            "--qps above 1 is for bandwidth between uroce peers (not --lat or --perftest)".into(),
+        );
     }
     if !(a.duration > 0.0 && a.duration <= 3600.0) {
         return Err(format!(
             "--duration {} is out of range (0, 3600]",
             a.duration
         ));
+    }
+    if !(0.0..1.0).contains(&a.drop) {
+        return Err(format!("--drop {} is out of range [0, 1)", a.drop));
     }
     let mtu = a
         .mtu
@@ -132,7 +144,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
             port: a.port,
             backend: a.backend.clone(),
             iface: a.iface.clone(),
-            drop: 0.0,
+            drop: a.drop,
         }
     });
     let op = match a.op.as_str() {
@@ -150,6 +162,8 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         iface: a.iface,
         port: a.port,
         mtu: mtu.unwrap_or(Mtu::M4096),
+        drop: a.drop,
+        qps: a.qps,
     };
     let Some(server_addr) = a.server else {
         eprintln!("uroce perf: waiting for a client on TCP port {}", cfg.port);

@@ -46,6 +46,12 @@ pub trait Backend {
         handle: &mut dyn FnMut(&[u8]),
     ) -> io::Result<usize>;
 
+    /// Whether the Ethernet addresses of sent frames matter (AF_XDP: yes; the UDP
+    /// backend lets the kernel build the link header).
+    fn needs_link_addresses(&self) -> bool {
+        true
+    }
+
     /// Sends one frame now (copied).
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         let mut copy = |buf: &mut [u8]| {
@@ -87,6 +93,9 @@ pub trait Backend {
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
+    fn needs_link_addresses(&self) -> bool {
+        (**self).needs_link_addresses()
+    }
     fn send_with(&mut self, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<bool> {
         (**self).send_with(build)
     }

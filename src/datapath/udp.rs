@@ -197,6 +197,10 @@ impl UdpBackend {
 }
 
 impl Backend for UdpBackend {
+    fn needs_link_addresses(&self) -> bool {
+        false
+    }
+
     fn send_with(&mut self, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<bool> {
         if self.txq.len() == BATCH {
             self.send_queued()?;
