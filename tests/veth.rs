@@ -205,6 +205,8 @@ fn perf_client_and_server_over_veth() {
                 "1",
                 "--size",
                 "16384",
+                "--qps",
+                "3",
                 "--json",
             ])
             .output()
