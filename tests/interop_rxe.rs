@@ -158,12 +158,14 @@ fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
     let rxe = "10.77.0.11";
     // (UD, size, MTU, share of frames uroce drops on receive: losing rxe's requests and
     // ACKs, so both sides must recover; `tc netem` is not available on every kernel).
-    for (ud, size, mtu, drop) in [
-        (false, "1024", "1024", "0"),
-        (false, "8000", "1024", "0"),
-        (false, "8000", "4096", "0"),
-        (true, "512", "4096", "0"),
-        (false, "4000", "1024", "0.1"),
+    for (ud, size, mtu, drop, backend) in [
+        (false, "1024", "1024", "0", "xdp"),
+        (false, "8000", "1024", "0", "xdp"),
+        (false, "8000", "4096", "0", "xdp"),
+        (true, "512", "4096", "0", "xdp"),
+        (false, "4000", "1024", "0.1", "xdp"),
+        (false, "8000", "1024", "0", "udp"),
+        (true, "512", "4096", "0", "udp"),
     ] {
         let tool = if ud {
             "ibv_ud_pingpong"
@@ -185,7 +187,7 @@ fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
             "-m",
             mtu,
             "--backend",
-            "xdp",
+            backend,
             "--drop",
             drop,
         ];
@@ -195,11 +197,16 @@ fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
             args.push("-c");
         }
         let extra = format!(
-            "{size} B{}",
+            "{size} B{}{}",
             if drop == "0" {
                 String::new()
             } else {
                 format!(", {}% loss", (drop.parse::<f64>().unwrap() * 100.0) as u32)
+            },
+            if backend == "udp" {
+                ", UDP backend"
+            } else {
+                ""
             }
         );
         // rxe serves, uroce is the client.
@@ -279,6 +286,11 @@ fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
     for verb in ["write", "read", "send", "atomic"] {
         let size = if verb == "atomic" { 8 } else { 8192 };
         cases.push((verb, false, size, 1024, 50, "0.05", "xdp"));
+    }
+    // The UDP socket backend (it recovers rxe's IP identification from the ICRC).
+    for verb in ["write", "read", "send", "atomic"] {
+        let size = if verb == "atomic" { 8 } else { 65536 };
+        cases.push((verb, false, size, 1024, 50, "0", "udp"));
     }
     for (verb, lat, size, mtu, iters, drop, backend) in cases {
         let tool = format!("ib_{verb}_{}", if lat { "lat" } else { "bw" });

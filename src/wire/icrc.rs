@@ -88,6 +88,71 @@ pub fn store(icrc: u32, out: &mut [u8; 4]) {
     *out = icrc.to_le_bytes();
 }
 
+/// Longest transport section (BTH to ICRC) [`ident_basis`] handles.
+pub const MAX_IDENT_TRANSPORT: usize = 4400;
+static ZEROS: [u8; MAX_IDENT_TRANSPORT] = [0; MAX_IDENT_TRANSPORT];
+
+/// How each of the 16 bits of the IPv4 identification moves the ICRC of a packet with an
+/// `ip_len`-byte IPv4 header and a `transport_len`-byte transport section.
+///
+/// The IPv4 identification is covered by the ICRC (Annex A17.3.3 masks only TOS, TTL and
+/// the header checksum), but a UDP socket does not show it. CRC-32 is affine over GF(2):
+/// flipping a set of bits changes the CRC by the XOR of what each bit alone changes, and
+/// that depends only on the bit's distance from the end. So the identification a received
+/// packet was sent with can be solved for ([`solve_ident`]) from the ICRC computed with
+/// identification 0 and the ICRC on the wire. `None` when `transport_len` is above
+/// [`MAX_IDENT_TRANSPORT`] or `ip_len` is not a valid IPv4 header length.
+pub fn ident_basis(ip_len: usize, transport_len: usize) -> Option<[u32; 16]> {
+    if !(20..=ipv4::MAX_HEADER_LEN).contains(&ip_len) || transport_len > MAX_IDENT_TRANSPORT {
+        return None;
+    }
+    let mut ip = [0u8; ipv4::MAX_HEADER_LEN];
+    ip[0] = 0x40 | (ip_len / 4) as u8;
+    let ip = &mut ip[..ip_len];
+    let udp = [0u8; 8];
+    let t = &ZEROS[..transport_len];
+    let zero = compute(ip, &udp, t);
+    let mut basis = [0u32; 16];
+    for (j, b) in basis.iter_mut().enumerate() {
+        let id = 1u16 << j;
+        ip[4..6].copy_from_slice(&id.to_be_bytes());
+        *b = compute(ip, &udp, t) ^ zero;
+    }
+    Some(basis)
+}
+
+/// The identification `x` whose bits' changes (from [`ident_basis`]) XOR to `delta`, the
+/// ICRC on the wire XOR the ICRC computed with identification 0; `None` when there is none
+/// (the packet is damaged: only 1 in 65536 damaged packets still finds one, so the check
+/// keeps 16 of its 32 bits).
+pub fn solve_ident(basis: &[u32; 16], delta: u32) -> Option<u16> {
+    // Gaussian elimination over GF(2): rows (vector, which identification bits make it).
+    let mut rows = [(0u32, 0u16); 16];
+    let mut n = 0;
+    for (j, &v) in basis.iter().enumerate() {
+        let mut row = (v, 1u16 << j);
+        for &(pv, pc) in &rows[..n] {
+            let pivot = 1u32 << (31 - pv.leading_zeros());
+            if row.0 & pivot != 0 {
+                row = (row.0 ^ pv, row.1 ^ pc);
+            }
+        }
+        if row.0 != 0 {
+            rows[n] = row;
+            n += 1;
+        }
+    }
+    let (mut t, mut x) = (delta, 0u16);
+    for &(pv, pc) in &rows[..n] {
+        let pivot = 1u32 << (31 - pv.leading_zeros());
+        if t & pivot != 0 {
+            t ^= pv;
+            x ^= pc;
+        }
+    }
+    (t == 0).then_some(x)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +177,31 @@ mod tests {
         assert_eq!(compute(&ip2, &udp2, &t2), base);
         t2[5] ^= 1; // DestQP
         assert_ne!(compute(&ip2, &udp2, &t2), base);
+    }
+
+    #[test]
+    fn the_ip_identification_is_recovered_from_the_icrc() {
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[9] = 17;
+        let udp = [0xc0, 0x00, 0x12, 0xb7, 0, 60, 0, 0];
+        let mut t = [0u8; 48];
+        for (i, b) in t.iter_mut().enumerate() {
+            *b = (i * 37) as u8;
+        }
+        let basis = ident_basis(20, t.len()).unwrap();
+        for id in [0u16, 1, 0x1234, 0xbeef, 0xffff] {
+            ip[4..6].copy_from_slice(&id.to_be_bytes());
+            let wire = compute(&ip, &udp, &t);
+            ip[4..6].copy_from_slice(&[0, 0]);
+            let zero = compute(&ip, &udp, &t);
+            assert_eq!(solve_ident(&basis, wire ^ zero), Some(id));
+            // A damaged packet finds no identification (almost always).
+            let mut bad = t;
+            bad[30] ^= 0x40;
+            assert_eq!(solve_ident(&basis, wire ^ compute(&ip, &udp, &bad)), None);
+        }
+        assert!(ident_basis(20, MAX_IDENT_TRANSPORT + 1).is_none());
+        assert!(ident_basis(19, 10).is_none());
     }
 }
