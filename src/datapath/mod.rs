@@ -13,6 +13,7 @@ pub mod event_loop;
 pub mod neighbour;
 pub mod netns;
 pub mod udp;
+pub mod worker;
 pub mod xdp;
 
 use std::io;

@@ -57,6 +57,76 @@ pub struct UdpBackend {
     next_basis: usize,
     /// Packets whose IP identification was recovered from their ICRC.
     pub idents_recovered: u64,
+    /// Several loops' backends share this address: source-port sockets too.
+    shared_ports: bool,
+}
+
+/// A UDP socket bound to `addr` with SO_REUSEPORT set before the bind.
+fn bind_reuseport(addr: SocketAddrV4) -> io::Result<UdpSocket> {
+    // SAFETY: plain socket call; the descriptor is owned at once.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    let sock = unsafe { <UdpSocket as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+    let mut sa = unsafe_zeroed_sockaddr();
+    sa.sin_family = libc::AF_INET as libc::sa_family_t;
+    sa.sin_port = addr.port().to_be();
+    sa.sin_addr.s_addr = u32::from(*addr.ip()).to_be();
+    // SAFETY: `sa` is a valid sockaddr_in of the size passed.
+    let r = unsafe {
+        libc::bind(
+            fd,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sock)
+}
+
+/// Attaches to the reuseport group of `fd` a classic BPF program returning the socket
+/// index `DestQP mod count`. The kernel runs it with the data starting at the UDP payload,
+/// so the BTH's DestQP is the low 24 bits of the word at offset 4.
+fn attach_qpn_steering(fd: i32, count: u32) -> io::Result<()> {
+    let code = |code: u16, k: u32| libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let mut prog = [
+        code((libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, 4),
+        code(
+            (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16,
+            0x00ff_ffff,
+        ),
+        code((libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K) as u16, count),
+        code((libc::BPF_RET | libc::BPF_A) as u16, 0),
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    // SAFETY: `fprog` points at `prog`, alive for the call; the kernel copies it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -96,6 +166,27 @@ impl UdpBackend {
     pub fn bind(local: Ipv4Addr) -> io::Result<Self> {
         let rx = UdpSocket::bind(SocketAddrV4::new(local, wire::ROCEV2_UDP_PORT))
             .map_err(|e| io::Error::new(e.kind(), format!("binding UDP {local}:4791: {e}")))?;
+        Self::with_socket(local, rx, false)
+    }
+
+    /// One of `count` backends on `local`, for the loop with index `index`: all share UDP
+    /// port 4791 (SO_REUSEPORT), and a classic BPF program attached to the group hands
+    /// each datagram to socket `DestQP mod count`, so it reaches the loop whose context
+    /// owns that QP (give loop `index` the QPNs `index + k * count`, see
+    /// [`crate::verbs::Context::set_qpn_space`]). Create them in index order: the kernel
+    /// numbers the group's sockets in the order they bind.
+    pub fn bind_steered(local: Ipv4Addr, index: u32, count: u32) -> io::Result<Self> {
+        let addr = SocketAddrV4::new(local, wire::ROCEV2_UDP_PORT);
+        let rx = bind_reuseport(addr).map_err(|e| {
+            io::Error::new(e.kind(), format!("binding UDP {addr} (reuseport): {e}"))
+        })?;
+        if index == 0 {
+            attach_qpn_steering(rx.as_raw_fd(), count.max(1))?;
+        }
+        Self::with_socket(local, rx, true)
+    }
+
+    fn with_socket(local: Ipv4Addr, rx: UdpSocket, shared_ports: bool) -> io::Result<Self> {
         setsockopt_int(rx.as_raw_fd(), libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
         // A deep receive buffer: bursts of a full send window must not overflow it (as
         // root the limit in net.core.rmem_max does not apply).
@@ -120,6 +211,7 @@ impl UdpBackend {
             bases: [(usize::MAX, [0; 16]); 8],
             next_basis: 0,
             idents_recovered: 0,
+            shared_ports,
         })
     }
 
@@ -132,6 +224,8 @@ impl UdpBackend {
         if !self.tx.contains_key(&sport) {
             let s = if sport == wire::ROCEV2_UDP_PORT {
                 self.rx.try_clone()?
+            } else if self.shared_ports {
+                bind_reuseport(SocketAddrV4::new(self.local, sport))?
             } else {
                 UdpSocket::bind(SocketAddrV4::new(self.local, sport))?
             };

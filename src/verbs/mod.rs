@@ -99,6 +99,7 @@ pub struct Context {
     cqs: Vec<VecDeque<WorkCompletion>>,
     qps: BTreeMap<u32, Qp>,
     next_qpn: u32,
+    qpn_stride: u32,
     np: NotificationPoint,
     cnp_dscp: u8,
     cnps: VecDeque<CnpJob>,
@@ -122,6 +123,7 @@ impl Context {
             cqs: Vec::new(),
             qps: BTreeMap::new(),
             next_qpn: 0x11,
+            qpn_stride: 1,
             np: NotificationPoint::default(),
             cnp_dscp: DEFAULT_CNP_DSCP,
             cnps: VecDeque::new(),
@@ -195,6 +197,19 @@ impl Context {
         n
     }
 
+    /// Makes the QPs created from now on take the numbers `first`, `first + stride`, ...
+    /// (modulo 2^24): with one context per event loop, a QPN then says which loop owns
+    /// it, as a NIC steers by destination QP.
+    pub fn set_qpn_space(&mut self, first: u32, stride: u32) {
+        self.next_qpn = first & 0xff_ffff;
+        self.qpn_stride = stride.max(1);
+    }
+
+    /// The QPNs of every QP.
+    pub fn qpns(&self) -> impl Iterator<Item = u32> + '_ {
+        self.qps.keys().copied()
+    }
+
     /// Creates a QP in RESET (ibv_create_qp); returns its QPN. A `Gsi` QP is QP1.
     pub fn create_qp(&mut self, pd: PdId, caps: QpCaps) -> Result<u32, VerbsError> {
         if !self.mem.pd_exists(pd) {
@@ -212,7 +227,7 @@ impl Context {
             1
         } else {
             let q = self.next_qpn;
-            self.next_qpn = (self.next_qpn + 1) & 0xff_ffff;
+            self.next_qpn = (self.next_qpn + self.qpn_stride) & 0xff_ffff;
             q
         };
         let (s, r, ms, mr) = (
