@@ -31,6 +31,8 @@ enum Command {
     Decode(cli::decode::Args),
     /// Run two endpoints over a simulated lossy link and verify every operation.
     Sim(cli::sim::Args),
+    /// Make an interface lose a share of the RoCEv2 frames it receives (XDP), until interrupted.
+    Lossy(cli::lossy::Args),
     /// Simulate DCQCN on a switch port: N senders, RED/ECN marking, optional PFC.
     SimCc(cli::simcc::Args),
 }
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
         Command::Info(a) => cli::devices::run_info(a),
         Command::Demo(a) => cli::demo::run_cmd(a),
         Command::Perf(a) => cli::perf::run_cmd(a),
+        Command::Lossy(a) => cli::lossy::run(a),
         Command::Pingpong(a) => cli::pingpong::run_cmd(a),
         Command::Sim(a) => cli::sim::run_cmd(a),
         Command::SimCc(a) => cli::simcc::run_cmd(a),

@@ -119,6 +119,40 @@ impl Drop for Peer {
     }
 }
 
+/// Loss on the path between uroce and rxe, both ways: `uroce lossy` (an XDP program
+/// dropping a share of received RoCEv2 frames) on the guest's tap (rxe's frames) and on
+/// the bridge end of uroce's veth (uroce's frames). `tc netem` would do, but this host's
+/// kernel has no `sch_netem`. Removed when dropped.
+struct PathLoss(Vec<std::process::Child>);
+
+impl PathLoss {
+    fn start(share: &str) -> Self {
+        let v = ["roce-tap1", "roce-hostp"]
+            .iter()
+            .map(|iface| {
+                Command::new("ip")
+                    .args(["netns", "exec", "roce-h", env!("CARGO_BIN_EXE_uroce")])
+                    .args(["lossy", iface, "--drop", share])
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .expect("uroce lossy")
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        PathLoss(v)
+    }
+}
+
+impl Drop for PathLoss {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            let _ = c.wait();
+        }
+    }
+}
+
 /// One row of the results table.
 struct Row {
     tool: String,
@@ -156,14 +190,13 @@ fn text(o: &Output) -> String {
 /// ibv_rc_pingpong / ibv_ud_pingpong, rxe as server then as client.
 fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
     let rxe = "10.77.0.11";
-    // (UD, size, MTU, share of frames uroce drops on receive: losing rxe's requests and
-    // ACKs, so both sides must recover; `tc netem` is not available on every kernel).
+    // (UD, size, MTU, share of RoCE frames lost each way on the path, backend).
     for (ud, size, mtu, drop, backend) in [
         (false, "1024", "1024", "0", "xdp"),
         (false, "8000", "1024", "0", "xdp"),
         (false, "8000", "4096", "0", "xdp"),
         (true, "512", "4096", "0", "xdp"),
-        (false, "4000", "1024", "0.1", "xdp"),
+        (false, "4000", "1024", "0.05", "xdp"),
         (false, "8000", "1024", "0", "udp"),
         (true, "512", "4096", "0", "udp"),
     ] {
@@ -188,9 +221,8 @@ fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
             mtu,
             "--backend",
             backend,
-            "--drop",
-            drop,
         ];
+        let _loss = (drop != "0").then(|| PathLoss::start(drop));
         if ud {
             args.push("--ud");
         } else {
@@ -201,7 +233,10 @@ fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
             if drop == "0" {
                 String::new()
             } else {
-                format!(", {}% loss", (drop.parse::<f64>().unwrap() * 100.0) as u32)
+                format!(
+                    ", {}% loss each way",
+                    (drop.parse::<f64>().unwrap() * 100.0).round() as u32
+                )
             },
             if backend == "udp" {
                 ", UDP backend"
@@ -282,7 +317,7 @@ fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
             cases.push((verb, false, size, mtu, 20, "0", "xdp"));
         }
     }
-    // Loss: uroce drops 5% of what it receives (rxe's requests, ACKs and responses).
+    // Loss: 5% of the RoCE frames each way (requests, ACKs, responses of both sides).
     for verb in ["write", "read", "send", "atomic"] {
         let size = if verb == "atomic" { 8 } else { 8192 };
         cases.push((verb, false, size, 1024, 50, "0.05", "xdp"));
@@ -306,9 +341,8 @@ fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
             &mtu_s,
             "--backend",
             backend,
-            "--drop",
-            drop,
         ];
+        let _loss = (drop != "0").then(|| PathLoss::start(drop));
         let mut flags = format!("-d rxe0 -x 1 -F -n {iters} -m {mtu}");
         if verb != "atomic" {
             args.extend(["-s", &size_s]);
@@ -322,7 +356,10 @@ fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
             if drop == "0" {
                 String::new()
             } else {
-                format!(", {}% loss", (drop.parse::<f64>().unwrap() * 100.0) as u32)
+                format!(
+                    ", {}% loss each way",
+                    (drop.parse::<f64>().unwrap() * 100.0).round() as u32
+                )
             },
             if backend == "udp" {
                 ", UDP backend"

@@ -92,8 +92,21 @@ const JA: u8 = 0x05;
 const CALL: u8 = 0x85;
 const EXIT: u8 = 0x95;
 const LD_IMM64: u8 = 0x18;
+const JLT32_K: u8 = 0xa6;
+const XDP_DROP: i32 = 1;
 const XDP_PASS: i32 = 2;
+const BPF_FUNC_GET_PRANDOM_U32: i32 = 7;
 const BPF_FUNC_REDIRECT_MAP: i32 = 51;
+
+/// What the program does with a RoCEv2 frame.
+#[derive(Debug, Clone, Copy)]
+pub enum OnRoce {
+    /// Redirect it to the AF_XDP socket in this XSKMAP slot of its receive queue.
+    Steer(RawFd),
+    /// Drop it when a random 32-bit number is below this threshold (a lossy link for
+    /// tests, where `tc netem` is not available); pass it otherwise.
+    Drop(u32),
+}
 
 /// One line of the program: an instruction, a jump to a label, or a label.
 enum Asm {
@@ -136,10 +149,31 @@ fn assemble(lines: &[Asm]) -> Vec<u64> {
     out
 }
 
-/// The program, with the XSKMAP's descriptor patched in.
-fn program(map: RawFd) -> Vec<u64> {
+/// The program: find RoCEv2 frames, then `on_roce` (the XSKMAP's descriptor or the drop
+/// threshold patched in).
+fn program(on_roce: OnRoce) -> Vec<u64> {
     use Asm::{I, J, L};
-    assemble(&[
+    let act = match on_roce {
+        // bpf_redirect_map(xskmap, ctx->rx_queue_index, XDP_PASS if the slot is empty)
+        OnRoce::Steer(map) => vec![
+            I(ins(LD_IMM64, 1, 1, 0, map)),
+            I(ins(LDX_W, 2, 6, 16, 0)),
+            I(ins(MOV_K, 3, 0, 0, XDP_PASS)),
+            I(ins(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP)),
+            I(ins(EXIT, 0, 0, 0, 0)),
+        ],
+        // drop when bpf_get_prandom_u32() < threshold (unsigned, 32-bit compare)
+        OnRoce::Drop(threshold) => vec![
+            I(ins(CALL, 0, 0, 0, BPF_FUNC_GET_PRANDOM_U32)),
+            J(JLT32_K, 0, 0, threshold as i32, "drop"),
+            I(ins(MOV_K, 0, 0, 0, XDP_PASS)),
+            I(ins(EXIT, 0, 0, 0, 0)),
+            L("drop"),
+            I(ins(MOV_K, 0, 0, 0, XDP_DROP)),
+            I(ins(EXIT, 0, 0, 0, 0)),
+        ],
+    };
+    let mut lines = vec![
         I(ins(MOV_X, 6, 1, 0, 0)), // r6 = ctx
         I(ins(LDX_W, 2, 6, 0, 0)), // r2 = data
         I(ins(LDX_W, 3, 6, 4, 0)), // r3 = data_end
@@ -176,22 +210,20 @@ fn program(map: RawFd) -> Vec<u64> {
         J(JGT_X, 7, 3, 0, "pass"),
         I(ins(LDX_H, 5, 4, 2, 0)),
         J(JNE_K, 5, 0, 0xb712, "pass"),
-        // bpf_redirect_map(xskmap, ctx->rx_queue_index, XDP_PASS if the slot is empty)
-        I(ins(LD_IMM64, 1, 1, 0, map)),
-        I(ins(LDX_W, 2, 6, 16, 0)),
-        I(ins(MOV_K, 3, 0, 0, XDP_PASS)),
-        I(ins(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP)),
-        I(ins(EXIT, 0, 0, 0, 0)),
+    ];
+    lines.extend(act);
+    lines.extend([
         L("pass"),
         I(ins(MOV_K, 0, 0, 0, XDP_PASS)),
         I(ins(EXIT, 0, 0, 0, 0)),
-    ])
+    ]);
+    assemble(&lines)
 }
 
 /// Loads the program; `frags` for multi-buffer frames. The verifier log comes back in
 /// the error when it refuses.
-pub fn load(map: RawFd, frags: bool) -> io::Result<OwnedFd> {
-    let insns = program(map);
+pub fn load(on_roce: OnRoce, frags: bool) -> io::Result<OwnedFd> {
+    let insns = program(on_roce);
     let license = b"GPL\0";
     let mut log = vec![0u8; 64 * 1024];
     let mut a = [0u8; 128];

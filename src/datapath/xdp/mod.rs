@@ -264,7 +264,7 @@ impl XdpBackend {
         let sg = mtu > 3498;
         let map = bpf::create_xskmap(queues.max(1))
             .map_err(|e| io::Error::new(e.kind(), format!("creating the XSKMAP: {e}")))?;
-        let prog = bpf::load(map.as_raw_fd(), sg)?;
+        let prog = bpf::load(bpf::OnRoce::Steer(map.as_raw_fd()), sg)?;
         let (link, native) = match bpf::attach(prog.as_raw_fd(), ifindex, bpf::XDP_FLAGS_DRV_MODE) {
             Ok(l) => (l, true),
             Err(_) => (
@@ -318,6 +318,47 @@ impl XdpBackend {
     /// How it is bound.
     pub fn mode(&self) -> XdpMode {
         self.mode
+    }
+}
+
+/// A lossy link for tests: an XDP program on an interface that drops a share of the
+/// RoCEv2 frames it receives (at random, per frame) and passes everything else. Where
+/// `tc netem` is missing (this host's kernel has no `sch_netem`), it puts loss on a path
+/// without touching either endpoint. Detached when dropped or when the process exits.
+pub struct LossyLink {
+    _link: OwnedFd,
+    _prog: OwnedFd,
+    /// Whether the program runs in the driver (else the generic skb path).
+    pub native: bool,
+}
+
+impl LossyLink {
+    /// Attaches to `iface`, dropping a share `p` (0..1) of its received RoCEv2 frames.
+    pub fn attach(iface: &str, p: f64) -> io::Result<Self> {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("drop share {p} is outside 0..1"),
+            ));
+        }
+        let ifindex = ifindex(iface)?;
+        let threshold = (p * f64::from(u32::MAX)) as u32;
+        let prog = bpf::load(bpf::OnRoce::Drop(threshold), true)
+            .or_else(|_| bpf::load(bpf::OnRoce::Drop(threshold), false))?;
+        let (link, native) = match bpf::attach(prog.as_raw_fd(), ifindex, bpf::XDP_FLAGS_DRV_MODE) {
+            Ok(l) => (l, true),
+            Err(_) => (
+                bpf::attach(prog.as_raw_fd(), ifindex, bpf::XDP_FLAGS_SKB_MODE).map_err(|e| {
+                    io::Error::new(e.kind(), format!("attaching XDP to {iface}: {e}"))
+                })?,
+                false,
+            ),
+        };
+        Ok(Self {
+            _link: link,
+            _prog: prog,
+            native,
+        })
     }
 }
 
