@@ -12,6 +12,7 @@ pub mod demo;
 pub mod fuzzing;
 pub mod mem;
 pub mod perf;
+mod perf_loops;
 pub mod perftest;
 pub mod pingpong;
 pub mod sim;

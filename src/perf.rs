@@ -60,20 +60,32 @@ pub struct PerfConfig {
     /// QPs, driven by one loop, messages spread over them in turn (the server takes
     /// the client's count).
     pub qps: u32,
+    /// Event loops, each on its own thread with one QP (UDP backend; the server takes
+    /// the client's count).
+    pub threads: u32,
 }
 
+/// One side's line of the exchange.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Hello {
-    op: PerfOp,
-    size: u32,
-    qpn: u32,
-    psn: u32,
-    rkey: u32,
-    addr: u64,
-    mac: String,
+pub(crate) struct Hello {
+    pub(crate) op: PerfOp,
+    pub(crate) size: u32,
+    pub(crate) qpn: u32,
+    pub(crate) psn: u32,
+    pub(crate) rkey: u32,
+    pub(crate) addr: u64,
+    pub(crate) mac: String,
     /// Every QP's number (the first is `qpn`).
     #[serde(default)]
-    qpns: Vec<u32>,
+    pub(crate) qpns: Vec<u32>,
+    /// Event loops (threads) on the sender's side, one QP each, when above 1.
+    #[serde(default)]
+    pub(crate) threads: u32,
+    /// Each QP's rkey and buffer address, when they differ (one region per loop).
+    #[serde(default)]
+    pub(crate) rkeys: Vec<u32>,
+    #[serde(default)]
+    pub(crate) addrs: Vec<u64>,
 }
 
 /// What the client measured.
@@ -289,6 +301,9 @@ fn send_hello(tcp: &TcpStream, s: &Setup, cfg: &PerfConfig, psn: u32) -> Result<
         rkey: s.mr.rkey,
         addr: s.mr.addr,
         mac: fmt_mac(&s.ep.ctx.config().mac),
+        threads: 1,
+        rkeys: Vec::new(),
+        addrs: Vec::new(),
     };
     let line = serde_json::to_string(&mine).map_err(|e| e.to_string())?;
     let mut w = tcp;
@@ -344,7 +359,7 @@ fn connect(
     Ok(())
 }
 
-fn v4(a: IpAddr) -> Result<Ipv4Addr, String> {
+pub(crate) fn v4(a: IpAddr) -> Result<Ipv4Addr, String> {
     match a {
         IpAddr::V4(v) => Ok(v),
         IpAddr::V6(_) => Err("uroce perf is IPv4 only for now".into()),
@@ -369,6 +384,9 @@ pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> Result<String, String> {
     rd.read_line(&mut line).map_err(|e| e.to_string())?;
     let theirs: Hello =
         serde_json::from_str(&line).map_err(|e| format!("bad hello from the client: {e}"))?;
+    if theirs.threads > 1 {
+        return crate::perf_loops::serve(cfg, &tcp, local, peer, &theirs);
+    }
     let cfg = PerfConfig {
         op: theirs.op,
         size: theirs.size,
@@ -440,6 +458,9 @@ pub fn client(
         .map_err(|e| format!("connecting to {server}:{}: {e}", cfg.port))?;
     let local = v4(tcp.local_addr().map_err(|e| e.to_string())?.ip())?;
     let peer = v4(server)?;
+    if cfg.threads > 1 {
+        return crate::perf_loops::client(cfg, &tcp, local, peer, progress);
+    }
     let mut s = setup(cfg, local)?;
     send_hello(&tcp, &s, cfg, 0x100)?;
     let mut line = String::new();

@@ -133,12 +133,22 @@ impl PathLoss {
                 Command::new("ip")
                     .args(["netns", "exec", "roce-h", env!("CARGO_BIN_EXE_uroce")])
                     .args(["lossy", iface, "--drop", share])
-                    .stderr(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
                     .spawn()
                     .expect("uroce lossy")
             })
             .collect();
         std::thread::sleep(Duration::from_millis(500));
+        let mut v: Vec<std::process::Child> = v;
+        for c in &mut v {
+            if let Ok(Some(status)) = c.try_wait() {
+                let mut why = String::new();
+                if let Some(e) = c.stderr.as_mut() {
+                    let _ = std::io::Read::read_to_string(e, &mut why);
+                }
+                panic!("uroce lossy could not put loss on the path ({status}): {why}");
+            }
+        }
         PathLoss(v)
     }
 }

@@ -168,7 +168,11 @@ fn perf_client_and_server_over_veth() {
     }
     let pair = netns::VethPair::create("perf", 9000).unwrap();
     let bin = env!("CARGO_BIN_EXE_uroce");
-    for (backend, extra) in [("udp", "--backend=udp"), ("xdp", "--backend=xdp")] {
+    for (backend, extra, loops) in [
+        ("udp", "--backend=udp", "1"),
+        ("xdp", "--backend=xdp", "1"),
+        ("udp", "--backend=udp", "2"),
+    ] {
         let mut server = Command::new("ip")
             .args([
                 "netns",
@@ -205,10 +209,13 @@ fn perf_client_and_server_over_veth() {
                 "1",
                 "--size",
                 "16384",
-                "--qps",
-                "3",
                 "--json",
             ])
+            .args(if loops == "1" {
+                ["--qps", "3"]
+            } else {
+                ["--threads", loops]
+            })
             .output()
             .unwrap();
         let _ = server.wait();

@@ -81,6 +81,10 @@ pub struct Args {
     /// (where `tc netem` is not available), to test recovery.
     #[arg(long, default_value_t = 0.0)]
     drop: f64,
+    /// Event loops, one per thread with one QP each (UDP backend; the kernel steers each
+    /// datagram to the loop owning its QP). Bandwidth between uroce peers.
+    #[arg(long, default_value_t = 1)]
+    threads: u32,
     /// One JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -90,6 +94,12 @@ pub struct Args {
 pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
     if a.qps == 0 || a.qps > 64 {
         return Err(format!("--qps {} is out of range 1..=64", a.qps));
+    }
+    if a.threads == 0 || a.threads > 64 {
+        return Err(format!("--threads {} is out of range 1..=64", a.threads));
+    }
+    if a.threads > 1 && (a.lat || a.perftest || a.qps > 1) {
+        return Err("--threads above 1 is for bandwidth between uroce peers, one QP per loop (not --lat, --perftest or --qps)".into());
     }
     if a.qps > 1 && (a.lat || a.perftest) {
         return Err(
@@ -164,6 +174,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         mtu: mtu.unwrap_or(Mtu::M4096),
         drop: a.drop,
         qps: a.qps,
+        threads: a.threads,
     };
     let Some(server_addr) = a.server else {
         eprintln!("uroce perf: waiting for a client on TCP port {}", cfg.port);

@@ -1,0 +1,339 @@
+//! `uroce perf --threads N`: one event loop per thread, each with its own context, one QP
+//! and its own UDP backend; the kernel hands each datagram to the loop owning its
+//! destination QP (SO_REUSEPORT and a steering program, see
+//! [`UdpBackend::bind_steered`]). The application thread posts to the loops and takes
+//! their completions through their queues ([`Worker`]).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, Ipv4Addr, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::datapath::event_loop::Endpoint;
+use crate::datapath::udp::UdpBackend;
+use crate::datapath::worker::{Idle, Worker};
+use crate::mem::{Access, Mr};
+use crate::perf::{Hello, PerfConfig, PerfOp, PerfResult};
+use crate::verbs::{
+    Context, ContextConfig, CqId, InitAttr, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
+    SendOp, SendWr, Sge, WcStatus, WorkCompletion,
+};
+
+/// Messages in flight per loop.
+const WINDOW: u64 = 32;
+
+struct Lane {
+    ctx: Context,
+    cq: CqId,
+    qpn: u32,
+    mr: Mr,
+    backend: UdpBackend,
+}
+
+fn lanes(cfg: &PerfConfig, local: Ipv4Addr, n: u32) -> Result<Vec<Lane>, String> {
+    if n > 64 {
+        return Err(format!("--threads {n} is above 64"));
+    }
+    if cfg.backend == "xdp" {
+        return Err("--threads above 1 runs on the UDP backend (AF_XDP: one loop)".into());
+    }
+    let e = |e: crate::verbs::VerbsError| e.to_string();
+    let mut v = Vec::new();
+    for k in 0..n {
+        let mut backend = UdpBackend::bind_steered(local, k, n).map_err(|e| e.to_string())?;
+        backend.set_drop(cfg.drop);
+        let mut ctx = Context::new(ContextConfig {
+            mac: [0; 6],
+            ip: IpAddr::V4(local),
+            seed: u64::from(u32::from(local)) ^ (u64::from(k) << 40),
+            udp_sport_base: 0xc000,
+            tos: 0,
+        });
+        ctx.set_qpn_space(16 * n + k, n);
+        let cq = ctx.create_cq();
+        let pd = ctx.alloc_pd();
+        let caps = QpCaps {
+            qp_type: QpType::Rc,
+            send_cq: cq,
+            recv_cq: cq,
+            max_send_wr: 1024,
+            max_recv_wr: 1024,
+        };
+        let qpn = ctx.create_qp(pd, caps).map_err(e)?;
+        ctx.modify_qp_init(qpn, InitAttr::default()).map_err(e)?;
+        let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let mr = ctx
+            .reg_mr(
+                pd,
+                vec![0x5a; cfg.size.max(8) as usize * WINDOW as usize],
+                all,
+            )
+            .map_err(e)?;
+        v.push(Lane {
+            ctx,
+            cq,
+            qpn,
+            mr,
+            backend,
+        });
+    }
+    Ok(v)
+}
+
+fn hello(cfg: &PerfConfig, lanes: &[Lane], psn: u32) -> Hello {
+    Hello {
+        op: cfg.op,
+        size: cfg.size,
+        qpn: lanes[0].qpn,
+        psn,
+        rkey: lanes[0].mr.rkey,
+        addr: lanes[0].mr.addr,
+        mac: "00:00:00:00:00:00".into(),
+        qpns: lanes.iter().map(|l| l.qpn).collect(),
+        threads: lanes.len() as u32,
+        rkeys: lanes.iter().map(|l| l.mr.rkey).collect(),
+        addrs: lanes.iter().map(|l| l.mr.addr).collect(),
+    }
+}
+
+fn send_line(tcp: &TcpStream, h: &Hello) -> Result<(), String> {
+    let line = serde_json::to_string(h).map_err(|e| e.to_string())?;
+    writeln!(&mut &*tcp, "{line}").map_err(|e| e.to_string())
+}
+
+/// Connects lane `k` to the peer's QP `k`; starts its loop.
+fn start(
+    lanes: Vec<Lane>,
+    cfg: &PerfConfig,
+    peer: Ipv4Addr,
+    theirs: &Hello,
+    my_psn: u32,
+) -> Result<Vec<(Worker<UdpBackend>, u32, Mr)>, String> {
+    if theirs.qpns.len() != lanes.len() {
+        return Err(format!(
+            "the peer has {} loops, this side {}",
+            theirs.qpns.len(),
+            lanes.len()
+        ));
+    }
+    let e = |e: crate::verbs::VerbsError| e.to_string();
+    let mut out = Vec::new();
+    for (k, mut l) in lanes.into_iter().enumerate() {
+        let rtr = RtrAttr {
+            remote: Remote {
+                ip: IpAddr::V4(peer),
+                mac: [0; 6],
+            },
+            dest_qpn: theirs.qpns[k],
+            rq_psn: theirs.psn,
+            path_mtu: cfg.mtu,
+            max_dest_rd_atomic: 16,
+            min_rnr_timer: 1,
+        };
+        l.ctx.modify_qp_rtr(l.qpn, rtr).map_err(e)?;
+        l.ctx
+            .modify_qp_rts(
+                l.qpn,
+                RtsAttr {
+                    sq_psn: my_psn,
+                    timeout: 12,
+                    ..RtsAttr::default()
+                },
+            )
+            .map_err(e)?;
+        let w = Worker::spawn(
+            Endpoint::new(l.ctx, l.backend),
+            vec![l.cq],
+            Idle::Sleep(Duration::from_micros(200)),
+            4096,
+        );
+        out.push((w, l.qpn, l.mr));
+    }
+    Ok(out)
+}
+
+/// The server side: one loop per client loop.
+pub(crate) fn serve(
+    cfg: &PerfConfig,
+    tcp: &TcpStream,
+    local: Ipv4Addr,
+    peer: Ipv4Addr,
+    theirs: &Hello,
+) -> Result<String, String> {
+    let cfg = PerfConfig {
+        op: theirs.op,
+        size: theirs.size,
+        threads: theirs.threads,
+        ..cfg.clone()
+    };
+    if cfg.op == PerfOp::Raw {
+        return Err("raw frames with --threads are not supported".into());
+    }
+    let lanes = lanes(&cfg, local, theirs.threads)?;
+    send_line(tcp, &hello(&cfg, &lanes, 0x200))?;
+    let workers = start(lanes, &cfg, peer, theirs, 0x200)?;
+    let slot = cfg.size.max(8);
+    let post_recv = |w: &Worker<UdpBackend>, qpn: u32, mr: Mr, i: u64| {
+        let sge = Sge {
+            addr: mr.addr + (i % WINDOW) * u64::from(slot),
+            length: slot,
+            lkey: mr.lkey,
+        };
+        let _ = w.post_recv(qpn, RecvWr { wr_id: i, sge });
+    };
+    if cfg.op == PerfOp::Send {
+        for (w, qpn, mr) in &workers {
+            for i in 0..WINDOW * 4 {
+                post_recv(w, *qpn, *mr, i);
+            }
+        }
+    }
+    tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut probe = [0u8; 64];
+    let mut received = 0u64;
+    let mut wcs: Vec<WorkCompletion> = Vec::with_capacity(256);
+    loop {
+        for (w, qpn, mr) in &workers {
+            wcs.clear();
+            w.poll_cq(&mut wcs, 256);
+            for wc in &wcs {
+                if wc.status == WcStatus::Success {
+                    received += 1;
+                    post_recv(w, *qpn, *mr, wc.wr_id + WINDOW * 4);
+                }
+            }
+        }
+        match std::io::Read::read(&mut &*tcp, &mut probe) {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => break,
+        }
+        if crate::datapath::interrupted() {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    for (w, _, _) in workers {
+        let _ = w.shutdown();
+    }
+    Ok(format!(
+        "served {:?} of {} B from {peer} over {} loops on the UDP backend ({received} receives)",
+        cfg.op, cfg.size, cfg.threads
+    ))
+}
+
+/// The client side: messages go to the loops in turn, `WINDOW` in flight on each.
+pub(crate) fn client(
+    cfg: &PerfConfig,
+    tcp: &TcpStream,
+    local: Ipv4Addr,
+    peer: Ipv4Addr,
+    progress: &mut dyn FnMut(&str),
+) -> Result<PerfResult, String> {
+    if cfg.op == PerfOp::Raw || cfg.latency {
+        return Err("--threads is for bandwidth (write, read, send)".into());
+    }
+    let lanes = lanes(cfg, local, cfg.threads)?;
+    send_line(tcp, &hello(cfg, &lanes, 0x100))?;
+    let mut line = String::new();
+    BufReader::new(tcp.try_clone().map_err(|e| e.to_string())?)
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    let theirs: Hello =
+        serde_json::from_str(&line).map_err(|e| format!("bad hello from the server: {e}"))?;
+    let workers = start(lanes, cfg, peer, &theirs, 0x100)?;
+    let n = workers.len();
+    let size = cfg.size;
+    let slot = u64::from(size.max(8));
+    let mut next = vec![0u64; n];
+    let mut inflight = vec![0u64; n];
+    let mut done = 0u64;
+    let mut wcs: Vec<WorkCompletion> = Vec::with_capacity(256);
+    let start_t = Instant::now();
+    let mut last_report = start_t;
+    let mut last_done = 0u64;
+    let mut failure = None;
+    'run: while start_t.elapsed() < cfg.duration && !crate::datapath::interrupted() {
+        for (k, (w, qpn, mr)) in workers.iter().enumerate() {
+            while inflight[k] < WINDOW {
+                let i = next[k] % WINDOW;
+                let remote_addr = theirs.addrs.get(k).copied().unwrap_or(theirs.addr) + i * slot;
+                let rkey = theirs.rkeys.get(k).copied().unwrap_or(theirs.rkey);
+                let op = match cfg.op {
+                    PerfOp::Read => SendOp::Read { remote_addr, rkey },
+                    PerfOp::Send => SendOp::Send,
+                    _ => SendOp::Write { remote_addr, rkey },
+                };
+                let wr = SendWr {
+                    wr_id: next[k],
+                    op,
+                    sge: Sge {
+                        addr: mr.addr + i * slot,
+                        length: size,
+                        lkey: mr.lkey,
+                    },
+                    signaled: true,
+                    solicited: false,
+                };
+                if w.post_send(*qpn, wr).is_err() {
+                    break; // the loop's queue is full: come back later
+                }
+                next[k] += 1;
+                inflight[k] += 1;
+            }
+            wcs.clear();
+            w.poll_cq(&mut wcs, 256);
+            for wc in &wcs {
+                if wc.status != WcStatus::Success {
+                    failure = Some(format!(
+                        "loop {k}: operation {} completed with {}",
+                        wc.wr_id,
+                        wc.status.name()
+                    ));
+                    break 'run;
+                }
+                inflight[k] -= 1;
+                done += 1;
+            }
+        }
+        if last_report.elapsed() >= Duration::from_secs(1) {
+            let dt = last_report.elapsed().as_secs_f64();
+            progress(&format!(
+                "{:>5.1} s  {:>8.3} Gb/s  {:>8.3} Mmsg/s  ({n} loops)",
+                start_t.elapsed().as_secs_f64(),
+                (done - last_done) as f64 * f64::from(size) * 8.0 / dt / 1e9,
+                (done - last_done) as f64 / dt / 1e6
+            ));
+            last_report = Instant::now();
+            last_done = done;
+        }
+        std::thread::yield_now();
+    }
+    let secs = start_t.elapsed().as_secs_f64();
+    let mut sent = 0;
+    let mut resent = 0;
+    for (w, qpn, _) in workers {
+        let (ep, _) = w.shutdown();
+        if let Some(c) = ep.ctx.qp_counters(qpn) {
+            sent += c.packets_sent;
+            resent += c.retransmits;
+        }
+    }
+    if let Some(f) = failure {
+        return Err(f);
+    }
+    Ok(PerfResult {
+        op: format!("{:?}", cfg.op).to_lowercase(),
+        bytes: size,
+        iterations: done,
+        bw_gbps: done as f64 * f64::from(size) * 8.0 / secs / 1e9,
+        msg_rate_mpps: done as f64 / secs / 1e6,
+        lat_p50_us: None,
+        lat_p99_us: None,
+        lat_p999_us: None,
+        datapath: format!("UDP backend, {n} loops on threads, steered by DestQP"),
+        packets_sent: Some(sent),
+        retransmits: Some(resent),
+        frames_sent: None,
+        frames_received: None,
+    })
+}
