@@ -285,3 +285,161 @@ fn pingpong_rc_and_ud_over_veth() {
         }
     }
 }
+
+/// The UDP socket backend over IPv6: two endpoints on two IPv6 addresses (in a namespace
+/// of their own), RC WRITE and SEND verified byte for byte, ECN read back from the
+/// traffic class.
+#[test]
+fn udp_backend_over_ipv6() {
+    use std::net::{IpAddr, Ipv6Addr};
+    use std::time::Instant;
+    use uroce::datapath::event_loop::Endpoint;
+    use uroce::datapath::udp::UdpBackend;
+    use uroce::mem::Access;
+    use uroce::verbs::{
+        Context, ContextConfig, InitAttr, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr, SendOp,
+        SendWr, Sge, WcStatus,
+    };
+    if !can_run() {
+        return;
+    }
+    let ns = format!("uroce-v6-{}", std::process::id());
+    let ipn = |args: &[&str]| {
+        let ok = Command::new("ip")
+            .args(["-n", &ns])
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip -n {ns} {args:?}");
+    };
+    assert!(Command::new("ip")
+        .args(["netns", "add", &ns])
+        .status()
+        .unwrap()
+        .success());
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let _gone = Gone(ns.clone());
+    ipn(&["link", "set", "lo", "up"]);
+    ipn(&["addr", "add", "fd00:75::1/128", "dev", "lo", "nodad"]);
+    ipn(&["addr", "add", "fd00:75::2/128", "dev", "lo", "nodad"]);
+    let ns2 = ns.clone();
+    std::thread::spawn(move || {
+        netns::enter(&ns2).unwrap();
+        let ip = |n: u16| Ipv6Addr::new(0xfd00, 0x75, 0, 0, 0, 0, 0, n);
+        let make = |n: u16| {
+            let mut c = Context::new(ContextConfig {
+                mac: [0; 6],
+                ip: IpAddr::V6(ip(n)),
+                seed: u64::from(n),
+                udp_sport_base: 0xc000,
+                tos: 0,
+            });
+            let cq = c.create_cq();
+            let pd = c.alloc_pd();
+            let caps = QpCaps {
+                qp_type: QpType::Rc,
+                send_cq: cq,
+                recv_cq: cq,
+                max_send_wr: 64,
+                max_recv_wr: 64,
+            };
+            let q = c.create_qp(pd, caps).unwrap();
+            let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+            let data: Vec<u8> = (0..100_000u32)
+                .map(|i| (i * 7 + u32::from(n)) as u8)
+                .collect();
+            let mr = c.reg_mr(pd, data, all).unwrap();
+            c.modify_qp_init(q, InitAttr::default()).unwrap();
+            (c, cq, q, mr)
+        };
+        let (mut a, cqa, qa, ma) = make(1);
+        let (mut b, cqb, qb, mb) = make(2);
+        for (c, q, peer, pq) in [(&mut a, qa, 2, qb), (&mut b, qb, 1, qa)] {
+            let rtr = RtrAttr {
+                remote: Remote {
+                    ip: IpAddr::V6(ip(peer)),
+                    mac: [0; 6],
+                },
+                dest_qpn: pq,
+                rq_psn: 5,
+                path_mtu: Mtu::M4096,
+                max_dest_rd_atomic: 4,
+                min_rnr_timer: 1,
+            };
+            c.modify_qp_rtr(q, rtr).unwrap();
+            c.modify_qp_rts(
+                q,
+                RtsAttr {
+                    sq_psn: 5,
+                    ..RtsAttr::default()
+                },
+            )
+            .unwrap();
+        }
+        let expect: Vec<u8> = a.mr_bytes(&ma)[..40_000].to_vec();
+        b.post_recv(
+            qb,
+            RecvWr {
+                wr_id: 9,
+                sge: Sge {
+                    addr: mb.addr + 50_000,
+                    length: 40_000,
+                    lkey: mb.lkey,
+                },
+            },
+        )
+        .unwrap();
+        let sge = Sge {
+            addr: ma.addr,
+            length: 40_000,
+            lkey: ma.lkey,
+        };
+        let write = SendWr {
+            wr_id: 1,
+            op: SendOp::Write {
+                remote_addr: mb.addr,
+                rkey: mb.rkey,
+            },
+            sge,
+            signaled: true,
+            solicited: false,
+        };
+        a.post_send(qa, write).unwrap();
+        a.post_send(
+            qa,
+            SendWr {
+                wr_id: 2,
+                op: SendOp::Send,
+                ..write
+            },
+        )
+        .unwrap();
+        let mut ea = Endpoint::new(a, UdpBackend::bind(ip(1)).unwrap());
+        let mut eb = Endpoint::new(b, UdpBackend::bind(ip(2)).unwrap());
+        let (mut sent, mut got) = (Vec::new(), Vec::new());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while (sent.len() < 2 || got.is_empty()) && Instant::now() < deadline {
+            ea.poll(Duration::ZERO).unwrap();
+            eb.poll(Duration::ZERO).unwrap();
+            sent.extend(ea.ctx.poll_cq(cqa, 8));
+            got.extend(eb.ctx.poll_cq(cqb, 8));
+        }
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert!(
+            sent.iter().all(|w| w.status == WcStatus::Success),
+            "{sent:?}"
+        );
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].byte_len, 40_000);
+        let mem = eb.ctx.mr_bytes(&mb);
+        assert!(mem[..40_000] == expect[..], "WRITE data over IPv6");
+        assert!(mem[50_000..90_000] == expect[..], "SEND data over IPv6");
+    })
+    .join()
+    .unwrap();
+}

@@ -5,15 +5,19 @@
 //! entropy is kept), the IP identification (0: Linux sends ID 0 on unconnected sockets
 //! with "don't fragment" set, which uroce asks for with IP_PMTUDISC_DO), DF, and the
 //! lengths. On receive the socket gives the UDP payload and the source address; the
-//! IPv4 and UDP headers are rebuilt the same way so the context can verify the ICRC.
-//! The ECN bits of received packets are read with IP_RECVTOS, so CE marks reach the
-//! notification point.
+//! IP and UDP headers are rebuilt the same way so the context can verify the ICRC.
+//! The ECN bits of received packets are read with IP_RECVTOS / IPV6_RECVTCLASS, so CE
+//! marks reach the notification point.
+//!
+//! IPv4 and IPv6. Over IPv6 the ICRC masks the traffic class, flow label and hop limit,
+//! so nothing the socket hides is covered; zero UDP checksums (RoCEv2 senders use them)
+//! are accepted with UDP_NO_CHECK6_RX.
 //!
 //! Frames are batched: `send_with` queues up to 32 datagrams that `flush` hands over with
 //! one `sendmmsg` per run of the same source port, and `receive` takes up to 32 datagrams
 //! with one `recvmmsg`, each read straight behind the space where its headers are rebuilt.
 //!
-//! IPv4 only. A peer whose IP identification is not 0 (rdma_rxe numbers its packets)
+//! A peer whose IPv4 identification is not 0 (rdma_rxe numbers its packets)
 //! sends an ICRC over a field the socket does not show: the identification is solved for
 //! from the ICRC ([`crate::wire::icrc::solve_ident`]) and put back into the rebuilt header.
 //! Such a peer's packets keep 16 of the ICRC's 32 bits of protection (a damaged packet
@@ -22,16 +26,16 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use super::{Backend, MAX_FRAME};
-use crate::wire::{self, EthernetRepr, IpRepr, Ipv4Repr, UdpRepr};
+use crate::wire::{self, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, UdpRepr};
 
-/// RoCEv2 over UDP sockets bound to one local IPv4 address.
+/// RoCEv2 over UDP sockets bound to one local address (IPv4 or IPv6).
 pub struct UdpBackend {
-    local: Ipv4Addr,
+    local: IpAddr,
     /// Drop this share of received datagrams (seeded), to test recovery where `tc netem`
     /// is not available.
     drop: f64,
@@ -51,7 +55,7 @@ pub struct UdpBackend {
     /// Datagrams the kernel refused (counted, the transport retransmits).
     pub send_failures: u64,
     /// Peers seen so far: whether they number their IP identification.
-    numbering: HashMap<Ipv4Addr, bool>,
+    numbering: HashMap<IpAddr, bool>,
     /// ICRC bases for the identification, by transport length (a few recent ones).
     bases: [(usize, [u32; 16]); 8],
     next_basis: usize,
@@ -62,27 +66,24 @@ pub struct UdpBackend {
 }
 
 /// A UDP socket bound to `addr` with SO_REUSEPORT set before the bind.
-fn bind_reuseport(addr: SocketAddrV4) -> io::Result<UdpSocket> {
+fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
     // SAFETY: plain socket call; the descriptor is owned at once.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    let fd = unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `fd` is a fresh descriptor nobody else owns.
     let sock = unsafe { <UdpSocket as std::os::fd::FromRawFd>::from_raw_fd(fd) };
     setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
-    let mut sa = unsafe_zeroed_sockaddr();
-    sa.sin_family = libc::AF_INET as libc::sa_family_t;
-    sa.sin_port = addr.port().to_be();
-    sa.sin_addr.s_addr = u32::from(*addr.ip()).to_be();
-    // SAFETY: `sa` is a valid sockaddr_in of the size passed.
-    let r = unsafe {
-        libc::bind(
-            fd,
-            (&sa as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
+    let mut sa = zeroed_sockaddr();
+    let len = to_sockaddr(addr, &mut sa);
+    // SAFETY: `sa` holds a valid sockaddr of `len` bytes.
+    let r = unsafe { libc::bind(fd, (&sa as *const libc::sockaddr_in6).cast(), len) };
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -134,13 +135,14 @@ struct Queued {
     start: usize,
     len: usize,
     sport: u16,
-    dst: SocketAddrV4,
+    dst: SocketAddr,
 }
 
 /// Datagrams per `sendmmsg` / `recvmmsg`.
 const BATCH: usize = 32;
-/// Ethernet + IPv4 + UDP headers rebuilt in front of a received datagram.
-const RX_HDR: usize = 14 + 20 + 8;
+/// Room in front of a received datagram for the headers rebuilt there (Ethernet, IPv6,
+/// UDP; IPv4's are shorter and start later).
+const RX_ROOM: usize = 14 + 40 + 8;
 
 fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: `fd` is an open socket owned by the caller; the option value is a live
@@ -163,9 +165,11 @@ fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> 
 
 impl UdpBackend {
     /// Binds port 4791 on `local`. `tos` is the IP TOS byte sent (DSCP and ECN).
-    pub fn bind(local: Ipv4Addr) -> io::Result<Self> {
-        let rx = UdpSocket::bind(SocketAddrV4::new(local, wire::ROCEV2_UDP_PORT))
-            .map_err(|e| io::Error::new(e.kind(), format!("binding UDP {local}:4791: {e}")))?;
+    pub fn bind(local: impl Into<IpAddr>) -> io::Result<Self> {
+        let local = local.into();
+        let addr = SocketAddr::new(local, wire::ROCEV2_UDP_PORT);
+        let rx = UdpSocket::bind(addr)
+            .map_err(|e| io::Error::new(e.kind(), format!("binding UDP {addr}: {e}")))?;
         Self::with_socket(local, rx, false)
     }
 
@@ -175,8 +179,9 @@ impl UdpBackend {
     /// owns that QP (give loop `index` the QPNs `index + k * count`, see
     /// [`crate::verbs::Context::set_qpn_space`]). Create them in index order: the kernel
     /// numbers the group's sockets in the order they bind.
-    pub fn bind_steered(local: Ipv4Addr, index: u32, count: u32) -> io::Result<Self> {
-        let addr = SocketAddrV4::new(local, wire::ROCEV2_UDP_PORT);
+    pub fn bind_steered(local: impl Into<IpAddr>, index: u32, count: u32) -> io::Result<Self> {
+        let local = local.into();
+        let addr = SocketAddr::new(local, wire::ROCEV2_UDP_PORT);
         let rx = bind_reuseport(addr).map_err(|e| {
             io::Error::new(e.kind(), format!("binding UDP {addr} (reuseport): {e}"))
         })?;
@@ -186,8 +191,14 @@ impl UdpBackend {
         Self::with_socket(local, rx, true)
     }
 
-    fn with_socket(local: Ipv4Addr, rx: UdpSocket, shared_ports: bool) -> io::Result<Self> {
-        setsockopt_int(rx.as_raw_fd(), libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+    fn with_socket(local: IpAddr, rx: UdpSocket, shared_ports: bool) -> io::Result<Self> {
+        let fd = rx.as_raw_fd();
+        if local.is_ipv4() {
+            setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+        } else {
+            setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+            setsockopt_int(fd, libc::IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)?;
+        }
         // A deep receive buffer: bursts of a full send window must not overflow it (as
         // root the limit in net.core.rmem_max does not apply).
         let big = 16 << 20;
@@ -197,7 +208,10 @@ impl UdpBackend {
         Ok(Self {
             local,
             drop: 0.0,
-            rng: crate::sim::Rng::new(u64::from(u32::from(local))),
+            rng: crate::sim::Rng::new(match local {
+                IpAddr::V4(a) => u64::from(u32::from(a)),
+                IpAddr::V6(a) => u128::from(a) as u64,
+            }),
             dropped: 0,
             rx,
             tx: HashMap::new(),
@@ -225,19 +239,28 @@ impl UdpBackend {
             let s = if sport == wire::ROCEV2_UDP_PORT {
                 self.rx.try_clone()?
             } else if self.shared_ports {
-                bind_reuseport(SocketAddrV4::new(self.local, sport))?
+                bind_reuseport(SocketAddr::new(self.local, sport))?
             } else {
-                UdpSocket::bind(SocketAddrV4::new(self.local, sport))?
+                UdpSocket::bind(SocketAddr::new(self.local, sport))?
             };
             let fd = s.as_raw_fd();
-            // DF set and IP ID 0: the ICRC covers both.
-            setsockopt_int(
-                fd,
-                libc::IPPROTO_IP,
-                libc::IP_MTU_DISCOVER,
-                libc::IP_PMTUDISC_DO,
-            )?;
-            setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_TOS, i32::from(self.tos))?;
+            if self.local.is_ipv4() {
+                // DF set and IP ID 0: the ICRC covers both.
+                setsockopt_int(
+                    fd,
+                    libc::IPPROTO_IP,
+                    libc::IP_MTU_DISCOVER,
+                    libc::IP_PMTUDISC_DO,
+                )?;
+            } else {
+                setsockopt_int(
+                    fd,
+                    libc::IPPROTO_IPV6,
+                    libc::IPV6_MTU_DISCOVER,
+                    libc::IPV6_PMTUDISC_DO,
+                )?;
+            }
+            set_tos(fd, self.local.is_ipv4(), self.tos)?;
             self.tx.insert(sport, s);
         }
         self.tx
@@ -257,7 +280,8 @@ impl UdpBackend {
                 .take_while(|q| q.sport == sport)
                 .count();
             let fd = self.socket_for(sport)?.as_raw_fd();
-            let mut names = [unsafe_zeroed_sockaddr(); BATCH];
+            let mut names = [zeroed_sockaddr(); BATCH];
+            let mut lens = [0 as libc::socklen_t; BATCH];
             let mut iovs = [libc::iovec {
                 iov_base: std::ptr::null_mut(),
                 iov_len: 0,
@@ -265,16 +289,14 @@ impl UdpBackend {
             // SAFETY: mmsghdr is plain data; all-zero is valid.
             let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
             for (k, q) in self.txq[i..i + run].iter().enumerate() {
-                names[k].sin_family = libc::AF_INET as libc::sa_family_t;
-                names[k].sin_port = q.dst.port().to_be();
-                names[k].sin_addr.s_addr = u32::from(*q.dst.ip()).to_be();
+                lens[k] = to_sockaddr(q.dst, &mut names[k]);
                 iovs[k].iov_base = self.txbuf[q.start..].as_mut_ptr().cast();
                 iovs[k].iov_len = q.len;
             }
             for k in 0..run {
                 let h = &mut msgs[k].msg_hdr;
-                h.msg_name = (&mut names[k] as *mut libc::sockaddr_in).cast();
-                h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                h.msg_name = (&mut names[k] as *mut libc::sockaddr_in6).cast();
+                h.msg_namelen = lens[k];
                 h.msg_iov = &mut iovs[k];
                 h.msg_iovlen = 1;
             }
@@ -321,26 +343,25 @@ impl Backend for UdpBackend {
         let frame = &self.txbuf[start..start + n.min(MAX_FRAME)];
         let p = wire::parse_headers(frame)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        let IpRepr::V4(ip) = p.ip else {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "the UDP backend is IPv4 only",
-            ));
+        let (dst, tos) = match p.ip {
+            IpRepr::V4(ip) => (IpAddr::V4(ip.dst), ip.tos),
+            IpRepr::V6(ip) => (IpAddr::V6(ip.dst), ip.traffic_class),
         };
+        if dst.is_ipv4() != self.local.is_ipv4() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a frame to {dst} on a UDP backend bound to {}", self.local),
+            ));
+        }
         let l = p.frame_repr().layout(p.payload.len());
-        let (sport, dport, tos) = (p.udp.src_port, p.udp.dst_port, ip.tos);
+        let (sport, dport) = (p.udp.src_port, p.udp.dst_port);
         let end = frame.len() - p.trailer.len();
         if tos != self.tos {
             // A new TOS (DCQCN turned ECT on): send what was queued under the old one.
             self.send_queued()?;
             self.tos = tos;
             for s in self.tx.values() {
-                setsockopt_int(
-                    s.as_raw_fd(),
-                    libc::IPPROTO_IP,
-                    libc::IP_TOS,
-                    i32::from(tos),
-                )?;
+                set_tos(s.as_raw_fd(), self.local.is_ipv4(), tos)?;
             }
             let start2 = 0;
             self.txbuf.copy_within(start..start + end, start2);
@@ -348,7 +369,7 @@ impl Backend for UdpBackend {
                 start: start2 + l.bth,
                 len: end - l.bth,
                 sport,
-                dst: SocketAddrV4::new(ip.dst, dport),
+                dst: SocketAddr::new(dst, dport),
             });
             return Ok(true);
         }
@@ -356,7 +377,7 @@ impl Backend for UdpBackend {
             start: start + l.bth,
             len: end - l.bth,
             sport,
-            dst: SocketAddrV4::new(ip.dst, dport),
+            dst: SocketAddr::new(dst, dport),
         });
         Ok(true)
     }
@@ -393,7 +414,7 @@ impl Backend for UdpBackend {
             return Ok(0);
         }
         let want = max.min(BATCH);
-        let mut names = [unsafe_zeroed_sockaddr(); BATCH];
+        let mut names = [zeroed_sockaddr(); BATCH];
         let mut iovs = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
@@ -402,12 +423,12 @@ impl Backend for UdpBackend {
         let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
         for k in 0..want {
             // Each datagram lands behind the room for the headers rebuilt in front of it.
-            let slot = &mut self.rxbuf[k * MAX_FRAME + RX_HDR..(k + 1) * MAX_FRAME];
+            let slot = &mut self.rxbuf[k * MAX_FRAME + RX_ROOM..(k + 1) * MAX_FRAME];
             iovs[k].iov_base = slot.as_mut_ptr().cast();
             iovs[k].iov_len = slot.len();
             let h = &mut msgs[k].msg_hdr;
-            h.msg_name = (&mut names[k] as *mut libc::sockaddr_in).cast();
-            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            h.msg_name = (&mut names[k] as *mut libc::sockaddr_in6).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
             h.msg_iov = &mut iovs[k];
             h.msg_iovlen = 1;
             h.msg_control = self.rxcmsg[k].as_mut_ptr().cast();
@@ -442,28 +463,31 @@ impl Backend for UdpBackend {
                 continue;
             }
             let tos = read_tos(&msgs[k].msg_hdr);
-            let src = Ipv4Addr::from(u32::from_be(names[k].sin_addr.s_addr));
-            let sport = u16::from_be(names[k].sin_port);
-            let slot = &mut self.rxbuf[k * MAX_FRAME..(k + 1) * MAX_FRAME];
-            rebuild_headers(slot, src, self.local, sport, tos, n, 0)?;
-            if self.numbering.get(&src) != Some(&false) && n >= 16 {
+            let Some(from) = from_sockaddr(&names[k]) else {
+                continue;
+            };
+            let (src, sport) = (from.ip(), from.port());
+            let base = k * MAX_FRAME;
+            let slot = &mut self.rxbuf[base..base + MAX_FRAME];
+            let start = rebuild_headers(slot, src, self.local, sport, tos, n, 0)?;
+            let (ip_at, udp_at) = (start + 14, RX_ROOM - 8);
+            if src.is_ipv4() && self.numbering.get(&src) != Some(&false) && n >= 16 {
                 // Unknown peer, or one that numbers its packets: does ID 0 fit the ICRC?
-                let f = &slot[..RX_HDR + n];
-                let transport = &f[RX_HDR..f.len() - wire::ICRC_LEN];
-                let stored = wire::icrc::stored(&f[RX_HDR..]).unwrap_or(0);
-                let zero = wire::icrc::compute(&f[14..34], &f[34..42], transport);
+                let f = &slot[..RX_ROOM + n];
+                let transport = &f[RX_ROOM..f.len() - wire::ICRC_LEN];
+                let stored = wire::icrc::stored(&f[RX_ROOM..]).unwrap_or(0);
+                let zero = wire::icrc::compute(&f[ip_at..udp_at], &f[udp_at..RX_ROOM], transport);
                 let len = transport.len();
                 if zero == stored {
                     self.numbering.entry(src).or_insert(false);
                 } else if let Some(id) = self.ident(len, zero ^ stored) {
-                    let slot = &mut self.rxbuf[k * MAX_FRAME..(k + 1) * MAX_FRAME];
+                    let slot = &mut self.rxbuf[base..base + MAX_FRAME];
                     rebuild_headers(slot, src, self.local, sport, tos, n, id)?;
                     self.numbering.insert(src, true);
                     self.idents_recovered += 1;
                 }
             }
-            let slot = &self.rxbuf[k * MAX_FRAME..(k + 1) * MAX_FRAME];
-            handle(&slot[..RX_HDR + n]);
+            handle(&self.rxbuf[base + start..base + RX_ROOM + n]);
             handled += 1;
         }
         Ok(handled)
@@ -487,44 +511,141 @@ impl UdpBackend {
     }
 }
 
-/// Writes Ethernet / IPv4 / UDP in front of an `n`-byte datagram as they were on the
-/// wire (DF, identification `ident`), so the context can verify the ICRC.
+/// Writes Ethernet / IP / UDP in front of the `n`-byte datagram at `RX_ROOM` as they
+/// were on the wire (IPv4: DF, identification `ident`), so the context can verify the
+/// ICRC; returns where the frame starts.
 fn rebuild_headers(
     buf: &mut [u8],
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
+    src: IpAddr,
+    dst: IpAddr,
     sport: u16,
     tos: u8,
     n: usize,
     ident: u16,
-) -> io::Result<()> {
+) -> io::Result<usize> {
     let bad = |e| io::Error::new(io::ErrorKind::InvalidData, e);
-    let mut ip = Ipv4Repr::new(src, dst, tos);
-    ip.ident = ident;
+    let (start, ethertype) = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let mut ip = Ipv4Repr::new(s, d, tos);
+            ip.ident = ident;
+            ip.emit(&mut buf[RX_ROOM - 28..], 8 + n).map_err(bad)?;
+            (RX_ROOM - 42, wire::ethernet::ETHERTYPE_IPV4)
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            Ipv6Repr {
+                src: s,
+                dst: d,
+                traffic_class: tos,
+                flow_label: 0,
+                next_header: 17,
+                hop_limit: 64,
+            }
+            .emit(&mut buf[RX_ROOM - 48..], 8 + n)
+            .map_err(bad)?;
+            (RX_ROOM - 62, wire::ethernet::ETHERTYPE_IPV6)
+        }
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "datagram of the other IP version",
+            ))
+        }
+    };
     EthernetRepr {
         dst: [0; 6],
         src: [0; 6],
         vlan: None,
-        ethertype: 0x0800,
+        ethertype,
     }
-    .emit(buf)
+    .emit(&mut buf[start..])
     .map_err(bad)?;
-    ip.emit(&mut buf[14..], 8 + n).map_err(bad)?;
     UdpRepr {
         src_port: sport,
         dst_port: wire::ROCEV2_UDP_PORT,
         checksum: 0,
     }
-    .emit(&mut buf[34..], n)
-    .map_err(bad)
+    .emit(&mut buf[RX_ROOM - 8..], n)
+    .map_err(bad)?;
+    Ok(start)
 }
 
-fn unsafe_zeroed_sockaddr() -> libc::sockaddr_in {
-    // SAFETY: sockaddr_in is plain old data; all-zero is a valid value.
+/// Accept IPv6 UDP datagrams with a zero checksum (linux/udp.h).
+const UDP_NO_CHECK6_RX: i32 = 102;
+
+/// Sets the TOS (IPv4) or traffic class (IPv6) byte sent.
+fn set_tos(fd: i32, v4: bool, tos: u8) -> io::Result<()> {
+    if v4 {
+        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_TOS, i32::from(tos))
+    } else {
+        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, i32::from(tos))
+    }
+}
+
+/// Storage big enough for either socket address.
+fn zeroed_sockaddr() -> libc::sockaddr_in6 {
+    // SAFETY: sockaddr_in6 is plain old data; all-zero is a valid value.
     unsafe { std::mem::zeroed() }
 }
 
-/// The TOS byte from an IP_TOS control message, 0 if there is none.
+/// Writes `a` into `out` as a sockaddr_in or sockaddr_in6; returns its length.
+fn to_sockaddr(a: SocketAddr, out: &mut libc::sockaddr_in6) -> libc::socklen_t {
+    match a {
+        SocketAddr::V4(v) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*v.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: a sockaddr_in (16 bytes) fits in the sockaddr_in6 (28 bytes).
+            unsafe {
+                (out as *mut libc::sockaddr_in6)
+                    .cast::<libc::sockaddr_in>()
+                    .write(sin)
+            };
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(v) => {
+            *out = zeroed_sockaddr();
+            out.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            out.sin6_port = v.port().to_be();
+            out.sin6_addr.s6_addr = v.ip().octets();
+            out.sin6_flowinfo = v.flowinfo();
+            out.sin6_scope_id = v.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// The address the kernel wrote into `s` (either family).
+fn from_sockaddr(s: &libc::sockaddr_in6) -> Option<SocketAddr> {
+    match i32::from(s.sin6_family) {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in here (family AF_INET).
+            let v = unsafe {
+                (s as *const libc::sockaddr_in6)
+                    .cast::<libc::sockaddr_in>()
+                    .read()
+            };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(v.sin_addr.s_addr)),
+                u16::from_be(v.sin_port),
+            )))
+        }
+        libc::AF_INET6 => Some(SocketAddr::V6(SocketAddrV6::new(
+            Ipv6Addr::from(s.sin6_addr.s6_addr),
+            u16::from_be(s.sin6_port),
+            s.sin6_flowinfo,
+            s.sin6_scope_id,
+        ))),
+        _ => None,
+    }
+}
+
+/// The TOS byte from an IP_TOS control message, or the traffic class from an
+/// IPV6_TCLASS one; 0 if there is none.
 fn read_tos(msg: &libc::msghdr) -> u8 {
     // SAFETY: walking the control buffer with the libc CMSG macros, which stay inside
     // `msg_controllen` bytes of the buffer recvmsg filled.
@@ -533,6 +654,9 @@ fn read_tos(msg: &libc::msghdr) -> u8 {
         while !c.is_null() {
             if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS {
                 return *libc::CMSG_DATA(c);
+            }
+            if (*c).cmsg_level == libc::IPPROTO_IPV6 && (*c).cmsg_type == libc::IPV6_TCLASS {
+                return (libc::CMSG_DATA(c) as *const i32).read_unaligned() as u8;
             }
             c = libc::CMSG_NXTHDR(msg, c);
         }
