@@ -4,7 +4,7 @@
 //! over the chosen datapath.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -147,7 +147,8 @@ fn fmt_mac(m: &[u8; 6]) -> String {
 }
 
 /// The interface holding `ip`, and its MAC.
-pub(crate) fn iface_and_mac(ip: Ipv4Addr) -> Result<(String, [u8; 6]), String> {
+pub(crate) fn iface_and_mac(ip: impl Into<IpAddr>) -> Result<(String, [u8; 6]), String> {
+    let ip: IpAddr = ip.into();
     let v = ip_json(&["-j", "addr", "show"])?;
     for link in v.as_array().into_iter().flatten() {
         let has = link["addr_info"]
@@ -171,8 +172,8 @@ pub(crate) fn peer_mac(
     backend: &mut dyn Backend,
     iface: &str,
     my_mac: [u8; 6],
-    local: Ipv4Addr,
-    peer: Ipv4Addr,
+    local: impl Into<IpAddr>,
+    peer: impl Into<IpAddr>,
 ) -> Result<[u8; 6], String> {
     if !backend.needs_link_addresses() {
         return Ok([0; 6]);
@@ -180,8 +181,8 @@ pub(crate) fn peer_mac(
     crate::datapath::neighbour::resolve(
         iface,
         my_mac,
-        IpAddr::V4(local),
-        IpAddr::V4(peer),
+        local.into(),
+        peer.into(),
         &mut |f| backend.send(f),
         crate::datapath::neighbour::GIVE_UP,
     )
@@ -193,10 +194,11 @@ pub(crate) fn peer_mac(
 pub(crate) fn open_backend_lossy(
     backend: &str,
     mtu: Mtu,
-    local: Ipv4Addr,
+    local: impl Into<IpAddr>,
     iface: &str,
     drop: f64,
 ) -> Result<(Box<dyn Backend + Send>, String), String> {
+    let local: IpAddr = local.into();
     if backend != "udp" {
         match XdpBackend::open(iface, 2, mtu.bytes() + 100) {
             Ok(mut b) => {
@@ -238,12 +240,12 @@ struct Setup {
     mr: crate::mem::Mr,
     datapath: String,
     iface: String,
-    local: Ipv4Addr,
+    local: IpAddr,
 }
 
 const WINDOW: usize = 32;
 
-fn setup(cfg: &PerfConfig, local: Ipv4Addr) -> Result<Setup, String> {
+fn setup(cfg: &PerfConfig, local: IpAddr) -> Result<Setup, String> {
     let (iface, mac) = match &cfg.iface {
         Some(i) => (
             i.clone(),
@@ -254,8 +256,8 @@ fn setup(cfg: &PerfConfig, local: Ipv4Addr) -> Result<Setup, String> {
     let (backend, datapath) = open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.drop)?;
     let mut ctx = Context::new(ContextConfig {
         mac,
-        ip: IpAddr::V4(local),
-        seed: u64::from(u32::from(local)),
+        ip: local,
+        seed: seed_of(local),
         udp_sport_base: 0xc000,
         tos: 0,
     });
@@ -313,14 +315,14 @@ fn send_hello(tcp: &TcpStream, s: &Setup, cfg: &PerfConfig, psn: u32) -> Result<
 fn connect(
     s: &mut Setup,
     cfg: &PerfConfig,
-    peer: Ipv4Addr,
+    peer: IpAddr,
     hello: &Hello,
     my_psn: u32,
 ) -> Result<(), String> {
     let e = |e: crate::verbs::VerbsError| e.to_string();
     let my_mac = s.ep.ctx.config().mac;
     let remote = Remote {
-        ip: IpAddr::V4(peer),
+        ip: peer,
         mac: peer_mac(s.ep.backend_mut(), &s.iface, my_mac, s.local, peer)?,
     };
     let theirs = if hello.qpns.is_empty() {
@@ -359,26 +361,42 @@ fn connect(
     Ok(())
 }
 
-pub(crate) fn v4(a: IpAddr) -> Result<Ipv4Addr, String> {
+/// A seed from an address (IPv4 or IPv6).
+pub(crate) fn seed_of(a: IpAddr) -> u64 {
     match a {
-        IpAddr::V4(v) => Ok(v),
-        IpAddr::V6(_) => Err("uroce perf is IPv4 only for now".into()),
+        IpAddr::V4(v) => u64::from(u32::from(v)),
+        IpAddr::V6(v) => {
+            let x = u128::from(v);
+            (x as u64) ^ ((x >> 64) as u64)
+        }
     }
 }
 
 /// Runs the server: answers one client, then returns.
 pub fn server(cfg: &PerfConfig) -> Result<String, String> {
     crate::datapath::catch_interrupts();
-    let l = TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], cfg.port)))
-        .map_err(|e| format!("listening on TCP {}: {e}", cfg.port))?;
+    let l = TcpListener::bind(SocketAddr::from((
+        std::net::Ipv6Addr::UNSPECIFIED,
+        cfg.port,
+    )))
+    .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], cfg.port))))
+    .map_err(|e| format!("listening on TCP {}: {e}", cfg.port))?;
     let (tcp, _) = l.accept().map_err(|e| e.to_string())?;
     serve(cfg, tcp)
 }
 
 /// Serves a uroce perf client that has connected on `tcp`.
 pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> Result<String, String> {
-    let local = v4(tcp.local_addr().map_err(|e| e.to_string())?.ip())?;
-    let peer = v4(tcp.peer_addr().map_err(|e| e.to_string())?.ip())?;
+    let local = tcp
+        .local_addr()
+        .map_err(|e| e.to_string())?
+        .ip()
+        .to_canonical();
+    let peer = tcp
+        .peer_addr()
+        .map_err(|e| e.to_string())?
+        .ip()
+        .to_canonical();
     let mut rd = BufReader::new(tcp.try_clone().map_err(|e| e.to_string())?);
     let mut line = String::new();
     rd.read_line(&mut line).map_err(|e| e.to_string())?;
@@ -456,8 +474,12 @@ pub fn client(
     crate::datapath::catch_interrupts();
     let tcp = TcpStream::connect((server, cfg.port))
         .map_err(|e| format!("connecting to {server}:{}: {e}", cfg.port))?;
-    let local = v4(tcp.local_addr().map_err(|e| e.to_string())?.ip())?;
-    let peer = v4(server)?;
+    let local = tcp
+        .local_addr()
+        .map_err(|e| e.to_string())?
+        .ip()
+        .to_canonical();
+    let peer = server;
     if cfg.threads > 1 {
         return crate::perf_loops::client(cfg, &tcp, local, peer, progress);
     }
@@ -599,7 +621,7 @@ struct RawCount {
 }
 
 /// Server side of `raw`: counts frames until the client says stop, then tells it.
-fn raw_sink(s: &mut Setup, tcp: &TcpStream, peer: Ipv4Addr) -> Result<String, String> {
+fn raw_sink(s: &mut Setup, tcp: &TcpStream, peer: IpAddr) -> Result<String, String> {
     tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
     let mut count = RawCount {
         frames: 0,

@@ -5,7 +5,7 @@
 //! their completions through their queues ([`Worker`]).
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, Ipv4Addr, TcpStream};
+use std::net::{IpAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::datapath::event_loop::Endpoint;
@@ -29,7 +29,7 @@ struct Lane {
     backend: UdpBackend,
 }
 
-fn lanes(cfg: &PerfConfig, local: Ipv4Addr, n: u32) -> Result<Vec<Lane>, String> {
+fn lanes(cfg: &PerfConfig, local: IpAddr, n: u32) -> Result<Vec<Lane>, String> {
     if n > 64 {
         return Err(format!("--threads {n} is above 64"));
     }
@@ -43,8 +43,8 @@ fn lanes(cfg: &PerfConfig, local: Ipv4Addr, n: u32) -> Result<Vec<Lane>, String>
         backend.set_drop(cfg.drop);
         let mut ctx = Context::new(ContextConfig {
             mac: [0; 6],
-            ip: IpAddr::V4(local),
-            seed: u64::from(u32::from(local)) ^ (u64::from(k) << 40),
+            ip: local,
+            seed: crate::perf::seed_of(local) ^ (u64::from(k) << 40),
             udp_sport_base: 0xc000,
             tos: 0,
         });
@@ -104,7 +104,7 @@ fn send_line(tcp: &TcpStream, h: &Hello) -> Result<(), String> {
 fn start(
     lanes: Vec<Lane>,
     cfg: &PerfConfig,
-    peer: Ipv4Addr,
+    peer: IpAddr,
     theirs: &Hello,
     my_psn: u32,
 ) -> Result<Vec<(Worker<UdpBackend>, u32, Mr)>, String> {
@@ -120,7 +120,7 @@ fn start(
     for (k, mut l) in lanes.into_iter().enumerate() {
         let rtr = RtrAttr {
             remote: Remote {
-                ip: IpAddr::V4(peer),
+                ip: peer,
                 mac: [0; 6],
             },
             dest_qpn: theirs.qpns[k],
@@ -155,8 +155,8 @@ fn start(
 pub(crate) fn serve(
     cfg: &PerfConfig,
     tcp: &TcpStream,
-    local: Ipv4Addr,
-    peer: Ipv4Addr,
+    local: IpAddr,
+    peer: IpAddr,
     theirs: &Hello,
 ) -> Result<String, String> {
     let cfg = PerfConfig {
@@ -225,8 +225,8 @@ pub(crate) fn serve(
 pub(crate) fn client(
     cfg: &PerfConfig,
     tcp: &TcpStream,
-    local: Ipv4Addr,
-    peer: Ipv4Addr,
+    local: IpAddr,
+    peer: IpAddr,
     progress: &mut dyn FnMut(&str),
 ) -> Result<PerfResult, String> {
     if cfg.op == PerfOp::Raw || cfg.latency {

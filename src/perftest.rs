@@ -465,10 +465,20 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> Result<Outcome, String> {
         return Err(format!("-n {} is below perftest's minimum of 5", cfg.iters));
     }
     let _ = tcp.set_nodelay(true);
-    let IpAddr::V4(local) = tcp.local_addr().map_err(|e| e.to_string())?.ip() else {
+    let IpAddr::V4(local) = tcp
+        .local_addr()
+        .map_err(|e| e.to_string())?
+        .ip()
+        .to_canonical()
+    else {
         return Err("perftest mode is IPv4 only".into());
     };
-    let IpAddr::V4(tcp_peer) = tcp.peer_addr().map_err(|e| e.to_string())?.ip() else {
+    let IpAddr::V4(tcp_peer) = tcp
+        .peer_addr()
+        .map_err(|e| e.to_string())?
+        .ip()
+        .to_canonical()
+    else {
         return Err("perftest mode is IPv4 only".into());
     };
     let mut oob = Oob { tcp, client };

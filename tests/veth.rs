@@ -168,10 +168,29 @@ fn perf_client_and_server_over_veth() {
     }
     let pair = netns::VethPair::create("perf", 9000).unwrap();
     let bin = env!("CARGO_BIN_EXE_uroce");
-    for (backend, extra, loops) in [
-        ("udp", "--backend=udp", "1"),
-        ("xdp", "--backend=xdp", "1"),
-        ("udp", "--backend=udp", "2"),
+    // IPv6 too: the same pair with fd00::/64 addresses (NDP resolves the peer).
+    for (i, a) in ["fd00:76::1/64", "fd00:76::2/64"].iter().enumerate() {
+        let ok = Command::new("ip")
+            .args([
+                "-n",
+                &pair.ns[i],
+                "addr",
+                "add",
+                a,
+                "dev",
+                &pair.ifaces[i],
+                "nodad",
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "adding {a}");
+    }
+    for (backend, extra, loops, v6) in [
+        ("udp", "--backend=udp", "1", false),
+        ("xdp", "--backend=xdp", "1", false),
+        ("udp", "--backend=udp", "2", false),
+        ("xdp", "--backend=xdp", "1", true),
+        ("udp", "--backend=udp", "1", true),
     ] {
         let mut server = Command::new("ip")
             .args([
@@ -190,7 +209,11 @@ fn perf_client_and_server_over_veth() {
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_millis(400));
-        let addr = pair.addrs[1].to_string();
+        let addr = if v6 {
+            "fd00:76::2".to_string()
+        } else {
+            pair.addrs[1].to_string()
+        };
         let out = Command::new("ip")
             .args([
                 "netns",

@@ -178,8 +178,12 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
     };
     let Some(server_addr) = a.server else {
         eprintln!("uroce perf: waiting for a client on TCP port {}", cfg.port);
-        let l = TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], cfg.port)))
-            .map_err(|e| format!("listening on TCP {}: {e}", cfg.port))?;
+        let l = TcpListener::bind(SocketAddr::from((
+            std::net::Ipv6Addr::UNSPECIFIED,
+            cfg.port,
+        )))
+        .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], cfg.port))))
+        .map_err(|e| format!("listening on TCP {}: {e}", cfg.port))?;
         let (tcp, _) = l.accept().map_err(|e| e.to_string())?;
         drop(l);
         // A uroce client opens with a JSON line, perftest with its version string.
