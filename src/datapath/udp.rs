@@ -54,8 +54,9 @@ pub struct UdpBackend {
     rxcmsg: Vec<[u64; 8]>,
     /// Datagrams the kernel refused (counted, the transport retransmits).
     pub send_failures: u64,
-    /// Peers seen so far: whether they number their IP identification.
-    numbering: HashMap<IpAddr, bool>,
+    /// Peers seen so far: how many of their packets fit identification 0 (up to
+    /// `ZERO_ID_PEER`, then they are taken to send 0 always), or `NUMBERING`.
+    numbering: HashMap<IpAddr, u8>,
     /// ICRC bases for the identification, by transport length (a few recent ones).
     bases: [(usize, [u32; 16]); 8],
     next_basis: usize,
@@ -137,6 +138,12 @@ struct Queued {
     sport: u16,
     dst: SocketAddr,
 }
+
+/// Packets that fit identification 0 before a peer is taken to send 0 always (a
+/// numbering peer's identification is 0 by chance once in 65536 packets).
+const ZERO_ID_PEER: u8 = 8;
+/// A peer that numbers its identification.
+const NUMBERING: u8 = u8::MAX;
 
 /// Datagrams per `sendmmsg` / `recvmmsg`.
 const BATCH: usize = 32;
@@ -279,7 +286,17 @@ impl UdpBackend {
                 .iter()
                 .take_while(|q| q.sport == sport)
                 .count();
-            let fd = self.socket_for(sport)?.as_raw_fd();
+            let fd = match self.socket_for(sport) {
+                Ok(sock) => sock.as_raw_fd(),
+                Err(_) => {
+                    // The source port cannot be bound (another socket holds it): these
+                    // datagrams are lost, counted, and the transport retransmits; the
+                    // rest of the batch still goes.
+                    self.send_failures += run as u64;
+                    i += run;
+                    continue;
+                }
+            };
             let mut names = [zeroed_sockaddr(); BATCH];
             let mut lens = [0 as libc::socklen_t; BATCH];
             let mut iovs = [libc::iovec {
@@ -471,7 +488,8 @@ impl Backend for UdpBackend {
             let slot = &mut self.rxbuf[base..base + MAX_FRAME];
             let start = rebuild_headers(slot, src, self.local, sport, tos, n, 0)?;
             let (ip_at, udp_at) = (start + 14, RX_ROOM - 8);
-            if src.is_ipv4() && self.numbering.get(&src) != Some(&false) && n >= 16 {
+            let seen = self.numbering.get(&src).copied().unwrap_or(0);
+            if src.is_ipv4() && (seen < ZERO_ID_PEER || seen == NUMBERING) && n >= 16 {
                 // Unknown peer, or one that numbers its packets: does ID 0 fit the ICRC?
                 let f = &slot[..RX_ROOM + n];
                 let transport = &f[RX_ROOM..f.len() - wire::ICRC_LEN];
@@ -479,11 +497,13 @@ impl Backend for UdpBackend {
                 let zero = wire::icrc::compute(&f[ip_at..udp_at], &f[udp_at..RX_ROOM], transport);
                 let len = transport.len();
                 if zero == stored {
-                    self.numbering.entry(src).or_insert(false);
+                    if seen != NUMBERING {
+                        self.numbering.insert(src, seen + 1);
+                    }
                 } else if let Some(id) = self.ident(len, zero ^ stored) {
                     let slot = &mut self.rxbuf[base..base + MAX_FRAME];
                     rebuild_headers(slot, src, self.local, sport, tos, n, id)?;
-                    self.numbering.insert(src, true);
+                    self.numbering.insert(src, NUMBERING);
                     self.idents_recovered += 1;
                 }
             }

@@ -188,10 +188,15 @@ fn run<B: Backend>(
         }
         // Sleep on the socket only when nothing was posted this round.
         let _ = ep.poll(if busy { Duration::ZERO } else { wait });
+        // Every completion now: one ACK can complete a whole window of requests.
         for &cq in cqs {
-            wcs.clear();
-            ep.ctx.poll_cq_into(cq, 64, &mut wcs);
-            backlog.extend_from_slice(&wcs);
+            loop {
+                wcs.clear();
+                if ep.ctx.poll_cq_into(cq, 64, &mut wcs) == 0 {
+                    break;
+                }
+                backlog.extend_from_slice(&wcs);
+            }
         }
         hand_over(&mut backlog);
     }

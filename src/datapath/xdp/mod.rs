@@ -434,7 +434,8 @@ impl Backend for XdpBackend {
             return Ok(false);
         };
         let slot_len = s.tx_slot as usize;
-        let Some(n) = build(s.umem.slice_mut(addr, slot_len)) else {
+        // SAFETY: `addr` came off the free TX list: the kernel does not own it.
+        let Some(n) = build(unsafe { s.umem.slice_mut(addr, slot_len) }) else {
             s.free_tx.push(addr);
             return Ok(false);
         };
@@ -527,7 +528,8 @@ impl XdpBackend {
                 let keep = !rng.chance(*drop); // a lossy path, on purpose
                 if opts & XDP_PKT_CONTD == 0 {
                     if keep {
-                        handle(s.umem.slice(addr, len as usize));
+                        // SAFETY: popped from the RX ring, given back below.
+                        handle(unsafe { s.umem.slice(addr, len as usize) });
                         count += 1;
                     }
                     s.fill.push_addr(addr & mask);
@@ -540,7 +542,8 @@ impl XdpBackend {
                 while let Some((a, l, o)) = d {
                     let l = l as usize;
                     if total + l <= scratch.len() {
-                        scratch[total..total + l].copy_from_slice(s.umem.slice(a, l));
+                        // SAFETY: popped from the RX ring, given back below.
+                        scratch[total..total + l].copy_from_slice(unsafe { s.umem.slice(a, l) });
                     } else {
                         fits = false;
                     }

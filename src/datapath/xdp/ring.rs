@@ -41,22 +41,36 @@ impl Umem {
     }
     /// The `len` bytes at offset `at`, writable (a TX frame we own).
     ///
+    /// # Safety
+    /// The range must be a frame the kernel does not own: taken from the free TX list and
+    /// not yet on the TX ring.
+    ///
     /// # Panics
     /// If the range is outside the mapping (a bug in the caller's address arithmetic).
-    pub(super) fn slice_mut(&mut self, at: u64, len: usize) -> &mut [u8] {
+    pub(super) unsafe fn slice_mut(&mut self, at: u64, len: usize) -> &mut [u8] {
         let at = at as usize;
-        assert!(at + len <= self.len, "UMEM range out of bounds");
-        // SAFETY: bounds checked above; the frame is ours until we hand it to the TX ring,
-        // and `&mut self` keeps any other slice of the UMEM from being alive meanwhile.
+        assert!(
+            at.checked_add(len).is_some_and(|end| end <= self.len),
+            "UMEM range out of bounds"
+        );
+        // SAFETY: bounds checked above; the caller guarantees the kernel does not touch
+        // the frame, and `&mut self` keeps any other slice of the UMEM from being alive.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) }
     }
     /// The `len` bytes at offset `at` (an RX frame the kernel handed to us).
     ///
+    /// # Safety
+    /// The range must be a frame taken from the RX ring and not yet given back through
+    /// the fill ring.
+    ///
     /// # Panics
     /// If the range is outside the mapping.
-    pub(super) fn slice(&self, at: u64, len: usize) -> &[u8] {
+    pub(super) unsafe fn slice(&self, at: u64, len: usize) -> &[u8] {
         let at = at as usize;
-        assert!(at + len <= self.len, "UMEM range out of bounds");
+        assert!(
+            at.checked_add(len).is_some_and(|end| end <= self.len),
+            "UMEM range out of bounds"
+        );
         // SAFETY: bounds checked above; the kernel does not write a frame between
         // producing it on the RX ring and getting it back through the fill ring.
         unsafe { std::slice::from_raw_parts(self.ptr.add(at), len) }
