@@ -1,8 +1,10 @@
 //! `uroce perf --threads N`: one event loop per thread, each with its own context, one QP
-//! and its own UDP backend; the kernel hands each datagram to the loop owning its
-//! destination QP (SO_REUSEPORT and a steering program, see
-//! [`UdpBackend::bind_steered`]). The application thread posts to the loops and takes
-//! their completions through their queues ([`Worker`]).
+//! and its own backend. Over AF_XDP each loop owns one queue of the interface
+//! ([`XdpBackend::open_per_queue`]; over veth a frame sent on queue k arrives on the
+//! peer's queue k, so loop k talks to the peer's loop k). Over the UDP backend the kernel
+//! hands each datagram to the loop owning its destination QP (SO_REUSEPORT and a steering
+//! program, see [`UdpBackend::bind_steered`]). The application thread posts to the loops
+//! and takes their completions through their queues ([`Worker`]).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpStream};
@@ -11,8 +13,10 @@ use std::time::{Duration, Instant};
 use crate::datapath::event_loop::Endpoint;
 use crate::datapath::udp::UdpBackend;
 use crate::datapath::worker::{Idle, Worker};
+use crate::datapath::xdp::XdpBackend;
+use crate::datapath::Backend;
 use crate::mem::{Access, Mr};
-use crate::perf::{Hello, PerfConfig, PerfOp, PerfResult};
+use crate::perf::{iface_and_mac, peer_mac, Hello, PerfConfig, PerfOp, PerfResult};
 use crate::verbs::{
     Context, ContextConfig, CqId, InitAttr, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
     SendOp, SendWr, Sge, WcStatus, WorkCompletion,
@@ -21,28 +25,74 @@ use crate::verbs::{
 /// Messages in flight per loop.
 const WINDOW: u64 = 32;
 
+type Boxed = Box<dyn Backend + Send>;
+
 struct Lane {
     ctx: Context,
     cq: CqId,
     qpn: u32,
     mr: Mr,
-    backend: UdpBackend,
+    backend: Boxed,
 }
 
-fn lanes(cfg: &PerfConfig, local: IpAddr, n: u32) -> Result<Vec<Lane>, String> {
+/// The loops' datapath: AF_XDP with one queue per loop, else steered UDP sockets.
+struct Lanes {
+    lanes: Vec<Lane>,
+    datapath: String,
+    iface: String,
+    mac: [u8; 6],
+}
+
+fn backends(
+    cfg: &PerfConfig,
+    local: IpAddr,
+    n: u32,
+) -> Result<(Vec<Boxed>, String, String, [u8; 6]), String> {
+    let (iface, mac) = match &cfg.iface {
+        Some(i) => (
+            i.clone(),
+            iface_and_mac(local).map(|x| x.1).unwrap_or([0; 6]),
+        ),
+        None => iface_and_mac(local).unwrap_or(("lo".into(), [0; 6])),
+    };
+    let mut why = String::new();
+    if cfg.backend != "udp" {
+        match XdpBackend::open_per_queue(&iface, n, cfg.mtu.bytes() + 100) {
+            Ok(v) => {
+                let v = v
+                    .into_iter()
+                    .map(|mut b| {
+                        b.set_drop(cfg.drop);
+                        Box::new(b) as Boxed
+                    })
+                    .collect();
+                let what = format!("AF_XDP on {iface}, {n} loops on threads, one queue each");
+                return Ok((v, what, iface, mac));
+            }
+            Err(e) if cfg.backend == "xdp" => return Err(format!("AF_XDP on {iface}: {e}")),
+            Err(e) => why = format!(" (AF_XDP not possible: {e})"),
+        }
+    }
+    let mut v = Vec::new();
+    for k in 0..n {
+        let mut b = UdpBackend::bind_steered(local, k, n).map_err(|e| e.to_string())?;
+        b.set_drop(cfg.drop);
+        v.push(Box::new(b) as Boxed);
+    }
+    let what = format!("UDP backend, {n} loops on threads, steered by DestQP{why}");
+    Ok((v, what, iface, mac))
+}
+
+fn lanes(cfg: &PerfConfig, local: IpAddr, n: u32) -> Result<Lanes, String> {
     if n > 64 {
         return Err(format!("--threads {n} is above 64"));
     }
-    if cfg.backend == "xdp" {
-        return Err("--threads above 1 runs on the UDP backend (AF_XDP: one loop)".into());
-    }
+    let (backends, datapath, iface, mac) = backends(cfg, local, n)?;
     let e = |e: crate::verbs::VerbsError| e.to_string();
     let mut v = Vec::new();
-    for k in 0..n {
-        let mut backend = UdpBackend::bind_steered(local, k, n).map_err(|e| e.to_string())?;
-        backend.set_drop(cfg.drop);
+    for (k, backend) in (0..n).zip(backends) {
         let mut ctx = Context::new(ContextConfig {
-            mac: [0; 6],
+            mac,
             ip: local,
             seed: crate::perf::seed_of(local) ^ (u64::from(k) << 40),
             udp_sport_base: 0xc000,
@@ -76,7 +126,12 @@ fn lanes(cfg: &PerfConfig, local: IpAddr, n: u32) -> Result<Vec<Lane>, String> {
             backend,
         });
     }
-    Ok(v)
+    Ok(Lanes {
+        lanes: v,
+        datapath,
+        iface,
+        mac,
+    })
 }
 
 fn hello(cfg: &PerfConfig, lanes: &[Lane], psn: u32) -> Hello {
@@ -102,12 +157,14 @@ fn send_line(tcp: &TcpStream, h: &Hello) -> Result<(), String> {
 
 /// Connects lane `k` to the peer's QP `k`; starts its loop.
 fn start(
-    lanes: Vec<Lane>,
+    l: Lanes,
     cfg: &PerfConfig,
+    local: IpAddr,
     peer: IpAddr,
     theirs: &Hello,
     my_psn: u32,
-) -> Result<Vec<(Worker<UdpBackend>, u32, Mr)>, String> {
+) -> Result<Vec<(Worker<Boxed>, u32, Mr)>, String> {
+    let mut lanes = l.lanes;
     if theirs.qpns.len() != lanes.len() {
         return Err(format!(
             "the peer has {} loops, this side {}",
@@ -116,13 +173,11 @@ fn start(
         ));
     }
     let e = |e: crate::verbs::VerbsError| e.to_string();
+    let mac = peer_mac(&mut *lanes[0].backend, &l.iface, l.mac, local, peer)?;
     let mut out = Vec::new();
     for (k, mut l) in lanes.into_iter().enumerate() {
         let rtr = RtrAttr {
-            remote: Remote {
-                ip: peer,
-                mac: [0; 6],
-            },
+            remote: Remote { ip: peer, mac },
             dest_qpn: theirs.qpns[k],
             rq_psn: theirs.psn,
             path_mtu: cfg.mtu,
@@ -169,10 +224,11 @@ pub(crate) fn serve(
         return Err("raw frames with --threads are not supported".into());
     }
     let lanes = lanes(&cfg, local, theirs.threads)?;
-    send_line(tcp, &hello(&cfg, &lanes, 0x200))?;
-    let workers = start(lanes, &cfg, peer, theirs, 0x200)?;
+    let datapath = lanes.datapath.clone();
+    send_line(tcp, &hello(&cfg, &lanes.lanes, 0x200))?;
+    let workers = start(lanes, &cfg, local, peer, theirs, 0x200)?;
     let slot = cfg.size.max(8);
-    let post_recv = |w: &Worker<UdpBackend>, qpn: u32, mr: Mr, i: u64| {
+    let post_recv = |w: &Worker<Boxed>, qpn: u32, mr: Mr, i: u64| {
         let sge = Sge {
             addr: mr.addr + (i % WINDOW) * u64::from(slot),
             length: slot,
@@ -216,8 +272,8 @@ pub(crate) fn serve(
         let _ = w.shutdown();
     }
     Ok(format!(
-        "served {:?} of {} B from {peer} over {} loops on the UDP backend ({received} receives)",
-        cfg.op, cfg.size, cfg.threads
+        "served {:?} of {} B from {peer} over {datapath} ({received} receives)",
+        cfg.op, cfg.size
     ))
 }
 
@@ -233,14 +289,15 @@ pub(crate) fn client(
         return Err("--threads is for bandwidth (write, read, send)".into());
     }
     let lanes = lanes(cfg, local, cfg.threads)?;
-    send_line(tcp, &hello(cfg, &lanes, 0x100))?;
+    let datapath = lanes.datapath.clone();
+    send_line(tcp, &hello(cfg, &lanes.lanes, 0x100))?;
     let mut line = String::new();
     BufReader::new(tcp.try_clone().map_err(|e| e.to_string())?)
         .read_line(&mut line)
         .map_err(|e| e.to_string())?;
     let theirs: Hello =
         serde_json::from_str(&line).map_err(|e| format!("bad hello from the server: {e}"))?;
-    let workers = start(lanes, cfg, peer, &theirs, 0x100)?;
+    let workers = start(lanes, cfg, local, peer, &theirs, 0x100)?;
     let n = workers.len();
     let size = cfg.size;
     let slot = u64::from(size.max(8));
@@ -330,7 +387,7 @@ pub(crate) fn client(
         lat_p50_us: None,
         lat_p99_us: None,
         lat_p999_us: None,
-        datapath: format!("UDP backend, {n} loops on threads, steered by DestQP"),
+        datapath,
         packets_sent: Some(sent),
         retransmits: Some(resent),
         frames_sent: None,

@@ -189,6 +189,7 @@ fn perf_client_and_server_over_veth() {
         ("udp", "--backend=udp", "1", false),
         ("xdp", "--backend=xdp", "1", false),
         ("udp", "--backend=udp", "2", false),
+        ("xdp", "--backend=xdp", "2", false),
         ("xdp", "--backend=xdp", "1", true),
         ("udp", "--backend=udp", "1", true),
     ] {

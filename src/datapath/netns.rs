@@ -81,15 +81,25 @@ impl VethPair {
         for n in &pair.ns {
             ip(&["netns", "add", n])?;
         }
+        // Two queues each way, so two AF_XDP loops can each own one (a frame sent on
+        // queue k of one end arrives on queue k of the other).
         ip(&[
             "link",
             "add",
             &pair.ifaces[0],
+            "numtxqueues",
+            "2",
+            "numrxqueues",
+            "2",
             "type",
             "veth",
             "peer",
             "name",
             &pair.ifaces[1],
+            "numtxqueues",
+            "2",
+            "numrxqueues",
+            "2",
         ])?;
         let mtu = mtu.to_string();
         for i in 0..2 {

@@ -70,12 +70,17 @@ const TX_BATCH: u32 = 32;
 /// First UMEM offset of the TX half.
 const TX_BASE: u64 = (FRAMES / 2) as u64 * CHUNK as u64;
 
-/// AF_XDP on one interface.
-pub struct XdpBackend {
-    socks: Vec<Socket>,
+/// The steering program attached to an interface, shared by the backends using it.
+struct Attachment {
     _link: OwnedFd,
     _prog: OwnedFd,
     _map: OwnedFd,
+}
+
+/// AF_XDP on one interface.
+pub struct XdpBackend {
+    socks: Vec<Socket>,
+    _attach: std::sync::Arc<Attachment>,
     mode: XdpMode,
     next_rx: usize,
     /// Share of received frames dropped on purpose (seeded), to test recovery where
@@ -260,26 +265,13 @@ impl XdpBackend {
     /// receive queue (`queues`, at least 1). `mtu` above 3498 asks for multi-buffer.
     /// Errors say what failed (capabilities: CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW).
     pub fn open(iface: &str, queues: u32, mtu: u32) -> io::Result<Self> {
-        let ifindex = ifindex(iface)?;
-        let sg = mtu > 3498;
-        let map = bpf::create_xskmap(queues.max(1))
-            .map_err(|e| io::Error::new(e.kind(), format!("creating the XSKMAP: {e}")))?;
-        let prog = bpf::load(bpf::OnRoce::Steer(map.as_raw_fd()), sg)?;
-        let (link, native) = match bpf::attach(prog.as_raw_fd(), ifindex, bpf::XDP_FLAGS_DRV_MODE) {
-            Ok(l) => (l, true),
-            Err(_) => (
-                bpf::attach(prog.as_raw_fd(), ifindex, bpf::XDP_FLAGS_SKB_MODE).map_err(|e| {
-                    io::Error::new(e.kind(), format!("attaching XDP to {iface}: {e}"))
-                })?,
-                false,
-            ),
-        };
+        let (attach, map, ifindex, native, sg) = Self::attach(iface, queues.max(1), mtu)?;
         let mut socks = Vec::new();
         let mut zero_copy = true;
         for q in 0..queues.max(1) {
             match open_socket(ifindex, q, sg) {
                 Ok((s, zc)) => {
-                    bpf::map_set(map.as_raw_fd(), q, s.fd.as_raw_fd())?;
+                    bpf::map_set(map, q, s.fd.as_raw_fd())?;
                     zero_copy &= zc;
                     socks.push(s);
                 }
@@ -293,11 +285,71 @@ impl XdpBackend {
                 Err(_) => break,
             }
         }
-        Ok(Self {
-            socks,
+        Ok(Self::with(socks, attach, ifindex, native, zero_copy, sg))
+    }
+
+    /// One backend per receive queue `0..count` of `iface`, sharing one steering
+    /// program: for one event loop per queue (a frame sent on queue k leaves on TX queue
+    /// k; over veth it arrives on the peer's queue k). Fails when a queue cannot be bound.
+    pub fn open_per_queue(iface: &str, count: u32, mtu: u32) -> io::Result<Vec<Self>> {
+        let (attach, map, ifindex, native, sg) = Self::attach(iface, count.max(1), mtu)?;
+        let mut out = Vec::new();
+        for q in 0..count.max(1) {
+            let (s, zc) = open_socket(ifindex, q, sg).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "AF_XDP socket on {iface} queue {q} (does it have {count} queues?): {e}"
+                    ),
+                )
+            })?;
+            bpf::map_set(map, q, s.fd.as_raw_fd())?;
+            out.push(Self::with(vec![s], attach.clone(), ifindex, native, zc, sg));
+        }
+        Ok(out)
+    }
+
+    /// Loads and attaches the steering program with an XSKMAP of `queues` slots.
+    #[allow(clippy::type_complexity)]
+    fn attach(
+        iface: &str,
+        queues: u32,
+        mtu: u32,
+    ) -> io::Result<(std::sync::Arc<Attachment>, i32, u32, bool, bool)> {
+        let ifindex = ifindex(iface)?;
+        let sg = mtu > 3498;
+        let map = bpf::create_xskmap(queues)
+            .map_err(|e| io::Error::new(e.kind(), format!("creating the XSKMAP: {e}")))?;
+        let prog = bpf::load(bpf::OnRoce::Steer(map.as_raw_fd()), sg)?;
+        let (link, native) = match bpf::attach(prog.as_raw_fd(), ifindex, bpf::XDP_FLAGS_DRV_MODE) {
+            Ok(l) => (l, true),
+            Err(_) => (
+                bpf::attach(prog.as_raw_fd(), ifindex, bpf::XDP_FLAGS_SKB_MODE).map_err(|e| {
+                    io::Error::new(e.kind(), format!("attaching XDP to {iface}: {e}"))
+                })?,
+                false,
+            ),
+        };
+        let raw = map.as_raw_fd();
+        let attach = std::sync::Arc::new(Attachment {
             _link: link,
             _prog: prog,
             _map: map,
+        });
+        Ok((attach, raw, ifindex, native, sg))
+    }
+
+    fn with(
+        socks: Vec<Socket>,
+        attach: std::sync::Arc<Attachment>,
+        ifindex: u32,
+        native: bool,
+        zero_copy: bool,
+        sg: bool,
+    ) -> Self {
+        Self {
+            socks,
+            _attach: attach,
             drop: 0.0,
             rng: crate::sim::Rng::new(u64::from(ifindex) ^ 0x5844_5000),
             mode: XdpMode {
@@ -307,7 +359,7 @@ impl XdpBackend {
             },
             next_rx: 0,
             scratch: vec![0; 2 * CHUNK as usize],
-        })
+        }
     }
 
     /// Drops a share `p` of received frames, as a lossy path would.
