@@ -964,8 +964,8 @@ impl Run {
         Ok(())
     }
 
-    /// Posts `iters` READ / WRITE / atomic operations, `tx_depth` in flight, cycling the
-    /// addresses as perftest does; checks what comes back where it can.
+    /// Posts `iters` SEND / READ / WRITE / atomic operations, `tx_depth` in flight,
+    /// cycling the addresses as perftest does; checks what comes back where it can.
     fn requester_bw(&mut self) -> Result<(Vec<Instant>, Vec<Instant>), String> {
         let iters = self.cfg.iters;
         let size = u64::from(self.cfg.size);
@@ -1093,7 +1093,7 @@ impl Run {
     fn send_bw(&mut self) -> Result<(), String> {
         let iters = self.cfg.iters;
         if self.oob.client {
-            let (posted, completed) = self.send_messages(iters)?;
+            let (posted, completed) = self.requester_bw()?;
             let row = self.row(&posted, &completed, iters);
             self.bw_table(row);
         } else {
@@ -1151,55 +1151,6 @@ impl Run {
         }
         self.keys()?;
         self.finish()
-    }
-
-    fn send_messages(&mut self, iters: u64) -> Result<(Vec<Instant>, Vec<Instant>), String> {
-        let keep = iters <= 20_000;
-        let mut posted = Vec::new();
-        let mut completed = Vec::new();
-        let (mut next, mut done) = (0u64, 0u64);
-        let depth = u64::from(self.cfg.tx_depth.max(1));
-        let mut wcs = Vec::with_capacity(64);
-        let mut progress = Instant::now();
-        while done < iters {
-            self.stalled(&mut progress, done, iters)?;
-            while next < iters && next - done < depth {
-                let sge = Sge {
-                    addr: self.mr.addr,
-                    length: self.cfg.size,
-                    lkey: self.mr.lkey,
-                };
-                self.ep
-                    .ctx
-                    .post_send(
-                        self.qp,
-                        SendWr {
-                            wr_id: next,
-                            op: SendOp::Send,
-                            sge,
-                            signaled: true,
-                            solicited: false,
-                        },
-                    )
-                    .map_err(|e| e.to_string())?;
-                if keep {
-                    posted.push(Instant::now());
-                }
-                next += 1;
-            }
-            self.poll()?;
-            wcs.clear();
-            self.ep.ctx.poll_cq_into(self.cq, 64, &mut wcs);
-            for wc in &wcs {
-                self.check_wc(wc)?;
-                if keep {
-                    completed.push(Instant::now());
-                }
-                done += 1;
-                progress = Instant::now();
-            }
-        }
-        Ok((posted, completed))
     }
 
     /// Waits for one completion of the given kind (send side or receive side).
