@@ -964,6 +964,47 @@ impl Run {
         Ok(())
     }
 
+    /// The test's operation on the peer's buffer at `remote_addr`.
+    fn op_at(&self, remote_addr: u64) -> SendOp {
+        let rkey = self.rem.rkey;
+        match self.cfg.test.verb {
+            Verb::Write => SendOp::Write { remote_addr, rkey },
+            Verb::Read => SendOp::Read { remote_addr, rkey },
+            Verb::Atomic if self.cfg.compare_swap => SendOp::CompareSwap {
+                remote_addr,
+                rkey,
+                compare: 0,
+                swap: 0,
+            },
+            Verb::Atomic => SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add: 1,
+            },
+            Verb::Send => SendOp::Send,
+        }
+    }
+
+    /// Posts one signaled `op` of `-s` bytes from offset `off` of the local buffer.
+    fn post(&mut self, wr_id: u64, op: SendOp, off: u64) -> Result<(), String> {
+        let sge = Sge {
+            addr: self.mr.addr + off,
+            length: self.cfg.size,
+            lkey: self.mr.lkey,
+        };
+        let wr = SendWr {
+            wr_id,
+            op,
+            sge,
+            signaled: true,
+            solicited: false,
+        };
+        self.ep
+            .ctx
+            .post_send(self.qp, wr)
+            .map_err(|e| e.to_string())
+    }
+
     /// Posts `iters` SEND / READ / WRITE / atomic operations, `tx_depth` in flight,
     /// cycling the addresses as perftest does; checks what comes back where it can.
     fn requester_bw(&mut self) -> Result<(Vec<Instant>, Vec<Instant>), String> {
@@ -990,42 +1031,7 @@ impl Run {
             self.stalled(&mut progress, done, iters)?;
             while next < iters && next - done < depth {
                 let off = self.remote_offset(next, size);
-                let remote_addr = self.rem.vaddr + off;
-                let rkey = self.rem.rkey;
-                let op = match self.cfg.test.verb {
-                    Verb::Write => SendOp::Write { remote_addr, rkey },
-                    Verb::Read => SendOp::Read { remote_addr, rkey },
-                    Verb::Atomic if self.cfg.compare_swap => SendOp::CompareSwap {
-                        remote_addr,
-                        rkey,
-                        compare: 0,
-                        swap: 0,
-                    },
-                    Verb::Atomic => SendOp::FetchAdd {
-                        remote_addr,
-                        rkey,
-                        add: 1,
-                    },
-                    Verb::Send => SendOp::Send,
-                };
-                let sge = Sge {
-                    addr: self.mr.addr + off,
-                    length: self.cfg.size,
-                    lkey: self.mr.lkey,
-                };
-                self.ep
-                    .ctx
-                    .post_send(
-                        self.qp,
-                        SendWr {
-                            wr_id: next,
-                            op,
-                            sge,
-                            signaled: true,
-                            solicited: false,
-                        },
-                    )
-                    .map_err(|e| e.to_string())?;
+                self.post(next, self.op_at(self.rem.vaddr + off), off)?;
                 if keep {
                     posted.push(Instant::now());
                 }
@@ -1107,8 +1113,8 @@ impl Run {
                 self.poll()?;
                 wcs.clear();
                 self.ep.ctx.poll_cq_into(self.cq, 64, &mut wcs);
-                for wc in wcs.clone() {
-                    self.check_wc(&wc)?;
+                for wc in &wcs {
+                    self.check_wc(wc)?;
                     got += 1;
                     first.get_or_insert_with(Instant::now);
                     last = Instant::now();
@@ -1245,27 +1251,7 @@ impl Run {
             scnt += 1;
             self.ep.ctx.mr_bytes_mut(&self.mr)[size - 1] = scnt as u8;
             stamps.push(Instant::now());
-            let sge = Sge {
-                addr: self.mr.addr,
-                length: self.cfg.size,
-                lkey: self.mr.lkey,
-            };
-            self.ep
-                .ctx
-                .post_send(
-                    self.qp,
-                    SendWr {
-                        wr_id: scnt,
-                        op: SendOp::Write {
-                            remote_addr: self.rem.vaddr,
-                            rkey: self.rem.rkey,
-                        },
-                        sge,
-                        signaled: true,
-                        solicited: false,
-                    },
-                )
-                .map_err(|e| e.to_string())?;
+            self.post(scnt, self.op_at(self.rem.vaddr), 0)?;
             self.wait_wc(false, &mut stash)?;
         }
         // The server also takes the client's last counter.
@@ -1312,59 +1298,29 @@ impl Run {
         let iters = self.cfg.iters;
         let mut stamps = Vec::with_capacity(iters as usize);
         let mut stash = Vec::new();
-        let mut prev: Option<Vec<u8>> = None;
+        // The previous response and this one, reused (no allocation per operation).
+        let (mut prev, mut got) = (Vec::new(), Vec::new());
         let mut bad = 0u64;
         for i in 0..iters {
-            let (remote_addr, rkey) = (self.rem.vaddr, self.rem.rkey);
-            let op = match self.cfg.test.verb {
-                Verb::Read => SendOp::Read { remote_addr, rkey },
-                _ if self.cfg.compare_swap => SendOp::CompareSwap {
-                    remote_addr,
-                    rkey,
-                    compare: 0,
-                    swap: 0,
-                },
-                _ => SendOp::FetchAdd {
-                    remote_addr,
-                    rkey,
-                    add: 1,
-                },
-            };
             stamps.push(Instant::now());
-            let sge = Sge {
-                addr: self.mr.addr,
-                length: self.cfg.size,
-                lkey: self.mr.lkey,
-            };
-            self.ep
-                .ctx
-                .post_send(
-                    self.qp,
-                    SendWr {
-                        wr_id: i,
-                        op,
-                        sge,
-                        signaled: true,
-                        solicited: false,
-                    },
-                )
-                .map_err(|e| e.to_string())?;
+            self.post(i, self.op_at(self.rem.vaddr), 0)?;
             self.wait_wc(false, &mut stash)?;
-            let got = self.ep.ctx.mr_bytes(&self.mr)[..self.cfg.size as usize].to_vec();
-            if let Some(p) = &prev {
+            got.clear();
+            got.extend_from_slice(&self.ep.ctx.mr_bytes(&self.mr)[..self.cfg.size as usize]);
+            if i > 0 {
                 let ok = match self.cfg.test.verb {
-                    Verb::Read => *p == got,
+                    Verb::Read => prev == got,
                     _ if self.cfg.compare_swap => true,
                     _ => {
                         let w = |b: &[u8]| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
-                        w(&got) == w(p).wrapping_add(1)
+                        w(&got) == w(&prev).wrapping_add(1)
                     }
                 };
                 if !ok {
                     bad += 1;
                 }
             }
-            prev = Some(got);
+            std::mem::swap(&mut prev, &mut got);
         }
         if bad > 0 {
             return Err(format!(
@@ -1404,24 +1360,7 @@ impl Run {
             if scnt < iters {
                 scnt += 1;
                 stamps.push(Instant::now());
-                let sge = Sge {
-                    addr: self.mr.addr,
-                    length: self.cfg.size,
-                    lkey: self.mr.lkey,
-                };
-                self.ep
-                    .ctx
-                    .post_send(
-                        self.qp,
-                        SendWr {
-                            wr_id: scnt,
-                            op: SendOp::Send,
-                            sge,
-                            signaled: true,
-                            solicited: false,
-                        },
-                    )
-                    .map_err(|e| e.to_string())?;
+                self.post(scnt, SendOp::Send, 0)?;
                 self.wait_wc(false, &mut stash)?;
             }
         }
