@@ -123,20 +123,80 @@ pub struct PerfResult {
     pub frames_received: Option<u64>,
 }
 
+impl PerfResult {
+    /// `done` messages of `bytes` each in `secs`: bandwidth and message rate; the rest
+    /// left for the caller.
+    pub(crate) fn measured(op: &str, bytes: u32, done: u64, secs: f64, datapath: String) -> Self {
+        let secs = secs.max(1e-9);
+        Self {
+            op: op.into(),
+            bytes,
+            iterations: done,
+            bw_gbps: done as f64 * f64::from(bytes) * 8.0 / secs / 1e9,
+            msg_rate_mpps: done as f64 / secs / 1e6,
+            datapath,
+            ..Self::default()
+        }
+    }
+}
+
+/// The clock of a timed run and its progress line, once a second.
+pub(crate) struct Meter {
+    start: Instant,
+    last: Instant,
+    last_done: u64,
+}
+
+impl Meter {
+    pub(crate) fn start() -> Self {
+        let now = Instant::now();
+        Self {
+            start: now,
+            last: now,
+            last_done: 0,
+        }
+    }
+
+    /// Seconds since the start.
+    pub(crate) fn secs(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    /// Reports the rate since the last line, `done` being the count of `bytes`-sized
+    /// messages (0: frames, no bandwidth) so far; `note` ends the line.
+    pub(crate) fn tick(
+        &mut self,
+        done: u64,
+        bytes: u32,
+        note: &str,
+        progress: &mut dyn FnMut(&str),
+    ) {
+        if self.last.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        let dt = self.last.elapsed().as_secs_f64();
+        let n = (done - self.last_done) as f64;
+        let rate = if bytes == 0 {
+            format!("{:>8.3} Mframes/s", n / dt / 1e6)
+        } else {
+            format!(
+                "{:>8.3} Gb/s  {:>8.3} Mmsg/s",
+                n * f64::from(bytes) * 8.0 / dt / 1e9,
+                n / dt / 1e6
+            )
+        };
+        progress(&format!("{:>5.1} s  {rate}{note}", self.secs()));
+        self.last = Instant::now();
+        self.last_done = done;
+    }
+}
+
 fn ip_json(args: &[&str]) -> Result<serde_json::Value, String> {
     let out = Command::new("ip")
         .args(args)
         .output()
         .map_err(|e| format!("running ip: {e}"))?;
     serde_json::from_slice(&out.stdout).map_err(|e| format!("ip {}: {e}", args.join(" ")))
-}
-
-fn parse_mac(s: &str) -> [u8; 6] {
-    let mut m = [0u8; 6];
-    for (i, h) in s.split(':').take(6).enumerate() {
-        m[i] = u8::from_str_radix(h, 16).unwrap_or(0);
-    }
-    m
 }
 
 fn fmt_mac(m: &[u8; 6]) -> String {
@@ -158,7 +218,10 @@ pub(crate) fn iface_and_mac(ip: impl Into<IpAddr>) -> Result<(String, [u8; 6]), 
             .any(|a| a["local"].as_str() == Some(&ip.to_string()));
         if has {
             let name = link["ifname"].as_str().unwrap_or("").to_string();
-            let mac = parse_mac(link["address"].as_str().unwrap_or(""));
+            let mac = link["address"]
+                .as_str()
+                .and_then(crate::datapath::neighbour::parse_mac)
+                .unwrap_or([0; 6]);
             return Ok((name, mac));
         }
     }
@@ -505,10 +568,8 @@ pub fn client(
     let mut done = 0u64;
     let mut posted_at = vec![Instant::now(); WINDOW];
     let mut lats: Vec<f64> = Vec::new();
-    let start = Instant::now();
-    let mut last_report = start;
-    let mut last_done = 0u64;
-    while start.elapsed() < cfg.duration && !crate::datapath::interrupted() {
+    let mut meter = Meter::start();
+    while meter.secs() < cfg.duration.as_secs_f64() && !crate::datapath::interrupted() {
         while inflight < window {
             let i = (next % WINDOW as u64) as usize;
             let sge = Sge {
@@ -569,29 +630,16 @@ pub fn client(
             inflight -= 1;
             done += 1;
         }
-        if last_report.elapsed() >= Duration::from_secs(1) {
-            let dt = last_report.elapsed().as_secs_f64();
-            progress(&format!(
-                "{:>5.1} s  {:>8.3} Gb/s  {:>8.3} Mmsg/s",
-                start.elapsed().as_secs_f64(),
-                (done - last_done) as f64 * f64::from(size) * 8.0 / dt / 1e9,
-                (done - last_done) as f64 / dt / 1e6
-            ));
-            last_report = Instant::now();
-            last_done = done;
-        }
+        meter.tick(done, size, "", progress);
     }
-    let secs = start.elapsed().as_secs_f64();
+    let secs = meter.secs();
     lats.sort_by(|a, b| a.total_cmp(b));
     let pct = |p: f64| {
         (!lats.is_empty()).then(|| lats[((lats.len() as f64 * p) as usize).min(lats.len() - 1)])
     };
+    let op = format!("{:?}", cfg.op).to_lowercase();
+    let datapath = s.datapath.clone();
     Ok(PerfResult {
-        op: format!("{:?}", cfg.op).to_lowercase(),
-        bytes: size,
-        iterations: done,
-        bw_gbps: done as f64 * f64::from(size) * 8.0 / secs / 1e9,
-        msg_rate_mpps: done as f64 / secs / 1e6,
         lat_p50_us: pct(0.5),
         lat_p99_us: pct(0.99),
         lat_p999_us: pct(0.999),
@@ -607,9 +655,7 @@ pub fn client(
                 .map(|c| c.retransmits)
                 .sum(),
         ),
-        datapath: s.datapath,
-        frames_sent: None,
-        frames_received: None,
+        ..PerfResult::measured(&op, size, done, secs, datapath)
     })
 }
 
@@ -705,14 +751,13 @@ fn raw_source(
             .ok_or("the context built no frame")?;
     template.truncate(n);
     let backend = s.ep.backend_mut();
-    let start = Instant::now();
-    let mut last_report = start;
-    let (mut sent, mut last_sent) = (0u64, 0u64);
+    let mut meter = Meter::start();
+    let mut sent = 0u64;
     let mut copy = |buf: &mut [u8]| {
         buf[..template.len()].copy_from_slice(&template);
         Some(template.len())
     };
-    while start.elapsed() < cfg.duration && !crate::datapath::interrupted() {
+    while meter.secs() < cfg.duration.as_secs_f64() && !crate::datapath::interrupted() {
         for _ in 0..64 {
             match backend.send_with(&mut copy) {
                 Ok(true) => sent += 1,
@@ -722,18 +767,9 @@ fn raw_source(
             }
         }
         backend.flush().map_err(|e| e.to_string())?;
-        if last_report.elapsed() >= Duration::from_secs(1) {
-            let dt = last_report.elapsed().as_secs_f64();
-            progress(&format!(
-                "{:>5.1} s  {:>8.3} Mframes/s sent",
-                start.elapsed().as_secs_f64(),
-                (sent - last_sent) as f64 / dt / 1e6
-            ));
-            last_report = Instant::now();
-            last_sent = sent;
-        }
+        meter.tick(sent, 0, " sent", progress);
     }
-    let secs = start.elapsed().as_secs_f64();
+    let secs = meter.secs();
     backend.flush().map_err(|e| e.to_string())?;
     writeln!(&mut &*tcp, "stop").map_err(|e| e.to_string())?;
     let mut line = String::new();
@@ -743,18 +779,8 @@ fn raw_source(
     let count: RawCount =
         serde_json::from_str(&line).map_err(|e| format!("bad count from the server: {e}"))?;
     Ok(PerfResult {
-        op: "raw".into(),
-        bytes: payload,
-        iterations: count.frames,
-        bw_gbps: count.frames as f64 * f64::from(payload) * 8.0 / secs / 1e9,
-        msg_rate_mpps: count.frames as f64 / secs / 1e6,
-        lat_p50_us: None,
-        lat_p99_us: None,
-        lat_p999_us: None,
-        datapath: s.datapath.clone(),
-        packets_sent: None,
-        retransmits: None,
         frames_sent: Some(sent),
         frames_received: Some(count.frames),
+        ..PerfResult::measured("raw", payload, count.frames, secs, s.datapath.clone())
     })
 }

@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::datapath::event_loop::Endpoint;
 use crate::datapath::udp::UdpBackend;
@@ -16,7 +16,7 @@ use crate::datapath::worker::{Idle, Worker};
 use crate::datapath::xdp::XdpBackend;
 use crate::datapath::Backend;
 use crate::mem::{Access, Mr};
-use crate::perf::{iface_and_mac, peer_mac, Hello, PerfConfig, PerfOp, PerfResult};
+use crate::perf::{iface_and_mac, peer_mac, Hello, Meter, PerfConfig, PerfOp, PerfResult};
 use crate::verbs::{
     Context, ContextConfig, CqId, InitAttr, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
     SendOp, SendWr, Sge, WcStatus, WorkCompletion,
@@ -305,11 +305,9 @@ pub(crate) fn client(
     let mut inflight = vec![0u64; n];
     let mut done = 0u64;
     let mut wcs: Vec<WorkCompletion> = Vec::with_capacity(256);
-    let start_t = Instant::now();
-    let mut last_report = start_t;
-    let mut last_done = 0u64;
+    let mut meter = Meter::start();
     let mut failure = None;
-    'run: while start_t.elapsed() < cfg.duration && !crate::datapath::interrupted() {
+    'run: while meter.secs() < cfg.duration.as_secs_f64() && !crate::datapath::interrupted() {
         for (k, (w, qpn, mr)) in workers.iter().enumerate() {
             while inflight[k] < WINDOW {
                 let i = next[k] % WINDOW;
@@ -352,20 +350,10 @@ pub(crate) fn client(
                 done += 1;
             }
         }
-        if last_report.elapsed() >= Duration::from_secs(1) {
-            let dt = last_report.elapsed().as_secs_f64();
-            progress(&format!(
-                "{:>5.1} s  {:>8.3} Gb/s  {:>8.3} Mmsg/s  ({n} loops)",
-                start_t.elapsed().as_secs_f64(),
-                (done - last_done) as f64 * f64::from(size) * 8.0 / dt / 1e9,
-                (done - last_done) as f64 / dt / 1e6
-            ));
-            last_report = Instant::now();
-            last_done = done;
-        }
+        meter.tick(done, size, &format!("  ({n} loops)"), progress);
         std::thread::yield_now();
     }
-    let secs = start_t.elapsed().as_secs_f64();
+    let secs = meter.secs();
     let mut sent = 0;
     let mut resent = 0;
     for (w, qpn, _) in workers {
@@ -378,19 +366,10 @@ pub(crate) fn client(
     if let Some(f) = failure {
         return Err(f);
     }
+    let op = format!("{:?}", cfg.op).to_lowercase();
     Ok(PerfResult {
-        op: format!("{:?}", cfg.op).to_lowercase(),
-        bytes: size,
-        iterations: done,
-        bw_gbps: done as f64 * f64::from(size) * 8.0 / secs / 1e9,
-        msg_rate_mpps: done as f64 / secs / 1e6,
-        lat_p50_us: None,
-        lat_p99_us: None,
-        lat_p999_us: None,
-        datapath,
         packets_sent: Some(sent),
         retransmits: Some(resent),
-        frames_sent: None,
-        frames_received: None,
+        ..PerfResult::measured(&op, size, done, secs, datapath)
     })
 }

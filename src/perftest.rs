@@ -244,15 +244,6 @@ fn mtu_from_enum(e: u8) -> Option<Mtu> {
     })
 }
 
-/// The largest path MTU an interface of link MTU `link` carries (as rdma_rxe picks its
-/// active MTU: 1500 gives 1024, 9000 gives 4096).
-pub fn active_mtu(link: u32) -> Mtu {
-    [Mtu::M4096, Mtu::M2048, Mtu::M1024, Mtu::M512]
-        .into_iter()
-        .find(|m| m.bytes() + 100 <= link)
-        .unwrap_or(Mtu::M256)
-}
-
 fn link_mtu(iface: &str) -> u32 {
     std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
         .ok()
@@ -504,7 +495,7 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> Result<Outcome, String> {
         ),
         None => iface_and_mac(local).unwrap_or(("lo".into(), [0; 6])),
     };
-    let active = active_mtu(link_mtu(&iface));
+    let active = Mtu::fitting(link_mtu(&iface)).unwrap_or(Mtu::M256);
     let my_mtu = match cfg.mtu {
         Some(m) if m.bytes() <= active.bytes() => m,
         _ => active,
@@ -1407,8 +1398,9 @@ mod tests {
         assert_eq!(step(8, 64), 64);
         assert_eq!(step(100, 64), 128);
         assert_eq!(step(4096, 64), 4096);
-        assert_eq!(active_mtu(1500), Mtu::M1024);
-        assert_eq!(active_mtu(9000), Mtu::M4096);
-        assert_eq!(active_mtu(2200), Mtu::M2048);
+        assert_eq!(Mtu::fitting(1500), Some(Mtu::M1024));
+        assert_eq!(Mtu::fitting(9000), Some(Mtu::M4096));
+        assert_eq!(Mtu::fitting(2200), Some(Mtu::M2048));
+        assert_eq!(Mtu::fitting(300), None);
     }
 }

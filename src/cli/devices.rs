@@ -54,14 +54,6 @@ fn gid(a: &IpAddr) -> String {
     }
 }
 
-/// Largest RoCE path MTU that fits in an interface MTU (IPv4 + UDP + BTH + RETH + ICRC).
-fn path_mtu(mtu: u64) -> u64 {
-    [4096u64, 2048, 1024, 512, 256]
-        .into_iter()
-        .find(|p| p + 20 + 8 + 12 + 16 + 4 <= mtu)
-        .unwrap_or(0)
-}
-
 fn backends(l: &Link) -> String {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
@@ -87,7 +79,8 @@ fn show(l: &Link, verbose: bool) {
         l.name,
         if l.up { "UP" } else { "DOWN" },
         l.mtu,
-        path_mtu(l.mtu),
+        uroce::verbs::Mtu::fitting(u32::try_from(l.mtu).unwrap_or(u32::MAX))
+            .map_or(0, |m| m.bytes()),
         l.mac
     );
     for (i, a) in l.addrs.iter().enumerate() {

@@ -32,6 +32,21 @@ impl Mtu {
         }
     }
 
+    /// The largest path MTU whose packets fit an interface of link MTU `link`: IPv4,
+    /// UDP, BTH, RETH and ICRC (60 bytes) around the payload. 1500 gives 1024 and 9000
+    /// gives 4096, as rdma_rxe picks its active MTU. `None` below 316.
+    pub fn fitting(link: u32) -> Option<Self> {
+        [
+            Self::M4096,
+            Self::M2048,
+            Self::M1024,
+            Self::M512,
+            Self::M256,
+        ]
+        .into_iter()
+        .find(|m| m.bytes() + 20 + 8 + 12 + 16 + 4 <= link)
+    }
+
     /// The MTU of exactly `n` bytes.
     pub fn from_bytes(n: u32) -> Option<Self> {
         Some(match n {
