@@ -74,7 +74,6 @@ pub(crate) struct Hello {
     pub(crate) psn: u32,
     pub(crate) rkey: u32,
     pub(crate) addr: u64,
-    pub(crate) mac: String,
     /// Every QP's number (the first is `qpn`).
     #[serde(default)]
     pub(crate) qpns: Vec<u32>,
@@ -199,15 +198,8 @@ fn ip_json(args: &[&str]) -> Result<serde_json::Value, String> {
     serde_json::from_slice(&out.stdout).map_err(|e| format!("ip {}: {e}", args.join(" ")))
 }
 
-fn fmt_mac(m: &[u8; 6]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
 /// The interface holding `ip`, and its MAC.
-pub(crate) fn iface_and_mac(ip: impl Into<IpAddr>) -> Result<(String, [u8; 6]), String> {
+fn iface_and_mac(ip: impl Into<IpAddr>) -> Result<(String, [u8; 6]), String> {
     let ip: IpAddr = ip.into();
     let v = ip_json(&["-j", "addr", "show"])?;
     for link in v.as_array().into_iter().flatten() {
@@ -226,6 +218,21 @@ pub(crate) fn iface_and_mac(ip: impl Into<IpAddr>) -> Result<(String, [u8; 6]), 
         }
     }
     Err(format!("no interface has the address {ip}"))
+}
+
+/// The interface to run on (`iface`, else the one holding `local`; loopback when none
+/// does) and its MAC.
+pub(crate) fn local_link(iface: Option<&str>, local: impl Into<IpAddr>) -> (String, [u8; 6]) {
+    match iface {
+        Some(i) => (
+            i.to_string(),
+            crate::datapath::neighbour::interface_info(i)
+                .ok()
+                .and_then(|x| x.mac)
+                .unwrap_or([0; 6]),
+        ),
+        None => iface_and_mac(local).unwrap_or(("lo".into(), [0; 6])),
+    }
 }
 
 /// The MAC address frames to `peer` go to: the peer's, or its gateway's when it is not
@@ -309,13 +316,7 @@ struct Setup {
 const WINDOW: usize = 32;
 
 fn setup(cfg: &PerfConfig, local: IpAddr) -> Result<Setup, String> {
-    let (iface, mac) = match &cfg.iface {
-        Some(i) => (
-            i.clone(),
-            iface_and_mac(local).map(|x| x.1).unwrap_or([0; 6]),
-        ),
-        None => iface_and_mac(local).unwrap_or(("lo".into(), [0; 6])),
-    };
+    let (iface, mac) = local_link(cfg.iface.as_deref(), local);
     let (backend, datapath) = open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.drop)?;
     let mut ctx = Context::new(ContextConfig {
         mac,
@@ -365,7 +366,6 @@ fn send_hello(tcp: &TcpStream, s: &Setup, cfg: &PerfConfig, psn: u32) -> Result<
         psn,
         rkey: s.mr.rkey,
         addr: s.mr.addr,
-        mac: fmt_mac(&s.ep.ctx.config().mac),
         threads: 1,
         rkeys: Vec::new(),
         addrs: Vec::new(),

@@ -16,7 +16,7 @@ use crate::datapath::worker::{Idle, Worker};
 use crate::datapath::xdp::XdpBackend;
 use crate::datapath::Backend;
 use crate::mem::{Access, Mr};
-use crate::perf::{iface_and_mac, peer_mac, Hello, Meter, PerfConfig, PerfOp, PerfResult};
+use crate::perf::{local_link, peer_mac, Hello, Meter, PerfConfig, PerfOp, PerfResult};
 use crate::verbs::{
     Context, ContextConfig, CqId, InitAttr, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
     SendOp, SendWr, Sge, WcStatus, WorkCompletion,
@@ -48,13 +48,7 @@ fn backends(
     local: IpAddr,
     n: u32,
 ) -> Result<(Vec<Boxed>, String, String, [u8; 6]), String> {
-    let (iface, mac) = match &cfg.iface {
-        Some(i) => (
-            i.clone(),
-            iface_and_mac(local).map(|x| x.1).unwrap_or([0; 6]),
-        ),
-        None => iface_and_mac(local).unwrap_or(("lo".into(), [0; 6])),
-    };
+    let (iface, mac) = local_link(cfg.iface.as_deref(), local);
     let mut why = String::new();
     if cfg.backend != "udp" {
         match XdpBackend::open_per_queue(&iface, n, cfg.mtu.bytes() + 100) {
@@ -142,7 +136,6 @@ fn hello(cfg: &PerfConfig, lanes: &[Lane], psn: u32) -> Hello {
         psn,
         rkey: lanes[0].mr.rkey,
         addr: lanes[0].mr.addr,
-        mac: "00:00:00:00:00:00".into(),
         qpns: lanes.iter().map(|l| l.qpn).collect(),
         threads: lanes.len() as u32,
         rkeys: lanes.iter().map(|l| l.mr.rkey).collect(),

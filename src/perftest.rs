@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use crate::datapath::event_loop::Endpoint;
 use crate::datapath::Backend;
 use crate::mem::{Access, Mr};
-use crate::perf::{iface_and_mac, open_backend_lossy, peer_mac};
+use crate::perf::{local_link, open_backend_lossy, peer_mac};
 use crate::verbs::{
     Context, ContextConfig, CqId, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
     SendOp, SendWr, Sge, WcStatus,
@@ -488,13 +488,7 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> Result<Outcome, String> {
     let be4 = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
     let cycle = u64::from(be4(&oob.xchg(&4096u32.to_be_bytes(), &mut sleep_poll)?).max(4096));
     let cache_line = u64::from(be4(&oob.xchg(&64u32.to_be_bytes(), &mut sleep_poll)?).max(64));
-    let (iface, mac) = match &cfg.iface {
-        Some(i) => (
-            i.clone(),
-            iface_and_mac(local).map(|x| x.1).unwrap_or([0; 6]),
-        ),
-        None => iface_and_mac(local).unwrap_or(("lo".into(), [0; 6])),
-    };
+    let (iface, mac) = local_link(cfg.iface.as_deref(), local);
     let active = Mtu::fitting(link_mtu(&iface)).unwrap_or(Mtu::M256);
     let my_mtu = match cfg.mtu {
         Some(m) if m.bytes() <= active.bytes() => m,

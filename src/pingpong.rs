@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::datapath::event_loop::Endpoint;
 use crate::datapath::Backend;
 use crate::mem::Access;
-use crate::perf::{iface_and_mac, open_backend_lossy, peer_mac};
+use crate::perf::{local_link, open_backend_lossy, peer_mac};
 use crate::verbs::{
     Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
     SendOp, SendWr, Sge, UdSendWr, WcOpcode, WcStatus,
@@ -166,13 +166,7 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
     let IpAddr::V4(peer_ip) = tcp.peer_addr().map_err(|e| e.to_string())?.ip() else {
         return Err("IPv4 only for now".into());
     };
-    let (iface, mac) = match &cfg.iface {
-        Some(i) => (
-            i.clone(),
-            iface_and_mac(local).map(|x| x.1).unwrap_or([0; 6]),
-        ),
-        None => iface_and_mac(local).unwrap_or(("lo".into(), [0; 6])),
-    };
+    let (iface, mac) = local_link(cfg.iface.as_deref(), local);
     let (mut backend, datapath): (Box<dyn Backend + Send>, String) =
         open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.drop)?;
     let next_mac = peer_mac(&mut backend, &iface, mac, local, peer_ip)?;
