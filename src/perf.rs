@@ -1,7 +1,7 @@
 //! `uroce perf`: RC bandwidth and latency between two hosts, perftest style. The server
-//! is `uroce perf OP` with no address; the client names it. They exchange QPN, PSN, rkey,
-//! address and MAC as one JSON line each over TCP (default port 18515), then move data
-//! over the chosen datapath.
+//! is `uroce perf OP` with no address; the client names it. They exchange QPNs, PSN, rkeys
+//! and addresses as one JSON line each over TCP (default port 18515), resolve the next
+//! hop's MAC (ARP / NDP on the AF_XDP path), then move data over the chosen datapath.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};

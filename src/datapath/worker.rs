@@ -4,9 +4,10 @@
 //! datapath and the datapath never waits for the application.
 //!
 //! One loop per core: give each loop its own context with its own QPN space
-//! ([`Context::set_qpn_space`]) and its own backend (for the UDP backend, sockets that
-//! share port 4791 with the kernel steering each datagram to the loop that owns its
-//! destination QP: [`crate::datapath::udp::UdpBackend::bind_steered`]).
+//! ([`Context::set_qpn_space`]) and its own backend: for AF_XDP one queue of the
+//! interface each ([`crate::datapath::xdp::XdpBackend::open_per_queue`]), for the UDP
+//! backend sockets that share port 4791 with the kernel steering each datagram to the
+//! loop that owns its destination QP ([`crate::datapath::udp::UdpBackend::bind_steered`]).
 //!
 //! Shutdown is clean: the loop takes the work already queued, moves every QP to ERR so
 //! each outstanding work request completes with `WR_FLUSH_ERR`, and hands back the
