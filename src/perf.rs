@@ -435,17 +435,19 @@ pub(crate) fn seed_of(a: IpAddr) -> u64 {
     }
 }
 
+/// Waits for one client on TCP `port`, over IPv6 or IPv4 (dual-stack where the host has
+/// IPv6, else IPv4 only); the listener is closed once it has come.
+pub fn accept_one(port: u16) -> Result<TcpStream, String> {
+    let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)))
+        .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))))
+        .map_err(|e| format!("listening on TCP {port}: {e}"))?;
+    l.accept().map(|(tcp, _)| tcp).map_err(|e| e.to_string())
+}
+
 /// Runs the server: answers one client, then returns.
 pub fn server(cfg: &PerfConfig) -> Result<String, String> {
     crate::datapath::catch_interrupts();
-    let l = TcpListener::bind(SocketAddr::from((
-        std::net::Ipv6Addr::UNSPECIFIED,
-        cfg.port,
-    )))
-    .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], cfg.port))))
-    .map_err(|e| format!("listening on TCP {}: {e}", cfg.port))?;
-    let (tcp, _) = l.accept().map_err(|e| e.to_string())?;
-    serve(cfg, tcp)
+    serve(cfg, accept_one(cfg.port)?)
 }
 
 /// Serves a uroce perf client that has connected on `tcp`.

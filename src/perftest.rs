@@ -22,7 +22,7 @@
 //! latency test ping-pongs a counter in the last byte of each message, the server first.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::datapath::event_loop::Endpoint;
@@ -425,16 +425,8 @@ fn step(size: u64, cache_line: u64) -> u64 {
     }
 }
 
-/// Listens on `port` and serves one perftest client with `cfg`.
-pub fn server(cfg: &Config) -> Result<Outcome, String> {
-    crate::datapath::catch_interrupts();
-    let l = TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], cfg.port)))
-        .map_err(|e| format!("Couldn't listen to port {}: {e}", cfg.port))?;
-    let (tcp, _) = l.accept().map_err(|e| e.to_string())?;
-    serve(cfg, tcp)
-}
-
-/// Serves a perftest client that has connected on `tcp`.
+/// Serves a perftest client that has connected on `tcp` (see [`crate::perf::accept_one`];
+/// `uroce perf` tells a perftest client from a uroce one by its first byte).
 pub fn serve(cfg: &Config, tcp: TcpStream) -> Result<Outcome, String> {
     run(cfg, tcp, false)
 }

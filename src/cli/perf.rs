@@ -2,7 +2,7 @@
 //! uroce endpoints or against perftest's `ib_*_bw` / `ib_*_lat`.
 
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::IpAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -178,14 +178,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
     };
     let Some(server_addr) = a.server else {
         eprintln!("uroce perf: waiting for a client on TCP port {}", cfg.port);
-        let l = TcpListener::bind(SocketAddr::from((
-            std::net::Ipv6Addr::UNSPECIFIED,
-            cfg.port,
-        )))
-        .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], cfg.port))))
-        .map_err(|e| format!("listening on TCP {}: {e}", cfg.port))?;
-        let (tcp, _) = l.accept().map_err(|e| e.to_string())?;
-        drop(l);
+        let tcp = uroce::perf::accept_one(cfg.port)?;
         // A uroce client opens with a JSON line, perftest with its version string.
         let mut first = [0u8; 1];
         tcp.peek(&mut first).map_err(|e| e.to_string())?;

@@ -14,16 +14,26 @@ pub struct Capture {
     thread: JoinHandle<io::Result<Vec<Vec<u8>>>>,
 }
 
-fn open(iface: &str) -> io::Result<OwnedFd> {
-    let name = CString::new(iface).map_err(|_| io::Error::other("interface name"))?;
+/// An AF_PACKET socket bound to `iface` for frames of `ethertype` (`ETH_P_ALL`: all of
+/// them). It is created with protocol 0, so nothing is queued before the bind names the
+/// interface: no frame of another interface slips in. Needs CAP_NET_RAW.
+pub(crate) fn packet_socket(iface: &str, ethertype: u16, nonblocking: bool) -> io::Result<OwnedFd> {
+    let name = CString::new(iface)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name"))?;
     // SAFETY: a valid C string.
     let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
     if ifindex == 0 {
         return Err(io::Error::last_os_error());
     }
-    let proto = (libc::ETH_P_ALL as u16).to_be();
+    let flags = if nonblocking { libc::SOCK_NONBLOCK } else { 0 };
     // SAFETY: plain socket call; the fd is owned right after.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto)) };
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC | flags,
+            0,
+        )
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -32,7 +42,7 @@ fn open(iface: &str) -> io::Result<OwnedFd> {
     // SAFETY: sockaddr_ll is plain data; all-zero is valid before we fill it.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = proto;
+    sll.sll_protocol = ethertype.to_be();
     sll.sll_ifindex = ifindex as i32;
     // SAFETY: `sll` is a valid sockaddr_ll of the size given.
     let r = unsafe {
@@ -60,7 +70,7 @@ impl Capture {
             let opened = ns
                 .as_deref()
                 .map_or(Ok(()), super::netns::enter)
-                .and_then(|()| open(&iface));
+                .and_then(|()| packet_socket(&iface, libc::ETH_P_ALL as u16, false));
             let fd = match opened {
                 Ok(fd) => {
                     let _ = ready_tx.send(Ok(()));

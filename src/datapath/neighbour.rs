@@ -21,7 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -753,44 +753,7 @@ pub struct PacketSocket {
 impl PacketSocket {
     /// Opens the socket on `iface` for frames of `ethertype`.
     pub fn open(iface: &str, ethertype: u16) -> io::Result<Self> {
-        let name = CString::new(iface)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name"))?;
-        // SAFETY: `name` is a valid NUL-terminated string.
-        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-        if ifindex == 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // Protocol 0 at creation: nothing is queued until bind() names the interface and
-        // the ethertype, so no frame from another interface slips in.
-        // SAFETY: plain socket call; the descriptor is owned right after.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-            )
-        };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a fresh descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: sockaddr_ll is plain data; all-zero is valid before we fill it.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = ethertype.to_be();
-        sll.sll_ifindex = ifindex as i32;
-        // SAFETY: `sll` is a valid sockaddr_ll of the size passed.
-        let r = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&sll as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = super::capture::packet_socket(iface, ethertype, true)?;
         Ok(Self {
             fd,
             protocol: ethertype,

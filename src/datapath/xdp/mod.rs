@@ -246,6 +246,17 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool) -> io::Result<(Socket, bool)>
     Ok((s, zero_copy))
 }
 
+/// Attaches `prog` in the driver (native) where it can, else in the generic skb path;
+/// says which.
+fn attach_any(prog: i32, ifindex: u32, iface: &str) -> io::Result<(OwnedFd, bool)> {
+    match bpf::attach(prog, ifindex, bpf::XDP_FLAGS_DRV_MODE) {
+        Ok(l) => Ok((l, true)),
+        Err(_) => bpf::attach(prog, ifindex, bpf::XDP_FLAGS_SKB_MODE)
+            .map(|l| (l, false))
+            .map_err(|e| io::Error::new(e.kind(), format!("attaching XDP to {iface}: {e}"))),
+    }
+}
+
 fn ifindex(iface: &str) -> io::Result<u32> {
     let name = CString::new(iface).map_err(|_| io::Error::other("interface name"))?;
     // SAFETY: a valid C string.
@@ -321,15 +332,7 @@ impl XdpBackend {
         let map = bpf::create_xskmap(queues)
             .map_err(|e| io::Error::new(e.kind(), format!("creating the XSKMAP: {e}")))?;
         let prog = bpf::load(bpf::OnRoce::Steer(map.as_raw_fd()), sg)?;
-        let (link, native) = match bpf::attach(prog.as_raw_fd(), ifindex, bpf::XDP_FLAGS_DRV_MODE) {
-            Ok(l) => (l, true),
-            Err(_) => (
-                bpf::attach(prog.as_raw_fd(), ifindex, bpf::XDP_FLAGS_SKB_MODE).map_err(|e| {
-                    io::Error::new(e.kind(), format!("attaching XDP to {iface}: {e}"))
-                })?,
-                false,
-            ),
-        };
+        let (link, native) = attach_any(prog.as_raw_fd(), ifindex, iface)?;
         let raw = map.as_raw_fd();
         let attach = std::sync::Arc::new(Attachment {
             _link: link,
@@ -397,15 +400,7 @@ impl LossyLink {
         let threshold = (p * f64::from(u32::MAX)) as u32;
         let prog = bpf::load(bpf::OnRoce::Drop(threshold), true)
             .or_else(|_| bpf::load(bpf::OnRoce::Drop(threshold), false))?;
-        let (link, native) = match bpf::attach(prog.as_raw_fd(), ifindex, bpf::XDP_FLAGS_DRV_MODE) {
-            Ok(l) => (l, true),
-            Err(_) => (
-                bpf::attach(prog.as_raw_fd(), ifindex, bpf::XDP_FLAGS_SKB_MODE).map_err(|e| {
-                    io::Error::new(e.kind(), format!("attaching XDP to {iface}: {e}"))
-                })?,
-                false,
-            ),
-        };
+        let (link, native) = attach_any(prog.as_raw_fd(), ifindex, iface)?;
         Ok(Self {
             _link: link,
             _prog: prog,
