@@ -7,10 +7,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::datapath::event_loop::Endpoint;
+use crate::datapath::impair::Impairment;
 use crate::datapath::netns::{self, VethPair};
 use crate::datapath::udp::UdpBackend;
 use crate::datapath::Backend;
 use crate::mem::{Access, Mr};
+use crate::transport::QpCounters;
 use crate::verbs::{
     Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
     SendOp, SendWr, Sge, UdSendWr, WcStatus,
@@ -27,8 +29,9 @@ pub struct DemoConfig {
     pub mtu: Mtu,
     /// `tc netem` arguments for both veth ends, e.g. `loss 5%`.
     pub netem: Option<String>,
-    /// Share of received datagrams each endpoint drops (seeded), for kernels without netem.
-    pub drop: f64,
+    /// Loss and reordering each endpoint puts on what it receives (seeded), for kernels
+    /// without netem.
+    pub impair: Impairment,
     /// Capture every frame on the veth (namespaces only).
     pub capture: bool,
     /// Which datapath.
@@ -55,6 +58,10 @@ pub struct DemoReport {
     pub ok: bool,
     /// Frames captured on the veth, when asked for.
     pub captured: Vec<Vec<u8>>,
+    /// The client's RC QP (requester of WRITE, READ, SEND and atomics).
+    pub client_rc: QpCounters,
+    /// The server's RC QP (their responder).
+    pub server_rc: QpCounters,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -97,29 +104,23 @@ fn side(
     place: &Place,
     seed: u64,
     region: usize,
-    drop: f64,
+    impair: Impairment,
     choice: BackendChoice,
     mtu: Mtu,
 ) -> Result<(Side, String), String> {
     let addr = place.addr;
     let xdp = match (&place.iface, choice) {
-        (Some(iface), BackendChoice::Auto | BackendChoice::Xdp) if drop == 0.0 => {
+        (Some(iface), BackendChoice::Auto | BackendChoice::Xdp) => {
             crate::datapath::xdp::XdpBackend::open(iface, 2, mtu.bytes() + 100)
                 .map_err(|e| e.to_string())
         }
         (None, BackendChoice::Xdp) => Err("AF_XDP needs the veth pair (root)".into()),
-        (_, BackendChoice::Xdp) => Err("--drop is for the UDP backend".into()),
         _ => Err(String::new()),
     };
     let (backend, what): (Box<dyn Backend + Send>, String) = match xdp {
-        Ok(b) => {
-            let m = b.mode();
-            let what = format!(
-                "AF_XDP ({} mode, {}{})",
-                if m.native { "native" } else { "generic" },
-                if m.zero_copy { "zero-copy" } else { "copy" },
-                if m.multi_buffer { ", multi-buffer" } else { "" }
-            );
+        Ok(mut b) => {
+            b.set_impairment(impair);
+            let what = format!("AF_XDP ({})", b.mode());
             (Box::new(b), what)
         }
         Err(why) => {
@@ -127,7 +128,7 @@ fn side(
                 return Err(format!("AF_XDP: {why}"));
             }
             let mut u = UdpBackend::bind(addr).map_err(|e| e.to_string())?;
-            u.set_drop(drop);
+            u.set_impairment(impair);
             let what = if why.is_empty() {
                 "UDP backend".to_string()
             } else {
@@ -354,10 +355,11 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
         choice
     };
     let mtu = cfg.mtu;
-    let drop_share = cfg.drop;
+    let impair = cfg.impair;
     let ud_size = size.min(mtu.bytes());
 
-    let server = std::thread::spawn(move || -> Result<(usize, usize, String), String> {
+    type Served = (usize, usize, String, QpCounters);
+    let server = std::thread::spawn(move || -> Result<Served, String> {
         if let Some(ns) = &ns_b {
             netns::enter(ns).map_err(|e| format!("entering {ns}: {e}"))?;
         }
@@ -365,7 +367,7 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
             &pb,
             2,
             region + n * (ud_size as usize + 40) + n * size as usize,
-            drop_share,
+            impair,
             server_choice,
             mtu,
         )?;
@@ -457,15 +459,16 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
                 s.ep.ctx.qp_counters(s.rc)
             );
         }
-        Ok((sends_ok, ud_ok, what))
+        let counters = s.ep.ctx.qp_counters(s.rc).unwrap_or_default();
+        Ok((sends_ok, ud_ok, what, counters))
     });
 
     let (pa, pb) = (place_a.clone(), place_b.clone());
-    let client = std::thread::spawn(move || -> Result<Vec<String>, String> {
+    let client = std::thread::spawn(move || -> Result<(Vec<String>, QpCounters), String> {
         if let Some(ns) = &ns_a {
             netns::enter(ns).map_err(|e| format!("entering {ns}: {e}"))?;
         }
-        let (mut s, what) = side(&pa, 1, region + 8, drop_share, choice, mtu)?;
+        let (mut s, what) = side(&pa, 1, region + 8, impair, choice, mtu)?;
         let peer = from_server.recv().map_err(|e| e.to_string())?;
         to_server
             .send(Info {
@@ -629,7 +632,8 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
             "UD SEND        {n} x {ud_size} B   {:>9.2} ms  sent",
             t.elapsed().as_secs_f64() * 1e3
         ));
-        Ok(lines)
+        let counters = s.ep.ctx.qp_counters(s.rc).unwrap_or_default();
+        Ok((lines, counters))
     });
 
     let client_result = client
@@ -653,18 +657,29 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
             .as_ref()
             .map(|n| format!(", netem {n}"))
             .unwrap_or_default()
-            + &if cfg.drop > 0.0 {
-                format!(
-                    ", {:.1}% of datagrams dropped at each end",
-                    cfg.drop * 100.0
-                )
-            } else {
+            + &if cfg.impair.is_none() {
                 String::new()
+            } else {
+                format!(
+                    ", each end dropping {:.1}% and reordering {:.1}% of what it receives",
+                    cfg.impair.drop * 100.0,
+                    cfg.impair.reorder * 100.0
+                )
             }
     ));
-    let lines = client_result??;
+    let (lines, client_rc) = client_result??;
     report.lines.extend(lines);
-    let (sends_ok, ud_ok, server_what) = server_result?;
+    let (sends_ok, ud_ok, server_what, server_rc) = server_result?;
+    report.lines.push(format!(
+        "RC recovery: client {} retransmits, {} sequence NAKs and {} ACK timeouts; server {} out-of-sequence and {} duplicate requests",
+        client_rc.retransmits,
+        client_rc.packet_seq_err,
+        client_rc.local_ack_timeout_err,
+        server_rc.out_of_sequence,
+        server_rc.duplicate_request
+    ));
+    report.client_rc = client_rc;
+    report.server_rc = server_rc;
     report.lines.push(format!("server datapath: {server_what}"));
     report.lines.push(format!(
         "server verified {sends_ok}/{n} SENDs and {ud_ok}/{n} UD datagrams byte for byte"
@@ -672,7 +687,7 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
     if let Some(c) = capture {
         report.captured = c.stop().map_err(|e| format!("capture: {e}"))?;
     }
-    let lossy = cfg.netem.is_some() || cfg.drop > 0.0;
+    let lossy = cfg.netem.is_some() || cfg.impair.drop > 0.0;
     report.ok = sends_ok == n && (ud_ok == n || lossy && ud_ok > 0);
     drop(pair);
     Ok(report)

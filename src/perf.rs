@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::datapath::event_loop::Endpoint;
+use crate::datapath::impair::Impairment;
 use crate::datapath::udp::UdpBackend;
 use crate::datapath::xdp::XdpBackend;
 use crate::datapath::Backend;
@@ -55,8 +56,8 @@ pub struct PerfConfig {
     pub port: u16,
     /// Path MTU.
     pub mtu: Mtu,
-    /// Share of received frames dropped on purpose (recovery tests).
-    pub drop: f64,
+    /// Loss and reordering of received frames on purpose (recovery tests).
+    pub impair: Impairment,
     /// QPs, driven by one loop, messages spread over them in turn (the server takes
     /// the client's count).
     pub qps: u32,
@@ -260,36 +261,26 @@ pub(crate) fn peer_mac(
 }
 
 /// The datapath `backend` (`auto`, `xdp`, `udp`) on `iface` / `local`, and a description,
-/// dropping a share `drop` of received frames (to test recovery).
+/// impairing received frames as `impair` says (to test recovery).
 pub(crate) fn open_backend_lossy(
     backend: &str,
     mtu: Mtu,
     local: impl Into<IpAddr>,
     iface: &str,
-    drop: f64,
+    impair: Impairment,
 ) -> Result<(Box<dyn Backend + Send>, String), String> {
     let local: IpAddr = local.into();
     if backend != "udp" {
         match XdpBackend::open(iface, 2, mtu.bytes() + 100) {
             Ok(mut b) => {
-                b.set_drop(drop);
-                let m = b.mode();
-                let what = format!(
-                    "AF_XDP on {iface} ({} XDP, {}{})",
-                    if m.native { "native" } else { "generic" },
-                    if m.zero_copy {
-                        "zero-copy"
-                    } else {
-                        "copy mode"
-                    },
-                    if m.multi_buffer { ", multi-buffer" } else { "" }
-                );
+                b.set_impairment(impair);
+                let what = format!("AF_XDP on {iface} ({})", b.mode());
                 return Ok((Box::new(b), what));
             }
             Err(e) if backend == "xdp" => return Err(format!("AF_XDP on {iface}: {e}")),
             Err(e) => {
                 let mut u = UdpBackend::bind(local).map_err(|e| e.to_string())?;
-                u.set_drop(drop);
+                u.set_impairment(impair);
                 return Ok((
                     Box::new(u),
                     format!("UDP backend (AF_XDP not possible: {e})"),
@@ -298,7 +289,7 @@ pub(crate) fn open_backend_lossy(
         }
     }
     let mut u = UdpBackend::bind(local).map_err(|e| e.to_string())?;
-    u.set_drop(drop);
+    u.set_impairment(impair);
     Ok((Box::new(u), "UDP backend".into()))
 }
 
@@ -317,7 +308,7 @@ const WINDOW: usize = 32;
 
 fn setup(cfg: &PerfConfig, local: IpAddr) -> Result<Setup, String> {
     let (iface, mac) = local_link(cfg.iface.as_deref(), local);
-    let (backend, datapath) = open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.drop)?;
+    let (backend, datapath) = open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.impair)?;
     let mut ctx = Context::new(ContextConfig {
         mac,
         ip: local,

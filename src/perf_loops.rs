@@ -56,7 +56,7 @@ fn backends(
                 let v = v
                     .into_iter()
                     .map(|mut b| {
-                        b.set_drop(cfg.drop);
+                        b.set_impairment(cfg.impair);
                         Box::new(b) as Boxed
                     })
                     .collect();
@@ -70,7 +70,7 @@ fn backends(
     let mut v = Vec::new();
     for k in 0..n {
         let mut b = UdpBackend::bind_steered(local, k, n).map_err(|e| e.to_string())?;
-        b.set_drop(cfg.drop);
+        b.set_impairment(cfg.impair);
         v.push(Box::new(b) as Boxed);
     }
     let what = format!("UDP backend, {n} loops on threads, steered by DestQP{why}");

@@ -142,8 +142,8 @@ pub struct Config {
     pub backend: String,
     /// Interface for AF_XDP.
     pub iface: Option<String>,
-    /// Share of received frames dropped on purpose (recovery tests).
-    pub drop: f64,
+    /// Loss and reordering of received frames on purpose (recovery tests).
+    pub impair: crate::datapath::impair::Impairment,
 }
 
 /// The keys message (perftest's `KEY_PRINT_FMT_GID`).
@@ -495,7 +495,7 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> Result<Outcome, String> {
     // Resources, sized as perftest sizes its buffer.
     let size = u64::from(cfg.size);
     let half = step(size.max(cycle), cache_line);
-    let (backend, datapath) = open_backend_lossy(&cfg.backend, mtu, local, &iface, cfg.drop)?;
+    let (backend, datapath) = open_backend_lossy(&cfg.backend, mtu, local, &iface, cfg.impair)?;
     let mut ctx = Context::new(ContextConfig {
         mac,
         ip: IpAddr::V4(local),

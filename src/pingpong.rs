@@ -41,8 +41,8 @@ pub struct PingpongConfig {
     pub backend: String,
     /// Interface for AF_XDP.
     pub iface: Option<String>,
-    /// Share of received frames to drop on purpose (testing recovery where netem is missing).
-    pub drop: f64,
+    /// Loss and reordering of received frames on purpose (recovery tests).
+    pub impair: crate::datapath::impair::Impairment,
 }
 
 /// One side's address as exchanged.
@@ -168,7 +168,7 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
     };
     let (iface, mac) = local_link(cfg.iface.as_deref(), local);
     let (mut backend, datapath): (Box<dyn Backend + Send>, String) =
-        open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.drop)?;
+        open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.impair)?;
     let next_mac = peer_mac(&mut backend, &iface, mac, local, peer_ip)?;
     let mut ctx = Context::new(ContextConfig {
         mac,

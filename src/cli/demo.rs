@@ -20,9 +20,8 @@ pub struct Args {
     /// Impair the veth with `tc netem`, e.g. `--netem "loss 5%"` (needs sch_netem).
     #[arg(long)]
     netem: Option<String>,
-    /// Drop this share of received datagrams at each endpoint (0..0.5), where netem is missing.
-    #[arg(long, default_value_t = 0.0)]
-    drop: f64,
+    #[command(flatten)]
+    impair: super::impair::ImpairArgs,
     /// Datapath: auto (AF_XDP where possible, else UDP, saying why), xdp or udp.
     #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "udp"])]
     backend: String,
@@ -35,9 +34,7 @@ pub struct Args {
 pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
     let mtu = Mtu::from_bytes(a.mtu)
         .ok_or_else(|| format!("--mtu {} is not 256, 512, 1024, 2048 or 4096", a.mtu))?;
-    if !(0.0..=0.5).contains(&a.drop) {
-        return Err(format!("--drop {} is not between 0 and 0.5", a.drop));
-    }
+    let impair = a.impair.impairment()?;
     if u64::from(a.messages) * u64::from(a.size) > 256 << 20 {
         return Err("--messages x --size above 256 MiB: pick smaller numbers".into());
     }
@@ -47,7 +44,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         size: a.size,
         mtu,
         netem: a.netem,
-        drop: a.drop,
+        impair,
         capture: a.pcap.is_some(),
         backend: match a.backend.as_str() {
             "xdp" => BackendChoice::Xdp,

@@ -3,6 +3,7 @@
 pub mod decode;
 pub mod demo;
 pub mod devices;
+pub mod impair;
 pub mod lossy;
 pub mod perf;
 pub mod pingpong;

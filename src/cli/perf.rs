@@ -77,10 +77,8 @@ pub struct Args {
     /// smaller of both sides' wins, and the default is what the interface carries.
     #[arg(short = 'm', long)]
     mtu: Option<u32>,
-    /// Drop this share (0..1) of received frames on purpose, as a lossy path would
-    /// (where `tc netem` is not available), to test recovery.
-    #[arg(long, default_value_t = 0.0)]
-    drop: f64,
+    #[command(flatten)]
+    impair: super::impair::ImpairArgs,
     /// Event loops, one per thread with one QP each (UDP backend; the kernel steers each
     /// datagram to the loop owning its QP). Bandwidth between uroce peers.
     #[arg(long, default_value_t = 1)]
@@ -112,9 +110,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
             a.duration
         ));
     }
-    if !(0.0..1.0).contains(&a.drop) {
-        return Err(format!("--drop {} is out of range [0, 1)", a.drop));
-    }
+    let impair = a.impair.impairment()?;
     let mtu = a
         .mtu
         .map(|m| {
@@ -154,7 +150,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
             port: a.port,
             backend: a.backend.clone(),
             iface: a.iface.clone(),
-            drop: a.drop,
+            impair,
         }
     });
     let op = match a.op.as_str() {
@@ -172,7 +168,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         iface: a.iface,
         port: a.port,
         mtu: mtu.unwrap_or(Mtu::M4096),
-        drop: a.drop,
+        impair,
         qps: a.qps,
         threads: a.threads,
     };

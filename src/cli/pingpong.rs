@@ -40,9 +40,8 @@ pub struct Args {
     /// Interface for AF_XDP.
     #[arg(long)]
     iface: Option<String>,
-    /// Drop this share (0..0.5) of received frames, to test recovery where netem is missing.
-    #[arg(long, default_value_t = 0.0)]
-    drop: f64,
+    #[command(flatten)]
+    impair: super::impair::ImpairArgs,
     /// The server; without it, this is the server.
     server: Option<IpAddr>,
 }
@@ -72,9 +71,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         return Err("-n and -r must be above 0".into());
     }
     let _ = a.gid_idx;
-    if !(0.0..=0.5).contains(&a.drop) {
-        return Err(format!("--drop {} is not between 0 and 0.5", a.drop));
-    }
+    let impair = a.impair.impairment()?;
     let cfg = PingpongConfig {
         ud: a.ud,
         port: a.port,
@@ -85,7 +82,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         validate: a.chk,
         backend: a.backend,
         iface: a.iface,
-        drop: a.drop,
+        impair,
     };
     let r = run(&cfg, a.server)?;
     show("local address: ", &r.local);

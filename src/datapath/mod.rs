@@ -4,12 +4,14 @@
 //!   Ethernet, IP and UDP; uroce sends and receives the RoCEv2 transport bytes.
 //! - [`netns`]: network namespaces and veth pairs, for the demo and the tests.
 //! - [`event_loop`]: drives a context from a backend, its timers and the application.
+//! - [`impair`]: seeded loss and reordering of received frames, where netem is missing.
 //!
 //! - [`xdp`]: AF_XDP (kernel bypass) with an XDP program steering UDP/4791.
 //! - [`neighbour`]: next hop and MAC for AF_XDP frames (routes, kernel table, ARP, NDP).
 
 pub mod capture;
 pub mod event_loop;
+pub mod impair;
 pub mod neighbour;
 pub mod netns;
 pub mod udp;

@@ -30,18 +30,15 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+use super::impair::{ImpairStats, Impairer, Impairment};
 use super::{Backend, MAX_FRAME};
 use crate::wire::{self, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, UdpRepr};
 
 /// RoCEv2 over UDP sockets bound to one local address (IPv4 or IPv6).
 pub struct UdpBackend {
     local: IpAddr,
-    /// Drop this share of received datagrams (seeded), to test recovery where `tc netem`
-    /// is not available.
-    drop: f64,
-    rng: crate::sim::Rng,
-    /// Datagrams dropped on purpose.
-    pub dropped: u64,
+    /// Loss and reordering of received datagrams on purpose (recovery tests).
+    impair: Impairer,
     rx: UdpSocket,
     tx: HashMap<u16, UdpSocket>,
     tos: u8,
@@ -214,12 +211,10 @@ impl UdpBackend {
         }
         Ok(Self {
             local,
-            drop: 0.0,
-            rng: crate::sim::Rng::new(match local {
+            impair: Impairer::new(match local {
                 IpAddr::V4(a) => u64::from(u32::from(a)),
                 IpAddr::V6(a) => u128::from(a) as u64,
             }),
-            dropped: 0,
             rx,
             tx: HashMap::new(),
             tos: 0,
@@ -236,9 +231,14 @@ impl UdpBackend {
         })
     }
 
-    /// Drops a share `p` of received datagrams, as a lossy path would.
-    pub fn set_drop(&mut self, p: f64) {
-        self.drop = p;
+    /// Drops and reorders received datagrams as a lossy path would.
+    pub fn set_impairment(&mut self, cfg: Impairment) {
+        self.impair.set(cfg);
+    }
+
+    /// What the impairment did so far.
+    pub fn impaired(&self) -> ImpairStats {
+        self.impair.stats()
     }
 
     fn socket_for(&mut self, sport: u16) -> io::Result<&UdpSocket> {
@@ -415,7 +415,11 @@ impl Backend for UdpBackend {
             events: libc::POLLIN,
             revents: 0,
         };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        let ms = if self.impair.holding() {
+            0
+        } else {
+            timeout.as_millis().min(i32::MAX as u128) as i32
+        };
         // SAFETY: one valid pollfd for an open socket.
         let r = unsafe { libc::poll(&mut pfd, 1, ms) };
         if r < 0 {
@@ -428,7 +432,7 @@ impl Backend for UdpBackend {
             };
         }
         if r == 0 || max == 0 {
-            return Ok(0);
+            return Ok(self.impair.release(handle));
         }
         let want = max.min(BATCH);
         let mut names = [zeroed_sockaddr(); BATCH];
@@ -467,7 +471,7 @@ impl Backend for UdpBackend {
                 e.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
             ) {
-                Ok(0)
+                Ok(self.impair.release(handle))
             } else {
                 Err(e)
             };
@@ -475,10 +479,6 @@ impl Backend for UdpBackend {
         let mut handled = 0;
         for k in 0..got as usize {
             let n = msgs[k].msg_len as usize;
-            if self.rng.chance(self.drop) {
-                self.dropped += 1;
-                continue;
-            }
             let tos = read_tos(&msgs[k].msg_hdr);
             let Some(from) = from_sockaddr(&names[k]) else {
                 continue;
@@ -507,8 +507,9 @@ impl Backend for UdpBackend {
                     self.idents_recovered += 1;
                 }
             }
-            handle(&self.rxbuf[base + start..base + RX_ROOM + n]);
-            handled += 1;
+            handled += self
+                .impair
+                .pass(&self.rxbuf[base + start..base + RX_ROOM + n], handle);
         }
         Ok(handled)
     }

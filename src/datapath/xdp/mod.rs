@@ -14,6 +14,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
+use super::impair::{ImpairStats, Impairer, Impairment};
 use super::Backend;
 use ring::{Ring, Umem};
 
@@ -45,6 +46,26 @@ pub struct XdpMode {
     pub zero_copy: bool,
     /// Multi-buffer frames (XDP_USE_SG).
     pub multi_buffer: bool,
+}
+
+impl std::fmt::Display for XdpMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} XDP, {}{}",
+            if self.native { "native" } else { "generic" },
+            if self.zero_copy {
+                "zero-copy"
+            } else {
+                "copy mode"
+            },
+            if self.multi_buffer {
+                ", multi-buffer"
+            } else {
+                ""
+            }
+        )
+    }
 }
 
 struct Socket {
@@ -83,10 +104,8 @@ pub struct XdpBackend {
     _attach: std::sync::Arc<Attachment>,
     mode: XdpMode,
     next_rx: usize,
-    /// Share of received frames dropped on purpose (seeded), to test recovery where
-    /// `tc netem` is not available.
-    drop: f64,
-    rng: crate::sim::Rng,
+    /// Loss and reordering of received frames on purpose (recovery tests).
+    impair: Impairer,
     /// Where a multi-buffer received frame is put together.
     scratch: Vec<u8>,
 }
@@ -353,8 +372,7 @@ impl XdpBackend {
         Self {
             socks,
             _attach: attach,
-            drop: 0.0,
-            rng: crate::sim::Rng::new(u64::from(ifindex) ^ 0x5844_5000),
+            impair: Impairer::new(u64::from(ifindex) ^ 0x5844_5000),
             mode: XdpMode {
                 native,
                 zero_copy,
@@ -365,9 +383,14 @@ impl XdpBackend {
         }
     }
 
-    /// Drops a share `p` of received frames, as a lossy path would.
-    pub fn set_drop(&mut self, p: f64) {
-        self.drop = p;
+    /// Drops and reorders received frames as a lossy path would.
+    pub fn set_impairment(&mut self, cfg: Impairment) {
+        self.impair.set(cfg);
+    }
+
+    /// What the impairment did so far.
+    pub fn impaired(&self) -> ImpairStats {
+        self.impair.stats()
     }
 
     /// How it is bound.
@@ -531,6 +554,9 @@ impl Backend for XdpBackend {
         if count > 0 || max == 0 {
             return Ok(count);
         }
+        if self.impair.holding() {
+            return Ok(self.impair.release(handle));
+        }
         let mut pfds = [libc::pollfd {
             fd: -1,
             events: libc::POLLIN,
@@ -557,8 +583,7 @@ impl XdpBackend {
         let Self {
             socks,
             next_rx,
-            drop,
-            rng,
+            impair,
             scratch,
             ..
         } = self;
@@ -572,13 +597,9 @@ impl XdpBackend {
                     break;
                 };
                 let mask = !u64::from(CHUNK - 1);
-                let keep = !rng.chance(*drop); // a lossy path, on purpose
                 if opts & XDP_PKT_CONTD == 0 {
-                    if keep {
-                        // SAFETY: popped from the RX ring, given back below.
-                        handle(unsafe { s.umem.slice(addr, len as usize) });
-                        count += 1;
-                    }
+                    // SAFETY: popped from the RX ring, given back below.
+                    count += impair.pass(unsafe { s.umem.slice(addr, len as usize) }, handle);
                     s.fill.push_addr(addr & mask);
                     continue;
                 }
@@ -601,9 +622,8 @@ impl XdpBackend {
                     }
                     d = s.rx.pop_desc();
                 }
-                if keep && fits {
-                    handle(&scratch[..total]);
-                    count += 1;
+                if fits {
+                    count += impair.pass(&scratch[..total], handle);
                 }
             }
             s.rx.release();
