@@ -6,8 +6,10 @@
 //! with "don't fragment" set, which uroce asks for with IP_PMTUDISC_DO), DF, and the
 //! lengths. On receive the socket gives the UDP payload and the source address; the
 //! IP and UDP headers are rebuilt the same way so the context can verify the ICRC.
-//! The ECN bits of received packets are read with IP_RECVTOS / IPV6_RECVTCLASS, so CE
-//! marks reach the notification point.
+//! The TOS / traffic class byte (DSCP and ECN) goes with each datagram as an IP_TOS /
+//! IPV6_TCLASS control message, so data marked ECT and CNPs in DSCP 48 share a batch. The
+//! ECN bits of received packets are read with IP_RECVTOS / IPV6_RECVTCLASS, so CE marks
+//! reach the notification point.
 //!
 //! IPv4 and IPv6. Over IPv6 the ICRC masks the traffic class, flow label and hop limit,
 //! so nothing the socket hides is covered; zero UDP checksums (RoCEv2 senders use them)
@@ -41,7 +43,6 @@ pub struct UdpBackend {
     impair: Impairer,
     rx: UdpSocket,
     tx: HashMap<u16, UdpSocket>,
-    tos: u8,
     /// Queued datagrams: `BATCH` slots of `MAX_FRAME` bytes, and where each one's UDP
     /// payload lies in its slot, its source port and destination.
     txbuf: Vec<u8>,
@@ -134,6 +135,8 @@ struct Queued {
     len: usize,
     sport: u16,
     dst: SocketAddr,
+    /// TOS (IPv4) or traffic class (IPv6) byte.
+    tos: u8,
 }
 
 /// Packets that fit identification 0 before a peer is taken to send 0 always (a
@@ -217,7 +220,6 @@ impl UdpBackend {
             }),
             rx,
             tx: HashMap::new(),
-            tos: 0,
             txbuf: vec![0; BATCH * MAX_FRAME],
             txq: Vec::with_capacity(BATCH),
             rxbuf: vec![0; BATCH * MAX_FRAME],
@@ -267,7 +269,6 @@ impl UdpBackend {
                     libc::IPV6_PMTUDISC_DO,
                 )?;
             }
-            set_tos(fd, self.local.is_ipv4(), self.tos)?;
             self.tx.insert(sport, s);
         }
         self.tx
@@ -305,17 +306,17 @@ impl UdpBackend {
             }; BATCH];
             // SAFETY: mmsghdr is plain data; all-zero is valid.
             let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+            let mut ctrl = [[0u64; 4]; BATCH];
             for (k, q) in self.txq[i..i + run].iter().enumerate() {
                 lens[k] = to_sockaddr(q.dst, &mut names[k]);
                 iovs[k].iov_base = self.txbuf[q.start..].as_mut_ptr().cast();
                 iovs[k].iov_len = q.len;
-            }
-            for k in 0..run {
                 let h = &mut msgs[k].msg_hdr;
                 h.msg_name = (&mut names[k] as *mut libc::sockaddr_in6).cast();
                 h.msg_namelen = lens[k];
                 h.msg_iov = &mut iovs[k];
                 h.msg_iovlen = 1;
+                put_tos(h, &mut ctrl[k], q.dst.is_ipv4(), q.tos);
             }
             let mut sent = 0;
             while sent < run {
@@ -373,28 +374,12 @@ impl Backend for UdpBackend {
         let l = p.frame_repr().layout(p.payload.len());
         let (sport, dport) = (p.udp.src_port, p.udp.dst_port);
         let end = frame.len() - p.trailer.len();
-        if tos != self.tos {
-            // A new TOS (DCQCN turned ECT on): send what was queued under the old one.
-            self.send_queued()?;
-            self.tos = tos;
-            for s in self.tx.values() {
-                set_tos(s.as_raw_fd(), self.local.is_ipv4(), tos)?;
-            }
-            let start2 = 0;
-            self.txbuf.copy_within(start..start + end, start2);
-            self.txq.push(Queued {
-                start: start2 + l.bth,
-                len: end - l.bth,
-                sport,
-                dst: SocketAddr::new(dst, dport),
-            });
-            return Ok(true);
-        }
         self.txq.push(Queued {
             start: start + l.bth,
             len: end - l.bth,
             sport,
             dst: SocketAddr::new(dst, dport),
+            tos,
         });
         Ok(true)
     }
@@ -593,12 +578,26 @@ fn rebuild_headers(
 /// Accept IPv6 UDP datagrams with a zero checksum (linux/udp.h).
 const UDP_NO_CHECK6_RX: i32 = 102;
 
-/// Sets the TOS (IPv4) or traffic class (IPv6) byte sent.
-fn set_tos(fd: i32, v4: bool, tos: u8) -> io::Result<()> {
-    if v4 {
-        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_TOS, i32::from(tos))
+/// Attaches the TOS (IPv4) or traffic class (IPv6) byte to one datagram as a control
+/// message in `space`, which must outlive the `sendmmsg` call.
+fn put_tos(h: &mut libc::msghdr, space: &mut [u64; 4], v4: bool, tos: u8) {
+    let (level, kind) = if v4 {
+        (libc::IPPROTO_IP, libc::IP_TOS)
     } else {
-        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, i32::from(tos))
+        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+    };
+    let int = std::mem::size_of::<libc::c_int>() as u32;
+    h.msg_control = space.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE / CMSG_LEN only compute sizes; `space` (32 bytes, 8-aligned)
+    // holds one header and an int, so CMSG_FIRSTHDR points inside it and the writes
+    // stay in it.
+    unsafe {
+        h.msg_controllen = libc::CMSG_SPACE(int) as usize;
+        let c = libc::CMSG_FIRSTHDR(h);
+        (*c).cmsg_level = level;
+        (*c).cmsg_type = kind;
+        (*c).cmsg_len = libc::CMSG_LEN(int) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), i32::from(tos));
     }
 }
 
@@ -683,4 +682,69 @@ fn read_tos(msg: &libc::msghdr) -> u8 {
         }
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+    use crate::wire::{BthRepr, ExtHeaders, FrameRepr, Opcode};
+
+    /// Each datagram keeps its own TOS byte inside one batch (ECT data, DSCP 48 CNPs,
+    /// best effort), in order, as the receiver reads it back.
+    #[test]
+    fn each_datagram_carries_its_own_tos() {
+        let (a, b) = (Ipv4Addr::new(127, 0, 75, 1), Ipv4Addr::new(127, 0, 75, 2));
+        let mut tx = UdpBackend::bind(a).unwrap();
+        let mut rx = UdpBackend::bind(b).unwrap();
+        let tos = [0x02, 0xc0, 0x02, 0x00, 0xc0, 0x03, 0x02];
+        for (i, &t) in tos.iter().enumerate() {
+            let repr = FrameRepr {
+                eth: Some(EthernetRepr {
+                    dst: [0; 6],
+                    src: [0; 6],
+                    vlan: None,
+                    ethertype: wire::ethernet::ETHERTYPE_IPV4,
+                }),
+                ip: IpRepr::V4(Ipv4Repr::new(a, b, t)),
+                udp: UdpRepr {
+                    src_port: 0xc000,
+                    dst_port: wire::ROCEV2_UDP_PORT,
+                    checksum: 0,
+                },
+                bth: BthRepr::new(Opcode::UdSendOnly, 0x12, i as u32),
+                ext: ExtHeaders {
+                    deth: Some(wire::DethRepr {
+                        qkey: 0x1111,
+                        src_qp: 0x34,
+                    }),
+                    ..ExtHeaders::default()
+                },
+            };
+            let queued = tx
+                .send_with(&mut |buf| Some(repr.emit(&[i as u8; 40], buf).unwrap()))
+                .unwrap();
+            assert!(queued);
+        }
+        tx.flush().unwrap();
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while got.len() < tos.len() && std::time::Instant::now() < deadline {
+            rx.receive(Duration::from_millis(50), 64, &mut |f| {
+                let p = wire::parse(f).unwrap();
+                let IpRepr::V4(ip) = p.ip else {
+                    panic!("not IPv4")
+                };
+                got.push((p.bth.psn, ip.tos));
+            })
+            .unwrap();
+        }
+        let want: Vec<(u32, u8)> = tos
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| (i as u32, t))
+            .collect();
+        assert_eq!(got, want);
+    }
 }
