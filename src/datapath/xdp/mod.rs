@@ -462,7 +462,8 @@ impl Socket {
     }
 
     /// Wakes the kernel until it has taken every queued frame (copy mode moves a batch
-    /// per wake-up), or once when a zero-copy driver asks for it.
+    /// per wake-up), or once when a zero-copy driver asks for it. Stops when two wake-ups
+    /// in a row move nothing (the device is busy; the next flush tries again).
     fn push_out(&mut self, zero_copy: bool) {
         self.unkicked = 0;
         if zero_copy {
@@ -471,11 +472,16 @@ impl Socket {
             }
             return;
         }
-        let mut tries = 0;
-        while self.tx.in_flight() > 0 && tries < 4 * RING / TX_BATCH {
+        let mut idle = 0;
+        while self.tx.in_flight() > 0 && idle < 2 {
+            let before = self.tx.in_flight();
             self.kick();
             self.reclaim();
-            tries += 1;
+            idle = if self.tx.in_flight() < before {
+                0
+            } else {
+                idle + 1
+            };
         }
     }
 }
