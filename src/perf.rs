@@ -304,7 +304,8 @@ struct Setup {
     local: IpAddr,
 }
 
-const WINDOW: usize = 32;
+/// Messages in flight per QP (and message slots in the region).
+pub(crate) const WINDOW: usize = 32;
 
 fn setup(cfg: &PerfConfig, local: IpAddr) -> Result<Setup, String> {
     let (iface, mac) = local_link(cfg.iface.as_deref(), local);
@@ -316,6 +317,25 @@ fn setup(cfg: &PerfConfig, local: IpAddr) -> Result<Setup, String> {
         udp_sport_base: 0xc000,
         tos: 0,
     });
+    let (cq, qps, mr) = rc_resources(&mut ctx, cfg.qps, cfg.size)?;
+    Ok(Setup {
+        ep: Endpoint::new(ctx, backend),
+        qps,
+        cq,
+        mr,
+        datapath,
+        iface,
+        local,
+    })
+}
+
+/// What one perf loop needs in `ctx`: a CQ, `qps` RC QPs in INIT on it, and a region
+/// of `WINDOW` message slots that the peer may write and read.
+pub(crate) fn rc_resources(
+    ctx: &mut Context,
+    qps: u32,
+    size: u32,
+) -> Result<(crate::verbs::CqId, Vec<u32>, crate::mem::Mr), String> {
     let e = |e: crate::verbs::VerbsError| e.to_string();
     let cq = ctx.create_cq();
     let pd = ctx.alloc_pd();
@@ -326,25 +346,17 @@ fn setup(cfg: &PerfConfig, local: IpAddr) -> Result<Setup, String> {
         max_send_wr: 1024,
         max_recv_wr: 1024,
     };
-    let mut qps = Vec::new();
-    for _ in 0..cfg.qps.max(1) {
+    let mut v = Vec::new();
+    for _ in 0..qps.max(1) {
         let qp = ctx.create_qp(pd, caps).map_err(e)?;
         ctx.modify_qp_init(qp, InitAttr::default()).map_err(e)?;
-        qps.push(qp);
+        v.push(qp);
     }
     let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let mr = ctx
-        .reg_mr(pd, vec![0x5a; cfg.size.max(8) as usize * WINDOW], all)
+        .reg_mr(pd, vec![0x5a; size.max(8) as usize * WINDOW], all)
         .map_err(e)?;
-    Ok(Setup {
-        ep: Endpoint::new(ctx, backend),
-        qps,
-        cq,
-        mr,
-        datapath,
-        iface,
-        local,
-    })
+    Ok((cq, v, mr))
 }
 
 /// Sends our side of the exchange: one JSON line.

@@ -15,15 +15,15 @@ use crate::datapath::udp::UdpBackend;
 use crate::datapath::worker::{Idle, Worker};
 use crate::datapath::xdp::XdpBackend;
 use crate::datapath::Backend;
-use crate::mem::{Access, Mr};
+use crate::mem::Mr;
 use crate::perf::{local_link, peer_mac, Hello, Meter, PerfConfig, PerfOp, PerfResult};
 use crate::verbs::{
-    Context, ContextConfig, CqId, InitAttr, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
-    SendOp, SendWr, Sge, WcStatus, WorkCompletion,
+    Context, ContextConfig, CqId, RecvWr, Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge, WcStatus,
+    WorkCompletion,
 };
 
 /// Messages in flight per loop.
-const WINDOW: u64 = 32;
+const WINDOW: u64 = crate::perf::WINDOW as u64;
 
 type Boxed = Box<dyn Backend + Send>;
 
@@ -82,7 +82,6 @@ fn lanes(cfg: &PerfConfig, local: IpAddr, n: u32) -> Result<Lanes, String> {
         return Err(format!("--threads {n} is above 64"));
     }
     let (backends, datapath, iface, mac) = backends(cfg, local, n)?;
-    let e = |e: crate::verbs::VerbsError| e.to_string();
     let mut v = Vec::new();
     for (k, backend) in (0..n).zip(backends) {
         let mut ctx = Context::new(ContextConfig {
@@ -93,25 +92,8 @@ fn lanes(cfg: &PerfConfig, local: IpAddr, n: u32) -> Result<Lanes, String> {
             tos: 0,
         });
         ctx.set_qpn_space(16 * n + k, n);
-        let cq = ctx.create_cq();
-        let pd = ctx.alloc_pd();
-        let caps = QpCaps {
-            qp_type: QpType::Rc,
-            send_cq: cq,
-            recv_cq: cq,
-            max_send_wr: 1024,
-            max_recv_wr: 1024,
-        };
-        let qpn = ctx.create_qp(pd, caps).map_err(e)?;
-        ctx.modify_qp_init(qpn, InitAttr::default()).map_err(e)?;
-        let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-        let mr = ctx
-            .reg_mr(
-                pd,
-                vec![0x5a; cfg.size.max(8) as usize * WINDOW as usize],
-                all,
-            )
-            .map_err(e)?;
+        let (cq, qpns, mr) = crate::perf::rc_resources(&mut ctx, 1, cfg.size)?;
+        let qpn = qpns[0];
         v.push(Lane {
             ctx,
             cq,
