@@ -84,7 +84,13 @@ struct Socket {
     tx_pending: Vec<u8>,
     /// Frames queued on the TX ring since the last wake-up.
     unkicked: u32,
+    /// Multi-buffer: only every other RX chunk is offered to the kernel, and the chunk
+    /// after a frame's first takes the rest of the frame (see `drain`).
+    spill: bool,
 }
+
+/// Chunks a received frame may span (a 4096-byte path MTU takes two).
+const MAX_PARTS: usize = 4;
 
 /// Copy-mode AF_XDP sends at most this many frames per wake-up (the kernel's batch).
 const TX_BATCH: u32 = 32;
@@ -253,9 +259,12 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool) -> io::Result<(Socket, bool)>
         free_tx: Vec::new(),
         tx_pending: Vec::new(),
         unkicked: 0,
+        spill: sg,
     };
-    // The first half of the frames wait in the fill ring for received packets.
-    for i in 0..FRAMES / 2 {
+    // The first half of the chunks wait in the fill ring for received packets (every
+    // other one with multi-buffer).
+    let stride = if sg { 2 } else { 1 };
+    for i in (0..FRAMES / 2).step_by(stride) {
         s.fill.push_addr(u64::from(i * CHUNK));
     }
     s.fill.submit();
@@ -609,27 +618,56 @@ impl XdpBackend {
                     s.fill.push_addr(addr & mask);
                     continue;
                 }
-                // A frame in several chunks: gather it.
-                let mut total = 0usize;
-                let mut fits = true;
-                let mut d = Some((addr, len, opts));
-                while let Some((a, l, o)) = d {
-                    let l = l as usize;
-                    if total + l <= scratch.len() {
-                        // SAFETY: popped from the RX ring, given back below.
-                        scratch[total..total + l].copy_from_slice(unsafe { s.umem.slice(a, l) });
-                    } else {
-                        fits = false;
-                    }
-                    total += l;
-                    s.fill.push_addr(a & mask);
-                    if o & XDP_PKT_CONTD == 0 {
+                // A frame in several chunks (the kernel publishes all of them at once).
+                let mut parts = [(addr, len as usize); MAX_PARTS];
+                let (mut np, mut more) = (1, opts & XDP_PKT_CONTD != 0);
+                while more {
+                    let Some((a, l, o)) = s.rx.pop_desc() else {
                         break;
+                    };
+                    if np < MAX_PARTS {
+                        parts[np] = (a, l as usize);
+                    } else {
+                        s.fill.push_addr(a & mask); // too many parts: dropped below
                     }
-                    d = s.rx.pop_desc();
+                    np += 1;
+                    more = o & XDP_PKT_CONTD != 0;
                 }
-                if fits {
+                let parts = &parts[..np.min(MAX_PARTS)];
+                let total: usize = parts.iter().map(|p| p.1).sum();
+                let head = addr & mask;
+                let rest = total - parts[0].1;
+                if np > MAX_PARTS {
+                    // Not a frame uroce sends or expects; nothing to hand up.
+                } else if s.spill
+                    && addr + parts[0].1 as u64 == head + u64::from(CHUNK)
+                    && rest <= CHUNK as usize
+                {
+                    // Copy mode fills the first chunk to its end: the rest goes into the
+                    // chunk after it, which is never offered to the kernel, and the
+                    // frame is read in place (a few hundred bytes copied, not 4 KiB).
+                    let mut at = head + u64::from(CHUNK);
+                    for &(a, l) in &parts[1..] {
+                        // SAFETY: `a` was popped from the RX ring and is given back below;
+                        // the chunk after `head` is never in the fill ring.
+                        unsafe { s.umem.copy(a, at, l) };
+                        at += l as u64;
+                    }
+                    // SAFETY: the first part was popped from the RX ring, the rest of the
+                    // range is ours; `head` goes back to the fill ring below.
+                    count += impair.pass(unsafe { s.umem.slice(addr, total) }, handle);
+                } else if total <= scratch.len() {
+                    // Another layout (a zero-copy driver's headroom): gather the parts.
+                    let mut at = 0;
+                    for &(a, l) in parts {
+                        // SAFETY: popped from the RX ring, given back below.
+                        scratch[at..at + l].copy_from_slice(unsafe { s.umem.slice(a, l) });
+                        at += l;
+                    }
                     count += impair.pass(&scratch[..total], handle);
+                }
+                for &(a, _) in parts {
+                    s.fill.push_addr(a & mask);
                 }
             }
             s.rx.release();

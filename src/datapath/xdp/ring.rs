@@ -57,6 +57,27 @@ impl Umem {
         // the frame, and `&mut self` keeps any other slice of the UMEM from being alive.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) }
     }
+    /// Copies `len` bytes from offset `from` to offset `to`.
+    ///
+    /// # Safety
+    /// `from` must be part of a frame taken from the RX ring and not yet given back, `to`
+    /// a range the kernel never writes (never offered through the fill ring), and the two
+    /// must not overlap.
+    ///
+    /// # Panics
+    /// If either range is outside the mapping.
+    pub(super) unsafe fn copy(&mut self, from: u64, to: u64, len: usize) {
+        let (from, to) = (from as usize, to as usize);
+        assert!(
+            from.checked_add(len).is_some_and(|end| end <= self.len)
+                && to.checked_add(len).is_some_and(|end| end <= self.len),
+            "UMEM range out of bounds"
+        );
+        // SAFETY: both ranges are inside the mapping (checked above), do not overlap and
+        // are not written by the kernel meanwhile (the caller's guarantee).
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(from), self.ptr.add(to), len) }
+    }
+
     /// The `len` bytes at offset `at` (an RX frame the kernel handed to us).
     ///
     /// # Safety
