@@ -38,14 +38,27 @@ one() {
 field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
 
 echo "round mtu  raw_xdp_gbps write_xdp_gbps write_udp_gbps  xdp/raw  xdp/udp  raw/udp"
+rows=$(mktemp)
 for r in $(seq "$ROUNDS"); do
   for mtu in 2048 4096; do
     raw=$(one raw xdp "$mtu" | field bw_gbps)
     wx=$(one write xdp "$mtu" | field bw_gbps)
     wu=$(one write udp "$mtu" | field bw_gbps)
+    echo "$mtu $raw $wx $wu" >>"$rows"
     python3 -c "r,x,u=$raw,$wx,$wu; print(f'{$r:5d} {$mtu:4d}  {r:12.2f} {x:14.2f} {u:14.2f}  {x/r:7.2f}  {x/u:7.2f}  {r/u:7.2f}')"
   done
 done
+# Medians of the per-round ratios: one slow neighbour in one round moves them least.
+python3 - "$rows" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+for mtu in ("2048", "4096"):
+    rs = [tuple(map(float, r[1:])) for r in rows if r[0] == mtu]
+    med = lambda f: statistics.median(f(r, x, u) for r, x, u in rs)
+    print(f"median {mtu:4s}  xdp/raw {med(lambda r, x, u: x / r):.2f}  "
+          f"xdp/udp {med(lambda r, x, u: x / u):.2f}  raw/udp {med(lambda r, x, u: r / u):.2f}")
+PY
+rm -f "$rows"
 echo "8-byte RC WRITE round trip (p50 / p99 / p99.9 us):"
 for be in xdp udp; do
   one write "$be" 1024 --lat | python3 -c "

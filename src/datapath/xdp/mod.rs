@@ -5,6 +5,10 @@
 //! Copy mode with NEED_WAKEUP (veth has no zero-copy); zero-copy is tried first where the
 //! driver has it. Multi-buffer (XDP_USE_SG) carries frames larger than one 4 KiB UMEM
 //! chunk, so a 4096-byte path MTU works (the interface MTU must allow 4154-byte frames).
+//! Chunks cannot be larger than a page: Linux refuses 8 KiB chunks even on huge pages
+//! (EINVAL on 6.18; that support was merged for 6.6 and taken out again). Received
+//! multi-buffer frames are still read in place: only every other RX chunk is offered to
+//! the kernel, and a frame's tail is copied into the chunk after its head.
 
 mod bpf;
 mod ring;
@@ -571,6 +575,12 @@ impl Backend for XdpBackend {
         }
         if self.impair.holding() {
             return Ok(self.impair.release(handle));
+        }
+        if !self.mode.zero_copy && self.socks.iter().any(|s| s.tx.in_flight() > 0) {
+            // Frames the kernel has not taken yet (its send buffer is full until the
+            // receiver's copies free it): do not sleep on receive; the caller's next
+            // flush wakes the kernel again.
+            return Ok(0);
         }
         let mut pfds = [libc::pollfd {
             fd: -1,
