@@ -314,8 +314,9 @@ fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
 /// perftest's ib_*_bw and ib_*_lat against `uroce perf`, both ways.
 fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
     let rxe = "10.77.0.11";
-    // (verb, latency, size, MTU, iterations, uroce's receive drop share, backend)
-    let mut cases: Vec<(&str, bool, u32, u32, u32, &str, &str)> = Vec::new();
+    // (verb, latency, size, MTU, iterations, loss on the path each way, share of its
+    // received frames uroce holds back behind the next one, backend)
+    let mut cases: Vec<(&str, bool, u32, u32, u32, &str, &str, &str)> = Vec::new();
     for verb in ["write", "read", "send", "atomic"] {
         for lat in [false, true] {
             let size = match (verb, lat) {
@@ -323,7 +324,7 @@ fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
                 (_, true) => 2,
                 _ => 4096,
             };
-            cases.push((verb, lat, size, 1024, 50, "0", "xdp"));
+            cases.push((verb, lat, size, 1024, 50, "0", "0", "xdp"));
         }
     }
     // Sizes across the MTU, both MTUs.
@@ -335,20 +336,26 @@ fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
             (4097, 4096),
             (65536, 4096),
         ] {
-            cases.push((verb, false, size, mtu, 20, "0", "xdp"));
+            cases.push((verb, false, size, mtu, 20, "0", "0", "xdp"));
         }
     }
     // Loss: 5% of the RoCE frames each way (requests, ACKs, responses of both sides).
     for verb in ["write", "read", "send", "atomic"] {
         let size = if verb == "atomic" { 8 } else { 8192 };
-        cases.push((verb, false, size, 1024, 50, "0.05", "xdp"));
+        cases.push((verb, false, size, 1024, 50, "0.05", "0", "xdp"));
+    }
+    // Reordering: uroce holds back 5% of rxe's frames behind the next one, so uroce's
+    // responder NAKs sequence errors that rxe's requester must answer by going back,
+    // and rxe's READ responses arrive out of order at uroce's requester.
+    for verb in ["write", "read", "send"] {
+        cases.push((verb, false, 8192, 1024, 50, "0", "0.05", "xdp"));
     }
     // The UDP socket backend (it recovers rxe's IP identification from the ICRC).
     for verb in ["write", "read", "send", "atomic"] {
         let size = if verb == "atomic" { 8 } else { 65536 };
-        cases.push((verb, false, size, 1024, 50, "0", "udp"));
+        cases.push((verb, false, size, 1024, 50, "0", "0", "udp"));
     }
-    for (verb, lat, size, mtu, iters, drop, backend) in cases {
+    for (verb, lat, size, mtu, iters, drop, reorder, backend) in cases {
         let tool = format!("ib_{verb}_{}", if lat { "lat" } else { "bw" });
         let size_s = size.to_string();
         let iters_s = iters.to_string();
@@ -363,6 +370,9 @@ fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
             "--backend",
             backend,
         ];
+        if reorder != "0" {
+            args.extend(["--reorder", reorder]);
+        }
         let _loss = (drop != "0").then(|| PathLoss::start(drop));
         let mut flags = format!("-d rxe0 -x 1 -F -n {iters} -m {mtu}");
         if verb != "atomic" {
@@ -372,15 +382,18 @@ fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
         if lat {
             args.push("--lat");
         }
+        let percent = |p: &str| (p.parse::<f64>().unwrap() * 100.0).round() as u32;
         let extra = format!(
-            "{size} B{}{}",
+            "{size} B{}{}{}",
             if drop == "0" {
                 String::new()
             } else {
-                format!(
-                    ", {}% loss each way",
-                    (drop.parse::<f64>().unwrap() * 100.0).round() as u32
-                )
+                format!(", {}% loss each way", percent(drop))
+            },
+            if reorder == "0" {
+                String::new()
+            } else {
+                format!(", uroce reorders {}% of what it receives", percent(reorder))
             },
             if backend == "udp" {
                 ", UDP backend"
