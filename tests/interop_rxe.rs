@@ -316,7 +316,17 @@ fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
     let rxe = "10.77.0.11";
     // (verb, latency, size, MTU, iterations, loss on the path each way, share of its
     // received frames uroce holds back behind the next one, backend)
-    let mut cases: Vec<(&str, bool, u32, u32, u32, &str, &str, &str)> = Vec::new();
+    type Case = (
+        &'static str,
+        bool,
+        u32,
+        u32,
+        u32,
+        &'static str,
+        &'static str,
+        &'static str,
+    );
+    let mut cases: Vec<Case> = Vec::new();
     for verb in ["write", "read", "send", "atomic"] {
         for lat in [false, true] {
             let size = match (verb, lat) {
