@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::congestion::dcqcn;
 use crate::datapath::event_loop::Endpoint;
 use crate::datapath::impair::Impairment;
 use crate::datapath::udp::UdpBackend;
@@ -37,6 +38,98 @@ pub enum PerfOp {
     Raw,
 }
 
+/// What an endpoint puts in the headers the network looks at, and whether DCQCN runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Traffic {
+    /// DSCP of every data and ACK packet (CNPs keep DCQCN's `cnp_dscp`).
+    pub dscp: u8,
+    /// UDP source ports are `sport_base | (hash(QPN) & 0x3fff)`: ECMP entropy, fixed per QP.
+    pub sport_base: u16,
+    /// DCQCN: a profile (`paper` or `mlx5`) and knobs by their mlx5 names
+    /// (`rpg_ai_rate=10,...`). Data packets then carry ECT(0), the reaction point paces
+    /// each QP, and the notification point answers CE marks with CNPs.
+    pub dcqcn: Option<(String, String)>,
+}
+
+impl Default for Traffic {
+    fn default() -> Self {
+        Self {
+            dscp: 0,
+            sport_base: 0xc000,
+            dcqcn: None,
+        }
+    }
+}
+
+impl Traffic {
+    /// Checks the DSCP range and the DCQCN profile and knobs; says what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.dscp > 63 {
+            return Err(format!("--dscp {} is out of range 0..=63", self.dscp));
+        }
+        self.dcqcn_params(100e9).map(|_| ())
+    }
+
+    fn dcqcn_params(&self, line_rate_bps: f64) -> Result<Option<dcqcn::Params>, String> {
+        let Some((profile, knobs)) = &self.dcqcn else {
+            return Ok(None);
+        };
+        let mut p =
+            dcqcn::Params::profile(profile, line_rate_bps).map_err(|e| format!("--dcqcn: {e}"))?;
+        p.set_all(knobs).map_err(|e| format!("--dcqcn-set: {e}"))?;
+        Ok(Some(p))
+    }
+
+    /// A context for `mac` / `ip` sending as configured; DCQCN's line rate is the
+    /// interface's speed (100 Gb/s where it has none, as veth).
+    pub(crate) fn context(
+        &self,
+        iface: &str,
+        mac: [u8; 6],
+        ip: IpAddr,
+        seed: u64,
+    ) -> Result<Context, String> {
+        let mut ctx = Context::new(ContextConfig {
+            mac,
+            ip,
+            seed,
+            udp_sport_base: self.sport_base,
+            tos: self.dscp << 2,
+        });
+        if let Some(p) = self.dcqcn_params(link_speed_bps(iface))? {
+            ctx.enable_dcqcn(p, Instant::now());
+        }
+        Ok(ctx)
+    }
+
+    /// How it shows in a datapath line: empty when all is default.
+    pub(crate) fn describe(&self) -> String {
+        let mut s = String::new();
+        if self.dscp != 0 {
+            s.push_str(&format!(", DSCP {}", self.dscp));
+        }
+        if self.sport_base != Self::default().sport_base {
+            s.push_str(&format!(
+                ", UDP source ports {:#06x} | hash",
+                self.sport_base
+            ));
+        }
+        if let Some((profile, _)) = &self.dcqcn {
+            s.push_str(&format!(", DCQCN ({profile}), ECT(0)"));
+        }
+        s
+    }
+}
+
+/// The interface's speed from sysfs, or 100 Gb/s when it has none (veth, tun).
+fn link_speed_bps(iface: &str) -> f64 {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/speed"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .filter(|&mbps| mbps > 0)
+        .map_or(100e9, |mbps| mbps as f64 * 1e6)
+}
+
 /// Options of a run.
 #[derive(Debug, Clone)]
 pub struct PerfConfig {
@@ -58,6 +151,8 @@ pub struct PerfConfig {
     pub mtu: Mtu,
     /// Loss and reordering of received frames on purpose (recovery tests).
     pub impair: Impairment,
+    /// DSCP, UDP source ports and DCQCN.
+    pub traffic: Traffic,
     /// QPs, driven by one loop, messages spread over them in turn (the server takes
     /// the client's count).
     pub qps: u32,
@@ -310,20 +405,14 @@ pub(crate) const WINDOW: usize = 32;
 fn setup(cfg: &PerfConfig, local: IpAddr) -> Result<Setup, String> {
     let (iface, mac) = local_link(cfg.iface.as_deref(), local);
     let (backend, datapath) = open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.impair)?;
-    let mut ctx = Context::new(ContextConfig {
-        mac,
-        ip: local,
-        seed: seed_of(local),
-        udp_sport_base: 0xc000,
-        tos: 0,
-    });
+    let mut ctx = cfg.traffic.context(&iface, mac, local, seed_of(local))?;
     let (cq, qps, mr) = rc_resources(&mut ctx, cfg.qps, cfg.size)?;
     Ok(Setup {
         ep: Endpoint::new(ctx, backend),
         qps,
         cq,
         mr,
-        datapath,
+        datapath: datapath + &cfg.traffic.describe(),
         iface,
         local,
     })

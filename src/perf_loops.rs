@@ -18,8 +18,7 @@ use crate::datapath::Backend;
 use crate::mem::Mr;
 use crate::perf::{local_link, peer_mac, Hello, Meter, PerfConfig, PerfOp, PerfResult};
 use crate::verbs::{
-    Context, ContextConfig, CqId, RecvWr, Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge, WcStatus,
-    WorkCompletion,
+    Context, CqId, RecvWr, Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
 
 /// Messages in flight per loop.
@@ -84,13 +83,8 @@ fn lanes(cfg: &PerfConfig, local: IpAddr, n: u32) -> Result<Lanes, String> {
     let (backends, datapath, iface, mac) = backends(cfg, local, n)?;
     let mut v = Vec::new();
     for (k, backend) in (0..n).zip(backends) {
-        let mut ctx = Context::new(ContextConfig {
-            mac,
-            ip: local,
-            seed: crate::perf::seed_of(local) ^ (u64::from(k) << 40),
-            udp_sport_base: 0xc000,
-            tos: 0,
-        });
+        let seed = crate::perf::seed_of(local) ^ (u64::from(k) << 40);
+        let mut ctx = cfg.traffic.context(&iface, mac, local, seed)?;
         ctx.set_qpn_space(16 * n + k, n);
         let (cq, qpns, mr) = crate::perf::rc_resources(&mut ctx, 1, cfg.size)?;
         let qpn = qpns[0];

@@ -30,8 +30,8 @@ use crate::datapath::Backend;
 use crate::mem::{Access, Mr};
 use crate::perf::{local_link, open_backend_lossy, peer_mac};
 use crate::verbs::{
-    Context, ContextConfig, CqId, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
-    SendOp, SendWr, Sge, WcStatus,
+    CqId, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge,
+    WcStatus,
 };
 
 /// The version uroce announces: perftest 4.5's.
@@ -144,6 +144,8 @@ pub struct Config {
     pub iface: Option<String>,
     /// Loss and reordering of received frames on purpose (recovery tests).
     pub impair: crate::datapath::impair::Impairment,
+    /// DSCP, UDP source ports and DCQCN.
+    pub traffic: crate::perf::Traffic,
 }
 
 /// The keys message (perftest's `KEY_PRINT_FMT_GID`).
@@ -496,13 +498,8 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> Result<Outcome, String> {
     let size = u64::from(cfg.size);
     let half = step(size.max(cycle), cache_line);
     let (backend, datapath) = open_backend_lossy(&cfg.backend, mtu, local, &iface, cfg.impair)?;
-    let mut ctx = Context::new(ContextConfig {
-        mac,
-        ip: IpAddr::V4(local),
-        seed: u64::from(u32::from(local)) ^ u64::from(std::process::id()),
-        udp_sport_base: 0xc000,
-        tos: 0,
-    });
+    let seed = u64::from(u32::from(local)) ^ u64::from(std::process::id());
+    let mut ctx = cfg.traffic.context(&iface, mac, IpAddr::V4(local), seed)?;
     let e = |e: crate::verbs::VerbsError| e.to_string();
     let cq = ctx.create_cq();
     let pd = ctx.alloc_pd();
@@ -567,7 +564,7 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> Result<Outcome, String> {
             role: if client { "client" } else { "server" }.into(),
             peer_version,
             mtu: mtu.bytes(),
-            datapath,
+            datapath: datapath + &cfg.traffic.describe(),
             ..Outcome::default()
         },
         cfg,

@@ -286,6 +286,74 @@ fn perf_client_and_server_over_veth() {
     }
 }
 
+/// `uroce perf --dscp 26 --sport-base 0x8000 --dcqcn mlx5` on both ends: every RoCE frame
+/// on the veth carries DSCP 26 with ECT(0), and every UDP source port is in
+/// 0x8000..=0xbfff (the base's range), one per QP.
+#[test]
+fn perf_dscp_source_ports_and_ecn_on_the_wire() {
+    use uroce::datapath::capture::Capture;
+    if !can_run() {
+        return;
+    }
+    let pair = netns::VethPair::create("tos", 9000).unwrap();
+    let bin = env!("CARGO_BIN_EXE_uroce");
+    let flags = [
+        "--backend=udp",
+        "--dscp",
+        "26",
+        "--sport-base",
+        "32768",
+        "--dcqcn",
+        "mlx5",
+        "--port",
+        "18601",
+    ];
+    let cap = Capture::start(Some(pair.ns[1].clone()), pair.ifaces[1].clone(), false).unwrap();
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", &pair.ns[1], bin, "perf", "write"])
+        .args(flags)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let addr = pair.addrs[1].to_string();
+    let out = Command::new("ip")
+        .args(["netns", "exec", &pair.ns[0], bin, "perf", "write", &addr])
+        .args(flags)
+        .args(["--duration", "0.5", "--qps", "4", "--json"])
+        .output()
+        .unwrap();
+    let _ = server.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let frames = cap.stop().unwrap();
+    let mut ports = std::collections::BTreeSet::new();
+    let mut roce = 0;
+    for f in &frames {
+        let Ok(p) = wire::parse(f) else { continue };
+        let wire::IpRepr::V4(ip) = p.ip else {
+            continue;
+        };
+        roce += 1;
+        assert_eq!(ip.tos, 26 << 2 | 0b10, "DSCP 26, ECT(0): {ip:?}");
+        assert!(
+            (0x8000..=0xbfff).contains(&p.udp.src_port),
+            "source port {:#x}",
+            p.udp.src_port
+        );
+        if ip.src == pair.addrs[0] {
+            ports.insert(p.udp.src_port);
+        }
+    }
+    assert!(roce > 100, "only {roce} RoCE frames captured");
+    // Four QPs on the client: a source port each, from its QPN's hash (two of four
+    // sharing one happens once in about 2,700 runs; three never should).
+    assert!(ports.len() >= 3, "{ports:x?}");
+}
+
 /// `uroce pingpong` (ibv_rc_pingpong / ibv_ud_pingpong compatible) between the namespaces,
 /// RC and UD, over each datapath, with buffer validation.
 #[test]

@@ -9,3 +9,4 @@ pub mod perf;
 pub mod pingpong;
 pub mod sim;
 pub mod simcc;
+pub mod traffic;

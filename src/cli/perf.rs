@@ -79,6 +79,8 @@ pub struct Args {
     mtu: Option<u32>,
     #[command(flatten)]
     impair: super::impair::ImpairArgs,
+    #[command(flatten)]
+    traffic: super::traffic::TrafficArgs,
     /// Event loops, one per thread with one QP each (UDP backend; the kernel steers each
     /// datagram to the loop owning its QP). Bandwidth between uroce peers.
     #[arg(long, default_value_t = 1)]
@@ -111,6 +113,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         ));
     }
     let impair = a.impair.impairment()?;
+    let traffic = a.traffic.traffic()?;
     let mtu = a
         .mtu
         .map(|m| {
@@ -151,6 +154,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
             backend: a.backend.clone(),
             iface: a.iface.clone(),
             impair,
+            traffic: traffic.clone(),
         }
     });
     let op = match a.op.as_str() {
@@ -169,6 +173,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         port: a.port,
         mtu: mtu.unwrap_or(Mtu::M4096),
         impair,
+        traffic,
         qps: a.qps,
         threads: a.threads,
     };
