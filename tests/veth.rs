@@ -191,6 +191,96 @@ fn an_interrupted_demo_leaves_nothing_behind() {
     assert!(!list.contains(&tag), "namespaces left behind: {list}");
 }
 
+/// Interrupting a transfer over AF_XDP: a server that dies by SIGKILL mid-transfer (a
+/// crash: no clean-up code runs) leaves no XDP program on its interface, because the
+/// program hangs on a BPF link that closes with the process; the client, its peer gone,
+/// stops on Ctrl-C (SIGINT) within moments and leaves nothing either.
+#[test]
+fn interrupted_perf_leaves_no_xdp_program_or_process() {
+    if !can_run() {
+        return;
+    }
+    let pair = netns::VethPair::create("intr", 9000).unwrap();
+    let bin = env!("CARGO_BIN_EXE_uroce");
+    let xdp_on = |i: usize| {
+        let o = Command::new("ip")
+            .args(["-n", &pair.ns[i], "link", "show", "dev", &pair.ifaces[i]])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).contains("prog/xdp")
+    };
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", &pair.ns[1], bin, "perf", "write"])
+        .args(["--backend=xdp", "--port", "18602"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let addr = pair.addrs[1].to_string();
+    let mut client = Command::new("ip")
+        .args(["netns", "exec", &pair.ns[0], bin, "perf", "write", &addr])
+        .args(["--backend=xdp", "--port", "18602", "--duration", "60"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    if let Ok(Some(st)) = client.try_wait() {
+        let _ = server.kill();
+        let mut why = String::new();
+        let _ = std::io::Read::read_to_string(&mut client.stderr.take().unwrap(), &mut why);
+        assert!(
+            why.contains("AF_XDP"),
+            "the client ended early ({st}): {why}"
+        );
+        eprintln!("SKIP: AF_XDP perf not possible here: {why}");
+        return;
+    }
+    assert!(
+        xdp_on(0) && xdp_on(1),
+        "both ends should run their XDP program"
+    );
+    // The server crashes mid-transfer: SIGKILL to every process of its namespace.
+    let o = Command::new("ip")
+        .args(["netns", "pids", &pair.ns[1]])
+        .output()
+        .unwrap();
+    for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+        if let Ok(pid) = pid.parse::<i32>() {
+            // SAFETY: killing a process of the test's own namespace (a real pid, not 0).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    let _ = server.wait();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!xdp_on(1), "an XDP program outlived the killed server");
+    // Ctrl-C on the client, whose peer is gone: `ip netns exec` passes it on to uroce.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(client.id() as i32, libc::SIGINT) };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while client.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the client did not stop within 10 s of SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !xdp_on(0),
+        "an XDP program stayed on the client's interface"
+    );
+    for ns in &pair.ns {
+        let o = Command::new("ip")
+            .args(["netns", "pids", ns])
+            .output()
+            .unwrap();
+        let left = String::from_utf8_lossy(&o.stdout);
+        assert!(left.trim().is_empty(), "processes left in {ns}: {left}");
+    }
+}
+
 /// `uroce perf` server in one namespace, client in the other, over each datapath.
 #[test]
 fn perf_client_and_server_over_veth() {
