@@ -228,6 +228,7 @@ fn interrupted_perf_leaves_no_xdp_program_or_process() {
     std::thread::sleep(Duration::from_millis(1500));
     if let Ok(Some(st)) = client.try_wait() {
         let _ = server.kill();
+        let _ = server.wait();
         let mut why = String::new();
         let _ = std::io::Read::read_to_string(&mut client.stderr.take().unwrap(), &mut why);
         assert!(
