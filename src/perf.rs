@@ -67,6 +67,14 @@ impl Traffic {
         if self.dscp > 63 {
             return Err(format!("--dscp {} is out of range 0..=63", self.dscp));
         }
+        // The hash fills the low 14 bits: a base with any of them set, or 0 (ports from
+        // 0, some privileged), is no range of its own.
+        if self.sport_base & 0x3fff != 0 || self.sport_base == 0 {
+            return Err(format!(
+                "--sport-base {} must be 16384, 32768 or 49152 (ports are BASE | 14 bits of the QPN's hash)",
+                self.sport_base
+            ));
+        }
         self.dcqcn_params(100e9).map(|_| ())
     }
 

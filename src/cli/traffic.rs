@@ -10,7 +10,7 @@ pub struct TrafficArgs {
     #[arg(long, default_value_t = 0)]
     dscp: u8,
     /// UDP source ports are SPORT_BASE | (hash(QPN) & 0x3fff): fixed per QP, spread over
-    /// QPs for ECMP.
+    /// QPs for ECMP. 16384, 32768 or 49152.
     #[arg(long, default_value_t = 0xc000)]
     sport_base: u16,
     /// Turn DCQCN on with this profile (paper or mlx5): data packets carry ECT(0), each

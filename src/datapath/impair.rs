@@ -4,7 +4,9 @@
 //! Each received frame is dropped with probability `drop`; otherwise, with probability
 //! `reorder`, it is held back and handed up right after the frame that follows it (as
 //! netem's `reorder` lets later packets overtake a delayed one). A held frame is handed up
-//! anyway once the backend finds nothing more to receive, so nothing else is lost.
+//! anyway once the backend finds nothing more to receive, so nothing else is lost. One
+//! received frame never becomes two deliveries at once: once overtaken, the held frame is
+//! [`Impairer::due`] and the backend releases it within its `max`.
 
 use super::MAX_FRAME;
 use crate::sim::Rng;
@@ -52,6 +54,8 @@ pub(crate) struct Impairer {
     /// The frame held back (allocated once, when reordering is first asked for).
     held: Vec<u8>,
     held_len: Option<usize>,
+    /// A later frame has been handed up: the held one goes next.
+    overtaken: bool,
     stats: ImpairStats,
 }
 
@@ -62,6 +66,7 @@ impl Impairer {
             rng: Rng::new(seed),
             held: Vec::new(),
             held_len: None,
+            overtaken: false,
             stats: ImpairStats::default(),
         }
     }
@@ -82,8 +87,13 @@ impl Impairer {
         self.held_len.is_some()
     }
 
+    /// Whether the held frame has been overtaken and should be released next.
+    pub(crate) fn due(&self) -> bool {
+        self.overtaken
+    }
+
     /// Passes one received frame on to `handle` (or not, or later); returns how many
-    /// frames `handle` got.
+    /// frames `handle` got (0 or 1).
     pub(crate) fn pass(&mut self, frame: &[u8], handle: &mut dyn FnMut(&[u8])) -> usize {
         if self.cfg.is_none() {
             handle(frame);
@@ -102,20 +112,18 @@ impl Impairer {
             return 0;
         }
         handle(frame);
-        match self.held_len.take() {
-            Some(n) => {
-                self.stats.reordered += 1;
-                handle(&self.held[..n]);
-                2
-            }
-            None => 1,
-        }
+        self.overtaken = self.held_len.is_some();
+        1
     }
 
-    /// Hands up a frame still held back (nothing followed it); returns how many (0 or 1).
+    /// Hands up the held frame, overtaken or not (nothing else came); returns how many
+    /// (0 or 1).
     pub(crate) fn release(&mut self, handle: &mut dyn FnMut(&[u8])) -> usize {
         match self.held_len.take() {
             Some(n) => {
+                if std::mem::take(&mut self.overtaken) {
+                    self.stats.reordered += 1;
+                }
                 handle(&self.held[..n]);
                 1
             }
@@ -133,7 +141,10 @@ mod tests {
         imp.set(cfg);
         let mut out = Vec::new();
         for i in 0..frames {
-            imp.pass(&[i as u8], &mut |f| out.push(f[0]));
+            assert!(imp.pass(&[i as u8], &mut |f| out.push(f[0])) <= 1);
+            if imp.due() {
+                imp.release(&mut |f| out.push(f[0]));
+            }
         }
         imp.release(&mut |f| out.push(f[0]));
         (out, imp.stats())

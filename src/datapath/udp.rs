@@ -394,13 +394,25 @@ impl Backend for UdpBackend {
         max: usize,
         handle: &mut dyn FnMut(&[u8]),
     ) -> io::Result<usize> {
+        if max == 0 {
+            return Ok(0);
+        }
+        // A held-back frame that has been overtaken goes first.
+        let mut handled = if self.impair.due() {
+            self.impair.release(handle)
+        } else {
+            0
+        };
+        if handled == max {
+            return Ok(handled);
+        }
         let fd = self.rx.as_raw_fd();
         let mut pfd = libc::pollfd {
             fd,
             events: libc::POLLIN,
             revents: 0,
         };
-        let ms = if self.impair.holding() {
+        let ms = if self.impair.holding() || handled > 0 {
             0
         } else {
             timeout.as_millis().min(i32::MAX as u128) as i32
@@ -411,15 +423,23 @@ impl Backend for UdpBackend {
             let e = io::Error::last_os_error();
             // A signal (Ctrl-C is handled by the caller's loop) is just an early wake-up.
             return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(0)
+                Ok(handled)
             } else {
                 Err(e)
             };
         }
-        if r == 0 || max == 0 {
-            return Ok(self.impair.release(handle));
+        if r == 0 {
+            // Nothing more: a frame still held back goes now.
+            if handled == 0 {
+                handled = self.impair.release(handle);
+            }
+            return Ok(handled);
         }
-        let want = max.min(BATCH);
+        // A frame held from an earlier call comes out once another overtakes it: keep
+        // room for it (with no room, one datagram is read and the held frame waits for
+        // the next call, as releases below only happen under `max`).
+        let room = max - handled - usize::from(self.impair.holding());
+        let want = room.clamp(1, BATCH);
         let mut names = [zeroed_sockaddr(); BATCH];
         let mut iovs = [libc::iovec {
             iov_base: std::ptr::null_mut(),
@@ -456,12 +476,14 @@ impl Backend for UdpBackend {
                 e.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
             ) {
-                Ok(self.impair.release(handle))
+                if handled == 0 {
+                    handled = self.impair.release(handle);
+                }
+                Ok(handled)
             } else {
                 Err(e)
             };
         }
-        let mut handled = 0;
         for k in 0..got as usize {
             let n = msgs[k].msg_len as usize;
             let tos = read_tos(&msgs[k].msg_hdr);
@@ -495,6 +517,9 @@ impl Backend for UdpBackend {
             handled += self
                 .impair
                 .pass(&self.rxbuf[base + start..base + RX_ROOM + n], handle);
+            if self.impair.due() && handled < max {
+                handled += self.impair.release(handle);
+            }
         }
         Ok(handled)
     }
@@ -691,6 +716,66 @@ mod tests {
     use super::*;
     use crate::wire::{BthRepr, ExtHeaders, FrameRepr, Opcode};
 
+    /// A UD SEND frame from `a` to `b` with TOS `tos` and PSN `psn`.
+    fn frame(a: Ipv4Addr, b: Ipv4Addr, tos: u8, psn: u32) -> FrameRepr {
+        FrameRepr {
+            eth: Some(EthernetRepr {
+                dst: [0; 6],
+                src: [0; 6],
+                vlan: None,
+                ethertype: wire::ethernet::ETHERTYPE_IPV4,
+            }),
+            ip: IpRepr::V4(Ipv4Repr::new(a, b, tos)),
+            udp: UdpRepr {
+                src_port: 0xc000,
+                dst_port: wire::ROCEV2_UDP_PORT,
+                checksum: 0,
+            },
+            bth: BthRepr::new(Opcode::UdSendOnly, 0x12, psn),
+            ext: ExtHeaders {
+                deth: Some(wire::DethRepr {
+                    qkey: 0x1111,
+                    src_qp: 0x34,
+                }),
+                ..ExtHeaders::default()
+            },
+        }
+    }
+
+    /// Sends one frame per entry of `tos` (PSN = index) from `a` to `b`.
+    fn send_all(tx: &mut UdpBackend, a: Ipv4Addr, b: Ipv4Addr, tos: &[u8]) {
+        for (i, &t) in tos.iter().enumerate() {
+            let repr = frame(a, b, t, i as u32);
+            let queued = tx
+                .send_with(&mut |buf| Some(repr.emit(&[i as u8; 40], buf).unwrap()))
+                .unwrap();
+            assert!(queued);
+        }
+        tx.flush().unwrap();
+    }
+
+    /// Receives until `n` frames came or 5 s passed, `max` per call; returns (PSN, TOS)
+    /// in arrival order.
+    fn receive_all(rx: &mut UdpBackend, n: usize, max: usize) -> Vec<(u32, u8)> {
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while got.len() < n && std::time::Instant::now() < deadline {
+            let before = got.len();
+            let k = rx
+                .receive(Duration::from_millis(50), max, &mut |f| {
+                    let p = wire::parse(f).unwrap();
+                    let IpRepr::V4(ip) = p.ip else {
+                        panic!("not IPv4")
+                    };
+                    got.push((p.bth.psn, ip.tos));
+                })
+                .unwrap();
+            assert_eq!(k, got.len() - before);
+            assert!(k <= max, "{k} frames handed up for max {max}");
+        }
+        got
+    }
+
     /// Each datagram keeps its own TOS byte inside one batch (ECT data, DSCP 48 CNPs,
     /// best effort), in order, as the receiver reads it back.
     #[test]
@@ -699,52 +784,36 @@ mod tests {
         let mut tx = UdpBackend::bind(a).unwrap();
         let mut rx = UdpBackend::bind(b).unwrap();
         let tos = [0x02, 0xc0, 0x02, 0x00, 0xc0, 0x03, 0x02];
-        for (i, &t) in tos.iter().enumerate() {
-            let repr = FrameRepr {
-                eth: Some(EthernetRepr {
-                    dst: [0; 6],
-                    src: [0; 6],
-                    vlan: None,
-                    ethertype: wire::ethernet::ETHERTYPE_IPV4,
-                }),
-                ip: IpRepr::V4(Ipv4Repr::new(a, b, t)),
-                udp: UdpRepr {
-                    src_port: 0xc000,
-                    dst_port: wire::ROCEV2_UDP_PORT,
-                    checksum: 0,
-                },
-                bth: BthRepr::new(Opcode::UdSendOnly, 0x12, i as u32),
-                ext: ExtHeaders {
-                    deth: Some(wire::DethRepr {
-                        qkey: 0x1111,
-                        src_qp: 0x34,
-                    }),
-                    ..ExtHeaders::default()
-                },
-            };
-            let queued = tx
-                .send_with(&mut |buf| Some(repr.emit(&[i as u8; 40], buf).unwrap()))
-                .unwrap();
-            assert!(queued);
-        }
-        tx.flush().unwrap();
-        let mut got = Vec::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while got.len() < tos.len() && std::time::Instant::now() < deadline {
-            rx.receive(Duration::from_millis(50), 64, &mut |f| {
-                let p = wire::parse(f).unwrap();
-                let IpRepr::V4(ip) = p.ip else {
-                    panic!("not IPv4")
-                };
-                got.push((p.bth.psn, ip.tos));
-            })
-            .unwrap();
-        }
+        send_all(&mut tx, a, b, &tos);
+        let got = receive_all(&mut rx, tos.len(), 64);
         let want: Vec<(u32, u8)> = tos
             .iter()
             .enumerate()
             .map(|(i, &t)| (i as u32, t))
             .collect();
         assert_eq!(got, want);
+    }
+
+    /// Reordering on receive swaps neighbours, loses nothing and never hands up more
+    /// than `max` frames per call, one at a time included.
+    #[test]
+    fn reordering_keeps_every_frame_and_the_budget() {
+        let (a, b) = (Ipv4Addr::new(127, 0, 76, 1), Ipv4Addr::new(127, 0, 76, 2));
+        let mut tx = UdpBackend::bind(a).unwrap();
+        let mut rx = UdpBackend::bind(b).unwrap();
+        rx.set_impairment(Impairment {
+            drop: 0.0,
+            reorder: 0.3,
+        });
+        for max in [1, 3, 64] {
+            send_all(&mut tx, a, b, &[0; 30]);
+            let got = receive_all(&mut rx, 30, max);
+            let mut psns: Vec<u32> = got.iter().map(|g| g.0).collect();
+            let swapped = psns.windows(2).filter(|w| w[0] > w[1]).count();
+            psns.sort_unstable();
+            assert_eq!(psns, (0..30).collect::<Vec<_>>(), "max {max}");
+            assert!(swapped > 0, "max {max}: nothing was reordered");
+        }
+        assert!(rx.impaired().reordered > 5, "{:?}", rx.impaired());
     }
 }

@@ -36,7 +36,8 @@ const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
 const XDP_USE_SG: u16 = 1 << 4;
 const XDP_PKT_CONTD: u32 = 1;
 
-/// Frames in the UMEM, each one 4 KiB chunk; half for receive, half for send.
+/// Chunks of 4 KiB in the UMEM (twice as many with multi-buffer); half for receive, half
+/// for send.
 const FRAMES: u32 = 4096;
 const CHUNK: u32 = 4096;
 const RING: u32 = 2048;
@@ -79,6 +80,8 @@ struct Socket {
     comp: Ring,
     rx: Ring,
     tx: Ring,
+    /// First UMEM offset of the TX half (the RX half is below it).
+    tx_base: u64,
     /// Bytes per TX slot: one chunk, or two adjacent chunks with multi-buffer so a
     /// frame of up to 8 KiB is built in one contiguous place.
     tx_slot: u64,
@@ -98,8 +101,6 @@ const MAX_PARTS: usize = 4;
 
 /// Copy-mode AF_XDP sends at most this many frames per wake-up (the kernel's batch).
 const TX_BATCH: u32 = 32;
-/// First UMEM offset of the TX half.
-const TX_BASE: u64 = (FRAMES / 2) as u64 * CHUNK as u64;
 
 /// The steering program attached to an interface, shared by the backends using it.
 struct Attachment {
@@ -183,7 +184,10 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool) -> io::Result<(Socket, bool)>
     }
     // SAFETY: `raw` is a fresh descriptor nobody else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let umem = Umem::new(FRAMES as usize * CHUNK as usize)?;
+    // Multi-buffer frames take two chunks each (and the RX half offers only every other
+    // one): twice the chunks keep the same number of frames in flight.
+    let frames = if sg { 2 * FRAMES } else { FRAMES };
+    let umem = Umem::new(frames as usize * CHUNK as usize)?;
     let reg = UmemReg {
         addr: umem.addr() as u64,
         len: umem.len() as u64,
@@ -264,16 +268,20 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool) -> io::Result<(Socket, bool)>
         tx_pending: Vec::new(),
         unkicked: 0,
         spill: sg,
+        tx_base: u64::from(frames / 2) * u64::from(CHUNK),
     };
     // The first half of the chunks wait in the fill ring for received packets (every
     // other one with multi-buffer).
     let stride = if sg { 2 } else { 1 };
-    for i in (0..FRAMES / 2).step_by(stride) {
+    for i in (0..frames / 2).step_by(stride) {
         s.fill.push_addr(u64::from(i * CHUNK));
     }
     s.fill.submit();
-    let slots = (u64::from(FRAMES) * u64::from(CHUNK) - TX_BASE) / s.tx_slot;
-    s.free_tx = (0..slots).rev().map(|i| TX_BASE + i * s.tx_slot).collect();
+    let slots = (u64::from(frames) * u64::from(CHUNK) - s.tx_base) / s.tx_slot;
+    s.free_tx = (0..slots)
+        .rev()
+        .map(|i| s.tx_base + i * s.tx_slot)
+        .collect();
     s.tx_pending = vec![0; slots as usize];
     Ok((s, zero_copy))
 }
@@ -449,11 +457,11 @@ impl Socket {
     /// Takes finished TX descriptors back; a slot is free once all of its are done.
     fn reclaim(&mut self) {
         while let Some(addr) = self.comp.pop_addr() {
-            let slot = (addr.saturating_sub(TX_BASE) / self.tx_slot) as usize;
+            let slot = (addr.saturating_sub(self.tx_base) / self.tx_slot) as usize;
             if let Some(p) = self.tx_pending.get_mut(slot) {
                 *p = p.saturating_sub(1);
                 if *p == 0 {
-                    self.free_tx.push(TX_BASE + slot as u64 * self.tx_slot);
+                    self.free_tx.push(self.tx_base + slot as u64 * self.tx_slot);
                 }
             }
         }
@@ -536,7 +544,7 @@ impl Backend for XdpBackend {
             ));
         }
         let chunk = CHUNK as usize;
-        let slot = ((addr - TX_BASE) / s.tx_slot) as usize;
+        let slot = ((addr - s.tx_base) / s.tx_slot) as usize;
         if n > chunk {
             s.tx.push_desc(addr, CHUNK, XDP_PKT_CONTD);
             s.tx.push_desc(addr + u64::from(CHUNK), (n - chunk) as u32, 0);
@@ -569,8 +577,11 @@ impl Backend for XdpBackend {
         max: usize,
         handle: &mut dyn FnMut(&[u8]),
     ) -> io::Result<usize> {
+        if max == 0 {
+            return Ok(0);
+        }
         let mut count = self.drain(max, handle);
-        if count > 0 || max == 0 {
+        if count > 0 {
             return Ok(count);
         }
         if self.impair.holding() {
@@ -618,6 +629,10 @@ impl XdpBackend {
             let i = (*next_rx + k) % n;
             let s = &mut socks[i];
             while count < max {
+                if impair.due() {
+                    count += impair.release(handle);
+                    continue;
+                }
                 let Some((addr, len, opts)) = s.rx.pop_desc() else {
                     break;
                 };
