@@ -62,6 +62,9 @@ pub struct DemoReport {
     pub client_rc: QpCounters,
     /// The server's RC QP (their responder).
     pub server_rc: QpCounters,
+    /// Frames the kernel dropped because an endpoint's receive buffers were full
+    /// (client, server; AF_XDP counts them).
+    pub rx_overruns: [u64; 2],
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -358,7 +361,7 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
     let impair = cfg.impair;
     let ud_size = size.min(mtu.bytes());
 
-    type Served = (usize, usize, String, QpCounters);
+    type Served = (usize, usize, String, QpCounters, u64);
     let server = std::thread::spawn(move || -> Result<Served, String> {
         if let Some(ns) = &ns_b {
             netns::enter(ns).map_err(|e| format!("entering {ns}: {e}"))?;
@@ -460,11 +463,12 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
             );
         }
         let counters = s.ep.ctx.qp_counters(s.rc).unwrap_or_default();
-        Ok((sends_ok, ud_ok, what, counters))
+        let overruns = s.ep.backend_mut().rx_overruns();
+        Ok((sends_ok, ud_ok, what, counters, overruns))
     });
 
     let (pa, pb) = (place_a.clone(), place_b.clone());
-    let client = std::thread::spawn(move || -> Result<(Vec<String>, QpCounters), String> {
+    let client = std::thread::spawn(move || -> Result<(Vec<String>, QpCounters, u64), String> {
         if let Some(ns) = &ns_a {
             netns::enter(ns).map_err(|e| format!("entering {ns}: {e}"))?;
         }
@@ -633,7 +637,8 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
             t.elapsed().as_secs_f64() * 1e3
         ));
         let counters = s.ep.ctx.qp_counters(s.rc).unwrap_or_default();
-        Ok((lines, counters))
+        let overruns = s.ep.backend_mut().rx_overruns();
+        Ok((lines, counters, overruns))
     });
 
     let client_result = client
@@ -667,17 +672,18 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
                 )
             }
     ));
-    let (lines, client_rc) = client_result??;
+    let (lines, client_rc, client_overruns) = client_result??;
     report.lines.extend(lines);
-    let (sends_ok, ud_ok, server_what, server_rc) = server_result?;
+    let (sends_ok, ud_ok, server_what, server_rc, server_overruns) = server_result?;
     report.lines.push(format!(
-        "RC recovery: client {} retransmits, {} sequence NAKs and {} ACK timeouts; server {} out-of-sequence and {} duplicate requests",
+        "RC recovery: client {} retransmits, {} sequence NAKs and {} ACK timeouts; server {} out-of-sequence and {} duplicate requests; frames dropped by the kernel for want of receive buffers: client {client_overruns}, server {server_overruns}",
         client_rc.retransmits,
         client_rc.packet_seq_err,
         client_rc.local_ack_timeout_err,
         server_rc.out_of_sequence,
         server_rc.duplicate_request
     ));
+    report.rx_overruns = [client_overruns, server_overruns];
     report.client_rc = client_rc;
     report.server_rc = server_rc;
     report.lines.push(format!("server datapath: {server_what}"));

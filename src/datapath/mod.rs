@@ -55,6 +55,12 @@ pub trait Backend {
         true
     }
 
+    /// Frames the kernel dropped on their way in because this backend fell behind (AF_XDP:
+    /// a full RX ring or no chunk in the fill ring), where the kernel counts them.
+    fn rx_overruns(&self) -> u64 {
+        0
+    }
+
     /// Sends one frame now (copied).
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         let mut copy = |buf: &mut [u8]| {
@@ -98,6 +104,9 @@ pub trait Backend {
 impl<B: Backend + ?Sized> Backend for Box<B> {
     fn needs_link_addresses(&self) -> bool {
         (**self).needs_link_addresses()
+    }
+    fn rx_overruns(&self) -> u64 {
+        (**self).rx_overruns()
     }
     fn send_with(&mut self, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<bool> {
         (**self).send_with(build)

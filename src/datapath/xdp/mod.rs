@@ -9,6 +9,10 @@
 //! (EINVAL on 6.18; that support was merged for 6.6 and taken out again). Received
 //! multi-buffer frames are still read in place: only every other RX chunk is offered to
 //! the kernel, and a frame's tail is copied into the chunk after its head.
+//!
+//! Each socket buffers as many received frames as an RC requester keeps unacknowledged
+//! (2048): a burst from one QP over a fast link (veth) then never finds the fill ring
+//! empty. [`XdpBackend::stats`] has the kernel's counters when it does.
 
 mod bpf;
 mod ring;
@@ -25,6 +29,7 @@ use ring::{Ring, Umem};
 const AF_XDP: i32 = 44;
 const SOL_XDP: i32 = 283;
 const XDP_MMAP_OFFSETS: i32 = 1;
+const XDP_STATISTICS: i32 = 7;
 const XDP_RX_RING: i32 = 2;
 const XDP_TX_RING: i32 = 3;
 const XDP_UMEM_REG: i32 = 4;
@@ -36,11 +41,27 @@ const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
 const XDP_USE_SG: u16 = 1 << 4;
 const XDP_PKT_CONTD: u32 = 1;
 
-/// Chunks of 4 KiB in the UMEM (twice as many with multi-buffer); half for receive, half
-/// for send.
-const FRAMES: u32 = 4096;
+/// Frames a socket holds in flight each way: as many as an RC requester sends unacked
+/// (the transport's window), so a burst from one QP fits the receive side.
+const FRAMES: u32 = 2048;
 const CHUNK: u32 = 4096;
-const RING: u32 = 2048;
+
+/// The kernel's counters of an AF_XDP socket (XDP_STATISTICS), summed over the sockets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct XdpStats {
+    /// Frames dropped for reasons other than a full RX ring or an empty fill ring.
+    pub rx_dropped: u64,
+    /// Received descriptors the kernel found invalid.
+    pub rx_invalid_descs: u64,
+    /// TX descriptors the kernel found invalid.
+    pub tx_invalid_descs: u64,
+    /// Frames dropped because the RX ring was full (the application fell behind).
+    pub rx_ring_full: u64,
+    /// Times the fill ring had no chunk for a frame.
+    pub rx_fill_ring_empty_descs: u64,
+    /// Times the kernel found the TX ring empty when woken.
+    pub tx_ring_empty_descs: u64,
+}
 
 /// How the socket ended up bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,10 +205,16 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool) -> io::Result<(Socket, bool)>
     }
     // SAFETY: `raw` is a fresh descriptor nobody else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // Multi-buffer frames take two chunks each (and the RX half offers only every other
-    // one): twice the chunks keep the same number of frames in flight.
-    let frames = if sg { 2 * FRAMES } else { FRAMES };
-    let umem = Umem::new(frames as usize * CHUNK as usize)?;
+    // A frame per chunk; with multi-buffer a frame takes two chunks to send and, as the
+    // receive side offers only every other chunk, four to receive. Every ring holds a
+    // descriptor per chunk in use.
+    let (rx_chunks, tx_chunks) = if sg {
+        (4 * FRAMES, 2 * FRAMES)
+    } else {
+        (FRAMES, FRAMES)
+    };
+    let ring = if sg { 2 * FRAMES } else { FRAMES };
+    let umem = Umem::new((rx_chunks + tx_chunks) as usize * CHUNK as usize)?;
     let reg = UmemReg {
         addr: umem.addr() as u64,
         len: umem.len() as u64,
@@ -203,7 +230,7 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool) -> io::Result<(Socket, bool)>
         XDP_RX_RING,
         XDP_TX_RING,
     ] {
-        sockopt(raw, name, &RING)?;
+        sockopt(raw, name, &ring)?;
     }
     let mut off = MmapOffsets::default();
     let mut len = std::mem::size_of::<MmapOffsets>() as u32;
@@ -220,10 +247,10 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool) -> io::Result<(Socket, bool)>
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
-    let fill = Ring::map(raw, 0x1_0000_0000, &off.fr, RING, 8)?;
-    let comp = Ring::map(raw, 0x1_8000_0000, &off.cr, RING, 8)?;
-    let rx = Ring::map(raw, 0, &off.rx, RING, 16)?;
-    let tx = Ring::map(raw, 0x8000_0000, &off.tx, RING, 16)?;
+    let fill = Ring::map(raw, 0x1_0000_0000, &off.fr, ring, 8)?;
+    let comp = Ring::map(raw, 0x1_8000_0000, &off.cr, ring, 8)?;
+    let rx = Ring::map(raw, 0, &off.rx, ring, 16)?;
+    let tx = Ring::map(raw, 0x8000_0000, &off.tx, ring, 16)?;
     let mut zero_copy = true;
     let bind = |flags: u16| {
         let sa = SockaddrXdp {
@@ -268,16 +295,16 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool) -> io::Result<(Socket, bool)>
         tx_pending: Vec::new(),
         unkicked: 0,
         spill: sg,
-        tx_base: u64::from(frames / 2) * u64::from(CHUNK),
+        tx_base: u64::from(rx_chunks) * u64::from(CHUNK),
     };
     // The first half of the chunks wait in the fill ring for received packets (every
     // other one with multi-buffer).
     let stride = if sg { 2 } else { 1 };
-    for i in (0..frames / 2).step_by(stride) {
+    for i in (0..rx_chunks).step_by(stride) {
         s.fill.push_addr(u64::from(i * CHUNK));
     }
     s.fill.submit();
-    let slots = (u64::from(frames) * u64::from(CHUNK) - s.tx_base) / s.tx_slot;
+    let slots = u64::from(tx_chunks) * u64::from(CHUNK) / s.tx_slot;
     s.free_tx = (0..slots)
         .rev()
         .map(|i| s.tx_base + i * s.tx_slot)
@@ -417,6 +444,34 @@ impl XdpBackend {
     /// How it is bound.
     pub fn mode(&self) -> XdpMode {
         self.mode
+    }
+
+    /// The kernel's counters for its sockets (zeros where the kernel does not give them).
+    pub fn stats(&self) -> XdpStats {
+        let mut sum = XdpStats::default();
+        for s in &self.socks {
+            let mut v = [0u64; 6];
+            let mut len = std::mem::size_of_val(&v) as libc::socklen_t;
+            // SAFETY: `v` is writable and `len` its size; the kernel writes at most that.
+            let r = unsafe {
+                libc::getsockopt(
+                    s.fd.as_raw_fd(),
+                    SOL_XDP,
+                    XDP_STATISTICS,
+                    v.as_mut_ptr().cast(),
+                    &mut len,
+                )
+            };
+            if r == 0 {
+                sum.rx_dropped += v[0];
+                sum.rx_invalid_descs += v[1];
+                sum.tx_invalid_descs += v[2];
+                sum.rx_ring_full += v[3];
+                sum.rx_fill_ring_empty_descs += v[4];
+                sum.tx_ring_empty_descs += v[5];
+            }
+        }
+        sum
     }
 }
 
@@ -559,6 +614,11 @@ impl Backend for XdpBackend {
             s.push_out(zero_copy);
         }
         Ok(true)
+    }
+
+    fn rx_overruns(&self) -> u64 {
+        let s = self.stats();
+        s.rx_dropped + s.rx_ring_full
     }
 
     fn flush(&mut self) -> io::Result<()> {
