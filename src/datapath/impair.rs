@@ -6,7 +6,7 @@
 //! netem's `reorder` lets later packets overtake a delayed one). A held frame is handed up
 //! anyway once the backend finds nothing more to receive, so nothing else is lost. One
 //! received frame never becomes two deliveries at once: once overtaken, the held frame is
-//! [`Impairer::due`] and the backend releases it within its `max`.
+//! `Impairer::due` and the backend releases it within its `max`.
 
 use super::MAX_FRAME;
 use crate::sim::Rng;
