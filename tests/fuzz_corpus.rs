@@ -67,6 +67,8 @@ targets! {
     hdr_atomic_ack_eth: "hdr_atomic_ack_eth" => Entry::Header(9);
     hdr_grh: "hdr_grh" => Entry::Header(10);
     hdr_immdt: "hdr_immdt" => Entry::Header(11);
+    neighbour: "neighbour" => Entry::Plain(fuzzing::neighbour);
+    perftest_keys: "perftest_keys" => Entry::Plain(fuzzing::perftest_keys);
 }
 
 fn fuzz_dir() -> PathBuf {
