@@ -22,6 +22,14 @@ fn can_run() -> bool {
     }
 }
 
+/// `uroce ARGS` run inside namespace `ns` (through `ip netns exec`).
+fn uroce_in(ns: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_uroce")])
+        .args(args);
+    c
+}
+
 fn cfg() -> DemoConfig {
     DemoConfig {
         messages: 24,
@@ -208,7 +216,6 @@ fn interrupted_perf_leaves_no_xdp_program_or_process() {
         return;
     }
     let pair = netns::VethPair::create("intr", 9000).unwrap();
-    let bin = env!("CARGO_BIN_EXE_uroce");
     let xdp_on = |i: usize| {
         let o = Command::new("ip")
             .args(["-n", &pair.ns[i], "link", "show", "dev", &pair.ifaces[i]])
@@ -216,8 +223,7 @@ fn interrupted_perf_leaves_no_xdp_program_or_process() {
             .unwrap();
         String::from_utf8_lossy(&o.stdout).contains("prog/xdp")
     };
-    let mut server = Command::new("ip")
-        .args(["netns", "exec", &pair.ns[1], bin, "perf", "write"])
+    let mut server = uroce_in(&pair.ns[1], &["perf", "write"])
         .args(["--backend=xdp", "--port", "18602"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -225,8 +231,7 @@ fn interrupted_perf_leaves_no_xdp_program_or_process() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(400));
     let addr = pair.addrs[1].to_string();
-    let mut client = Command::new("ip")
-        .args(["netns", "exec", &pair.ns[0], bin, "perf", "write", &addr])
+    let mut client = uroce_in(&pair.ns[0], &["perf", "write", &addr])
         .args(["--backend=xdp", "--port", "18602", "--duration", "60"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -296,7 +301,6 @@ fn perf_client_and_server_over_veth() {
         return;
     }
     let pair = netns::VethPair::create("perf", 9000).unwrap();
-    let bin = env!("CARGO_BIN_EXE_uroce");
     // IPv6 too: the same pair with fd00::/64 addresses (NDP resolves the peer).
     for (i, a) in ["fd00:76::1/64", "fd00:76::2/64"].iter().enumerate() {
         let ok = Command::new("ip")
@@ -322,18 +326,7 @@ fn perf_client_and_server_over_veth() {
         ("xdp", "--backend=xdp", "1", true),
         ("udp", "--backend=udp", "1", true),
     ] {
-        let mut server = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &pair.ns[1],
-                bin,
-                "perf",
-                "write",
-                extra,
-                "--port",
-                "18600",
-            ])
+        let mut server = uroce_in(&pair.ns[1], &["perf", "write", extra, "--port", "18600"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -344,17 +337,7 @@ fn perf_client_and_server_over_veth() {
         } else {
             pair.addrs[1].to_string()
         };
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &pair.ns[0],
-                bin,
-                "perf",
-                "write",
-                &addr,
-                extra,
-            ])
+        let out = uroce_in(&pair.ns[0], &["perf", "write", &addr, extra])
             .args([
                 "--port",
                 "18600",
@@ -394,7 +377,6 @@ fn perf_dscp_source_ports_and_ecn_on_the_wire() {
         return;
     }
     let pair = netns::VethPair::create("tos", 9000).unwrap();
-    let bin = env!("CARGO_BIN_EXE_uroce");
     let flags = [
         "--backend=udp",
         "--dscp",
@@ -407,16 +389,14 @@ fn perf_dscp_source_ports_and_ecn_on_the_wire() {
         "18601",
     ];
     let cap = Capture::start(Some(pair.ns[1].clone()), pair.ifaces[1].clone(), false).unwrap();
-    let mut server = Command::new("ip")
-        .args(["netns", "exec", &pair.ns[1], bin, "perf", "write"])
+    let mut server = uroce_in(&pair.ns[1], &["perf", "write"])
         .args(flags)
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(400));
     let addr = pair.addrs[1].to_string();
-    let out = Command::new("ip")
-        .args(["netns", "exec", &pair.ns[0], bin, "perf", "write", &addr])
+    let out = uroce_in(&pair.ns[0], &["perf", "write", &addr])
         .args(flags)
         .args(["--duration", "0.5", "--qps", "4", "--json"])
         .output()
@@ -460,7 +440,6 @@ fn pingpong_rc_and_ud_over_veth() {
         return;
     }
     let pair = netns::VethPair::create("pp", 9000).unwrap();
-    let bin = env!("CARGO_BIN_EXE_uroce");
     let cases: [&[&str]; 4] = [
         &["--backend=udp"],
         &["--backend=udp", "--ud", "-s", "1024"],
@@ -470,21 +449,14 @@ fn pingpong_rc_and_ud_over_veth() {
     for (k, opts) in cases.iter().enumerate() {
         let port = (18700 + k).to_string();
         let common = [&["pingpong", "-n", "200", "-c", "-p", &port][..], opts].concat();
-        let server = Command::new("ip")
-            .args(["netns", "exec", &pair.ns[1], bin])
-            .args(&common)
+        let server = uroce_in(&pair.ns[1], &common)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_millis(400));
         let addr = pair.addrs[1].to_string();
-        let client = Command::new("ip")
-            .args(["netns", "exec", &pair.ns[0], bin])
-            .args(&common)
-            .arg(&addr)
-            .output()
-            .unwrap();
+        let client = uroce_in(&pair.ns[0], &common).arg(&addr).output().unwrap();
         let server = server.wait_with_output().unwrap();
         let cerr = String::from_utf8_lossy(&client.stderr);
         if opts[0].contains("xdp") && cerr.contains("AF_XDP") && !client.status.success() {
