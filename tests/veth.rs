@@ -392,6 +392,7 @@ fn perf_dscp_source_ports_and_ecn_on_the_wire() {
     let mut server = uroce_in(&pair.ns[1], &["perf", "write"])
         .args(flags)
         .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(400));
