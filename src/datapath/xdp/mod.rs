@@ -112,6 +112,8 @@ struct Socket {
     tx_pending: Vec<u8>,
     /// Frames queued on the TX ring since the last wake-up.
     unkicked: u32,
+    /// Since when the kernel has refused to take queued frames (copy mode).
+    stalled_since: Option<std::time::Instant>,
     /// Multi-buffer: only every other RX chunk is offered to the kernel, and the chunk
     /// after a frame's first takes the rest of the frame (see `drain`).
     spill: bool,
@@ -294,6 +296,7 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool) -> io::Result<(Socket, bool)>
         free_tx: Vec::new(),
         tx_pending: Vec::new(),
         unkicked: 0,
+        stalled_since: None,
         spill: sg,
         tx_base: u64::from(rx_chunks) * u64::from(CHUNK),
     };
@@ -549,16 +552,32 @@ impl Socket {
             return;
         }
         let mut idle = 0;
+        let mut moved = false;
         while self.tx.in_flight() > 0 && idle < 2 {
             let before = self.tx.in_flight();
             self.kick();
             self.reclaim();
-            idle = if self.tx.in_flight() < before {
-                0
+            if self.tx.in_flight() < before {
+                (idle, moved) = (0, true);
             } else {
-                idle + 1
-            };
+                idle += 1;
+            }
         }
+        self.stalled_since = match (self.tx.in_flight(), moved, self.stalled_since) {
+            (0, _, _) => None,
+            (_, false, Some(t)) => Some(t),
+            _ => Some(std::time::Instant::now()),
+        };
+    }
+
+    /// Frames wait on the TX ring and the kernel refused them only briefly (its send
+    /// buffer fills until the receiver's copies free it): worth trying again at once
+    /// rather than sleeping. After a millisecond of refusals (a stopped device) it is not.
+    fn tx_retry_soon(&self) -> bool {
+        self.tx.in_flight() > 0
+            && self
+                .stalled_since
+                .is_none_or(|t| t.elapsed() < Duration::from_millis(1))
     }
 }
 
@@ -647,10 +666,9 @@ impl Backend for XdpBackend {
         if self.impair.holding() {
             return Ok(self.impair.release(handle));
         }
-        if !self.mode.zero_copy && self.socks.iter().any(|s| s.tx.in_flight() > 0) {
-            // Frames the kernel has not taken yet (its send buffer is full until the
-            // receiver's copies free it): do not sleep on receive; the caller's next
-            // flush wakes the kernel again.
+        if !self.mode.zero_copy && self.socks.iter().any(Socket::tx_retry_soon) {
+            // Frames the kernel has not taken yet: do not sleep on receive; the caller's
+            // next flush wakes the kernel again.
             return Ok(0);
         }
         let mut pfds = [libc::pollfd {
