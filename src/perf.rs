@@ -89,7 +89,7 @@ impl Traffic {
     }
 
     /// A context for `mac` / `ip` sending as configured; DCQCN's line rate is the
-    /// interface's speed (100 Gb/s where it has none, as veth).
+    /// interface's speed (veth reports 10 Gb/s; 100 Gb/s where none is reported).
     pub(crate) fn context(
         &self,
         iface: &str,
@@ -129,7 +129,8 @@ impl Traffic {
     }
 }
 
-/// The interface's speed from sysfs, or 100 Gb/s when it has none (veth, tun).
+/// The interface's speed from sysfs (veth and tun report 10 Gb/s), or 100 Gb/s when it
+/// reports none (-1 or no file).
 fn link_speed_bps(iface: &str) -> f64 {
     std::fs::read_to_string(format!("/sys/class/net/{iface}/speed"))
         .ok()

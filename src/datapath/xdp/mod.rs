@@ -49,7 +49,9 @@ const CHUNK: u32 = 4096;
 /// The kernel's counters of an AF_XDP socket (XDP_STATISTICS), summed over the sockets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct XdpStats {
-    /// Frames dropped for reasons other than a full RX ring or an empty fill ring.
+    /// Frames dropped on receive: in copy mode when the fill ring had no chunk for them
+    /// (and frames too large without multi-buffer); a zero-copy driver's own drops are
+    /// not counted here.
     pub rx_dropped: u64,
     /// Received descriptors the kernel found invalid.
     pub rx_invalid_descs: u64,
