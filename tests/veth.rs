@@ -30,6 +30,19 @@ fn uroce_in(ns: &str, args: &[&str]) -> Command {
     c
 }
 
+/// A quiet `uroce perf write ARGS` server in the pair's second namespace, given 400 ms
+/// to start listening.
+fn perf_server(pair: &netns::VethPair, args: &[&str]) -> std::process::Child {
+    let c = uroce_in(&pair.ns[1], &["perf", "write"])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    c
+}
+
 fn cfg() -> DemoConfig {
     DemoConfig {
         messages: 24,
@@ -223,13 +236,7 @@ fn interrupted_perf_leaves_no_xdp_program_or_process() {
             .unwrap();
         String::from_utf8_lossy(&o.stdout).contains("prog/xdp")
     };
-    let mut server = uroce_in(&pair.ns[1], &["perf", "write"])
-        .args(["--backend=xdp", "--port", "18602"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    let mut server = perf_server(&pair, &["--backend=xdp", "--port", "18602"]);
     let addr = pair.addrs[1].to_string();
     let mut client = uroce_in(&pair.ns[0], &["perf", "write", &addr])
         .args(["--backend=xdp", "--port", "18602", "--duration", "60"])
@@ -389,13 +396,7 @@ fn perf_dscp_source_ports_and_ecn_on_the_wire() {
         "18601",
     ];
     let cap = Capture::start(Some(pair.ns[1].clone()), pair.ifaces[1].clone(), false).unwrap();
-    let mut server = uroce_in(&pair.ns[1], &["perf", "write"])
-        .args(flags)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    let mut server = perf_server(&pair, &flags);
     let addr = pair.addrs[1].to_string();
     let out = uroce_in(&pair.ns[0], &["perf", "write", &addr])
         .args(flags)
