@@ -457,6 +457,34 @@ pub(crate) fn rc_resources(
     Ok((cq, v, mr))
 }
 
+/// Writes `v` as one JSON line.
+pub(crate) fn send_json(tcp: &TcpStream, v: &impl Serialize) -> Result<(), String> {
+    let line = serde_json::to_string(v).map_err(|e| e.to_string())?;
+    writeln!(&mut &*tcp, "{line}").map_err(|e| e.to_string())
+}
+
+/// Reads one JSON line; `what` names it in the error ("hello from the server").
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
+    tcp: &TcpStream,
+    what: &str,
+) -> Result<T, String> {
+    let mut line = String::new();
+    BufReader::new(tcp)
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    serde_json::from_str(&line).map_err(|e| format!("bad {what}: {e}"))
+}
+
+/// Whether the peer said stop (any byte) or went away, on a non-blocking stream; false
+/// while nothing came.
+pub(crate) fn peer_stopped(tcp: &TcpStream) -> bool {
+    let mut probe = [0u8; 64];
+    match std::io::Read::read(&mut &*tcp, &mut probe) {
+        Ok(_) => true,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
 /// Sends our side of the exchange: one JSON line.
 fn send_hello(tcp: &TcpStream, s: &Setup, cfg: &PerfConfig, psn: u32) -> Result<(), String> {
     let mine = Hello {
@@ -471,9 +499,7 @@ fn send_hello(tcp: &TcpStream, s: &Setup, cfg: &PerfConfig, psn: u32) -> Result<
         rkeys: Vec::new(),
         addrs: Vec::new(),
     };
-    let line = serde_json::to_string(&mine).map_err(|e| e.to_string())?;
-    let mut w = tcp;
-    writeln!(w, "{line}").map_err(|e| e.to_string())
+    send_json(tcp, &mine)
 }
 
 fn connect(
@@ -563,11 +589,7 @@ pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> Result<String, String> {
         .map_err(|e| e.to_string())?
         .ip()
         .to_canonical();
-    let mut rd = BufReader::new(tcp.try_clone().map_err(|e| e.to_string())?);
-    let mut line = String::new();
-    rd.read_line(&mut line).map_err(|e| e.to_string())?;
-    let theirs: Hello =
-        serde_json::from_str(&line).map_err(|e| format!("bad hello from the client: {e}"))?;
+    let theirs: Hello = read_json(&tcp, "hello from the client")?;
     if theirs.threads > 1 {
         return crate::perf_loops::serve(cfg, &tcp, local, peer, &theirs);
     }
@@ -651,12 +673,7 @@ pub fn client(
     }
     let mut s = setup(cfg, local)?;
     send_hello(&tcp, &s, cfg, 0x100)?;
-    let mut line = String::new();
-    BufReader::new(tcp.try_clone().map_err(|e| e.to_string())?)
-        .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
-    let theirs: Hello =
-        serde_json::from_str(&line).map_err(|e| format!("bad hello from the server: {e}"))?;
+    let theirs: Hello = read_json(&tcp, "hello from the server")?;
     connect(&mut s, cfg, peer, &theirs, 0x100)?;
     if cfg.op == PerfOp::Raw {
         return raw_source(&mut s, cfg, &theirs, &tcp, progress);
@@ -776,7 +793,6 @@ fn raw_sink(s: &mut Setup, tcp: &TcpStream, peer: IpAddr) -> Result<String, Stri
         frames: 0,
         bytes: 0,
     };
-    let mut probe = [0u8; 64];
     let mut rounds = 0u32;
     loop {
         let backend = s.ep.backend_mut();
@@ -787,12 +803,8 @@ fn raw_sink(s: &mut Setup, tcp: &TcpStream, peer: IpAddr) -> Result<String, Stri
             })
             .map_err(|e| e.to_string())?;
         rounds += 1;
-        if rounds % 64 == 0 || count.frames == 0 {
-            match std::io::Read::read(&mut &*tcp, &mut probe) {
-                Ok(_) => break,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(_) => break,
-            }
+        if (rounds % 64 == 0 || count.frames == 0) && peer_stopped(tcp) {
+            break;
         }
         if crate::datapath::interrupted() {
             break;
@@ -809,8 +821,7 @@ fn raw_sink(s: &mut Setup, tcp: &TcpStream, peer: IpAddr) -> Result<String, Stri
             .map_err(|e| e.to_string())?;
     }
     tcp.set_nonblocking(false).map_err(|e| e.to_string())?;
-    let line = serde_json::to_string(&count).map_err(|e| e.to_string())?;
-    writeln!(&mut &*tcp, "{line}").map_err(|e| e.to_string())?;
+    send_json(tcp, &count)?;
     Ok(format!(
         "counted {} raw frames ({} bytes) from {peer} over {}",
         count.frames, count.bytes, s.datapath
@@ -875,12 +886,7 @@ fn raw_source(
     let secs = meter.secs();
     backend.flush().map_err(|e| e.to_string())?;
     writeln!(&mut &*tcp, "stop").map_err(|e| e.to_string())?;
-    let mut line = String::new();
-    BufReader::new(tcp)
-        .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
-    let count: RawCount =
-        serde_json::from_str(&line).map_err(|e| format!("bad count from the server: {e}"))?;
+    let count: RawCount = read_json(tcp, "count from the server")?;
     Ok(PerfResult {
         frames_sent: Some(sent),
         frames_received: Some(count.frames),

@@ -6,7 +6,6 @@
 //! program, see [`UdpBackend::bind_steered`]). The application thread posts to the loops
 //! and takes their completions through their queues ([`Worker`]).
 
-use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpStream};
 use std::time::Duration;
 
@@ -16,7 +15,10 @@ use crate::datapath::worker::{Idle, Worker};
 use crate::datapath::xdp::XdpBackend;
 use crate::datapath::Backend;
 use crate::mem::Mr;
-use crate::perf::{local_link, peer_mac, Hello, Meter, PerfConfig, PerfOp, PerfResult};
+use crate::perf::{
+    local_link, peer_mac, peer_stopped, read_json, send_json, Hello, Meter, PerfConfig, PerfOp,
+    PerfResult,
+};
 use crate::verbs::{
     Context, CqId, RecvWr, Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
@@ -119,11 +121,6 @@ fn hello(cfg: &PerfConfig, lanes: &[Lane], psn: u32) -> Hello {
     }
 }
 
-fn send_line(tcp: &TcpStream, h: &Hello) -> Result<(), String> {
-    let line = serde_json::to_string(h).map_err(|e| e.to_string())?;
-    writeln!(&mut &*tcp, "{line}").map_err(|e| e.to_string())
-}
-
 /// Connects lane `k` to the peer's QP `k`; starts its loop.
 fn start(
     l: Lanes,
@@ -194,7 +191,7 @@ pub(crate) fn serve(
     }
     let lanes = lanes(&cfg, local, theirs.threads)?;
     let datapath = lanes.datapath.clone();
-    send_line(tcp, &hello(&cfg, &lanes.lanes, 0x200))?;
+    send_json(tcp, &hello(&cfg, &lanes.lanes, 0x200))?;
     let workers = start(lanes, &cfg, local, peer, theirs, 0x200)?;
     let slot = cfg.size.max(8);
     let post_recv = |w: &Worker<Boxed>, qpn: u32, mr: Mr, i: u64| {
@@ -213,7 +210,6 @@ pub(crate) fn serve(
         }
     }
     tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let mut probe = [0u8; 64];
     let mut received = 0u64;
     let mut wcs: Vec<WorkCompletion> = Vec::with_capacity(256);
     loop {
@@ -227,12 +223,7 @@ pub(crate) fn serve(
                 }
             }
         }
-        match std::io::Read::read(&mut &*tcp, &mut probe) {
-            Ok(_) => break,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => break,
-        }
-        if crate::datapath::interrupted() {
+        if peer_stopped(tcp) || crate::datapath::interrupted() {
             break;
         }
         std::thread::sleep(Duration::from_micros(200));
@@ -259,13 +250,8 @@ pub(crate) fn client(
     }
     let lanes = lanes(cfg, local, cfg.threads)?;
     let datapath = lanes.datapath.clone();
-    send_line(tcp, &hello(cfg, &lanes.lanes, 0x100))?;
-    let mut line = String::new();
-    BufReader::new(tcp.try_clone().map_err(|e| e.to_string())?)
-        .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
-    let theirs: Hello =
-        serde_json::from_str(&line).map_err(|e| format!("bad hello from the server: {e}"))?;
+    send_json(tcp, &hello(cfg, &lanes.lanes, 0x100))?;
+    let theirs: Hello = read_json(tcp, "hello from the server")?;
     let workers = start(lanes, cfg, local, peer, &theirs, 0x100)?;
     let n = workers.len();
     let size = cfg.size;
