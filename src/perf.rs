@@ -104,8 +104,10 @@ impl Traffic {
             udp_sport_base: self.sport_base,
             tos: self.dscp << 2,
         });
-        if let Some(p) = self.dcqcn_params(link_speed_bps(iface))? {
-            ctx.enable_dcqcn(p, Instant::now());
+        if self.dcqcn.is_some() {
+            if let Some(p) = self.dcqcn_params(link_speed_bps(iface))? {
+                ctx.enable_dcqcn(p, Instant::now());
+            }
         }
         Ok(ctx)
     }

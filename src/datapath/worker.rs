@@ -158,6 +158,24 @@ fn apply(ctx: &mut Context, w: Work, shared: &Shared, backlog: &mut Vec<WorkComp
     }
 }
 
+/// Moves every completion waiting on `cqs` into `backlog` (`wcs` is the scratch batch).
+fn take_completions(
+    ctx: &mut Context,
+    cqs: &[CqId],
+    wcs: &mut Vec<WorkCompletion>,
+    backlog: &mut Vec<WorkCompletion>,
+) {
+    for &cq in cqs {
+        loop {
+            wcs.clear();
+            if ctx.poll_cq_into(cq, 64, wcs) == 0 {
+                break;
+            }
+            backlog.extend_from_slice(wcs);
+        }
+    }
+}
+
 fn run<B: Backend>(
     mut ep: Endpoint<B>,
     shared: &Shared,
@@ -190,15 +208,7 @@ fn run<B: Backend>(
         // Sleep on the socket only when nothing was posted this round.
         let _ = ep.poll(if busy { Duration::ZERO } else { wait });
         // Every completion now: one ACK can complete a whole window of requests.
-        for &cq in cqs {
-            loop {
-                wcs.clear();
-                if ep.ctx.poll_cq_into(cq, 64, &mut wcs) == 0 {
-                    break;
-                }
-                backlog.extend_from_slice(&wcs);
-            }
-        }
+        take_completions(&mut ep.ctx, cqs, &mut wcs, &mut backlog);
         hand_over(&mut backlog);
     }
     // Clean shutdown: what was queued is taken, then every QP is flushed.
@@ -210,14 +220,6 @@ fn run<B: Backend>(
     for q in qpns {
         let _ = ep.ctx.modify_qp_err(q, Instant::now());
     }
-    for &cq in cqs {
-        loop {
-            wcs.clear();
-            if ep.ctx.poll_cq_into(cq, 64, &mut wcs) == 0 {
-                break;
-            }
-            backlog.extend_from_slice(&wcs);
-        }
-    }
+    take_completions(&mut ep.ctx, cqs, &mut wcs, &mut backlog);
     (ep, backlog)
 }
