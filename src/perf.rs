@@ -5,7 +5,6 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -297,34 +296,14 @@ impl Meter {
     }
 }
 
-fn ip_json(args: &[&str]) -> Result<serde_json::Value, String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("running ip: {e}"))?;
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("ip {}: {e}", args.join(" ")))
-}
-
 /// The interface holding `ip`, and its MAC.
 fn iface_and_mac(ip: impl Into<IpAddr>) -> Result<(String, [u8; 6]), String> {
     let ip: IpAddr = ip.into();
-    let v = ip_json(&["-j", "addr", "show"])?;
-    for link in v.as_array().into_iter().flatten() {
-        let has = link["addr_info"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|a| a["local"].as_str() == Some(&ip.to_string()));
-        if has {
-            let name = link["ifname"].as_str().unwrap_or("").to_string();
-            let mac = link["address"]
-                .as_str()
-                .and_then(crate::datapath::neighbour::parse_mac)
-                .unwrap_or([0; 6]);
-            return Ok((name, mac));
-        }
-    }
-    Err(format!("no interface has the address {ip}"))
+    crate::datapath::neighbour::interfaces()?
+        .into_iter()
+        .find(|(_, info)| info.addrs.iter().any(|&(a, _)| a == ip))
+        .map(|(name, info)| (name, info.mac.unwrap_or([0; 6])))
+        .ok_or_else(|| format!("no interface has the address {ip}"))
 }
 
 /// The interface to run on (`iface`, else the one holding `local`; loopback when none

@@ -609,6 +609,11 @@ fn parse_ip_addr_json(json: &[u8]) -> Result<InterfaceInfo, String> {
     let v: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| format!("`ip -j addr` output: {e}"))?;
     let link = v.get(0).ok_or("`ip -j addr` listed no interface")?;
+    Ok(parse_link(link))
+}
+
+/// One interface object of `ip -j addr` output.
+fn parse_link(link: &serde_json::Value) -> InterfaceInfo {
     let mac = link["address"]
         .as_str()
         .and_then(parse_mac)
@@ -636,11 +641,32 @@ fn parse_ip_addr_json(json: &[u8]) -> Result<InterfaceInfo, String> {
             gateway: None,
         });
     }
-    Ok(InterfaceInfo {
+    InterfaceInfo {
         mac,
         addrs,
         connected,
-    })
+    }
+}
+
+/// Every interface by name with what [`interface_info`] says of it, from `ip -j addr
+/// show`, in the calling thread's namespace.
+pub fn interfaces() -> Result<Vec<(String, InterfaceInfo)>, String> {
+    let out = Command::new("ip")
+        .args(["-j", "addr", "show"])
+        .output()
+        .map_err(|e| format!("running `ip -j addr show`: {e}"))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("`ip -j addr` output: {e}"))?;
+    Ok(v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|l| {
+            (
+                l["ifname"].as_str().unwrap_or("").to_string(),
+                parse_link(l),
+            )
+        })
+        .collect())
 }
 
 /// The interface's MAC and addresses, from `ip -j addr show dev IFACE` (plain `ip -j
