@@ -43,7 +43,7 @@ const XDP_PKT_CONTD: u32 = 1;
 
 /// Frames a socket holds in flight each way: as many as an RC requester sends unacked
 /// (the transport's window), so a burst from one QP fits the receive side.
-const FRAMES: u32 = 2048;
+const FRAMES: u32 = crate::transport::rc::MAX_INFLIGHT_PSNS;
 const CHUNK: u32 = 4096;
 
 /// The kernel's counters of an AF_XDP socket (XDP_STATISTICS), summed over the sockets.

@@ -6,6 +6,8 @@
 //! the packet and registered memory once, through [`crate::mem::Memory`].
 
 mod requester;
+
+pub(crate) use requester::MAX_INFLIGHT_PSNS;
 mod responder;
 
 use std::time::Instant;
