@@ -1047,17 +1047,21 @@ mod tests {
         out
     }
 
+    /// The whole Ethernet frame of `r`.
+    fn arp_frame(r: ArpRepr) -> Vec<u8> {
+        let mut b = [0u8; 60];
+        let n = r.emit_frame(&mut b).unwrap();
+        b[..n].to_vec()
+    }
+
     fn arp_reply(from_mac: [u8; 6], from_ip: &str, to_mac: [u8; 6], to_ip: &str) -> Vec<u8> {
-        let r = ArpRepr {
+        arp_frame(ArpRepr {
             op: ArpOp::Reply,
             sender_mac: from_mac,
             sender_ip: from_ip.parse().unwrap(),
             target_mac: to_mac,
             target_ip: to_ip.parse().unwrap(),
-        };
-        let mut b = [0u8; 60];
-        let n = r.emit_frame(&mut b).unwrap();
-        b[..n].to_vec()
+        })
     }
 
     /// The peer's answer to a solicitation frame, as the peer (with `mac`) would build it.
@@ -1132,14 +1136,12 @@ mod tests {
     fn answers_requests_for_our_address_only() {
         let t0 = Instant::now();
         let mut n = cache();
-        let mut b = [0u8; 60];
         let req = ArpRepr::request(
             PEER,
             "10.0.0.2".parse().unwrap(),
             "10.0.0.1".parse().unwrap(),
         );
-        let len = req.emit_frame(&mut b).unwrap();
-        n.handle_frame(t0, &b[..len]);
+        n.handle_frame(t0, &arp_frame(req));
         // The requester was learned from its request (RFC 826), passively.
         assert_eq!(n.lookup(v4("10.0.0.2")), Some(PEER));
         assert_eq!(n.poll_timeout(), Some(t0));
@@ -1154,8 +1156,7 @@ mod tests {
             "10.0.0.3".parse().unwrap(),
             "10.0.0.2".parse().unwrap(),
         );
-        let len = req.emit_frame(&mut b).unwrap();
-        n.handle_frame(t0, &b[..len]);
+        n.handle_frame(t0, &arp_frame(req));
         assert!(drain(&mut n, t0).is_empty());
         assert_eq!(n.lookup(v4("10.0.0.3")), None);
         // With answering off, nothing goes out.
@@ -1165,8 +1166,7 @@ mod tests {
             "10.0.0.2".parse().unwrap(),
             "10.0.0.1".parse().unwrap(),
         );
-        let len = req.emit_frame(&mut b).unwrap();
-        n.handle_frame(t0, &b[..len]);
+        n.handle_frame(t0, &arp_frame(req));
         assert!(drain(&mut n, t0).is_empty());
     }
 
@@ -1205,9 +1205,7 @@ mod tests {
             "10.0.0.2".parse().unwrap(),
             "10.0.0.2".parse().unwrap(),
         );
-        let mut b = [0u8; 60];
-        let len = g.emit_frame(&mut b).unwrap();
-        n.handle_frame(t0, &b[..len]);
+        n.handle_frame(t0, &arp_frame(g));
         assert_eq!(n.lookup(v4("10.0.0.2")), Some(OTHER));
         // ...but does not create entries for strangers.
         let g = ArpRepr::request(
@@ -1215,8 +1213,7 @@ mod tests {
             "10.0.0.7".parse().unwrap(),
             "10.0.0.7".parse().unwrap(),
         );
-        let len = g.emit_frame(&mut b).unwrap();
-        n.handle_frame(t0, &b[..len]);
+        n.handle_frame(t0, &arp_frame(g));
         assert_eq!(n.lookup(v4("10.0.0.7")), None);
         assert!(drain(&mut n, t0).is_empty());
     }
@@ -1365,14 +1362,12 @@ mod tests {
     fn passively_learned_entries_are_forgotten_at_expiry() {
         let t0 = Instant::now();
         let mut n = cache();
-        let mut b = [0u8; 60];
         let req = ArpRepr::request(
             PEER,
             "10.0.0.2".parse().unwrap(),
             "10.0.0.1".parse().unwrap(),
         );
-        let len = req.emit_frame(&mut b).unwrap();
-        n.handle_frame(t0, &b[..len]);
+        n.handle_frame(t0, &arp_frame(req));
         drain(&mut n, t0);
         assert_eq!(n.lookup(v4("10.0.0.2")), Some(PEER));
         assert!(drain(&mut n, t0 + REACHABLE_TIME).is_empty());
@@ -1402,15 +1397,13 @@ mod tests {
     fn answer_queue_is_bounded() {
         let t0 = Instant::now();
         let mut n = cache();
-        let mut b = [0u8; 60];
         let req = ArpRepr::request(
             PEER,
             "10.0.0.2".parse().unwrap(),
             "10.0.0.1".parse().unwrap(),
         );
-        let len = req.emit_frame(&mut b).unwrap();
         for _ in 0..1000 {
-            n.handle_frame(t0, &b[..len]);
+            n.handle_frame(t0, &arp_frame(req));
         }
         assert_eq!(drain(&mut n, t0).len(), MAX_ANSWERS);
     }
