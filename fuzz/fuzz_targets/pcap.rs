@@ -2,4 +2,4 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| uroce::fuzzing::pcap(data));
+fuzz_target!(|data: &[u8]| uroce_tools::fuzzing::pcap(data));

@@ -1,0 +1,95 @@
+//! `uroce pingpong`: ibv_rc_pingpong / ibv_ud_pingpong compatible.
+
+use std::net::IpAddr;
+use std::process::ExitCode;
+
+use uroce::verbs::Mtu;
+use uroce_tools::pingpong::{run, Dest, PingpongConfig};
+
+/// Arguments, named as ibv_*_pingpong names them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// UD (like ibv_ud_pingpong) instead of RC (ibv_rc_pingpong).
+    #[arg(long)]
+    ud: bool,
+    /// TCP port of the address exchange.
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    port: u16,
+    /// Message size.
+    #[arg(short = 's', long, default_value_t = 4096)]
+    size: u32,
+    /// Iterations.
+    #[arg(short = 'n', long, default_value_t = 1000)]
+    iters: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long, default_value_t = 1024)]
+    mtu: u32,
+    /// Receive queue depth.
+    #[arg(short = 'r', long, default_value_t = 500)]
+    rx_depth: u32,
+    /// GID index: accepted for compatibility; uroce's GID is always the IPv4-mapped GID
+    /// of the local address (what rxe calls index 1).
+    #[arg(short = 'g', long)]
+    gid_idx: Option<u32>,
+    /// Validate received buffers, as ibv_*_pingpong -c does.
+    #[arg(short = 'c', long)]
+    chk: bool,
+    /// Datapath: auto, xdp or udp.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "udp"])]
+    backend: String,
+    /// Interface for AF_XDP.
+    #[arg(long)]
+    iface: Option<String>,
+    #[command(flatten)]
+    impair: super::impair::ImpairArgs,
+    /// The server; without it, this is the server.
+    server: Option<IpAddr>,
+}
+
+fn show(what: &str, d: &Dest) {
+    println!(
+        "  {what} LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+        d.lid, d.qpn, d.psn, d.gid
+    );
+}
+
+/// Runs it.
+pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
+    let mtu = Mtu::from_bytes(a.mtu)
+        .ok_or_else(|| format!("-m {}: MTU must be 256, 512, 1024, 2048 or 4096", a.mtu))?;
+    if a.size == 0 || a.size > 1 << 24 {
+        return Err(format!("-s {}: size out of range 1..=16777216", a.size));
+    }
+    if a.ud && a.size > mtu.bytes() {
+        return Err(format!(
+            "-s {}: a UD message must fit in the MTU ({})",
+            a.size,
+            mtu.bytes()
+        ));
+    }
+    if a.iters == 0 || a.rx_depth == 0 {
+        return Err("-n and -r must be above 0".into());
+    }
+    let _ = a.gid_idx;
+    let impair = a.impair.impairment()?;
+    let cfg = PingpongConfig {
+        ud: a.ud,
+        port: a.port,
+        size: a.size,
+        iters: a.iters,
+        mtu,
+        rx_depth: a.rx_depth,
+        validate: a.chk,
+        backend: a.backend,
+        iface: a.iface,
+        impair,
+    };
+    let r = run(&cfg, a.server)?;
+    show("local address: ", &r.local);
+    show("remote address:", &r.remote);
+    for l in r.summary() {
+        println!("{l}");
+    }
+    eprintln!("(datapath: {})", r.datapath);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,14 @@
+//! The tools behind the `uroce` command line, as a library so that the tests and the fuzz
+//! targets reach them: the demo, `perf` (native and perftest-compatible), `pingpong`
+//! (ibv_*_pingpong-compatible), the frame decoder, network namespaces and veth pairs.
+
+pub mod decode;
+pub mod demo;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod live_capture;
+pub mod netns;
+pub mod perf;
+mod perf_loops;
+pub mod perftest;
+pub mod pingpong;

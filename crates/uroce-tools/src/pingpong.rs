@@ -1,0 +1,413 @@
+//! `uroce pingpong`: wire- and exchange-compatible with rdma-core's `ibv_rc_pingpong` and
+//! `ibv_ud_pingpong`, so either end can be uroce or another RoCE stack.
+//!
+//! Exchange (TCP, default port 18515): the client sends `LLLL:QQQQQQ:PPPPPP:<32 hex GID>`
+//! and a NUL (LID, QPN, PSN in hex; the GID's 16 bytes in wire order); the server answers
+//! in the same format once its QP is ready; the client ends with `done` and a NUL. Then
+//! SENDs go back and forth `iters` times, each side sending only after its previous send
+//! completed and a message arrived.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::perf::{local_link, open_backend_lossy, peer_mac};
+use uroce::datapath::event_loop::Endpoint;
+use uroce::datapath::Backend;
+use uroce::mem::Access;
+use uroce::verbs::{
+    Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
+    SendOp, SendWr, Sge, UdSendWr, WcOpcode, WcStatus,
+};
+
+/// Options, named after ibv_*_pingpong's.
+#[derive(Debug, Clone)]
+pub struct PingpongConfig {
+    /// UD instead of RC.
+    pub ud: bool,
+    /// TCP port (`-p`).
+    pub port: u16,
+    /// Message size (`-s`).
+    pub size: u32,
+    /// Iterations (`-n`).
+    pub iters: u32,
+    /// Path MTU (`-m`).
+    pub mtu: Mtu,
+    /// Receive queue depth (`-r`).
+    pub rx_depth: u32,
+    /// Check received buffers (`-c`).
+    pub validate: bool,
+    /// `auto`, `xdp` or `udp`.
+    pub backend: String,
+    /// Interface for AF_XDP.
+    pub iface: Option<String>,
+    /// Loss and reordering of received frames on purpose (recovery tests).
+    pub impair: uroce::datapath::impair::Impairment,
+}
+
+/// One side's address as exchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dest {
+    /// LID (0 on RoCE).
+    pub lid: u16,
+    /// QPN.
+    pub qpn: u32,
+    /// First PSN.
+    pub psn: u32,
+    /// GID.
+    pub gid: Ipv6Addr,
+}
+
+impl Dest {
+    /// The 52-byte wire form (with its NUL).
+    pub fn to_wire(&self) -> Vec<u8> {
+        let gid: String = self
+            .gid
+            .octets()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let mut v =
+            format!("{:04x}:{:06x}:{:06x}:{gid}", self.lid, self.qpn, self.psn).into_bytes();
+        v.push(0);
+        v
+    }
+
+    /// Parses the wire form.
+    pub fn from_wire(b: &[u8]) -> Result<Self, String> {
+        let text = std::str::from_utf8(b).map_err(|_| "address message is not text".to_string())?;
+        let text = text.trim_end_matches('\0');
+        let parts: Vec<&str> = text.split(':').collect();
+        let [lid, qpn, psn, gid] = parts[..] else {
+            return Err(format!("address message `{text}` is not LID:QPN:PSN:GID"));
+        };
+        let hex = |s: &str| {
+            u32::from_str_radix(s, 16).map_err(|_| format!("`{s}` is not hex in `{text}`"))
+        };
+        if gid.len() != 32 {
+            return Err(format!("GID `{gid}` is not 32 hex digits"));
+        }
+        let mut g = [0u8; 16];
+        for (i, b) in g.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&gid[2 * i..2 * i + 2], 16)
+                .map_err(|_| format!("GID `{gid}` is not hex"))?;
+        }
+        Ok(Self {
+            lid: hex(lid)? as u16,
+            qpn: hex(qpn)? & 0xff_ffff,
+            psn: hex(psn)? & 0xff_ffff,
+            gid: g.into(),
+        })
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct PingpongResult {
+    /// Our address.
+    pub local: Dest,
+    /// The peer's.
+    pub remote: Dest,
+    /// Bytes moved both ways.
+    pub bytes: u64,
+    /// Seconds.
+    pub secs: f64,
+    /// Iterations.
+    pub iters: u32,
+    /// The datapath used.
+    pub datapath: String,
+}
+
+impl PingpongResult {
+    /// The two summary lines ibv_*_pingpong prints.
+    pub fn summary(&self) -> [String; 2] {
+        let usec = self.secs * 1e6;
+        [
+            format!(
+                "{} bytes in {:.2} seconds = {:.2} Mbit/sec",
+                self.bytes,
+                self.secs,
+                self.bytes as f64 * 8.0 / usec.max(1e-9)
+            ),
+            format!(
+                "{} iters in {:.2} seconds = {:.2} usec/iter",
+                self.iters,
+                self.secs,
+                usec / f64::from(self.iters.max(1))
+            ),
+        ]
+    }
+}
+
+fn read_exact(s: &mut TcpStream, n: usize) -> Result<Vec<u8>, String> {
+    let mut b = vec![0u8; n];
+    s.read_exact(&mut b)
+        .map_err(|e| format!("Couldn't read remote address: {e}"))?;
+    Ok(b)
+}
+
+const GRH: u32 = 40;
+
+/// Runs one side: the server when `server` is `None`.
+pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResult, String> {
+    uroce::datapath::catch_interrupts();
+    let mut tcp = match server {
+        Some(addr) => TcpStream::connect((addr, cfg.port))
+            .map_err(|e| format!("Couldn't connect to {addr}:{}: {e}", cfg.port))?,
+        None => {
+            let l = TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], cfg.port)))
+                .map_err(|e| format!("Couldn't listen to port {}: {e}", cfg.port))?;
+            l.accept().map_err(|e| e.to_string())?.0
+        }
+    };
+    let IpAddr::V4(local) = tcp.local_addr().map_err(|e| e.to_string())?.ip() else {
+        return Err("IPv4 only for now".into());
+    };
+    let IpAddr::V4(peer_ip) = tcp.peer_addr().map_err(|e| e.to_string())?.ip() else {
+        return Err("IPv4 only for now".into());
+    };
+    let (iface, mac) = local_link(cfg.iface.as_deref(), local);
+    let (mut backend, datapath): (Box<dyn Backend + Send>, String) =
+        open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.impair)?;
+    let next_mac = peer_mac(&mut backend, &iface, mac, local, peer_ip)?;
+    let mut ctx = Context::new(ContextConfig {
+        mac,
+        ip: IpAddr::V4(local),
+        seed: u64::from(u32::from(local)) ^ 0x7070,
+        udp_sport_base: 0xc000,
+        tos: 0,
+    });
+    let e = |e: uroce::verbs::VerbsError| e.to_string();
+    let cq = ctx.create_cq();
+    let pd = ctx.alloc_pd();
+    let qp_type = if cfg.ud { QpType::Ud } else { QpType::Rc };
+    let depth = cfg.rx_depth.max(2) as usize;
+    let caps = QpCaps {
+        qp_type,
+        send_cq: cq,
+        recv_cq: cq,
+        max_send_wr: 4,
+        max_recv_wr: depth,
+    };
+    let qpn = ctx.create_qp(pd, caps).map_err(e)?;
+    let slot = if cfg.ud { cfg.size + GRH } else { cfg.size };
+    let mr = ctx
+        .reg_mr(pd, vec![0; slot as usize * 2], Access::LOCAL_WRITE)
+        .map_err(e)?;
+    ctx.modify_qp_init(
+        qpn,
+        InitAttr {
+            qkey: 0x1111_1111,
+            ..InitAttr::default()
+        },
+    )
+    .map_err(e)?;
+    // Receives are posted before the exchange, as rdma-core does: the peer may send the
+    // moment it has our address (UD has no RNR retry to save a datagram that finds none).
+    let (recv_at, send_at) = (mr.addr, mr.addr + u64::from(slot));
+    let post_recv = |ctx: &mut Context| {
+        let sge = Sge {
+            addr: recv_at,
+            length: slot,
+            lkey: mr.lkey,
+        };
+        ctx.post_recv(qpn, RecvWr { wr_id: 2, sge })
+    };
+    for _ in 0..depth {
+        post_recv(&mut ctx).map_err(e)?;
+    }
+    let psn = (u32::from(local).wrapping_mul(2_654_435_761) ^ std::process::id()) & 0xff_ffff;
+    let me = Dest {
+        lid: 0,
+        qpn,
+        psn,
+        gid: local.to_ipv6_mapped(),
+    };
+    let connect = |ctx: &mut Context, rem: &Dest| -> Result<(), String> {
+        if cfg.ud {
+            ctx.modify_qp_rtr_ud(qpn, cfg.mtu).map_err(e)?;
+            return ctx
+                .modify_qp_rts(
+                    qpn,
+                    RtsAttr {
+                        sq_psn: psn,
+                        ..RtsAttr::default()
+                    },
+                )
+                .map_err(e);
+        }
+        let remote = Remote {
+            ip: IpAddr::V4(peer_ip),
+            mac: next_mac,
+        };
+        let rtr = RtrAttr {
+            remote,
+            dest_qpn: rem.qpn,
+            rq_psn: rem.psn,
+            path_mtu: cfg.mtu,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+        };
+        ctx.modify_qp_rtr(qpn, rtr).map_err(e)?;
+        ctx.modify_qp_rts(
+            qpn,
+            RtsAttr {
+                sq_psn: psn,
+                timeout: 14,
+                retry_cnt: 7,
+                rnr_retry: 7,
+                max_rd_atomic: 1,
+            },
+        )
+        .map_err(e)
+    };
+    let rem = if server.is_some() {
+        tcp.write_all(&me.to_wire())
+            .map_err(|e| format!("Couldn't send local address: {e}"))?;
+        let rem = Dest::from_wire(&read_exact(&mut tcp, 52)?)?;
+        connect(&mut ctx, &rem)?;
+        tcp.write_all(b"done\0").map_err(|e| e.to_string())?;
+        rem
+    } else {
+        let rem = Dest::from_wire(&read_exact(&mut tcp, 52)?)?;
+        connect(&mut ctx, &rem)?;
+        tcp.write_all(&me.to_wire())
+            .map_err(|e| format!("Couldn't send local address: {e}"))?;
+        let done = read_exact(&mut tcp, 5)?;
+        if &done[..4] != b"done" {
+            return Err("Couldn't read done from the client".into());
+        }
+        rem
+    };
+    let mut ep = Endpoint::new(ctx, backend);
+    let dest = Remote {
+        ip: IpAddr::V4(peer_ip),
+        mac: next_mac,
+    };
+    let post_send = |ctx: &mut Context| -> Result<(), String> {
+        let sge = Sge {
+            addr: send_at,
+            length: cfg.size,
+            lkey: mr.lkey,
+        };
+        if cfg.ud {
+            let wr = UdSendWr {
+                wr_id: 1,
+                dest,
+                remote_qpn: rem.qpn,
+                remote_qkey: 0x1111_1111,
+                sge,
+                imm: None,
+                signaled: true,
+                solicited: false,
+            };
+            ctx.post_send_ud(qpn, wr).map_err(e)
+        } else {
+            ctx.post_send(
+                qpn,
+                SendWr {
+                    wr_id: 1,
+                    op: SendOp::Send,
+                    sge,
+                    signaled: true,
+                    solicited: false,
+                },
+            )
+            .map_err(e)
+        }
+    };
+    let (mut scnt, mut rcnt) = (0u32, 0u32);
+    let mut pending_send = false;
+    let mut pending_recv = true;
+    let start = Instant::now();
+    if server.is_some() {
+        post_send(&mut ep.ctx)?;
+        pending_send = true;
+    }
+    let deadline =
+        start + Duration::from_secs(10) + Duration::from_millis(u64::from(cfg.iters) * 20);
+    let mut err = None;
+    let finished = ep
+        .run_until(deadline, |ctx| {
+            for wc in ctx.poll_cq(cq, 16) {
+                if wc.status != WcStatus::Success {
+                    err = Some(format!(
+                        "Failed status {} for wr_id {}",
+                        wc.status.name(),
+                        wc.wr_id
+                    ));
+                    return true;
+                }
+                if wc.opcode == WcOpcode::Send {
+                    scnt += 1;
+                    pending_send = false;
+                } else {
+                    rcnt += 1;
+                    pending_recv = false;
+                    if cfg.validate
+                        && ctx.mr_bytes(&mr)[..slot as usize]
+                            .iter()
+                            .skip(if cfg.ud { GRH as usize } else { 0 })
+                            .step_by(4096)
+                            .any(|&b| b != 0)
+                    {
+                        err = Some(format!(
+                            "Invalid data in received buffer (iteration {rcnt})"
+                        ));
+                        return true;
+                    }
+                    let _ = post_recv(ctx);
+                }
+                if scnt < cfg.iters && !pending_send && !pending_recv {
+                    if let Err(x) = post_send(ctx) {
+                        err = Some(x);
+                        return true;
+                    }
+                    pending_send = true;
+                    pending_recv = true;
+                }
+            }
+            rcnt >= cfg.iters && scnt >= cfg.iters
+        })
+        .map_err(|e| e.to_string())?;
+    // Linger briefly so the ACK of the peer's last SEND goes out before we leave.
+    let linger = Instant::now() + Duration::from_millis(100);
+    let _ = ep.run_until(linger, |_| false);
+    if let Some(x) = err {
+        return Err(x);
+    }
+    if !finished {
+        return Err(format!(
+            "timed out after {scnt} sends and {rcnt} receives of {}",
+            cfg.iters
+        ));
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok(PingpongResult {
+        local: me,
+        remote: rem,
+        bytes: u64::from(cfg.size) * u64::from(cfg.iters) * 2,
+        secs,
+        iters: cfg.iters,
+        datapath,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    #[test]
+    fn wire_format_matches_rdma_core() {
+        // As seen on the wire from ibv_rc_pingpong (shared/interop/README.md).
+        let w = b"0000:000012:1443b7:00000000000000000000ffff0a4d000c\0";
+        let d = Dest::from_wire(w).unwrap();
+        assert_eq!((d.lid, d.qpn, d.psn), (0, 0x12, 0x1443b7));
+        assert_eq!(d.gid, Ipv4Addr::new(10, 77, 0, 12).to_ipv6_mapped());
+        assert_eq!(d.to_wire(), w.to_vec());
+        assert!(Dest::from_wire(b"0000:12:34\0").is_err());
+        assert!(Dest::from_wire(b"zzzz:000012:1443b7:00000000000000000000ffff0a4d000c\0").is_err());
+    }
+}

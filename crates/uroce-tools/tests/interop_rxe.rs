@@ -1,0 +1,548 @@
+//! Interop with Linux soft-RoCE (rdma_rxe) and rdma-core's tools in a qemu guest
+//! (`scripts/interop`: `install.sh` builds the guest, `start-peer.sh` boots it in netns
+//! `roce-h`, where uroce runs on the veth `roce-host` over AF_XDP). One boot for the
+//! whole suite. It skips, saying why, where there is no root, no /dev/net/tun, or no
+//! guest image (run `scripts/interop/install.sh` as root).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/interop")
+}
+
+fn skip_reason() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    if !Path::new("/dev/net/tun").exists() {
+        return Some("no /dev/net/tun".into());
+    }
+    if Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return Some("qemu-system-x86_64 is not installed (scripts/interop/install.sh)".into());
+    }
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let cache =
+        std::env::var("ROCE_INTEROP_CACHE").unwrap_or(format!("{home}/.cache/roce-interop"));
+    if !Path::new(&cache).join("guest/current/vmlinuz").exists() {
+        return Some(format!(
+            "no guest image in {cache} (scripts/interop/install.sh)"
+        ));
+    }
+    None
+}
+
+/// The booted guest; stopped (processes, links, namespace) when dropped, also on failure.
+struct Peer;
+
+impl Peer {
+    fn start() -> Result<Self, String> {
+        let out = Command::new("timeout")
+            .args([
+                "300",
+                &scripts().join("start-peer.sh").to_string_lossy(),
+                "1",
+            ])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            let _ = Command::new(scripts().join("stop-peer.sh")).output();
+            return Err(format!(
+                "start-peer.sh failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(Peer)
+    }
+
+    fn guest(&self, cmd: &str) -> Output {
+        Command::new(scripts().join("guest-exec.py"))
+            .args(["-g", "1", cmd])
+            .output()
+            .expect("guest-exec.py")
+    }
+
+    fn guest_bg(&self, cmd: &str) {
+        let out = Command::new(scripts().join("guest-exec.py"))
+            .args(["-g", "1", "--bg", cmd])
+            .output()
+            .expect("guest-exec.py");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn uroce(&self, args: &[&str]) -> Output {
+        Command::new("timeout")
+            .args([
+                "120",
+                "ip",
+                "netns",
+                "exec",
+                "roce-h",
+                env!("CARGO_BIN_EXE_uroce"),
+            ])
+            .args(args)
+            .output()
+            .expect("uroce")
+    }
+
+    fn uroce_bg(&self, args: &[&str]) -> std::process::Child {
+        Command::new("timeout")
+            .args([
+                "120",
+                "ip",
+                "netns",
+                "exec",
+                "roce-h",
+                env!("CARGO_BIN_EXE_uroce"),
+            ])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("uroce")
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = Command::new(scripts().join("stop-peer.sh")).output();
+    }
+}
+
+/// Loss on the path between uroce and rxe: `uroce lossy` (an XDP program
+/// dropping a share of received RoCEv2 frames) on the guest's tap (rxe's frames) and on
+/// the bridge end of uroce's veth (uroce's frames). `tc netem` would do, but this host's
+/// kernel has no `sch_netem`. Removed when dropped.
+struct PathLoss(Vec<std::process::Child>);
+
+impl PathLoss {
+    /// Loss both ways.
+    fn start(share: &str) -> Self {
+        Self::on(share, &["roce-tap1", "roce-hostp"])
+    }
+
+    /// Loss on the given links only (`roce-tap1`: rxe's frames, `roce-hostp`: uroce's).
+    fn on(share: &str, links: &[&str]) -> Self {
+        let v = links
+            .iter()
+            .map(|iface| {
+                Command::new("ip")
+                    .args(["netns", "exec", "roce-h", env!("CARGO_BIN_EXE_uroce")])
+                    .args(["lossy", iface, "--drop", share])
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("uroce lossy")
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        let mut v: Vec<std::process::Child> = v;
+        for c in &mut v {
+            if let Ok(Some(status)) = c.try_wait() {
+                let mut why = String::new();
+                if let Some(e) = c.stderr.as_mut() {
+                    let _ = std::io::Read::read_to_string(e, &mut why);
+                }
+                panic!("uroce lossy could not put loss on the path ({status}): {why}");
+            }
+        }
+        PathLoss(v)
+    }
+}
+
+impl Drop for PathLoss {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One row of the results table.
+struct Row {
+    tool: String,
+    op: String,
+    direction: &'static str,
+    mtu: u32,
+    extra: String,
+    pass: bool,
+    detail: String,
+}
+
+/// The same uroce command, tried again while the emulated guest's server is not
+/// listening yet.
+fn uroce_client(peer: &Peer, args: &[&str]) -> Output {
+    let mut o = peer.uroce(args);
+    for _ in 0..10 {
+        if o.status.success() || !String::from_utf8_lossy(&o.stderr).contains("Connection refused")
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        o = peer.uroce(args);
+    }
+    o
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// ibv_rc_pingpong / ibv_ud_pingpong, rxe as server then as client.
+fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
+    let rxe = "10.77.0.11";
+    // (UD, size, MTU, share of RoCE frames lost each way on the path, backend).
+    for (ud, size, mtu, drop, backend) in [
+        (false, "1024", "1024", "0", "xdp"),
+        (false, "8000", "1024", "0", "xdp"),
+        (false, "8000", "4096", "0", "xdp"),
+        (true, "512", "4096", "0", "xdp"),
+        (false, "4000", "1024", "0.05", "xdp"),
+        (false, "8000", "1024", "0", "udp"),
+        (true, "512", "4096", "0", "udp"),
+    ] {
+        let tool = if ud {
+            "ibv_ud_pingpong"
+        } else {
+            "ibv_rc_pingpong"
+        };
+        // ibv_ud_pingpong has no -m (its MTU is the port's) and no -c.
+        let chk = if ud {
+            String::new()
+        } else {
+            format!(" -m {mtu} -c")
+        };
+        let mut args = vec![
+            "pingpong",
+            "-s",
+            size,
+            "-n",
+            "20",
+            "-m",
+            mtu,
+            "--backend",
+            backend,
+        ];
+        // Only uroce's frames are lost here: ibv_rc_pingpong exits as soon as its own work
+        // completes, so if the ACK of the peer's last SEND were lost there would be no one
+        // left to answer its retransmission; no RC implementation recovers from that.
+        // Loss of rxe's frames is covered by the perftest cases below, which keep both
+        // ends up until the closing exchange.
+        let _loss = (drop != "0").then(|| PathLoss::on(drop, &["roce-hostp"]));
+        if ud {
+            args.push("--ud");
+        } else {
+            args.push("-c");
+        }
+        let extra = format!(
+            "{size} B{}{}",
+            if drop == "0" {
+                String::new()
+            } else {
+                format!(
+                    ", {}% loss uroce to rxe",
+                    (drop.parse::<f64>().unwrap() * 100.0).round() as u32
+                )
+            },
+            if backend == "udp" {
+                ", UDP backend"
+            } else {
+                ""
+            }
+        );
+        // rxe serves, uroce is the client.
+        peer.guest_bg(&format!(
+            "{tool} -d rxe0 -g 1 -s {size} -n 20{chk} > /tmp/srv.log 2>&1; echo EXIT=$? >> /tmp/srv.log"
+        ));
+        std::thread::sleep(Duration::from_secs(2));
+        let mut client = args.clone();
+        client.push(rxe);
+        let o = uroce_client(peer, &client);
+        std::thread::sleep(Duration::from_secs(1));
+        let srv = text(&peer.guest("cat /tmp/srv.log"));
+        let pass = o.status.success()
+            && text(&o).contains("20 iters in")
+            && srv.contains("20 iters in")
+            && srv.contains("EXIT=0");
+        rows.push(Row {
+            tool: tool.into(),
+            op: if ud { "SEND (UD)" } else { "SEND (RC)" }.into(),
+            direction: "rxe server, uroce client",
+            mtu: mtu.parse().unwrap(),
+            extra: extra.clone(),
+            pass,
+            detail: format!("uroce: {}\nrxe: {srv}", text(&o)),
+        });
+        // uroce serves, rxe is the client.
+        let server = peer.uroce_bg(&args);
+        std::thread::sleep(Duration::from_secs(1));
+        let g = peer.guest(&format!(
+            "{tool} -d rxe0 -g 1 -s {size} -n 20{chk} 10.77.0.1"
+        ));
+        let s = server.wait_with_output().unwrap();
+        let pass = g.status.success()
+            && text(&g).contains("20 iters in")
+            && s.status.success()
+            && text(&s).contains("20 iters in");
+        rows.push(Row {
+            tool: tool.into(),
+            op: if ud { "SEND (UD)" } else { "SEND (RC)" }.into(),
+            direction: "uroce server, rxe client",
+            mtu: mtu.parse().unwrap(),
+            extra,
+            pass,
+            detail: format!("uroce: {}\nrxe: {}", text(&s), text(&g)),
+        });
+    }
+}
+
+/// perftest's ib_*_bw and ib_*_lat against `uroce perf`, both ways.
+fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
+    let rxe = "10.77.0.11";
+    // (verb, latency, size, MTU, iterations, loss on the path each way, share of its
+    // received frames uroce holds back behind the next one, backend)
+    type Case = (
+        &'static str,
+        bool,
+        u32,
+        u32,
+        u32,
+        &'static str,
+        &'static str,
+        &'static str,
+    );
+    let mut cases: Vec<Case> = Vec::new();
+    for verb in ["write", "read", "send", "atomic"] {
+        for lat in [false, true] {
+            let size = match (verb, lat) {
+                ("atomic", _) => 8,
+                (_, true) => 2,
+                _ => 4096,
+            };
+            cases.push((verb, lat, size, 1024, 50, "0", "0", "xdp"));
+        }
+    }
+    // Sizes across the MTU, both MTUs.
+    for verb in ["write", "read", "send"] {
+        for (size, mtu) in [
+            (1, 1024),
+            (1025, 1024),
+            (65536, 1024),
+            (4097, 4096),
+            (65536, 4096),
+        ] {
+            cases.push((verb, false, size, mtu, 20, "0", "0", "xdp"));
+        }
+    }
+    // Loss: 5% of the RoCE frames each way (requests, ACKs, responses of both sides).
+    for verb in ["write", "read", "send", "atomic"] {
+        let size = if verb == "atomic" { 8 } else { 8192 };
+        cases.push((verb, false, size, 1024, 50, "0.05", "0", "xdp"));
+    }
+    // Reordering: uroce holds back 5% of rxe's frames behind the next one, so uroce's
+    // responder NAKs sequence errors that rxe's requester must answer by going back,
+    // and rxe's READ responses arrive out of order at uroce's requester.
+    for verb in ["write", "read", "send"] {
+        cases.push((verb, false, 8192, 1024, 50, "0", "0.05", "xdp"));
+    }
+    // The UDP socket backend (it recovers rxe's IP identification from the ICRC).
+    for verb in ["write", "read", "send", "atomic"] {
+        let size = if verb == "atomic" { 8 } else { 65536 };
+        cases.push((verb, false, size, 1024, 50, "0", "0", "udp"));
+    }
+    for (verb, lat, size, mtu, iters, drop, reorder, backend) in cases {
+        let tool = format!("ib_{verb}_{}", if lat { "lat" } else { "bw" });
+        let size_s = size.to_string();
+        let iters_s = iters.to_string();
+        let mtu_s = mtu.to_string();
+        let mut args = vec![
+            "perf",
+            verb,
+            "-n",
+            &iters_s,
+            "-m",
+            &mtu_s,
+            "--backend",
+            backend,
+        ];
+        if reorder != "0" {
+            args.extend(["--reorder", reorder]);
+        }
+        let _loss = (drop != "0").then(|| PathLoss::start(drop));
+        let mut flags = format!("-d rxe0 -x 1 -F -n {iters} -m {mtu}");
+        if verb != "atomic" {
+            args.extend(["-s", &size_s]);
+            flags.push_str(&format!(" -s {size}"));
+        }
+        if lat {
+            args.push("--lat");
+        }
+        let percent = |p: &str| (p.parse::<f64>().unwrap() * 100.0).round() as u32;
+        let extra = format!(
+            "{size} B{}{}{}",
+            if drop == "0" {
+                String::new()
+            } else {
+                format!(", {}% loss each way", percent(drop))
+            },
+            if reorder == "0" {
+                String::new()
+            } else {
+                format!(", uroce reorders {}% of what it receives", percent(reorder))
+            },
+            if backend == "udp" {
+                ", UDP backend"
+            } else {
+                ""
+            }
+        );
+        let op = match verb {
+            "write" => "RDMA WRITE",
+            "read" => "RDMA READ",
+            "send" => "SEND",
+            _ => "FETCH_AND_ADD",
+        };
+        // rxe serves, uroce is the client.
+        peer.guest_bg(&format!(
+            "timeout 100 {tool} {flags} > /tmp/srv.log 2>&1; echo EXIT=$? >> /tmp/srv.log"
+        ));
+        std::thread::sleep(Duration::from_millis(2500));
+        let mut client = args.clone();
+        client.extend(["--perftest", rxe]);
+        let o = uroce_client(peer, &client);
+        let mut srv = String::new();
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(500));
+            srv = text(&peer.guest("cat /tmp/srv.log"));
+            if srv.contains("EXIT=") {
+                break;
+            }
+        }
+        let row_ok = |t: &str| t.contains(&format!(" {size} ")) && t.contains("#bytes");
+        // The read/atomic latency servers print no table (as perftest's do).
+        let srv_table = row_ok(&srv) || (lat && (verb == "read" || verb == "atomic"));
+        let pass = o.status.success() && row_ok(&text(&o)) && srv.contains("EXIT=0") && srv_table;
+        rows.push(Row {
+            tool: tool.clone(),
+            op: op.into(),
+            direction: "rxe server, uroce client",
+            mtu,
+            extra: extra.clone(),
+            pass,
+            detail: format!("uroce: {}\nrxe: {srv}", text(&o)),
+        });
+        // uroce serves, rxe is the client.
+        let server = peer.uroce_bg(&args);
+        std::thread::sleep(Duration::from_secs(1));
+        let g = peer.guest(&format!("timeout 100 {tool} {flags} 10.77.0.1"));
+        let s = server.wait_with_output().unwrap();
+        let uroce_table = row_ok(&text(&s)) || (lat && (verb == "read" || verb == "atomic"));
+        let pass = g.status.success() && row_ok(&text(&g)) && s.status.success() && uroce_table;
+        rows.push(Row {
+            tool,
+            op: op.into(),
+            direction: "uroce server, rxe client",
+            mtu,
+            extra,
+            pass,
+            detail: format!("uroce: {}\nrxe: {}", text(&s), text(&g)),
+        });
+    }
+}
+
+/// The whole suite against one boot of the guest (link MTU 9000, so rxe's port MTU is
+/// 4096 and both 1024 and 4096 are reached with -m); every RoCE frame either side put on
+/// the wire is captured and must decode with a good ICRC.
+#[test]
+fn rxe_interop_suite() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIP: interop with rxe: {why}");
+        return;
+    }
+    std::env::set_var("ROCE_MTU", "9000");
+    let peer = Peer::start().unwrap();
+    let pcap = std::env::temp_dir().join("uroce-interop.pcap");
+    let mut cap = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            "roce-h",
+            "tcpdump",
+            "-U",
+            "-s",
+            "0",
+            "-i",
+            "roce-tap1",
+            "-w",
+            &pcap.to_string_lossy(),
+            "udp port 4791",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("tcpdump");
+    std::thread::sleep(Duration::from_secs(1));
+    let mut rows = Vec::new();
+    pingpong_cases(&peer, &mut rows);
+    perftest_cases(&peer, &mut rows);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(cap.id() as i32, libc::SIGINT) };
+    let _ = cap.wait();
+    drop(peer);
+    let dec = Command::new(env!("CARGO_BIN_EXE_uroce"))
+        .args(["decode", "--check", &pcap.to_string_lossy()])
+        .output()
+        .unwrap();
+    let frames = String::from_utf8_lossy(&dec.stdout).lines().count();
+    // The table of the last run, for the README.
+    let mut md = String::from(
+        "| peer tool | operation | direction | MTU | case | result |\n|---|---|---|---|---|---|\n",
+    );
+    for r in &rows {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            r.tool,
+            r.op,
+            r.direction,
+            r.mtu,
+            r.extra,
+            if r.pass { "pass" } else { "FAIL" }
+        ));
+    }
+    md.push_str(&format!(
+        "\nCapture: {frames} RoCE frames, every one decoded with a good ICRC: {}\n",
+        if dec.status.success() { "yes" } else { "NO" }
+    ));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-results.md");
+    std::fs::write(&out, &md).unwrap();
+    eprintln!("{md}\n(written to {})", out.display());
+    let failed: Vec<&Row> = rows.iter().filter(|r| !r.pass).collect();
+    for r in &failed {
+        eprintln!(
+            "FAILED: {} {} {} MTU {} {}:\n{}\n",
+            r.tool, r.op, r.direction, r.mtu, r.extra, r.detail
+        );
+    }
+    assert!(failed.is_empty(), "{} interop cases failed", failed.len());
+    assert!(
+        dec.status.success(),
+        "frames on the wire that do not decode:\n{}",
+        String::from_utf8_lossy(&dec.stdout)
+    );
+    assert!(frames > 1000, "too few RoCE frames captured: {frames}");
+}

@@ -1,0 +1,143 @@
+//! Datapaths: how frames built by a [`crate::verbs::Context`] reach a real network.
+//!
+//! - [`udp`]: a plain UDP socket on port 4791 (no privileges, no XDP): the kernel builds
+//!   Ethernet, IP and UDP; uroce sends and receives the RoCEv2 transport bytes.
+//! - [`event_loop`]: drives a context from a backend, its timers and the application.
+//! - [`impair`]: seeded loss and reordering of received frames, where netem is missing.
+//!
+//! - [`xdp`]: AF_XDP (kernel bypass) with an XDP program steering UDP/4791.
+//! - [`neighbour`]: next hop and MAC for AF_XDP frames (routes, kernel table, ARP, NDP).
+
+pub mod event_loop;
+pub mod impair;
+pub mod neighbour;
+pub mod udp;
+pub mod worker;
+pub mod xdp;
+
+use std::io;
+use std::time::Duration;
+
+/// Largest frame a backend carries: a 4096-byte payload plus every header uroce emits.
+pub const MAX_FRAME: usize = 4096 + 256;
+
+/// A way to put frames on a network and take them off.
+///
+/// The batched calls are the fast path: [`Backend::send_with`] builds a frame in the
+/// backend's own memory (the UMEM for AF_XDP) and queues it, [`Backend::flush`] hands
+/// what is queued to the kernel, [`Backend::receive`] hands received frames to a closure
+/// in place. [`Backend::send`] and [`Backend::recv`] are the one-frame conveniences.
+pub trait Backend {
+    /// Offers a frame buffer of at least [`MAX_FRAME`] bytes to `build`, which writes a
+    /// frame and returns its length, or `None` when it has nothing to send. Returns
+    /// whether a frame was queued. When the backend has no room, it returns
+    /// `ErrorKind::WouldBlock` without calling `build`, so nothing is lost.
+    fn send_with(&mut self, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<bool>;
+
+    /// Hands queued frames to the kernel.
+    fn flush(&mut self) -> io::Result<()>;
+
+    /// Waits up to `timeout` for a first frame, then passes up to `max` received frames
+    /// (Ethernet frames the context can parse) to `handle`; returns how many.
+    fn receive(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        handle: &mut dyn FnMut(&[u8]),
+    ) -> io::Result<usize>;
+
+    /// Whether the Ethernet addresses of sent frames matter (AF_XDP: yes; the UDP
+    /// backend lets the kernel build the link header).
+    fn needs_link_addresses(&self) -> bool {
+        true
+    }
+
+    /// Frames the kernel dropped on their way in because this backend fell behind (AF_XDP:
+    /// a full RX ring or no chunk in the fill ring), where the kernel counts them.
+    fn rx_overruns(&self) -> u64 {
+        0
+    }
+
+    /// Sends one frame now (copied).
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        let mut copy = |buf: &mut [u8]| {
+            let n = frame.len().min(buf.len());
+            buf[..n].copy_from_slice(&frame[..n]);
+            Some(n)
+        };
+        if frame.len() > MAX_FRAME {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "frame larger than the backend carries",
+            ));
+        }
+        self.send_with(&mut copy)?;
+        self.flush()
+    }
+
+    /// Waits up to `timeout` for one frame, copies it into `buf` and returns its length,
+    /// or `None` on timeout.
+    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
+        let mut got = None;
+        let mut too_big = false;
+        self.receive(timeout, 1, &mut |f| {
+            if f.len() <= buf.len() {
+                buf[..f.len()].copy_from_slice(f);
+                got = Some(f.len());
+            } else {
+                too_big = true;
+            }
+        })?;
+        if too_big {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "received frame larger than the buffer",
+            ));
+        }
+        Ok(got)
+    }
+}
+
+impl<B: Backend + ?Sized> Backend for Box<B> {
+    fn needs_link_addresses(&self) -> bool {
+        (**self).needs_link_addresses()
+    }
+    fn rx_overruns(&self) -> u64 {
+        (**self).rx_overruns()
+    }
+    fn send_with(&mut self, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<bool> {
+        (**self).send_with(build)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn receive(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        handle: &mut dyn FnMut(&[u8]),
+    ) -> io::Result<usize> {
+        (**self).receive(timeout, max, handle)
+    }
+}
+
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Makes Ctrl-C (SIGINT) and SIGTERM set a flag that loops check, so they stop and
+/// clean up (namespaces, sockets) instead of dying on the spot.
+pub fn catch_interrupts() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_sigint as *const () as libc::sighandler_t);
+    }
+}
+
+/// True once SIGINT or SIGTERM arrived after [`catch_interrupts`].
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}

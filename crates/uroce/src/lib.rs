@@ -1,0 +1,20 @@
+//! uroce: a software RoCEv2 / InfiniBand transport stack in user space.
+//!
+//! Layers (see `DESIGN.md`): [`wire`] formats and the ICRC, [`transport`] the RC, UC and UD
+//! state machines, [`congestion`] DCQCN, [`mem`] protection domains and memory regions,
+//! [`verbs`] the sans-IO device context, [`datapath`] the backends that put frames on a
+//! network, [`net`] what the host knows (addresses, routes, neighbours), [`pcap`] capture
+//! files, [`sim`] deterministic simulated links. The `uroce` command line lives in the
+//! `uroce-tools` crate.
+
+pub mod congestion;
+pub mod datapath;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod mem;
+pub mod net;
+pub mod pcap;
+pub mod sim;
+pub mod transport;
+pub mod verbs;
+pub mod wire;
