@@ -12,6 +12,7 @@ use uroce::datapath::impair::Impairment;
 use uroce::datapath::udp::UdpBackend;
 use uroce::datapath::Backend;
 use uroce::mem::{Access, Mr};
+use uroce::transport::rc::MAX_INFLIGHT_PSNS;
 use uroce::transport::QpCounters;
 use uroce::verbs::{
     Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
@@ -114,7 +115,7 @@ fn side(
     let addr = place.addr;
     let xdp = match (&place.iface, choice) {
         (Some(iface), BackendChoice::Auto | BackendChoice::Xdp) => {
-            uroce::datapath::xdp::XdpBackend::open(iface, 2, mtu.bytes() + 100)
+            uroce::datapath::xdp::XdpBackend::open(iface, 2, mtu.bytes() + 100, MAX_INFLIGHT_PSNS)
                 .map_err(|e| e.to_string())
         }
         (None, BackendChoice::Xdp) => Err("AF_XDP needs the veth pair (root)".into()),
@@ -140,13 +141,16 @@ fn side(
             (Box::new(u), what)
         }
     };
-    let mut ctx = Context::new(ContextConfig {
-        mac: place.mac,
-        ip: IpAddr::V4(addr),
-        seed,
-        udp_sport_base: 0xc000,
-        tos: 0,
-    });
+    let mut ctx = Context::new(
+        ContextConfig {
+            mac: place.mac,
+            ip: IpAddr::V4(addr),
+            seed,
+            udp_sport_base: 0xc000,
+            tos: 0,
+        },
+        std::time::Instant::now(),
+    );
     let cq = ctx.create_cq();
     let pd = ctx.alloc_pd();
     let e = |e: uroce::verbs::VerbsError| e.to_string();

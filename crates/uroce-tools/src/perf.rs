@@ -16,6 +16,7 @@ use uroce::datapath::udp::UdpBackend;
 use uroce::datapath::xdp::XdpBackend;
 use uroce::datapath::Backend;
 use uroce::mem::Access;
+use uroce::transport::rc::MAX_INFLIGHT_PSNS;
 use uroce::verbs::{
     Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
     SendOp, SendWr, Sge, WcStatus,
@@ -96,13 +97,16 @@ impl Traffic {
         ip: IpAddr,
         seed: u64,
     ) -> Result<Context, String> {
-        let mut ctx = Context::new(ContextConfig {
-            mac,
-            ip,
-            seed,
-            udp_sport_base: self.sport_base,
-            tos: self.dscp << 2,
-        });
+        let mut ctx = Context::new(
+            ContextConfig {
+                mac,
+                ip,
+                seed,
+                udp_sport_base: self.sport_base,
+                tos: self.dscp << 2,
+            },
+            std::time::Instant::now(),
+        );
         if self.dcqcn.is_some() {
             if let Some(p) = self.dcqcn_params(link_speed_bps(iface))? {
                 ctx.enable_dcqcn(p, Instant::now());
@@ -356,7 +360,7 @@ pub(crate) fn open_backend_lossy(
 ) -> Result<(Box<dyn Backend + Send>, String), String> {
     let local: IpAddr = local.into();
     if backend != "udp" {
-        match XdpBackend::open(iface, 2, mtu.bytes() + 100) {
+        match XdpBackend::open(iface, 2, mtu.bytes() + 100, MAX_INFLIGHT_PSNS) {
             Ok(mut b) => {
                 b.set_impairment(impair);
                 let what = format!("AF_XDP on {iface} ({})", b.mode());

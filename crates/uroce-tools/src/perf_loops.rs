@@ -19,6 +19,7 @@ use uroce::datapath::worker::{Idle, Worker};
 use uroce::datapath::xdp::XdpBackend;
 use uroce::datapath::Backend;
 use uroce::mem::Mr;
+use uroce::transport::rc::MAX_INFLIGHT_PSNS;
 use uroce::verbs::{
     Context, CqId, RecvWr, Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
@@ -52,7 +53,7 @@ fn backends(
     let (iface, mac) = local_link(cfg.iface.as_deref(), local);
     let mut why = String::new();
     if cfg.backend != "udp" {
-        match XdpBackend::open_per_queue(&iface, n, cfg.mtu.bytes() + 100) {
+        match XdpBackend::open_per_queue(&iface, n, cfg.mtu.bytes() + 100, MAX_INFLIGHT_PSNS) {
             Ok(v) => {
                 let v = v
                     .into_iter()

@@ -170,13 +170,16 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
     let (mut backend, datapath): (Box<dyn Backend + Send>, String) =
         open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.impair)?;
     let next_mac = peer_mac(&mut backend, &iface, mac, local, peer_ip)?;
-    let mut ctx = Context::new(ContextConfig {
-        mac,
-        ip: IpAddr::V4(local),
-        seed: u64::from(u32::from(local)) ^ 0x7070,
-        udp_sport_base: 0xc000,
-        tos: 0,
-    });
+    let mut ctx = Context::new(
+        ContextConfig {
+            mac,
+            ip: IpAddr::V4(local),
+            seed: u64::from(u32::from(local)) ^ 0x7070,
+            udp_sport_base: 0xc000,
+            tos: 0,
+        },
+        std::time::Instant::now(),
+    );
     let e = |e: uroce::verbs::VerbsError| e.to_string();
     let cq = ctx.create_cq();
     let pd = ctx.alloc_pd();

@@ -527,13 +527,16 @@ fn udp_backend_over_ipv6() {
         netns::enter(&ns2).unwrap();
         let ip = |n: u16| Ipv6Addr::new(0xfd00, 0x75, 0, 0, 0, 0, 0, n);
         let make = |n: u16| {
-            let mut c = Context::new(ContextConfig {
-                mac: [0; 6],
-                ip: IpAddr::V6(ip(n)),
-                seed: u64::from(n),
-                udp_sport_base: 0xc000,
-                tos: 0,
-            });
+            let mut c = Context::new(
+                ContextConfig {
+                    mac: [0; 6],
+                    ip: IpAddr::V6(ip(n)),
+                    seed: u64::from(n),
+                    udp_sport_base: 0xc000,
+                    tos: 0,
+                },
+                std::time::Instant::now(),
+            );
             let cq = c.create_cq();
             let pd = c.alloc_pd();
             let caps = QpCaps {

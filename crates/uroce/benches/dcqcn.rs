@@ -17,13 +17,16 @@ use uroce::verbs::{
 };
 
 fn sender(dcqcn: bool, n: usize, size: u32, now: Instant) -> Context {
-    let mut c = Context::new(ContextConfig {
-        mac: [2, 0, 0, 0, 0, 1],
-        ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-        seed: 1,
-        udp_sport_base: 0xc000,
-        tos: 0,
-    });
+    let mut c = Context::new(
+        ContextConfig {
+            mac: [2, 0, 0, 0, 0, 1],
+            ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            seed: 1,
+            udp_sport_base: 0xc000,
+            tos: 0,
+        },
+        std::time::Instant::now(),
+    );
     if dcqcn {
         c.enable_dcqcn(Params::paper(100e9), now);
     }

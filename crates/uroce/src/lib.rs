@@ -14,6 +14,7 @@ pub mod fuzzing;
 pub mod mem;
 pub mod net;
 pub mod pcap;
+pub mod rng;
 pub mod sim;
 pub mod transport;
 pub mod verbs;

@@ -47,13 +47,16 @@ fn ctx(n: u8) -> (Context, CqId, u32, uroce::mem::Mr) {
 }
 
 fn ctx_at(ip: Ipv4Addr, n: u8) -> (Context, CqId, u32, uroce::mem::Mr) {
-    let mut c = Context::new(ContextConfig {
-        mac: [2, 0, 0, 0, 0, n],
-        ip: IpAddr::V4(ip),
-        seed: u64::from(n),
-        udp_sport_base: 0xc000,
-        tos: 0,
-    });
+    let mut c = Context::new(
+        ContextConfig {
+            mac: [2, 0, 0, 0, 0, n],
+            ip: IpAddr::V4(ip),
+            seed: u64::from(n),
+            udp_sport_base: 0xc000,
+            tos: 0,
+        },
+        std::time::Instant::now(),
+    );
     let cq = c.create_cq();
     let pd = c.alloc_pd();
     let caps = QpCaps {

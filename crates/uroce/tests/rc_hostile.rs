@@ -27,13 +27,16 @@ struct Victim {
 }
 
 fn victim() -> Victim {
-    let mut ctx = Context::new(ContextConfig {
-        mac: [2, 0, 0, 0, 0, 2],
-        ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-        seed: 99,
-        udp_sport_base: 0xc000,
-        tos: 0,
-    });
+    let mut ctx = Context::new(
+        ContextConfig {
+            mac: [2, 0, 0, 0, 0, 2],
+            ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+            seed: 99,
+            udp_sport_base: 0xc000,
+            tos: 0,
+        },
+        std::time::Instant::now(),
+    );
     let cq = ctx.create_cq();
     let pd = ctx.alloc_pd();
     let qpn = ctx

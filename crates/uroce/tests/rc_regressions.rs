@@ -174,13 +174,16 @@ fn rnr_waits_do_not_spend_transport_retries() {
 // ---- 5. UC: one spoofed FIRST/ONLY far ahead blackholes the QP ----
 #[test]
 fn ud_recv_into_deregistered_mr_is_an_error_not_a_panic() {
-    let mut ctx = Context::new(ContextConfig {
-        mac: [2, 0, 0, 0, 0, 2],
-        ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-        seed: 5,
-        udp_sport_base: 0xc000,
-        tos: 0,
-    });
+    let mut ctx = Context::new(
+        ContextConfig {
+            mac: [2, 0, 0, 0, 0, 2],
+            ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+            seed: 5,
+            udp_sport_base: 0xc000,
+            tos: 0,
+        },
+        std::time::Instant::now(),
+    );
     let cq = ctx.create_cq();
     let pd = ctx.alloc_pd();
     let q = ctx

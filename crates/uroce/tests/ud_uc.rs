@@ -36,13 +36,16 @@ fn remote(n: u8, v6: bool) -> Remote {
 }
 
 fn node(n: u8, t: QpType, v6: bool) -> Node {
-    let mut ctx = Context::new(ContextConfig {
-        mac: [2, 0, 0, 0, 0, n],
-        ip: addr(n, v6),
-        seed: u64::from(n),
-        udp_sport_base: 0xc000,
-        tos: 0,
-    });
+    let mut ctx = Context::new(
+        ContextConfig {
+            mac: [2, 0, 0, 0, 0, n],
+            ip: addr(n, v6),
+            seed: u64::from(n),
+            udp_sport_base: 0xc000,
+            tos: 0,
+        },
+        std::time::Instant::now(),
+    );
     let cq = ctx.create_cq();
     let pd = ctx.alloc_pd();
     let qpn = ctx

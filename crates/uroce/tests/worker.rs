@@ -36,13 +36,16 @@ fn side(ip: Ipv4Addr) -> Option<Vec<Loop>> {
                 return None;
             }
         };
-        let mut ctx = Context::new(ContextConfig {
-            mac: [0; 6],
-            ip: IpAddr::V4(ip),
-            seed: u64::from(k) + u64::from(u32::from(ip)),
-            udp_sport_base: 0xc000,
-            tos: 0,
-        });
+        let mut ctx = Context::new(
+            ContextConfig {
+                mac: [0; 6],
+                ip: IpAddr::V4(ip),
+                seed: u64::from(k) + u64::from(u32::from(ip)),
+                udp_sport_base: 0xc000,
+                tos: 0,
+            },
+            std::time::Instant::now(),
+        );
         ctx.set_qpn_space(LOOPS * 16 + k, LOOPS);
         let cq = ctx.create_cq();
         let pd = ctx.alloc_pd();

@@ -9,7 +9,7 @@
 //! `Impairer::due` and the backend releases it within its `max`.
 
 use super::MAX_FRAME;
-use crate::sim::Rng;
+use crate::rng::Rng;
 
 /// How received frames are impaired.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -105,7 +105,7 @@ pub struct Memory {
     pds: Vec<bool>,
     by_lkey: HashMap<u32, Region>,
     rkey_to_lkey: HashMap<u32, u32>,
-    rng: crate::sim::Rng,
+    rng: crate::rng::Rng,
 }
 
 impl Memory {
@@ -115,7 +115,7 @@ impl Memory {
             pds: Vec::new(),
             by_lkey: HashMap::new(),
             rkey_to_lkey: HashMap::new(),
-            rng: crate::sim::Rng::new(seed ^ 0x6d65_6d6f_7279),
+            rng: crate::rng::Rng::new(seed ^ 0x6d65_6d6f_7279),
         }
     }
 

@@ -85,13 +85,16 @@ pub fn run(cfg: &DgramConfig) -> DgramReport {
         .collect();
 
     let mk = |n: u8| {
-        let mut ctx = Context::new(ContextConfig {
-            mac: [2, 0, 0, 0, 0, n],
-            ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, n)),
-            seed: cfg.seed ^ u64::from(n),
-            udp_sport_base: 0xc000,
-            tos: 0,
-        });
+        let mut ctx = Context::new(
+            ContextConfig {
+                mac: [2, 0, 0, 0, 0, n],
+                ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, n)),
+                seed: cfg.seed ^ u64::from(n),
+                udp_sport_base: 0xc000,
+                tos: 0,
+            },
+            std::time::Instant::now(),
+        );
         let cq = ctx.create_cq();
         let pd = ctx.alloc_pd();
         let t = if ud { QpType::Ud } else { QpType::Uc };

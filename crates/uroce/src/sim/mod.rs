@@ -6,7 +6,6 @@ pub mod dgram;
 mod link;
 pub mod plot;
 pub mod rc;
-mod rng;
 
+pub use crate::rng::Rng;
 pub use link::{Link, LinkConfig, LinkStats};
-pub use rng::Rng;

@@ -169,13 +169,16 @@ struct Side {
 }
 
 fn side(ip: [u8; 4], mac_last: u8, seed: u64) -> Side {
-    let mut ctx = Context::new(ContextConfig {
-        mac: [2, 0, 0, 0, 0, mac_last],
-        ip: IpAddr::V4(Ipv4Addr::from(ip)),
-        seed,
-        udp_sport_base: 0xc000,
-        tos: 0,
-    });
+    let mut ctx = Context::new(
+        ContextConfig {
+            mac: [2, 0, 0, 0, 0, mac_last],
+            ip: IpAddr::V4(Ipv4Addr::from(ip)),
+            seed,
+            udp_sport_base: 0xc000,
+            tos: 0,
+        },
+        std::time::Instant::now(),
+    );
     let cq = ctx.create_cq();
     let pd = ctx.alloc_pd();
     let qpn = ctx

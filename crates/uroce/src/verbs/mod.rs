@@ -115,8 +115,8 @@ pub struct Context {
 }
 
 impl Context {
-    /// A context with nothing open.
-    pub fn new(cfg: ContextConfig) -> Self {
+    /// A context with nothing open; `now` starts its clock (DCQCN's rate state).
+    pub fn new(cfg: ContextConfig, now: Instant) -> Self {
         Self {
             cfg,
             mem: Memory::new(cfg.seed),
@@ -130,7 +130,7 @@ impl Context {
             dcqcn: None,
             held: Vec::new(),
             rr_cursor: 0,
-            epoch: Instant::now(),
+            epoch: now,
             wcs: Vec::new(),
             counters: ContextCounters::default(),
         }

@@ -52,13 +52,16 @@ pub struct Pair {
 }
 
 pub fn ctx(last: u8) -> (Context, CqId, u32) {
-    let mut c = Context::new(ContextConfig {
-        mac: [2, 0, 0, 0, 0, last],
-        ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, last)),
-        seed: u64::from(last),
-        udp_sport_base: 0xc000,
-        tos: 0,
-    });
+    let mut c = Context::new(
+        ContextConfig {
+            mac: [2, 0, 0, 0, 0, last],
+            ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, last)),
+            seed: u64::from(last),
+            udp_sport_base: 0xc000,
+            tos: 0,
+        },
+        std::time::Instant::now(),
+    );
     let cq = c.create_cq();
     let pd = c.alloc_pd();
     let caps = QpCaps {

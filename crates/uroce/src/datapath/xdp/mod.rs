@@ -41,9 +41,6 @@ const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
 const XDP_USE_SG: u16 = 1 << 4;
 const XDP_PKT_CONTD: u32 = 1;
 
-/// Frames a socket holds in flight each way: as many as an RC requester sends unacked
-/// (the transport's window), so a burst from one QP fits the receive side.
-const FRAMES: u32 = crate::transport::rc::MAX_INFLIGHT_PSNS;
 const CHUNK: u32 = 4096;
 
 /// The kernel's counters of an AF_XDP socket (XDP_STATISTICS), summed over the sockets.
@@ -201,7 +198,9 @@ struct SockaddrXdp {
     shared_umem_fd: u32,
 }
 
-fn open_socket(ifindex: u32, queue: u32, sg: bool) -> io::Result<(Socket, bool)> {
+/// Opens one AF_XDP socket on `queue` with room for `frames` frames in flight each way.
+fn open_socket(ifindex: u32, queue: u32, sg: bool, frames: u32) -> io::Result<(Socket, bool)> {
+    let frames = frames.clamp(64, 1 << 16).next_power_of_two();
     // SAFETY: plain socket call; the descriptor is owned at once.
     let raw = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW, 0) };
     if raw < 0 {
@@ -213,11 +212,11 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool) -> io::Result<(Socket, bool)>
     // receive side offers only every other chunk, four to receive. Every ring holds a
     // descriptor per chunk in use.
     let (rx_chunks, tx_chunks) = if sg {
-        (4 * FRAMES, 2 * FRAMES)
+        (4 * frames, 2 * frames)
     } else {
-        (FRAMES, FRAMES)
+        (frames, frames)
     };
-    let ring = if sg { 2 * FRAMES } else { FRAMES };
+    let ring = if sg { 2 * frames } else { frames };
     let umem = Umem::new((rx_chunks + tx_chunks) as usize * CHUNK as usize)?;
     let reg = UmemReg {
         addr: umem.addr() as u64,
@@ -346,13 +345,17 @@ fn ifindex(iface: &str) -> io::Result<u32> {
 impl XdpBackend {
     /// Loads and attaches the steering program on `iface` and opens one AF_XDP socket per
     /// receive queue (`queues`, at least 1). `mtu` above 3498 asks for multi-buffer.
-    /// Errors say what failed (capabilities: CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW).
-    pub fn open(iface: &str, queues: u32, mtu: u32) -> io::Result<Self> {
+    /// `frames` is how many frames each socket holds in flight each way (a power of two,
+    /// 64 to 65536): as many as the peers' transports send unacknowledged (an RC
+    /// requester's window, [`crate::transport::rc::MAX_INFLIGHT_PSNS`]), so a burst fits
+    /// the receive side. Errors say what failed (capabilities: CAP_BPF, CAP_NET_ADMIN,
+    /// CAP_NET_RAW).
+    pub fn open(iface: &str, queues: u32, mtu: u32, frames: u32) -> io::Result<Self> {
         let (attach, map, ifindex, native, sg) = Self::attach(iface, queues.max(1), mtu)?;
         let mut socks = Vec::new();
         let mut zero_copy = true;
         for q in 0..queues.max(1) {
-            match open_socket(ifindex, q, sg) {
+            match open_socket(ifindex, q, sg, frames) {
                 Ok((s, zc)) => {
                     bpf::map_set(map, q, s.fd.as_raw_fd())?;
                     zero_copy &= zc;
@@ -374,11 +377,12 @@ impl XdpBackend {
     /// One backend per receive queue `0..count` of `iface`, sharing one steering
     /// program: for one event loop per queue (a frame sent on queue k leaves on TX queue
     /// k; over veth it arrives on the peer's queue k). Fails when a queue cannot be bound.
-    pub fn open_per_queue(iface: &str, count: u32, mtu: u32) -> io::Result<Vec<Self>> {
+    /// `mtu` and `frames` as for [`XdpBackend::open`].
+    pub fn open_per_queue(iface: &str, count: u32, mtu: u32, frames: u32) -> io::Result<Vec<Self>> {
         let (attach, map, ifindex, native, sg) = Self::attach(iface, count.max(1), mtu)?;
         let mut out = Vec::new();
         for q in 0..count.max(1) {
-            let (s, zc) = open_socket(ifindex, q, sg).map_err(|e| {
+            let (s, zc) = open_socket(ifindex, q, sg, frames).map_err(|e| {
                 io::Error::new(
                     e.kind(),
                     format!(

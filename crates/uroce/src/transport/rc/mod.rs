@@ -7,7 +7,7 @@
 
 mod requester;
 
-pub(crate) use requester::MAX_INFLIGHT_PSNS;
+pub use requester::MAX_INFLIGHT_PSNS;
 mod responder;
 
 use std::time::Instant;

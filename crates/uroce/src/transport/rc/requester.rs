@@ -19,7 +19,7 @@ use crate::wire::{
 const MAX_MESSAGE: u32 = 1 << 31;
 /// Largest number of PSNs in flight; far below the 2^23 the spec allows, enough for a
 /// few MB in flight at 4 KiB MTU.
-pub(crate) const MAX_INFLIGHT_PSNS: u32 = 2048;
+pub const MAX_INFLIGHT_PSNS: u32 = 2048;
 /// The in-flight limit never shrinks below this.
 const MIN_INFLIGHT_PSNS: u32 = 8;
 /// Ask for an ACK at least this often inside long messages.

@@ -1,4 +1,6 @@
-//! A small deterministic generator (SplitMix64) so every simulated run replays from its seed.
+//! A small deterministic generator (SplitMix64): every simulated run, memory key and impairment replays from its seed.
+
+#![forbid(unsafe_code)]
 
 /// SplitMix64 (Steele, Lea, Flood 2014).
 #[derive(Debug, Clone)]
