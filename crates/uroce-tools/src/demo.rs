@@ -9,10 +9,8 @@ use std::time::{Duration, Instant};
 use crate::netns::{self, VethPair};
 use uroce::datapath::event_loop::Endpoint;
 use uroce::datapath::impair::Impairment;
-use uroce::datapath::udp::UdpBackend;
 use uroce::datapath::Backend;
 use uroce::mem::{Access, Mr};
-use uroce::transport::rc::MAX_INFLIGHT_PSNS;
 use uroce::transport::QpCounters;
 use uroce::verbs::{
     Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
@@ -39,16 +37,7 @@ pub struct DemoConfig {
     pub backend: BackendChoice,
 }
 
-/// Which datapath the demo uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendChoice {
-    /// AF_XDP where it can be set up, else the UDP backend (saying why).
-    Auto,
-    /// AF_XDP or fail.
-    Xdp,
-    /// The UDP socket backend.
-    Udp,
-}
+pub use crate::backend::BackendChoice;
 
 /// What happened.
 #[derive(Debug, Clone, Default)]
@@ -113,34 +102,14 @@ fn side(
     mtu: Mtu,
 ) -> Result<(Side, String), String> {
     let addr = place.addr;
-    let xdp = match (&place.iface, choice) {
-        (Some(iface), BackendChoice::Auto | BackendChoice::Xdp) => {
-            uroce::datapath::xdp::XdpBackend::open(iface, 2, mtu.bytes() + 100, MAX_INFLIGHT_PSNS)
-                .map_err(|e| e.to_string())
-        }
-        (None, BackendChoice::Xdp) => Err("AF_XDP needs the veth pair (root)".into()),
-        _ => Err(String::new()),
-    };
-    let (backend, what): (Box<dyn Backend + Send>, String) = match xdp {
-        Ok(mut b) => {
-            b.set_impairment(impair);
-            let what = format!("AF_XDP ({})", b.mode());
-            (Box::new(b), what)
-        }
-        Err(why) => {
-            if choice == BackendChoice::Xdp {
-                return Err(format!("AF_XDP: {why}"));
-            }
-            let mut u = UdpBackend::bind(addr).map_err(|e| e.to_string())?;
-            u.set_impairment(impair);
-            let what = if why.is_empty() {
-                "UDP backend".to_string()
-            } else {
-                format!("UDP backend (AF_XDP not possible: {why})")
-            };
-            (Box::new(u), what)
-        }
-    };
+    let (backend, what) = crate::backend::open(
+        choice,
+        place.iface.as_deref(),
+        "AF_XDP needs the veth pair (root)",
+        addr.into(),
+        mtu,
+        impair,
+    )?;
     let mut ctx = Context::new(
         ContextConfig {
             mac: place.mac,

@@ -2,6 +2,7 @@
 //! targets reach them: the demo, `perf` (native and perftest-compatible), `pingpong`
 //! (ibv_*_pingpong-compatible), the frame decoder, network namespaces and veth pairs.
 
+pub mod backend;
 pub mod decode;
 pub mod demo;
 #[doc(hidden)]

@@ -12,11 +12,8 @@ use serde::{Deserialize, Serialize};
 use uroce::congestion::dcqcn;
 use uroce::datapath::event_loop::Endpoint;
 use uroce::datapath::impair::Impairment;
-use uroce::datapath::udp::UdpBackend;
-use uroce::datapath::xdp::XdpBackend;
 use uroce::datapath::Backend;
 use uroce::mem::Access;
-use uroce::transport::rc::MAX_INFLIGHT_PSNS;
 use uroce::verbs::{
     Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
     SendOp, SendWr, Sge, WcStatus,
@@ -358,28 +355,8 @@ pub(crate) fn open_backend_lossy(
     iface: &str,
     impair: Impairment,
 ) -> Result<(Box<dyn Backend + Send>, String), String> {
-    let local: IpAddr = local.into();
-    if backend != "udp" {
-        match XdpBackend::open(iface, 2, mtu.bytes() + 100, MAX_INFLIGHT_PSNS) {
-            Ok(mut b) => {
-                b.set_impairment(impair);
-                let what = format!("AF_XDP on {iface} ({})", b.mode());
-                return Ok((Box::new(b), what));
-            }
-            Err(e) if backend == "xdp" => return Err(format!("AF_XDP on {iface}: {e}")),
-            Err(e) => {
-                let mut u = UdpBackend::bind(local).map_err(|e| e.to_string())?;
-                u.set_impairment(impair);
-                return Ok((
-                    Box::new(u),
-                    format!("UDP backend (AF_XDP not possible: {e})"),
-                ));
-            }
-        }
-    }
-    let mut u = UdpBackend::bind(local).map_err(|e| e.to_string())?;
-    u.set_impairment(impair);
-    Ok((Box::new(u), "UDP backend".into()))
+    let choice = crate::backend::BackendChoice::parse(backend)?;
+    crate::backend::open(choice, Some(iface), "", local.into(), mtu, impair)
 }
 
 struct Setup {
@@ -846,7 +823,7 @@ fn raw_source(
     let mut template = vec![0u8; uroce::datapath::MAX_FRAME];
     let n =
         s.ep.ctx
-            .poll_transmit(Instant::now(), &mut template)
+            .poll_frame(Instant::now(), &mut template)
             .ok_or("the context built no frame")?;
     template.truncate(n);
     let backend = s.ep.backend_mut();
@@ -856,9 +833,10 @@ fn raw_source(
         buf[..template.len()].copy_from_slice(&template);
         Some(template.len())
     };
+    // Whole frames as built: the backend alone, no transport.
     while meter.secs() < cfg.duration.as_secs_f64() && !uroce::datapath::interrupted() {
         for _ in 0..64 {
-            match backend.send_with(&mut copy) {
+            match backend.send_frame_with(&mut copy) {
                 Ok(true) => sent += 1,
                 Ok(false) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,

@@ -14,12 +14,9 @@ use crate::perf::{
     PerfResult,
 };
 use uroce::datapath::event_loop::Endpoint;
-use uroce::datapath::udp::UdpBackend;
 use uroce::datapath::worker::{Idle, Worker};
-use uroce::datapath::xdp::XdpBackend;
 use uroce::datapath::Backend;
 use uroce::mem::Mr;
-use uroce::transport::rc::MAX_INFLIGHT_PSNS;
 use uroce::verbs::{
     Context, CqId, RecvWr, Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
@@ -51,31 +48,8 @@ fn backends(
     n: u32,
 ) -> Result<(Vec<Boxed>, String, String, [u8; 6]), String> {
     let (iface, mac) = local_link(cfg.iface.as_deref(), local);
-    let mut why = String::new();
-    if cfg.backend != "udp" {
-        match XdpBackend::open_per_queue(&iface, n, cfg.mtu.bytes() + 100, MAX_INFLIGHT_PSNS) {
-            Ok(v) => {
-                let v = v
-                    .into_iter()
-                    .map(|mut b| {
-                        b.set_impairment(cfg.impair);
-                        Box::new(b) as Boxed
-                    })
-                    .collect();
-                let what = format!("AF_XDP on {iface}, {n} loops on threads, one queue each");
-                return Ok((v, what, iface, mac));
-            }
-            Err(e) if cfg.backend == "xdp" => return Err(format!("AF_XDP on {iface}: {e}")),
-            Err(e) => why = format!(" (AF_XDP not possible: {e})"),
-        }
-    }
-    let mut v = Vec::new();
-    for k in 0..n {
-        let mut b = UdpBackend::bind_steered(local, k, n).map_err(|e| e.to_string())?;
-        b.set_impairment(cfg.impair);
-        v.push(Box::new(b) as Boxed);
-    }
-    let what = format!("UDP backend, {n} loops on threads, steered by DestQP{why}");
+    let choice = crate::backend::BackendChoice::parse(&cfg.backend)?;
+    let (v, what) = crate::backend::open_per_loop(choice, &iface, local, n, cfg.mtu, cfg.impair)?;
     Ok((v, what, iface, mac))
 }
 

@@ -98,7 +98,7 @@ fn bench(c: &mut Criterion) {
                     || sender(on, n, size, now),
                     |mut ctx| {
                         let mut frames = 0;
-                        while let Some(len) = ctx.poll_transmit(now, &mut buf) {
+                        while let Some(len) = ctx.poll_frame(now, &mut buf) {
                             black_box(&buf[..len]);
                             frames += 1;
                         }

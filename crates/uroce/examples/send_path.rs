@@ -1,4 +1,4 @@
-//! Drains N (default 2000) 64-byte SENDs through `poll_transmit`, DCQCN off or on (first argument),
+//! Drains N (default 2000) 64-byte SENDs through `poll_frame`, DCQCN off or on (first argument),
 //! for counting instructions with `valgrind --tool=callgrind` (deterministic, unlike wall
 //! time on a shared machine):
 //!
@@ -79,7 +79,7 @@ fn main() {
         c.post_send(q, wr).expect("post");
     }
     let mut frames = 0u64;
-    while c.poll_transmit(now, &mut buf).is_some() {
+    while c.poll_frame(now, &mut buf).is_some() {
         frames += 1;
     }
     println!("{frames} frames");

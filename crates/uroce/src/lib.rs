@@ -9,6 +9,7 @@
 
 pub mod congestion;
 pub mod datapath;
+pub mod endpoint;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod mem;

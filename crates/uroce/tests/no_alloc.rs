@@ -146,11 +146,11 @@ fn steady_state_send_and_receive_do_not_allocate() {
         .unwrap();
         loop {
             let mut moved = false;
-            while let Some(n) = a.poll_transmit(now, &mut buf) {
+            while let Some(n) = a.poll_frame(now, &mut buf) {
                 b.handle_frame(now, &buf[..n]).unwrap();
                 moved = true;
             }
-            while let Some(n) = b.poll_transmit(now, &mut buf) {
+            while let Some(n) = b.poll_frame(now, &mut buf) {
                 a.handle_frame(now, &buf[..n]).unwrap();
                 moved = true;
             }

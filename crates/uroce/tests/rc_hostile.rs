@@ -224,7 +224,7 @@ fn random_packets_never_reach_memory_they_were_not_granted() {
     for i in 0..20_000 {
         let f = random_packet(&mut r, v.qpn, &rkeys, v.granted.addr);
         let _ = v.ctx.handle_frame(now, &f);
-        while v.ctx.poll_transmit(now, &mut buf).is_some() {}
+        while v.ctx.poll_frame(now, &mut buf).is_some() {}
         if i % 100 == 0 {
             now += Duration::from_millis(1);
             v.ctx.handle_timeout(now);
@@ -271,7 +271,7 @@ fn data_outside_the_psn_window_is_never_accepted() {
             psn ^= 1;
         }
         v.ctx.handle_frame(now, &write_only(&v, psn, 0xee)).unwrap();
-        while v.ctx.poll_transmit(now, &mut buf).is_some() {}
+        while v.ctx.poll_frame(now, &mut buf).is_some() {}
     }
     assert!(
         v.ctx.mr_bytes(&v.granted).iter().all(|&b| b == 0x5a),

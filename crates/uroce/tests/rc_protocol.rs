@@ -402,7 +402,7 @@ fn a_bad_icrc_is_dropped_and_recovered_by_retransmission() {
     );
     p.post(1, write_op(&p, 0), 10);
     let mut buf = vec![0u8; 256];
-    let n = p.a.poll_transmit(p.now, &mut buf).unwrap();
+    let n = p.a.poll_frame(p.now, &mut buf).unwrap();
     buf[n - 10] ^= 0x40; // a payload bit
     assert!(matches!(
         p.b.handle_frame(p.now, &buf[..n]),

@@ -238,7 +238,7 @@ fn an_ack_for_psns_not_yet_sent_is_ignored() {
     let mut p = Pair::new(RtsAttr::default(), all());
     p.post(1, SendOp::Send, 4096); // 4 packets
     let mut buf = vec![0u8; 5000];
-    let n = p.a.poll_transmit(p.now, &mut buf).unwrap(); // only packet 0 leaves
+    let n = p.a.poll_frame(p.now, &mut buf).unwrap(); // only packet 0 leaves
     let _ = n;
     let ext = ExtHeaders {
         aeth: Some(AethRepr::new(Syndrome::Ack { credits: 31 }, 1)),

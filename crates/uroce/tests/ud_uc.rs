@@ -127,12 +127,12 @@ fn pump(a: &mut Node, b: &mut Node, now: Instant) -> Vec<Vec<u8>> {
     let mut buf = vec![0u8; 5000];
     loop {
         let mut moved = false;
-        while let Some(n) = a.ctx.poll_transmit(now, &mut buf) {
+        while let Some(n) = a.ctx.poll_frame(now, &mut buf) {
             sent.push(buf[..n].to_vec());
             let _ = b.ctx.handle_frame(now, &buf[..n]);
             moved = true;
         }
-        while let Some(n) = b.ctx.poll_transmit(now, &mut buf) {
+        while let Some(n) = b.ctx.poll_frame(now, &mut buf) {
             let _ = a.ctx.handle_frame(now, &buf[..n]);
             moved = true;
         }
@@ -305,7 +305,7 @@ fn uc_loss_inside_a_message_loses_only_that_message() {
     let mut buf = vec![0u8; 5000];
     let now = Instant::now();
     let mut n_sent = 0;
-    while let Some(n) = a.ctx.poll_transmit(now, &mut buf) {
+    while let Some(n) = a.ctx.poll_frame(now, &mut buf) {
         if n_sent != 1 {
             // the MIDDLE of the first message is lost
             b.ctx.handle_frame(now, &buf[..n]).unwrap();
@@ -362,7 +362,7 @@ fn uc_write_with_imm_and_resync_after_loss_of_a_last() {
     let mut buf = vec![0u8; 5000];
     let now = Instant::now();
     let mut i = 0;
-    while let Some(n) = a.ctx.poll_transmit(now, &mut buf) {
+    while let Some(n) = a.ctx.poll_frame(now, &mut buf) {
         if i != 1 {
             b.ctx.handle_frame(now, &buf[..n]).unwrap(); // lose the LAST of the first WRITE
         }
@@ -395,7 +395,7 @@ fn cnp_at_most_once_per_interval_to_the_right_qpn() {
     for i in 0..10_000u64 {
         let now = t0 + Duration::from_nanos(i * 100);
         let _ = b.ctx.handle_frame(now, &marked);
-        while let Some(n) = b.ctx.poll_transmit(now, &mut buf) {
+        while let Some(n) = b.ctx.poll_frame(now, &mut buf) {
             cnps.push((now, buf[..n].to_vec()));
         }
     }

@@ -58,8 +58,8 @@ impl<B: Backend> Endpoint<B> {
         let wait = ctx
             .poll_timeout()
             .map_or(max_wait, |t| t.saturating_duration_since(now).min(max_wait));
-        backend.receive(wait, 64, &mut |frame| {
-            let _ = ctx.handle_frame(Instant::now(), frame);
+        backend.receive(wait, 64, &mut |r| {
+            let _ = ctx.handle_received(Instant::now(), r);
         })?;
         ctx.handle_timeout(Instant::now());
         Ok(())

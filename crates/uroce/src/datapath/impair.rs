@@ -6,10 +6,17 @@
 //! netem's `reorder` lets later packets overtake a delayed one). A held frame is handed up
 //! anyway once the backend finds nothing more to receive, so nothing else is lost. One
 //! received frame never becomes two deliveries at once: once overtaken, the held frame is
-//! `Impairer::due` and the backend releases it within its `max`.
+//! due and released within the same `max`.
+//!
+//! [`Impaired`] wraps any [`Backend`]: the normal path has none of this code.
 
-use super::MAX_FRAME;
+use std::io;
+use std::time::Duration;
+
+use super::{Backend, MAX_FRAME};
+use crate::endpoint::{Received, Transmit};
 use crate::rng::Rng;
+use crate::wire::DatagramRepr;
 
 /// How received frames are impaired.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -47,58 +54,154 @@ pub struct ImpairStats {
     pub reordered: u64,
 }
 
-/// The state a backend keeps to impair its received frames.
-pub(crate) struct Impairer {
+/// A backend whose received frames are dropped and reordered as [`Impairment`] says.
+pub struct Impaired<B> {
+    inner: B,
+    imp: Impairer,
+}
+
+impl<B: Backend> Impaired<B> {
+    /// Wraps `inner`; `seed` makes the choices repeatable.
+    pub fn new(inner: B, cfg: Impairment, seed: u64) -> Self {
+        let mut imp = Impairer::new(seed);
+        imp.set(cfg);
+        Self { inner, imp }
+    }
+
+    /// What the impairment did so far.
+    pub fn stats(&self) -> ImpairStats {
+        self.imp.stats()
+    }
+
+    /// The wrapped backend.
+    pub fn inner_mut(&mut self) -> &mut B {
+        &mut self.inner
+    }
+}
+
+impl<B: Backend> Backend for Impaired<B> {
+    fn send_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+    ) -> io::Result<bool> {
+        self.inner.send_with(build)
+    }
+
+    fn send_frame_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> io::Result<bool> {
+        self.inner.send_frame_with(build)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+
+    fn needs_link_addresses(&self) -> bool {
+        self.inner.needs_link_addresses()
+    }
+
+    fn rx_overruns(&self) -> u64 {
+        self.inner.rx_overruns()
+    }
+
+    fn receive(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        handle: &mut dyn FnMut(Received<'_>),
+    ) -> io::Result<usize> {
+        if max == 0 {
+            return Ok(0);
+        }
+        let Self { inner, imp } = self;
+        // A held-back frame that has been overtaken goes first.
+        let mut handled = if imp.due() { imp.release(handle) } else { 0 };
+        if handled == max {
+            return Ok(handled);
+        }
+        // Never sleep while holding a frame, and keep room in `max` for it: it comes out
+        // right after the frame that overtakes it.
+        let wait = if imp.holding() || handled > 0 {
+            Duration::ZERO
+        } else {
+            timeout
+        };
+        let room = (max - handled - usize::from(imp.holding())).max(1);
+        let got = inner.receive(wait, room, &mut |r| {
+            handled += imp.pass(r, handle);
+            if imp.due() && handled < max {
+                handled += imp.release(handle);
+            }
+        })?;
+        if got == 0 && handled == 0 {
+            // Nothing more came: a frame still held back goes now.
+            handled = imp.release(handle);
+        }
+        Ok(handled)
+    }
+}
+
+/// The state kept to impair received frames.
+struct Impairer {
     cfg: Impairment,
     rng: Rng,
-    /// The frame held back (allocated once, when reordering is first asked for).
+    /// The frame held back (allocated once, when reordering is first asked for), and
+    /// its datagram addressing when it came from a UDP socket.
     held: Vec<u8>,
     held_len: Option<usize>,
+    held_datagram: Option<DatagramRepr>,
     /// A later frame has been handed up: the held one goes next.
     overtaken: bool,
     stats: ImpairStats,
 }
 
 impl Impairer {
-    pub(crate) fn new(seed: u64) -> Self {
+    fn new(seed: u64) -> Self {
         Self {
             cfg: Impairment::default(),
             rng: Rng::new(seed),
             held: Vec::new(),
             held_len: None,
+            held_datagram: None,
             overtaken: false,
             stats: ImpairStats::default(),
         }
     }
 
-    pub(crate) fn set(&mut self, cfg: Impairment) {
+    fn set(&mut self, cfg: Impairment) {
         if cfg.reorder > 0.0 && self.held.is_empty() {
             self.held = vec![0; MAX_FRAME];
         }
         self.cfg = cfg;
     }
 
-    pub(crate) fn stats(&self) -> ImpairStats {
+    fn stats(&self) -> ImpairStats {
         self.stats
     }
 
     /// Whether a frame is held back (the backend should not sleep on its socket).
-    pub(crate) fn holding(&self) -> bool {
+    fn holding(&self) -> bool {
         self.held_len.is_some()
     }
 
     /// Whether the held frame has been overtaken and should be released next.
-    pub(crate) fn due(&self) -> bool {
+    fn due(&self) -> bool {
         self.overtaken
     }
 
     /// Passes one received frame on to `handle` (or not, or later); returns how many
     /// frames `handle` got (0 or 1).
-    pub(crate) fn pass(&mut self, frame: &[u8], handle: &mut dyn FnMut(&[u8])) -> usize {
+    fn pass(&mut self, r: Received<'_>, handle: &mut dyn FnMut(Received<'_>)) -> usize {
         if self.cfg.is_none() {
-            handle(frame);
+            handle(r);
             return 1;
         }
+        let (frame, datagram) = match r {
+            Received::Frame(f) => (f, None),
+            Received::Datagram { datagram, roce } => (roce, Some(*datagram)),
+        };
         if self.rng.chance(self.cfg.drop) {
             self.stats.dropped += 1;
             return 0;
@@ -109,22 +212,30 @@ impl Impairer {
         {
             self.held[..frame.len()].copy_from_slice(frame);
             self.held_len = Some(frame.len());
+            self.held_datagram = datagram;
             return 0;
         }
-        handle(frame);
+        handle(r);
         self.overtaken = self.held_len.is_some();
         1
     }
 
     /// Hands up the held frame, overtaken or not (nothing else came); returns how many
     /// (0 or 1).
-    pub(crate) fn release(&mut self, handle: &mut dyn FnMut(&[u8])) -> usize {
+    fn release(&mut self, handle: &mut dyn FnMut(Received<'_>)) -> usize {
         match self.held_len.take() {
             Some(n) => {
                 if std::mem::take(&mut self.overtaken) {
                     self.stats.reordered += 1;
                 }
-                handle(&self.held[..n]);
+                let bytes = &self.held[..n];
+                match &self.held_datagram {
+                    Some(datagram) => handle(Received::Datagram {
+                        datagram,
+                        roce: bytes,
+                    }),
+                    None => handle(Received::Frame(bytes)),
+                }
                 1
             }
             None => 0,
@@ -136,17 +247,24 @@ impl Impairer {
 mod tests {
     use super::*;
 
+    fn first(r: Received<'_>) -> u8 {
+        match r {
+            Received::Frame(f) => f[0],
+            Received::Datagram { roce, .. } => roce[0],
+        }
+    }
+
     fn run(cfg: Impairment, frames: usize) -> (Vec<u8>, ImpairStats) {
         let mut imp = Impairer::new(7);
         imp.set(cfg);
         let mut out = Vec::new();
         for i in 0..frames {
-            assert!(imp.pass(&[i as u8], &mut |f| out.push(f[0])) <= 1);
+            assert!(imp.pass(Received::Frame(&[i as u8]), &mut |f| out.push(first(f))) <= 1);
             if imp.due() {
-                imp.release(&mut |f| out.push(f[0]));
+                imp.release(&mut |f| out.push(first(f)));
             }
         }
-        imp.release(&mut |f| out.push(f[0]));
+        imp.release(&mut |f| out.push(first(f)));
         (out, imp.stats())
     }
 

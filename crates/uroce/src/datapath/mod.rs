@@ -3,7 +3,8 @@
 //! - [`udp`]: a plain UDP socket on port 4791 (no privileges, no XDP): the kernel builds
 //!   Ethernet, IP and UDP; uroce sends and receives the RoCEv2 transport bytes.
 //! - [`event_loop`]: drives a context from a backend, its timers and the application.
-//! - [`impair`]: seeded loss and reordering of received frames, where netem is missing.
+//! - [`impair`]: [`impair::Impaired`], a wrapper that drops and reorders what any backend
+//!   receives, seeded, where netem is missing.
 //!
 //! - [`xdp`]: AF_XDP (kernel bypass) with an XDP program steering UDP/4791.
 //! - [`neighbour`]: next hop and MAC for AF_XDP frames (routes, kernel table, ARP, NDP).
@@ -18,32 +19,53 @@ pub mod xdp;
 use std::io;
 use std::time::Duration;
 
+pub use crate::endpoint::{Received, Transmit};
+
 /// Largest frame a backend carries: a 4096-byte payload plus every header uroce emits.
 pub const MAX_FRAME: usize = 4096 + 256;
 
-/// A way to put frames on a network and take them off.
+/// A way to put RoCEv2 datagrams on a network and take them off.
 ///
-/// The batched calls are the fast path: [`Backend::send_with`] builds a frame in the
-/// backend's own memory (the UMEM for AF_XDP) and queues it, [`Backend::flush`] hands
-/// what is queued to the kernel, [`Backend::receive`] hands received frames to a closure
-/// in place. [`Backend::send`] and [`Backend::recv`] are the one-frame conveniences.
+/// The shape is quinn's: the endpoint writes the RoCE part of a datagram (BTH to ICRC) into
+/// the backend's own memory and says where it goes ([`Transmit`]); a UDP socket sends those
+/// bytes as they are, the AF_XDP backend writes Ethernet, IP and UDP in front of them in
+/// place. Received packets come back as [`Received`]: whole frames (AF_XDP) or UDP payloads
+/// with their addressing (UDP sockets). [`Backend::send_with`] queues, [`Backend::flush`]
+/// hands what is queued to the kernel, [`Backend::receive`] hands received packets to a
+/// closure in place.
 pub trait Backend {
-    /// Offers a frame buffer of at least [`MAX_FRAME`] bytes to `build`, which writes a
-    /// frame and returns its length, or `None` when it has nothing to send. Returns
-    /// whether a frame was queued. When the backend has no room, it returns
-    /// `ErrorKind::WouldBlock` without calling `build`, so nothing is lost.
-    fn send_with(&mut self, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<bool>;
+    /// Offers a buffer of at least [`MAX_FRAME`] bytes to `build`, which writes the RoCE
+    /// part of one datagram at its start and returns where it goes, or `None` when it has
+    /// nothing to send. Returns whether a datagram was queued. When the backend has no
+    /// room, it returns `ErrorKind::WouldBlock` without calling `build`, so nothing is lost.
+    fn send_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+    ) -> io::Result<bool>;
 
-    /// Hands queued frames to the kernel.
+    /// Like [`Backend::send_with`] for a whole link-layer frame that `build` writes and
+    /// returns the length of (ARP and neighbour discovery, raw-frame benchmarks). A
+    /// backend that does not send link-layer frames (UDP) returns `ErrorKind::Unsupported`.
+    fn send_frame_with(
+        &mut self,
+        _build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> io::Result<bool> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this backend does not send link-layer frames",
+        ))
+    }
+
+    /// Hands queued datagrams to the kernel.
     fn flush(&mut self) -> io::Result<()>;
 
-    /// Waits up to `timeout` for a first frame, then passes up to `max` received frames
-    /// (Ethernet frames the context can parse) to `handle`; returns how many.
+    /// Waits up to `timeout` for a first packet, then passes up to `max` received packets
+    /// to `handle`; returns how many.
     fn receive(
         &mut self,
         timeout: Duration,
         max: usize,
-        handle: &mut dyn FnMut(&[u8]),
+        handle: &mut dyn FnMut(Received<'_>),
     ) -> io::Result<usize>;
 
     /// Whether the Ethernet addresses of sent frames matter (AF_XDP: yes; the UDP
@@ -58,43 +80,21 @@ pub trait Backend {
         0
     }
 
-    /// Sends one frame now (copied).
+    /// Sends one whole link-layer frame now (copied); see [`Backend::send_frame_with`].
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        let mut copy = |buf: &mut [u8]| {
-            let n = frame.len().min(buf.len());
-            buf[..n].copy_from_slice(&frame[..n]);
-            Some(n)
-        };
         if frame.len() > MAX_FRAME {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "frame larger than the backend carries",
             ));
         }
-        self.send_with(&mut copy)?;
+        let mut copy = |buf: &mut [u8]| {
+            let n = frame.len().min(buf.len());
+            buf[..n].copy_from_slice(&frame[..n]);
+            Some(n)
+        };
+        self.send_frame_with(&mut copy)?;
         self.flush()
-    }
-
-    /// Waits up to `timeout` for one frame, copies it into `buf` and returns its length,
-    /// or `None` on timeout.
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<Option<usize>> {
-        let mut got = None;
-        let mut too_big = false;
-        self.receive(timeout, 1, &mut |f| {
-            if f.len() <= buf.len() {
-                buf[..f.len()].copy_from_slice(f);
-                got = Some(f.len());
-            } else {
-                too_big = true;
-            }
-        })?;
-        if too_big {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "received frame larger than the buffer",
-            ));
-        }
-        Ok(got)
     }
 }
 
@@ -105,8 +105,17 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     fn rx_overruns(&self) -> u64 {
         (**self).rx_overruns()
     }
-    fn send_with(&mut self, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<bool> {
+    fn send_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+    ) -> io::Result<bool> {
         (**self).send_with(build)
+    }
+    fn send_frame_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> io::Result<bool> {
+        (**self).send_frame_with(build)
     }
     fn flush(&mut self) -> io::Result<()> {
         (**self).flush()
@@ -115,7 +124,7 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
         &mut self,
         timeout: Duration,
         max: usize,
-        handle: &mut dyn FnMut(&[u8]),
+        handle: &mut dyn FnMut(Received<'_>),
     ) -> io::Result<usize> {
         (**self).receive(timeout, max, handle)
     }

@@ -4,8 +4,10 @@
 //! fields the ICRC covers: the UDP source port (one socket per QP source port, so ECMP
 //! entropy is kept), the IP identification (0: Linux sends ID 0 on unconnected sockets
 //! with "don't fragment" set, which uroce asks for with IP_PMTUDISC_DO), DF, and the
-//! lengths. On receive the socket gives the UDP payload and the source address; the
-//! IP and UDP headers are rebuilt the same way so the context can verify the ICRC.
+//! lengths. The context writes the RoCE part and says where it goes ([`Transmit`]): those
+//! bytes are sent as they are. On receive the socket gives the UDP payload, the source
+//! address and port and the TOS: the context gets them as a [`DatagramRepr`] made the same
+//! way ([`DatagramRepr::roce`]) and verifies the ICRC over it.
 //! The TOS / traffic class byte (DSCP and ECN) goes with each datagram as an IP_TOS /
 //! IPV6_TCLASS control message, so data marked ECT and CNPs in DSCP 48 share a batch. The
 //! ECN bits of received packets are read with IP_RECVTOS / IPV6_RECVTCLASS, so CE marks
@@ -17,11 +19,11 @@
 //!
 //! Frames are batched: `send_with` queues up to 32 datagrams that `flush` hands over with
 //! one `sendmmsg` per run of the same source port, and `receive` takes up to 32 datagrams
-//! with one `recvmmsg`, each read straight behind the space where its headers are rebuilt.
+//! with one `recvmmsg`.
 //!
 //! A peer whose IPv4 identification is not 0 (rdma_rxe numbers its packets)
 //! sends an ICRC over a field the socket does not show: the identification is solved for
-//! from the ICRC ([`crate::wire::icrc::solve_ident`]) and put back into the rebuilt header.
+//! from the ICRC ([`crate::wire::icrc::solve_ident`]) and put into the datagram's header.
 //! Such a peer's packets keep 16 of the ICRC's 32 bits of protection (a damaged packet
 //! passes with odds of 1 in 65536 instead of 1 in 4 billion); the AF_XDP backend sees the
 //! real header and keeps all 32.
@@ -32,19 +34,16 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::impair::{ImpairStats, Impairer, Impairment};
-use super::{Backend, MAX_FRAME};
-use crate::wire::{self, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, UdpRepr};
+use super::{Backend, Received, Transmit, MAX_FRAME};
+use crate::wire::{self, DatagramRepr, IpRepr};
 
 /// RoCEv2 over UDP sockets bound to one local address (IPv4 or IPv6).
 pub struct UdpBackend {
     local: IpAddr,
-    /// Loss and reordering of received datagrams on purpose (recovery tests).
-    impair: Impairer,
     rx: UdpSocket,
     tx: HashMap<u16, UdpSocket>,
-    /// Queued datagrams: `BATCH` slots of `MAX_FRAME` bytes, and where each one's UDP
-    /// payload lies in its slot, its source port and destination.
+    /// Queued datagrams: `BATCH` slots of `MAX_FRAME` bytes, each UDP payload at the start
+    /// of its slot, with its length, source port, destination and TOS.
     txbuf: Vec<u8>,
     txq: Vec<Queued>,
     /// Receive slots, and the control-message space of each.
@@ -147,9 +146,6 @@ const NUMBERING: u8 = u8::MAX;
 
 /// Datagrams per `sendmmsg` / `recvmmsg`.
 const BATCH: usize = 32;
-/// Room in front of a received datagram for the headers rebuilt there (Ethernet, IPv6,
-/// UDP; IPv4's are shorter and start later).
-const RX_ROOM: usize = 14 + 40 + 8;
 
 fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: `fd` is an open socket owned by the caller; the option value is a live
@@ -214,10 +210,6 @@ impl UdpBackend {
         }
         Ok(Self {
             local,
-            impair: Impairer::new(match local {
-                IpAddr::V4(a) => u64::from(u32::from(a)),
-                IpAddr::V6(a) => u128::from(a) as u64,
-            }),
             rx,
             tx: HashMap::new(),
             txbuf: vec![0; BATCH * MAX_FRAME],
@@ -231,16 +223,6 @@ impl UdpBackend {
             idents_recovered: 0,
             shared_ports,
         })
-    }
-
-    /// Drops and reorders received datagrams as a lossy path would.
-    pub fn set_impairment(&mut self, cfg: Impairment) {
-        self.impair.set(cfg);
-    }
-
-    /// What the impairment did so far.
-    pub fn impaired(&self) -> ImpairStats {
-        self.impair.stats()
     }
 
     fn socket_for(&mut self, sport: u16) -> io::Result<&UdpSocket> {
@@ -354,36 +336,33 @@ impl Backend for UdpBackend {
         socket_drops(self.rx.as_raw_fd())
     }
 
-    fn send_with(&mut self, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<bool> {
+    fn send_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+    ) -> io::Result<bool> {
         if self.txq.len() == BATCH {
             self.send_queued()?;
         }
         let start = self.txq.len() * MAX_FRAME;
-        let Some(n) = build(&mut self.txbuf[start..start + MAX_FRAME]) else {
+        let Some(t) = build(&mut self.txbuf[start..start + MAX_FRAME]) else {
             return Ok(false);
         };
-        let frame = &self.txbuf[start..start + n.min(MAX_FRAME)];
-        let p = wire::parse_headers(frame)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        let (dst, tos) = match p.ip {
-            IpRepr::V4(ip) => (IpAddr::V4(ip.dst), ip.tos),
-            IpRepr::V6(ip) => (IpAddr::V6(ip.dst), ip.traffic_class),
-        };
+        let dst = t.datagram.dst();
         if dst.is_ipv4() != self.local.is_ipv4() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("a frame to {dst} on a UDP backend bound to {}", self.local),
+                format!(
+                    "a datagram to {dst} on a UDP backend bound to {}",
+                    self.local
+                ),
             ));
         }
-        let l = p.frame_repr().layout(p.payload.len());
-        let (sport, dport) = (p.udp.src_port, p.udp.dst_port);
-        let end = frame.len() - p.trailer.len();
         self.txq.push(Queued {
-            start: start + l.bth,
-            len: end - l.bth,
-            sport,
-            dst: SocketAddr::new(dst, dport),
-            tos,
+            start,
+            len: t.len.min(MAX_FRAME),
+            sport: t.datagram.udp.src_port,
+            dst: SocketAddr::new(dst, t.datagram.udp.dst_port),
+            tos: t.datagram.tos(),
         });
         Ok(true)
     }
@@ -396,19 +375,10 @@ impl Backend for UdpBackend {
         &mut self,
         timeout: Duration,
         max: usize,
-        handle: &mut dyn FnMut(&[u8]),
+        handle: &mut dyn FnMut(Received<'_>),
     ) -> io::Result<usize> {
         if max == 0 {
             return Ok(0);
-        }
-        // A held-back frame that has been overtaken goes first.
-        let mut handled = if self.impair.due() {
-            self.impair.release(handle)
-        } else {
-            0
-        };
-        if handled == max {
-            return Ok(handled);
         }
         let fd = self.rx.as_raw_fd();
         let mut pfd = libc::pollfd {
@@ -416,34 +386,22 @@ impl Backend for UdpBackend {
             events: libc::POLLIN,
             revents: 0,
         };
-        let ms = if self.impair.holding() || handled > 0 {
-            0
-        } else {
-            timeout.as_millis().min(i32::MAX as u128) as i32
-        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: one valid pollfd for an open socket.
         let r = unsafe { libc::poll(&mut pfd, 1, ms) };
         if r < 0 {
             let e = io::Error::last_os_error();
             // A signal (Ctrl-C is handled by the caller's loop) is just an early wake-up.
             return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(handled)
+                Ok(0)
             } else {
                 Err(e)
             };
         }
         if r == 0 {
-            // Nothing more: a frame still held back goes now.
-            if handled == 0 {
-                handled = self.impair.release(handle);
-            }
-            return Ok(handled);
+            return Ok(0);
         }
-        // A frame held from an earlier call comes out once another overtakes it: keep
-        // room for it (with no room, one datagram is read and the held frame waits for
-        // the next call, as releases below only happen under `max`).
-        let room = max - handled - usize::from(self.impair.holding());
-        let want = room.clamp(1, BATCH);
+        let want = max.min(BATCH);
         let mut names = [zeroed_sockaddr(); BATCH];
         let mut iovs = [libc::iovec {
             iov_base: std::ptr::null_mut(),
@@ -452,8 +410,7 @@ impl Backend for UdpBackend {
         // SAFETY: mmsghdr is plain data; all-zero is valid.
         let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
         for k in 0..want {
-            // Each datagram lands behind the room for the headers rebuilt in front of it.
-            let slot = &mut self.rxbuf[k * MAX_FRAME + RX_ROOM..(k + 1) * MAX_FRAME];
+            let slot = &mut self.rxbuf[k * MAX_FRAME..(k + 1) * MAX_FRAME];
             iovs[k].iov_base = slot.as_mut_ptr().cast();
             iovs[k].iov_len = slot.len();
             let h = &mut msgs[k].msg_hdr;
@@ -480,128 +437,89 @@ impl Backend for UdpBackend {
                 e.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
             ) {
-                if handled == 0 {
-                    handled = self.impair.release(handle);
-                }
-                Ok(handled)
+                Ok(0)
             } else {
                 Err(e)
             };
         }
+        let mut handled = 0;
         for k in 0..got as usize {
             let n = msgs[k].msg_len as usize;
             let tos = read_tos(&msgs[k].msg_hdr);
             let Some(from) = from_sockaddr(&names[k]) else {
                 continue;
             };
-            let (src, sport) = (from.ip(), from.port());
+            let Some(mut datagram) = DatagramRepr::roce(from.ip(), self.local, from.port(), tos)
+            else {
+                continue; // a datagram of the other IP version
+            };
             let base = k * MAX_FRAME;
-            let slot = &mut self.rxbuf[base..base + MAX_FRAME];
-            let start = rebuild_headers(slot, src, self.local, sport, tos, n, 0)?;
-            let (ip_at, udp_at) = (start + 14, RX_ROOM - 8);
-            let seen = self.numbering.get(&src).copied().unwrap_or(0);
-            if src.is_ipv4() && (seen < ZERO_ID_PEER || seen == NUMBERING) && n >= 16 {
-                // Unknown peer, or one that numbers its packets: does ID 0 fit the ICRC?
-                let f = &slot[..RX_ROOM + n];
-                let transport = &f[RX_ROOM..f.len() - wire::ICRC_LEN];
-                let stored = wire::icrc::stored(&f[RX_ROOM..]).unwrap_or(0);
-                let zero = wire::icrc::compute(&f[ip_at..udp_at], &f[udp_at..RX_ROOM], transport);
-                let len = transport.len();
-                if zero == stored {
-                    if seen != NUMBERING {
-                        self.numbering.insert(src, seen + 1);
+            let roce = &self.rxbuf[base..base + n];
+            let seen = self.numbering.get(&from.ip()).copied().unwrap_or(0);
+            if let IpRepr::V4(ip) = &mut datagram.ip {
+                if (seen < ZERO_ID_PEER || seen == NUMBERING) && n >= 16 {
+                    // Unknown peer, or one that numbers its packets: does ID 0 fit the ICRC?
+                    let transport = &roce[..n - wire::ICRC_LEN];
+                    let stored = wire::icrc::stored(roce).unwrap_or(0);
+                    let zero = datagram_icrc(ip, from.port(), transport);
+                    if zero == stored {
+                        if seen != NUMBERING {
+                            self.numbering.insert(from.ip(), seen + 1);
+                        }
+                    } else if let Some(id) = ident(
+                        &mut self.bases,
+                        &mut self.next_basis,
+                        transport.len(),
+                        zero ^ stored,
+                    ) {
+                        ip.ident = id;
+                        self.numbering.insert(from.ip(), NUMBERING);
+                        self.idents_recovered += 1;
                     }
-                } else if let Some(id) = self.ident(len, zero ^ stored) {
-                    let slot = &mut self.rxbuf[base..base + MAX_FRAME];
-                    rebuild_headers(slot, src, self.local, sport, tos, n, id)?;
-                    self.numbering.insert(src, NUMBERING);
-                    self.idents_recovered += 1;
                 }
             }
-            handled += self
-                .impair
-                .pass(&self.rxbuf[base + start..base + RX_ROOM + n], handle);
-            if self.impair.due() && handled < max {
-                handled += self.impair.release(handle);
-            }
+            handle(Received::Datagram {
+                datagram: &datagram,
+                roce,
+            });
+            handled += 1;
         }
         Ok(handled)
     }
 }
 
-impl UdpBackend {
-    /// The IP identification that turns `delta` (ICRC on the wire XOR ICRC with
-    /// identification 0) to nothing, for a transport section of `len` bytes.
-    fn ident(&mut self, len: usize, delta: u32) -> Option<u16> {
-        let basis = match self.bases.iter().find(|b| b.0 == len) {
-            Some(b) => b.1,
-            None => {
-                let b = wire::icrc::ident_basis(20, len)?;
-                self.bases[self.next_basis] = (len, b);
-                self.next_basis = (self.next_basis + 1) % self.bases.len();
-                b
-            }
-        };
-        wire::icrc::solve_ident(&basis, delta)
-    }
+/// The ICRC of `transport` from a peer at `ip` (identification as set) and UDP port `sport`.
+fn datagram_icrc(ip: &wire::Ipv4Repr, sport: u16, transport: &[u8]) -> u32 {
+    let d = DatagramRepr {
+        ip: IpRepr::V4(*ip),
+        udp: wire::UdpRepr {
+            src_port: sport,
+            dst_port: wire::ROCEV2_UDP_PORT,
+            checksum: 0,
+        },
+    };
+    d.icrc(transport).unwrap_or(0)
 }
 
-/// Writes Ethernet / IP / UDP in front of the `n`-byte datagram at `RX_ROOM` as they
-/// were on the wire (IPv4: DF, identification `ident`), so the context can verify the
-/// ICRC; returns where the frame starts.
-fn rebuild_headers(
-    buf: &mut [u8],
-    src: IpAddr,
-    dst: IpAddr,
-    sport: u16,
-    tos: u8,
-    n: usize,
-    ident: u16,
-) -> io::Result<usize> {
-    let bad = |e| io::Error::new(io::ErrorKind::InvalidData, e);
-    let (start, ethertype) = match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let mut ip = Ipv4Repr::new(s, d, tos);
-            ip.ident = ident;
-            ip.emit(&mut buf[RX_ROOM - 28..], 8 + n).map_err(bad)?;
-            (RX_ROOM - 42, wire::ethernet::ETHERTYPE_IPV4)
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            Ipv6Repr {
-                src: s,
-                dst: d,
-                traffic_class: tos,
-                flow_label: 0,
-                next_header: 17,
-                hop_limit: 64,
-            }
-            .emit(&mut buf[RX_ROOM - 48..], 8 + n)
-            .map_err(bad)?;
-            (RX_ROOM - 62, wire::ethernet::ETHERTYPE_IPV6)
-        }
-        _ => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "datagram of the other IP version",
-            ))
+/// The IP identification that turns `delta` (ICRC on the wire XOR ICRC with
+/// identification 0) to nothing, for a transport section of `len` bytes; the bases of a
+/// few recent lengths are kept in `bases`.
+fn ident(
+    bases: &mut [(usize, [u32; 16]); 8],
+    next: &mut usize,
+    len: usize,
+    delta: u32,
+) -> Option<u16> {
+    let basis = match bases.iter().find(|b| b.0 == len) {
+        Some(b) => b.1,
+        None => {
+            let b = wire::icrc::ident_basis(20, len)?;
+            bases[*next] = (len, b);
+            *next = (*next + 1) % bases.len();
+            b
         }
     };
-    EthernetRepr {
-        dst: [0; 6],
-        src: [0; 6],
-        vlan: None,
-        ethertype,
-    }
-    .emit(&mut buf[start..])
-    .map_err(bad)?;
-    UdpRepr {
-        src_port: sport,
-        dst_port: wire::ROCEV2_UDP_PORT,
-        checksum: 0,
-    }
-    .emit(&mut buf[RX_ROOM - 8..], n)
-    .map_err(bad)?;
-    Ok(start)
+    wire::icrc::solve_ident(&basis, delta)
 }
 
 /// Accept IPv6 UDP datagrams with a zero checksum (linux/udp.h).
@@ -744,7 +662,8 @@ mod tests {
     use std::net::Ipv4Addr;
 
     use super::*;
-    use crate::wire::{BthRepr, ExtHeaders, FrameRepr, Opcode};
+    use crate::datapath::impair::{Impaired, Impairment};
+    use crate::wire::{BthRepr, EthernetRepr, ExtHeaders, FrameRepr, Ipv4Repr, Opcode, UdpRepr};
 
     /// A UD SEND frame from `a` to `b` with TOS `tos` and PSN `psn`.
     fn frame(a: Ipv4Addr, b: Ipv4Addr, tos: u8, psn: u32) -> FrameRepr {
@@ -772,12 +691,27 @@ mod tests {
         }
     }
 
+    /// The RoCE part of `repr` with `payload` written into `buf`, and where it goes.
+    fn transmit(repr: &FrameRepr, payload: &[u8], buf: &mut [u8]) -> Transmit {
+        let len = repr
+            .emit_roce_with(payload.len(), buf, |d| d.copy_from_slice(payload))
+            .unwrap();
+        Transmit {
+            datagram: DatagramRepr {
+                ip: repr.ip,
+                udp: repr.udp,
+            },
+            dst_mac: [0; 6],
+            len,
+        }
+    }
+
     /// Sends one frame per entry of `tos` (PSN = index) from `a` to `b`.
     fn send_all(tx: &mut UdpBackend, a: Ipv4Addr, b: Ipv4Addr, tos: &[u8]) {
         for (i, &t) in tos.iter().enumerate() {
             let repr = frame(a, b, t, i as u32);
             let queued = tx
-                .send_with(&mut |buf| Some(repr.emit(&[i as u8; 40], buf).unwrap()))
+                .send_with(&mut |buf| Some(transmit(&repr, &[i as u8; 40], buf)))
                 .unwrap();
             assert!(queued);
         }
@@ -786,14 +720,18 @@ mod tests {
 
     /// Receives until `n` frames came or 5 s passed, `max` per call; returns (PSN, TOS)
     /// in arrival order.
-    fn receive_all(rx: &mut UdpBackend, n: usize, max: usize) -> Vec<(u32, u8)> {
+    fn receive_all(rx: &mut impl Backend, n: usize, max: usize) -> Vec<(u32, u8)> {
         let mut got = Vec::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while got.len() < n && std::time::Instant::now() < deadline {
             let before = got.len();
             let k = rx
-                .receive(Duration::from_millis(50), max, &mut |f| {
-                    let p = wire::parse(f).unwrap();
+                .receive(Duration::from_millis(50), max, &mut |r| {
+                    let Received::Datagram { datagram, roce } = r else {
+                        panic!("a UDP backend hands up datagrams")
+                    };
+                    let h = datagram.header_bytes(roce.len()).unwrap();
+                    let p = wire::parse_datagram(datagram, &h, roce).unwrap();
                     let IpRepr::V4(ip) = p.ip else {
                         panic!("not IPv4")
                     };
@@ -835,7 +773,7 @@ mod tests {
         let n = 12_000;
         let repr = frame(a, b, 0, 0);
         for _ in 0..n {
-            tx.send_with(&mut |buf| Some(repr.emit(&[7; 4000], buf).unwrap()))
+            tx.send_with(&mut |buf| Some(transmit(&repr, &[7; 4000], buf)))
                 .unwrap();
         }
         tx.flush().unwrap();
@@ -856,11 +794,14 @@ mod tests {
     fn reordering_keeps_every_frame_and_the_budget() {
         let (a, b) = (Ipv4Addr::new(127, 0, 76, 1), Ipv4Addr::new(127, 0, 76, 2));
         let mut tx = UdpBackend::bind(a).unwrap();
-        let mut rx = UdpBackend::bind(b).unwrap();
-        rx.set_impairment(Impairment {
-            drop: 0.0,
-            reorder: 0.3,
-        });
+        let mut rx = Impaired::new(
+            UdpBackend::bind(b).unwrap(),
+            Impairment {
+                drop: 0.0,
+                reorder: 0.3,
+            },
+            7,
+        );
         for max in [1, 3, 64] {
             send_all(&mut tx, a, b, &[0; 30]);
             let got = receive_all(&mut rx, 30, max);
@@ -870,6 +811,6 @@ mod tests {
             assert_eq!(psns, (0..30).collect::<Vec<_>>(), "max {max}");
             assert!(swapped > 0, "max {max}: nothing was reordered");
         }
-        assert!(rx.impaired().reordered > 5, "{:?}", rx.impaired());
+        assert!(rx.stats().reordered > 5, "{:?}", rx.stats());
     }
 }

@@ -274,7 +274,7 @@ pub fn run(cfg: &DgramConfig) -> DgramReport {
         // previous one has left.
         for (from, ctx) in [(0usize, &mut a), (1, &mut b)] {
             while link.free_at(from).is_none_or(|t| t <= now) {
-                let Some(n) = ctx.poll_transmit(now, &mut buf) else {
+                let Some(n) = ctx.poll_frame(now, &mut buf) else {
                     break;
                 };
                 link.send(from, now, buf[..n].to_vec());

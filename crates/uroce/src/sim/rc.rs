@@ -535,7 +535,7 @@ pub fn run(cfg: &SimConfig) -> Report {
         }
         // Frames out.
         for (from, s) in [(0usize, &mut client), (1, &mut server)] {
-            while let Some(n) = s.ctx.poll_transmit(now, &mut buf) {
+            while let Some(n) = s.ctx.poll_frame(now, &mut buf) {
                 link.send(from, now, buf[..n].to_vec());
             }
         }

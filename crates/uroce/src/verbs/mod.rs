@@ -18,15 +18,13 @@ use std::time::Duration;
 use qp::{Qp, QpKind};
 
 use crate::congestion::{dcqcn, NotificationPoint, ReactionPoint, DEFAULT_CNP_DSCP};
+use crate::endpoint::{Received, Transmit};
 use crate::mem::{Access, Memory, Mr, PdId};
 use crate::transport::rc::RcQp;
 use crate::transport::uc::UcQp;
 use crate::transport::ud::UdQp;
 use crate::transport::{Io, OutPacket, QpCounters};
-use crate::wire::{
-    self, cnp, EthernetRepr, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, Opcode, UdpRepr,
-    WireError,
-};
+use crate::wire::{self, cnp, DatagramRepr, ExtHeaders, FrameRepr, Opcode, RocePacket, WireError};
 
 /// A completion queue handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -65,7 +63,7 @@ pub struct QpCaps {
 /// Frame-level counters of a context.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ContextCounters {
-    /// Frames handed to [`Context::handle_frame`].
+    /// Packets handed to [`Context::handle_frame`] or [`Context::handle_datagram`].
     pub rx_frames: u64,
     /// Frames dropped because the ICRC did not verify.
     pub rx_bad_icrc: u64,
@@ -75,7 +73,7 @@ pub struct ContextCounters {
     pub rx_unknown_qp: u64,
     /// Frames for another IP address.
     pub rx_not_for_us: u64,
-    /// Frames produced by [`Context::poll_transmit`].
+    /// Packets produced by [`Context::poll_transmit`].
     pub tx_frames: u64,
     /// CNPs received for a QP that does not exist.
     pub rx_cnp_unknown_qp: u64,
@@ -395,21 +393,55 @@ impl Context {
         }
     }
 
-    /// Takes one received Ethernet frame. Anything malformed, corrupt or not for us is
-    /// counted and dropped; the error is returned for the caller's logs.
+    /// Takes one received Ethernet frame (AF_XDP, a simulated link). Anything malformed,
+    /// corrupt or not for us is counted and dropped; the error is returned for the
+    /// caller's logs.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), WireError> {
         self.counters.rx_frames += 1;
-        let p = match wire::parse(frame) {
-            Ok(p) => p,
-            Err(e) => {
-                if matches!(e, WireError::BadIcrc { .. }) {
-                    self.counters.rx_bad_icrc += 1;
-                } else {
-                    self.counters.rx_malformed += 1;
-                }
-                return Err(e);
-            }
-        };
+        match wire::parse(frame) {
+            Ok(p) => self.handle_packet(now, &p),
+            Err(e) => Err(self.count_bad(e)),
+        }
+    }
+
+    /// Takes one received UDP payload (BTH to ICRC) with the IP and UDP headers it came
+    /// in, as a UDP socket reports them; the ICRC is verified over those headers.
+    /// Counted and dropped like [`Context::handle_frame`].
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        datagram: &DatagramRepr,
+        roce: &[u8],
+    ) -> Result<(), WireError> {
+        self.counters.rx_frames += 1;
+        let parsed = datagram.header_bytes(roce.len()).and_then(|h| {
+            wire::parse_datagram(datagram, &h, roce).map(|p| self.handle_packet(now, &p))
+        });
+        match parsed {
+            Ok(r) => r,
+            Err(e) => Err(self.count_bad(e)),
+        }
+    }
+
+    /// Takes a received packet the way a backend hands it over.
+    pub fn handle_received(&mut self, now: Instant, r: Received<'_>) -> Result<(), WireError> {
+        match r {
+            Received::Frame(f) => self.handle_frame(now, f),
+            Received::Datagram { datagram, roce } => self.handle_datagram(now, datagram, roce),
+        }
+    }
+
+    fn count_bad(&mut self, e: WireError) -> WireError {
+        if matches!(e, WireError::BadIcrc { .. }) {
+            self.counters.rx_bad_icrc += 1;
+        } else {
+            self.counters.rx_malformed += 1;
+        }
+        e
+    }
+
+    /// A packet whose ICRC verified: to its QP (or the reaction point, for a CNP).
+    fn handle_packet(&mut self, now: Instant, p: &RocePacket<'_>) -> Result<(), WireError> {
         if p.ip.dst() != self.cfg.ip {
             self.counters.rx_not_for_us += 1;
             return Ok(());
@@ -437,7 +469,7 @@ impl Context {
                 qp.counters_mut().np_cnp_sent += 1;
                 self.cnps.push_back(CnpJob {
                     from_qpn: qpn,
-                    dest_qp: qp.peer_qpn(&p),
+                    dest_qp: qp.peer_qpn(p),
                     pkey: p.bth.pkey,
                     to: Remote {
                         ip: p.ip.src(),
@@ -451,14 +483,15 @@ impl Context {
             mem: &mut self.mem,
             wcs: &mut self.wcs,
         };
-        qp.on_packet(&mut io, &p);
+        qp.on_packet(&mut io, p);
         self.route_completions();
         Ok(())
     }
 
-    /// Writes the next frame to send into `buf` and returns its length: CNPs first, then
-    /// the QPs in turn. `buf` must hold a full frame (4096 + 128 bytes is always enough).
-    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+    /// Writes the RoCE part (BTH to ICRC) of the next datagram to send at the start of
+    /// `buf` and says where it goes: CNPs first, then the QPs in turn. `buf` must hold a
+    /// full packet (4096 + 128 bytes is always enough).
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         while let Some(job) = self.cnps.pop_front() {
             let pkt = OutPacket {
                 bth: cnp::bth(job.dest_qp, job.pkey),
@@ -467,8 +500,8 @@ impl Context {
                 to: job.to,
             };
             let tos = self.cnp_dscp << 2;
-            if let Some(n) = self.emit(job.from_qpn, &pkt, tos, buf) {
-                return Some(n);
+            if let Some(t) = self.emit(job.from_qpn, &pkt, tos, buf) {
+                return Some(t);
             }
         }
         self.held.clear();
@@ -499,52 +532,42 @@ impl Context {
             let Some(pkt) = pkt else { continue };
             self.rr_cursor = cursor;
             let tos = self.cfg.tos;
-            if let Some(n) = self.emit(qpn, &pkt, tos, buf) {
+            if let Some(t) = self.emit(qpn, &pkt, tos, buf) {
                 if let Some(qp) = self.qps.get_mut(&qpn) {
-                    qp.rp.on_sent(now, n);
+                    qp.rp.on_sent(now, t.frame_len());
                 }
-                return Some(n);
+                return Some(t);
             }
         }
         None
     }
 
-    /// Builds the frame of `pkt` from QP `qpn` into `buf`.
-    fn emit(&mut self, qpn: u32, pkt: &OutPacket, tos: u8, buf: &mut [u8]) -> Option<usize> {
-        let ip = match (self.cfg.ip, pkt.to.ip) {
-            // DF set and identification 0, as RFC 6864 allows for atomic datagrams and as
-            // Linux sends UDP with DF: the UDP backend's frames then match the ICRC.
-            (IpAddr::V4(s), IpAddr::V4(d)) => IpRepr::V4(Ipv4Repr::new(s, d, tos)),
-            (IpAddr::V6(s), IpAddr::V6(d)) => IpRepr::V6(Ipv6Repr {
-                src: s,
-                dst: d,
-                traffic_class: tos,
-                flow_label: 0,
-                next_header: 17,
-                hop_limit: 64,
-            }),
-            _ => return None,
-        };
+    /// Writes the next whole Ethernet frame to send into `buf` (from this context's MAC)
+    /// and returns its length: [`Context::poll_transmit`] with the link headers in front,
+    /// for simulated links, tests and tools that move frames.
+    pub fn poll_frame(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let at = wire::ethernet::HEADER_LEN + wire::datagram::roce_headers_len(self.cfg.ip);
+        let t = self.poll_transmit(now, buf.get_mut(at..)?)?;
+        debug_assert_eq!(t.link_headers_len(), at);
+        t.emit_link_headers(self.cfg.mac, &mut buf[..at]).ok()?;
+        Some(at + t.len)
+    }
+
+    /// Builds the RoCE part of `pkt` from QP `qpn` into `buf`.
+    fn emit(&mut self, qpn: u32, pkt: &OutPacket, tos: u8, buf: &mut [u8]) -> Option<Transmit> {
+        let sport = udp_source_port(self.cfg.udp_sport_base, qpn);
+        let datagram = DatagramRepr::roce(self.cfg.ip, pkt.to.ip, sport, tos)?;
         let repr = FrameRepr {
-            eth: Some(EthernetRepr {
-                dst: pkt.to.mac,
-                src: self.cfg.mac,
-                vlan: None,
-                ethertype: ip.ethertype(),
-            }),
-            ip,
-            udp: UdpRepr {
-                src_port: udp_source_port(self.cfg.udp_sport_base, qpn),
-                dst_port: wire::ROCEV2_UDP_PORT,
-                checksum: 0,
-            },
+            eth: None,
+            ip: datagram.ip,
+            udp: datagram.udp,
             bth: pkt.bth,
             ext: pkt.ext,
         };
         let mem = &self.mem;
         let len = pkt.payload.map_or(0, |s| s.len);
         let n = repr
-            .emit_with(len, buf, |dst| match pkt.payload {
+            .emit_roce_with(len, buf, |dst| match pkt.payload {
                 Some(s) => match mem.read(s) {
                     Some(src) if src.len() == dst.len() => dst.copy_from_slice(src),
                     _ => dst.fill(0), // the region went away under a queued response
@@ -553,7 +576,11 @@ impl Context {
             })
             .ok()?;
         self.counters.tx_frames += 1;
-        Some(n)
+        Some(Transmit {
+            datagram,
+            dst_mac: pkt.to.mac,
+            len: n,
+        })
     }
 
     /// The earliest time [`Context::handle_timeout`] has work to do.

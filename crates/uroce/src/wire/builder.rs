@@ -92,25 +92,70 @@ impl FrameRepr {
         }
         self.ip.emit(&mut buf[l.ip..], l.len - l.udp)?;
         self.udp.emit(&mut buf[l.udp..], l.len - l.bth)?;
-        let pad = l.len - ICRC_LEN - l.payload - payload_len;
+        let (headers, roce) = buf.split_at_mut(l.bth);
+        self.emit_transport(payload_len, roce, fill)?;
+        let icrc_at = roce.len() - ICRC_LEN;
+        let crc = icrc::compute(&headers[l.ip..l.udp], &headers[l.udp..], &roce[..icrc_at]);
+        roce[icrc_at..].copy_from_slice(&crc.to_le_bytes());
+        Ok(l.len)
+    }
+
+    /// Writes only the RoCE part (BTH, extension headers, payload, pad and ICRC) at the
+    /// start of `buf`, letting `fill` write the payload in place; the ICRC covers this
+    /// representation's IP and UDP headers ([`super::DatagramRepr::icrc`]), which a
+    /// backend puts in front (or a UDP socket's kernel does). `eth` is not used. Returns
+    /// the length of the RoCE part.
+    pub fn emit_roce_with(
+        &self,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<usize, WireError> {
+        self.check(payload_len)?;
+        let l = self.layout(payload_len);
+        let len = l.len - l.bth;
+        if buf.len() < len {
+            return Err(WireError::BufferTooSmall {
+                need: len,
+                have: buf.len(),
+            });
+        }
+        let roce = &mut buf[..len];
+        self.emit_transport(payload_len, roce, fill)?;
+        let icrc_at = len - ICRC_LEN;
+        let d = super::DatagramRepr {
+            ip: self.ip,
+            udp: self.udp,
+        };
+        let crc = d.icrc(&roce[..icrc_at])?;
+        roce[icrc_at..].copy_from_slice(&crc.to_le_bytes());
+        Ok(len)
+    }
+
+    /// BTH, extension headers, payload and pad into `roce` (sized to the RoCE part, the
+    /// ICRC's 4 bytes last, left for the caller).
+    fn emit_transport(
+        &self,
+        payload_len: usize,
+        roce: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), WireError> {
+        let payload_at = bth::HEADER_LEN + self.ext_len();
+        let pad = roce.len() - ICRC_LEN - payload_at - payload_len;
         let bth = BthRepr {
             pad_count: pad as u8,
             ..self.bth
         };
-        bth.emit(&mut buf[l.bth..])?;
-        let mut at = l.bth + bth::HEADER_LEN;
+        bth.emit(roce)?;
+        let mut at = bth::HEADER_LEN;
         for &h in self.bth.opcode.headers() {
-            self.ext.emit_one(h, &mut buf[at..])?;
+            self.ext.emit_one(h, &mut roce[at..])?;
             at += h.wire_len();
         }
-        fill(&mut buf[l.payload..l.payload + payload_len]);
-        let icrc_at = l.len - ICRC_LEN;
-        buf[l.payload + payload_len..icrc_at].fill(0);
-        let crc = icrc::compute(&buf[l.ip..l.udp], &buf[l.udp..l.bth], &buf[l.bth..icrc_at]);
-        let mut out = [0u8; 4];
-        icrc::store(crc, &mut out);
-        buf[icrc_at..].copy_from_slice(&out);
-        Ok(l.len)
+        fill(&mut roce[payload_at..payload_at + payload_len]);
+        let icrc_at = roce.len() - ICRC_LEN;
+        roce[payload_at + payload_len..icrc_at].fill(0);
+        Ok(())
     }
 
     fn check(&self, payload_len: usize) -> Result<(), WireError> {

@@ -20,6 +20,7 @@ pub mod atomic;
 pub mod bth;
 pub mod builder;
 pub mod cnp;
+pub mod datagram;
 pub mod deth;
 mod error;
 pub mod ethernet;
@@ -38,6 +39,7 @@ pub use aeth::{AethRepr, NakCode, Syndrome};
 pub use atomic::{AtomicAckEthRepr, AtomicEthRepr};
 pub use bth::BthRepr;
 pub use builder::FrameRepr;
+pub use datagram::DatagramRepr;
 pub use deth::DethRepr;
 pub use error::WireError;
 pub use ethernet::{EthernetRepr, VlanTag};
@@ -46,7 +48,8 @@ pub use ipv4::Ipv4Repr;
 pub use ipv6::Ipv6Repr;
 pub use opcode::{ExtHeader, Opcode, TransportKind};
 pub use packet::{
-    dissect, dissect_ip, parse, parse_headers, parse_ip, Dissection, ExtHeaders, IpRepr, RocePacket,
+    dissect, dissect_ip, parse, parse_datagram, parse_headers, parse_ip, Dissection, ExtHeaders,
+    IpRepr, RocePacket,
 };
 pub use reth::RethRepr;
 pub use udp::UdpRepr;

@@ -268,6 +268,43 @@ pub fn parse_ip(packet: &[u8]) -> Result<RocePacket<'_>, WireError> {
     parse_from(packet, 0)
 }
 
+/// Parses the RoCE part of a datagram whose IP and UDP headers a UDP socket gave as
+/// addresses, ports and TOS ([`super::DatagramRepr`]), written out in `headers` (see
+/// [`super::DatagramRepr::header_bytes`]), and verifies the ICRC over them.
+pub fn parse_datagram<'a>(
+    d: &super::DatagramRepr,
+    headers: &'a super::datagram::HeaderBytes,
+    roce: &'a [u8],
+) -> Result<RocePacket<'a>, WireError> {
+    check_len("BTH and ICRC", roce, bth::HEADER_LEN + ICRC_LEN, 0)?;
+    let body = &roce[..roce.len() - ICRC_LEN];
+    let found = icrc::stored(roce).unwrap_or(0);
+    let computed = icrc::compute(headers.ip(), headers.udp(), body);
+    if computed != found {
+        return Err(WireError::BadIcrc {
+            computed,
+            found,
+            offset: body.len(),
+        });
+    }
+    let mut t = TransportParts::default();
+    transport_layer(roce, 0, &mut t)?;
+    match (t.bth, t.payload) {
+        (Some(bth), Some(payload)) => Ok(RocePacket {
+            eth: None,
+            ip: d.ip,
+            ip_header: headers.ip(),
+            udp: d.udp,
+            bth,
+            ext: t.ext,
+            payload,
+            icrc: found,
+            trailer: &[],
+        }),
+        _ => Err(WireError::InvalidRepr("transport layer incomplete")),
+    }
+}
+
 /// Parses an Ethernet frame's headers without verifying the IPv4 checksum or the ICRC
 /// (`icrc` holds the stored value). For steering a frame before it is verified, and for
 /// measuring what header handling costs apart from the CRC; never for accepting data.

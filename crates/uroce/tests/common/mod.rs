@@ -180,7 +180,7 @@ impl Pair {
             for from_a in [true, false] {
                 loop {
                     let src = if from_a { &mut self.a } else { &mut self.b };
-                    let Some(n) = src.poll_transmit(self.now, &mut buf) else {
+                    let Some(n) = src.poll_frame(self.now, &mut buf) else {
                         break;
                     };
                     moved = true;
@@ -283,7 +283,7 @@ pub fn mkframe(from: u8, to: u8, bth: BthRepr, ext: ExtHeaders, payload: &[u8]) 
 pub fn drain(c: &mut Context, now: Instant) -> Vec<Vec<u8>> {
     let mut out = vec![];
     let mut buf = vec![0u8; 5000];
-    while let Some(n) = c.poll_transmit(now, &mut buf) {
+    while let Some(n) = c.poll_frame(now, &mut buf) {
         out.push(buf[..n].to_vec());
     }
     out

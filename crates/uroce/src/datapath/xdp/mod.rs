@@ -22,8 +22,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
-use super::impair::{ImpairStats, Impairer, Impairment};
-use super::Backend;
+use super::{Backend, Received, Transmit};
 use ring::{Ring, Umem};
 
 const AF_XDP: i32 = 44;
@@ -42,6 +41,15 @@ const XDP_USE_SG: u16 = 1 << 4;
 const XDP_PKT_CONTD: u32 = 1;
 
 const CHUNK: u32 = 4096;
+
+/// Writes a frame into a TX slot and says where in the slot it starts and its length.
+type PlaceFrame<'a> = dyn FnMut(&mut [u8]) -> Option<(usize, usize)> + 'a;
+
+/// Room in a TX slot in front of the RoCE part for the longest link headers uroce writes
+/// (Ethernet, IPv6, UDP); IPv4's are shorter and the frame starts later in the slot.
+const HEADROOM: usize = crate::wire::ethernet::HEADER_LEN
+    + crate::wire::ipv6::HEADER_LEN
+    + crate::wire::udp::HEADER_LEN;
 
 /// The kernel's counters of an AF_XDP socket (XDP_STATISTICS), summed over the sockets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -137,8 +145,8 @@ pub struct XdpBackend {
     _attach: std::sync::Arc<Attachment>,
     mode: XdpMode,
     next_rx: usize,
-    /// Loss and reordering of received frames on purpose (recovery tests).
-    impair: Impairer,
+    /// The interface's MAC: the source of every frame built here.
+    mac: [u8; 6],
     /// Where a multi-buffer received frame is put together.
     scratch: Vec<u8>,
 }
@@ -328,6 +336,50 @@ fn attach_any(prog: i32, ifindex: u32, iface: &str) -> io::Result<(OwnedFd, bool
     }
 }
 
+/// The MAC address of `iface` (SIOCGIFHWADDR), the source address of the frames sent.
+fn if_mac(iface: &str) -> io::Result<[u8; 6]> {
+    if iface.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("interface name {iface} is too long"),
+        ));
+    }
+    // SAFETY: ifreq is plain data; all-zero is valid.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(iface.bytes()) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: plain socket call; the descriptor is owned at once.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: `req` is a live ifreq with a NUL-terminated name, as SIOCGIFHWADDR expects.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("reading the MAC address of {iface}: {e}"),
+        ));
+    }
+    // SAFETY: SIOCGIFHWADDR filled the `ifru_hwaddr` member of the union.
+    let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
+    let mut mac = [0u8; 6];
+    for (d, s) in mac.iter_mut().zip(sa.sa_data.iter()) {
+        *d = *s as u8;
+    }
+    if mac == [0; 6] {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{iface} has no Ethernet address (AF_XDP needs an Ethernet interface)"),
+        ));
+    }
+    Ok(mac)
+}
+
 fn ifindex(iface: &str) -> io::Result<u32> {
     let name = CString::new(iface).map_err(|_| io::Error::other("interface name"))?;
     // SAFETY: a valid C string.
@@ -351,6 +403,7 @@ impl XdpBackend {
     /// the receive side. Errors say what failed (capabilities: CAP_BPF, CAP_NET_ADMIN,
     /// CAP_NET_RAW).
     pub fn open(iface: &str, queues: u32, mtu: u32, frames: u32) -> io::Result<Self> {
+        let mac = if_mac(iface)?;
         let (attach, map, ifindex, native, sg) = Self::attach(iface, queues.max(1), mtu)?;
         let mut socks = Vec::new();
         let mut zero_copy = true;
@@ -371,7 +424,7 @@ impl XdpBackend {
                 Err(_) => break,
             }
         }
-        Ok(Self::with(socks, attach, ifindex, native, zero_copy, sg))
+        Ok(Self::with(socks, attach, mac, native, zero_copy, sg))
     }
 
     /// One backend per receive queue `0..count` of `iface`, sharing one steering
@@ -379,6 +432,7 @@ impl XdpBackend {
     /// k; over veth it arrives on the peer's queue k). Fails when a queue cannot be bound.
     /// `mtu` and `frames` as for [`XdpBackend::open`].
     pub fn open_per_queue(iface: &str, count: u32, mtu: u32, frames: u32) -> io::Result<Vec<Self>> {
+        let mac = if_mac(iface)?;
         let (attach, map, ifindex, native, sg) = Self::attach(iface, count.max(1), mtu)?;
         let mut out = Vec::new();
         for q in 0..count.max(1) {
@@ -391,7 +445,7 @@ impl XdpBackend {
                 )
             })?;
             bpf::map_set(map, q, s.fd.as_raw_fd())?;
-            out.push(Self::with(vec![s], attach.clone(), ifindex, native, zc, sg));
+            out.push(Self::with(vec![s], attach.clone(), mac, native, zc, sg));
         }
         Ok(out)
     }
@@ -421,7 +475,7 @@ impl XdpBackend {
     fn with(
         socks: Vec<Socket>,
         attach: std::sync::Arc<Attachment>,
-        ifindex: u32,
+        mac: [u8; 6],
         native: bool,
         zero_copy: bool,
         sg: bool,
@@ -429,7 +483,7 @@ impl XdpBackend {
         Self {
             socks,
             _attach: attach,
-            impair: Impairer::new(u64::from(ifindex) ^ 0x5844_5000),
+            mac,
             mode: XdpMode {
                 native,
                 zero_copy,
@@ -440,14 +494,9 @@ impl XdpBackend {
         }
     }
 
-    /// Drops and reorders received frames as a lossy path would.
-    pub fn set_impairment(&mut self, cfg: Impairment) {
-        self.impair.set(cfg);
-    }
-
-    /// What the impairment did so far.
-    pub fn impaired(&self) -> ImpairStats {
-        self.impair.stats()
+    /// The interface's MAC address, the source of the frames this backend builds.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
     }
 
     /// How it is bound.
@@ -588,57 +637,26 @@ impl Socket {
 }
 
 impl Backend for XdpBackend {
-    fn send_with(&mut self, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<bool> {
-        let zero_copy = self.mode.zero_copy;
-        let s = &mut self.socks[0];
-        s.reclaim();
-        let mut tries = 0;
-        while s.free_tx.is_empty() || s.tx.free_slots() < 2 {
-            if tries == 100 {
-                return Err(io::Error::new(
-                    io::ErrorKind::WouldBlock,
-                    "AF_XDP TX ring full",
-                ));
-            }
-            s.push_out(zero_copy);
-            if tries > 0 {
-                std::thread::yield_now();
-            }
-            s.reclaim();
-            tries += 1;
-        }
-        let Some(addr) = s.free_tx.pop() else {
-            return Ok(false);
-        };
-        let slot_len = s.tx_slot as usize;
-        // SAFETY: `addr` came off the free TX list: the kernel does not own it.
-        let Some(n) = build(unsafe { s.umem.slice_mut(addr, slot_len) }) else {
-            s.free_tx.push(addr);
-            return Ok(false);
-        };
-        if n > slot_len || n == 0 {
-            s.free_tx.push(addr);
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("frame of {n} bytes does not fit a {slot_len}-byte TX slot"),
-            ));
-        }
-        let chunk = CHUNK as usize;
-        let slot = ((addr - s.tx_base) / s.tx_slot) as usize;
-        if n > chunk {
-            s.tx.push_desc(addr, CHUNK, XDP_PKT_CONTD);
-            s.tx.push_desc(addr + u64::from(CHUNK), (n - chunk) as u32, 0);
-            s.tx_pending[slot] = 2;
-        } else {
-            s.tx.push_desc(addr, n as u32, 0);
-            s.tx_pending[slot] = 1;
-        }
-        s.tx.submit();
-        s.unkicked += 1;
-        if s.unkicked >= TX_BATCH {
-            s.push_out(zero_copy);
-        }
-        Ok(true)
+    fn send_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+    ) -> io::Result<bool> {
+        let mac = self.mac;
+        self.send_in_place(&mut |slot| {
+            // The RoCE part goes behind room for the longest link headers; Ethernet, IP
+            // and UDP are written right in front of it, and the frame starts there.
+            let t = build(slot.get_mut(HEADROOM..)?)?;
+            let at = HEADROOM.checked_sub(t.link_headers_len())?;
+            t.emit_link_headers(mac, &mut slot[at..HEADROOM]).ok()?;
+            Some((at, HEADROOM - at + t.len))
+        })
+    }
+
+    fn send_frame_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> io::Result<bool> {
+        self.send_in_place(&mut |slot| build(slot).map(|n| (0, n)))
     }
 
     fn rx_overruns(&self) -> u64 {
@@ -660,7 +678,7 @@ impl Backend for XdpBackend {
         &mut self,
         timeout: Duration,
         max: usize,
-        handle: &mut dyn FnMut(&[u8]),
+        handle: &mut dyn FnMut(Received<'_>),
     ) -> io::Result<usize> {
         if max == 0 {
             return Ok(0);
@@ -668,9 +686,6 @@ impl Backend for XdpBackend {
         let mut count = self.drain(max, handle);
         if count > 0 {
             return Ok(count);
-        }
-        if self.impair.holding() {
-            return Ok(self.impair.release(handle));
         }
         if !self.mode.zero_copy && self.socks.iter().any(Socket::tx_retry_soon) {
             // Frames the kernel has not taken yet: do not sleep on receive; the caller's
@@ -697,13 +712,69 @@ impl Backend for XdpBackend {
 }
 
 impl XdpBackend {
+    /// Takes a free TX slot, lets `build` write a frame into it and say where in the slot
+    /// the frame starts and how long it is, and queues it on the TX ring.
+    fn send_in_place(&mut self, build: &mut PlaceFrame<'_>) -> io::Result<bool> {
+        let zero_copy = self.mode.zero_copy;
+        let s = &mut self.socks[0];
+        s.reclaim();
+        let mut tries = 0;
+        while s.free_tx.is_empty() || s.tx.free_slots() < 2 {
+            if tries == 100 {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "AF_XDP TX ring full",
+                ));
+            }
+            s.push_out(zero_copy);
+            if tries > 0 {
+                std::thread::yield_now();
+            }
+            s.reclaim();
+            tries += 1;
+        }
+        let Some(addr) = s.free_tx.pop() else {
+            return Ok(false);
+        };
+        let slot_len = s.tx_slot as usize;
+        // SAFETY: `addr` came off the free TX list: the kernel does not own it.
+        let Some((at, n)) = build(unsafe { s.umem.slice_mut(addr, slot_len) }) else {
+            s.free_tx.push(addr);
+            return Ok(false);
+        };
+        if at + n > slot_len || n == 0 {
+            s.free_tx.push(addr);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("frame of {n} bytes at {at} does not fit a {slot_len}-byte TX slot"),
+            ));
+        }
+        let chunk = CHUNK as usize;
+        let slot = ((addr - s.tx_base) / s.tx_slot) as usize;
+        if at + n > chunk {
+            // A descriptor stays within its chunk: the first part ends where it does.
+            let head = chunk - at;
+            s.tx.push_desc(addr + at as u64, head as u32, XDP_PKT_CONTD);
+            s.tx.push_desc(addr + u64::from(CHUNK), (n - head) as u32, 0);
+            s.tx_pending[slot] = 2;
+        } else {
+            s.tx.push_desc(addr + at as u64, n as u32, 0);
+            s.tx_pending[slot] = 1;
+        }
+        s.tx.submit();
+        s.unkicked += 1;
+        if s.unkicked >= TX_BATCH {
+            s.push_out(zero_copy);
+        }
+        Ok(true)
+    }
+
     /// Hands up to `max` frames waiting on the RX rings to `handle`, in place where a
     /// frame is one chunk; multi-buffer frames are put together in `scratch` first.
-    fn drain(&mut self, max: usize, handle: &mut dyn FnMut(&[u8])) -> usize {
+    fn drain(&mut self, max: usize, handle: &mut dyn FnMut(Received<'_>)) -> usize {
         let Self {
             socks,
             next_rx,
-            impair,
             scratch,
             ..
         } = self;
@@ -713,17 +784,14 @@ impl XdpBackend {
             let i = (*next_rx + k) % n;
             let s = &mut socks[i];
             while count < max {
-                if impair.due() {
-                    count += impair.release(handle);
-                    continue;
-                }
                 let Some((addr, len, opts)) = s.rx.pop_desc() else {
                     break;
                 };
                 let mask = !u64::from(CHUNK - 1);
                 if opts & XDP_PKT_CONTD == 0 {
                     // SAFETY: popped from the RX ring, given back below.
-                    count += impair.pass(unsafe { s.umem.slice(addr, len as usize) }, handle);
+                    handle(Received::Frame(unsafe { s.umem.slice(addr, len as usize) }));
+                    count += 1;
                     s.fill.push_addr(addr & mask);
                     continue;
                 }
@@ -764,7 +832,8 @@ impl XdpBackend {
                     }
                     // SAFETY: the first part was popped from the RX ring, the rest of the
                     // range is ours; `head` goes back to the fill ring below.
-                    count += impair.pass(unsafe { s.umem.slice(addr, total) }, handle);
+                    handle(Received::Frame(unsafe { s.umem.slice(addr, total) }));
+                    count += 1;
                 } else if total <= scratch.len() {
                     // Another layout (a zero-copy driver's headroom): gather the parts.
                     let mut at = 0;
@@ -773,7 +842,8 @@ impl XdpBackend {
                         scratch[at..at + l].copy_from_slice(unsafe { s.umem.slice(a, l) });
                         at += l;
                     }
-                    count += impair.pass(&scratch[..total], handle);
+                    handle(Received::Frame(&scratch[..total]));
+                    count += 1;
                 }
                 for &(a, _) in parts {
                     s.fill.push_addr(a & mask);

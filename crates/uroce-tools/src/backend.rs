@@ -1,0 +1,132 @@
+//! Choosing and opening a tool's datapath: AF_XDP where it can be set up, else the UDP
+//! backend (saying why), with seeded loss and reordering wrapped around it when asked.
+
+use std::net::IpAddr;
+
+use uroce::datapath::impair::{Impaired, Impairment};
+use uroce::datapath::udp::UdpBackend;
+use uroce::datapath::xdp::XdpBackend;
+use uroce::datapath::Backend;
+use uroce::transport::rc::MAX_INFLIGHT_PSNS;
+use uroce::verbs::Mtu;
+
+/// A backend a tool owns, movable to a loop's thread.
+pub type Boxed = Box<dyn Backend + Send>;
+
+/// Which datapath a tool uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// AF_XDP where it can be set up, else the UDP backend (saying why).
+    Auto,
+    /// AF_XDP or fail.
+    Xdp,
+    /// The UDP socket backend.
+    Udp,
+}
+
+impl BackendChoice {
+    /// `auto`, `xdp` or `udp`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "xdp" => Ok(Self::Xdp),
+            "udp" => Ok(Self::Udp),
+            _ => Err(format!("backend {s:?} is not auto, xdp or udp")),
+        }
+    }
+}
+
+/// Bytes of a frame above the path MTU's payload: every header uroce may put around it.
+const FRAME_OVERHEAD: u32 = 100;
+
+/// The backend `choice` asks for: AF_XDP on `iface` (none: not possible, `no_iface` says
+/// why), else the UDP backend on `local`; received frames impaired as `impair` says.
+/// Returns the backend and a line saying what it is.
+pub fn open(
+    choice: BackendChoice,
+    iface: Option<&str>,
+    no_iface: &str,
+    local: IpAddr,
+    mtu: Mtu,
+    impair: Impairment,
+) -> Result<(Boxed, String), String> {
+    let xdp = match (choice, iface) {
+        (BackendChoice::Udp, _) => None,
+        (_, None) => Some(Err(no_iface.to_string())),
+        (_, Some(i)) => Some(
+            XdpBackend::open(i, 2, mtu.bytes() + FRAME_OVERHEAD, MAX_INFLIGHT_PSNS)
+                .map(|b| (b, i))
+                .map_err(|e| format!("AF_XDP on {i}: {e}")),
+        ),
+    };
+    let seed = seed_of(local);
+    match xdp {
+        Some(Ok((b, i))) => {
+            let what = format!("AF_XDP on {i} ({})", b.mode());
+            Ok((impaired(b, impair, seed), what))
+        }
+        Some(Err(e)) if choice == BackendChoice::Xdp => Err(e),
+        other => {
+            let u = UdpBackend::bind(local).map_err(|e| e.to_string())?;
+            let what = match other {
+                Some(Err(e)) => format!("UDP backend (AF_XDP not possible: {e})"),
+                _ => "UDP backend".to_string(),
+            };
+            Ok((impaired(u, impair, seed), what))
+        }
+    }
+}
+
+/// One AF_XDP backend per receive queue of `iface` (`n` of them, for `n` loops), or `n`
+/// UDP backends steered by DestQP; the same rules as [`open`].
+pub fn open_per_loop(
+    choice: BackendChoice,
+    iface: &str,
+    local: IpAddr,
+    n: u32,
+    mtu: Mtu,
+    impair: Impairment,
+) -> Result<(Vec<Boxed>, String), String> {
+    let mut why = String::new();
+    if choice != BackendChoice::Udp {
+        match XdpBackend::open_per_queue(iface, n, mtu.bytes() + FRAME_OVERHEAD, MAX_INFLIGHT_PSNS)
+        {
+            Ok(v) => {
+                let v = v
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, b)| impaired(b, impair, seed_of(local) ^ k as u64))
+                    .collect();
+                let what = format!("AF_XDP on {iface}, {n} loops on threads, one queue each");
+                return Ok((v, what));
+            }
+            Err(e) if choice == BackendChoice::Xdp => {
+                return Err(format!("AF_XDP on {iface}: {e}"))
+            }
+            Err(e) => why = format!(" (AF_XDP not possible: {e})"),
+        }
+    }
+    let mut v = Vec::new();
+    for k in 0..n {
+        let b = UdpBackend::bind_steered(local, k, n).map_err(|e| e.to_string())?;
+        v.push(impaired(b, impair, seed_of(local) ^ u64::from(k)));
+    }
+    let what = format!("UDP backend, {n} loops on threads, steered by DestQP{why}");
+    Ok((v, what))
+}
+
+/// `b` as it is, or wrapped in [`Impaired`] when `impair` touches any frame.
+pub fn impaired(b: impl Backend + Send + 'static, impair: Impairment, seed: u64) -> Boxed {
+    if impair.is_none() {
+        Box::new(b)
+    } else {
+        Box::new(Impaired::new(b, impair, seed))
+    }
+}
+
+fn seed_of(local: IpAddr) -> u64 {
+    match local {
+        IpAddr::V4(a) => u64::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a) as u64,
+    }
+}
