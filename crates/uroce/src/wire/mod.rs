@@ -106,6 +106,19 @@ pub(crate) fn put64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_be_bytes());
 }
 
+/// Returns `Err(BufferTooSmall)` unless the output buffer `buf` has room for `need` bytes.
+#[inline]
+pub(crate) fn need(buf: &[u8], need: usize) -> Result<(), WireError> {
+    if buf.len() < need {
+        Err(WireError::BufferTooSmall {
+            need,
+            have: buf.len(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
 /// Returns `Err(Truncated)` unless `buf` holds at least `need` bytes.
 #[inline]
 pub(crate) fn check_len(
