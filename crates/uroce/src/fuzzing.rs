@@ -2,6 +2,8 @@
 //! test in `crates/uroce-tools/tests/fuzz_corpus.rs`. Each takes arbitrary bytes, must never panic, and
 //! asserts the invariants that hold for any input (a panic here is a finding).
 
+#![forbid(unsafe_code)]
+
 use crate::wire::{
     self, bth, ethernet, immdt, ipv4, ipv6, udp, AethRepr, AtomicAckEthRepr, AtomicEthRepr,
     BthRepr, DethRepr, EthernetRepr, GrhRepr, Ipv4Repr, Ipv6Repr, RethRepr, UdpRepr,

@@ -3,6 +3,8 @@
 //! (RP) is where received CNPs land. The DCQCN rate logic that acts on them lives in
 //! `dcqcn` once built; here are the parts every QP needs on the wire.
 
+#![forbid(unsafe_code)]
+
 pub mod dcqcn;
 
 use std::collections::HashMap;

@@ -6,6 +6,8 @@
 //! through the table, by key. Keys are drawn from a seeded generator, so a peer that
 //! knows one rkey learns nothing about the next (no counting from one region to another).
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 
 /// Access rights of a memory region (ibv_access_flags).

@@ -1,6 +1,8 @@
 //! Transports: pure state machines (sans-IO). Packets and time go in, packets and
 //! completions come out; nothing here touches a socket or reads a clock.
 
+#![forbid(unsafe_code)]
+
 pub mod rc;
 pub mod uc;
 pub mod ud;

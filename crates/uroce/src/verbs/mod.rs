@@ -4,6 +4,8 @@
 //! ([`Context::poll_transmit`]) and keeps time ([`Context::poll_timeout`],
 //! [`Context::handle_timeout`]). Nothing in here touches a socket or reads a clock.
 
+#![forbid(unsafe_code)]
+
 mod qp;
 mod types;
 

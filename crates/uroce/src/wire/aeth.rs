@@ -1,12 +1,74 @@
 //! ACK Extended Transport Header (IBTA §9.3.5): syndrome (1 byte) and MSN (3 bytes).
 //!
+//! ```text
+//! byte 0      Syndrome
+//! bytes 1-3   MSN (message sequence number)
+//! ```
+//!
 //! The syndrome's bits 6..5 say what the packet is (§9.7.5.1, Table 45): `00` ACK with a
 //! credit count, `01` RNR NAK with a timer code, `11` NAK with a code; bit 7 is reserved.
 
-use super::{be24, check_len, put24, reth::need, WireError};
+use super::{be24, check_len, need, put24, WireError};
 
 /// Length of the AETH.
 pub const HEADER_LEN: usize = 4;
+/// MSNs are 24 bits.
+pub const MSN_MASK: u32 = 0x00ff_ffff;
+
+mod field {
+    /// Byte 0: syndrome.
+    pub const SYNDROME: usize = 0;
+    /// Bytes 1-3: MSN.
+    pub const MSN: usize = 1;
+}
+
+/// A zero-copy view of an AETH.
+#[derive(Debug, Clone, Copy)]
+pub struct Header<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Header<T> {
+    /// Wraps a buffer without checking its length; accessors panic if it is shorter than
+    /// [`HEADER_LEN`].
+    pub fn new_unchecked(buffer: T) -> Self {
+        Self { buffer }
+    }
+    /// Wraps a buffer, checking that 4 bytes are there.
+    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+        check_len("AETH", buffer.as_ref(), HEADER_LEN, 0)?;
+        Ok(Self { buffer })
+    }
+    /// The wrapped buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+    fn b(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+    /// The syndrome byte as on the wire (§9.7.5.1); [`Syndrome::from_byte`] decodes it.
+    pub fn syndrome(&self) -> u8 {
+        self.b()[field::SYNDROME]
+    }
+    /// Message sequence number (24 bits).
+    pub fn msn(&self) -> u32 {
+        be24(self.b(), field::MSN)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Header<T> {
+    fn bm(&mut self) -> &mut [u8] {
+        self.buffer.as_mut()
+    }
+    /// Sets the syndrome byte.
+    pub fn set_syndrome(&mut self, v: u8) {
+        self.bm()[field::SYNDROME] = v
+    }
+    /// Sets the MSN; only its low 24 bits are written.
+    pub fn set_msn(&mut self, v: u32) {
+        put24(self.bm(), field::MSN, v)
+    }
+}
 
 /// Plain representation of an AETH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -102,10 +164,10 @@ impl AethRepr {
     }
     /// Parses the first 4 bytes of `b`.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
-        check_len("AETH", b, HEADER_LEN, 0)?;
+        let h = Header::new_checked(b)?;
         Ok(Self {
-            syndrome: b[0],
-            msn: be24(b, 1),
+            syndrome: h.syndrome(),
+            msn: h.msn(),
         })
     }
     /// The decoded syndrome.
@@ -119,11 +181,12 @@ impl AethRepr {
     /// Writes the header at the start of `b`.
     pub fn emit(&self, b: &mut [u8]) -> Result<(), WireError> {
         need(b, HEADER_LEN)?;
-        if self.msn > 0x00ff_ffff {
+        if self.msn > MSN_MASK {
             return Err(WireError::InvalidRepr("MSN wider than 24 bits"));
         }
-        b[0] = self.syndrome;
-        put24(b, 1, self.msn);
+        let mut h = Header::new_unchecked(b);
+        h.set_syndrome(self.syndrome);
+        h.set_msn(self.msn);
         Ok(())
     }
 }
@@ -149,5 +212,55 @@ mod tests {
         a.emit(&mut buf).unwrap();
         assert_eq!(buf, [0x60, 0xab, 0xcd, 0xef]);
         assert_eq!(AethRepr::parse(&buf).unwrap(), a);
+    }
+
+    #[test]
+    fn getters_on_known_bytes() {
+        // AETH of an RNR NAK (timer code 14) for MSN 0x010203.
+        let b = [0x2e, 0x01, 0x02, 0x03];
+        let h = Header::new_checked(&b[..]).unwrap();
+        assert_eq!(h.syndrome(), 0x2e);
+        assert_eq!(h.msn(), 0x01_0203);
+        assert_eq!(
+            Syndrome::from_byte(h.syndrome()),
+            Syndrome::RnrNak { timer: 14 }
+        );
+    }
+
+    #[test]
+    fn setters_round_trip() {
+        let mut b = [0xffu8; 4];
+        let mut h = Header::new_checked(&mut b[..]).unwrap();
+        h.set_syndrome(0x1f);
+        h.set_msn(0x00ab_cdef);
+        assert_eq!((h.syndrome(), h.msn()), (0x1f, 0xab_cdef));
+        h.set_msn(0x7f00_0001);
+        assert_eq!(h.msn(), 1, "only the low 24 bits are written");
+        assert_eq!(b, [0x1f, 0, 0, 1]);
+    }
+
+    #[test]
+    fn truncated_input_and_wide_msn() {
+        let e = Header::new_checked(&[0x60u8, 0, 0][..]).unwrap_err();
+        assert_eq!(
+            e,
+            WireError::Truncated {
+                what: "AETH",
+                offset: 0,
+                need: 4,
+                have: 3
+            }
+        );
+        assert_eq!(AethRepr::parse(&[0x60, 0, 0]).unwrap_err(), e);
+        let mut b = [0u8; 4];
+        let wide = AethRepr {
+            syndrome: 0,
+            msn: 1 << 24,
+        };
+        assert!(matches!(wide.emit(&mut b), Err(WireError::InvalidRepr(_))));
+        assert!(matches!(
+            AethRepr::default().emit(&mut b[..3]),
+            Err(WireError::BufferTooSmall { need: 4, have: 3 })
+        ));
     }
 }

@@ -1,10 +1,27 @@
 //! Wire formats: zero-copy views and plain representations of every header a RoCEv2
 //! frame carries, the opcode table, the ICRC, and whole-frame parse / build.
 //!
-//! Each header follows the smoltcp pattern: a `Header<T: AsRef<[u8]>>` view with
-//! `new_checked()`, getters and (for `AsMut`) setters over byte ranges named in a private
-//! `field` module, plus a `Repr` with `parse()` / `buffer_len()` / `emit()`. Nothing here
-//! panics on malformed input: every problem is a [`WireError`] that says what and where.
+//! Each header follows the smoltcp pattern: a zero-copy view over `T: AsRef<[u8]>`
+//! (`Header<T>` for most; [`ethernet::Frame`], [`arp::Packet`], [`ndp::Message`],
+//! [`atomic::AtomicEthHeader`] and [`atomic::AtomicAckEthHeader`]) whose `new_checked()`
+//! turns a short buffer into [`WireError::Truncated`] with need / have, and whose getters
+//! read byte offsets named in a private `field` module; plus a plain `Repr` with `parse()`
+//! / `buffer_len()` / `emit()`. Two kinds of `parse()`: the outer headers' (Ethernet, IPv4,
+//! IPv6, UDP, BTH, ARP, NDP) take a checked view, the extension headers' and the GRH's
+//! take the bytes and check them through the view themselves.
+//!
+//! Setters (on views over `AsMut<[u8]>`) exist for the extension headers (RETH, AETH,
+//! DETH, AtomicETH, AtomicAckETH, ImmDt / IETH), the GRH, ARP and NDP, and their `Repr`s
+//! emit through them. The Ethernet, IPv4, IPv6, UDP and BTH views are read-only: their
+//! `Repr::emit` writes the bytes itself. The one-word headers (ImmDt, IETH, RDETH, FETH)
+//! have no `Repr` type: their value is a `u32`, read and written by [`immdt::parse`] and
+//! [`immdt::emit`]. The CNP is a BTH followed by 16 reserved bytes ([`cnp`]).
+//!
+//! Nothing here panics on malformed input: every parse problem is a [`WireError`] that
+//! says what and where, and every `emit` into too small a buffer is
+//! [`WireError::BufferTooSmall`]. The exception is a view made with `new_unchecked()`:
+//! its accessors panic on a buffer shorter than the header, so this module makes one only
+//! over bytes whose length it has already checked.
 //!
 //! Layout of a RoCEv2 frame (IBTA Vol. 1 Annex A17):
 //!
@@ -107,6 +124,19 @@ pub(crate) fn put32(b: &mut [u8], at: usize, v: u32) {
 #[inline]
 pub(crate) fn put64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Returns `Err(BufferTooSmall)` unless the output buffer `buf` has room for `need` bytes.
+#[inline]
+pub(crate) fn need(buf: &[u8], need: usize) -> Result<(), WireError> {
+    if buf.len() < need {
+        Err(WireError::BufferTooSmall {
+            need,
+            have: buf.len(),
+        })
+    } else {
+        Ok(())
+    }
 }
 
 /// Returns `Err(Truncated)` unless `buf` holds at least `need` bytes.

@@ -152,7 +152,7 @@ impl ExtHeaders {
             ExtHeader::ImmDt => immdt::emit(self.imm.ok_or(missing)?, b),
             ExtHeader::Ieth => immdt::emit(self.ieth.ok_or(missing)?, b),
             ExtHeader::CnpReserved => {
-                super::reth::need(b, 16)?;
+                super::need(b, 16)?;
                 b[..16].fill(0);
                 Ok(())
             }
