@@ -245,23 +245,42 @@ fn rate(bytes: u64, d: Duration) -> String {
     )
 }
 
+/// What both sides agree on before they start.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    /// Messages per phase.
+    n: usize,
+    /// Bytes per RC message.
+    size: u32,
+    /// Bytes of the RC region (`n * size`).
+    region: usize,
+    /// Bytes per UD datagram.
+    ud_size: u32,
+    mtu: Mtu,
+    impair: Impairment,
+}
+
+/// What the server thread reports.
+struct Served {
+    sends_ok: usize,
+    ud_ok: usize,
+    what: String,
+    rc: QpCounters,
+    overruns: u64,
+}
+
+/// What the client thread reports.
+struct Driven {
+    lines: Vec<String>,
+    rc: QpCounters,
+    overruns: u64,
+}
+
 /// Runs the demo. Needs root for the namespaces; says so otherwise.
 pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
     uroce::datapath::catch_interrupts();
     let mut report = DemoReport::default();
-    // Two namespaces over veth where we may make them; else both ends on loopback.
-    let pair = match netns::check_privileges() {
-        Ok(()) => {
-            Some(VethPair::create("demo", 9000).map_err(|e| format!("making the veth pair: {e}"))?)
-        }
-        Err(why) => {
-            report.lines.push(format!("no network namespaces: {why}"));
-            report.lines.push(
-                "running both endpoints on loopback (127.0.0.1 and 127.0.0.2) instead".into(),
-            );
-            None
-        }
-    };
+    let pair = veth_pair(&mut report.lines)?;
     if let Some(n) = &cfg.netem {
         let Some(pair) = &pair else {
             return Err("--netem needs the veth pair, which needs root".into());
@@ -282,15 +301,106 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
         _ => None,
     };
     let (n, size) = (cfg.messages.max(1), cfg.size.max(8));
-    let region = n * size as usize;
-    let (to_client, from_server) = mpsc::channel::<Info>();
-    let (to_server, from_client) = mpsc::channel::<Info>();
-    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let plan = Plan {
+        n,
+        size,
+        region: n * size as usize,
+        ud_size: size.min(cfg.mtu.bytes()),
+        mtu: cfg.mtu,
+        impair: cfg.impair,
+    };
+    let (place_a, place_b) = places(&pair)?;
     let (ns_a, ns_b) = match &pair {
         Some(p) => (Some(p.ns[0].clone()), Some(p.ns[1].clone())),
         None => (None, None),
     };
-    let (place_a, place_b) = match &pair {
+    let server_choice = if capture.is_some() {
+        BackendChoice::Udp
+    } else {
+        cfg.backend
+    };
+    let (to_client, from_server) = mpsc::channel::<Info>();
+    let (to_server, from_client) = mpsc::channel::<Info>();
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let (pa, pb) = (place_a.clone(), place_b.clone());
+    let server = std::thread::spawn(move || -> Result<Served, String> {
+        enter(ns_b.as_deref())?;
+        serve(
+            &plan,
+            &pb,
+            &pa,
+            server_choice,
+            to_client,
+            from_client,
+            stop_rx,
+        )
+    });
+    let (pa, pb) = (place_a, place_b);
+    let choice = cfg.backend;
+    let client = std::thread::spawn(move || -> Result<Driven, String> {
+        enter(ns_a.as_deref())?;
+        drive(&plan, &pa, &pb, choice, from_server, to_server)
+    });
+    let client_result = client
+        .join()
+        .map_err(|_| "the client thread panicked".to_string());
+    let _ = stop_tx.send(());
+    let server_result = server
+        .join()
+        .map_err(|_| "the server thread panicked".to_string())?;
+    report.lines.push(where_line(cfg, &pair));
+    let client = client_result??;
+    report.lines.extend(client.lines);
+    let server = server_result?;
+    report.lines.push(format!(
+        "RC recovery: client {} retransmits, {} sequence NAKs and {} ACK timeouts; server {} out-of-sequence and {} duplicate requests; frames dropped by the kernel for want of receive buffers: client {}, server {}",
+        client.rc.retransmits,
+        client.rc.packet_seq_err,
+        client.rc.local_ack_timeout_err,
+        server.rc.out_of_sequence,
+        server.rc.duplicate_request,
+        client.overruns,
+        server.overruns,
+    ));
+    report.rx_overruns = [client.overruns, server.overruns];
+    report.client_rc = client.rc;
+    report.server_rc = server.rc;
+    report
+        .lines
+        .push(format!("server datapath: {}", server.what));
+    report.lines.push(format!(
+        "server verified {}/{n} SENDs and {}/{n} UD datagrams byte for byte",
+        server.sends_ok, server.ud_ok
+    ));
+    if let Some(c) = capture {
+        report.captured = c.stop().map_err(|e| format!("capture: {e}"))?;
+    }
+    let lossy = cfg.netem.is_some() || cfg.impair.drop > 0.0;
+    report.ok = server.sends_ok == n && (server.ud_ok == n || lossy && server.ud_ok > 0);
+    drop(pair);
+    Ok(report)
+}
+
+/// Two namespaces over veth where we may make them; else `None`, both ends on loopback
+/// (said in `lines`).
+fn veth_pair(lines: &mut Vec<String>) -> Result<Option<VethPair>, String> {
+    match netns::check_privileges() {
+        Ok(()) => VethPair::create("demo", 9000)
+            .map(Some)
+            .map_err(|e| format!("making the veth pair: {e}")),
+        Err(why) => {
+            lines.push(format!("no network namespaces: {why}"));
+            lines.push(
+                "running both endpoints on loopback (127.0.0.1 and 127.0.0.2) instead".into(),
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// Where the client and the server run: the veth's two ends, or two loopback addresses.
+fn places(pair: &Option<VethPair>) -> Result<(Place, Place), String> {
+    Ok(match pair {
         Some(p) => {
             let mac = |i| p.mac(i).map_err(|e| format!("reading the veth MAC: {e}"));
             (
@@ -318,352 +428,336 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
                 iface: None,
             },
         ),
-    };
-    let (pa, pb) = (place_a.clone(), place_b.clone());
-    let choice = cfg.backend;
-    let server_choice = if capture.is_some() {
-        BackendChoice::Udp
-    } else {
-        choice
-    };
-    let mtu = cfg.mtu;
-    let impair = cfg.impair;
-    let ud_size = size.min(mtu.bytes());
+    })
+}
 
-    type Served = (usize, usize, String, QpCounters, u64);
-    let server = std::thread::spawn(move || -> Result<Served, String> {
-        if let Some(ns) = &ns_b {
-            netns::enter(ns).map_err(|e| format!("entering {ns}: {e}"))?;
-        }
-        let (mut s, what) = side(
-            &pb,
-            2,
-            region + n * (ud_size as usize + 40) + n * size as usize,
-            impair,
-            server_choice,
-            mtu,
-        )?;
-        let info = Info {
-            rc_qpn: s.rc,
-            ud_qpn: s.ud,
-            addr: s.mr.addr,
-            rkey: s.mr.rkey,
-            atomic_addr: s.atomic.addr,
-            atomic_rkey: s.atomic.rkey,
-        };
-        to_client.send(info).map_err(|e| e.to_string())?;
-        let peer = from_client.recv().map_err(|e| e.to_string())?;
-        connect(&mut s, &pa, peer.rc_qpn, mtu)?;
-        // Receives: n for the SENDs after the RC region, n for UD datagrams after those.
-        let send_base = region;
-        let ud_base = region + n * size as usize;
-        for i in 0..n {
-            let sge = Sge {
-                addr: s.mr.addr + (send_base + i * size as usize) as u64,
-                length: size,
-                lkey: s.mr.lkey,
-            };
-            s.ep.ctx
-                .post_recv(
-                    s.rc,
-                    RecvWr {
-                        wr_id: i as u64,
-                        sge,
-                    },
-                )
-                .map_err(|e| e.to_string())?;
-            let slot = ud_size as usize + 40;
-            let sge = Sge {
-                addr: s.mr.addr + (ud_base + i * slot) as u64,
-                length: slot as u32,
-                lkey: s.mr.lkey,
-            };
-            s.ep.ctx
-                .post_recv(
-                    s.ud,
-                    RecvWr {
-                        wr_id: (1 << 32) | i as u64,
-                        sge,
-                    },
-                )
-                .map_err(|e| e.to_string())?;
-        }
-        let (mut sends_ok, mut ud_ok) = (0usize, 0usize);
-        let mut want = vec![0u8; size as usize];
-        let (mr, cq) = (s.mr, s.cq);
-        let deadline = Instant::now() + PHASE_LIMIT * 6;
-        s.ep.run_until(deadline, |ctx| {
-            for wc in ctx.poll_cq(cq, 64) {
-                if wc.status != WcStatus::Success {
-                    continue;
-                }
-                let i = (wc.wr_id & 0xffff_ffff) as usize;
-                if wc.wr_id >> 32 == 0 {
-                    let Some(k) = wc.imm.map(|v| v as usize) else {
-                        continue;
-                    };
-                    pattern(k, &mut want);
-                    let at = send_base + i * size as usize;
-                    if wc.byte_len == size && ctx.mr_bytes(&mr)[at..at + size as usize] == want[..]
-                    {
-                        sends_ok += 1;
-                    }
-                } else {
-                    let Some(k) = wc.imm.map(|v| v as usize) else {
-                        continue;
-                    };
-                    pattern(k, &mut want[..ud_size as usize]);
-                    let at = ud_base + i * (ud_size as usize + 40) + 40;
-                    if wc.byte_len == ud_size + 40
-                        && ctx.mr_bytes(&mr)[at..at + ud_size as usize] == want[..ud_size as usize]
-                    {
-                        ud_ok += 1;
-                    }
-                }
-            }
-            stop_rx.try_recv().is_ok()
-        })
-        .map_err(|e| e.to_string())?;
-        if std::env::var_os("UROCE_DEBUG").is_some() {
-            eprintln!(
-                "server: {:?} {:?}",
-                s.ep.ctx.counters(),
-                s.ep.ctx.qp_counters(s.rc)
-            );
-        }
-        let counters = s.ep.ctx.qp_counters(s.rc).unwrap_or_default();
-        let overruns = s.ep.backend_mut().rx_overruns();
-        Ok((sends_ok, ud_ok, what, counters, overruns))
-    });
+/// This thread into namespace `ns`, if any.
+fn enter(ns: Option<&str>) -> Result<(), String> {
+    match ns {
+        Some(ns) => netns::enter(ns).map_err(|e| format!("entering {ns}: {e}")),
+        None => Ok(()),
+    }
+}
 
-    let (pa, pb) = (place_a.clone(), place_b.clone());
-    let client = std::thread::spawn(move || -> Result<(Vec<String>, QpCounters, u64), String> {
-        if let Some(ns) = &ns_a {
-            netns::enter(ns).map_err(|e| format!("entering {ns}: {e}"))?;
-        }
-        let (mut s, what) = side(&pa, 1, region + 8, impair, choice, mtu)?;
-        let peer = from_server.recv().map_err(|e| e.to_string())?;
-        to_server
-            .send(Info {
-                rc_qpn: s.rc,
-                ud_qpn: s.ud,
-                addr: 0,
-                rkey: 0,
-                atomic_addr: 0,
-                atomic_rkey: 0,
-            })
-            .map_err(|e| e.to_string())?;
-        connect(&mut s, &pb, peer.rc_qpn, mtu)?;
-        let mut lines = vec![format!("client datapath: {what}")];
-        let sz = size as usize;
-        let (mr, lkey) = (s.mr, s.mr.lkey);
-        let sge = |i: usize, len: u32| Sge {
-            addr: mr.addr + (i * sz) as u64,
-            length: len,
-            lkey,
-        };
-        // RDMA WRITE n messages, then READ them back into a zeroed buffer and compare.
-        for i in 0..n {
-            pattern(i, &mut s.ep.ctx.mr_bytes_mut(&mr)[i * sz..(i + 1) * sz]);
-        }
-        let writes = (0..n)
-            .map(|i| {
-                (
-                    SendOp::Write {
-                        remote_addr: peer.addr + (i * sz) as u64,
-                        rkey: peer.rkey,
-                    },
-                    sge(i, size),
-                )
-            })
-            .collect();
-        let d = run_phase(&mut s, writes)?;
-        lines.push(format!(
-            "RC RDMA WRITE  {n} x {size} B   {:>9.2} ms  {}",
-            d.as_secs_f64() * 1e3,
-            rate((n * sz) as u64, d)
-        ));
-        s.ep.ctx.mr_bytes_mut(&mr)[..n * sz].fill(0);
-        let reads = (0..n)
-            .map(|i| {
-                (
-                    SendOp::Read {
-                        remote_addr: peer.addr + (i * sz) as u64,
-                        rkey: peer.rkey,
-                    },
-                    sge(i, size),
-                )
-            })
-            .collect();
-        let d = run_phase(&mut s, reads)?;
-        let mut want = vec![0u8; sz];
-        for i in 0..n {
-            pattern(i, &mut want);
-            if s.ep.ctx.mr_bytes(&mr)[i * sz..(i + 1) * sz] != want[..] {
-                return Err(format!(
-                    "RDMA READ of message {i} does not match what was written"
-                ));
-            }
-        }
-        lines.push(format!(
-            "RC RDMA READ   {n} x {size} B   {:>9.2} ms  {}  (data verified: WRITE and READ)",
-            d.as_secs_f64() * 1e3,
-            rate((n * sz) as u64, d)
-        ));
-        // SEND with immediate n messages: the server checks each against the pattern.
-        for i in 0..n {
-            pattern(
-                i + 1000,
-                &mut s.ep.ctx.mr_bytes_mut(&mr)[i * sz..(i + 1) * sz],
-            );
-        }
-        let sends = (0..n)
-            .map(|i| (SendOp::SendWithImm((i + 1000) as u32), sge(i, size)))
-            .collect();
-        let d = run_phase(&mut s, sends)?;
-        lines.push(format!(
-            "RC SEND        {n} x {size} B   {:>9.2} ms  {}",
-            d.as_secs_f64() * 1e3,
-            rate((n * sz) as u64, d)
-        ));
-        // FETCH_ADD i+1 for i in 0..n, then READ the counter.
-        let adds = (0..n)
-            .map(|i| {
-                (
-                    SendOp::FetchAdd {
-                        remote_addr: peer.atomic_addr,
-                        rkey: peer.atomic_rkey,
-                        add: i as u64 + 1,
-                    },
-                    Sge {
-                        addr: mr.addr + region as u64,
-                        length: 8,
-                        lkey,
-                    },
-                )
-            })
-            .collect();
-        let d = run_phase(&mut s, adds)?;
-        lines.push(format!(
-            "RC FETCH_ADD   {n} x 8 B       {:>9.2} ms  {:.0} ops/s",
-            d.as_secs_f64() * 1e3,
-            n as f64 / d.as_secs_f64().max(1e-9)
-        ));
-        // Each FETCH_ADD returned the counter before it; the last one saw 1 + 2 + ... + (n-1).
-        let mut last = [0u8; 8];
-        last.copy_from_slice(&s.ep.ctx.mr_bytes(&mr)[region..region + 8]);
-        let want_sum = (n as u64 * (n as u64 - 1)) / 2;
-        if u64::from_le_bytes(last) != want_sum {
-            return Err(format!(
-                "atomics: the last FETCH_ADD returned {}, expected {want_sum}",
-                u64::from_le_bytes(last)
-            ));
-        }
-        if let Some(l) = lines.last_mut() {
-            l.push_str("  (results verified)");
-        }
-        // UD datagrams (some may be lost under netem: UD is unreliable).
-        for i in 0..n {
-            pattern(
-                i + 5000,
-                &mut s.ep.ctx.mr_bytes_mut(&mr)[i * sz..i * sz + ud_size as usize],
-            );
-        }
-        let t = Instant::now();
-        let (ud, cq) = (s.ud, s.cq);
-        let mut next = 0;
-        let mut sent = 0;
-        s.ep.run_until(t + PHASE_LIMIT, |ctx| {
-            while next < n {
-                let wr = UdSendWr {
-                    wr_id: next as u64,
-                    dest: Remote {
-                        ip: IpAddr::V4(pb.addr),
-                        mac: pb.mac,
-                    },
-                    remote_qpn: peer.ud_qpn,
-                    remote_qkey: QKEY,
-                    sge: sge(next, ud_size),
-                    imm: Some((next + 5000) as u32),
-                    signaled: true,
-                    solicited: false,
-                };
-                if ctx.post_send_ud(ud, wr).is_err() {
-                    break;
-                }
-                next += 1;
-            }
-            sent += ctx.poll_cq(cq, 64).len();
-            sent >= n
-        })
-        .map_err(|e| e.to_string())?;
-        // Let the last datagrams land.
-        let settle = Instant::now() + Duration::from_millis(200);
-        s.ep.run_until(settle, |_| false)
-            .map_err(|e| e.to_string())?;
-        lines.push(format!(
-            "UD SEND        {n} x {ud_size} B   {:>9.2} ms  sent",
-            t.elapsed().as_secs_f64() * 1e3
-        ));
-        let counters = s.ep.ctx.qp_counters(s.rc).unwrap_or_default();
-        let overruns = s.ep.backend_mut().rx_overruns();
-        Ok((lines, counters, overruns))
-    });
-
-    let client_result = client
-        .join()
-        .map_err(|_| "the client thread panicked".to_string());
-    let _ = stop_tx.send(());
-    let server_result = server
-        .join()
-        .map_err(|_| "the server thread panicked".to_string())?;
-    let place = match &pair {
+/// The report's first line: where the two ends ran, and what was done to their path.
+fn where_line(cfg: &DemoConfig, pair: &Option<VethPair>) -> String {
+    let place = match pair {
         Some(p) => format!(
             "namespaces {} ({}) and {} ({}), veth MTU 9000",
             p.ns[0], p.addrs[0], p.ns[1], p.addrs[1]
         ),
         None => "loopback 127.0.0.1 and 127.0.0.2".to_string(),
     };
-    report.lines.push(format!(
-        "{place}, path MTU {}{}",
-        mtu.bytes(),
-        cfg.netem
-            .as_ref()
-            .map(|n| format!(", netem {n}"))
-            .unwrap_or_default()
-            + &if cfg.impair.is_none() {
-                String::new()
-            } else {
-                format!(
-                    ", each end dropping {:.1}% and reordering {:.1}% of what it receives",
-                    cfg.impair.drop * 100.0,
-                    cfg.impair.reorder * 100.0
-                )
-            }
-    ));
-    let (lines, client_rc, client_overruns) = client_result??;
-    report.lines.extend(lines);
-    let (sends_ok, ud_ok, server_what, server_rc, server_overruns) = server_result?;
-    report.lines.push(format!(
-        "RC recovery: client {} retransmits, {} sequence NAKs and {} ACK timeouts; server {} out-of-sequence and {} duplicate requests; frames dropped by the kernel for want of receive buffers: client {client_overruns}, server {server_overruns}",
-        client_rc.retransmits,
-        client_rc.packet_seq_err,
-        client_rc.local_ack_timeout_err,
-        server_rc.out_of_sequence,
-        server_rc.duplicate_request
-    ));
-    report.rx_overruns = [client_overruns, server_overruns];
-    report.client_rc = client_rc;
-    report.server_rc = server_rc;
-    report.lines.push(format!("server datapath: {server_what}"));
-    report.lines.push(format!(
-        "server verified {sends_ok}/{n} SENDs and {ud_ok}/{n} UD datagrams byte for byte"
-    ));
-    if let Some(c) = capture {
-        report.captured = c.stop().map_err(|e| format!("capture: {e}"))?;
+    let netem = cfg
+        .netem
+        .as_ref()
+        .map(|n| format!(", netem {n}"))
+        .unwrap_or_default();
+    let impair = if cfg.impair.is_none() {
+        String::new()
+    } else {
+        format!(
+            ", each end dropping {:.1}% and reordering {:.1}% of what it receives",
+            cfg.impair.drop * 100.0,
+            cfg.impair.reorder * 100.0
+        )
+    };
+    format!("{place}, path MTU {}{netem}{impair}", cfg.mtu.bytes())
+}
+
+/// The server: posts a receive per SEND and per UD datagram, and checks each one that
+/// arrives against the pattern until the client is done.
+fn serve(
+    plan: &Plan,
+    me: &Place,
+    peer: &Place,
+    choice: BackendChoice,
+    to_client: mpsc::Sender<Info>,
+    from_client: mpsc::Receiver<Info>,
+    stop: mpsc::Receiver<()>,
+) -> Result<Served, String> {
+    let (n, size, ud_size) = (plan.n, plan.size, plan.ud_size);
+    // The RC region, then n receive slots for the SENDs, then n for UD datagrams.
+    let send_base = plan.region;
+    let ud_base = plan.region + n * size as usize;
+    let ud_slot = ud_size as usize + 40;
+    let (mut s, what) = side(me, 2, ud_base + n * ud_slot, plan.impair, choice, plan.mtu)?;
+    to_client
+        .send(Info {
+            rc_qpn: s.rc,
+            ud_qpn: s.ud,
+            addr: s.mr.addr,
+            rkey: s.mr.rkey,
+            atomic_addr: s.atomic.addr,
+            atomic_rkey: s.atomic.rkey,
+        })
+        .map_err(|e| e.to_string())?;
+    let theirs = from_client.recv().map_err(|e| e.to_string())?;
+    connect(&mut s, peer, theirs.rc_qpn, plan.mtu)?;
+    for i in 0..n {
+        let recv = |qp, wr_id, at: usize, length| {
+            let sge = Sge {
+                addr: s.mr.addr + at as u64,
+                length,
+                lkey: s.mr.lkey,
+            };
+            (qp, RecvWr { wr_id, sge })
+        };
+        for (qp, wr) in [
+            recv(s.rc, i as u64, send_base + i * size as usize, size),
+            recv(
+                s.ud,
+                (1 << 32) | i as u64,
+                ud_base + i * ud_slot,
+                ud_slot as u32,
+            ),
+        ] {
+            s.ep.ctx.post_recv(qp, wr).map_err(|e| e.to_string())?;
+        }
     }
-    let lossy = cfg.netem.is_some() || cfg.impair.drop > 0.0;
-    report.ok = sends_ok == n && (ud_ok == n || lossy && ud_ok > 0);
-    drop(pair);
-    Ok(report)
+    let (mut sends_ok, mut ud_ok) = (0usize, 0usize);
+    let mut want = vec![0u8; size as usize];
+    let (mr, cq) = (s.mr, s.cq);
+    let deadline = Instant::now() + PHASE_LIMIT * 6;
+    s.ep.run_until(deadline, |ctx| {
+        for wc in ctx.poll_cq(cq, 64) {
+            let Some(k) = wc.imm.map(|v| v as usize) else {
+                continue;
+            };
+            if wc.status != WcStatus::Success {
+                continue;
+            }
+            let i = (wc.wr_id & 0xffff_ffff) as usize;
+            let (at, len) = if wc.wr_id >> 32 == 0 {
+                (send_base + i * size as usize, size)
+            } else {
+                (ud_base + i * ud_slot + 40, ud_size)
+            };
+            let want = &mut want[..len as usize];
+            pattern(k, want);
+            let ok = ctx.mr_bytes(&mr)[at..at + len as usize] == want[..];
+            if wc.wr_id >> 32 == 0 {
+                sends_ok += usize::from(ok && wc.byte_len == size);
+            } else {
+                ud_ok += usize::from(ok && wc.byte_len == ud_size + 40);
+            }
+        }
+        stop.try_recv().is_ok()
+    })
+    .map_err(|e| e.to_string())?;
+    if std::env::var_os("UROCE_DEBUG").is_some() {
+        eprintln!(
+            "server: {:?} {:?}",
+            s.ep.ctx.counters(),
+            s.ep.ctx.qp_counters(s.rc)
+        );
+    }
+    Ok(Served {
+        sends_ok,
+        ud_ok,
+        what,
+        rc: s.ep.ctx.qp_counters(s.rc).unwrap_or_default(),
+        overruns: s.ep.backend_mut().rx_overruns(),
+    })
+}
+
+/// The client: RC WRITE, READ back and compare, SEND, FETCH_ADD, then UD datagrams.
+fn drive(
+    plan: &Plan,
+    me: &Place,
+    peer: &Place,
+    choice: BackendChoice,
+    from_server: mpsc::Receiver<Info>,
+    to_server: mpsc::Sender<Info>,
+) -> Result<Driven, String> {
+    let (mut s, what) = side(me, 1, plan.region + 8, plan.impair, choice, plan.mtu)?;
+    let theirs = from_server.recv().map_err(|e| e.to_string())?;
+    to_server
+        .send(Info {
+            rc_qpn: s.rc,
+            ud_qpn: s.ud,
+            addr: 0,
+            rkey: 0,
+            atomic_addr: 0,
+            atomic_rkey: 0,
+        })
+        .map_err(|e| e.to_string())?;
+    connect(&mut s, peer, theirs.rc_qpn, plan.mtu)?;
+    let mut lines = vec![format!("client datapath: {what}")];
+    rc_phases(&mut s, plan, &theirs, &mut lines)?;
+    ud_phase(&mut s, plan, peer, &theirs, &mut lines)?;
+    Ok(Driven {
+        lines,
+        rc: s.ep.ctx.qp_counters(s.rc).unwrap_or_default(),
+        overruns: s.ep.backend_mut().rx_overruns(),
+    })
+}
+
+/// The RC phases, each verified: WRITE then READ back, SEND with immediate (the server
+/// checks), FETCH_ADD (the results add up).
+fn rc_phases(
+    s: &mut Side,
+    plan: &Plan,
+    peer: &Info,
+    lines: &mut Vec<String>,
+) -> Result<(), String> {
+    let (n, size, region) = (plan.n, plan.size, plan.region);
+    let sz = size as usize;
+    let (mr, lkey) = (s.mr, s.mr.lkey);
+    let sge = |i: usize| Sge {
+        addr: mr.addr + (i * sz) as u64,
+        length: size,
+        lkey,
+    };
+    let timed = |what: &str, d: Duration| {
+        format!(
+            "{what:<14} {n} x {size} B   {:>9.2} ms  {}",
+            d.as_secs_f64() * 1e3,
+            rate((n * sz) as u64, d)
+        )
+    };
+    // RDMA WRITE n messages, then READ them back into a zeroed buffer and compare.
+    for i in 0..n {
+        pattern(i, &mut s.ep.ctx.mr_bytes_mut(&mr)[i * sz..(i + 1) * sz]);
+    }
+    let at = |i: usize| peer.addr + (i * sz) as u64;
+    let writes = (0..n)
+        .map(|i| {
+            let op = SendOp::Write {
+                remote_addr: at(i),
+                rkey: peer.rkey,
+            };
+            (op, sge(i))
+        })
+        .collect();
+    let d = run_phase(s, writes)?;
+    lines.push(timed("RC RDMA WRITE", d));
+    s.ep.ctx.mr_bytes_mut(&mr)[..n * sz].fill(0);
+    let reads = (0..n)
+        .map(|i| {
+            let op = SendOp::Read {
+                remote_addr: at(i),
+                rkey: peer.rkey,
+            };
+            (op, sge(i))
+        })
+        .collect();
+    let d = run_phase(s, reads)?;
+    let mut want = vec![0u8; sz];
+    for i in 0..n {
+        pattern(i, &mut want);
+        if s.ep.ctx.mr_bytes(&mr)[i * sz..(i + 1) * sz] != want[..] {
+            return Err(format!(
+                "RDMA READ of message {i} does not match what was written"
+            ));
+        }
+    }
+    lines.push(timed("RC RDMA READ", d) + "  (data verified: WRITE and READ)");
+    // SEND with immediate n messages: the server checks each against the pattern.
+    for i in 0..n {
+        pattern(
+            i + 1000,
+            &mut s.ep.ctx.mr_bytes_mut(&mr)[i * sz..(i + 1) * sz],
+        );
+    }
+    let sends = (0..n)
+        .map(|i| (SendOp::SendWithImm((i + 1000) as u32), sge(i)))
+        .collect();
+    let d = run_phase(s, sends)?;
+    lines.push(timed("RC SEND", d));
+    // FETCH_ADD i+1 for i in 0..n, then check what the last one returned.
+    let adds = (0..n)
+        .map(|i| {
+            let op = SendOp::FetchAdd {
+                remote_addr: peer.atomic_addr,
+                rkey: peer.atomic_rkey,
+                add: i as u64 + 1,
+            };
+            let sge = Sge {
+                addr: mr.addr + region as u64,
+                length: 8,
+                lkey,
+            };
+            (op, sge)
+        })
+        .collect();
+    let d = run_phase(s, adds)?;
+    // Each FETCH_ADD returned the counter before it; the last one saw 1 + 2 + ... + (n-1).
+    let mut last = [0u8; 8];
+    last.copy_from_slice(&s.ep.ctx.mr_bytes(&mr)[region..region + 8]);
+    let want_sum = (n as u64 * (n as u64 - 1)) / 2;
+    if u64::from_le_bytes(last) != want_sum {
+        return Err(format!(
+            "atomics: the last FETCH_ADD returned {}, expected {want_sum}",
+            u64::from_le_bytes(last)
+        ));
+    }
+    lines.push(format!(
+        "RC FETCH_ADD   {n} x 8 B       {:>9.2} ms  {:.0} ops/s  (results verified)",
+        d.as_secs_f64() * 1e3,
+        n as f64 / d.as_secs_f64().max(1e-9)
+    ));
+    Ok(())
+}
+
+/// UD datagrams to the server's UD QP (some may be lost on a lossy path: UD is
+/// unreliable; the server counts what arrived intact).
+fn ud_phase(
+    s: &mut Side,
+    plan: &Plan,
+    peer: &Place,
+    theirs: &Info,
+    lines: &mut Vec<String>,
+) -> Result<(), String> {
+    let (n, ud_size) = (plan.n, plan.ud_size);
+    let sz = plan.size as usize;
+    let mr = s.mr;
+    for i in 0..n {
+        pattern(
+            i + 5000,
+            &mut s.ep.ctx.mr_bytes_mut(&mr)[i * sz..i * sz + ud_size as usize],
+        );
+    }
+    let t = Instant::now();
+    let (ud, cq) = (s.ud, s.cq);
+    let dest = Remote {
+        ip: IpAddr::V4(peer.addr),
+        mac: peer.mac,
+    };
+    let mut next = 0;
+    let mut sent = 0;
+    s.ep.run_until(t + PHASE_LIMIT, |ctx| {
+        while next < n {
+            let wr = UdSendWr {
+                wr_id: next as u64,
+                dest,
+                remote_qpn: theirs.ud_qpn,
+                remote_qkey: QKEY,
+                sge: Sge {
+                    addr: mr.addr + (next * sz) as u64,
+                    length: ud_size,
+                    lkey: mr.lkey,
+                },
+                imm: Some((next + 5000) as u32),
+                signaled: true,
+                solicited: false,
+            };
+            if ctx.post_send_ud(ud, wr).is_err() {
+                break;
+            }
+            next += 1;
+        }
+        sent += ctx.poll_cq(cq, 64).len();
+        sent >= n
+    })
+    .map_err(|e| e.to_string())?;
+    // Let the last datagrams land.
+    let settle = Instant::now() + Duration::from_millis(200);
+    s.ep.run_until(settle, |_| false)
+        .map_err(|e| e.to_string())?;
+    lines.push(format!(
+        "UD SEND        {n} x {ud_size} B   {:>9.2} ms  sent",
+        t.elapsed().as_secs_f64() * 1e3
+    ));
+    Ok(())
 }
