@@ -49,12 +49,13 @@ fn backends(
     local: IpAddr,
     n: u32,
 ) -> Result<(Vec<Boxed>, String, String, [u8; 6]), String> {
-    let (iface, mac) = local_link(cfg.iface.as_deref(), local);
+    let link = local_link(cfg.iface.as_deref(), local)?;
+    let iface = link.iface.clone();
     let mut why = String::new();
     if cfg.backend != "udp" {
         match XdpBackend::open_per_queue(&iface, n, cfg.mtu.bytes() + 100) {
             Ok(v) => {
-                let v = v
+                let v: Vec<Boxed> = v
                     .into_iter()
                     .map(|mut b| {
                         b.set_impairment(cfg.impair);
@@ -62,6 +63,10 @@ fn backends(
                     })
                     .collect();
                 let what = format!("AF_XDP on {iface}, {n} loops on threads, one queue each");
+                let mac = match v.first() {
+                    Some(b) => link.mac_for(&**b)?,
+                    None => return Err(format!("AF_XDP on {iface}: no queue")),
+                };
                 return Ok((v, what, iface, mac));
             }
             Err(e) if cfg.backend == "xdp" => return Err(format!("AF_XDP on {iface}: {e}")),
@@ -75,6 +80,10 @@ fn backends(
         v.push(Box::new(b) as Boxed);
     }
     let what = format!("UDP backend, {n} loops on threads, steered by DestQP{why}");
+    let mac = match v.first() {
+        Some(b) => link.mac_for(&**b)?,
+        None => return Err("no UDP backend".into()),
+    };
     Ok((v, what, iface, mac))
 }
 

@@ -11,7 +11,10 @@ use std::net::{IpAddr, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use uroce::datapath::neighbour::{self, How, PacketSocket, Resolved};
+use uroce::net::addresses::interface_info;
+use uroce::net::neighbours::kernel_neighbour;
+use uroce::net::packet_socket::PacketSocket;
+use uroce::net::resolve::{resolve, How, Resolved};
 use uroce_tools::netns;
 
 fn can_run() -> bool {
@@ -90,13 +93,15 @@ fn addr(ns: &str, dev: &str, addr: &str) {
     }
 }
 
+/// `dev`'s MAC in `ns`, asked of the kernel over rtnetlink from inside the namespace.
 fn mac_of(ns: &str, dev: &str) -> [u8; 6] {
-    let out = Command::new("ip")
-        .args(["-n", ns, "-j", "link", "show", "dev", dev])
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    neighbour::parse_mac(v[0]["address"].as_str().unwrap()).unwrap()
+    let dev = dev.to_string();
+    in_ns(ns, move || {
+        interface_info(&dev)
+            .unwrap()
+            .mac
+            .unwrap_or_else(|| panic!("{dev} has no MAC"))
+    })
 }
 
 /// Runs `f` on a thread that joined namespace `ns` (network namespaces are per thread).
@@ -124,10 +129,7 @@ fn resolve_in(
     let local: IpAddr = local.parse().unwrap();
     let peer: IpAddr = peer.parse().unwrap();
     in_ns(ns, move || {
-        let my_mac = neighbour::interface_info(&dev)
-            .unwrap()
-            .mac
-            .expect("veth has a MAC");
+        let my_mac = interface_info(&dev).unwrap().mac.expect("veth has a MAC");
         let ethertype = if peer.is_ipv4() { 0x0806 } else { 0x86dd };
         let tx = PacketSocket::open(&dev, ethertype).unwrap();
         let mut sent = Vec::new();
@@ -136,7 +138,7 @@ fn resolve_in(
             tx.send(frame)
         };
         let start = Instant::now();
-        let r = neighbour::resolve(&dev, my_mac, local, peer, &mut send, timeout);
+        let r = resolve(&dev, my_mac, local, peer, &mut send, timeout);
         (r, start.elapsed(), sent)
     })
 }
@@ -154,7 +156,8 @@ fn kernel_learns(ns: &str, dev: &str, peer: &str) {
         };
         let s = UdpSocket::bind((any, 0)).unwrap();
         let deadline = Instant::now() + Duration::from_secs(3);
-        while neighbour::kernel_neighbour(&dev, peer).is_none() {
+        let index = interface_info(&dev).unwrap().index;
+        while kernel_neighbour(index, peer).unwrap().is_none() {
             assert!(
                 Instant::now() < deadline,
                 "the kernel did not resolve {peer}"
