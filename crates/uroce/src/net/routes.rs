@@ -113,7 +113,7 @@ fn get_route(dst: IpAddr, src: Option<IpAddr>) -> RouteMessage {
     m
 }
 
-/// Reads the kernel's answer to [`get_route`] for `dst`. A route of a type that carries
+/// Reads the kernel's answer to an `RTM_GETROUTE` request for `dst`. A route of a type that carries
 /// no packets (unreachable, prohibit, blackhole, throw) is no route.
 pub fn route_from_message(dst: IpAddr, m: &RouteMessage) -> Result<RouteTo, NetError> {
     let no = |why: &str| NetError::NoRoute {
