@@ -297,29 +297,45 @@ impl Meter {
     }
 }
 
-/// The interface holding `ip`, and its MAC.
-fn iface_and_mac(ip: impl Into<IpAddr>) -> Result<(String, [u8; 6]), String> {
-    let ip: IpAddr = ip.into();
-    uroce::datapath::neighbour::interfaces()?
-        .into_iter()
-        .find(|(_, info)| info.addrs.iter().any(|&(a, _)| a == ip))
-        .map(|(name, info)| (name, info.mac.unwrap_or([0; 6])))
-        .ok_or_else(|| format!("no interface has the address {ip}"))
+/// The interface a tool runs on, as the kernel describes it.
+pub(crate) struct LocalLink {
+    /// Its name.
+    pub iface: String,
+    /// Its MAC address; `None` for an interface without one (loopback).
+    pub mac: Option<[u8; 6]>,
+    /// Its MTU in bytes.
+    pub mtu: u32,
 }
 
-/// The interface to run on (`iface`, else the one holding `local`; loopback when none
-/// does) and its MAC.
-pub(crate) fn local_link(iface: Option<&str>, local: impl Into<IpAddr>) -> (String, [u8; 6]) {
-    match iface {
-        Some(i) => (
-            i.to_string(),
-            uroce::datapath::neighbour::interface_info(i)
-                .ok()
-                .and_then(|x| x.mac)
-                .unwrap_or([0; 6]),
-        ),
-        None => iface_and_mac(local).unwrap_or(("lo".into(), [0; 6])),
+impl LocalLink {
+    /// The MAC address the context's frames come from. AF_XDP puts it on the wire, so the
+    /// interface must have one; the UDP backend leaves the link header to the kernel and
+    /// the context's MAC goes nowhere (loopback's all-zero address is then fine).
+    pub(crate) fn mac_for(&self, backend: &dyn Backend) -> Result<[u8; 6], String> {
+        match self.mac {
+            Some(m) => Ok(m),
+            None if !backend.needs_link_addresses() => Ok([0; 6]),
+            None => Err(uroce::net::NetError::NoMac(self.iface.clone()).to_string()),
+        }
     }
+}
+
+/// The interface to run on: `iface`, else the one holding `local`; an error when there is
+/// no such interface (or the kernel could not be asked).
+pub(crate) fn local_link(
+    iface: Option<&str>,
+    local: impl Into<IpAddr>,
+) -> Result<LocalLink, String> {
+    let info = match iface {
+        Some(i) => uroce::net::addresses::interface_info(i),
+        None => uroce::net::addresses::interface_with_address(local.into()),
+    }
+    .map_err(|e| e.to_string())?;
+    Ok(LocalLink {
+        iface: info.name,
+        mac: info.mac,
+        mtu: info.mtu,
+    })
 }
 
 /// The MAC address frames to `peer` go to: the peer's, or its gateway's when it is not
@@ -335,13 +351,13 @@ pub(crate) fn peer_mac(
     if !backend.needs_link_addresses() {
         return Ok([0; 6]);
     }
-    uroce::datapath::neighbour::resolve(
+    uroce::net::resolve::resolve(
         iface,
         my_mac,
         local.into(),
         peer.into(),
         &mut |f| backend.send(f),
-        uroce::datapath::neighbour::GIVE_UP,
+        uroce::net::neighbours::GIVE_UP,
     )
     .map(|r| r.mac)
 }
@@ -374,8 +390,10 @@ struct Setup {
 pub(crate) const WINDOW: usize = 32;
 
 fn setup(cfg: &PerfConfig, local: IpAddr) -> Result<Setup, String> {
-    let (iface, mac) = local_link(cfg.iface.as_deref(), local);
+    let link = local_link(cfg.iface.as_deref(), local)?;
+    let iface = link.iface.clone();
     let (backend, datapath) = open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.impair)?;
+    let mac = link.mac_for(&*backend)?;
     let mut ctx = cfg.traffic.context(&iface, mac, local, seed_of(local))?;
     let (cq, qps, mr) = rc_resources(&mut ctx, cfg.qps, cfg.size)?;
     Ok(Setup {

@@ -47,9 +47,14 @@ fn backends(
     local: IpAddr,
     n: u32,
 ) -> Result<(Vec<Boxed>, String, String, [u8; 6]), String> {
-    let (iface, mac) = local_link(cfg.iface.as_deref(), local);
+    let link = local_link(cfg.iface.as_deref(), local)?;
+    let iface = link.iface.clone();
     let choice = crate::backend::BackendChoice::parse(&cfg.backend)?;
     let (v, what) = crate::backend::open_per_loop(choice, &iface, local, n, cfg.mtu, cfg.impair)?;
+    let mac = match v.first() {
+        Some(b) => link.mac_for(&**b)?,
+        None => return Err(format!("{what}: no loop")),
+    };
     Ok((v, what, iface, mac))
 }
 

@@ -246,13 +246,6 @@ fn mtu_from_enum(e: u8) -> Option<Mtu> {
     })
 }
 
-fn link_mtu(iface: &str) -> u32 {
-    std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(1500)
-}
-
 /// The TCP side of the exchange.
 struct Oob {
     tcp: TcpStream,
@@ -482,8 +475,9 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> Result<Outcome, String> {
     let be4 = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
     let cycle = u64::from(be4(&oob.xchg(&4096u32.to_be_bytes(), &mut sleep_poll)?).max(4096));
     let cache_line = u64::from(be4(&oob.xchg(&64u32.to_be_bytes(), &mut sleep_poll)?).max(64));
-    let (iface, mac) = local_link(cfg.iface.as_deref(), local);
-    let active = Mtu::fitting(link_mtu(&iface)).unwrap_or(Mtu::M256);
+    let link = local_link(cfg.iface.as_deref(), local)?;
+    let iface = link.iface.clone();
+    let active = Mtu::fitting(link.mtu).unwrap_or(Mtu::M256);
     let my_mtu = match cfg.mtu {
         Some(m) if m.bytes() <= active.bytes() => m,
         _ => active,
@@ -498,6 +492,7 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> Result<Outcome, String> {
     let size = u64::from(cfg.size);
     let half = step(size.max(cycle), cache_line);
     let (backend, datapath) = open_backend_lossy(&cfg.backend, mtu, local, &iface, cfg.impair)?;
+    let mac = link.mac_for(&*backend)?;
     let seed = u64::from(u32::from(local)) ^ u64::from(std::process::id());
     let mut ctx = cfg.traffic.context(&iface, mac, IpAddr::V4(local), seed)?;
     let e = |e: uroce::verbs::VerbsError| e.to_string();

@@ -166,9 +166,11 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
     let IpAddr::V4(peer_ip) = tcp.peer_addr().map_err(|e| e.to_string())?.ip() else {
         return Err("IPv4 only for now".into());
     };
-    let (iface, mac) = local_link(cfg.iface.as_deref(), local);
+    let link = local_link(cfg.iface.as_deref(), local)?;
+    let iface = link.iface.clone();
     let (mut backend, datapath): (Box<dyn Backend + Send>, String) =
         open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.impair)?;
+    let mac = link.mac_for(&*backend)?;
     let next_mac = peer_mac(&mut backend, &iface, mac, local, peer_ip)?;
     let mut ctx = Context::new(
         ContextConfig {

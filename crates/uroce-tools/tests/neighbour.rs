@@ -11,7 +11,10 @@ use std::net::{IpAddr, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use uroce::datapath::neighbour::{self, How, PacketSocket, Resolved};
+use uroce::net::addresses::interface_info;
+use uroce::net::neighbours::kernel_neighbour;
+use uroce::net::packet_socket::PacketSocket;
+use uroce::net::resolve::{resolve, How, Resolved};
 use uroce_tools::netns;
 
 fn can_run() -> bool {
@@ -90,13 +93,15 @@ fn addr(ns: &str, dev: &str, addr: &str) {
     }
 }
 
+/// `dev`'s MAC in `ns`, asked of the kernel over rtnetlink from inside the namespace.
 fn mac_of(ns: &str, dev: &str) -> [u8; 6] {
-    let out = Command::new("ip")
-        .args(["-n", ns, "-j", "link", "show", "dev", dev])
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    neighbour::parse_mac(v[0]["address"].as_str().unwrap()).unwrap()
+    let dev = dev.to_string();
+    in_ns(ns, move || {
+        interface_info(&dev)
+            .unwrap()
+            .mac
+            .unwrap_or_else(|| panic!("{dev} has no MAC"))
+    })
 }
 
 /// Runs `f` on a thread that joined namespace `ns` (network namespaces are per thread).
@@ -124,10 +129,7 @@ fn resolve_in(
     let local: IpAddr = local.parse().unwrap();
     let peer: IpAddr = peer.parse().unwrap();
     in_ns(ns, move || {
-        let my_mac = neighbour::interface_info(&dev)
-            .unwrap()
-            .mac
-            .expect("veth has a MAC");
+        let my_mac = interface_info(&dev).unwrap().mac.expect("veth has a MAC");
         let ethertype = if peer.is_ipv4() { 0x0806 } else { 0x86dd };
         let tx = PacketSocket::open(&dev, ethertype).unwrap();
         let mut sent = Vec::new();
@@ -136,7 +138,7 @@ fn resolve_in(
             tx.send(frame)
         };
         let start = Instant::now();
-        let r = neighbour::resolve(&dev, my_mac, local, peer, &mut send, timeout);
+        let r = resolve(&dev, my_mac, local, peer, &mut send, timeout);
         (r, start.elapsed(), sent)
     })
 }
@@ -154,7 +156,8 @@ fn kernel_learns(ns: &str, dev: &str, peer: &str) {
         };
         let s = UdpSocket::bind((any, 0)).unwrap();
         let deadline = Instant::now() + Duration::from_secs(3);
-        while neighbour::kernel_neighbour(&dev, peer).is_none() {
+        let index = interface_info(&dev).unwrap().index;
+        while kernel_neighbour(index, peer).unwrap().is_none() {
             assert!(
                 Instant::now() < deadline,
                 "the kernel did not resolve {peer}"
@@ -378,4 +381,113 @@ fn nobody_answers_or_no_route() {
     let e = r.unwrap_err();
     assert!(e.contains(&format!("no route to 192.0.2.9 on {da}")), "{e}");
     assert!(took < Duration::from_secs(1));
+}
+
+/// The route is the kernel's answer for the peer, so policy rules count: a prefix
+/// routed only in table 100, selected by `ip rule`, resolves to that table's gateway. A
+/// peer whose route leaves through another interface is an error that says so.
+#[test]
+fn policy_rules_and_the_output_interface_count() {
+    if !can_run() {
+        return;
+    }
+    let mut lab = Lab::new("p");
+    let (na, nb, nc) = (lab.ns("a"), lab.ns("b"), lab.ns("c"));
+    let (da, db, dc, dd) = (
+        lab.ifname("a"),
+        lab.ifname("b"),
+        lab.ifname("c"),
+        lab.ifname("d"),
+    );
+    lab.link(&na, &da, &nb, &db);
+    lab.link(&na, &dc, &nc, &dd);
+    addr(&na, &da, "10.204.1.1/24");
+    addr(&nb, &db, "10.204.1.254/24");
+    addr(&na, &dc, "10.204.2.1/24");
+    addr(&nc, &dd, "10.204.2.2/24");
+    ip(&[
+        "-n",
+        &na,
+        "route",
+        "add",
+        "192.0.2.0/24",
+        "via",
+        "10.204.1.254",
+        "table",
+        "100",
+    ]);
+    ip(&[
+        "-n",
+        &na,
+        "rule",
+        "add",
+        "to",
+        "192.0.2.0/24",
+        "table",
+        "100",
+    ]);
+    let (r, _, _) = resolve_in(&na, &da, "10.204.1.1", "192.0.2.7", Duration::from_secs(3));
+    let r = r.unwrap();
+    assert_eq!(r.next_hop, "10.204.1.254".parse::<IpAddr>().unwrap());
+    assert_eq!(r.mac, mac_of(&nb, &db));
+    // 10.204.2.2 is on A's other veth: not reachable through `da`.
+    let (r, _, _) = resolve_in(&na, &da, "10.204.1.1", "10.204.2.2", Duration::from_secs(3));
+    let e = r.unwrap_err();
+    assert!(e.contains(&format!("goes out of {dc}, not {da}")), "{e}");
+}
+
+/// `interface_info` inside a namespace: the veth's MTU, state and addresses as the kernel
+/// has them, and errors that name what is missing.
+#[test]
+fn interface_info_reads_mtu_state_and_addresses() {
+    if !can_run() {
+        return;
+    }
+    let (_lab, na, da, nb, db) = pair("i");
+    addr(&na, &da, "10.205.1.1/24");
+    addr(&na, &da, "fd00:205::1/64");
+    ip(&["-n", &na, "link", "set", &da, "mtu", "4200"]);
+    ip(&["-n", &nb, "link", "set", &db, "down"]);
+    let b_mac = mac_of(&nb, &db);
+    let dev = da.clone();
+    let (info, lo, missing, no_addr) = in_ns(&na, move || {
+        (
+            interface_info(&dev).unwrap(),
+            interface_info("lo").unwrap(),
+            interface_info("uroce-nope0").unwrap_err().to_string(),
+            uroce::net::addresses::interface_with_address("10.205.9.9".parse().unwrap())
+                .unwrap_err()
+                .to_string(),
+        )
+    });
+    assert_eq!(info.name, da);
+    assert_eq!(info.mtu, 4200);
+    assert!(info.up);
+    // Its peer is down, so the veth, administratively up, is operationally down (the
+    // kernel's link watch updates the state a moment later).
+    let dev = da.clone();
+    let state = in_ns(&na, move || {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            let s = interface_info(&dev).unwrap().oper_state;
+            if s == uroce::net::addresses::OperState::Down || Instant::now() > deadline {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    assert_eq!(state, uroce::net::addresses::OperState::Down);
+    assert!(info.mac.is_some_and(|m| m != b_mac));
+    assert!(info
+        .addrs
+        .contains(&("10.205.1.1".parse::<IpAddr>().unwrap(), 24)));
+    assert!(info
+        .addrs
+        .contains(&("fd00:205::1".parse::<IpAddr>().unwrap(), 64)));
+    assert_eq!(lo.mac, None, "loopback has no MAC");
+    assert_eq!(
+        missing,
+        "no interface uroce-nope0 in this network namespace"
+    );
+    assert_eq!(no_addr, "no interface has the address 10.205.9.9");
 }

@@ -161,7 +161,7 @@ pub fn neighbour(data: &[u8]) {
         IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1)),
         IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1)),
     ];
-    let mut cache = crate::datapath::neighbour::Neighbours::new([2, 0, 0, 0, 0, 1], &mine);
+    let mut cache = crate::net::neighbours::Neighbours::new([2, 0, 0, 0, 0, 1], &mine);
     let now = std::time::Instant::now();
     cache.handle_frame(now, data);
     let mut out = [0u8; 256];

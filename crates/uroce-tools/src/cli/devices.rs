@@ -1,7 +1,7 @@
 //! `uroce devices` and `uroce info IFACE`: what uroce can use on this host.
 
 use std::net::IpAddr;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 /// Arguments of `uroce info`.
 #[derive(clap::Args)]
@@ -18,32 +18,22 @@ struct Link {
     addrs: Vec<IpAddr>,
 }
 
+/// The host's interfaces, as the kernel lists them over rtnetlink.
 fn links() -> Result<Vec<Link>, String> {
-    let out = Command::new("ip")
-        .args(["-j", "addr", "show"])
-        .output()
-        .map_err(|e| format!("running `ip` (iproute2; scripts/setup.sh installs it): {e}"))?;
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("ip -j addr: {e}"))?;
-    let mut links = Vec::new();
-    for l in v.as_array().into_iter().flatten() {
-        let addrs = l["addr_info"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|a| a["local"].as_str()?.parse().ok())
-            .collect();
-        links.push(Link {
-            name: l["ifname"].as_str().unwrap_or("?").to_string(),
-            mac: l["address"].as_str().unwrap_or("").to_string(),
-            mtu: l["mtu"].as_u64().unwrap_or(0),
-            up: l["flags"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == "UP")),
-            addrs,
-        });
-    }
-    Ok(links)
+    let all = uroce::net::addresses::interfaces().map_err(|e| e.to_string())?;
+    Ok(all
+        .into_iter()
+        .map(|i| Link {
+            mac: i
+                .mac
+                .as_ref()
+                .map_or_else(|| "none".to_string(), uroce::net::addresses::format_mac),
+            name: i.name,
+            mtu: u64::from(i.mtu),
+            up: i.up,
+            addrs: i.addrs.into_iter().map(|(a, _)| a).collect(),
+        })
+        .collect())
 }
 
 /// The GID of an address, as ibverbs tools show it: the IPv4-mapped address for IPv4.

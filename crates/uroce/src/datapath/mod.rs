@@ -7,11 +7,12 @@
 //!   receives, seeded, where netem is missing.
 //!
 //! - [`xdp`]: AF_XDP (kernel bypass) with an XDP program steering UDP/4791.
-//! - [`neighbour`]: next hop and MAC for AF_XDP frames (routes, kernel table, ARP, NDP).
+//!
+//! The next hop and MAC address AF_XDP frames go to come from [`crate::net::resolve`]
+//! (the kernel's route and neighbour table over rtnetlink, else ARP / NDP).
 
 pub mod event_loop;
 pub mod impair;
-pub mod neighbour;
 pub mod udp;
 pub mod worker;
 pub mod xdp;
