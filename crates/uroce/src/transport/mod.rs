@@ -1,15 +1,25 @@
 //! Transports: pure state machines (sans-IO). Packets and time go in, packets and
 //! completions come out; nothing here touches a socket or reads a clock.
 
+mod attr;
+mod completion;
+mod error;
+mod qp;
 pub mod rc;
 pub mod uc;
 pub mod ud;
+mod wr;
+
+pub use attr::{ack_timeout, rnr_timer_us, InitAttr, Mtu, Remote, RtrAttr, RtsAttr};
+pub use completion::{CqId, WcOpcode, WcStatus, WorkCompletion};
+pub use error::VerbsError;
+pub use qp::QpState;
+pub use wr::{RecvWr, SendOp, SendWr, Sge, UdSendWr};
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::mem::{Access, Memory, PdId, Span};
-use crate::verbs::{CqId, RecvWr, Remote, VerbsError, WorkCompletion};
 use crate::wire::{BthRepr, ExtHeaders};
 
 /// A packet a QP wants sent: headers, and the registered bytes that are its payload.
@@ -106,13 +116,12 @@ impl QpCounters {
 /// local buffer. `None` for READ and atomics, which are not cut into packets this way.
 pub(crate) fn message_packet(
     uc: bool,
-    op: crate::verbs::SendOp,
+    op: SendOp,
     k: u32,
     npkts: u32,
     mtu: u32,
     local: Option<Span>,
 ) -> Option<(crate::wire::Opcode, ExtHeaders, Option<Span>)> {
-    use crate::verbs::SendOp;
     use crate::wire::{Opcode::*, RethRepr};
     let (first, last) = (k == 0, k + 1 == npkts);
     let (write, imm, reth) = match op {

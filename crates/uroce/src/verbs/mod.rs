@@ -11,7 +11,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::IpAddr;
 use std::time::Instant;
 
-pub use types::*;
+pub use crate::transport::{
+    ack_timeout, rnr_timer_us, CqId, InitAttr, Mtu, QpState, RecvWr, Remote, RtrAttr, RtsAttr,
+    SendOp, SendWr, Sge, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+};
+pub use types::QpType;
 
 use std::time::Duration;
 
@@ -27,10 +31,6 @@ use crate::wire::{
     self, cnp, EthernetRepr, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, Opcode, UdpRepr,
     WireError,
 };
-
-/// A completion queue handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct CqId(pub u32);
 
 /// The local end: addresses, and the seed that makes keys and anything random repeatable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,8 +6,8 @@ use crate::congestion::ReactionPoint;
 use crate::transport::rc::RcQp;
 use crate::transport::uc::UcQp;
 use crate::transport::ud::UdQp;
+use crate::transport::QpState;
 use crate::transport::{Io, OutPacket, QpCounters};
-use crate::verbs::QpState;
 use crate::wire::RocePacket;
 
 /// The transport state machine of a QP.

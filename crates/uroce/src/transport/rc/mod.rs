@@ -13,7 +13,7 @@ mod responder;
 use std::time::Instant;
 
 use crate::mem::{Memory, PdId};
-use crate::verbs::{
+use crate::transport::{
     CqId, InitAttr, QpState, RecvWr, Remote, RtrAttr, RtsAttr, SendWr, VerbsError, WcStatus,
 };
 use crate::wire::RocePacket;

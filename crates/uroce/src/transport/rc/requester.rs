@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use super::{Fatal, Io, OutPacket, Path, QpCounters};
 use crate::mem::{Access, Memory, PdId, Span};
-use crate::transport::{message_packet, psn_add, psn_diff};
-use crate::verbs::{
+use crate::transport::{
     ack_timeout, rnr_timer_us, CqId, RtsAttr, SendOp, SendWr, VerbsError, WcStatus, WorkCompletion,
 };
+use crate::transport::{message_packet, psn_add, psn_diff};
 use crate::wire::{
     AtomicEthRepr, BthRepr, ExtHeaders, NakCode, Opcode, RethRepr, RocePacket, Syndrome,
 };

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use super::{Fatal, Io, OutPacket, Path, QpCounters};
 use crate::mem::{Access, AccessError, Memory, PdId, Span};
 use crate::transport::{psn_add, psn_diff, RecvBuf};
-use crate::verbs::{CqId, RecvWr, VerbsError, WcOpcode, WcStatus, WorkCompletion};
+use crate::transport::{CqId, RecvWr, VerbsError, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, ExtHeaders, NakCode, Opcode, RocePacket, Syndrome,
     TransportKind,

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 use crate::mem::{Access, Memory, PdId, Span};
 use crate::transport::{message_packet, psn_add, psn_diff, Io, OutPacket, QpCounters, RecvBuf};
-use crate::verbs::{
+use crate::transport::{
     CqId, QpState, RecvWr, Remote, SendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::wire::{BthRepr, Opcode, RocePacket, TransportKind};

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use crate::mem::{Access, Memory, PdId, Span};
 use crate::transport::{psn_add, Io, OutPacket, QpCounters, RecvBuf};
-use crate::verbs::{
+use crate::transport::{
     CqId, QpState, RecvWr, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::wire::{grh, BthRepr, DethRepr, ExtHeaders, Opcode, RocePacket};
