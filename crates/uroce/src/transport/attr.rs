@@ -1,10 +1,40 @@
-//! QP attributes: the path (MTU, the peer's address vector), what each state change of
-//! the modify verb takes, and the encodings of the timers among them. Names follow
-//! ibverbs (`ibv_qp_attr`, `ibv_mtu`).
+//! QP attributes: what creating a QP takes (its service and queues), the path (MTU, the
+//! peer's address vector), what each state change of the modify verb takes, and the
+//! encodings of the timers among them. Names follow ibverbs (`ibv_qp_init_attr`,
+//! `ibv_qp_attr`, `ibv_mtu`).
 
 use std::net::IpAddr;
 
+use super::CqId;
 use crate::mem::Access;
+
+/// Transport service of a QP (ibv_qp_type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpType {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable connected.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
+    /// QP1, the general services interface: UD with the well-known Q_Key 0x80010000.
+    Gsi,
+}
+
+/// Type and capacities of a new QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCaps {
+    /// RC, UC, UD, or QP1 (GSI).
+    pub qp_type: QpType,
+    /// CQ for send completions.
+    pub send_cq: CqId,
+    /// CQ for receive completions.
+    pub recv_cq: CqId,
+    /// Send queue depth.
+    pub max_send_wr: usize,
+    /// Receive queue depth.
+    pub max_recv_wr: usize,
+}
 
 /// Path MTU (ibv_mtu): the largest payload of one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use super::{Fatal, Io, OutPacket, Path, QpCounters};
 use crate::mem::{Access, Memory, PdId, Span};
 use crate::transport::{
-    ack_timeout, rnr_timer_us, CqId, RtsAttr, SendOp, SendWr, VerbsError, WcStatus, WorkCompletion,
+    ack_timeout, rnr_timer_us, CqId, RtsAttr, SendOp, SendWr, VerbsError, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 use crate::transport::{message_packet, psn_add, psn_diff};
 use crate::wire::{
@@ -592,11 +593,11 @@ impl Requester {
         Ok(())
     }
 
-    /// QP to ERR: every outstanding send work request completes with WR_FLUSH_ERR.
-    pub(crate) fn flush(&mut self, io: &mut Io<'_>) {
+    /// QP to ERR: hands out every outstanding send work request, oldest first, to
+    /// complete with WR_FLUSH_ERR.
+    pub(crate) fn flush(&mut self, flushed: &mut dyn FnMut(u64, WcOpcode)) {
         for w in self.sq.drain(..) {
-            io.wcs
-                .push((self.cq, wc(&w, WcStatus::WrFlushErr, self.qpn)));
+            flushed(w.wr.wr_id, w.wr.op.wc_opcode());
         }
         self.started = 0;
         self.timer = None;

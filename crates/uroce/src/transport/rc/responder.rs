@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use super::{Fatal, Io, OutPacket, Path, QpCounters};
 use crate::mem::{Access, AccessError, Memory, PdId, Span};
 use crate::transport::{psn_add, psn_diff, RecvBuf};
-use crate::transport::{CqId, RecvWr, VerbsError, WcOpcode, WcStatus, WorkCompletion};
+use crate::transport::{CqId, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, ExtHeaders, NakCode, Opcode, RocePacket, Syndrome,
     TransportKind,
@@ -137,9 +137,8 @@ impl Responder {
         self.rq.len()
     }
 
-    pub(crate) fn post(&mut self, mem: &Memory, wr: RecvWr) -> Result<(), VerbsError> {
-        self.rq.push_back(RecvBuf::check(mem, self.pd, wr)?);
-        Ok(())
+    pub(crate) fn post(&mut self, r: RecvBuf) {
+        self.rq.push_back(r);
     }
 
     fn queue_ack(&mut self, psn: u32) {
@@ -655,27 +654,15 @@ impl Responder {
         })
     }
 
-    /// QP to ERR: receives complete with WR_FLUSH_ERR; queued NAKs still go out.
-    pub(crate) fn flush(&mut self, io: &mut Io<'_>, path: Option<&Path>) {
-        let src_qp = path.map_or(0, |p| p.dest_qpn);
+    /// QP to ERR: hands out every receive, the one being filled first, to complete with
+    /// WR_FLUSH_ERR; queued NAKs still go out.
+    pub(crate) fn flush(&mut self, flushed: &mut dyn FnMut(u64)) {
         let cur = match self.cur.take() {
             Some(InMsg::Send { rwqe, .. }) => Some(rwqe),
             _ => None,
         };
         for r in cur.into_iter().chain(self.rq.drain(..)) {
-            io.wcs.push((
-                self.cq,
-                WorkCompletion {
-                    wr_id: r.wr_id,
-                    status: WcStatus::WrFlushErr,
-                    opcode: WcOpcode::Recv,
-                    byte_len: 0,
-                    imm: None,
-                    qp_num: self.qpn,
-                    src_qp,
-                    sender: path.map(|p| p.remote.ip),
-                },
-            ));
+            flushed(r.wr_id);
         }
         // What was queued before the fatal NAK (READ responses, atomic ACKs) still goes
         // out ahead of it, in PSN order.
