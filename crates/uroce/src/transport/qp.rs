@@ -9,6 +9,7 @@
 //! (UD: an address handle on every send work request). The shell calls a service only in
 //! the states where the call is legal, so the services do not check the state again.
 
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -70,6 +71,8 @@ pub(crate) struct QpCore {
     pub recv_cq: CqId,
     pub max_send_wr: usize,
     pub max_recv_wr: usize,
+    /// The receive queue: posted receives, oldest first, consumed alike by every service.
+    pub rq: VecDeque<RecvBuf>,
     pub counters: QpCounters,
 }
 
@@ -128,18 +131,16 @@ pub(crate) trait Service: Send {
     fn init(&mut self, core: &QpCore, a: &InitAttr);
     /// RTR → RTS: the first PSN to send, and (RC) the retry and timer attributes.
     fn rts(&mut self, a: &RtsAttr);
-    /// Receive work requests posted and not yet completed.
-    fn recv_queued(&self) -> usize;
-    /// Queues a receive, its buffer already checked.
-    fn post_recv(&mut self, r: RecvBuf);
     /// The peer of a connected QP once in RTR; `None` for UD.
     fn peer(&self) -> Option<Peer>;
     /// Hands out every outstanding send work request, oldest first, as its id and
     /// completion opcode, and forgets it.
     fn flush_send(&mut self, flushed: &mut dyn FnMut(u64, WcOpcode));
-    /// Hands out every outstanding receive work request, the one a message is being
-    /// received into first, as its id, and forgets it.
-    fn flush_recv(&mut self, flushed: &mut dyn FnMut(u64));
+    /// Takes out the receive a message is being placed in (RC, UC), taken off the
+    /// receive queue when the message began.
+    fn take_receiving(&mut self) -> Option<RecvBuf> {
+        None
+    }
     /// A packet for this QP (ICRC verified), in RTR or RTS. `Err` takes the QP to ERR.
     fn on_packet(
         &mut self,
@@ -221,6 +222,7 @@ impl Qp {
             recv_cq: caps.recv_cq,
             max_send_wr: caps.max_send_wr,
             max_recv_wr: caps.max_recv_wr,
+            rq: VecDeque::new(),
             counters: QpCounters::default(),
         };
         let service = service(&core);
@@ -295,26 +297,32 @@ impl Qp {
     /// order, sends first (IBTA §10.3.1, §11.6.2; IBV_WC_WR_FLUSH_ERR).
     pub(crate) fn enter_err(&mut self, io: &mut Io<'_>) {
         self.core.state = QpState::Err;
-        let core = &self.core;
+        let QpCore {
+            qpn,
+            send_cq,
+            recv_cq,
+            ..
+        } = self.core;
         let wcs = &mut *io.wcs;
         self.service.flush_send(&mut |wr_id, opcode| {
-            let wc = WorkCompletion::send(core.qpn, wr_id, opcode, 0, WcStatus::WrFlushErr);
-            wcs.push((core.send_cq, wc));
+            let wc = WorkCompletion::send(qpn, wr_id, opcode, 0, WcStatus::WrFlushErr);
+            wcs.push((send_cq, wc));
         });
         let peer = self.service.peer();
-        self.service.flush_recv(&mut |wr_id| {
+        let receiving = self.service.take_receiving();
+        for r in receiving.into_iter().chain(self.core.rq.drain(..)) {
             let wc = WorkCompletion {
-                wr_id,
+                wr_id: r.wr_id,
                 status: WcStatus::WrFlushErr,
                 opcode: WcOpcode::Recv,
                 byte_len: 0,
                 imm: None,
-                qp_num: core.qpn,
+                qp_num: qpn,
                 src_qp: peer.map_or(0, |p| p.qpn),
                 sender: peer.map(|p| p.ip),
             };
-            wcs.push((core.recv_cq, wc));
-        });
+            wcs.push((recv_cq, wc));
+        }
     }
 
     /// Posts a send work request on a connected QP (RC, UC).
@@ -344,11 +352,11 @@ impl Qp {
         if !self.core.state.takes_receives() {
             return Err(self.core.bad_state("post_recv"));
         }
-        if self.service.recv_queued() >= self.core.max_recv_wr {
+        if self.core.rq.len() >= self.core.max_recv_wr {
             return Err(VerbsError::QueueFull("receive"));
         }
-        self.service
-            .post_recv(RecvBuf::check(mem, self.core.pd, wr)?);
+        let r = RecvBuf::check(mem, self.core.pd, wr)?;
+        self.core.rq.push_back(r);
         Ok(())
     }
 

@@ -58,14 +58,6 @@ impl Service for RcQp {
         self.req.start(*a);
     }
 
-    fn recv_queued(&self) -> usize {
-        self.resp.queued()
-    }
-
-    fn post_recv(&mut self, r: RecvBuf) {
-        self.resp.post(r);
-    }
-
     fn peer(&self) -> Option<Peer> {
         self.path.map(|p| Peer {
             qpn: p.dest_qpn,
@@ -77,8 +69,8 @@ impl Service for RcQp {
         self.req.flush(flushed);
     }
 
-    fn flush_recv(&mut self, flushed: &mut dyn FnMut(u64)) {
-        self.resp.flush(flushed);
+    fn take_receiving(&mut self) -> Option<RecvBuf> {
+        self.resp.take_receiving()
     }
 
     fn on_packet(
@@ -106,7 +98,9 @@ impl Service for RcQp {
                 | RcReadResponseOnly
         );
         if !is_response {
-            return self.resp.on_request(&path, io, p, &mut core.counters);
+            return self
+                .resp
+                .on_request(&path, io, p, &mut core.counters, &mut core.rq);
         }
         // Responses are for the requester, which starts in RTS.
         if core.state != QpState::Rts {

@@ -97,7 +97,6 @@ pub(crate) struct Responder {
     max_dest_rd_atomic: u32,
     min_rnr_timer: u8,
     nak_seq_sent: bool,
-    rq: VecDeque<RecvBuf>,
     cur: Option<InMsg>,
     out: VecDeque<Resp>,
     atomic_replay: VecDeque<(u32, u64)>,
@@ -131,14 +130,6 @@ impl Responder {
         self.epsn = rq_psn & 0xff_ffff;
         self.max_dest_rd_atomic = u32::from(max_dest_rd_atomic.max(1));
         self.min_rnr_timer = min_rnr_timer & 31;
-    }
-
-    pub(crate) fn queued(&self) -> usize {
-        self.rq.len()
-    }
-
-    pub(crate) fn post(&mut self, r: RecvBuf) {
-        self.rq.push_back(r);
     }
 
     fn queue_ack(&mut self, psn: u32) {
@@ -176,6 +167,7 @@ impl Responder {
         io: &mut Io<'_>,
         p: &RocePacket<'_>,
         c: &mut QpCounters,
+        rq: &mut VecDeque<RecvBuf>,
     ) -> Result<(), Fatal> {
         if p.bth.opcode.transport() != TransportKind::Rc {
             c.dropped += 1;
@@ -200,7 +192,7 @@ impl Responder {
             return Ok(());
         }
         self.nak_seq_sent = false;
-        match self.execute(path, io, p) {
+        match self.execute(path, io, p, rq) {
             Verdict::Done => Ok(()),
             Verdict::Rnr => {
                 c.nak_sent_rnr += 1;
@@ -263,7 +255,13 @@ impl Responder {
         }
     }
 
-    fn execute(&mut self, path: &Path, io: &mut Io<'_>, p: &RocePacket<'_>) -> Verdict {
+    fn execute(
+        &mut self,
+        path: &Path,
+        io: &mut Io<'_>,
+        p: &RocePacket<'_>,
+        rq: &mut VecDeque<RecvBuf>,
+    ) -> Verdict {
         use Opcode::*;
         let op = p.bth.opcode;
         let psn = p.bth.psn;
@@ -303,7 +301,7 @@ impl Responder {
             RcSendFirst | RcSendMiddle | RcSendLast | RcSendLastImm | RcSendLastInv
             | RcSendOnly | RcSendOnlyImm | RcSendOnlyInv => {
                 if self.cur.is_none() {
-                    let Some(rwqe) = self.rq.pop_front() else {
+                    let Some(rwqe) = rq.pop_front() else {
                         return Verdict::Rnr;
                     };
                     self.cur = Some(InMsg::Send { rwqe, offset: 0 });
@@ -343,7 +341,7 @@ impl Responder {
             RcWriteFirst | RcWriteMiddle | RcWriteLast | RcWriteLastImm | RcWriteOnly
             | RcWriteOnlyImm => {
                 let with_imm = matches!(op, RcWriteLastImm | RcWriteOnlyImm);
-                if with_imm && self.rq.is_empty() {
+                if with_imm && rq.is_empty() {
                     return Verdict::Rnr; // checked before any byte is written
                 }
                 if let Some(reth) = p.ext.reth {
@@ -399,7 +397,7 @@ impl Responder {
                     self.cur = None;
                     self.msn = psn_add(self.msn, 1);
                     if with_imm {
-                        if let Some(rwqe) = self.rq.pop_front() {
+                        if let Some(rwqe) = rq.pop_front() {
                             let wc = self.wc(
                                 rwqe.wr_id,
                                 WcStatus::Success,
@@ -654,18 +652,16 @@ impl Responder {
         })
     }
 
-    /// QP to ERR: hands out every receive, the one being filled first, to complete with
-    /// WR_FLUSH_ERR; queued NAKs still go out.
-    pub(crate) fn flush(&mut self, flushed: &mut dyn FnMut(u64)) {
-        let cur = match self.cur.take() {
+    /// QP to ERR: takes out the receive a SEND is being placed in, to be flushed ahead
+    /// of the receive queue; queued NAKs still go out.
+    pub(crate) fn take_receiving(&mut self) -> Option<RecvBuf> {
+        let receiving = match self.cur.take() {
             Some(InMsg::Send { rwqe, .. }) => Some(rwqe),
             _ => None,
         };
-        for r in cur.into_iter().chain(self.rq.drain(..)) {
-            flushed(r.wr_id);
-        }
         // What was queued before the fatal NAK (READ responses, atomic ACKs) still goes
         // out ahead of it, in PSN order.
+        receiving
     }
 }
 

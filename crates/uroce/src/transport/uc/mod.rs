@@ -46,7 +46,6 @@ pub struct UcQp {
     next_psn: u32,
     epsn: u32,
     sq: VecDeque<Wqe>,
-    rq: VecDeque<RecvBuf>,
     cur: Option<InMsg>,
 }
 
@@ -61,7 +60,6 @@ impl UcQp {
             next_psn: 0,
             epsn: 0,
             sq: VecDeque::new(),
-            rq: VecDeque::new(),
             cur: None,
         }
     }
@@ -72,57 +70,8 @@ impl UcQp {
         if let Some(m) = self.cur.take() {
             core.counters.uc_msg_dropped += 1;
             if let InMsg::Send { rwqe, .. } = m {
-                self.rq.push_front(rwqe);
+                core.rq.push_front(rwqe);
             }
-        }
-    }
-
-    /// A received packet (ICRC verified), in RTR or RTS.
-    fn receive(&mut self, core: &mut QpCore, io: &mut Io<'_>, p: &RocePacket<'_>) {
-        if p.bth.opcode.transport() != TransportKind::Uc {
-            core.counters.dropped += 1;
-            return;
-        }
-        // A connected QP takes packets from its peer only.
-        if p.bth.pkey & 0x7fff != self.pkey & 0x7fff
-            || self.remote.is_some_and(|r| r.ip != p.ip.src())
-        {
-            core.counters.dropped += 1;
-            return;
-        }
-        let op = p.bth.opcode;
-        let starts = op.is_first()
-            || matches!(
-                op,
-                Opcode::UcSendOnly
-                    | Opcode::UcSendOnlyImm
-                    | Opcode::UcWriteOnly
-                    | Opcode::UcWriteOnlyImm
-            );
-        let d = psn_diff(p.bth.psn, self.epsn);
-        if d < 0 {
-            core.counters.dropped += 1; // a duplicate: UC drops it silently
-            return;
-        }
-        if d > 0 {
-            // A gap: the message in progress is lost whole; only a FIRST or ONLY
-            // packet starts the next one.
-            self.abort_message(core);
-            if !starts {
-                core.counters.dropped += 1;
-                return;
-            }
-        }
-        self.epsn = psn_add(p.bth.psn, 1);
-        if starts && self.cur.is_some() {
-            self.abort_message(core); // the LAST of the previous message never came
-        }
-        if !starts && self.cur.is_none() {
-            core.counters.dropped += 1; // the rest of a message already dropped
-            return;
-        }
-        if !self.accept(core, io, p, starts) {
-            self.abort_message(core);
         }
     }
 
@@ -149,7 +98,7 @@ impl UcQp {
         );
         if starts {
             if is_send {
-                let Some(rwqe) = self.rq.pop_front() else {
+                let Some(rwqe) = core.rq.pop_front() else {
                     core.counters.no_recv_drop += 1;
                     return false;
                 };
@@ -238,7 +187,7 @@ impl UcQp {
                     return false;
                 }
                 let with_imm = matches!(op, UcWriteLastImm | UcWriteOnlyImm);
-                if last && with_imm && self.rq.is_empty() {
+                if last && with_imm && core.rq.is_empty() {
                     core.counters.no_recv_drop += 1;
                     return false;
                 }
@@ -252,7 +201,7 @@ impl UcQp {
                     self.cur = None;
                     core.counters.delivered += 1;
                     if with_imm {
-                        if let Some(r) = self.rq.pop_front() {
+                        if let Some(r) = core.rq.pop_front() {
                             io.wcs.push((
                                 core.recv_cq,
                                 self.recv_wc(
@@ -314,14 +263,6 @@ impl Service for UcQp {
         self.next_psn = a.sq_psn & 0xff_ffff;
     }
 
-    fn recv_queued(&self) -> usize {
-        self.rq.len()
-    }
-
-    fn post_recv(&mut self, r: RecvBuf) {
-        self.rq.push_back(r);
-    }
-
     fn peer(&self) -> Option<Peer> {
         self.remote.map(|r| Peer {
             qpn: self.dest_qpn,
@@ -335,22 +276,65 @@ impl Service for UcQp {
         }
     }
 
-    fn flush_recv(&mut self, flushed: &mut dyn FnMut(u64)) {
-        if let Some(InMsg::Send { rwqe, .. }) = self.cur.take() {
-            flushed(rwqe.wr_id);
-        }
-        for r in self.rq.drain(..) {
-            flushed(r.wr_id);
+    fn take_receiving(&mut self) -> Option<RecvBuf> {
+        match self.cur.take() {
+            Some(InMsg::Send { rwqe, .. }) => Some(rwqe),
+            _ => None,
         }
     }
 
+    /// A received packet (ICRC verified), in RTR or RTS.
     fn on_packet(
         &mut self,
         core: &mut QpCore,
         io: &mut Io<'_>,
         p: &RocePacket<'_>,
     ) -> Result<(), Fatal> {
-        self.receive(core, io, p);
+        if p.bth.opcode.transport() != TransportKind::Uc {
+            core.counters.dropped += 1;
+            return Ok(());
+        }
+        // A connected QP takes packets from its peer only.
+        if p.bth.pkey & 0x7fff != self.pkey & 0x7fff
+            || self.remote.is_some_and(|r| r.ip != p.ip.src())
+        {
+            core.counters.dropped += 1;
+            return Ok(());
+        }
+        let op = p.bth.opcode;
+        let starts = op.is_first()
+            || matches!(
+                op,
+                Opcode::UcSendOnly
+                    | Opcode::UcSendOnlyImm
+                    | Opcode::UcWriteOnly
+                    | Opcode::UcWriteOnlyImm
+            );
+        let d = psn_diff(p.bth.psn, self.epsn);
+        if d < 0 {
+            core.counters.dropped += 1; // a duplicate: UC drops it silently
+            return Ok(());
+        }
+        if d > 0 {
+            // A gap: the message in progress is lost whole; only a FIRST or ONLY
+            // packet starts the next one.
+            self.abort_message(core);
+            if !starts {
+                core.counters.dropped += 1;
+                return Ok(());
+            }
+        }
+        self.epsn = psn_add(p.bth.psn, 1);
+        if starts && self.cur.is_some() {
+            self.abort_message(core); // the LAST of the previous message never came
+        }
+        if !starts && self.cur.is_none() {
+            core.counters.dropped += 1; // the rest of a message already dropped
+            return Ok(());
+        }
+        if !self.accept(core, io, p, starts) {
+            self.abort_message(core);
+        }
         Ok(())
     }
 

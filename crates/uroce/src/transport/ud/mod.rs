@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use crate::mem::{Access, Memory, Span};
-use crate::transport::{psn_add, Io, OutPacket, RecvBuf};
+use crate::transport::{psn_add, Io, OutPacket};
 use crate::transport::{
     Datagram, Fatal, InitAttr, Mtu, Peer, QpCore, RtsAttr, Service, UdSendWr, VerbsError, WcOpcode,
     WcStatus, WorkCompletion,
@@ -31,7 +31,6 @@ pub struct UdQp {
     mtu: u32,
     next_psn: u32,
     sq: VecDeque<Wqe>,
-    rq: VecDeque<RecvBuf>,
 }
 
 impl UdQp {
@@ -42,30 +41,58 @@ impl UdQp {
             mtu: 1024,
             next_psn: 0,
             sq: VecDeque::new(),
-            rq: VecDeque::new(),
+        }
+    }
+}
+
+impl Service for UdQp {
+    fn init(&mut self, core: &QpCore, a: &InitAttr) {
+        self.pkey = a.pkey;
+        // QP1 keeps the well-known Q_Key.
+        if core.qpn != 1 {
+            self.qkey = a.qkey;
+        }
+    }
+
+    fn rts(&mut self, a: &RtsAttr) {
+        self.next_psn = a.sq_psn & 0xff_ffff;
+    }
+
+    fn peer(&self) -> Option<Peer> {
+        None
+    }
+
+    fn flush_send(&mut self, flushed: &mut dyn FnMut(u64, WcOpcode)) {
+        for w in self.sq.drain(..) {
+            flushed(w.wr.wr_id, WcOpcode::Send);
         }
     }
 
     /// A received datagram (ICRC verified), in RTR or RTS.
-    fn receive(&mut self, core: &mut QpCore, io: &mut Io<'_>, p: &RocePacket<'_>) {
+    fn on_packet(
+        &mut self,
+        core: &mut QpCore,
+        io: &mut Io<'_>,
+        p: &RocePacket<'_>,
+    ) -> Result<(), Fatal> {
         let (Some(deth), true) = (
             p.ext.deth,
             matches!(p.bth.opcode, Opcode::UdSendOnly | Opcode::UdSendOnlyImm),
         ) else {
             core.counters.dropped += 1;
-            return;
+            return Ok(());
         };
         if deth.qkey != self.qkey {
             core.counters.qkey_violation += 1;
-            return;
+            return Ok(());
         }
         if p.bth.pkey & 0x7fff != self.pkey & 0x7fff {
             core.counters.dropped += 1;
-            return;
+            return Ok(());
         }
-        let Some(r) = self.rq.pop_front() else {
+        let Some(r) = core.rq.pop_front() else {
             core.counters.no_recv_drop += 1;
-            return;
+            return Ok(());
         };
         let len = p.payload.len();
         let sender = Some(p.ip.src());
@@ -82,7 +109,7 @@ impl UdQp {
                     sender,
                 ),
             ));
-            return;
+            return Ok(());
         }
         if let Some(span) = r.span {
             let placed = io.mem.write(span).is_some_and(|buf| {
@@ -105,7 +132,7 @@ impl UdQp {
                     sender,
                 );
                 io.wcs.push((core.recv_cq, wc));
-                return;
+                return Ok(());
             }
         }
         core.counters.delivered += 1;
@@ -122,53 +149,6 @@ impl UdQp {
                 sender,
             ),
         ));
-    }
-}
-
-impl Service for UdQp {
-    fn init(&mut self, core: &QpCore, a: &InitAttr) {
-        self.pkey = a.pkey;
-        // QP1 keeps the well-known Q_Key.
-        if core.qpn != 1 {
-            self.qkey = a.qkey;
-        }
-    }
-
-    fn rts(&mut self, a: &RtsAttr) {
-        self.next_psn = a.sq_psn & 0xff_ffff;
-    }
-
-    fn recv_queued(&self) -> usize {
-        self.rq.len()
-    }
-
-    fn post_recv(&mut self, r: RecvBuf) {
-        self.rq.push_back(r);
-    }
-
-    fn peer(&self) -> Option<Peer> {
-        None
-    }
-
-    fn flush_send(&mut self, flushed: &mut dyn FnMut(u64, WcOpcode)) {
-        for w in self.sq.drain(..) {
-            flushed(w.wr.wr_id, WcOpcode::Send);
-        }
-    }
-
-    fn flush_recv(&mut self, flushed: &mut dyn FnMut(u64)) {
-        for r in self.rq.drain(..) {
-            flushed(r.wr_id);
-        }
-    }
-
-    fn on_packet(
-        &mut self,
-        core: &mut QpCore,
-        io: &mut Io<'_>,
-        p: &RocePacket<'_>,
-    ) -> Result<(), Fatal> {
-        self.receive(core, io, p);
         Ok(())
     }
 
