@@ -139,6 +139,24 @@ impl RecvBuf {
     }
 }
 
+/// The local buffer of a send work request, checked when it is posted: `Ok(None)` when
+/// it is empty, `Err(LOC_PROT_ERR)` when it lies outside a region of `pd` granting `need`.
+/// The error completes the work request in error (IBV_WC_LOC_PROT_ERR) rather than
+/// failing the post, as a NIC does.
+pub(crate) fn send_buffer(
+    mem: &Memory,
+    pd: PdId,
+    sge: Sge,
+    need: Access,
+) -> Result<Option<Span>, WcStatus> {
+    if sge.length == 0 {
+        return Ok(None);
+    }
+    mem.check_local(pd, sge.lkey, sge.addr, u64::from(sge.length), need)
+        .map(Some)
+        .map_err(|_| WcStatus::LocProtErr)
+}
+
 /// What a QP is handed while it works: memory, and where completions go.
 pub(crate) struct Io<'a> {
     pub now: Instant,

@@ -11,7 +11,7 @@ use crate::transport::{
     ack_timeout, rnr_timer_us, CqId, RtsAttr, SendOp, SendWr, VerbsError, WcOpcode, WcStatus,
     WorkCompletion,
 };
-use crate::transport::{message_packet, psn_add, psn_diff};
+use crate::transport::{message_packet, psn_add, psn_diff, send_buffer};
 use crate::wire::{
     AtomicEthRepr, BthRepr, ExtHeaders, NakCode, Opcode, RethRepr, RocePacket, Syndrome,
 };
@@ -137,15 +137,8 @@ impl Requester {
         } else {
             Access::NONE
         };
-        // A local protection error completes the work request in error (IBV_WC_LOC_PROT_ERR)
-        // rather than failing the post, as a NIC does.
-        let local = if len == 0 {
-            None
-        } else {
-            mem.check_local(pd, wr.sge.lkey, wr.sge.addr, u64::from(len), need)
-                .ok()
-        };
-        let status = (len != 0 && local.is_none()).then_some(WcStatus::LocProtErr);
+        let buffer = send_buffer(mem, pd, wr.sge, need);
+        let (local, status) = (buffer.ok().flatten(), buffer.err());
         let npkts = match wr.op {
             SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
             _ => len.div_ceil(mtu).max(1),

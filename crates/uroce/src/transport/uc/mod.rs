@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 use crate::mem::{Access, Memory, Span};
-use crate::transport::{message_packet, psn_add, psn_diff, Io, OutPacket, RecvBuf};
+use crate::transport::{message_packet, psn_add, psn_diff, send_buffer, Io, OutPacket, RecvBuf};
 use crate::transport::{
     Connected, Fatal, InitAttr, Peer, QpCore, Remote, RtrAttr, RtsAttr, SendOp, SendWr, Service,
     VerbsError, WcOpcode, WcStatus, WorkCompletion,
@@ -410,19 +410,8 @@ impl Connected for UcQp {
         if len > 1 << 31 {
             return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
         }
-        let span = if len == 0 {
-            None
-        } else {
-            mem.check_local(
-                core.pd,
-                wr.sge.lkey,
-                wr.sge.addr,
-                u64::from(len),
-                Access::NONE,
-            )
-            .ok()
-        };
-        let status = (len != 0 && span.is_none()).then_some(WcStatus::LocProtErr);
+        let buffer = send_buffer(mem, core.pd, wr.sge, Access::NONE);
+        let (span, status) = (buffer.ok().flatten(), buffer.err());
         let npkts = len.div_ceil(self.mtu).max(1);
         self.sq.push_back(Wqe {
             wr,

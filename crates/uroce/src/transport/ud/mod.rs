@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use crate::mem::{Access, Memory, Span};
-use crate::transport::{psn_add, Io, OutPacket};
+use crate::transport::{psn_add, send_buffer, Io, OutPacket};
 use crate::transport::{
     Datagram, Fatal, InitAttr, Mtu, Peer, QpCore, RtsAttr, Service, UdSendWr, VerbsError, WcOpcode,
     WcStatus, WorkCompletion,
@@ -214,27 +214,15 @@ impl Datagram for UdQp {
 
     fn post_send(&mut self, core: &QpCore, mem: &Memory, wr: UdSendWr) -> Result<(), VerbsError> {
         let len = wr.sge.length;
-        let span = if len == 0 {
-            None
-        } else {
-            mem.check_local(
-                core.pd,
-                wr.sge.lkey,
-                wr.sge.addr,
-                u64::from(len),
-                Access::NONE,
-            )
-            .ok()
-        };
+        let buffer = send_buffer(mem, core.pd, wr.sge, Access::NONE);
         // A datagram is one packet: longer than the path MTU is a local length error
         // (IBV_WC_LOC_LEN_ERR), reported in order like any other completion.
         let status = if len > self.mtu {
             Some(WcStatus::LocLenErr)
-        } else if len != 0 && span.is_none() {
-            Some(WcStatus::LocProtErr)
         } else {
-            None
+            buffer.err()
         };
+        let span = buffer.ok().flatten();
         self.sq.push_back(Wqe { wr, span, status });
         Ok(())
     }
