@@ -3,6 +3,8 @@
 
 use std::net::IpAddr;
 
+use super::Peer;
+
 /// A completion queue handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct CqId(pub u32);
@@ -94,6 +96,29 @@ pub struct WorkCompletion {
 }
 
 impl WorkCompletion {
+    /// The completion of a receive work request on QP `qpn`, from `from` (the peer of a
+    /// connected QP, the sender of a datagram; none when a flush completes it unreceived).
+    pub(crate) fn recv(
+        qpn: u32,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+        imm: Option<u32>,
+        from: Option<Peer>,
+    ) -> Self {
+        Self {
+            wr_id,
+            status,
+            opcode,
+            byte_len,
+            imm,
+            qp_num: qpn,
+            src_qp: from.map_or(0, |p| p.qpn),
+            sender: from.map(|p| p.ip),
+        }
+    }
+
     /// The completion of a send-side work request of `length` bytes on QP `qpn`
     /// (byte_len is reported only on success).
     pub fn send(qpn: u32, wr_id: u64, opcode: WcOpcode, length: u32, status: WcStatus) -> Self {

@@ -311,16 +311,8 @@ impl Qp {
         let peer = self.service.peer();
         let receiving = self.service.take_receiving();
         for r in receiving.into_iter().chain(self.core.rq.drain(..)) {
-            let wc = WorkCompletion {
-                wr_id: r.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                imm: None,
-                qp_num: qpn,
-                src_qp: peer.map_or(0, |p| p.qpn),
-                sender: peer.map(|p| p.ip),
-            };
+            let status = WcStatus::WrFlushErr;
+            let wc = WorkCompletion::recv(qpn, r.wr_id, status, WcOpcode::Recv, 0, None, peer);
             wcs.push((recv_cq, wc));
         }
     }

@@ -32,6 +32,16 @@ pub(crate) struct Path {
     pub pkey: u16,
 }
 
+impl Path {
+    /// The peer at the other end.
+    pub(crate) fn peer(&self) -> Peer {
+        Peer {
+            qpn: self.dest_qpn,
+            ip: self.remote.ip,
+        }
+    }
+}
+
 /// The RC part of one queue pair: its path, requester and responder.
 pub struct RcQp {
     pub(crate) path: Option<Path>,
@@ -59,10 +69,7 @@ impl Service for RcQp {
     }
 
     fn peer(&self) -> Option<Peer> {
-        self.path.map(|p| Peer {
-            qpn: p.dest_qpn,
-            ip: p.remote.ip,
-        })
+        self.path.map(|p| p.peer())
     }
 
     fn flush_send(&mut self, flushed: &mut dyn FnMut(u64, WcOpcode)) {

@@ -243,16 +243,8 @@ impl Responder {
         imm: Option<u32>,
         path: &Path,
     ) -> WorkCompletion {
-        WorkCompletion {
-            wr_id,
-            status,
-            opcode,
-            byte_len,
-            imm,
-            qp_num: self.qpn,
-            src_qp: path.dest_qpn,
-            sender: Some(path.remote.ip),
-        }
+        let from = Some(path.peer());
+        WorkCompletion::recv(self.qpn, wr_id, status, opcode, byte_len, imm, from)
     }
 
     fn execute(

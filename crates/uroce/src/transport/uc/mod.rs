@@ -140,13 +140,14 @@ impl UcQp {
                     self.cur = None;
                     io.wcs.push((
                         core.recv_cq,
-                        self.recv_wc(
+                        WorkCompletion::recv(
                             core.qpn,
                             rwqe.wr_id,
                             WcStatus::LocLenErr,
                             WcOpcode::Recv,
                             0,
                             None,
+                            self.peer(),
                         ),
                     ));
                     return true;
@@ -162,13 +163,14 @@ impl UcQp {
                     core.counters.delivered += 1;
                     io.wcs.push((
                         core.recv_cq,
-                        self.recv_wc(
+                        WorkCompletion::recv(
                             core.qpn,
                             rwqe.wr_id,
                             WcStatus::Success,
                             WcOpcode::Recv,
                             end as u32,
                             p.ext.imm,
+                            self.peer(),
                         ),
                     ));
                 } else {
@@ -204,13 +206,14 @@ impl UcQp {
                         if let Some(r) = core.rq.pop_front() {
                             io.wcs.push((
                                 core.recv_cq,
-                                self.recv_wc(
+                                WorkCompletion::recv(
                                     core.qpn,
                                     r.wr_id,
                                     WcStatus::Success,
                                     WcOpcode::RecvRdmaWithImm,
                                     total as u32,
                                     p.ext.imm,
+                                    self.peer(),
                                 ),
                             ));
                         }
@@ -228,27 +231,6 @@ impl UcQp {
                 core.counters.dropped += 1;
                 false
             }
-        }
-    }
-
-    fn recv_wc(
-        &self,
-        qpn: u32,
-        wr_id: u64,
-        status: WcStatus,
-        opcode: WcOpcode,
-        byte_len: u32,
-        imm: Option<u32>,
-    ) -> WorkCompletion {
-        WorkCompletion {
-            wr_id,
-            status,
-            opcode,
-            byte_len,
-            imm,
-            qp_num: qpn,
-            src_qp: self.dest_qpn,
-            sender: self.remote.map(|r| r.ip),
         }
     }
 }

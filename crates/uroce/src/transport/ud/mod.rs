@@ -95,18 +95,21 @@ impl Service for UdQp {
             return Ok(());
         };
         let len = p.payload.len();
-        let sender = Some(p.ip.src());
+        let from = Some(Peer {
+            qpn: deth.src_qp,
+            ip: p.ip.src(),
+        });
         if (r.len as usize) < GRH_LEN + len {
             io.wcs.push((
                 core.recv_cq,
-                recv_wc(
+                WorkCompletion::recv(
                     core.qpn,
                     r.wr_id,
                     WcStatus::LocLenErr,
+                    WcOpcode::Recv,
                     0,
                     None,
-                    deth.src_qp,
-                    sender,
+                    from,
                 ),
             ));
             return Ok(());
@@ -122,14 +125,14 @@ impl Service for UdQp {
             if !placed {
                 // The receive buffer was deregistered after it was posted.
                 core.counters.dropped += 1;
-                let wc = recv_wc(
+                let wc = WorkCompletion::recv(
                     core.qpn,
                     r.wr_id,
                     WcStatus::LocProtErr,
+                    WcOpcode::Recv,
                     0,
                     None,
-                    deth.src_qp,
-                    sender,
+                    from,
                 );
                 io.wcs.push((core.recv_cq, wc));
                 return Ok(());
@@ -139,14 +142,14 @@ impl Service for UdQp {
         let byte_len = (GRH_LEN + len) as u32;
         io.wcs.push((
             core.recv_cq,
-            recv_wc(
+            WorkCompletion::recv(
                 core.qpn,
                 r.wr_id,
                 WcStatus::Success,
+                WcOpcode::Recv,
                 byte_len,
                 p.ext.imm,
-                deth.src_qp,
-                sender,
+                from,
             ),
         ));
         Ok(())
@@ -230,25 +233,4 @@ impl Datagram for UdQp {
 
 fn send_wc(qpn: u32, wr: &UdSendWr, status: WcStatus) -> WorkCompletion {
     WorkCompletion::send(qpn, wr.wr_id, WcOpcode::Send, wr.sge.length, status)
-}
-
-fn recv_wc(
-    qpn: u32,
-    wr_id: u64,
-    status: WcStatus,
-    byte_len: u32,
-    imm: Option<u32>,
-    src_qp: u32,
-    sender: Option<std::net::IpAddr>,
-) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        status,
-        opcode: WcOpcode::Recv,
-        byte_len,
-        imm,
-        qp_num: qpn,
-        src_qp,
-        sender,
-    }
 }
