@@ -1,13 +1,13 @@
 //! The queue pair shell RC, UC and UD share: the QP state and its legal changes (IBTA
 //! Vol. 1 §10.3.1, the QP state diagram), the attributes each change takes, the checks
-//! on posting work requests, entering ERR with every outstanding work request flushed as
-//! WR_FLUSH_ERR, and the counters.
+//! on posting work requests, the receive queue, entering ERR with every outstanding work
+//! request flushed as WR_FLUSH_ERR, and the counters.
 //!
-//! A transport plugs its own parts in as a [`Service`] (what every service does:
-//! receive queue, packets in and out, timers, flushing) and either [`Connected`] (RC, UC:
-//! a peer fixed at INIT → RTR, send work requests without an address) or [`Datagram`]
-//! (UD: an address handle on every send work request). The shell calls a service only in
-//! the states where the call is legal, so the services do not check the state again.
+//! A transport plugs its own parts in as a [`Service`] (what every service does its own
+//! way: the send queue, packets in and out, timers) and either [`Connected`] (RC, UC: a
+//! peer fixed at INIT → RTR, send work requests without an address) or [`Datagram`] (UD:
+//! an address handle on every send work request). The shell calls a service only in the
+//! states where the call is legal, so the services do not check the state again.
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -48,8 +48,8 @@ impl QpState {
         }
     }
 
-    /// Whether incoming packets are taken: in RTR and RTS (§10.3.1: RESET and INIT
-    /// silently drop them, and so does ERR).
+    /// Whether incoming packets are taken: in RTR and RTS (§10.3.1); RESET, INIT and ERR
+    /// drop them.
     fn receives(self) -> bool {
         matches!(self, Self::Rtr | Self::Rts)
     }
@@ -294,7 +294,7 @@ impl Qp {
     }
 
     /// Any state → ERR: every outstanding work request completes with WR_FLUSH_ERR, in
-    /// order, sends first (IBTA §10.3.1, §11.6.2; IBV_WC_WR_FLUSH_ERR).
+    /// order, sends first (IBTA §10.3.1; IBV_WC_WR_FLUSH_ERR).
     pub(crate) fn enter_err(&mut self, io: &mut Io<'_>) {
         self.core.state = QpState::Err;
         let QpCore {
