@@ -3,15 +3,29 @@
 
 #![forbid(unsafe_code)]
 
+mod attr;
+mod completion;
+mod counters;
+mod error;
+mod qp;
 pub mod rc;
 pub mod uc;
 pub mod ud;
+mod wr;
 
-use std::collections::BTreeMap;
+pub use attr::{
+    ack_timeout, rnr_timer_us, InitAttr, Mtu, QpCaps, QpType, Remote, RtrAttr, RtsAttr,
+};
+pub use completion::{CqId, WcOpcode, WcStatus, WorkCompletion};
+pub use counters::QpCounters;
+pub use error::VerbsError;
+pub use qp::QpState;
+pub(crate) use qp::{Connected, Datagram, Fatal, Peer, Qp, QpCore, Service};
+pub use wr::{RecvWr, SendOp, SendWr, Sge, UdSendWr};
+
 use std::time::Instant;
 
 use crate::mem::{Access, Memory, PdId, Span};
-use crate::verbs::{CqId, RecvWr, Remote, VerbsError, WorkCompletion};
 use crate::wire::{BthRepr, ExtHeaders};
 
 /// A packet a QP wants sent: headers, and the registered bytes that are its payload.
@@ -27,94 +41,18 @@ pub struct OutPacket {
     pub to: Remote,
 }
 
-/// Counters of one QP, named as mlx5 / rdma statistics name them where they exist.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QpCounters {
-    /// Packets sent (requests, responses, ACKs).
-    pub packets_sent: u64,
-    /// Request packets sent again (go-back-N, READ re-requests).
-    pub retransmits: u64,
-    /// Local ACK timeouts that led to a retransmission.
-    pub local_ack_timeout_err: u64,
-    /// PSN sequence error NAKs received.
-    pub packet_seq_err: u64,
-    /// RNR NAKs received.
-    pub rnr_nak_received: u64,
-    /// RNR retries exhausted.
-    pub rnr_nak_retry_err: u64,
-    /// Out-of-sequence requests the responder saw (one NAK each sequence error).
-    pub out_of_sequence: u64,
-    /// Duplicate requests the responder answered again.
-    pub duplicate_request: u64,
-    /// NAKs sent by kind.
-    pub nak_sent_seq: u64,
-    /// RNR NAKs sent.
-    pub nak_sent_rnr: u64,
-    /// Invalid-request NAKs sent.
-    pub nak_sent_inv: u64,
-    /// Remote-access-error NAKs sent.
-    pub nak_sent_access: u64,
-    /// Packets dropped as unexpected or malformed for this QP.
-    pub dropped: u64,
-    /// UD: datagrams dropped for a Q_Key that is not the QP's.
-    pub qkey_violation: u64,
-    /// UD / UC: messages dropped because no receive was posted.
-    pub no_recv_drop: u64,
-    /// UC: messages dropped whole because a packet of theirs was lost.
-    pub uc_msg_dropped: u64,
-    /// UD / UC: messages delivered.
-    pub delivered: u64,
-    /// np_ecn_marked_roce_packets: packets received with ECN CE.
-    pub np_ecn_marked_roce_packets: u64,
-    /// np_cnp_sent: CNPs sent for this QP's flows.
-    pub np_cnp_sent: u64,
-    /// rp_cnp_handled: CNPs received for this QP (and acted on, when DCQCN is on).
-    pub rp_cnp_handled: u64,
-    /// rp_cnp_ignored: CNPs DCQCN ignored (inside `rate_reduce_monitor_period`).
-    pub rp_cnp_ignored: u64,
-}
-
-impl QpCounters {
-    /// The counters by name, as operators know them from mlx5 and rdma statistics.
-    pub fn named(&self) -> BTreeMap<&'static str, u64> {
-        BTreeMap::from([
-            ("packets_sent", self.packets_sent),
-            ("retransmits", self.retransmits),
-            ("local_ack_timeout_err", self.local_ack_timeout_err),
-            ("packet_seq_err", self.packet_seq_err),
-            ("rnr_nak_received", self.rnr_nak_received),
-            ("rnr_nak_retry_err", self.rnr_nak_retry_err),
-            ("out_of_sequence", self.out_of_sequence),
-            ("duplicate_request", self.duplicate_request),
-            ("nak_sent_seq", self.nak_sent_seq),
-            ("nak_sent_rnr", self.nak_sent_rnr),
-            ("nak_sent_inv", self.nak_sent_inv),
-            ("nak_sent_access", self.nak_sent_access),
-            ("dropped", self.dropped),
-            (
-                "np_ecn_marked_roce_packets",
-                self.np_ecn_marked_roce_packets,
-            ),
-            ("np_cnp_sent", self.np_cnp_sent),
-            ("rp_cnp_handled", self.rp_cnp_handled),
-            ("rp_cnp_ignored", self.rp_cnp_ignored),
-        ])
-    }
-}
-
 /// Packet `k` of `npkts` of a SEND or RDMA WRITE message on RC (`uc` false) or UC: its
 /// opcode (FIRST / MIDDLE / LAST / ONLY, with immediate on the last), its extension
 /// headers (RETH on the first packet of a WRITE, ImmDt on the last) and its slice of the
 /// local buffer. `None` for READ and atomics, which are not cut into packets this way.
 pub(crate) fn message_packet(
     uc: bool,
-    op: crate::verbs::SendOp,
+    op: SendOp,
     k: u32,
     npkts: u32,
     mtu: u32,
     local: Option<Span>,
 ) -> Option<(crate::wire::Opcode, ExtHeaders, Option<Span>)> {
-    use crate::verbs::SendOp;
     use crate::wire::{Opcode::*, RethRepr};
     let (first, last) = (k == 0, k + 1 == npkts);
     let (write, imm, reth) = match op {
@@ -201,6 +139,24 @@ impl RecvBuf {
             len: wr.sge.length,
         })
     }
+}
+
+/// The local buffer of a send work request, checked when it is posted: `Ok(None)` when
+/// it is empty, `Err(LOC_PROT_ERR)` when it lies outside a region of `pd` granting `need`.
+/// The error completes the work request in error (IBV_WC_LOC_PROT_ERR) rather than
+/// failing the post, as a NIC does.
+pub(crate) fn send_buffer(
+    mem: &Memory,
+    pd: PdId,
+    sge: Sge,
+    need: Access,
+) -> Result<Option<Span>, WcStatus> {
+    if sge.length == 0 {
+        return Ok(None);
+    }
+    mem.check_local(pd, sge.lkey, sge.addr, u64::from(sge.length), need)
+        .map(Some)
+        .map_err(|_| WcStatus::LocProtErr)
 }
 
 /// What a QP is handed while it works: memory, and where completions go.

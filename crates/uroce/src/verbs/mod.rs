@@ -7,30 +7,26 @@
 #![forbid(unsafe_code)]
 
 mod qp;
-mod types;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::IpAddr;
 use std::time::Instant;
 
-pub use types::*;
+pub use crate::transport::{
+    ack_timeout, rnr_timer_us, CqId, InitAttr, Mtu, QpCaps, QpState, QpType, RecvWr, Remote,
+    RtrAttr, RtsAttr, SendOp, SendWr, Sge, UdSendWr, VerbsError, WcOpcode, WcStatus,
+    WorkCompletion,
+};
 
 use std::time::Duration;
 
-use qp::{Qp, QpKind};
+use qp::Qp;
 
 use crate::congestion::{dcqcn, NotificationPoint, ReactionPoint, DEFAULT_CNP_DSCP};
 use crate::endpoint::{Received, Transmit};
 use crate::mem::{Access, Memory, Mr, PdId};
-use crate::transport::rc::RcQp;
-use crate::transport::uc::UcQp;
-use crate::transport::ud::UdQp;
 use crate::transport::{Io, OutPacket, QpCounters};
 use crate::wire::{self, cnp, DatagramRepr, ExtHeaders, FrameRepr, Opcode, RocePacket, WireError};
-
-/// A completion queue handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct CqId(pub u32);
 
 /// The local end: addresses, and the seed that makes keys and anything random repeatable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,21 +41,6 @@ pub struct ContextConfig {
     pub udp_sport_base: u16,
     /// IP TOS / traffic class of every packet (DSCP and ECN).
     pub tos: u8,
-}
-
-/// Type and capacities of a new QP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QpCaps {
-    /// RC, UC, UD, or QP1 (GSI).
-    pub qp_type: QpType,
-    /// CQ for send completions.
-    pub send_cq: CqId,
-    /// CQ for receive completions.
-    pub recv_cq: CqId,
-    /// Send queue depth.
-    pub max_send_wr: usize,
-    /// Receive queue depth.
-    pub max_recv_wr: usize,
 }
 
 /// Frame-level counters of a context.
@@ -230,22 +211,11 @@ impl Context {
             self.next_qpn = (self.next_qpn + self.qpn_stride) & 0xff_ffff;
             q
         };
-        let (s, r, ms, mr) = (
-            caps.send_cq,
-            caps.recv_cq,
-            caps.max_send_wr,
-            caps.max_recv_wr,
-        );
-        let kind = match caps.qp_type {
-            QpType::Rc => QpKind::Rc(Box::new(RcQp::new(qpn, pd, s, r, ms, mr))),
-            QpType::Uc => QpKind::Uc(UcQp::new(qpn, pd, s, r, ms, mr)),
-            QpType::Ud | QpType::Gsi => QpKind::Ud(UdQp::new(qpn, pd, s, r, ms, mr)),
-        };
         let mut rp = ReactionPoint::default();
         if let Some(p) = self.dcqcn {
             rp.dcqcn = Some(dcqcn::ReactionPoint::new(p, self.epoch));
         }
-        self.qps.insert(qpn, Qp { kind, rp });
+        self.qps.insert(qpn, Qp::new(qpn, pd, &caps, rp));
         Ok(qpn)
     }
 
@@ -279,11 +249,7 @@ impl Context {
 
     /// RESET → INIT.
     pub fn modify_qp_init(&mut self, qpn: u32, a: InitAttr) -> Result<(), VerbsError> {
-        match &mut self.qp(qpn)?.kind {
-            QpKind::Rc(q) => q.modify_init(a),
-            QpKind::Uc(q) => q.modify_init(a.pkey, a.access),
-            QpKind::Ud(q) => q.modify_init(a.pkey, a.qkey),
-        }
+        self.qp(qpn)?.modify_init(&a)
     }
 
     /// INIT → RTR for a connected QP (RC, UC).
@@ -291,30 +257,17 @@ impl Context {
         if a.remote.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
             return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
         }
-        match &mut self.qp(qpn)?.kind {
-            QpKind::Rc(q) => q.modify_rtr(a),
-            QpKind::Uc(q) => q.modify_rtr(a.remote, a.dest_qpn, a.rq_psn, a.path_mtu.bytes()),
-            QpKind::Ud(_) => Err(VerbsError::InvalidWr(
-                "a UD QP has no peer: use modify_qp_rtr_ud",
-            )),
-        }
+        self.qp(qpn)?.modify_rtr(&a)
     }
 
     /// INIT → RTR for a UD QP; `mtu` limits the datagrams it sends.
     pub fn modify_qp_rtr_ud(&mut self, qpn: u32, mtu: Mtu) -> Result<(), VerbsError> {
-        match &mut self.qp(qpn)?.kind {
-            QpKind::Ud(q) => q.modify_rtr(mtu.bytes()),
-            _ => Err(VerbsError::InvalidWr("modify_qp_rtr_ud is for UD QPs")),
-        }
+        self.qp(qpn)?.modify_rtr_ud(mtu)
     }
 
     /// RTR → RTS.
     pub fn modify_qp_rts(&mut self, qpn: u32, a: RtsAttr) -> Result<(), VerbsError> {
-        match &mut self.qp(qpn)?.kind {
-            QpKind::Rc(q) => q.modify_rts(a),
-            QpKind::Uc(q) => q.modify_rts(a.sq_psn),
-            QpKind::Ud(q) => q.modify_rts(a.sq_psn),
-        }
+        self.qp(qpn)?.modify_rts(&a)
     }
 
     /// Any state → ERR: outstanding work requests complete with WR_FLUSH_ERR.
@@ -349,11 +302,7 @@ impl Context {
     /// Posts a send work request on an RC or UC QP (ibv_post_send).
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
-        match &mut qp.kind {
-            QpKind::Rc(q) => q.post_send(&self.mem, wr),
-            QpKind::Uc(q) => q.post_send(&self.mem, wr),
-            QpKind::Ud(_) => Err(VerbsError::InvalidWr("a UD QP takes post_send_ud")),
-        }
+        qp.post_send(&self.mem, wr)
     }
 
     /// Posts a datagram on a UD QP (ibv_post_send with an address handle).
@@ -361,30 +310,14 @@ impl Context {
         if wr.dest.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
             return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
         }
-        match &mut self
-            .qps
-            .get_mut(&qpn)
-            .ok_or(VerbsError::NoSuchQp(qpn))?
-            .kind
-        {
-            QpKind::Ud(q) => q.post_send(&self.mem, wr),
-            _ => Err(VerbsError::InvalidWr("post_send_ud is for UD QPs")),
-        }
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        qp.post_send_ud(&self.mem, wr)
     }
 
     /// Posts a receive work request (ibv_post_recv).
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), VerbsError> {
-        let mem = &self.mem;
-        match &mut self
-            .qps
-            .get_mut(&qpn)
-            .ok_or(VerbsError::NoSuchQp(qpn))?
-            .kind
-        {
-            QpKind::Rc(q) => q.post_recv(mem, wr),
-            QpKind::Uc(q) => q.post_recv(mem, wr),
-            QpKind::Ud(q) => q.post_recv(mem, wr),
-        }
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        qp.post_recv(&self.mem, wr)
     }
 
     fn route_completions(&mut self) {

@@ -1,8 +1,8 @@
 //! The reliable connected transport (IBTA Vol. 1 §9.7): a requester and a responder per QP.
 //!
-//! Both halves are sans-IO: [`RcQp::on_packet`] takes a parsed packet and the time,
-//! [`RcQp::next_packet`] hands out the next packet to send, [`RcQp::poll_timeout`] /
-//! [`RcQp::on_timeout`] drive the retransmit and RNR timers. Payload bytes move between
+//! Both halves are sans-IO: a parsed packet and the time go in, the next packet to send
+//! comes out, and the retransmit and RNR timers are driven from outside; the QP shell
+//! ([`crate::transport`]'s `Qp`) calls them in the states that allow them. Payload bytes move between
 //! the packet and registered memory once, through [`crate::mem::Memory`].
 
 mod requester;
@@ -12,9 +12,10 @@ mod responder;
 
 use std::time::Instant;
 
-use crate::mem::{Memory, PdId};
-use crate::verbs::{
-    CqId, InitAttr, QpState, RecvWr, Remote, RtrAttr, RtsAttr, SendWr, VerbsError, WcStatus,
+use crate::mem::Memory;
+use crate::transport::{
+    Connected, Fatal, InitAttr, Peer, QpCore, QpState, RecvBuf, Remote, RtrAttr, RtsAttr, SendWr,
+    Service, VerbsError, WcOpcode,
 };
 use crate::wire::RocePacket;
 
@@ -31,124 +32,67 @@ pub(crate) struct Path {
     pub pkey: u16,
 }
 
-/// One RC queue pair.
+impl Path {
+    /// The peer at the other end.
+    pub(crate) fn peer(&self) -> Peer {
+        Peer {
+            qpn: self.dest_qpn,
+            ip: self.remote.ip,
+        }
+    }
+}
+
+/// The RC part of one queue pair: its path, requester and responder.
 pub struct RcQp {
-    pub(crate) qpn: u32,
-    pub(crate) pd: PdId,
-    pub(crate) state: QpState,
     pub(crate) path: Option<Path>,
-    pub(crate) max_send_wr: usize,
-    pub(crate) max_recv_wr: usize,
     pub(crate) req: Requester,
     pub(crate) resp: Responder,
-    pub(crate) counters: QpCounters,
 }
 
 impl RcQp {
-    pub(crate) fn new(
-        qpn: u32,
-        pd: PdId,
-        send_cq: CqId,
-        recv_cq: CqId,
-        max_send_wr: usize,
-        max_recv_wr: usize,
-    ) -> Self {
+    pub(crate) fn new(core: &QpCore) -> Self {
         Self {
-            qpn,
-            pd,
-            state: QpState::Reset,
             path: None,
-            max_send_wr,
-            max_recv_wr,
-            req: Requester::new(qpn, send_cq),
-            resp: Responder::new(qpn, recv_cq, pd),
-            counters: QpCounters::default(),
+            req: Requester::new(core.qpn, core.send_cq),
+            resp: Responder::new(core.qpn, core.recv_cq, core.pd),
         }
     }
+}
 
-    fn bad_state(&self, what: &'static str) -> VerbsError {
-        VerbsError::BadState {
-            qpn: self.qpn,
-            state: self.state,
-            what,
-        }
-    }
-
-    pub(crate) fn modify_init(&mut self, a: InitAttr) -> Result<(), VerbsError> {
-        if self.state != QpState::Reset {
-            return Err(self.bad_state("RESET -> INIT"));
-        }
+impl Service for RcQp {
+    fn init(&mut self, _core: &QpCore, a: &InitAttr) {
         self.resp.set_access(a.access, a.pkey);
-        self.state = QpState::Init;
-        Ok(())
     }
 
-    pub(crate) fn modify_rtr(&mut self, a: RtrAttr) -> Result<(), VerbsError> {
-        if self.state != QpState::Init {
-            return Err(self.bad_state("INIT -> RTR"));
-        }
-        self.path = Some(Path {
-            remote: a.remote,
-            dest_qpn: a.dest_qpn & 0xff_ffff,
-            mtu: a.path_mtu.bytes(),
-            pkey: self.resp.pkey,
-        });
-        self.resp
-            .start(a.rq_psn, a.max_dest_rd_atomic, a.min_rnr_timer);
-        self.state = QpState::Rtr;
-        Ok(())
+    fn rts(&mut self, a: &RtsAttr) {
+        self.req.start(*a);
     }
 
-    pub(crate) fn modify_rts(&mut self, a: RtsAttr) -> Result<(), VerbsError> {
-        if self.state != QpState::Rtr {
-            return Err(self.bad_state("RTR -> RTS"));
-        }
-        self.req.start(a);
-        self.state = QpState::Rts;
-        Ok(())
+    fn peer(&self) -> Option<Peer> {
+        self.path.map(|p| p.peer())
     }
 
-    /// Moves to ERR and flushes every outstanding work request (IBTA §10.3.1: completions
-    /// with IBV_WC_WR_FLUSH_ERR, in order).
-    pub(crate) fn enter_err(&mut self, io: &mut Io<'_>) {
-        self.state = QpState::Err;
-        self.req.flush(io);
-        let path = self.path;
-        self.resp.flush(io, path.as_ref());
+    fn flush_send(&mut self, flushed: &mut dyn FnMut(u64, WcOpcode)) {
+        self.req.flush(flushed);
     }
 
-    pub(crate) fn post_send(&mut self, mem: &Memory, wr: SendWr) -> Result<(), VerbsError> {
-        if self.state != QpState::Rts {
-            return Err(self.bad_state("post_send"));
-        }
-        if self.req.queued() >= self.max_send_wr {
-            return Err(VerbsError::QueueFull("send"));
-        }
-        let mtu = self.path.map_or(1024, |p| p.mtu);
-        self.req.post(self.pd, mem, wr, mtu)
+    fn take_receiving(&mut self) -> Option<RecvBuf> {
+        self.resp.take_receiving()
     }
 
-    pub(crate) fn post_recv(&mut self, mem: &Memory, wr: RecvWr) -> Result<(), VerbsError> {
-        if matches!(self.state, QpState::Reset | QpState::Err) {
-            return Err(self.bad_state("post_recv"));
-        }
-        if self.resp.queued() >= self.max_recv_wr {
-            return Err(VerbsError::QueueFull("receive"));
-        }
-        self.resp.post(mem, wr)
-    }
-
-    /// Handles a packet addressed to this QP (ICRC already verified).
-    pub(crate) fn on_packet(&mut self, io: &mut Io<'_>, p: &RocePacket<'_>) {
-        if !matches!(self.state, QpState::Rtr | QpState::Rts) {
-            self.counters.dropped += 1;
-            return;
-        }
-        let Some(path) = self.path else { return };
+    fn on_packet(
+        &mut self,
+        core: &mut QpCore,
+        io: &mut Io<'_>,
+        p: &RocePacket<'_>,
+    ) -> Result<(), Fatal> {
+        let Some(path) = self.path else {
+            return Ok(());
+        };
         // A connected QP takes packets from its peer only.
         if p.ip.src() != path.remote.ip || !pkey_matches(p.bth.pkey, path.pkey) {
-            self.counters.dropped += 1;
-            return;
+            core.counters.dropped += 1;
+            return Ok(());
         }
         use crate::wire::Opcode::*;
         let is_response = matches!(
@@ -160,52 +104,61 @@ impl RcQp {
                 | RcReadResponseLast
                 | RcReadResponseOnly
         );
-        let result = if is_response {
-            if self.state != QpState::Rts {
-                self.counters.dropped += 1;
-                return;
-            }
-            self.req.on_response(&path, io, p, &mut self.counters)
-        } else {
-            self.resp.on_request(&path, io, p, &mut self.counters)
-        };
-        if result.is_err() {
-            self.enter_err(io);
+        if !is_response {
+            return self
+                .resp
+                .on_request(&path, io, p, &mut core.counters, &mut core.rq);
         }
+        // Responses are for the requester, which starts in RTS.
+        if core.state != QpState::Rts {
+            core.counters.dropped += 1;
+            return Ok(());
+        }
+        self.req.on_response(&path, io, p, &mut core.counters)
     }
 
-    /// The next packet to send, responder output first (ACKs must not wait behind bulk
-    /// requests), then requests.
-    pub(crate) fn next_packet(&mut self, io: &mut Io<'_>) -> Option<OutPacket> {
+    fn next_response(&mut self) -> Option<OutPacket> {
         let path = self.path?;
-        let p = if let Some(p) = self.resp.next_packet(&path) {
-            Some(p)
-        } else if self.state == QpState::Rts {
-            self.req.next_packet(&path, io, &mut self.counters)
-        } else {
-            None
-        };
-        if p.is_some() {
-            self.counters.packets_sent += 1;
-        }
-        p
+        self.resp.next_packet(&path)
     }
 
-    /// When [`RcQp::on_timeout`] wants to be called next.
-    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        (self.state == QpState::Rts)
-            .then(|| self.req.poll_timeout())
-            .flatten()
+    fn next_request(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Option<OutPacket> {
+        let path = self.path?;
+        self.req.next_packet(&path, io, &mut core.counters)
     }
 
-    /// Fires the timers that are due.
-    pub(crate) fn on_timeout(&mut self, io: &mut Io<'_>) {
-        if self.state != QpState::Rts {
-            return;
-        }
-        if self.req.on_timeout(io, &mut self.counters).is_err() {
-            self.enter_err(io);
-        }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.req.poll_timeout()
+    }
+
+    fn on_timeout(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Result<(), Fatal> {
+        self.req.on_timeout(io, &mut core.counters)
+    }
+
+    fn connected(&mut self) -> Option<&mut dyn Connected> {
+        Some(self)
+    }
+}
+
+impl Connected for RcQp {
+    fn rtr(&mut self, _core: &QpCore, a: &RtrAttr) {
+        self.path = Some(Path {
+            remote: a.remote,
+            dest_qpn: a.dest_qpn & 0xff_ffff,
+            mtu: a.path_mtu.bytes(),
+            pkey: self.resp.pkey,
+        });
+        self.resp
+            .start(a.rq_psn, a.max_dest_rd_atomic, a.min_rnr_timer);
+    }
+
+    fn send_queued(&self) -> usize {
+        self.req.queued()
+    }
+
+    fn post_send(&mut self, core: &QpCore, mem: &Memory, wr: SendWr) -> Result<(), VerbsError> {
+        let mtu = self.path.map_or(1024, |p| p.mtu);
+        self.req.post(core.pd, mem, wr, mtu)
     }
 }
 
@@ -213,7 +166,3 @@ impl RcQp {
 fn pkey_matches(a: u16, b: u16) -> bool {
     a & 0x7fff == b & 0x7fff && (a | b) & 0x8000 != 0
 }
-
-/// An error that takes the QP to the error state after the completion it produced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Fatal(pub WcStatus);

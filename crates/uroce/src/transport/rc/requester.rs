@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use super::{Fatal, Io, OutPacket, Path, QpCounters};
 use crate::mem::{Access, Memory, PdId, Span};
-use crate::transport::{message_packet, psn_add, psn_diff};
-use crate::verbs::{
-    ack_timeout, rnr_timer_us, CqId, RtsAttr, SendOp, SendWr, VerbsError, WcStatus, WorkCompletion,
+use crate::transport::{
+    ack_timeout, rnr_timer_us, CqId, RtsAttr, SendOp, SendWr, VerbsError, WcOpcode, WcStatus,
+    WorkCompletion,
 };
+use crate::transport::{message_packet, psn_add, psn_diff, send_buffer};
 use crate::wire::{
     AtomicEthRepr, BthRepr, ExtHeaders, NakCode, Opcode, RethRepr, RocePacket, Syndrome,
 };
@@ -136,15 +137,8 @@ impl Requester {
         } else {
             Access::NONE
         };
-        // A local protection error completes the work request in error (IBV_WC_LOC_PROT_ERR)
-        // rather than failing the post, as a NIC does.
-        let local = if len == 0 {
-            None
-        } else {
-            mem.check_local(pd, wr.sge.lkey, wr.sge.addr, u64::from(len), need)
-                .ok()
-        };
-        let status = (len != 0 && local.is_none()).then_some(WcStatus::LocProtErr);
+        let buffer = send_buffer(mem, pd, wr.sge, need);
+        let (local, status) = (buffer.ok().flatten(), buffer.err());
         let npkts = match wr.op {
             SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
             _ => len.div_ceil(mtu).max(1),
@@ -592,11 +586,11 @@ impl Requester {
         Ok(())
     }
 
-    /// QP to ERR: every outstanding send work request completes with WR_FLUSH_ERR.
-    pub(crate) fn flush(&mut self, io: &mut Io<'_>) {
+    /// QP to ERR: hands out every outstanding send work request, oldest first, to
+    /// complete with WR_FLUSH_ERR.
+    pub(crate) fn flush(&mut self, flushed: &mut dyn FnMut(u64, WcOpcode)) {
         for w in self.sq.drain(..) {
-            io.wcs
-                .push((self.cq, wc(&w, WcStatus::WrFlushErr, self.qpn)));
+            flushed(w.wr.wr_id, w.wr.op.wc_opcode());
         }
         self.started = 0;
         self.timer = None;

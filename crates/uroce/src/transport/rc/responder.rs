@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use super::{Fatal, Io, OutPacket, Path, QpCounters};
 use crate::mem::{Access, AccessError, Memory, PdId, Span};
 use crate::transport::{psn_add, psn_diff, RecvBuf};
-use crate::verbs::{CqId, RecvWr, VerbsError, WcOpcode, WcStatus, WorkCompletion};
+use crate::transport::{CqId, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, ExtHeaders, NakCode, Opcode, RocePacket, Syndrome,
     TransportKind,
@@ -97,7 +97,6 @@ pub(crate) struct Responder {
     max_dest_rd_atomic: u32,
     min_rnr_timer: u8,
     nak_seq_sent: bool,
-    rq: VecDeque<RecvBuf>,
     cur: Option<InMsg>,
     out: VecDeque<Resp>,
     atomic_replay: VecDeque<(u32, u64)>,
@@ -131,15 +130,6 @@ impl Responder {
         self.epsn = rq_psn & 0xff_ffff;
         self.max_dest_rd_atomic = u32::from(max_dest_rd_atomic.max(1));
         self.min_rnr_timer = min_rnr_timer & 31;
-    }
-
-    pub(crate) fn queued(&self) -> usize {
-        self.rq.len()
-    }
-
-    pub(crate) fn post(&mut self, mem: &Memory, wr: RecvWr) -> Result<(), VerbsError> {
-        self.rq.push_back(RecvBuf::check(mem, self.pd, wr)?);
-        Ok(())
     }
 
     fn queue_ack(&mut self, psn: u32) {
@@ -177,6 +167,7 @@ impl Responder {
         io: &mut Io<'_>,
         p: &RocePacket<'_>,
         c: &mut QpCounters,
+        rq: &mut VecDeque<RecvBuf>,
     ) -> Result<(), Fatal> {
         if p.bth.opcode.transport() != TransportKind::Rc {
             c.dropped += 1;
@@ -201,7 +192,7 @@ impl Responder {
             return Ok(());
         }
         self.nak_seq_sent = false;
-        match self.execute(path, io, p) {
+        match self.execute(path, io, p, rq) {
             Verdict::Done => Ok(()),
             Verdict::Rnr => {
                 c.nak_sent_rnr += 1;
@@ -252,19 +243,17 @@ impl Responder {
         imm: Option<u32>,
         path: &Path,
     ) -> WorkCompletion {
-        WorkCompletion {
-            wr_id,
-            status,
-            opcode,
-            byte_len,
-            imm,
-            qp_num: self.qpn,
-            src_qp: path.dest_qpn,
-            sender: Some(path.remote.ip),
-        }
+        let from = Some(path.peer());
+        WorkCompletion::recv(self.qpn, wr_id, status, opcode, byte_len, imm, from)
     }
 
-    fn execute(&mut self, path: &Path, io: &mut Io<'_>, p: &RocePacket<'_>) -> Verdict {
+    fn execute(
+        &mut self,
+        path: &Path,
+        io: &mut Io<'_>,
+        p: &RocePacket<'_>,
+        rq: &mut VecDeque<RecvBuf>,
+    ) -> Verdict {
         use Opcode::*;
         let op = p.bth.opcode;
         let psn = p.bth.psn;
@@ -304,7 +293,7 @@ impl Responder {
             RcSendFirst | RcSendMiddle | RcSendLast | RcSendLastImm | RcSendLastInv
             | RcSendOnly | RcSendOnlyImm | RcSendOnlyInv => {
                 if self.cur.is_none() {
-                    let Some(rwqe) = self.rq.pop_front() else {
+                    let Some(rwqe) = rq.pop_front() else {
                         return Verdict::Rnr;
                     };
                     self.cur = Some(InMsg::Send { rwqe, offset: 0 });
@@ -344,7 +333,7 @@ impl Responder {
             RcWriteFirst | RcWriteMiddle | RcWriteLast | RcWriteLastImm | RcWriteOnly
             | RcWriteOnlyImm => {
                 let with_imm = matches!(op, RcWriteLastImm | RcWriteOnlyImm);
-                if with_imm && self.rq.is_empty() {
+                if with_imm && rq.is_empty() {
                     return Verdict::Rnr; // checked before any byte is written
                 }
                 if let Some(reth) = p.ext.reth {
@@ -400,7 +389,7 @@ impl Responder {
                     self.cur = None;
                     self.msn = psn_add(self.msn, 1);
                     if with_imm {
-                        if let Some(rwqe) = self.rq.pop_front() {
+                        if let Some(rwqe) = rq.pop_front() {
                             let wc = self.wc(
                                 rwqe.wr_id,
                                 WcStatus::Success,
@@ -655,30 +644,16 @@ impl Responder {
         })
     }
 
-    /// QP to ERR: receives complete with WR_FLUSH_ERR; queued NAKs still go out.
-    pub(crate) fn flush(&mut self, io: &mut Io<'_>, path: Option<&Path>) {
-        let src_qp = path.map_or(0, |p| p.dest_qpn);
-        let cur = match self.cur.take() {
+    /// QP to ERR: takes out the receive a SEND is being placed in, to be flushed ahead
+    /// of the receive queue; queued NAKs still go out.
+    pub(crate) fn take_receiving(&mut self) -> Option<RecvBuf> {
+        let receiving = match self.cur.take() {
             Some(InMsg::Send { rwqe, .. }) => Some(rwqe),
             _ => None,
         };
-        for r in cur.into_iter().chain(self.rq.drain(..)) {
-            io.wcs.push((
-                self.cq,
-                WorkCompletion {
-                    wr_id: r.wr_id,
-                    status: WcStatus::WrFlushErr,
-                    opcode: WcOpcode::Recv,
-                    byte_len: 0,
-                    imm: None,
-                    qp_num: self.qpn,
-                    src_qp,
-                    sender: path.map(|p| p.remote.ip),
-                },
-            ));
-        }
         // What was queued before the fatal NAK (READ responses, atomic ACKs) still goes
         // out ahead of it, in PSN order.
+        receiving
     }
 }
 

@@ -6,10 +6,11 @@
 
 use std::collections::VecDeque;
 
-use crate::mem::{Access, Memory, PdId, Span};
-use crate::transport::{message_packet, psn_add, psn_diff, Io, OutPacket, QpCounters, RecvBuf};
-use crate::verbs::{
-    CqId, QpState, RecvWr, Remote, SendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+use crate::mem::{Access, Memory, Span};
+use crate::transport::{message_packet, psn_add, psn_diff, send_buffer, Io, OutPacket, RecvBuf};
+use crate::transport::{
+    Connected, Fatal, InitAttr, Peer, QpCore, Remote, RtrAttr, RtsAttr, SendOp, SendWr, Service,
+    VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::wire::{BthRepr, Opcode, RocePacket, TransportKind};
 
@@ -35,13 +36,8 @@ enum InMsg {
     },
 }
 
-/// One UC queue pair.
+/// The UC part of one queue pair.
 pub struct UcQp {
-    pub(crate) qpn: u32,
-    pd: PdId,
-    pub(crate) state: QpState,
-    send_cq: CqId,
-    recv_cq: CqId,
     access: Access,
     pkey: u16,
     mtu: u32,
@@ -50,28 +46,12 @@ pub struct UcQp {
     next_psn: u32,
     epsn: u32,
     sq: VecDeque<Wqe>,
-    rq: VecDeque<RecvBuf>,
     cur: Option<InMsg>,
-    max_send_wr: usize,
-    max_recv_wr: usize,
-    pub(crate) counters: QpCounters,
 }
 
 impl UcQp {
-    pub(crate) fn new(
-        qpn: u32,
-        pd: PdId,
-        send_cq: CqId,
-        recv_cq: CqId,
-        max_send_wr: usize,
-        max_recv_wr: usize,
-    ) -> Self {
+    pub(crate) fn new() -> Self {
         Self {
-            qpn,
-            pd,
-            state: QpState::Reset,
-            send_cq,
-            recv_cq,
             access: Access::NONE,
             pkey: 0xffff,
             mtu: 1024,
@@ -80,145 +60,275 @@ impl UcQp {
             next_psn: 0,
             epsn: 0,
             sq: VecDeque::new(),
-            rq: VecDeque::new(),
             cur: None,
-            max_send_wr,
-            max_recv_wr,
-            counters: QpCounters::default(),
         }
     }
 
-    pub(crate) fn dest_qpn(&self) -> u32 {
-        self.dest_qpn
-    }
-
-    fn bad_state(&self, what: &'static str) -> VerbsError {
-        VerbsError::BadState {
-            qpn: self.qpn,
-            state: self.state,
-            what,
+    /// Drops the message being received (a packet of it was lost): its receive goes back
+    /// to the head of the queue for the next message.
+    fn abort_message(&mut self, core: &mut QpCore) {
+        if let Some(m) = self.cur.take() {
+            core.counters.uc_msg_dropped += 1;
+            if let InMsg::Send { rwqe, .. } = m {
+                core.rq.push_front(rwqe);
+            }
         }
     }
 
-    pub(crate) fn modify_init(&mut self, pkey: u16, access: Access) -> Result<(), VerbsError> {
-        if self.state != QpState::Reset {
-            return Err(self.bad_state("RESET -> INIT"));
-        }
-        self.pkey = pkey;
-        self.access = access;
-        self.state = QpState::Init;
-        Ok(())
-    }
-
-    pub(crate) fn modify_rtr(
+    /// Applies one in-sequence packet; false drops the message.
+    fn accept(
         &mut self,
-        remote: Remote,
-        dest_qpn: u32,
-        rq_psn: u32,
-        mtu: u32,
-    ) -> Result<(), VerbsError> {
-        if self.state != QpState::Init {
-            return Err(self.bad_state("INIT -> RTR"));
+        core: &mut QpCore,
+        io: &mut Io<'_>,
+        p: &RocePacket<'_>,
+        starts: bool,
+    ) -> bool {
+        use Opcode::*;
+        let op = p.bth.opcode;
+        let mtu = self.mtu as usize;
+        let len = p.payload.len();
+        let last = !(op.is_first() || op.is_middle());
+        if (op.is_first() || op.is_middle()) && len != mtu || len > mtu {
+            core.counters.dropped += 1;
+            return false;
         }
-        self.remote = Some(remote);
-        self.dest_qpn = dest_qpn & 0xff_ffff;
-        self.epsn = rq_psn & 0xff_ffff;
-        self.mtu = mtu;
-        self.state = QpState::Rtr;
-        Ok(())
+        let is_send = matches!(
+            op,
+            UcSendFirst | UcSendMiddle | UcSendLast | UcSendLastImm | UcSendOnly | UcSendOnlyImm
+        );
+        if starts {
+            if is_send {
+                let Some(rwqe) = core.rq.pop_front() else {
+                    core.counters.no_recv_drop += 1;
+                    return false;
+                };
+                self.cur = Some(InMsg::Send { rwqe, offset: 0 });
+            } else {
+                let Some(reth) = p.ext.reth else { return false };
+                let total = u64::from(reth.len);
+                let span = if total == 0 {
+                    None
+                } else if !self.access.contains(Access::REMOTE_WRITE) {
+                    core.counters.dropped += 1;
+                    return false;
+                } else {
+                    match io.mem.check_remote(
+                        core.pd,
+                        reth.rkey,
+                        reth.va,
+                        total,
+                        Access::REMOTE_WRITE,
+                    ) {
+                        Ok(s) => Some(s),
+                        Err(_) => {
+                            core.counters.dropped += 1;
+                            return false;
+                        }
+                    }
+                };
+                self.cur = Some(InMsg::Write {
+                    span,
+                    offset: 0,
+                    total,
+                });
+            }
+        }
+        match self.cur {
+            Some(InMsg::Send { rwqe, offset }) if is_send => {
+                let end = offset + len;
+                if end > rwqe.len as usize {
+                    self.cur = None;
+                    io.wcs.push((
+                        core.recv_cq,
+                        WorkCompletion::recv(
+                            core.qpn,
+                            rwqe.wr_id,
+                            WcStatus::LocLenErr,
+                            WcOpcode::Recv,
+                            0,
+                            None,
+                            self.peer(),
+                        ),
+                    ));
+                    return true;
+                }
+                if let Some(s) = rwqe.span {
+                    if !io.mem.copy_in(s.sub(offset, len), p.payload) {
+                        core.counters.dropped += 1;
+                        return false;
+                    }
+                }
+                if last {
+                    self.cur = None;
+                    core.counters.delivered += 1;
+                    io.wcs.push((
+                        core.recv_cq,
+                        WorkCompletion::recv(
+                            core.qpn,
+                            rwqe.wr_id,
+                            WcStatus::Success,
+                            WcOpcode::Recv,
+                            end as u32,
+                            p.ext.imm,
+                            self.peer(),
+                        ),
+                    ));
+                } else {
+                    self.cur = Some(InMsg::Send { rwqe, offset: end });
+                }
+                true
+            }
+            Some(InMsg::Write {
+                span,
+                offset,
+                total,
+            }) if !is_send => {
+                let end = offset + len as u64;
+                if end > total || (last && end != total) {
+                    core.counters.dropped += 1;
+                    return false;
+                }
+                let with_imm = matches!(op, UcWriteLastImm | UcWriteOnlyImm);
+                if last && with_imm && core.rq.is_empty() {
+                    core.counters.no_recv_drop += 1;
+                    return false;
+                }
+                if let Some(s) = span {
+                    if !io.mem.copy_in(s.sub(offset as usize, len), p.payload) {
+                        core.counters.dropped += 1;
+                        return false;
+                    }
+                }
+                if last {
+                    self.cur = None;
+                    core.counters.delivered += 1;
+                    if with_imm {
+                        if let Some(r) = core.rq.pop_front() {
+                            io.wcs.push((
+                                core.recv_cq,
+                                WorkCompletion::recv(
+                                    core.qpn,
+                                    r.wr_id,
+                                    WcStatus::Success,
+                                    WcOpcode::RecvRdmaWithImm,
+                                    total as u32,
+                                    p.ext.imm,
+                                    self.peer(),
+                                ),
+                            ));
+                        }
+                    }
+                } else {
+                    self.cur = Some(InMsg::Write {
+                        span,
+                        offset: end,
+                        total,
+                    });
+                }
+                true
+            }
+            _ => {
+                core.counters.dropped += 1;
+                false
+            }
+        }
+    }
+}
+
+impl Service for UcQp {
+    fn init(&mut self, _core: &QpCore, a: &InitAttr) {
+        self.pkey = a.pkey;
+        self.access = a.access;
     }
 
-    pub(crate) fn modify_rts(&mut self, sq_psn: u32) -> Result<(), VerbsError> {
-        if self.state != QpState::Rtr {
-            return Err(self.bad_state("RTR -> RTS"));
-        }
-        self.next_psn = sq_psn & 0xff_ffff;
-        self.state = QpState::Rts;
-        Ok(())
+    fn rts(&mut self, a: &RtsAttr) {
+        self.next_psn = a.sq_psn & 0xff_ffff;
     }
 
-    pub(crate) fn enter_err(&mut self, io: &mut Io<'_>) {
-        self.state = QpState::Err;
+    fn peer(&self) -> Option<Peer> {
+        self.remote.map(|r| Peer {
+            qpn: self.dest_qpn,
+            ip: r.ip,
+        })
+    }
+
+    fn flush_send(&mut self, flushed: &mut dyn FnMut(u64, WcOpcode)) {
         for w in self.sq.drain(..) {
-            io.wcs
-                .push((self.send_cq, send_wc(self.qpn, &w.wr, WcStatus::WrFlushErr)));
+            flushed(w.wr.wr_id, w.wr.op.wc_opcode());
         }
-        let cur = match self.cur.take() {
+    }
+
+    fn take_receiving(&mut self) -> Option<RecvBuf> {
+        match self.cur.take() {
             Some(InMsg::Send { rwqe, .. }) => Some(rwqe),
             _ => None,
-        };
-        let rq: Vec<RecvBuf> = cur.into_iter().chain(self.rq.drain(..)).collect();
-        for r in rq {
-            io.wcs.push((
-                self.recv_cq,
-                self.recv_wc(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0, None),
-            ));
         }
     }
 
-    pub(crate) fn post_send(&mut self, mem: &Memory, wr: SendWr) -> Result<(), VerbsError> {
-        if self.state != QpState::Rts {
-            return Err(self.bad_state("post_send"));
+    /// A received packet (ICRC verified), in RTR or RTS.
+    fn on_packet(
+        &mut self,
+        core: &mut QpCore,
+        io: &mut Io<'_>,
+        p: &RocePacket<'_>,
+    ) -> Result<(), Fatal> {
+        if p.bth.opcode.transport() != TransportKind::Uc {
+            core.counters.dropped += 1;
+            return Ok(());
         }
-        if wr.op.is_read_or_atomic() {
-            return Err(VerbsError::InvalidWr(
-                "UC carries SEND and RDMA WRITE only, not READ or atomics",
-            ));
+        // A connected QP takes packets from its peer only.
+        if p.bth.pkey & 0x7fff != self.pkey & 0x7fff
+            || self.remote.is_some_and(|r| r.ip != p.ip.src())
+        {
+            core.counters.dropped += 1;
+            return Ok(());
         }
-        if self.sq.len() >= self.max_send_wr {
-            return Err(VerbsError::QueueFull("send"));
+        let op = p.bth.opcode;
+        let starts = op.is_first()
+            || matches!(
+                op,
+                Opcode::UcSendOnly
+                    | Opcode::UcSendOnlyImm
+                    | Opcode::UcWriteOnly
+                    | Opcode::UcWriteOnlyImm
+            );
+        let d = psn_diff(p.bth.psn, self.epsn);
+        if d < 0 {
+            core.counters.dropped += 1; // a duplicate: UC drops it silently
+            return Ok(());
         }
-        let len = wr.sge.length;
-        if len > 1 << 31 {
-            return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
+        if d > 0 {
+            // A gap: the message in progress is lost whole; only a FIRST or ONLY
+            // packet starts the next one.
+            self.abort_message(core);
+            if !starts {
+                core.counters.dropped += 1;
+                return Ok(());
+            }
         }
-        let span = if len == 0 {
-            None
-        } else {
-            mem.check_local(
-                self.pd,
-                wr.sge.lkey,
-                wr.sge.addr,
-                u64::from(len),
-                Access::NONE,
-            )
-            .ok()
-        };
-        let status = (len != 0 && span.is_none()).then_some(WcStatus::LocProtErr);
-        let npkts = len.div_ceil(self.mtu).max(1);
-        self.sq.push_back(Wqe {
-            wr,
-            span,
-            npkts,
-            sent: 0,
-            status,
-        });
-        Ok(())
-    }
-
-    pub(crate) fn post_recv(&mut self, mem: &Memory, wr: RecvWr) -> Result<(), VerbsError> {
-        if matches!(self.state, QpState::Reset | QpState::Err) {
-            return Err(self.bad_state("post_recv"));
+        self.epsn = psn_add(p.bth.psn, 1);
+        if starts && self.cur.is_some() {
+            self.abort_message(core); // the LAST of the previous message never came
         }
-        if self.rq.len() >= self.max_recv_wr {
-            return Err(VerbsError::QueueFull("receive"));
+        if !starts && self.cur.is_none() {
+            core.counters.dropped += 1; // the rest of a message already dropped
+            return Ok(());
         }
-        self.rq.push_back(RecvBuf::check(mem, self.pd, wr)?);
+        if !self.accept(core, io, p, starts) {
+            self.abort_message(core);
+        }
         Ok(())
     }
 
     /// The next packet; a work request completes when its last packet is handed out.
-    pub(crate) fn next_packet(&mut self, io: &mut Io<'_>) -> Option<OutPacket> {
-        if self.state != QpState::Rts {
-            return None;
-        }
+    fn next_request(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Option<OutPacket> {
         let remote = self.remote?;
         loop {
             let w = self.sq.front_mut()?;
             if let Some(status) = w.status {
                 let wr = w.wr;
                 self.sq.pop_front();
-                io.wcs.push((self.send_cq, send_wc(self.qpn, &wr, status)));
+                io.wcs.push((core.send_cq, send_wc(core.qpn, &wr, status)));
                 continue;
             }
             let k = w.sent;
@@ -239,7 +349,7 @@ impl UcQp {
                 self.sq.pop_front();
                 if wr.signaled {
                     io.wcs
-                        .push((self.send_cq, send_wc(self.qpn, &wr, WcStatus::Success)));
+                        .push((core.send_cq, send_wc(core.qpn, &wr, WcStatus::Success)));
                 }
             }
             return Some(OutPacket {
@@ -251,227 +361,48 @@ impl UcQp {
         }
     }
 
-    /// Drops the message being received (a packet of it was lost): its receive goes back
-    /// to the head of the queue for the next message.
-    fn abort_message(&mut self) {
-        if let Some(m) = self.cur.take() {
-            self.counters.uc_msg_dropped += 1;
-            if let InMsg::Send { rwqe, .. } = m {
-                self.rq.push_front(rwqe);
-            }
-        }
+    fn connected(&mut self) -> Option<&mut dyn Connected> {
+        Some(self)
+    }
+}
+
+impl Connected for UcQp {
+    fn rtr(&mut self, _core: &QpCore, a: &RtrAttr) {
+        self.remote = Some(a.remote);
+        self.dest_qpn = a.dest_qpn & 0xff_ffff;
+        self.epsn = a.rq_psn & 0xff_ffff;
+        self.mtu = a.path_mtu.bytes();
     }
 
-    /// A received packet (ICRC verified).
-    pub(crate) fn on_packet(&mut self, io: &mut Io<'_>, p: &RocePacket<'_>) {
-        if !matches!(self.state, QpState::Rtr | QpState::Rts)
-            || p.bth.opcode.transport() != TransportKind::Uc
-        {
-            self.counters.dropped += 1;
-            return;
+    fn check_op(&self, op: SendOp) -> Result<(), VerbsError> {
+        if op.is_read_or_atomic() {
+            return Err(VerbsError::InvalidWr(
+                "UC carries SEND and RDMA WRITE only, not READ or atomics",
+            ));
         }
-        // A connected QP takes packets from its peer only.
-        if p.bth.pkey & 0x7fff != self.pkey & 0x7fff
-            || self.remote.is_some_and(|r| r.ip != p.ip.src())
-        {
-            self.counters.dropped += 1;
-            return;
-        }
-        let op = p.bth.opcode;
-        let starts = op.is_first()
-            || matches!(
-                op,
-                Opcode::UcSendOnly
-                    | Opcode::UcSendOnlyImm
-                    | Opcode::UcWriteOnly
-                    | Opcode::UcWriteOnlyImm
-            );
-        let d = psn_diff(p.bth.psn, self.epsn);
-        if d < 0 {
-            self.counters.dropped += 1; // a duplicate: UC drops it silently
-            return;
-        }
-        if d > 0 {
-            // A gap: the message in progress is lost whole; only a FIRST or ONLY
-            // packet starts the next one.
-            self.abort_message();
-            if !starts {
-                self.counters.dropped += 1;
-                return;
-            }
-        }
-        self.epsn = psn_add(p.bth.psn, 1);
-        if starts && self.cur.is_some() {
-            self.abort_message(); // the LAST of the previous message never came
-        }
-        if !starts && self.cur.is_none() {
-            self.counters.dropped += 1; // the rest of a message already dropped
-            return;
-        }
-        if !self.accept(io, p, starts) {
-            self.abort_message();
-        }
+        Ok(())
     }
 
-    /// Applies one in-sequence packet; false drops the message.
-    fn accept(&mut self, io: &mut Io<'_>, p: &RocePacket<'_>, starts: bool) -> bool {
-        use Opcode::*;
-        let op = p.bth.opcode;
-        let mtu = self.mtu as usize;
-        let len = p.payload.len();
-        let last = !(op.is_first() || op.is_middle());
-        if (op.is_first() || op.is_middle()) && len != mtu || len > mtu {
-            self.counters.dropped += 1;
-            return false;
-        }
-        let is_send = matches!(
-            op,
-            UcSendFirst | UcSendMiddle | UcSendLast | UcSendLastImm | UcSendOnly | UcSendOnlyImm
-        );
-        if starts {
-            if is_send {
-                let Some(rwqe) = self.rq.pop_front() else {
-                    self.counters.no_recv_drop += 1;
-                    return false;
-                };
-                self.cur = Some(InMsg::Send { rwqe, offset: 0 });
-            } else {
-                let Some(reth) = p.ext.reth else { return false };
-                let total = u64::from(reth.len);
-                let span = if total == 0 {
-                    None
-                } else if !self.access.contains(Access::REMOTE_WRITE) {
-                    self.counters.dropped += 1;
-                    return false;
-                } else {
-                    match io.mem.check_remote(
-                        self.pd,
-                        reth.rkey,
-                        reth.va,
-                        total,
-                        Access::REMOTE_WRITE,
-                    ) {
-                        Ok(s) => Some(s),
-                        Err(_) => {
-                            self.counters.dropped += 1;
-                            return false;
-                        }
-                    }
-                };
-                self.cur = Some(InMsg::Write {
-                    span,
-                    offset: 0,
-                    total,
-                });
-            }
-        }
-        match self.cur {
-            Some(InMsg::Send { rwqe, offset }) if is_send => {
-                let end = offset + len;
-                if end > rwqe.len as usize {
-                    self.cur = None;
-                    io.wcs.push((
-                        self.recv_cq,
-                        self.recv_wc(rwqe.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0, None),
-                    ));
-                    return true;
-                }
-                if let Some(s) = rwqe.span {
-                    if !io.mem.copy_in(s.sub(offset, len), p.payload) {
-                        self.counters.dropped += 1;
-                        return false;
-                    }
-                }
-                if last {
-                    self.cur = None;
-                    self.counters.delivered += 1;
-                    io.wcs.push((
-                        self.recv_cq,
-                        self.recv_wc(
-                            rwqe.wr_id,
-                            WcStatus::Success,
-                            WcOpcode::Recv,
-                            end as u32,
-                            p.ext.imm,
-                        ),
-                    ));
-                } else {
-                    self.cur = Some(InMsg::Send { rwqe, offset: end });
-                }
-                true
-            }
-            Some(InMsg::Write {
-                span,
-                offset,
-                total,
-            }) if !is_send => {
-                let end = offset + len as u64;
-                if end > total || (last && end != total) {
-                    self.counters.dropped += 1;
-                    return false;
-                }
-                let with_imm = matches!(op, UcWriteLastImm | UcWriteOnlyImm);
-                if last && with_imm && self.rq.is_empty() {
-                    self.counters.no_recv_drop += 1;
-                    return false;
-                }
-                if let Some(s) = span {
-                    if !io.mem.copy_in(s.sub(offset as usize, len), p.payload) {
-                        self.counters.dropped += 1;
-                        return false;
-                    }
-                }
-                if last {
-                    self.cur = None;
-                    self.counters.delivered += 1;
-                    if with_imm {
-                        if let Some(r) = self.rq.pop_front() {
-                            io.wcs.push((
-                                self.recv_cq,
-                                self.recv_wc(
-                                    r.wr_id,
-                                    WcStatus::Success,
-                                    WcOpcode::RecvRdmaWithImm,
-                                    total as u32,
-                                    p.ext.imm,
-                                ),
-                            ));
-                        }
-                    }
-                } else {
-                    self.cur = Some(InMsg::Write {
-                        span,
-                        offset: end,
-                        total,
-                    });
-                }
-                true
-            }
-            _ => {
-                self.counters.dropped += 1;
-                false
-            }
-        }
+    fn send_queued(&self) -> usize {
+        self.sq.len()
     }
 
-    fn recv_wc(
-        &self,
-        wr_id: u64,
-        status: WcStatus,
-        opcode: WcOpcode,
-        byte_len: u32,
-        imm: Option<u32>,
-    ) -> WorkCompletion {
-        WorkCompletion {
-            wr_id,
+    fn post_send(&mut self, core: &QpCore, mem: &Memory, wr: SendWr) -> Result<(), VerbsError> {
+        let len = wr.sge.length;
+        if len > 1 << 31 {
+            return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
+        }
+        let buffer = send_buffer(mem, core.pd, wr.sge, Access::NONE);
+        let (span, status) = (buffer.ok().flatten(), buffer.err());
+        let npkts = len.div_ceil(self.mtu).max(1);
+        self.sq.push_back(Wqe {
+            wr,
+            span,
+            npkts,
+            sent: 0,
             status,
-            opcode,
-            byte_len,
-            imm,
-            qp_num: self.qpn,
-            src_qp: self.dest_qpn,
-            sender: self.remote.map(|r| r.ip),
-        }
+        });
+        Ok(())
     }
 }
 

@@ -4,10 +4,11 @@
 
 use std::collections::VecDeque;
 
-use crate::mem::{Access, Memory, PdId, Span};
-use crate::transport::{psn_add, Io, OutPacket, QpCounters, RecvBuf};
-use crate::verbs::{
-    CqId, QpState, RecvWr, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+use crate::mem::{Access, Memory, Span};
+use crate::transport::{psn_add, send_buffer, Io, OutPacket};
+use crate::transport::{
+    Datagram, Fatal, InitAttr, Mtu, Peer, QpCore, RtsAttr, Service, UdSendWr, VerbsError, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use crate::wire::{grh, BthRepr, DethRepr, ExtHeaders, Opcode, RocePacket};
 
@@ -23,156 +24,143 @@ struct Wqe {
     status: Option<WcStatus>,
 }
 
-/// One UD queue pair (also QP1, the GSI).
+/// The UD part of one queue pair (also QP1, the GSI).
 pub struct UdQp {
-    pub(crate) qpn: u32,
-    pd: PdId,
-    pub(crate) state: QpState,
-    send_cq: CqId,
-    recv_cq: CqId,
     qkey: u32,
     pkey: u16,
     mtu: u32,
     next_psn: u32,
     sq: VecDeque<Wqe>,
-    rq: VecDeque<RecvBuf>,
-    max_send_wr: usize,
-    max_recv_wr: usize,
-    pub(crate) counters: QpCounters,
 }
 
 impl UdQp {
-    pub(crate) fn new(
-        qpn: u32,
-        pd: PdId,
-        send_cq: CqId,
-        recv_cq: CqId,
-        max_send_wr: usize,
-        max_recv_wr: usize,
-    ) -> Self {
+    pub(crate) fn new(core: &QpCore) -> Self {
         Self {
-            qpn,
-            pd,
-            state: QpState::Reset,
-            send_cq,
-            recv_cq,
-            qkey: if qpn == 1 { GSI_QKEY } else { 0 },
+            qkey: if core.qpn == 1 { GSI_QKEY } else { 0 },
             pkey: 0xffff,
             mtu: 1024,
             next_psn: 0,
             sq: VecDeque::new(),
-            rq: VecDeque::new(),
-            max_send_wr,
-            max_recv_wr,
-            counters: QpCounters::default(),
+        }
+    }
+}
+
+impl Service for UdQp {
+    fn init(&mut self, core: &QpCore, a: &InitAttr) {
+        self.pkey = a.pkey;
+        // QP1 keeps the well-known Q_Key.
+        if core.qpn != 1 {
+            self.qkey = a.qkey;
         }
     }
 
-    fn bad_state(&self, what: &'static str) -> VerbsError {
-        VerbsError::BadState {
-            qpn: self.qpn,
-            state: self.state,
-            what,
-        }
+    fn rts(&mut self, a: &RtsAttr) {
+        self.next_psn = a.sq_psn & 0xff_ffff;
     }
 
-    pub(crate) fn modify_init(&mut self, pkey: u16, qkey: u32) -> Result<(), VerbsError> {
-        if self.state != QpState::Reset {
-            return Err(self.bad_state("RESET -> INIT"));
-        }
-        self.pkey = pkey;
-        if self.qpn != 1 {
-            self.qkey = qkey;
-        }
-        self.state = QpState::Init;
-        Ok(())
+    fn peer(&self) -> Option<Peer> {
+        None
     }
 
-    pub(crate) fn modify_rtr(&mut self, mtu: u32) -> Result<(), VerbsError> {
-        if self.state != QpState::Init {
-            return Err(self.bad_state("INIT -> RTR"));
-        }
-        self.mtu = mtu;
-        self.state = QpState::Rtr;
-        Ok(())
-    }
-
-    pub(crate) fn modify_rts(&mut self, sq_psn: u32) -> Result<(), VerbsError> {
-        if self.state != QpState::Rtr {
-            return Err(self.bad_state("RTR -> RTS"));
-        }
-        self.next_psn = sq_psn & 0xff_ffff;
-        self.state = QpState::Rts;
-        Ok(())
-    }
-
-    pub(crate) fn enter_err(&mut self, io: &mut Io<'_>) {
-        self.state = QpState::Err;
+    fn flush_send(&mut self, flushed: &mut dyn FnMut(u64, WcOpcode)) {
         for w in self.sq.drain(..) {
-            io.wcs
-                .push((self.send_cq, send_wc(self.qpn, &w.wr, WcStatus::WrFlushErr)));
+            flushed(w.wr.wr_id, WcOpcode::Send);
         }
-        for r in self.rq.drain(..) {
+    }
+
+    /// A received datagram (ICRC verified), in RTR or RTS.
+    fn on_packet(
+        &mut self,
+        core: &mut QpCore,
+        io: &mut Io<'_>,
+        p: &RocePacket<'_>,
+    ) -> Result<(), Fatal> {
+        let (Some(deth), true) = (
+            p.ext.deth,
+            matches!(p.bth.opcode, Opcode::UdSendOnly | Opcode::UdSendOnlyImm),
+        ) else {
+            core.counters.dropped += 1;
+            return Ok(());
+        };
+        if deth.qkey != self.qkey {
+            core.counters.qkey_violation += 1;
+            return Ok(());
+        }
+        if p.bth.pkey & 0x7fff != self.pkey & 0x7fff {
+            core.counters.dropped += 1;
+            return Ok(());
+        }
+        let Some(r) = core.rq.pop_front() else {
+            core.counters.no_recv_drop += 1;
+            return Ok(());
+        };
+        let len = p.payload.len();
+        let from = Some(Peer {
+            qpn: deth.src_qp,
+            ip: p.ip.src(),
+        });
+        if (r.len as usize) < GRH_LEN + len {
             io.wcs.push((
-                self.recv_cq,
-                recv_wc(self.qpn, r.wr_id, WcStatus::WrFlushErr, 0, None, 0, None),
+                core.recv_cq,
+                WorkCompletion::recv(
+                    core.qpn,
+                    r.wr_id,
+                    WcStatus::LocLenErr,
+                    WcOpcode::Recv,
+                    0,
+                    None,
+                    from,
+                ),
             ));
+            return Ok(());
         }
-    }
-
-    pub(crate) fn post_send(&mut self, mem: &Memory, wr: UdSendWr) -> Result<(), VerbsError> {
-        if self.state != QpState::Rts {
-            return Err(self.bad_state("post_send"));
+        if let Some(span) = r.span {
+            let placed = io.mem.write(span).is_some_and(|buf| {
+                grh::ud_receive_grh(&p.ip, p.ip_header, buf).is_ok()
+                    && buf
+                        .get_mut(GRH_LEN..GRH_LEN + len)
+                        .map(|d| d.copy_from_slice(p.payload))
+                        .is_some()
+            });
+            if !placed {
+                // The receive buffer was deregistered after it was posted.
+                core.counters.dropped += 1;
+                let wc = WorkCompletion::recv(
+                    core.qpn,
+                    r.wr_id,
+                    WcStatus::LocProtErr,
+                    WcOpcode::Recv,
+                    0,
+                    None,
+                    from,
+                );
+                io.wcs.push((core.recv_cq, wc));
+                return Ok(());
+            }
         }
-        if self.sq.len() >= self.max_send_wr {
-            return Err(VerbsError::QueueFull("send"));
-        }
-        let len = wr.sge.length;
-        let span = if len == 0 {
-            None
-        } else {
-            mem.check_local(
-                self.pd,
-                wr.sge.lkey,
-                wr.sge.addr,
-                u64::from(len),
-                Access::NONE,
-            )
-            .ok()
-        };
-        // A datagram is one packet: longer than the path MTU is a local length error
-        // (IBV_WC_LOC_LEN_ERR), reported in order like any other completion.
-        let status = if len > self.mtu {
-            Some(WcStatus::LocLenErr)
-        } else if len != 0 && span.is_none() {
-            Some(WcStatus::LocProtErr)
-        } else {
-            None
-        };
-        self.sq.push_back(Wqe { wr, span, status });
-        Ok(())
-    }
-
-    pub(crate) fn post_recv(&mut self, mem: &Memory, wr: RecvWr) -> Result<(), VerbsError> {
-        if matches!(self.state, QpState::Reset | QpState::Err) {
-            return Err(self.bad_state("post_recv"));
-        }
-        if self.rq.len() >= self.max_recv_wr {
-            return Err(VerbsError::QueueFull("receive"));
-        }
-        self.rq.push_back(RecvBuf::check(mem, self.pd, wr)?);
+        core.counters.delivered += 1;
+        let byte_len = (GRH_LEN + len) as u32;
+        io.wcs.push((
+            core.recv_cq,
+            WorkCompletion::recv(
+                core.qpn,
+                r.wr_id,
+                WcStatus::Success,
+                WcOpcode::Recv,
+                byte_len,
+                p.ext.imm,
+                from,
+            ),
+        ));
         Ok(())
     }
 
     /// The next datagram; a work request completes when its packet is handed out.
-    pub(crate) fn next_packet(&mut self, io: &mut Io<'_>) -> Option<OutPacket> {
-        if self.state != QpState::Rts {
-            return None;
-        }
+    fn next_request(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Option<OutPacket> {
         while let Some(w) = self.sq.pop_front() {
             if let Some(status) = w.status {
                 io.wcs
-                    .push((self.send_cq, send_wc(self.qpn, &w.wr, status)));
+                    .push((core.send_cq, send_wc(core.qpn, &w.wr, status)));
                 continue;
             }
             let op = if w.wr.imm.is_some() {
@@ -194,14 +182,14 @@ impl UdQp {
             let ext = ExtHeaders {
                 deth: Some(DethRepr {
                     qkey,
-                    src_qp: self.qpn,
+                    src_qp: core.qpn,
                 }),
                 imm: w.wr.imm,
                 ..ExtHeaders::default()
             };
             if w.wr.signaled {
                 io.wcs
-                    .push((self.send_cq, send_wc(self.qpn, &w.wr, WcStatus::Success)));
+                    .push((core.send_cq, send_wc(core.qpn, &w.wr, WcStatus::Success)));
             }
             return Some(OutPacket {
                 bth,
@@ -213,110 +201,36 @@ impl UdQp {
         None
     }
 
-    /// A received datagram (ICRC verified).
-    pub(crate) fn on_packet(&mut self, io: &mut Io<'_>, p: &RocePacket<'_>) {
-        if !matches!(self.state, QpState::Rtr | QpState::Rts) {
-            self.counters.dropped += 1;
-            return;
-        }
-        let (Some(deth), true) = (
-            p.ext.deth,
-            matches!(p.bth.opcode, Opcode::UdSendOnly | Opcode::UdSendOnlyImm),
-        ) else {
-            self.counters.dropped += 1;
-            return;
+    fn datagram(&mut self) -> Option<&mut dyn Datagram> {
+        Some(self)
+    }
+}
+
+impl Datagram for UdQp {
+    fn rtr(&mut self, mtu: Mtu) {
+        self.mtu = mtu.bytes();
+    }
+
+    fn send_queued(&self) -> usize {
+        self.sq.len()
+    }
+
+    fn post_send(&mut self, core: &QpCore, mem: &Memory, wr: UdSendWr) -> Result<(), VerbsError> {
+        let len = wr.sge.length;
+        let buffer = send_buffer(mem, core.pd, wr.sge, Access::NONE);
+        // A datagram is one packet: longer than the path MTU is a local length error
+        // (IBV_WC_LOC_LEN_ERR), reported in order like any other completion.
+        let status = if len > self.mtu {
+            Some(WcStatus::LocLenErr)
+        } else {
+            buffer.err()
         };
-        if deth.qkey != self.qkey {
-            self.counters.qkey_violation += 1;
-            return;
-        }
-        if p.bth.pkey & 0x7fff != self.pkey & 0x7fff {
-            self.counters.dropped += 1;
-            return;
-        }
-        let Some(r) = self.rq.pop_front() else {
-            self.counters.no_recv_drop += 1;
-            return;
-        };
-        let len = p.payload.len();
-        let sender = Some(p.ip.src());
-        if (r.len as usize) < GRH_LEN + len {
-            io.wcs.push((
-                self.recv_cq,
-                recv_wc(
-                    self.qpn,
-                    r.wr_id,
-                    WcStatus::LocLenErr,
-                    0,
-                    None,
-                    deth.src_qp,
-                    sender,
-                ),
-            ));
-            return;
-        }
-        if let Some(span) = r.span {
-            let placed = io.mem.write(span).is_some_and(|buf| {
-                grh::ud_receive_grh(&p.ip, p.ip_header, buf).is_ok()
-                    && buf
-                        .get_mut(GRH_LEN..GRH_LEN + len)
-                        .map(|d| d.copy_from_slice(p.payload))
-                        .is_some()
-            });
-            if !placed {
-                // The receive buffer was deregistered after it was posted.
-                self.counters.dropped += 1;
-                let wc = recv_wc(
-                    self.qpn,
-                    r.wr_id,
-                    WcStatus::LocProtErr,
-                    0,
-                    None,
-                    deth.src_qp,
-                    sender,
-                );
-                io.wcs.push((self.recv_cq, wc));
-                return;
-            }
-        }
-        self.counters.delivered += 1;
-        let byte_len = (GRH_LEN + len) as u32;
-        io.wcs.push((
-            self.recv_cq,
-            recv_wc(
-                self.qpn,
-                r.wr_id,
-                WcStatus::Success,
-                byte_len,
-                p.ext.imm,
-                deth.src_qp,
-                sender,
-            ),
-        ));
+        let span = buffer.ok().flatten();
+        self.sq.push_back(Wqe { wr, span, status });
+        Ok(())
     }
 }
 
 fn send_wc(qpn: u32, wr: &UdSendWr, status: WcStatus) -> WorkCompletion {
     WorkCompletion::send(qpn, wr.wr_id, WcOpcode::Send, wr.sge.length, status)
-}
-
-fn recv_wc(
-    qpn: u32,
-    wr_id: u64,
-    status: WcStatus,
-    byte_len: u32,
-    imm: Option<u32>,
-    src_qp: u32,
-    sender: Option<std::net::IpAddr>,
-) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        status,
-        opcode: WcOpcode::Recv,
-        byte_len,
-        imm,
-        qp_num: qpn,
-        src_qp,
-        sender,
-    }
 }

@@ -1,0 +1,140 @@
+//! Completions (`ibv_wc`): the completion queue they go to, their opcodes and statuses.
+//! Names follow ibverbs (`IBV_WC_*`).
+
+use std::net::IpAddr;
+
+use super::Peer;
+
+/// A completion queue handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct CqId(pub u32);
+
+/// Completion status (ibv_wc_status).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WcStatus {
+    /// IBV_WC_SUCCESS.
+    Success,
+    /// IBV_WC_LOC_LEN_ERR: a receive buffer too small, or a message too long.
+    LocLenErr,
+    /// IBV_WC_LOC_QP_OP_ERR.
+    LocQpOpErr,
+    /// IBV_WC_LOC_PROT_ERR: a local SGE outside its region or without the right.
+    LocProtErr,
+    /// IBV_WC_WR_FLUSH_ERR: flushed because the QP went to the error state.
+    WrFlushErr,
+    /// IBV_WC_BAD_RESP_ERR: an unexpected response from the responder.
+    BadRespErr,
+    /// IBV_WC_REM_INV_REQ_ERR: NAK invalid request.
+    RemInvReqErr,
+    /// IBV_WC_REM_ACCESS_ERR: NAK remote access error (rkey, bounds, rights).
+    RemAccessErr,
+    /// IBV_WC_REM_OP_ERR: NAK remote operational error.
+    RemOpErr,
+    /// IBV_WC_RETRY_EXC_ERR: transport retries exhausted.
+    RetryExcErr,
+    /// IBV_WC_RNR_RETRY_EXC_ERR: RNR retries exhausted.
+    RnrRetryExcErr,
+}
+
+impl WcStatus {
+    /// The ibverbs name without its prefix, like `RETRY_EXC_ERR`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Success => "SUCCESS",
+            Self::LocLenErr => "LOC_LEN_ERR",
+            Self::LocQpOpErr => "LOC_QP_OP_ERR",
+            Self::LocProtErr => "LOC_PROT_ERR",
+            Self::WrFlushErr => "WR_FLUSH_ERR",
+            Self::BadRespErr => "BAD_RESP_ERR",
+            Self::RemInvReqErr => "REM_INV_REQ_ERR",
+            Self::RemAccessErr => "REM_ACCESS_ERR",
+            Self::RemOpErr => "REM_OP_ERR",
+            Self::RetryExcErr => "RETRY_EXC_ERR",
+            Self::RnrRetryExcErr => "RNR_RETRY_EXC_ERR",
+        }
+    }
+}
+
+/// Completion opcode (ibv_wc_opcode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WcOpcode {
+    /// IBV_WC_SEND.
+    Send,
+    /// IBV_WC_RDMA_WRITE.
+    RdmaWrite,
+    /// IBV_WC_RDMA_READ.
+    RdmaRead,
+    /// IBV_WC_COMP_SWAP.
+    CompSwap,
+    /// IBV_WC_FETCH_ADD.
+    FetchAdd,
+    /// IBV_WC_RECV.
+    Recv,
+    /// IBV_WC_RECV_RDMA_WITH_IMM.
+    RecvRdmaWithImm,
+}
+
+/// A work completion (ibv_wc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WorkCompletion {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// Outcome.
+    pub status: WcStatus,
+    /// What completed.
+    pub opcode: WcOpcode,
+    /// Bytes received (receives) or transferred.
+    pub byte_len: u32,
+    /// Immediate data, when the message carried some.
+    pub imm: Option<u32>,
+    /// The QP this completion belongs to.
+    pub qp_num: u32,
+    /// The remote QP (the sender, for receives).
+    pub src_qp: u32,
+    /// The sender's address, for receives (its GID is `::ffff:a.b.c.d` for IPv4).
+    pub sender: Option<IpAddr>,
+}
+
+impl WorkCompletion {
+    /// The completion of a receive work request on QP `qpn`, from `from` (the peer of a
+    /// connected QP, the sender of a datagram; none when a flush completes it unreceived).
+    pub(crate) fn recv(
+        qpn: u32,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+        imm: Option<u32>,
+        from: Option<Peer>,
+    ) -> Self {
+        Self {
+            wr_id,
+            status,
+            opcode,
+            byte_len,
+            imm,
+            qp_num: qpn,
+            src_qp: from.map_or(0, |p| p.qpn),
+            sender: from.map(|p| p.ip),
+        }
+    }
+
+    /// The completion of a send-side work request of `length` bytes on QP `qpn`
+    /// (byte_len is reported only on success).
+    pub fn send(qpn: u32, wr_id: u64, opcode: WcOpcode, length: u32, status: WcStatus) -> Self {
+        Self {
+            wr_id,
+            status,
+            opcode,
+            byte_len: if status == WcStatus::Success {
+                length
+            } else {
+                0
+            },
+            imm: None,
+            qp_num: qpn,
+            src_qp: 0,
+            sender: None,
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! The error of a verbs call itself (not of a work request, which completes with a
+//! [`super::WcStatus`]).
+
+use super::QpState;
+
+/// Errors of the verbs calls themselves (not of work requests, which complete with a status).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerbsError {
+    /// No QP with this number.
+    #[error("no QP {0:#x}")]
+    NoSuchQp(u32),
+    /// No CQ with this handle.
+    #[error("no such completion queue")]
+    NoSuchCq,
+    /// The call is not allowed in the QP's current state.
+    #[error("QP {qpn:#x} is in state {state:?}: {what} not allowed")]
+    BadState {
+        qpn: u32,
+        state: QpState,
+        what: &'static str,
+    },
+    /// A work request's parameters are invalid.
+    #[error("invalid work request: {0}")]
+    InvalidWr(&'static str),
+    /// The queue is full.
+    #[error("{0} queue full")]
+    QueueFull(&'static str),
+    /// Registration refused.
+    #[error(transparent)]
+    Reg(#[from] crate::mem::RegError),
+}

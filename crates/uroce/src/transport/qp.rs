@@ -1,0 +1,396 @@
+//! The queue pair shell RC, UC and UD share: the QP state and its legal changes (IBTA
+//! Vol. 1 §10.3.1, the QP state diagram), the attributes each change takes, the checks
+//! on posting work requests, the receive queue, entering ERR with every outstanding work
+//! request flushed as WR_FLUSH_ERR, and the counters.
+//!
+//! A transport plugs its own parts in as a [`Service`] (what every service does its own
+//! way: the send queue, packets in and out, timers) and either [`Connected`] (RC, UC: a
+//! peer fixed at INIT → RTR, send work requests without an address) or [`Datagram`] (UD:
+//! an address handle on every send work request). The shell calls a service only in the
+//! states where the call is legal, so the services do not check the state again.
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::time::Instant;
+
+use super::{
+    CqId, InitAttr, Io, Mtu, OutPacket, QpCaps, QpCounters, RecvBuf, RecvWr, RtrAttr, RtsAttr,
+    SendOp, SendWr, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+};
+use crate::mem::{Memory, PdId};
+use crate::wire::RocePacket;
+
+/// QP state (ibv_qp_state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpState {
+    /// IBV_QPS_RESET.
+    Reset,
+    /// IBV_QPS_INIT: receives may be posted.
+    Init,
+    /// IBV_QPS_RTR: ready to receive.
+    Rtr,
+    /// IBV_QPS_RTS: ready to send.
+    Rts,
+    /// IBV_QPS_ERR: everything outstanding flushed.
+    Err,
+}
+
+impl QpState {
+    /// The state a modify to `self` must start from, and the name of that change. Of the
+    /// changes of IBTA §10.3.1 this stack takes the way up, RESET → INIT → RTR → RTS, and
+    /// any state → ERR ([`Qp::enter_err`], which cannot fail); `None` for ERR and RESET.
+    fn comes_from(self) -> Option<(QpState, &'static str)> {
+        match self {
+            Self::Init => Some((Self::Reset, "RESET -> INIT")),
+            Self::Rtr => Some((Self::Init, "INIT -> RTR")),
+            Self::Rts => Some((Self::Rtr, "RTR -> RTS")),
+            Self::Reset | Self::Err => None,
+        }
+    }
+
+    /// Whether incoming packets are taken: in RTR and RTS (§10.3.1); RESET, INIT and ERR
+    /// drop them.
+    fn receives(self) -> bool {
+        matches!(self, Self::Rtr | Self::Rts)
+    }
+
+    /// Whether receive work requests may be posted: from INIT on, not in ERR.
+    fn takes_receives(self) -> bool {
+        !matches!(self, Self::Reset | Self::Err)
+    }
+}
+
+/// What every QP has whatever its service: its number and protection domain, its state,
+/// where its completions go, how deep its queues are, and its counters.
+#[derive(Debug)]
+pub(crate) struct QpCore {
+    pub qpn: u32,
+    pub pd: PdId,
+    pub state: QpState,
+    pub send_cq: CqId,
+    pub recv_cq: CqId,
+    pub max_send_wr: usize,
+    pub max_recv_wr: usize,
+    /// The receive queue: posted receives, oldest first, consumed alike by every service.
+    pub rq: VecDeque<RecvBuf>,
+    pub counters: QpCounters,
+}
+
+impl QpCore {
+    fn bad_state(&self, what: &'static str) -> VerbsError {
+        VerbsError::BadState {
+            qpn: self.qpn,
+            state: self.state,
+            what,
+        }
+    }
+
+    /// Checks that the QP may move to `to` now.
+    fn may_move_to(&self, to: QpState) -> Result<(), VerbsError> {
+        match to.comes_from() {
+            Some((from, _)) if from == self.state => Ok(()),
+            Some((_, what)) => Err(self.bad_state(what)),
+            None => Err(self.bad_state("modify")),
+        }
+    }
+
+    /// Checks that send work requests may be posted now: in RTS only.
+    fn may_post_send(&self) -> Result<(), VerbsError> {
+        if self.state != QpState::Rts {
+            return Err(self.bad_state("post_send"));
+        }
+        Ok(())
+    }
+
+    /// Checks that the send queue, `queued` deep, has room for one more.
+    fn send_room(&self, queued: usize) -> Result<(), VerbsError> {
+        if queued >= self.max_send_wr {
+            return Err(VerbsError::QueueFull("send"));
+        }
+        Ok(())
+    }
+}
+
+/// The peer of a connected QP, fixed at INIT → RTR: receive completions name it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer {
+    /// Its QPN.
+    pub qpn: u32,
+    /// Its address.
+    pub ip: IpAddr,
+}
+
+/// An error that takes the QP to ERR after the completion it produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fatal(pub WcStatus);
+
+/// What each transport service does its own way. The shell calls these only where the
+/// state allows: packets in RTR and RTS, requests out and timers in RTS.
+pub(crate) trait Service: Send {
+    /// RESET → INIT: the P_Key, the remote access rights, and (UD) the Q_Key.
+    fn init(&mut self, core: &QpCore, a: &InitAttr);
+    /// RTR → RTS: the first PSN to send, and (RC) the retry and timer attributes.
+    fn rts(&mut self, a: &RtsAttr);
+    /// The peer of a connected QP once in RTR; `None` for UD.
+    fn peer(&self) -> Option<Peer>;
+    /// Hands out every outstanding send work request, oldest first, as its id and
+    /// completion opcode, and forgets it.
+    fn flush_send(&mut self, flushed: &mut dyn FnMut(u64, WcOpcode));
+    /// Takes out the receive a message is being placed in (RC, UC), taken off the
+    /// receive queue when the message began.
+    fn take_receiving(&mut self) -> Option<RecvBuf> {
+        None
+    }
+    /// A packet for this QP (ICRC verified), in RTR or RTS. `Err` takes the QP to ERR.
+    fn on_packet(
+        &mut self,
+        core: &mut QpCore,
+        io: &mut Io<'_>,
+        p: &RocePacket<'_>,
+    ) -> Result<(), Fatal>;
+    /// The next packet answering the peer's requests (RC's ACKs, NAKs, READ responses):
+    /// in any state, as a NAK queued on the way to ERR still goes out.
+    fn next_response(&mut self) -> Option<OutPacket> {
+        None
+    }
+    /// The next request packet, in RTS.
+    fn next_request(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Option<OutPacket>;
+    /// When [`Service::on_timeout`] wants to be called next, in RTS.
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+    /// Fires the timers that are due, in RTS. `Err` takes the QP to ERR.
+    fn on_timeout(&mut self, _core: &mut QpCore, _io: &mut Io<'_>) -> Result<(), Fatal> {
+        Ok(())
+    }
+    /// The connected part of RC and UC.
+    fn connected(&mut self) -> Option<&mut dyn Connected> {
+        None
+    }
+    /// The datagram part of UD.
+    fn datagram(&mut self) -> Option<&mut dyn Datagram> {
+        None
+    }
+}
+
+/// What a connected service (RC, UC) adds: a peer and path fixed at INIT → RTR, and send
+/// work requests that go to that peer.
+pub(crate) trait Connected {
+    /// INIT → RTR: the peer, its QPN, the path MTU, the first PSN expected, and (RC) the
+    /// responder's resources.
+    fn rtr(&mut self, core: &QpCore, a: &RtrAttr);
+    /// Send work requests posted and not yet completed.
+    fn send_queued(&self) -> usize;
+    /// Refuses the operations the service does not carry, before the queue is looked at.
+    fn check_op(&self, _op: SendOp) -> Result<(), VerbsError> {
+        Ok(())
+    }
+    /// Queues a send work request; the shell checked the state and the queue depth.
+    fn post_send(&mut self, core: &QpCore, mem: &Memory, wr: SendWr) -> Result<(), VerbsError>;
+}
+
+/// What the datagram service (UD) adds: an MTU at INIT → RTR, and an address handle on
+/// every send work request.
+pub(crate) trait Datagram {
+    /// INIT → RTR: the MTU no datagram may exceed.
+    fn rtr(&mut self, mtu: Mtu);
+    /// Datagrams posted and not yet sent.
+    fn send_queued(&self) -> usize;
+    /// Queues a datagram; the shell checked the state and the queue depth.
+    fn post_send(&mut self, core: &QpCore, mem: &Memory, wr: UdSendWr) -> Result<(), VerbsError>;
+}
+
+/// One queue pair: the shell around its transport service.
+pub(crate) struct Qp {
+    core: QpCore,
+    service: Box<dyn Service>,
+}
+
+impl Qp {
+    /// A QP in RESET. `service` makes the transport's part from the shell's.
+    pub(crate) fn new(
+        qpn: u32,
+        pd: PdId,
+        caps: &QpCaps,
+        service: impl FnOnce(&QpCore) -> Box<dyn Service>,
+    ) -> Self {
+        let core = QpCore {
+            qpn,
+            pd,
+            state: QpState::Reset,
+            send_cq: caps.send_cq,
+            recv_cq: caps.recv_cq,
+            max_send_wr: caps.max_send_wr,
+            max_recv_wr: caps.max_recv_wr,
+            rq: VecDeque::new(),
+            counters: QpCounters::default(),
+        };
+        let service = service(&core);
+        Self { core, service }
+    }
+
+    /// The state.
+    pub(crate) fn state(&self) -> QpState {
+        self.core.state
+    }
+
+    /// The counters.
+    pub(crate) fn counters(&self) -> &QpCounters {
+        &self.core.counters
+    }
+
+    /// The counters, for those kept outside the transport (ECN, CNPs).
+    pub(crate) fn counters_mut(&mut self) -> &mut QpCounters {
+        &mut self.core.counters
+    }
+
+    /// The QPN `p` comes from: the peer of a connected QP, the sender a UD packet names
+    /// in its DETH.
+    pub(crate) fn peer_qpn(&self, p: &RocePacket<'_>) -> u32 {
+        match self.service.peer() {
+            Some(peer) => peer.qpn,
+            None => p.ext.deth.map_or(0, |d| d.src_qp),
+        }
+    }
+
+    /// RESET → INIT.
+    pub(crate) fn modify_init(&mut self, a: &InitAttr) -> Result<(), VerbsError> {
+        self.core.may_move_to(QpState::Init)?;
+        self.service.init(&self.core, a);
+        self.core.state = QpState::Init;
+        Ok(())
+    }
+
+    /// INIT → RTR of a connected QP (RC, UC).
+    pub(crate) fn modify_rtr(&mut self, a: &RtrAttr) -> Result<(), VerbsError> {
+        let Some(service) = self.service.connected() else {
+            return Err(VerbsError::InvalidWr(
+                "a UD QP has no peer: use modify_qp_rtr_ud",
+            ));
+        };
+        self.core.may_move_to(QpState::Rtr)?;
+        service.rtr(&self.core, a);
+        self.core.state = QpState::Rtr;
+        Ok(())
+    }
+
+    /// INIT → RTR of a UD QP.
+    pub(crate) fn modify_rtr_ud(&mut self, mtu: Mtu) -> Result<(), VerbsError> {
+        let Some(service) = self.service.datagram() else {
+            return Err(VerbsError::InvalidWr("modify_qp_rtr_ud is for UD QPs"));
+        };
+        self.core.may_move_to(QpState::Rtr)?;
+        service.rtr(mtu);
+        self.core.state = QpState::Rtr;
+        Ok(())
+    }
+
+    /// RTR → RTS.
+    pub(crate) fn modify_rts(&mut self, a: &RtsAttr) -> Result<(), VerbsError> {
+        self.core.may_move_to(QpState::Rts)?;
+        self.service.rts(a);
+        self.core.state = QpState::Rts;
+        Ok(())
+    }
+
+    /// Any state → ERR: every outstanding work request completes with WR_FLUSH_ERR, in
+    /// order, sends first (IBTA §10.3.1; IBV_WC_WR_FLUSH_ERR).
+    pub(crate) fn enter_err(&mut self, io: &mut Io<'_>) {
+        self.core.state = QpState::Err;
+        let QpCore {
+            qpn,
+            send_cq,
+            recv_cq,
+            ..
+        } = self.core;
+        let wcs = &mut *io.wcs;
+        self.service.flush_send(&mut |wr_id, opcode| {
+            let wc = WorkCompletion::send(qpn, wr_id, opcode, 0, WcStatus::WrFlushErr);
+            wcs.push((send_cq, wc));
+        });
+        let peer = self.service.peer();
+        let receiving = self.service.take_receiving();
+        for r in receiving.into_iter().chain(self.core.rq.drain(..)) {
+            let status = WcStatus::WrFlushErr;
+            let wc = WorkCompletion::recv(qpn, r.wr_id, status, WcOpcode::Recv, 0, None, peer);
+            wcs.push((recv_cq, wc));
+        }
+    }
+
+    /// Posts a send work request on a connected QP (RC, UC).
+    pub(crate) fn post_send(&mut self, mem: &Memory, wr: SendWr) -> Result<(), VerbsError> {
+        let Some(service) = self.service.connected() else {
+            return Err(VerbsError::InvalidWr("a UD QP takes post_send_ud"));
+        };
+        self.core.may_post_send()?;
+        service.check_op(wr.op)?;
+        self.core.send_room(service.send_queued())?;
+        service.post_send(&self.core, mem, wr)
+    }
+
+    /// Posts a datagram on a UD QP.
+    pub(crate) fn post_send_ud(&mut self, mem: &Memory, wr: UdSendWr) -> Result<(), VerbsError> {
+        let Some(service) = self.service.datagram() else {
+            return Err(VerbsError::InvalidWr("post_send_ud is for UD QPs"));
+        };
+        self.core.may_post_send()?;
+        self.core.send_room(service.send_queued())?;
+        service.post_send(&self.core, mem, wr)
+    }
+
+    /// Posts a receive work request; its buffer must lie in a region of the QP's PD that
+    /// grants LOCAL_WRITE.
+    pub(crate) fn post_recv(&mut self, mem: &Memory, wr: RecvWr) -> Result<(), VerbsError> {
+        if !self.core.state.takes_receives() {
+            return Err(self.core.bad_state("post_recv"));
+        }
+        if self.core.rq.len() >= self.core.max_recv_wr {
+            return Err(VerbsError::QueueFull("receive"));
+        }
+        let r = RecvBuf::check(mem, self.core.pd, wr)?;
+        self.core.rq.push_back(r);
+        Ok(())
+    }
+
+    /// Handles a packet addressed to this QP (ICRC already verified).
+    pub(crate) fn on_packet(&mut self, io: &mut Io<'_>, p: &RocePacket<'_>) {
+        if !self.core.state.receives() {
+            self.core.counters.dropped += 1;
+            return;
+        }
+        if self.service.on_packet(&mut self.core, io, p).is_err() {
+            self.enter_err(io);
+        }
+    }
+
+    /// The next packet to send: responses first (ACKs must not wait behind bulk
+    /// requests), then, in RTS, requests.
+    pub(crate) fn next_packet(&mut self, io: &mut Io<'_>) -> Option<OutPacket> {
+        let p = self.service.next_response().or_else(|| {
+            (self.core.state == QpState::Rts)
+                .then(|| self.service.next_request(&mut self.core, io))
+                .flatten()
+        });
+        if p.is_some() {
+            self.core.counters.packets_sent += 1;
+        }
+        p
+    }
+
+    /// When [`Qp::on_timeout`] wants to be called next.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        (self.core.state == QpState::Rts)
+            .then(|| self.service.poll_timeout())
+            .flatten()
+    }
+
+    /// Fires the timers that are due.
+    pub(crate) fn on_timeout(&mut self, io: &mut Io<'_>) {
+        if self.core.state != QpState::Rts {
+            return;
+        }
+        if self.service.on_timeout(&mut self.core, io).is_err() {
+            self.enter_err(io);
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Work requests (`ibv_send_wr`, `ibv_recv_wr`, one SGE each): what a send or a receive
+//! asks of a QP.
+
+use super::{Remote, WcOpcode};
+
+/// One scatter/gather element: a range of a registered region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Sge {
+    /// Virtual address (inside the region of `lkey`).
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// The region's local key.
+    pub lkey: u32,
+}
+
+/// What a send work request does (ibv_wr_opcode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SendOp {
+    /// SEND: consumes a receive at the peer.
+    Send,
+    /// SEND with immediate data.
+    SendWithImm(u32),
+    /// RDMA WRITE to `remote_addr` under `rkey`.
+    Write { remote_addr: u64, rkey: u32 },
+    /// RDMA WRITE with immediate data: also consumes a receive at the peer.
+    WriteWithImm {
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    },
+    /// RDMA READ from `remote_addr` into the local SGE.
+    Read { remote_addr: u64, rkey: u32 },
+    /// 64-bit compare and swap; the original value lands in the local SGE (8 bytes).
+    CompareSwap {
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    },
+    /// 64-bit fetch and add; the original value lands in the local SGE (8 bytes).
+    FetchAdd {
+        remote_addr: u64,
+        rkey: u32,
+        add: u64,
+    },
+}
+
+impl SendOp {
+    /// True for operations the responder answers with data (READ, atomics).
+    pub fn is_read_or_atomic(self) -> bool {
+        matches!(
+            self,
+            Self::Read { .. } | Self::CompareSwap { .. } | Self::FetchAdd { .. }
+        )
+    }
+    /// True for atomics.
+    pub fn is_atomic(self) -> bool {
+        matches!(self, Self::CompareSwap { .. } | Self::FetchAdd { .. })
+    }
+    /// The completion opcode.
+    pub fn wc_opcode(self) -> WcOpcode {
+        match self {
+            Self::Send | Self::SendWithImm(_) => WcOpcode::Send,
+            Self::Write { .. } | Self::WriteWithImm { .. } => WcOpcode::RdmaWrite,
+            Self::Read { .. } => WcOpcode::RdmaRead,
+            Self::CompareSwap { .. } => WcOpcode::CompSwap,
+            Self::FetchAdd { .. } => WcOpcode::FetchAdd,
+        }
+    }
+}
+
+/// A send work request (ibv_send_wr with one SGE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SendWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: SendOp,
+    /// Local buffer: the data to send or write, or where READ / atomic results go.
+    pub sge: Sge,
+    /// Generate a completion on success (errors always complete).
+    pub signaled: bool,
+    /// Set the solicited-event bit on the last packet.
+    pub solicited: bool,
+}
+
+/// A UD send work request (ibv_send_wr with its `wr.ud` part): always a SEND.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdSendWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Where the datagram goes (the address handle).
+    pub dest: Remote,
+    /// The destination QP.
+    pub remote_qpn: u32,
+    /// The destination's Q_Key; with bit 31 set, the sending QP's own Q_Key is used.
+    pub remote_qkey: u32,
+    /// The data (at most one path MTU).
+    pub sge: Sge,
+    /// Immediate data.
+    pub imm: Option<u32>,
+    /// Generate a completion on success.
+    pub signaled: bool,
+    /// Set the solicited-event bit.
+    pub solicited: bool,
+}
+
+/// A receive work request (ibv_recv_wr with one SGE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RecvWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Where received data goes.
+    pub sge: Sge,
+}
