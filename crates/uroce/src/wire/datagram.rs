@@ -14,7 +14,7 @@
 use std::net::IpAddr;
 
 use super::{
-    icrc, ipv4, ipv6, udp, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, UdpRepr, WireError, ICRC_LEN,
+    icrc, ipv4, ipv6, udp, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, UdpRepr, WireError,
     ROCEV2_UDP_PORT,
 };
 
@@ -158,8 +158,7 @@ impl DatagramRepr {
     /// The ICRC of `transport` (BTH up to, not including, the ICRC) carried in this
     /// datagram: the pseudo-header is these IP and UDP headers, masked as A17.3.3 says.
     pub fn icrc(&self, transport: &[u8]) -> Result<u32, WireError> {
-        let h = self.header_bytes(transport.len() + ICRC_LEN)?;
-        Ok(icrc::compute(h.ip(), h.udp(), transport))
+        icrc::compute_for(&self.ip, &self.udp, transport)
     }
 }
 

@@ -19,7 +19,7 @@
 //! hashed with one update, then the rest of the packet is hashed in place: one pass,
 //! no copy of the payload.
 
-use super::{ipv4, ICRC_LEN};
+use super::{ipv4, IpRepr, UdpRepr, WireError, ICRC_LEN};
 
 const LRH_STANDIN: usize = 8;
 const SCRATCH: usize = LRH_STANDIN + ipv4::MAX_HEADER_LEN + 8 + super::bth::HEADER_LEN;
@@ -29,38 +29,65 @@ const SCRATCH: usize = LRH_STANDIN + ipv4::MAX_HEADER_LEN + 8 + super::bth::HEAD
 /// ICRC. Inputs need not be valid; short inputs are hashed as they are.
 pub fn compute(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> u32 {
     let mut s = [0xffu8; SCRATCH];
-    let mut n = LRH_STANDIN;
-
     let ip = &ip_header[..ip_header.len().min(ipv4::MAX_HEADER_LEN)];
-    s[n..n + ip.len()].copy_from_slice(ip);
+    s[LRH_STANDIN..LRH_STANDIN + ip.len()].copy_from_slice(ip);
+    let udp = &udp_header[..udp_header.len().min(8)];
+    let at = LRH_STANDIN + ip.len();
+    s[at..at + udp.len()].copy_from_slice(udp);
+    masked_hash(&mut s, ip.len(), udp.len(), transport)
+}
+
+/// Computes the ICRC of `transport` (BTH up to, not including, the ICRC) carried under
+/// the IP and UDP headers `ip` and `udp` would emit: the pseudo-header is written from the
+/// representations straight into the scratch buffer, without the IPv4 header checksum
+/// that the mask covers anyway. What [`super::DatagramRepr::icrc`] uses.
+pub fn compute_for(ip: &IpRepr, udp: &UdpRepr, transport: &[u8]) -> Result<u32, WireError> {
+    let mut s = [0xffu8; SCRATCH];
+    let udp_len = super::udp::HEADER_LEN + transport.len() + ICRC_LEN;
+    let ip_len = ip.emit_fields(&mut s[LRH_STANDIN..], udp_len)?;
+    udp.emit(
+        &mut s[LRH_STANDIN + ip_len..],
+        udp_len - super::udp::HEADER_LEN,
+    )?;
+    Ok(masked_hash(
+        &mut s,
+        ip_len,
+        super::udp::HEADER_LEN,
+        transport,
+    ))
+}
+
+/// Masks the IP header (`ip_len` bytes after the LRH stand-in) and the UDP header
+/// (`udp_len` bytes after it) in `s`, appends the masked BTH and hashes everything with
+/// the rest of `transport`.
+fn masked_hash(s: &mut [u8; SCRATCH], ip_len: usize, udp_len: usize, transport: &[u8]) -> u32 {
+    let mut n = LRH_STANDIN;
+    let ip = &mut s[n..n + ip_len];
     match ip.first().map(|b| b >> 4) {
         Some(4) => {
             for i in [1usize, 8, 10, 11] {
                 if i < ip.len() {
-                    s[n + i] = 0xff; // TOS, TTL, header checksum
+                    ip[i] = 0xff; // TOS, TTL, header checksum
                 }
             }
         }
         Some(6) => {
-            s[n] |= 0x0f; // low nibble of the traffic class
+            ip[0] |= 0x0f; // low nibble of the traffic class
             for i in [1usize, 2, 3, 7] {
                 if i < ip.len() {
-                    s[n + i] = 0xff; // traffic class, flow label, hop limit
+                    ip[i] = 0xff; // traffic class, flow label, hop limit
                 }
             }
         }
         _ => {}
     }
-    n += ip.len();
-
-    let udp = &udp_header[..udp_header.len().min(8)];
-    s[n..n + udp.len()].copy_from_slice(udp);
+    n += ip_len;
     for i in [6usize, 7] {
-        if i < udp.len() {
+        if i < udp_len {
             s[n + i] = 0xff; // UDP checksum
         }
     }
-    n += udp.len();
+    n += udp_len;
 
     let bth_len = transport.len().min(super::bth::HEADER_LEN);
     s[n..n + bth_len].copy_from_slice(&transport[..bth_len]);
@@ -156,6 +183,43 @@ pub fn solve_ident(basis: &[u32; 16], delta: u32) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pseudo-header written from representations hashes as the emitted headers do,
+    /// options, odd TTLs and IPv6 included.
+    #[test]
+    fn compute_for_matches_compute_over_emitted_headers() {
+        use crate::wire::{Ipv4Repr, Ipv6Repr};
+        let mut v4 = Ipv4Repr::new([10, 0, 0, 1].into(), [10, 0, 0, 2].into(), 0x9a);
+        v4.ident = 0x1234;
+        v4.ttl = 3;
+        v4.options[..4].copy_from_slice(&[0x94, 0x04, 0, 0]);
+        v4.options_len = 4;
+        let v6 = Ipv6Repr {
+            src: "fd00::1".parse().unwrap(),
+            dst: "fd00::2".parse().unwrap(),
+            traffic_class: 0x02,
+            flow_label: 0xbeef,
+            next_header: 17,
+            hop_limit: 9,
+        };
+        let udp = UdpRepr {
+            src_port: 0xc123,
+            dst_port: 4791,
+            checksum: 0,
+        };
+        let transport: Vec<u8> = (0..60u8).collect();
+        for ip in [IpRepr::V4(v4), IpRepr::V6(v6)] {
+            let mut h = [0u8; 68];
+            let ip_len = ip.buffer_len();
+            let udp_len = 8 + transport.len() + ICRC_LEN;
+            ip.emit(&mut h, udp_len).unwrap();
+            udp.emit(&mut h[ip_len..], udp_len - 8).unwrap();
+            assert_eq!(
+                compute_for(&ip, &udp, &transport).unwrap(),
+                compute(&h[..ip_len], &h[ip_len..ip_len + 8], &transport)
+            );
+        }
+    }
 
     #[test]
     fn masked_fields_do_not_change_it_and_others_do() {

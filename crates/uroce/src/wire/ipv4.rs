@@ -232,6 +232,19 @@ impl Ipv4Repr {
 
     /// Writes the header (checksum included) for `payload_len` bytes of payload.
     pub fn emit(&self, buf: &mut [u8], payload_len: usize) -> Result<(), WireError> {
+        let hl = self.emit_fields(buf, payload_len)?;
+        let sum = header_checksum(&buf[..hl]);
+        put16(buf, field::CHECKSUM, sum);
+        Ok(())
+    }
+
+    /// Writes every field but the header checksum (left zero) and returns the header
+    /// length: for the ICRC, which masks the checksum (A17.3.3), it need not be computed.
+    pub(crate) fn emit_fields(
+        &self,
+        buf: &mut [u8],
+        payload_len: usize,
+    ) -> Result<usize, WireError> {
         let hl = self.buffer_len();
         if self.options_len > 40 || self.options_len % 4 != 0 {
             return Err(WireError::InvalidRepr(
@@ -255,10 +268,9 @@ impl Ipv4Repr {
         buf[field::PROTOCOL] = self.protocol;
         buf[field::SRC..field::SRC + 4].copy_from_slice(&self.src.octets());
         buf[field::DST..field::DST + 4].copy_from_slice(&self.dst.octets());
+        put16(buf, field::CHECKSUM, 0);
         buf[MIN_HEADER_LEN..hl].copy_from_slice(&self.options[..usize::from(self.options_len)]);
-        let sum = header_checksum(&buf[..hl]);
-        put16(buf, field::CHECKSUM, sum);
-        Ok(())
+        Ok(hl)
     }
 }
 

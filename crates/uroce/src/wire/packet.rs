@@ -73,6 +73,18 @@ impl IpRepr {
             Self::V6(r) => r.buffer_len(),
         }
     }
+    /// Writes the header for `payload_len` bytes of payload but, for IPv4, leaves the
+    /// header checksum zero (the ICRC masks it); returns the header length.
+    pub(crate) fn emit_fields(
+        &self,
+        buf: &mut [u8],
+        payload_len: usize,
+    ) -> Result<usize, WireError> {
+        match self {
+            Self::V4(r) => r.emit_fields(buf, payload_len),
+            Self::V6(r) => r.emit(buf, payload_len).map(|()| r.buffer_len()),
+        }
+    }
     /// Writes the header for `payload_len` bytes of payload.
     pub fn emit(&self, buf: &mut [u8], payload_len: usize) -> Result<(), WireError> {
         match self {
