@@ -1,43 +1,174 @@
-//! The sans-IO endpoint's edges: what it gives a backend to send ([`Transmit`]) and what it
-//! takes from one ([`Received`]).
+//! The sans-IO endpoint: one [`Context`] is an RDMA device context (protection domains,
+//! memory regions, completion queues, queue pairs) driven like quinn-proto's endpoint. The
+//! caller passes received packets in ([`Context::handle_frame`],
+//! [`Context::handle_datagram`]), takes datagrams out ([`Context::poll_transmit`], which
+//! writes the RoCE part and returns a [`Transmit`]) and keeps time
+//! ([`Context::poll_timeout`], [`Context::handle_timeout`]); `now` is always passed in.
+//! Nothing in here touches a socket or reads a clock.
+//!
+//! - [`resources`](self): the ibverbs calls (PDs, MRs, CQs, QPs, modify, post, poll);
+//! - `receive`: packets in, to their QP or the DCQCN reaction point;
+//! - `transmit`: packets out, CNPs first, QPs in turn, paced by DCQCN;
+//! - `qp`: a QP as the context holds it (the transport's QP and its reaction point).
 
 #![forbid(unsafe_code)]
 
+mod qp;
+mod receive;
+mod resources;
 mod transmit;
 
+pub use receive::Received;
 pub use transmit::Transmit;
 
-use crate::wire::DatagramRepr;
+use std::collections::{BTreeMap, VecDeque};
+use std::net::IpAddr;
+use std::time::Instant;
 
-/// One received packet as a backend has it.
-#[derive(Debug, Clone, Copy)]
-pub enum Received<'a> {
-    /// A whole Ethernet frame (AF_XDP, a packet socket, a simulated link): the endpoint
-    /// parses Ethernet, IP and UDP from the frame itself
-    /// ([`crate::verbs::Context::handle_frame`]).
-    Frame(&'a [u8]),
-    /// A UDP payload and the addressing the socket reported
-    /// ([`crate::verbs::Context::handle_datagram`]).
-    Datagram {
-        /// IP and UDP as they were on the wire, as far as the socket tells (see
-        /// [`crate::datapath::udp`] for the IPv4 identification).
-        datagram: &'a DatagramRepr,
-        /// BTH to ICRC.
-        roce: &'a [u8],
-    },
+use qp::Qp;
+
+use crate::congestion::{dcqcn, NotificationPoint, DEFAULT_CNP_DSCP};
+use crate::mem::Memory;
+use crate::transport::{CqId, Io, Remote, WorkCompletion};
+
+/// The local end: addresses, and the seed that makes keys and anything random repeatable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextConfig {
+    /// Our MAC.
+    pub mac: [u8; 6],
+    /// Our IP address (its GID is `::ffff:a.b.c.d` for IPv4).
+    pub ip: IpAddr,
+    /// Seed of the key generator.
+    pub seed: u64,
+    /// UDP source ports are `udp_sport_base | hash(QPN) & 0x3fff` (ECMP entropy, fixed per QP).
+    pub udp_sport_base: u16,
+    /// IP TOS / traffic class of every packet (DSCP and ECN).
+    pub tos: u8,
 }
 
-impl Received<'_> {
-    /// Bytes received (the frame, or the UDP payload).
-    pub fn len(&self) -> usize {
-        match self {
-            Self::Frame(f) => f.len(),
-            Self::Datagram { roce, .. } => roce.len(),
+/// Frame-level counters of a context.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ContextCounters {
+    /// Packets handed to [`Context::handle_frame`] or [`Context::handle_datagram`].
+    pub rx_frames: u64,
+    /// Frames dropped because the ICRC did not verify.
+    pub rx_bad_icrc: u64,
+    /// Frames dropped as malformed (every other [`crate::wire::WireError`]).
+    pub rx_malformed: u64,
+    /// Frames for a QP that does not exist.
+    pub rx_unknown_qp: u64,
+    /// Frames for another IP address.
+    pub rx_not_for_us: u64,
+    /// Packets produced by [`Context::poll_transmit`].
+    pub tx_frames: u64,
+    /// CNPs received for a QP that does not exist.
+    pub rx_cnp_unknown_qp: u64,
+}
+
+/// A CNP waiting to be sent.
+#[derive(Debug, Clone, Copy)]
+struct CnpJob {
+    /// The QP whose flow was marked (ours: its UDP source port is used).
+    from_qpn: u32,
+    /// The sender's QP, which the CNP names.
+    dest_qp: u32,
+    pkey: u16,
+    to: Remote,
+}
+
+/// One RDMA device context: everything a process has open on it.
+pub struct Context {
+    cfg: ContextConfig,
+    mem: Memory,
+    cqs: Vec<VecDeque<WorkCompletion>>,
+    qps: BTreeMap<u32, Qp>,
+    next_qpn: u32,
+    qpn_stride: u32,
+    np: NotificationPoint,
+    cnp_dscp: u8,
+    cnps: VecDeque<CnpJob>,
+    /// DCQCN parameters, when on.
+    dcqcn: Option<dcqcn::Params>,
+    /// QPs whose packets the rate limiter held back in the last `poll_transmit`.
+    held: Vec<u32>,
+    rr_cursor: u32,
+    /// Start of DCQCN rate state for QPs created after `enable_dcqcn`.
+    epoch: Instant,
+    wcs: Vec<(CqId, WorkCompletion)>,
+    counters: ContextCounters,
+}
+
+impl Context {
+    /// A context with nothing open; `now` starts its clock (DCQCN's rate state).
+    pub fn new(cfg: ContextConfig, now: Instant) -> Self {
+        Self {
+            cfg,
+            mem: Memory::new(cfg.seed),
+            cqs: Vec::new(),
+            qps: BTreeMap::new(),
+            next_qpn: 0x11,
+            qpn_stride: 1,
+            np: NotificationPoint::default(),
+            cnp_dscp: DEFAULT_CNP_DSCP,
+            cnps: VecDeque::new(),
+            dcqcn: None,
+            held: Vec::new(),
+            rr_cursor: 0,
+            epoch: now,
+            wcs: Vec::new(),
+            counters: ContextCounters::default(),
         }
     }
 
-    /// True when nothing was received.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// The configuration.
+    pub fn config(&self) -> &ContextConfig {
+        &self.cfg
     }
+
+    /// Frame-level counters.
+    pub fn counters(&self) -> ContextCounters {
+        self.counters
+    }
+
+    pub(crate) fn route_completions(&mut self) {
+        for (cq, wc) in self.wcs.drain(..) {
+            if let Some(q) = self.cqs.get_mut(cq.0 as usize) {
+                q.push_back(wc);
+            }
+        }
+    }
+
+    /// The earliest time [`Context::handle_timeout`] has work to do.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let qps = self.qps.values().filter_map(|q| q.poll_timeout());
+        let rps = self
+            .qps
+            .iter()
+            .filter_map(|(qpn, q)| q.rp.poll_timeout(self.held.contains(qpn)));
+        qps.chain(rps).min()
+    }
+
+    /// Runs the timers that are due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for qp in self.qps.values_mut() {
+            qp.rp.handle_timeout(now);
+        }
+        for qp in self.qps.values_mut() {
+            if qp.poll_timeout().is_some_and(|t| t <= now) {
+                let mut io = Io {
+                    now,
+                    mem: &mut self.mem,
+                    wcs: &mut self.wcs,
+                };
+                qp.on_timeout(&mut io);
+            }
+        }
+        self.route_completions();
+    }
+}
+
+/// The UDP source port of a QP: fixed for its life, spread for ECMP (IBTA A17.3.1).
+pub fn udp_source_port(base: u16, qpn: u32) -> u16 {
+    let h = qpn.wrapping_mul(0x9e37_79b1) >> 18;
+    base | (h as u16 & 0x3fff)
 }

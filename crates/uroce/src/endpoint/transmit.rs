@@ -1,10 +1,14 @@
 //! What the endpoint hands a backend with each datagram it produces, quinn-style: the
 //! RoCE bytes (BTH to ICRC) are in the caller's buffer, and this record says where they go.
 
-use crate::wire::{DatagramRepr, WireError};
+use std::time::Instant;
+
+use super::{udp_source_port, Context};
+use crate::transport::{Io, OutPacket};
+use crate::wire::{self, cnp, DatagramRepr, ExtHeaders, FrameRepr, WireError};
 
 /// One datagram to send: the RoCE part is the first `len` bytes of the buffer given to
-/// [`crate::verbs::Context::poll_transmit`].
+/// [`super::Context::poll_transmit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
     /// IP and UDP: addresses, ports, TOS (DSCP and ECN). A UDP socket sends to
@@ -35,5 +39,102 @@ impl Transmit {
     pub fn emit_link_headers(&self, src_mac: [u8; 6], buf: &mut [u8]) -> Result<(), WireError> {
         self.datagram
             .emit_link(src_mac, self.dst_mac, buf, self.len)
+    }
+}
+
+impl Context {
+    /// Writes the RoCE part (BTH to ICRC) of the next datagram to send at the start of
+    /// `buf` and says where it goes: CNPs first, then the QPs in turn. `buf` must hold a
+    /// full packet (4096 + 128 bytes is always enough).
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        while let Some(job) = self.cnps.pop_front() {
+            let pkt = OutPacket {
+                bth: cnp::bth(job.dest_qp, job.pkey),
+                ext: ExtHeaders::default(),
+                payload: None,
+                to: job.to,
+            };
+            let tos = self.cnp_dscp << 2;
+            if let Some(t) = self.emit(job.from_qpn, &pkt, tos, buf) {
+                return Some(t);
+            }
+        }
+        self.held.clear();
+        let mut cursor = self.rr_cursor;
+        for _ in 0..self.qps.len() {
+            // QPs take turns, starting after the one that sent last (no allocation).
+            let next = self
+                .qps
+                .range(cursor..)
+                .next()
+                .or_else(|| self.qps.iter().next());
+            let Some((&qpn, _)) = next else { break };
+            cursor = qpn.wrapping_add(1);
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            if !qp.rp.can_send(now) {
+                self.held.push(qpn);
+                continue;
+            }
+            let mut io = Io {
+                now,
+                mem: &mut self.mem,
+                wcs: &mut self.wcs,
+            };
+            let pkt = qp.next_packet(&mut io);
+            self.route_completions();
+            let Some(pkt) = pkt else { continue };
+            self.rr_cursor = cursor;
+            let tos = self.cfg.tos;
+            if let Some(t) = self.emit(qpn, &pkt, tos, buf) {
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    qp.rp.on_sent(now, t.frame_len());
+                }
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    /// Writes the next whole Ethernet frame to send into `buf` (from this context's MAC)
+    /// and returns its length: [`Context::poll_transmit`] with the link headers in front,
+    /// for simulated links, tests and tools that move frames.
+    pub fn poll_frame(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let at = wire::ethernet::HEADER_LEN + wire::datagram::roce_headers_len(self.cfg.ip);
+        let t = self.poll_transmit(now, buf.get_mut(at..)?)?;
+        debug_assert_eq!(t.link_headers_len(), at);
+        t.emit_link_headers(self.cfg.mac, &mut buf[..at]).ok()?;
+        Some(at + t.len)
+    }
+
+    /// Builds the RoCE part of `pkt` from QP `qpn` into `buf`.
+    fn emit(&mut self, qpn: u32, pkt: &OutPacket, tos: u8, buf: &mut [u8]) -> Option<Transmit> {
+        let sport = udp_source_port(self.cfg.udp_sport_base, qpn);
+        let datagram = DatagramRepr::roce(self.cfg.ip, pkt.to.ip, sport, tos)?;
+        let repr = FrameRepr {
+            eth: None,
+            ip: datagram.ip,
+            udp: datagram.udp,
+            bth: pkt.bth,
+            ext: pkt.ext,
+        };
+        let mem = &self.mem;
+        let len = pkt.payload.map_or(0, |s| s.len);
+        let n = repr
+            .emit_roce_with(len, buf, |dst| match pkt.payload {
+                Some(s) => match mem.read(s) {
+                    Some(src) if src.len() == dst.len() => dst.copy_from_slice(src),
+                    _ => dst.fill(0), // the region went away under a queued response
+                },
+                _ => dst.fill(0), // the region went away under a queued response
+            })
+            .ok()?;
+        self.counters.tx_frames += 1;
+        Some(Transmit {
+            datagram,
+            dst_mac: pkt.to.mac,
+            len: n,
+        })
     }
 }

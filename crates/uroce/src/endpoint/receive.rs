@@ -1,0 +1,139 @@
+//! Packets in: a whole Ethernet frame ([`Context::handle_frame`]) or a UDP payload with
+//! the addressing a socket reported ([`Context::handle_datagram`]), verified (lengths,
+//! fields, ICRC), then to the QP it names or, for a CNP, to that QP's reaction point.
+
+use std::time::Instant;
+
+use super::{CnpJob, Context};
+use crate::transport::{Io, Remote};
+use crate::wire::{self, DatagramRepr, Opcode, RocePacket, WireError};
+
+/// One received packet as a backend has it.
+#[derive(Debug, Clone, Copy)]
+pub enum Received<'a> {
+    /// A whole Ethernet frame (AF_XDP, a packet socket, a simulated link): the endpoint
+    /// parses Ethernet, IP and UDP from the frame itself
+    /// ([`super::Context::handle_frame`]).
+    Frame(&'a [u8]),
+    /// A UDP payload and the addressing the socket reported
+    /// ([`super::Context::handle_datagram`]).
+    Datagram {
+        /// IP and UDP as they were on the wire, as far as the socket tells (see
+        /// [`crate::datapath::udp`] for the IPv4 identification).
+        datagram: &'a DatagramRepr,
+        /// BTH to ICRC.
+        roce: &'a [u8],
+    },
+}
+
+impl Received<'_> {
+    /// Bytes received (the frame, or the UDP payload).
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Frame(f) => f.len(),
+            Self::Datagram { roce, .. } => roce.len(),
+        }
+    }
+
+    /// True when nothing was received.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Context {
+    /// Takes one received Ethernet frame (AF_XDP, a simulated link). Anything malformed,
+    /// corrupt or not for us is counted and dropped; the error is returned for the
+    /// caller's logs.
+    pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), WireError> {
+        self.counters.rx_frames += 1;
+        match wire::parse(frame) {
+            Ok(p) => self.handle_packet(now, &p),
+            Err(e) => Err(self.count_bad(e)),
+        }
+    }
+
+    /// Takes one received UDP payload (BTH to ICRC) with the IP and UDP headers it came
+    /// in, as a UDP socket reports them; the ICRC is verified over those headers.
+    /// Counted and dropped like [`Context::handle_frame`].
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        datagram: &DatagramRepr,
+        roce: &[u8],
+    ) -> Result<(), WireError> {
+        self.counters.rx_frames += 1;
+        let parsed = datagram.header_bytes(roce.len()).and_then(|h| {
+            wire::parse_datagram(datagram, &h, roce).map(|p| self.handle_packet(now, &p))
+        });
+        match parsed {
+            Ok(r) => r,
+            Err(e) => Err(self.count_bad(e)),
+        }
+    }
+
+    /// Takes a received packet the way a backend hands it over.
+    pub fn handle_received(&mut self, now: Instant, r: Received<'_>) -> Result<(), WireError> {
+        match r {
+            Received::Frame(f) => self.handle_frame(now, f),
+            Received::Datagram { datagram, roce } => self.handle_datagram(now, datagram, roce),
+        }
+    }
+
+    fn count_bad(&mut self, e: WireError) -> WireError {
+        if matches!(e, WireError::BadIcrc { .. }) {
+            self.counters.rx_bad_icrc += 1;
+        } else {
+            self.counters.rx_malformed += 1;
+        }
+        e
+    }
+
+    /// A packet whose ICRC verified: to its QP (or the reaction point, for a CNP).
+    fn handle_packet(&mut self, now: Instant, p: &RocePacket<'_>) -> Result<(), WireError> {
+        if p.ip.dst() != self.cfg.ip {
+            self.counters.rx_not_for_us += 1;
+            return Ok(());
+        }
+        let qpn = p.bth.dest_qp;
+        if p.bth.opcode == Opcode::Cnp {
+            // A CNP names the QP whose flow was marked: hand it to that QP's reaction point.
+            match self.qps.get_mut(&qpn) {
+                Some(qp) => {
+                    qp.counters_mut().rp_cnp_handled += 1;
+                    qp.rp.on_cnp(now);
+                }
+                None => self.counters.rx_cnp_unknown_qp += 1,
+            }
+            return Ok(());
+        }
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            self.counters.rx_unknown_qp += 1;
+            return Ok(());
+        };
+        if p.ip.ecn() == 3 {
+            // Notification point: CE seen; at most one CNP per QP per interval.
+            qp.counters_mut().np_ecn_marked_roce_packets += 1;
+            if self.np.on_ce(qpn, now) {
+                qp.counters_mut().np_cnp_sent += 1;
+                self.cnps.push_back(CnpJob {
+                    from_qpn: qpn,
+                    dest_qp: qp.peer_qpn(p),
+                    pkey: p.bth.pkey,
+                    to: Remote {
+                        ip: p.ip.src(),
+                        mac: p.eth.map_or([0; 6], |e| e.src),
+                    },
+                });
+            }
+        }
+        let mut io = Io {
+            now,
+            mem: &mut self.mem,
+            wcs: &mut self.wcs,
+        };
+        qp.on_packet(&mut io, p);
+        self.route_completions();
+        Ok(())
+    }
+}

@@ -1,0 +1,209 @@
+//! The ibverbs calls on a context: protection domains, memory regions, completion queues,
+//! queue pairs and their state changes, posting work requests, polling completions.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::qp::Qp;
+use super::Context;
+use crate::congestion::{dcqcn, NotificationPoint, ReactionPoint};
+use crate::mem::{Access, Mr, PdId};
+use crate::transport::{
+    CqId, InitAttr, Io, Mtu, QpCaps, QpCounters, QpState, QpType, RecvWr, RtrAttr, RtsAttr, SendWr,
+    UdSendWr, VerbsError, WorkCompletion,
+};
+
+impl Context {
+    /// Allocates a protection domain (ibv_alloc_pd).
+    pub fn alloc_pd(&mut self) -> PdId {
+        self.mem.alloc_pd()
+    }
+
+    /// Registers `data` as a memory region (ibv_reg_mr).
+    pub fn reg_mr(&mut self, pd: PdId, data: Vec<u8>, access: Access) -> Result<Mr, VerbsError> {
+        Ok(self.mem.register(pd, data, access)?)
+    }
+
+    /// Deregisters a region (ibv_dereg_mr); its keys stop working and the bytes come back.
+    pub fn dereg_mr(&mut self, mr: &Mr) -> Option<Vec<u8>> {
+        self.mem.deregister(mr.lkey)
+    }
+
+    /// The bytes of a region.
+    pub fn mr_bytes(&self, mr: &Mr) -> &[u8] {
+        self.mem.bytes(mr.lkey).unwrap_or(&[])
+    }
+
+    /// The bytes of a region, writable.
+    pub fn mr_bytes_mut(&mut self, mr: &Mr) -> &mut [u8] {
+        self.mem.bytes_mut(mr.lkey).unwrap_or(&mut [])
+    }
+
+    /// Creates a completion queue (ibv_create_cq).
+    pub fn create_cq(&mut self) -> CqId {
+        self.cqs.push(VecDeque::new());
+        CqId(self.cqs.len() as u32 - 1)
+    }
+
+    /// Takes up to `max` completions, oldest first (ibv_poll_cq).
+    pub fn poll_cq(&mut self, cq: CqId, max: usize) -> Vec<WorkCompletion> {
+        let Some(q) = self.cqs.get_mut(cq.0 as usize) else {
+            return Vec::new();
+        };
+        let n = max.min(q.len());
+        q.drain(..n).collect()
+    }
+
+    /// Like [`Context::poll_cq`], appending to `out` (no allocation once `out` has room):
+    /// for loops that poll per packet.
+    pub fn poll_cq_into(&mut self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        let Some(q) = self.cqs.get_mut(cq.0 as usize) else {
+            return 0;
+        };
+        let n = max.min(q.len());
+        out.extend(q.drain(..n));
+        n
+    }
+
+    /// Makes the QPs created from now on take the numbers `first`, `first + stride`, ...
+    /// (modulo 2^24): with one context per event loop, a QPN then says which loop owns
+    /// it, as a NIC steers by destination QP.
+    pub fn set_qpn_space(&mut self, first: u32, stride: u32) {
+        self.next_qpn = first & 0xff_ffff;
+        self.qpn_stride = stride.max(1);
+    }
+
+    /// The QPNs of every QP.
+    pub fn qpns(&self) -> impl Iterator<Item = u32> + '_ {
+        self.qps.keys().copied()
+    }
+
+    /// Creates a QP in RESET (ibv_create_qp); returns its QPN. A `Gsi` QP is QP1.
+    pub fn create_qp(&mut self, pd: PdId, caps: QpCaps) -> Result<u32, VerbsError> {
+        if !self.mem.pd_exists(pd) {
+            return Err(crate::mem::RegError::NoSuchPd.into());
+        }
+        for cq in [caps.send_cq, caps.recv_cq] {
+            if cq.0 as usize >= self.cqs.len() {
+                return Err(VerbsError::NoSuchCq);
+            }
+        }
+        let qpn = if caps.qp_type == QpType::Gsi {
+            if self.qps.contains_key(&1) {
+                return Err(VerbsError::InvalidWr("QP1 (GSI) already exists"));
+            }
+            1
+        } else {
+            let q = self.next_qpn;
+            self.next_qpn = (self.next_qpn + self.qpn_stride) & 0xff_ffff;
+            q
+        };
+        let mut rp = ReactionPoint::default();
+        if let Some(p) = self.dcqcn {
+            rp.dcqcn = Some(dcqcn::ReactionPoint::new(p, self.epoch));
+        }
+        self.qps.insert(qpn, Qp::new(qpn, pd, &caps, rp));
+        Ok(qpn)
+    }
+
+    /// Turns DCQCN on for every QP, present and future: data packets carry ECT(0), the
+    /// notification point follows `min_time_between_cnps` and `cnp_dscp`, and each QP's
+    /// packets wait for its reaction point's rate. `now` starts the rate state.
+    pub fn enable_dcqcn(&mut self, p: dcqcn::Params, now: Instant) {
+        self.dcqcn = Some(p);
+        self.epoch = now;
+        self.np = NotificationPoint::new(p.min_time_between_cnps);
+        self.cnp_dscp = p.cnp_dscp;
+        self.cfg.tos = (self.cfg.tos & !0x03) | 0x02;
+        for qp in self.qps.values_mut() {
+            qp.rp.dcqcn = Some(dcqcn::ReactionPoint::new(p, now));
+        }
+    }
+
+    /// Sets the notification point's minimum interval between CNPs of one QP.
+    pub fn set_cnp_interval(&mut self, interval: Duration) {
+        self.np = NotificationPoint::new(interval);
+    }
+
+    /// The reaction point of a QP: the CNPs it received.
+    pub fn reaction_point(&self, qpn: u32) -> Option<&ReactionPoint> {
+        self.qps.get(&qpn).map(|q| &q.rp)
+    }
+
+    fn qp(&mut self, qpn: u32) -> Result<&mut Qp, VerbsError> {
+        self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))
+    }
+
+    /// RESET → INIT.
+    pub fn modify_qp_init(&mut self, qpn: u32, a: InitAttr) -> Result<(), VerbsError> {
+        self.qp(qpn)?.modify_init(&a)
+    }
+
+    /// INIT → RTR for a connected QP (RC, UC).
+    pub fn modify_qp_rtr(&mut self, qpn: u32, a: RtrAttr) -> Result<(), VerbsError> {
+        if a.remote.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
+            return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
+        }
+        self.qp(qpn)?.modify_rtr(&a)
+    }
+
+    /// INIT → RTR for a UD QP; `mtu` limits the datagrams it sends.
+    pub fn modify_qp_rtr_ud(&mut self, qpn: u32, mtu: Mtu) -> Result<(), VerbsError> {
+        self.qp(qpn)?.modify_rtr_ud(mtu)
+    }
+
+    /// RTR → RTS.
+    pub fn modify_qp_rts(&mut self, qpn: u32, a: RtsAttr) -> Result<(), VerbsError> {
+        self.qp(qpn)?.modify_rts(&a)
+    }
+
+    /// Any state → ERR: outstanding work requests complete with WR_FLUSH_ERR.
+    pub fn modify_qp_err(&mut self, qpn: u32, now: Instant) -> Result<(), VerbsError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let mut io = Io {
+            now,
+            mem: &mut self.mem,
+            wcs: &mut self.wcs,
+        };
+        qp.enter_err(&mut io);
+        self.route_completions();
+        Ok(())
+    }
+
+    /// The QP's state.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.qps.get(&qpn).map(|q| q.state())
+    }
+
+    /// The QP's counters.
+    pub fn qp_counters(&self, qpn: u32) -> Option<QpCounters> {
+        let qp = self.qps.get(&qpn)?;
+        let mut c = *qp.counters();
+        if let Some(rp) = &qp.rp.dcqcn {
+            c.rp_cnp_handled = rp.counters().rp_cnp_handled;
+            c.rp_cnp_ignored = rp.counters().rp_cnp_ignored;
+        }
+        Some(c)
+    }
+
+    /// Posts a send work request on an RC or UC QP (ibv_post_send).
+    pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        qp.post_send(&self.mem, wr)
+    }
+
+    /// Posts a datagram on a UD QP (ibv_post_send with an address handle).
+    pub fn post_send_ud(&mut self, qpn: u32, wr: UdSendWr) -> Result<(), VerbsError> {
+        if wr.dest.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
+            return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
+        }
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        qp.post_send_ud(&self.mem, wr)
+    }
+
+    /// Posts a receive work request (ibv_post_recv).
+    pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), VerbsError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        qp.post_recv(&self.mem, wr)
+    }
+}
