@@ -366,11 +366,10 @@ impl Qp {
     /// The next packet to send: responses first (ACKs must not wait behind bulk
     /// requests), then, in RTS, requests.
     pub(crate) fn next_packet(&mut self, io: &mut Io<'_>) -> Option<OutPacket> {
-        let p = self.service.next_response().or_else(|| {
-            (self.core.state == QpState::Rts)
-                .then(|| self.service.next_request(&mut self.core, io))
-                .flatten()
-        });
+        let mut p = self.service.next_response();
+        if p.is_none() && self.core.state == QpState::Rts {
+            p = self.service.next_request(&mut self.core, io);
+        }
         if p.is_some() {
             self.core.counters.packets_sent += 1;
         }
