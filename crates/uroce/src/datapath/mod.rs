@@ -35,7 +35,8 @@ pub const MAX_FRAME: usize = 4096 + 256;
 /// hands what is queued to the kernel, [`Backend::receive`] hands received packets to a
 /// closure in place.
 pub trait Backend {
-    /// Offers a buffer of at least [`MAX_FRAME`] bytes to `build`, which writes the RoCE
+    /// Offers a buffer to `build`, big enough for the largest packet of the MTU the backend
+    /// was opened for (never more than [`MAX_FRAME`] is needed), which writes the RoCE
     /// part of one datagram at its start and returns where it goes, or `None` when it has
     /// nothing to send. Returns whether a datagram was queued. When the backend has no
     /// room, it returns `ErrorKind::WouldBlock` without calling `build`, so nothing is lost.
