@@ -24,13 +24,13 @@ pub struct TrafficArgs {
 
 impl TrafficArgs {
     /// The traffic asked for, or why it is refused.
-    pub fn traffic(&self) -> Result<Traffic, String> {
+    pub fn traffic(&self) -> anyhow::Result<Traffic> {
         let t = Traffic {
             dscp: self.dscp,
             sport_base: self.sport_base,
             dcqcn: self.dcqcn.clone().map(|p| (p, self.dcqcn_set.clone())),
         };
-        t.validate()?;
+        t.validate().map_err(anyhow::Error::msg)?;
         Ok(t)
     }
 }
