@@ -4,7 +4,7 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 
 use uroce::pcap::Reader;
 use uroce_tools::decode::{human_line, record};
@@ -35,7 +35,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             Ok(f) => f,
             Err(e) => {
                 let _ = out.flush();
-                bail!("{}: {e}", a.file.display());
+                return Err(e).with_context(|| a.file.display().to_string());
             }
         };
         let r = record(i + 1, &frame);

@@ -53,8 +53,7 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
             "udp" => BackendChoice::Udp,
             _ => BackendChoice::Auto,
         },
-    })
-    .map_err(anyhow::Error::msg)?;
+    })?;
     for l in &r.lines {
         println!("  {l}");
     }

@@ -176,23 +176,23 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     };
     let Some(server_addr) = a.server else {
         eprintln!("uroce perf: waiting for a client on TCP port {}", cfg.port);
-        let tcp = uroce_tools::perf::accept_one(cfg.port).map_err(anyhow::Error::msg)?;
+        let tcp = uroce_tools::perf::accept_one(cfg.port)?;
         // A uroce client opens with a JSON line, perftest with its version string.
         let mut first = [0u8; 1];
         tcp.peek(&mut first)?;
         if first[0] == b'{' {
-            let what = uroce_tools::perf::serve(&cfg, tcp).map_err(anyhow::Error::msg)?;
+            let what = uroce_tools::perf::serve(&cfg, tcp)?;
             eprintln!("uroce perf: {what}");
             return Ok(ExitCode::SUCCESS);
         }
         let pt = pt.context("a perftest client connected, but `raw` is not a perftest test")?;
         uroce::datapath::catch_interrupts();
-        let out = perftest::serve(&pt, tcp).map_err(anyhow::Error::msg)?;
+        let out = perftest::serve(&pt, tcp)?;
         return print_perftest(&out, a.json);
     };
     if a.perftest {
         let pt = pt.context("`raw` is not a perftest test")?;
-        let out = perftest::client(&pt, server_addr).map_err(anyhow::Error::msg)?;
+        let out = perftest::client(&pt, server_addr)?;
         return print_perftest(&out, a.json);
     }
     if verb == Some(Verb::Atomic) {
@@ -203,8 +203,7 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
         if !json {
             eprintln!("{line}");
         }
-    })
-    .map_err(anyhow::Error::msg)?;
+    })?;
     if json {
         println!("{}", serde_json::to_string(&r)?);
         return Ok(ExitCode::SUCCESS);

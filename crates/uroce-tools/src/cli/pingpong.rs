@@ -86,7 +86,7 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
         iface: a.iface,
         impair,
     };
-    let r = run(&cfg, a.server).map_err(anyhow::Error::msg)?;
+    let r = run(&cfg, a.server)?;
     show("local address: ", &r.local);
     show("remote address:", &r.remote);
     for l in r.summary() {

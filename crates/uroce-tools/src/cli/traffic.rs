@@ -30,7 +30,7 @@ impl TrafficArgs {
             sport_base: self.sport_base,
             dcqcn: self.dcqcn.clone().map(|p| (p, self.dcqcn_set.clone())),
         };
-        t.validate().map_err(anyhow::Error::msg)?;
+        t.validate()?;
         Ok(t)
     }
 }
