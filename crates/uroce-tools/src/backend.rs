@@ -3,6 +3,8 @@
 
 use std::net::IpAddr;
 
+use anyhow::{anyhow, bail, Context as _};
+
 use uroce::datapath::impair::{Impaired, Impairment};
 use uroce::datapath::udp::UdpBackend;
 use uroce::datapath::xdp::XdpBackend;
@@ -26,12 +28,12 @@ pub enum BackendChoice {
 
 impl BackendChoice {
     /// `auto`, `xdp` or `udp`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> anyhow::Result<Self> {
         match s {
             "auto" => Ok(Self::Auto),
             "xdp" => Ok(Self::Xdp),
             "udp" => Ok(Self::Udp),
-            _ => Err(format!("backend {s:?} is not auto, xdp or udp")),
+            _ => bail!("backend {s:?} is not auto, xdp or udp"),
         }
     }
 }
@@ -49,14 +51,14 @@ pub fn open(
     local: IpAddr,
     mtu: Mtu,
     impair: Impairment,
-) -> Result<(Boxed, String), String> {
+) -> anyhow::Result<(Boxed, String)> {
     let xdp = match (choice, iface) {
         (BackendChoice::Udp, _) => None,
-        (_, None) => Some(Err(no_iface.to_string())),
+        (_, None) => Some(Err(anyhow!("{no_iface}"))),
         (_, Some(i)) => Some(
             XdpBackend::open(i, 2, mtu.bytes() + FRAME_OVERHEAD, MAX_INFLIGHT_PSNS)
                 .map(|b| (b, i))
-                .map_err(|e| format!("AF_XDP on {i}: {e}")),
+                .with_context(|| format!("AF_XDP on {i}")),
         ),
     };
     let seed = seed_of(local);
@@ -67,9 +69,9 @@ pub fn open(
         }
         Some(Err(e)) if choice == BackendChoice::Xdp => Err(e),
         other => {
-            let u = UdpBackend::bind(local).map_err(|e| e.to_string())?;
+            let u = UdpBackend::bind(local)?;
             let what = match other {
-                Some(Err(e)) => format!("UDP backend (AF_XDP not possible: {e})"),
+                Some(Err(e)) => format!("UDP backend (AF_XDP not possible: {e:#})"),
                 _ => "UDP backend".to_string(),
             };
             Ok((impaired(u, impair, seed), what))
@@ -86,7 +88,7 @@ pub fn open_per_loop(
     n: u32,
     mtu: Mtu,
     impair: Impairment,
-) -> Result<(Vec<Boxed>, String), String> {
+) -> anyhow::Result<(Vec<Boxed>, String)> {
     let mut why = String::new();
     if choice != BackendChoice::Udp {
         match XdpBackend::open_per_queue(iface, n, mtu.bytes() + FRAME_OVERHEAD, MAX_INFLIGHT_PSNS)
@@ -101,14 +103,14 @@ pub fn open_per_loop(
                 return Ok((v, what));
             }
             Err(e) if choice == BackendChoice::Xdp => {
-                return Err(format!("AF_XDP on {iface}: {e}"))
+                return Err(e).with_context(|| format!("AF_XDP on {iface}"))
             }
             Err(e) => why = format!(" (AF_XDP not possible: {e})"),
         }
     }
     let mut v = Vec::new();
     for k in 0..n {
-        let b = UdpBackend::bind_steered(local, k, n).map_err(|e| e.to_string())?;
+        let b = UdpBackend::bind_steered(local, k, n)?;
         v.push(impaired(b, impair, seed_of(local) ^ u64::from(k)));
     }
     let what = format!("UDP backend, {n} loops on threads, steered by DestQP{why}");

@@ -6,6 +6,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail, Context as _};
+
 use crate::netns::{self, VethPair};
 use uroce::datapath::event_loop::Endpoint;
 use uroce::datapath::impair::Impairment;
@@ -100,7 +102,7 @@ fn side(
     impair: Impairment,
     choice: BackendChoice,
     mtu: Mtu,
-) -> Result<(Side, String), String> {
+) -> anyhow::Result<(Side, String)> {
     let addr = place.addr;
     let (backend, what) = crate::backend::open(
         choice,
@@ -122,7 +124,6 @@ fn side(
     );
     let cq = ctx.create_cq();
     let pd = ctx.alloc_pd();
-    let e = |e: uroce::verbs::VerbsError| e.to_string();
     let caps = |t| QpCaps {
         qp_type: t,
         send_cq: cq,
@@ -130,22 +131,19 @@ fn side(
         max_send_wr: 1024,
         max_recv_wr: 1024,
     };
-    let rc = ctx.create_qp(pd, caps(QpType::Rc)).map_err(e)?;
-    let ud = ctx.create_qp(pd, caps(QpType::Ud)).map_err(e)?;
+    let rc = ctx.create_qp(pd, caps(QpType::Rc))?;
+    let ud = ctx.create_qp(pd, caps(QpType::Ud))?;
     let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-    let mr = ctx.reg_mr(pd, vec![0; region], all).map_err(e)?;
-    let atomic = ctx
-        .reg_mr(pd, vec![0; 8], Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)
-        .map_err(e)?;
-    ctx.modify_qp_init(rc, InitAttr::default()).map_err(e)?;
+    let mr = ctx.reg_mr(pd, vec![0; region], all)?;
+    let atomic = ctx.reg_mr(pd, vec![0; 8], Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
+    ctx.modify_qp_init(rc, InitAttr::default())?;
     ctx.modify_qp_init(
         ud,
         InitAttr {
             qkey: QKEY,
             ..InitAttr::default()
         },
-    )
-    .map_err(e)?;
+    )?;
     Ok((
         Side {
             ep: Endpoint::new(ctx, backend),
@@ -159,8 +157,7 @@ fn side(
     ))
 }
 
-fn connect(s: &mut Side, peer: &Place, peer_rc: u32, mtu: Mtu) -> Result<(), String> {
-    let e = |e: uroce::verbs::VerbsError| e.to_string();
+fn connect(s: &mut Side, peer: &Place, peer_rc: u32, mtu: Mtu) -> anyhow::Result<()> {
     let remote = Remote {
         ip: IpAddr::V4(peer.addr),
         mac: peer.mac,
@@ -174,7 +171,7 @@ fn connect(s: &mut Side, peer: &Place, peer_rc: u32, mtu: Mtu) -> Result<(), Str
         min_rnr_timer: 12,
     };
     let ctx = &mut s.ep.ctx;
-    ctx.modify_qp_rtr(s.rc, rtr).map_err(e)?;
+    ctx.modify_qp_rtr(s.rc, rtr)?;
     ctx.modify_qp_rts(
         s.rc,
         RtsAttr {
@@ -182,14 +179,14 @@ fn connect(s: &mut Side, peer: &Place, peer_rc: u32, mtu: Mtu) -> Result<(), Str
             timeout: 12,
             ..RtsAttr::default()
         },
-    )
-    .map_err(e)?;
-    ctx.modify_qp_rtr_ud(s.ud, mtu).map_err(e)?;
-    ctx.modify_qp_rts(s.ud, RtsAttr::default()).map_err(e)
+    )?;
+    ctx.modify_qp_rtr_ud(s.ud, mtu)?;
+    ctx.modify_qp_rts(s.ud, RtsAttr::default())?;
+    Ok(())
 }
 
 /// Posts `ops` on the client RC QP and waits for them all; returns elapsed time.
-fn run_phase(s: &mut Side, ops: Vec<(SendOp, Sge)>) -> Result<Duration, String> {
+fn run_phase(s: &mut Side, ops: Vec<(SendOp, Sge)>) -> anyhow::Result<Duration> {
     let t = Instant::now();
     let n = ops.len();
     let mut done = 0;
@@ -197,43 +194,41 @@ fn run_phase(s: &mut Side, ops: Vec<(SendOp, Sge)>) -> Result<Duration, String> 
     let mut queued = ops.into_iter().enumerate().peekable();
     let (rc, cq) = (s.rc, s.cq);
     let deadline = t + PHASE_LIMIT;
-    let finished =
-        s.ep.run_until(deadline, |ctx| {
-            while let Some((i, (op, sge))) = queued.peek().copied() {
-                let wr = SendWr {
-                    wr_id: i as u64,
-                    op,
-                    sge,
-                    signaled: true,
-                    solicited: false,
-                };
-                if ctx.post_send(rc, wr).is_err() {
-                    break; // queue full: try again next round
-                }
-                queued.next();
+    let finished = s.ep.run_until(deadline, |ctx| {
+        while let Some((i, (op, sge))) = queued.peek().copied() {
+            let wr = SendWr {
+                wr_id: i as u64,
+                op,
+                sge,
+                signaled: true,
+                solicited: false,
+            };
+            if ctx.post_send(rc, wr).is_err() {
+                break; // queue full: try again next round
             }
-            for wc in ctx.poll_cq(cq, 64) {
-                if wc.status != WcStatus::Success && err.is_none() {
-                    err = Some(format!(
-                        "work request {} completed with {}",
-                        wc.wr_id,
-                        wc.status.name()
-                    ));
-                }
-                done += 1;
+            queued.next();
+        }
+        for wc in ctx.poll_cq(cq, 64) {
+            if wc.status != WcStatus::Success && err.is_none() {
+                err = Some(anyhow!(
+                    "work request {} completed with {}",
+                    wc.wr_id,
+                    wc.status.name()
+                ));
             }
-            done >= n || err.is_some()
-        })
-        .map_err(|e| e.to_string())?;
+            done += 1;
+        }
+        done >= n || err.is_some()
+    })?;
     if let Some(e) = err {
         return Err(e);
     }
     if !finished {
-        return Err(format!(
+        bail!(
             "{done} of {n} operations completed before the time limit or an interrupt ({:?}, {} send errors)",
             s.ep.ctx.counters(),
             s.ep.send_errors
-        ));
+        );
     }
     Ok(t.elapsed())
 }
@@ -277,17 +272,17 @@ struct Driven {
 }
 
 /// Runs the demo. Needs root for the namespaces; says so otherwise.
-pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
+pub fn run(cfg: &DemoConfig) -> anyhow::Result<DemoReport> {
     uroce::datapath::catch_interrupts();
     let mut report = DemoReport::default();
     let pair = veth_pair(&mut report.lines)?;
     if let Some(n) = &cfg.netem {
         let Some(pair) = &pair else {
-            return Err("--netem needs the veth pair, which needs root".into());
+            bail!("--netem needs the veth pair, which needs root");
         };
         let args: Vec<&str> = n.split_whitespace().collect();
         for i in 0..2 {
-            pair.netem(i, &args).map_err(|e| format!("tc netem: {e}"))?;
+            pair.netem(i, &args).context("tc netem")?;
         }
     }
     let capture = match (&pair, cfg.capture) {
@@ -296,7 +291,7 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
             // the capture taps and XDP takes received RoCE frames before them, so only a
             // kernel-stack end sees both directions.
             crate::live_capture::Capture::start(Some(p.ns[1].clone()), p.ifaces[1].clone(), false)
-                .map_err(|e| format!("capturing on the veth: {e}"))?,
+                .context("capturing on the veth")?,
         ),
         _ => None,
     };
@@ -323,7 +318,7 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
     let (to_server, from_client) = mpsc::channel::<Info>();
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let (pa, pb) = (place_a.clone(), place_b.clone());
-    let server = std::thread::spawn(move || -> Result<Served, String> {
+    let server = std::thread::spawn(move || -> anyhow::Result<Served> {
         enter(ns_b.as_deref())?;
         serve(
             &plan,
@@ -337,17 +332,17 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
     });
     let (pa, pb) = (place_a, place_b);
     let choice = cfg.backend;
-    let client = std::thread::spawn(move || -> Result<Driven, String> {
+    let client = std::thread::spawn(move || -> anyhow::Result<Driven> {
         enter(ns_a.as_deref())?;
         drive(&plan, &pa, &pb, choice, from_server, to_server)
     });
     let client_result = client
         .join()
-        .map_err(|_| "the client thread panicked".to_string());
+        .map_err(|_| anyhow!("the client thread panicked"));
     let _ = stop_tx.send(());
     let server_result = server
         .join()
-        .map_err(|_| "the server thread panicked".to_string())?;
+        .map_err(|_| anyhow!("the server thread panicked"))?;
     report.lines.push(where_line(cfg, &pair));
     let client = client_result??;
     report.lines.extend(client.lines);
@@ -373,7 +368,7 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
         server.sends_ok, server.ud_ok
     ));
     if let Some(c) = capture {
-        report.captured = c.stop().map_err(|e| format!("capture: {e}"))?;
+        report.captured = c.stop().context("capture")?;
     }
     let lossy = cfg.netem.is_some() || cfg.impair.drop > 0.0;
     report.ok = server.sends_ok == n && (server.ud_ok == n || lossy && server.ud_ok > 0);
@@ -383,13 +378,13 @@ pub fn run(cfg: &DemoConfig) -> Result<DemoReport, String> {
 
 /// Two namespaces over veth where we may make them; else `None`, both ends on loopback
 /// (said in `lines`).
-fn veth_pair(lines: &mut Vec<String>) -> Result<Option<VethPair>, String> {
+fn veth_pair(lines: &mut Vec<String>) -> anyhow::Result<Option<VethPair>> {
     match netns::check_privileges() {
         Ok(()) => VethPair::create("demo", 9000)
             .map(Some)
-            .map_err(|e| format!("making the veth pair: {e}")),
+            .context("making the veth pair"),
         Err(why) => {
-            lines.push(format!("no network namespaces: {why}"));
+            lines.push(format!("no network namespaces: {why:#}"));
             lines.push(
                 "running both endpoints on loopback (127.0.0.1 and 127.0.0.2) instead".into(),
             );
@@ -399,10 +394,10 @@ fn veth_pair(lines: &mut Vec<String>) -> Result<Option<VethPair>, String> {
 }
 
 /// Where the client and the server run: the veth's two ends, or two loopback addresses.
-fn places(pair: &Option<VethPair>) -> Result<(Place, Place), String> {
+fn places(pair: &Option<VethPair>) -> anyhow::Result<(Place, Place)> {
     Ok(match pair {
         Some(p) => {
-            let mac = |i| p.mac(i).map_err(|e| format!("reading the veth MAC: {e}"));
+            let mac = |i| p.mac(i).context("reading the veth MAC");
             (
                 Place {
                     addr: p.addrs[0],
@@ -432,9 +427,9 @@ fn places(pair: &Option<VethPair>) -> Result<(Place, Place), String> {
 }
 
 /// This thread into namespace `ns`, if any.
-fn enter(ns: Option<&str>) -> Result<(), String> {
+fn enter(ns: Option<&str>) -> anyhow::Result<()> {
     match ns {
-        Some(ns) => netns::enter(ns).map_err(|e| format!("entering {ns}: {e}")),
+        Some(ns) => netns::enter(ns).with_context(|| format!("entering {ns}")),
         None => Ok(()),
     }
 }
@@ -475,24 +470,22 @@ fn serve(
     to_client: mpsc::Sender<Info>,
     from_client: mpsc::Receiver<Info>,
     stop: mpsc::Receiver<()>,
-) -> Result<Served, String> {
+) -> anyhow::Result<Served> {
     let (n, size, ud_size) = (plan.n, plan.size, plan.ud_size);
     // The RC region, then n receive slots for the SENDs, then n for UD datagrams.
     let send_base = plan.region;
     let ud_base = plan.region + n * size as usize;
     let ud_slot = ud_size as usize + 40;
     let (mut s, what) = side(me, 2, ud_base + n * ud_slot, plan.impair, choice, plan.mtu)?;
-    to_client
-        .send(Info {
-            rc_qpn: s.rc,
-            ud_qpn: s.ud,
-            addr: s.mr.addr,
-            rkey: s.mr.rkey,
-            atomic_addr: s.atomic.addr,
-            atomic_rkey: s.atomic.rkey,
-        })
-        .map_err(|e| e.to_string())?;
-    let theirs = from_client.recv().map_err(|e| e.to_string())?;
+    to_client.send(Info {
+        rc_qpn: s.rc,
+        ud_qpn: s.ud,
+        addr: s.mr.addr,
+        rkey: s.mr.rkey,
+        atomic_addr: s.atomic.addr,
+        atomic_rkey: s.atomic.rkey,
+    })?;
+    let theirs = from_client.recv()?;
     connect(&mut s, peer, theirs.rc_qpn, plan.mtu)?;
     for i in 0..n {
         let recv = |qp, wr_id, at: usize, length| {
@@ -512,7 +505,7 @@ fn serve(
                 ud_slot as u32,
             ),
         ] {
-            s.ep.ctx.post_recv(qp, wr).map_err(|e| e.to_string())?;
+            s.ep.ctx.post_recv(qp, wr)?;
         }
     }
     let (mut sends_ok, mut ud_ok) = (0usize, 0usize);
@@ -543,8 +536,7 @@ fn serve(
             }
         }
         stop.try_recv().is_ok()
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     if std::env::var_os("UROCE_DEBUG").is_some() {
         eprintln!(
             "server: {:?} {:?}",
@@ -569,19 +561,17 @@ fn drive(
     choice: BackendChoice,
     from_server: mpsc::Receiver<Info>,
     to_server: mpsc::Sender<Info>,
-) -> Result<Driven, String> {
+) -> anyhow::Result<Driven> {
     let (mut s, what) = side(me, 1, plan.region + 8, plan.impair, choice, plan.mtu)?;
-    let theirs = from_server.recv().map_err(|e| e.to_string())?;
-    to_server
-        .send(Info {
-            rc_qpn: s.rc,
-            ud_qpn: s.ud,
-            addr: 0,
-            rkey: 0,
-            atomic_addr: 0,
-            atomic_rkey: 0,
-        })
-        .map_err(|e| e.to_string())?;
+    let theirs = from_server.recv()?;
+    to_server.send(Info {
+        rc_qpn: s.rc,
+        ud_qpn: s.ud,
+        addr: 0,
+        rkey: 0,
+        atomic_addr: 0,
+        atomic_rkey: 0,
+    })?;
     connect(&mut s, peer, theirs.rc_qpn, plan.mtu)?;
     let mut lines = vec![format!("client datapath: {what}")];
     rc_phases(&mut s, plan, &theirs, &mut lines)?;
@@ -600,7 +590,7 @@ fn rc_phases(
     plan: &Plan,
     peer: &Info,
     lines: &mut Vec<String>,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let (n, size, region) = (plan.n, plan.size, plan.region);
     let sz = size as usize;
     let (mr, lkey) = (s.mr, s.mr.lkey);
@@ -647,9 +637,7 @@ fn rc_phases(
     for i in 0..n {
         pattern(i, &mut want);
         if s.ep.ctx.mr_bytes(&mr)[i * sz..(i + 1) * sz] != want[..] {
-            return Err(format!(
-                "RDMA READ of message {i} does not match what was written"
-            ));
+            bail!("RDMA READ of message {i} does not match what was written");
         }
     }
     lines.push(timed("RC RDMA READ", d) + "  (data verified: WRITE and READ)");
@@ -687,10 +675,10 @@ fn rc_phases(
     last.copy_from_slice(&s.ep.ctx.mr_bytes(&mr)[region..region + 8]);
     let want_sum = (n as u64 * (n as u64 - 1)) / 2;
     if u64::from_le_bytes(last) != want_sum {
-        return Err(format!(
+        bail!(
             "atomics: the last FETCH_ADD returned {}, expected {want_sum}",
             u64::from_le_bytes(last)
-        ));
+        );
     }
     lines.push(format!(
         "RC FETCH_ADD   {n} x 8 B       {:>9.2} ms  {:.0} ops/s  (results verified)",
@@ -708,7 +696,7 @@ fn ud_phase(
     peer: &Place,
     theirs: &Info,
     lines: &mut Vec<String>,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let (n, ud_size) = (plan.n, plan.ud_size);
     let sz = plan.size as usize;
     let mr = s.mr;
@@ -749,12 +737,10 @@ fn ud_phase(
         }
         sent += ctx.poll_cq(cq, 64).len();
         sent >= n
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     // Let the last datagrams land.
     let settle = Instant::now() + Duration::from_millis(200);
-    s.ep.run_until(settle, |_| false)
-        .map_err(|e| e.to_string())?;
+    s.ep.run_until(settle, |_| false)?;
     lines.push(format!(
         "UD SEND        {n} x {ud_size} B   {:>9.2} ms  sent",
         t.elapsed().as_secs_f64() * 1e3

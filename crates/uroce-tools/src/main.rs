@@ -53,7 +53,7 @@ fn main() -> ExitCode {
     match r {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("uroce: {e}");
+            eprintln!("uroce: {e:#}");
             ExitCode::from(2)
         }
     }

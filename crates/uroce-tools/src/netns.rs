@@ -6,29 +6,29 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::process::Command;
 
+use anyhow::bail;
+
 /// Why the demo or a test cannot make namespaces here, in words a user can act on.
-pub fn check_privileges() -> Result<(), String> {
+pub fn check_privileges() -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Err(
+        bail!(
             "creating network namespaces and veth pairs needs root (CAP_SYS_ADMIN and \
                     CAP_NET_ADMIN); run as root, or use `uroce sim`, which runs the same RDMA \
                     between two endpoints over a simulated link without privileges"
-                .into(),
         );
     }
     match Command::new("ip").arg("-V").output() {
         Ok(o) if o.status.success() => {}
         _ => {
-            return Err(
+            bail!(
                 "`ip` (iproute2) is not installed: run scripts/setup.sh, or \
                         apt-get install iproute2"
-                    .into(),
             )
         }
     }
     if !std::path::Path::new("/proc/self/ns/net").exists() {
-        return Err("this kernel has no network namespaces".into());
+        bail!("this kernel has no network namespaces");
     }
     Ok(())
 }

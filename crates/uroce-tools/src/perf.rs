@@ -7,6 +7,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use anyhow::{bail, Context as _};
+
 use serde::{Deserialize, Serialize};
 
 use uroce::congestion::dcqcn;
@@ -60,28 +62,27 @@ impl Default for Traffic {
 
 impl Traffic {
     /// Checks the DSCP range and the DCQCN profile and knobs; says what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> anyhow::Result<()> {
         if self.dscp > 63 {
-            return Err(format!("--dscp {} is out of range 0..=63", self.dscp));
+            bail!("--dscp {} is out of range 0..=63", self.dscp);
         }
         // The hash fills the low 14 bits: a base with any of them set, or 0 (ports from
         // 0, some privileged), is no range of its own.
         if self.sport_base & 0x3fff != 0 || self.sport_base == 0 {
-            return Err(format!(
+            bail!(
                 "--sport-base {} must be 16384, 32768 or 49152 (ports are BASE | 14 bits of the QPN's hash)",
                 self.sport_base
-            ));
+            );
         }
         self.dcqcn_params(100e9).map(|_| ())
     }
 
-    fn dcqcn_params(&self, line_rate_bps: f64) -> Result<Option<dcqcn::Params>, String> {
+    fn dcqcn_params(&self, line_rate_bps: f64) -> anyhow::Result<Option<dcqcn::Params>> {
         let Some((profile, knobs)) = &self.dcqcn else {
             return Ok(None);
         };
-        let mut p =
-            dcqcn::Params::profile(profile, line_rate_bps).map_err(|e| format!("--dcqcn: {e}"))?;
-        p.set_all(knobs).map_err(|e| format!("--dcqcn-set: {e}"))?;
+        let mut p = dcqcn::Params::profile(profile, line_rate_bps).context("--dcqcn")?;
+        p.set_all(knobs).context("--dcqcn-set")?;
         Ok(Some(p))
     }
 
@@ -93,7 +94,7 @@ impl Traffic {
         mac: [u8; 6],
         ip: IpAddr,
         seed: u64,
-    ) -> Result<Context, String> {
+    ) -> anyhow::Result<Context> {
         let mut ctx = Context::new(
             ContextConfig {
                 mac,
@@ -311,11 +312,11 @@ impl LocalLink {
     /// The MAC address the context's frames come from. AF_XDP puts it on the wire, so the
     /// interface must have one; the UDP backend leaves the link header to the kernel and
     /// the context's MAC goes nowhere (loopback's all-zero address is then fine).
-    pub(crate) fn mac_for(&self, backend: &dyn Backend) -> Result<[u8; 6], String> {
+    pub(crate) fn mac_for(&self, backend: &dyn Backend) -> anyhow::Result<[u8; 6]> {
         match self.mac {
             Some(m) => Ok(m),
             None if !backend.needs_link_addresses() => Ok([0; 6]),
-            None => Err(uroce::net::NetError::NoMac(self.iface.clone()).to_string()),
+            None => Err(uroce::net::NetError::NoMac(self.iface.clone()).into()),
         }
     }
 }
@@ -325,12 +326,14 @@ impl LocalLink {
 pub(crate) fn local_link(
     iface: Option<&str>,
     local: impl Into<IpAddr>,
-) -> Result<LocalLink, String> {
+) -> anyhow::Result<LocalLink> {
     let info = match iface {
         Some(i) => uroce::net::addresses::interface_info(i),
         None => uroce::net::addresses::interface_with_address(local.into()),
     }
-    .map_err(|e| e.to_string())?;
+    // As text: a NetError's message already ends with its source's, which `{:#}` would
+    // print a second time.
+    .map_err(|e| anyhow::Error::msg(e.to_string()))?;
     Ok(LocalLink {
         iface: info.name,
         mac: info.mac,
@@ -347,7 +350,7 @@ pub(crate) fn peer_mac(
     my_mac: [u8; 6],
     local: impl Into<IpAddr>,
     peer: impl Into<IpAddr>,
-) -> Result<[u8; 6], String> {
+) -> anyhow::Result<[u8; 6]> {
     if !backend.needs_link_addresses() {
         return Ok([0; 6]);
     }
@@ -360,6 +363,7 @@ pub(crate) fn peer_mac(
         uroce::net::neighbours::GIVE_UP,
     )
     .map(|r| r.mac)
+    .map_err(anyhow::Error::msg)
 }
 
 /// The datapath `backend` (`auto`, `xdp`, `udp`) on `iface` / `local`, and a description,
@@ -370,7 +374,7 @@ pub(crate) fn open_backend_lossy(
     local: impl Into<IpAddr>,
     iface: &str,
     impair: Impairment,
-) -> Result<(Box<dyn Backend + Send>, String), String> {
+) -> anyhow::Result<(Box<dyn Backend + Send>, String)> {
     let choice = crate::backend::BackendChoice::parse(backend)?;
     crate::backend::open(choice, Some(iface), "", local.into(), mtu, impair)
 }
@@ -389,7 +393,7 @@ struct Setup {
 /// Messages in flight per QP (and message slots in the region).
 pub(crate) const WINDOW: usize = 32;
 
-fn setup(cfg: &PerfConfig, local: IpAddr) -> Result<Setup, String> {
+fn setup(cfg: &PerfConfig, local: IpAddr) -> anyhow::Result<Setup> {
     let link = local_link(cfg.iface.as_deref(), local)?;
     let iface = link.iface.clone();
     let (backend, datapath) = open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.impair)?;
@@ -413,8 +417,7 @@ pub(crate) fn rc_resources(
     ctx: &mut Context,
     qps: u32,
     size: u32,
-) -> Result<(uroce::verbs::CqId, Vec<u32>, uroce::mem::Mr), String> {
-    let e = |e: uroce::verbs::VerbsError| e.to_string();
+) -> anyhow::Result<(uroce::verbs::CqId, Vec<u32>, uroce::mem::Mr)> {
     let cq = ctx.create_cq();
     let pd = ctx.alloc_pd();
     let caps = QpCaps {
@@ -426,33 +429,30 @@ pub(crate) fn rc_resources(
     };
     let mut v = Vec::new();
     for _ in 0..qps.max(1) {
-        let qp = ctx.create_qp(pd, caps).map_err(e)?;
-        ctx.modify_qp_init(qp, InitAttr::default()).map_err(e)?;
+        let qp = ctx.create_qp(pd, caps)?;
+        ctx.modify_qp_init(qp, InitAttr::default())?;
         v.push(qp);
     }
     let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-    let mr = ctx
-        .reg_mr(pd, vec![0x5a; size.max(8) as usize * WINDOW], all)
-        .map_err(e)?;
+    let mr = ctx.reg_mr(pd, vec![0x5a; size.max(8) as usize * WINDOW], all)?;
     Ok((cq, v, mr))
 }
 
 /// Writes `v` as one JSON line.
-pub(crate) fn send_json(tcp: &TcpStream, v: &impl Serialize) -> Result<(), String> {
-    let line = serde_json::to_string(v).map_err(|e| e.to_string())?;
-    writeln!(&mut &*tcp, "{line}").map_err(|e| e.to_string())
+pub(crate) fn send_json(tcp: &TcpStream, v: &impl Serialize) -> anyhow::Result<()> {
+    let line = serde_json::to_string(v)?;
+    writeln!(&mut &*tcp, "{line}")?;
+    Ok(())
 }
 
 /// Reads one JSON line; `what` names it in the error ("hello from the server").
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     tcp: &TcpStream,
     what: &str,
-) -> Result<T, String> {
+) -> anyhow::Result<T> {
     let mut line = String::new();
-    BufReader::new(tcp)
-        .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
-    serde_json::from_str(&line).map_err(|e| format!("bad {what}: {e}"))
+    BufReader::new(tcp).read_line(&mut line)?;
+    serde_json::from_str(&line).with_context(|| format!("bad {what}"))
 }
 
 /// Whether the peer said stop (any byte) or went away, on a non-blocking stream; false
@@ -466,7 +466,7 @@ pub(crate) fn peer_stopped(tcp: &TcpStream) -> bool {
 }
 
 /// Sends our side of the exchange: one JSON line.
-fn send_hello(tcp: &TcpStream, s: &Setup, cfg: &PerfConfig, psn: u32) -> Result<(), String> {
+fn send_hello(tcp: &TcpStream, s: &Setup, cfg: &PerfConfig, psn: u32) -> anyhow::Result<()> {
     let mine = Hello {
         op: cfg.op,
         size: cfg.size,
@@ -488,8 +488,7 @@ fn connect(
     peer: IpAddr,
     hello: &Hello,
     my_psn: u32,
-) -> Result<(), String> {
-    let e = |e: uroce::verbs::VerbsError| e.to_string();
+) -> anyhow::Result<()> {
     let my_mac = s.ep.ctx.config().mac;
     let remote = Remote {
         ip: peer,
@@ -501,11 +500,11 @@ fn connect(
         hello.qpns.clone()
     };
     if theirs.len() != s.qps.len() {
-        return Err(format!(
+        bail!(
             "the peer has {} QPs, this side {}",
             theirs.len(),
             s.qps.len()
-        ));
+        );
     }
     for (&qp, &dest_qpn) in s.qps.iter().zip(&theirs) {
         let rtr = RtrAttr {
@@ -516,17 +515,15 @@ fn connect(
             max_dest_rd_atomic: 16,
             min_rnr_timer: 1,
         };
-        s.ep.ctx.modify_qp_rtr(qp, rtr).map_err(e)?;
-        s.ep.ctx
-            .modify_qp_rts(
-                qp,
-                RtsAttr {
-                    sq_psn: my_psn,
-                    timeout: 12,
-                    ..RtsAttr::default()
-                },
-            )
-            .map_err(e)?;
+        s.ep.ctx.modify_qp_rtr(qp, rtr)?;
+        s.ep.ctx.modify_qp_rts(
+            qp,
+            RtsAttr {
+                sq_psn: my_psn,
+                timeout: 12,
+                ..RtsAttr::default()
+            },
+        )?;
     }
     Ok(())
 }
@@ -544,31 +541,23 @@ pub(crate) fn seed_of(a: IpAddr) -> u64 {
 
 /// Waits for one client on TCP `port`, over IPv6 or IPv4 (dual-stack where the host has
 /// IPv6, else IPv4 only); the listener is closed once it has come.
-pub fn accept_one(port: u16) -> Result<TcpStream, String> {
+pub fn accept_one(port: u16) -> anyhow::Result<TcpStream> {
     let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)))
         .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))))
-        .map_err(|e| format!("listening on TCP {port}: {e}"))?;
-    l.accept().map(|(tcp, _)| tcp).map_err(|e| e.to_string())
+        .with_context(|| format!("listening on TCP {port}"))?;
+    Ok(l.accept()?.0)
 }
 
 /// Runs the server: answers one client, then returns.
-pub fn server(cfg: &PerfConfig) -> Result<String, String> {
+pub fn server(cfg: &PerfConfig) -> anyhow::Result<String> {
     uroce::datapath::catch_interrupts();
     serve(cfg, accept_one(cfg.port)?)
 }
 
 /// Serves a uroce perf client that has connected on `tcp`.
-pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> Result<String, String> {
-    let local = tcp
-        .local_addr()
-        .map_err(|e| e.to_string())?
-        .ip()
-        .to_canonical();
-    let peer = tcp
-        .peer_addr()
-        .map_err(|e| e.to_string())?
-        .ip()
-        .to_canonical();
+pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> anyhow::Result<String> {
+    let local = tcp.local_addr()?.ip().to_canonical();
+    let peer = tcp.peer_addr()?.ip().to_canonical();
     let theirs: Hello = read_json(&tcp, "hello from the client")?;
     if theirs.threads > 1 {
         return crate::perf_loops::serve(cfg, &tcp, local, peer, &theirs);
@@ -599,17 +588,16 @@ pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> Result<String, String> {
     if cfg.op == PerfOp::Send {
         for &qp in &s.qps {
             for _ in 0..WINDOW * 4 {
-                post_recv(&mut s.ep.ctx, qp, posted).map_err(|e| e.to_string())?;
+                post_recv(&mut s.ep.ctx, qp, posted)?;
                 posted += 1;
             }
         }
     }
-    tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
+    tcp.set_nonblocking(true)?;
     let mut probe = [0u8; 64];
     let mut received = 0u64;
     loop {
-        s.ep.poll(Duration::from_millis(1))
-            .map_err(|e| e.to_string())?;
+        s.ep.poll(Duration::from_millis(1))?;
         for wc in s.ep.ctx.poll_cq(cq, 64) {
             if wc.status == WcStatus::Success {
                 received += 1;
@@ -638,15 +626,11 @@ pub fn client(
     cfg: &PerfConfig,
     server: IpAddr,
     progress: &mut dyn FnMut(&str),
-) -> Result<PerfResult, String> {
+) -> anyhow::Result<PerfResult> {
     uroce::datapath::catch_interrupts();
     let tcp = TcpStream::connect((server, cfg.port))
-        .map_err(|e| format!("connecting to {server}:{}: {e}", cfg.port))?;
-    let local = tcp
-        .local_addr()
-        .map_err(|e| e.to_string())?
-        .ip()
-        .to_canonical();
+        .with_context(|| format!("connecting to {server}:{}", cfg.port))?;
+    let local = tcp.local_addr()?.ip().to_canonical();
     let peer = server;
     if cfg.threads > 1 {
         return crate::perf_loops::client(cfg, &tcp, local, peer, progress);
@@ -689,18 +673,16 @@ pub fn client(
                 },
                 PerfOp::Send | PerfOp::Raw => SendOp::Send,
             };
-            s.ep.ctx
-                .post_send(
-                    qps[(next % qps.len() as u64) as usize],
-                    SendWr {
-                        wr_id: next,
-                        op,
-                        sge,
-                        signaled: true,
-                        solicited: false,
-                    },
-                )
-                .map_err(|e| e.to_string())?;
+            s.ep.ctx.post_send(
+                qps[(next % qps.len() as u64) as usize],
+                SendWr {
+                    wr_id: next,
+                    op,
+                    sge,
+                    signaled: true,
+                    solicited: false,
+                },
+            )?;
             posted_at[i] = Instant::now();
             next += 1;
             inflight += 1;
@@ -709,15 +691,10 @@ pub fn client(
             Duration::ZERO
         } else {
             Duration::from_millis(1)
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         for wc in s.ep.ctx.poll_cq(cq, 64) {
             if wc.status != WcStatus::Success {
-                return Err(format!(
-                    "operation {} completed with {}",
-                    wc.wr_id,
-                    wc.status.name()
-                ));
+                bail!("operation {} completed with {}", wc.wr_id, wc.status.name());
             }
             if cfg.latency {
                 lats.push(
@@ -767,8 +744,8 @@ struct RawCount {
 }
 
 /// Server side of `raw`: counts frames until the client says stop, then tells it.
-fn raw_sink(s: &mut Setup, tcp: &TcpStream, peer: IpAddr) -> Result<String, String> {
-    tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
+fn raw_sink(s: &mut Setup, tcp: &TcpStream, peer: IpAddr) -> anyhow::Result<String> {
+    tcp.set_nonblocking(true)?;
     let mut count = RawCount {
         frames: 0,
         bytes: 0,
@@ -776,12 +753,10 @@ fn raw_sink(s: &mut Setup, tcp: &TcpStream, peer: IpAddr) -> Result<String, Stri
     let mut rounds = 0u32;
     loop {
         let backend = s.ep.backend_mut();
-        backend
-            .receive(Duration::from_millis(1), 256, &mut |f| {
-                count.frames += 1;
-                count.bytes += f.len() as u64;
-            })
-            .map_err(|e| e.to_string())?;
+        backend.receive(Duration::from_millis(1), 256, &mut |f| {
+            count.frames += 1;
+            count.bytes += f.len() as u64;
+        })?;
         rounds += 1;
         if (rounds % 64 == 0 || count.frames == 0) && peer_stopped(tcp) {
             break;
@@ -797,10 +772,9 @@ fn raw_sink(s: &mut Setup, tcp: &TcpStream, peer: IpAddr) -> Result<String, Stri
             .receive(Duration::from_millis(1), 256, &mut |f| {
                 count.frames += 1;
                 count.bytes += f.len() as u64;
-            })
-            .map_err(|e| e.to_string())?;
+            })?;
     }
-    tcp.set_nonblocking(false).map_err(|e| e.to_string())?;
+    tcp.set_nonblocking(false)?;
     send_json(tcp, &count)?;
     Ok(format!(
         "counted {} raw frames ({} bytes) from {peer} over {}",
@@ -816,33 +790,31 @@ fn raw_source(
     theirs: &Hello,
     tcp: &TcpStream,
     progress: &mut dyn FnMut(&str),
-) -> Result<PerfResult, String> {
+) -> anyhow::Result<PerfResult> {
     let payload = cfg.mtu.bytes();
     let (qp, mr) = (s.qps[0], s.mr);
-    s.ep.ctx
-        .post_send(
-            qp,
-            SendWr {
-                wr_id: 0,
-                op: SendOp::Write {
-                    remote_addr: theirs.addr,
-                    rkey: theirs.rkey,
-                },
-                sge: Sge {
-                    addr: mr.addr,
-                    length: payload.min(mr.len as u32),
-                    lkey: mr.lkey,
-                },
-                signaled: false,
-                solicited: false,
+    s.ep.ctx.post_send(
+        qp,
+        SendWr {
+            wr_id: 0,
+            op: SendOp::Write {
+                remote_addr: theirs.addr,
+                rkey: theirs.rkey,
             },
-        )
-        .map_err(|e| e.to_string())?;
+            sge: Sge {
+                addr: mr.addr,
+                length: payload.min(mr.len as u32),
+                lkey: mr.lkey,
+            },
+            signaled: false,
+            solicited: false,
+        },
+    )?;
     let mut template = vec![0u8; uroce::datapath::MAX_FRAME];
     let n =
         s.ep.ctx
             .poll_frame(Instant::now(), &mut template)
-            .ok_or("the context built no frame")?;
+            .context("the context built no frame")?;
     template.truncate(n);
     let backend = s.ep.backend_mut();
     let mut meter = Meter::start();
@@ -858,15 +830,15 @@ fn raw_source(
                 Ok(true) => sent += 1,
                 Ok(false) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
         }
-        backend.flush().map_err(|e| e.to_string())?;
+        backend.flush()?;
         meter.tick(sent, 0, " sent", progress);
     }
     let secs = meter.secs();
-    backend.flush().map_err(|e| e.to_string())?;
-    writeln!(&mut &*tcp, "stop").map_err(|e| e.to_string())?;
+    backend.flush()?;
+    writeln!(&mut &*tcp, "stop")?;
     let count: RawCount = read_json(tcp, "count from the server")?;
     Ok(PerfResult {
         frames_sent: Some(sent),

@@ -9,6 +9,8 @@
 use std::net::{IpAddr, TcpStream};
 use std::time::Duration;
 
+use anyhow::{anyhow, bail};
+
 use crate::perf::{
     local_link, peer_mac, peer_stopped, read_json, send_json, Hello, Meter, PerfConfig, PerfOp,
     PerfResult,
@@ -46,21 +48,21 @@ fn backends(
     cfg: &PerfConfig,
     local: IpAddr,
     n: u32,
-) -> Result<(Vec<Boxed>, String, String, [u8; 6]), String> {
+) -> anyhow::Result<(Vec<Boxed>, String, String, [u8; 6])> {
     let link = local_link(cfg.iface.as_deref(), local)?;
     let iface = link.iface.clone();
     let choice = crate::backend::BackendChoice::parse(&cfg.backend)?;
     let (v, what) = crate::backend::open_per_loop(choice, &iface, local, n, cfg.mtu, cfg.impair)?;
     let mac = match v.first() {
         Some(b) => link.mac_for(&**b)?,
-        None => return Err(format!("{what}: no loop")),
+        None => bail!("{what}: no loop"),
     };
     Ok((v, what, iface, mac))
 }
 
-fn lanes(cfg: &PerfConfig, local: IpAddr, n: u32) -> Result<Lanes, String> {
+fn lanes(cfg: &PerfConfig, local: IpAddr, n: u32) -> anyhow::Result<Lanes> {
     if n > 64 {
-        return Err(format!("--threads {n} is above 64"));
+        bail!("--threads {n} is above 64");
     }
     let (backends, datapath, iface, mac) = backends(cfg, local, n)?;
     let mut v = Vec::new();
@@ -109,16 +111,15 @@ fn start(
     peer: IpAddr,
     theirs: &Hello,
     my_psn: u32,
-) -> Result<Vec<(Worker<Boxed>, u32, Mr)>, String> {
+) -> anyhow::Result<Vec<(Worker<Boxed>, u32, Mr)>> {
     let mut lanes = l.lanes;
     if theirs.qpns.len() != lanes.len() {
-        return Err(format!(
+        bail!(
             "the peer has {} loops, this side {}",
             theirs.qpns.len(),
             lanes.len()
-        ));
+        );
     }
-    let e = |e: uroce::verbs::VerbsError| e.to_string();
     let mac = peer_mac(&mut *lanes[0].backend, &l.iface, l.mac, local, peer)?;
     let mut out = Vec::new();
     for (k, mut l) in lanes.into_iter().enumerate() {
@@ -130,17 +131,15 @@ fn start(
             max_dest_rd_atomic: 16,
             min_rnr_timer: 1,
         };
-        l.ctx.modify_qp_rtr(l.qpn, rtr).map_err(e)?;
-        l.ctx
-            .modify_qp_rts(
-                l.qpn,
-                RtsAttr {
-                    sq_psn: my_psn,
-                    timeout: 12,
-                    ..RtsAttr::default()
-                },
-            )
-            .map_err(e)?;
+        l.ctx.modify_qp_rtr(l.qpn, rtr)?;
+        l.ctx.modify_qp_rts(
+            l.qpn,
+            RtsAttr {
+                sq_psn: my_psn,
+                timeout: 12,
+                ..RtsAttr::default()
+            },
+        )?;
         let w = Worker::spawn(
             Endpoint::new(l.ctx, l.backend),
             vec![l.cq],
@@ -159,7 +158,7 @@ pub(crate) fn serve(
     local: IpAddr,
     peer: IpAddr,
     theirs: &Hello,
-) -> Result<String, String> {
+) -> anyhow::Result<String> {
     let cfg = PerfConfig {
         op: theirs.op,
         size: theirs.size,
@@ -167,7 +166,7 @@ pub(crate) fn serve(
         ..cfg.clone()
     };
     if cfg.op == PerfOp::Raw {
-        return Err("raw frames with --threads are not supported".into());
+        bail!("raw frames with --threads are not supported");
     }
     let lanes = lanes(&cfg, local, theirs.threads)?;
     let datapath = lanes.datapath.clone();
@@ -189,7 +188,7 @@ pub(crate) fn serve(
             }
         }
     }
-    tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
+    tcp.set_nonblocking(true)?;
     let mut received = 0u64;
     let mut wcs: Vec<WorkCompletion> = Vec::with_capacity(256);
     loop {
@@ -224,9 +223,9 @@ pub(crate) fn client(
     local: IpAddr,
     peer: IpAddr,
     progress: &mut dyn FnMut(&str),
-) -> Result<PerfResult, String> {
+) -> anyhow::Result<PerfResult> {
     if cfg.op == PerfOp::Raw || cfg.latency {
-        return Err("--threads is for bandwidth (write, read, send)".into());
+        bail!("--threads is for bandwidth (write, read, send)");
     }
     let lanes = lanes(cfg, local, cfg.threads)?;
     let datapath = lanes.datapath.clone();
@@ -274,7 +273,7 @@ pub(crate) fn client(
             w.poll_cq(&mut wcs, 256);
             for wc in &wcs {
                 if wc.status != WcStatus::Success {
-                    failure = Some(format!(
+                    failure = Some(anyhow!(
                         "loop {k}: operation {} completed with {}",
                         wc.wr_id,
                         wc.status.name()

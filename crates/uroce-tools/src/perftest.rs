@@ -25,6 +25,8 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpStream};
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail, Context as _};
+
 use crate::perf::{local_link, open_backend_lossy, peer_mac};
 use uroce::datapath::event_loop::Endpoint;
 use uroce::datapath::Backend;
@@ -187,19 +189,20 @@ impl Keys {
     }
 
     /// Parses a keys message; says which field is wrong.
-    pub fn from_wire(b: &[u8]) -> Result<Self, String> {
+    pub fn from_wire(b: &[u8]) -> anyhow::Result<Self> {
         let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-        let text = std::str::from_utf8(&b[..end]).map_err(|_| "keys message is not ASCII")?;
+        let text =
+            std::str::from_utf8(&b[..end]).map_err(|_| anyhow!("keys message is not ASCII"))?;
         let f: Vec<&str> = text.split(':').collect();
         if f.len() != 24 || !f[23].is_empty() {
-            return Err(format!(
+            bail!(
                 "keys message has {} fields, not 23: {text:?}",
                 f.len().saturating_sub(1)
-            ));
+            );
         }
         let hex = |i: usize, what: &str| {
             u64::from_str_radix(f[i], 16)
-                .map_err(|_| format!("keys message: bad {what} {:?}", f[i]))
+                .map_err(|_| anyhow!("keys message: bad {what} {:?}", f[i]))
         };
         let mut gid = [0u8; 16];
         for (k, g) in gid.iter_mut().enumerate() {
@@ -258,41 +261,39 @@ impl Oob {
     fn read(
         &mut self,
         n: usize,
-        poll: &mut dyn FnMut() -> Result<(), String>,
-    ) -> Result<Vec<u8>, String> {
+        poll: &mut dyn FnMut() -> anyhow::Result<()>,
+    ) -> anyhow::Result<Vec<u8>> {
         let mut buf = vec![0u8; n];
         let mut got = 0;
-        self.tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
+        self.tcp.set_nonblocking(true)?;
         while got < n {
             match self.tcp.read(&mut buf[got..]) {
-                Ok(0) => return Err("the peer closed the exchange connection".into()),
+                Ok(0) => bail!("the peer closed the exchange connection"),
                 Ok(k) => got += k,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if uroce::datapath::interrupted() {
-                        return Err("interrupted".into());
+                        bail!("interrupted");
                     }
                     poll()?;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("reading from the peer: {e}")),
+                Err(e) => return Err(e).context("reading from the peer"),
             }
         }
-        self.tcp.set_nonblocking(false).map_err(|e| e.to_string())?;
+        self.tcp.set_nonblocking(false)?;
         Ok(buf)
     }
 
-    fn write(&mut self, b: &[u8]) -> Result<(), String> {
-        self.tcp
-            .write_all(b)
-            .map_err(|e| format!("writing to the peer: {e}"))
+    fn write(&mut self, b: &[u8]) -> anyhow::Result<()> {
+        self.tcp.write_all(b).context("writing to the peer")
     }
 
     /// One lock-step exchange: the client writes first, the server reads first.
     fn xchg(
         &mut self,
         mine: &[u8],
-        poll: &mut dyn FnMut() -> Result<(), String>,
-    ) -> Result<Vec<u8>, String> {
+        poll: &mut dyn FnMut() -> anyhow::Result<()>,
+    ) -> anyhow::Result<Vec<u8>> {
         if self.client {
             self.write(mine)?;
             self.read(mine.len(), poll)
@@ -305,12 +306,12 @@ impl Oob {
 
     /// `done\0` each way; the peer may already have gone (perftest closes right after
     /// writing its own), so only our write must succeed.
-    fn done(&mut self, poll: &mut dyn FnMut() -> Result<(), String>) -> Result<(), String> {
+    fn done(&mut self, poll: &mut dyn FnMut() -> anyhow::Result<()>) -> anyhow::Result<()> {
         let _ = self.write(b"done\0");
         let deadline = Instant::now() + Duration::from_secs(2);
         let mut idle = || {
             if Instant::now() > deadline {
-                return Err("timeout".to_string());
+                bail!("timeout");
             }
             poll()
         };
@@ -319,7 +320,7 @@ impl Oob {
     }
 }
 
-fn sleep_poll() -> Result<(), String> {
+fn sleep_poll() -> anyhow::Result<()> {
     std::thread::sleep(Duration::from_millis(1));
     Ok(())
 }
@@ -422,42 +423,32 @@ fn step(size: u64, cache_line: u64) -> u64 {
 
 /// Serves a perftest client that has connected on `tcp` (see [`crate::perf::accept_one`];
 /// `uroce perf` tells a perftest client from a uroce one by its first byte).
-pub fn serve(cfg: &Config, tcp: TcpStream) -> Result<Outcome, String> {
+pub fn serve(cfg: &Config, tcp: TcpStream) -> anyhow::Result<Outcome> {
     run(cfg, tcp, false)
 }
 
 /// Runs as the client of a perftest server at `server`.
-pub fn client(cfg: &Config, server: IpAddr) -> Result<Outcome, String> {
+pub fn client(cfg: &Config, server: IpAddr) -> anyhow::Result<Outcome> {
     uroce::datapath::catch_interrupts();
     let tcp = TcpStream::connect((server, cfg.port))
-        .map_err(|e| format!("Couldn't connect to {server}:{}: {e}", cfg.port))?;
+        .with_context(|| format!("Couldn't connect to {server}:{}", cfg.port))?;
     run(cfg, tcp, true)
 }
 
-fn run(cfg: &Config, tcp: TcpStream, client: bool) -> Result<Outcome, String> {
+fn run(cfg: &Config, tcp: TcpStream, client: bool) -> anyhow::Result<Outcome> {
     let mut cfg = cfg.clone();
     if cfg.test.verb == Verb::Atomic {
         cfg.size = 8;
     }
     if cfg.iters < 5 {
-        return Err(format!("-n {} is below perftest's minimum of 5", cfg.iters));
+        bail!("-n {} is below perftest's minimum of 5", cfg.iters);
     }
     let _ = tcp.set_nodelay(true);
-    let IpAddr::V4(local) = tcp
-        .local_addr()
-        .map_err(|e| e.to_string())?
-        .ip()
-        .to_canonical()
-    else {
-        return Err("perftest mode is IPv4 only".into());
+    let IpAddr::V4(local) = tcp.local_addr()?.ip().to_canonical() else {
+        bail!("perftest mode is IPv4 only");
     };
-    let IpAddr::V4(tcp_peer) = tcp
-        .peer_addr()
-        .map_err(|e| e.to_string())?
-        .ip()
-        .to_canonical()
-    else {
-        return Err("perftest mode is IPv4 only".into());
+    let IpAddr::V4(tcp_peer) = tcp.peer_addr()?.ip().to_canonical() else {
+        bail!("perftest mode is IPv4 only");
     };
     let mut oob = Oob { tcp, client };
     // Versions, system data, MTU.
@@ -468,9 +459,9 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> Result<Outcome, String> {
     let peer_version = String::from_utf8_lossy(&theirs[..end]).to_string();
     let pv: f64 = peer_version.trim().parse().unwrap_or(0.0);
     if pv < MIN_VERSION {
-        return Err(format!(
+        bail!(
             "the peer's perftest version {peer_version:?} is not compatible (uroce speaks {VERSION}, needs at least {MIN_VERSION})"
-        ));
+        );
     }
     let be4 = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
     let cycle = u64::from(be4(&oob.xchg(&4096u32.to_be_bytes(), &mut sleep_poll)?).max(4096));
@@ -495,21 +486,18 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> Result<Outcome, String> {
     let mac = link.mac_for(&*backend)?;
     let seed = u64::from(u32::from(local)) ^ u64::from(std::process::id());
     let mut ctx = cfg.traffic.context(&iface, mac, IpAddr::V4(local), seed)?;
-    let e = |e: uroce::verbs::VerbsError| e.to_string();
     let cq = ctx.create_cq();
     let pd = ctx.alloc_pd();
-    let qp = ctx
-        .create_qp(
-            pd,
-            QpCaps {
-                qp_type: QpType::Rc,
-                send_cq: cq,
-                recv_cq: cq,
-                max_send_wr: cfg.tx_depth.max(1) as usize + 1,
-                max_recv_wr: 1024,
-            },
-        )
-        .map_err(e)?;
+    let qp = ctx.create_qp(
+        pd,
+        QpCaps {
+            qp_type: QpType::Rc,
+            send_cq: cq,
+            recv_cq: cq,
+            max_send_wr: cfg.tx_depth.max(1) as usize + 1,
+            max_recv_wr: 1024,
+        },
+    )?;
     let access = Access::LOCAL_WRITE
         | match cfg.test.verb {
             Verb::Write => Access::REMOTE_WRITE,
@@ -525,15 +513,14 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> Result<Outcome, String> {
             *b = (i as u8).wrapping_mul(7).wrapping_add(0x11);
         }
     }
-    let mr = ctx.reg_mr(pd, buf, access).map_err(e)?;
+    let mr = ctx.reg_mr(pd, buf, access)?;
     ctx.modify_qp_init(
         qp,
         InitAttr {
             access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
             ..InitAttr::default()
         },
-    )
-    .map_err(e)?;
+    )?;
     let seed = u64::from(std::process::id())
         ^ std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -592,73 +579,63 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> Result<Outcome, String> {
 
 impl Run {
     /// Runs the datapath once (busy in latency tests).
-    fn poll(&mut self) -> Result<(), String> {
+    fn poll(&mut self) -> anyhow::Result<()> {
         let wait = if self.cfg.test.latency {
             Duration::ZERO
         } else {
             Duration::from_micros(200)
         };
-        self.ep.poll(wait).map_err(|e| e.to_string())
+        self.ep.poll(wait).map_err(Into::into)
     }
 
     /// One keys exchange while the datapath keeps running.
-    fn keys(&mut self) -> Result<Keys, String> {
+    fn keys(&mut self) -> anyhow::Result<Keys> {
         let mine = self.mine.to_wire();
         let Self { oob, ep, .. } = self;
-        let mut poll = || {
-            ep.poll(Duration::from_micros(200))
-                .map_err(|e| e.to_string())
-        };
+        let mut poll = || ep.poll(Duration::from_micros(200)).map_err(Into::into);
         Keys::from_wire(&oob.xchg(&mine, &mut poll)?)
     }
 
     /// The first keys exchange, the connection of the QP, the rest of the pre-run keys.
-    fn handshake(&mut self, tcp_peer: Ipv4Addr) -> Result<(), String> {
+    fn handshake(&mut self, tcp_peer: Ipv4Addr) -> anyhow::Result<()> {
         self.rem = self.keys()?;
         let Some(peer) = self.rem.ipv4() else {
-            return Err(format!(
+            bail!(
                 "the peer's GID {} is not IPv4-mapped; uroce's is, and perftest refuses a mix (use an IPv4 RoCEv2 GID index, e.g. -x 1 with rxe)",
                 std::net::Ipv6Addr::from(self.rem.gid)
-            ));
+            );
         };
         let peer = if peer.is_unspecified() {
             tcp_peer
         } else {
             peer
         };
-        let e = |e: uroce::verbs::VerbsError| e.to_string();
         let my_mac = self.ep.ctx.config().mac;
         let remote = Remote {
             ip: IpAddr::V4(peer),
             mac: peer_mac(self.ep.backend_mut(), &self.iface, my_mac, self.local, peer)?,
         };
-        self.ep
-            .ctx
-            .modify_qp_rtr(
-                self.qp,
-                RtrAttr {
-                    remote,
-                    dest_qpn: self.rem.qpn,
-                    rq_psn: self.rem.psn,
-                    path_mtu: self.mtu,
-                    max_dest_rd_atomic: self.mine.out_reads as u8,
-                    min_rnr_timer: 12,
-                },
-            )
-            .map_err(e)?;
-        self.ep
-            .ctx
-            .modify_qp_rts(
-                self.qp,
-                RtsAttr {
-                    sq_psn: self.mine.psn,
-                    timeout: 14,
-                    retry_cnt: 7,
-                    rnr_retry: 7,
-                    max_rd_atomic: self.rem.out_reads.clamp(1, 16) as u8,
-                },
-            )
-            .map_err(e)?;
+        self.ep.ctx.modify_qp_rtr(
+            self.qp,
+            RtrAttr {
+                remote,
+                dest_qpn: self.rem.qpn,
+                rq_psn: self.rem.psn,
+                path_mtu: self.mtu,
+                max_dest_rd_atomic: self.mine.out_reads as u8,
+                min_rnr_timer: 12,
+            },
+        )?;
+        self.ep.ctx.modify_qp_rts(
+            self.qp,
+            RtsAttr {
+                sq_psn: self.mine.psn,
+                timeout: 14,
+                retry_cnt: 7,
+                rnr_retry: 7,
+                max_rd_atomic: self.rem.out_reads.clamp(1, 16) as u8,
+            },
+        )?;
         let t = self.cfg.test;
         // Receives are up before the sync message that lets the peer send.
         let receiver = t.verb == Verb::Send && (t.latency || !self.oob.client);
@@ -671,13 +648,13 @@ impl Run {
         for _ in 1..t.keys_before() {
             let k = self.keys()?;
             if k.qpn != self.rem.qpn {
-                return Err("the peer's keys changed during the exchange".into());
+                bail!("the peer's keys changed during the exchange");
             }
         }
         Ok(())
     }
 
-    fn post_recv(&mut self, i: u64) -> Result<(), String> {
+    fn post_recv(&mut self, i: u64) -> anyhow::Result<()> {
         let size = u64::from(self.cfg.size);
         let at = self.remote_offset(i, size);
         let sge = Sge {
@@ -688,7 +665,7 @@ impl Run {
         self.ep
             .ctx
             .post_recv(self.qp, RecvWr { wr_id: i, sge })
-            .map_err(|e| e.to_string())
+            .map_err(Into::into)
     }
 
     /// Offset of message `k` inside a half buffer (perftest's cycle buffer rule).
@@ -750,11 +727,11 @@ impl Run {
         format!(" GID: {}", g.join(":"))
     }
 
-    fn check_wc(&self, wc: &uroce::verbs::WorkCompletion) -> Result<(), String> {
+    fn check_wc(&self, wc: &uroce::verbs::WorkCompletion) -> anyhow::Result<()> {
         if wc.status == WcStatus::Success {
             Ok(())
         } else {
-            Err(format!(
+            Err(anyhow!(
                 "completion with error: wr_id {} status {} ({})",
                 wc.wr_id,
                 wc.status.name(),
@@ -766,14 +743,14 @@ impl Run {
     /// Fails a run that was interrupted or has completed nothing for 30 s (a peer that
     /// stopped answering, or one run with fewer iterations that stopped posting
     /// receives: RNR retries are unlimited, as perftest sets them).
-    fn stalled(&self, last: &mut Instant, done: u64, iters: u64) -> Result<(), String> {
+    fn stalled(&self, last: &mut Instant, done: u64, iters: u64) -> anyhow::Result<()> {
         if uroce::datapath::interrupted() {
-            return Err(format!("interrupted after {done} of {iters}"));
+            bail!("interrupted after {done} of {iters}");
         }
         if last.elapsed() > Duration::from_secs(30) {
-            return Err(format!(
+            bail!(
                 "no completion for 30 s after {done} of {iters} (does the peer run the same -n?)"
-            ));
+            );
         }
         Ok(())
     }
@@ -833,7 +810,7 @@ impl Run {
     }
 
     /// ib_write_bw / ib_read_bw / ib_atomic_bw.
-    fn rdma_bw(&mut self) -> Result<(), String> {
+    fn rdma_bw(&mut self) -> anyhow::Result<()> {
         if self.oob.client {
             let (posted, completed) = self.requester_bw()?;
             let row = self.row(&posted, &completed, self.cfg.iters);
@@ -872,34 +849,28 @@ impl Run {
         self.finish()
     }
 
-    fn xchg_poll(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
+    fn xchg_poll(&mut self, mine: &[u8]) -> anyhow::Result<Vec<u8>> {
         let Self { oob, ep, .. } = self;
-        let mut poll = || {
-            ep.poll(Duration::from_micros(200))
-                .map_err(|e| e.to_string())
-        };
+        let mut poll = || ep.poll(Duration::from_micros(200)).map_err(Into::into);
         oob.xchg(mine, &mut poll)
     }
 
-    fn finish(&mut self) -> Result<(), String> {
+    fn finish(&mut self) -> anyhow::Result<()> {
         let Self { oob, ep, .. } = self;
-        let mut poll = || {
-            ep.poll(Duration::from_micros(200))
-                .map_err(|e| e.to_string())
-        };
+        let mut poll = || ep.poll(Duration::from_micros(200)).map_err(Into::into);
         oob.done(&mut poll)
     }
 
     /// What a responder can check of its own memory after a bandwidth run by a perftest
     /// client: READs leave it unchanged; FETCH_AND_ADD of 1 adds `iters` over the slots;
     /// CMP_AND_SWAP 0/0 leaves non-zero words alone. WRITEs bring random bytes: nothing.
-    fn validate_target(&mut self, before: &[u8], iters: u64) -> Result<(), String> {
+    fn validate_target(&mut self, before: &[u8], iters: u64) -> anyhow::Result<()> {
         let now = self.ep.ctx.mr_bytes(&self.mr);
         let h = self.half as usize;
         match self.cfg.test.verb {
             Verb::Read => {
                 if now != before {
-                    return Err("RDMA READs changed the responder's memory".into());
+                    bail!("RDMA READs changed the responder's memory");
                 }
                 self.out
                     .validated
@@ -918,9 +889,9 @@ impl Run {
                 // (non-zero) words alone, FETCH_AND_ADD adds one per operation; with -D
                 // the client reports the iterations it sampled, fewer than it ran.
                 if added != 0 && added < iters {
-                    return Err(format!(
+                    bail!(
                         "the atomics added {added} over the target words: neither 0 (CMP_AND_SWAP) nor at least {iters} (FETCH_AND_ADD)"
-                    ));
+                    );
                 }
                 self.out.validated.push(if added == 0 {
                     format!("target words unchanged by {iters} CMP_AND_SWAP 0/0")
@@ -955,7 +926,7 @@ impl Run {
     }
 
     /// Posts one signaled `op` of `-s` bytes from offset `off` of the local buffer.
-    fn post(&mut self, wr_id: u64, op: SendOp, off: u64) -> Result<(), String> {
+    fn post(&mut self, wr_id: u64, op: SendOp, off: u64) -> anyhow::Result<()> {
         let sge = Sge {
             addr: self.mr.addr + off,
             length: self.cfg.size,
@@ -968,15 +939,12 @@ impl Run {
             signaled: true,
             solicited: false,
         };
-        self.ep
-            .ctx
-            .post_send(self.qp, wr)
-            .map_err(|e| e.to_string())
+        self.ep.ctx.post_send(self.qp, wr).map_err(Into::into)
     }
 
     /// Posts `iters` SEND / READ / WRITE / atomic operations, `tx_depth` in flight,
     /// cycling the addresses as perftest does; checks what comes back where it can.
-    fn requester_bw(&mut self) -> Result<(Vec<Instant>, Vec<Instant>), String> {
+    fn requester_bw(&mut self) -> anyhow::Result<(Vec<Instant>, Vec<Instant>)> {
         let iters = self.cfg.iters;
         let size = u64::from(self.cfg.size);
         let keep = iters <= 20_000;
@@ -1054,18 +1022,16 @@ impl Run {
             Verb::Atomic if mismatches == 0 => self.out.validated.push(format!(
                 "{iters} atomics returned the sequence each remote word must show"
             )),
-            Verb::Read | Verb::Atomic => {
-                return Err(format!(
+            Verb::Read | Verb::Atomic => bail!(
                 "{mismatches} of {iters} responses did not match what the remote memory must hold"
-            ))
-            }
+            ),
             _ => {}
         }
         Ok((posted, completed))
     }
 
     /// ib_send_bw: the client sends `iters` messages; the server counts them.
-    fn send_bw(&mut self) -> Result<(), String> {
+    fn send_bw(&mut self) -> anyhow::Result<()> {
         let iters = self.cfg.iters;
         if self.oob.client {
             let (posted, completed) = self.requester_bw()?;
@@ -1097,17 +1063,17 @@ impl Run {
                     }
                 }
                 if idle.elapsed() > Duration::from_secs(30) {
-                    return Err(format!("no SEND arrived for 30 s after {got} of {iters}"));
+                    bail!("no SEND arrived for 30 s after {got} of {iters}");
                 }
                 if uroce::datapath::interrupted() {
-                    return Err("interrupted".into());
+                    bail!("interrupted");
                 }
             }
             if bad_len > 0 {
-                return Err(format!(
+                bail!(
                     "{bad_len} receives had a length other than {}",
                     self.cfg.size
-                ));
+                );
             }
             self.out.validated.push(format!(
                 "{iters} receives of exactly {} bytes",
@@ -1133,7 +1099,7 @@ impl Run {
         &mut self,
         recv: bool,
         stash: &mut Vec<uroce::verbs::WorkCompletion>,
-    ) -> Result<uroce::verbs::WorkCompletion, String> {
+    ) -> anyhow::Result<uroce::verbs::WorkCompletion> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(i) = stash
@@ -1147,14 +1113,14 @@ impl Run {
             self.poll()?;
             self.ep.ctx.poll_cq_into(self.cq, 16, stash);
             if Instant::now() > deadline || uroce::datapath::interrupted() {
-                return Err(format!(
+                bail!(
                     "the peer stopped answering ({})",
                     if recv {
                         "no SEND arrived"
                     } else {
                         "no completion"
                     }
-                ));
+                );
             }
         }
     }
@@ -1197,7 +1163,7 @@ impl Run {
 
     /// ib_write_lat: a counter ping-pongs in the last byte of each WRITE, the server
     /// first; each side waits for the counter it expects in its own buffer.
-    fn write_lat(&mut self) -> Result<(), String> {
+    fn write_lat(&mut self) -> anyhow::Result<()> {
         let iters = self.cfg.iters;
         let size = self.cfg.size as usize;
         let server = !self.oob.client;
@@ -1213,7 +1179,7 @@ impl Run {
                 while self.ep.ctx.mr_bytes(&self.mr)[watch] != want {
                     self.poll()?;
                     if Instant::now() > deadline || uroce::datapath::interrupted() {
-                        return Err(format!("counter {want} never arrived (after {scnt} sent)"));
+                        bail!("counter {want} never arrived (after {scnt} sent)");
                     }
                 }
             }
@@ -1231,7 +1197,7 @@ impl Run {
             while self.ep.ctx.mr_bytes(&self.mr)[watch] != want {
                 self.poll()?;
                 if Instant::now() > deadline {
-                    return Err(format!("last counter {want} never arrived"));
+                    bail!("last counter {want} never arrived");
                 }
             }
         }
@@ -1244,10 +1210,9 @@ impl Run {
         let deadline = Instant::now() + Duration::from_secs(2);
         let mut poll = || {
             if Instant::now() > deadline {
-                return Err("linger over".to_string());
+                bail!("linger over");
             }
-            ep.poll(Duration::from_micros(200))
-                .map_err(|e| e.to_string())
+            ep.poll(Duration::from_micros(200)).map_err(Into::into)
         };
         let _ = oob.read(1, &mut poll);
         Ok(())
@@ -1255,7 +1220,7 @@ impl Run {
 
     /// ib_read_lat / ib_atomic_lat: the client runs one operation at a time; the server
     /// waits for the closing exchange, answering meanwhile.
-    fn read_atomic_lat(&mut self) -> Result<(), String> {
+    fn read_atomic_lat(&mut self) -> anyhow::Result<()> {
         if !self.oob.client {
             let before = self.ep.ctx.mr_bytes(&self.mr).to_vec();
             self.keys()?;
@@ -1292,9 +1257,7 @@ impl Run {
             std::mem::swap(&mut prev, &mut got);
         }
         if bad > 0 {
-            return Err(format!(
-                "{bad} of {iters} responses broke the expected sequence"
-            ));
+            bail!("{bad} of {iters} responses broke the expected sequence");
         }
         self.out.validated.push(format!(
             "{iters} responses showed what the remote word or bytes must hold"
@@ -1305,7 +1268,7 @@ impl Run {
     }
 
     /// ib_send_lat: SEND ping-pong, the client first.
-    fn send_lat(&mut self) -> Result<(), String> {
+    fn send_lat(&mut self) -> anyhow::Result<()> {
         let iters = self.cfg.iters;
         let client = self.oob.client;
         let depth = iters.min(512);
@@ -1316,10 +1279,7 @@ impl Run {
             if rcnt < iters && !(scnt == 0 && client) {
                 let wc = self.wait_wc(true, &mut stash)?;
                 if wc.byte_len != self.cfg.size {
-                    return Err(format!(
-                        "a SEND of {} bytes, not {}",
-                        wc.byte_len, self.cfg.size
-                    ));
+                    bail!("a SEND of {} bytes, not {}", wc.byte_len, self.cfg.size);
                 }
                 rcnt += 1;
                 if rcnt + depth <= iters {
@@ -1368,7 +1328,7 @@ mod tests {
             .unwrap()
             .to_wire();
         w[12] = b'z';
-        assert!(Keys::from_wire(&w).unwrap_err().contains("QPN"));
+        assert!(format!("{:#}", Keys::from_wire(&w).unwrap_err()).contains("QPN"));
     }
 
     #[test]

@@ -11,6 +11,8 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail, Context as _};
+
 use crate::perf::{local_link, open_backend_lossy, peer_mac};
 use uroce::datapath::event_loop::Endpoint;
 use uroce::datapath::Backend;
@@ -74,23 +76,23 @@ impl Dest {
     }
 
     /// Parses the wire form.
-    pub fn from_wire(b: &[u8]) -> Result<Self, String> {
-        let text = std::str::from_utf8(b).map_err(|_| "address message is not text".to_string())?;
+    pub fn from_wire(b: &[u8]) -> anyhow::Result<Self> {
+        let text = std::str::from_utf8(b).map_err(|_| anyhow!("address message is not text"))?;
         let text = text.trim_end_matches('\0');
         let parts: Vec<&str> = text.split(':').collect();
         let [lid, qpn, psn, gid] = parts[..] else {
-            return Err(format!("address message `{text}` is not LID:QPN:PSN:GID"));
+            bail!("address message `{text}` is not LID:QPN:PSN:GID");
         };
         let hex = |s: &str| {
-            u32::from_str_radix(s, 16).map_err(|_| format!("`{s}` is not hex in `{text}`"))
+            u32::from_str_radix(s, 16).map_err(|_| anyhow!("`{s}` is not hex in `{text}`"))
         };
         if gid.len() != 32 {
-            return Err(format!("GID `{gid}` is not 32 hex digits"));
+            bail!("GID `{gid}` is not 32 hex digits");
         }
         let mut g = [0u8; 16];
         for (i, b) in g.iter_mut().enumerate() {
             *b = u8::from_str_radix(&gid[2 * i..2 * i + 2], 16)
-                .map_err(|_| format!("GID `{gid}` is not hex"))?;
+                .map_err(|_| anyhow!("GID `{gid}` is not hex"))?;
         }
         Ok(Self {
             lid: hex(lid)? as u16,
@@ -139,32 +141,32 @@ impl PingpongResult {
     }
 }
 
-fn read_exact(s: &mut TcpStream, n: usize) -> Result<Vec<u8>, String> {
+fn read_exact(s: &mut TcpStream, n: usize) -> anyhow::Result<Vec<u8>> {
     let mut b = vec![0u8; n];
     s.read_exact(&mut b)
-        .map_err(|e| format!("Couldn't read remote address: {e}"))?;
+        .context("Couldn't read remote address")?;
     Ok(b)
 }
 
 const GRH: u32 = 40;
 
 /// Runs one side: the server when `server` is `None`.
-pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResult, String> {
+pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> anyhow::Result<PingpongResult> {
     uroce::datapath::catch_interrupts();
     let mut tcp = match server {
         Some(addr) => TcpStream::connect((addr, cfg.port))
-            .map_err(|e| format!("Couldn't connect to {addr}:{}: {e}", cfg.port))?,
+            .with_context(|| format!("Couldn't connect to {addr}:{}", cfg.port))?,
         None => {
             let l = TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], cfg.port)))
-                .map_err(|e| format!("Couldn't listen to port {}: {e}", cfg.port))?;
-            l.accept().map_err(|e| e.to_string())?.0
+                .with_context(|| format!("Couldn't listen to port {}", cfg.port))?;
+            l.accept()?.0
         }
     };
-    let IpAddr::V4(local) = tcp.local_addr().map_err(|e| e.to_string())?.ip() else {
-        return Err("IPv4 only for now".into());
+    let IpAddr::V4(local) = tcp.local_addr()?.ip() else {
+        bail!("IPv4 only for now");
     };
-    let IpAddr::V4(peer_ip) = tcp.peer_addr().map_err(|e| e.to_string())?.ip() else {
-        return Err("IPv4 only for now".into());
+    let IpAddr::V4(peer_ip) = tcp.peer_addr()?.ip() else {
+        bail!("IPv4 only for now");
     };
     let link = local_link(cfg.iface.as_deref(), local)?;
     let iface = link.iface.clone();
@@ -182,7 +184,6 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
         },
         std::time::Instant::now(),
     );
-    let e = |e: uroce::verbs::VerbsError| e.to_string();
     let cq = ctx.create_cq();
     let pd = ctx.alloc_pd();
     let qp_type = if cfg.ud { QpType::Ud } else { QpType::Rc };
@@ -194,19 +195,16 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
         max_send_wr: 4,
         max_recv_wr: depth,
     };
-    let qpn = ctx.create_qp(pd, caps).map_err(e)?;
+    let qpn = ctx.create_qp(pd, caps)?;
     let slot = if cfg.ud { cfg.size + GRH } else { cfg.size };
-    let mr = ctx
-        .reg_mr(pd, vec![0; slot as usize * 2], Access::LOCAL_WRITE)
-        .map_err(e)?;
+    let mr = ctx.reg_mr(pd, vec![0; slot as usize * 2], Access::LOCAL_WRITE)?;
     ctx.modify_qp_init(
         qpn,
         InitAttr {
             qkey: 0x1111_1111,
             ..InitAttr::default()
         },
-    )
-    .map_err(e)?;
+    )?;
     // Receives are posted before the exchange, as rdma-core does: the peer may send the
     // moment it has our address (UD has no RNR retry to save a datagram that finds none).
     let (recv_at, send_at) = (mr.addr, mr.addr + u64::from(slot));
@@ -219,7 +217,7 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
         ctx.post_recv(qpn, RecvWr { wr_id: 2, sge })
     };
     for _ in 0..depth {
-        post_recv(&mut ctx).map_err(e)?;
+        post_recv(&mut ctx)?;
     }
     let psn = (u32::from(local).wrapping_mul(2_654_435_761) ^ std::process::id()) & 0xff_ffff;
     let me = Dest {
@@ -228,9 +226,9 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
         psn,
         gid: local.to_ipv6_mapped(),
     };
-    let connect = |ctx: &mut Context, rem: &Dest| -> Result<(), String> {
+    let connect = |ctx: &mut Context, rem: &Dest| -> anyhow::Result<()> {
         if cfg.ud {
-            ctx.modify_qp_rtr_ud(qpn, cfg.mtu).map_err(e)?;
+            ctx.modify_qp_rtr_ud(qpn, cfg.mtu)?;
             return ctx
                 .modify_qp_rts(
                     qpn,
@@ -239,7 +237,7 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
                         ..RtsAttr::default()
                     },
                 )
-                .map_err(e);
+                .map_err(Into::into);
         }
         let remote = Remote {
             ip: IpAddr::V4(peer_ip),
@@ -253,7 +251,7 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
             max_dest_rd_atomic: 1,
             min_rnr_timer: 12,
         };
-        ctx.modify_qp_rtr(qpn, rtr).map_err(e)?;
+        ctx.modify_qp_rtr(qpn, rtr)?;
         ctx.modify_qp_rts(
             qpn,
             RtsAttr {
@@ -264,23 +262,23 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
                 max_rd_atomic: 1,
             },
         )
-        .map_err(e)
+        .map_err(Into::into)
     };
     let rem = if server.is_some() {
         tcp.write_all(&me.to_wire())
-            .map_err(|e| format!("Couldn't send local address: {e}"))?;
+            .context("Couldn't send local address")?;
         let rem = Dest::from_wire(&read_exact(&mut tcp, 52)?)?;
         connect(&mut ctx, &rem)?;
-        tcp.write_all(b"done\0").map_err(|e| e.to_string())?;
+        tcp.write_all(b"done\0")?;
         rem
     } else {
         let rem = Dest::from_wire(&read_exact(&mut tcp, 52)?)?;
         connect(&mut ctx, &rem)?;
         tcp.write_all(&me.to_wire())
-            .map_err(|e| format!("Couldn't send local address: {e}"))?;
+            .context("Couldn't send local address")?;
         let done = read_exact(&mut tcp, 5)?;
         if &done[..4] != b"done" {
-            return Err("Couldn't read done from the client".into());
+            bail!("Couldn't read done from the client");
         }
         rem
     };
@@ -289,7 +287,7 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
         ip: IpAddr::V4(peer_ip),
         mac: next_mac,
     };
-    let post_send = |ctx: &mut Context| -> Result<(), String> {
+    let post_send = |ctx: &mut Context| -> anyhow::Result<()> {
         let sge = Sge {
             addr: send_at,
             length: cfg.size,
@@ -306,7 +304,7 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
                 signaled: true,
                 solicited: false,
             };
-            ctx.post_send_ud(qpn, wr).map_err(e)
+            ctx.post_send_ud(qpn, wr).map_err(Into::into)
         } else {
             ctx.post_send(
                 qpn,
@@ -318,7 +316,7 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
                     solicited: false,
                 },
             )
-            .map_err(e)
+            .map_err(Into::into)
         }
     };
     let (mut scnt, mut rcnt) = (0u32, 0u32);
@@ -332,49 +330,47 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
     let deadline =
         start + Duration::from_secs(10) + Duration::from_millis(u64::from(cfg.iters) * 20);
     let mut err = None;
-    let finished = ep
-        .run_until(deadline, |ctx| {
-            for wc in ctx.poll_cq(cq, 16) {
-                if wc.status != WcStatus::Success {
-                    err = Some(format!(
-                        "Failed status {} for wr_id {}",
-                        wc.status.name(),
-                        wc.wr_id
+    let finished = ep.run_until(deadline, |ctx| {
+        for wc in ctx.poll_cq(cq, 16) {
+            if wc.status != WcStatus::Success {
+                err = Some(anyhow!(
+                    "Failed status {} for wr_id {}",
+                    wc.status.name(),
+                    wc.wr_id
+                ));
+                return true;
+            }
+            if wc.opcode == WcOpcode::Send {
+                scnt += 1;
+                pending_send = false;
+            } else {
+                rcnt += 1;
+                pending_recv = false;
+                if cfg.validate
+                    && ctx.mr_bytes(&mr)[..slot as usize]
+                        .iter()
+                        .skip(if cfg.ud { GRH as usize } else { 0 })
+                        .step_by(4096)
+                        .any(|&b| b != 0)
+                {
+                    err = Some(anyhow!(
+                        "Invalid data in received buffer (iteration {rcnt})"
                     ));
                     return true;
                 }
-                if wc.opcode == WcOpcode::Send {
-                    scnt += 1;
-                    pending_send = false;
-                } else {
-                    rcnt += 1;
-                    pending_recv = false;
-                    if cfg.validate
-                        && ctx.mr_bytes(&mr)[..slot as usize]
-                            .iter()
-                            .skip(if cfg.ud { GRH as usize } else { 0 })
-                            .step_by(4096)
-                            .any(|&b| b != 0)
-                    {
-                        err = Some(format!(
-                            "Invalid data in received buffer (iteration {rcnt})"
-                        ));
-                        return true;
-                    }
-                    let _ = post_recv(ctx);
-                }
-                if scnt < cfg.iters && !pending_send && !pending_recv {
-                    if let Err(x) = post_send(ctx) {
-                        err = Some(x);
-                        return true;
-                    }
-                    pending_send = true;
-                    pending_recv = true;
-                }
+                let _ = post_recv(ctx);
             }
-            rcnt >= cfg.iters && scnt >= cfg.iters
-        })
-        .map_err(|e| e.to_string())?;
+            if scnt < cfg.iters && !pending_send && !pending_recv {
+                if let Err(x) = post_send(ctx) {
+                    err = Some(x);
+                    return true;
+                }
+                pending_send = true;
+                pending_recv = true;
+            }
+        }
+        rcnt >= cfg.iters && scnt >= cfg.iters
+    })?;
     // Linger briefly so the ACK of the peer's last SEND goes out before we leave.
     let linger = Instant::now() + Duration::from_millis(100);
     let _ = ep.run_until(linger, |_| false);
@@ -382,10 +378,10 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> Result<PingpongResul
         return Err(x);
     }
     if !finished {
-        return Err(format!(
+        bail!(
             "timed out after {scnt} sends and {rcnt} receives of {}",
             cfg.iters
-        ));
+        );
     }
     let secs = start.elapsed().as_secs_f64();
     Ok(PingpongResult {

@@ -68,11 +68,11 @@ fn af_xdp_on_both_ends() {
         ..cfg()
     }) {
         Ok(r) => r,
-        Err(e) if e.starts_with("AF_XDP") => {
-            eprintln!("SKIP: AF_XDP cannot be set up here: {e}");
+        Err(e) if format!("{e:#}").starts_with("AF_XDP") => {
+            eprintln!("SKIP: AF_XDP cannot be set up here: {e:#}");
             return;
         }
-        Err(e) => panic!("{e}"),
+        Err(e) => panic!("{e:#}"),
     };
     assert!(r.ok, "{:#?}", r.lines);
     let has = |s: &str| r.lines.iter().any(|l| l.contains(s));

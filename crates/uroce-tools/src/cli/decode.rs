@@ -4,6 +4,8 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context as _;
+
 use uroce::pcap::Reader;
 use uroce_tools::decode::{human_line, record};
 
@@ -22,9 +24,9 @@ pub struct Args {
 }
 
 /// Runs the command; `Err` for a file that cannot be read at all.
-pub fn run(a: Args) -> Result<ExitCode, String> {
-    let data = std::fs::read(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
-    let reader = Reader::new(&data).map_err(|e| format!("{}: {e}", a.file.display()))?;
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let data = std::fs::read(&a.file).with_context(|| a.file.display().to_string())?;
+    let reader = Reader::new(&data).with_context(|| a.file.display().to_string())?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut bad_roce = 0usize;
@@ -33,7 +35,7 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
             Ok(f) => f,
             Err(e) => {
                 let _ = out.flush();
-                return Err(format!("{}: {e}", a.file.display()));
+                return Err(e).with_context(|| a.file.display().to_string());
             }
         };
         let r = record(i + 1, &frame);

@@ -2,6 +2,8 @@
 
 use std::process::ExitCode;
 
+use anyhow::{bail, Context as _};
+
 use uroce::verbs::Mtu;
 use uroce_tools::demo::{run, BackendChoice, DemoConfig};
 
@@ -31,12 +33,12 @@ pub struct Args {
 }
 
 /// Runs the demo and prints what it did.
-pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
+pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     let mtu = Mtu::from_bytes(a.mtu)
-        .ok_or_else(|| format!("--mtu {} is not 256, 512, 1024, 2048 or 4096", a.mtu))?;
+        .with_context(|| format!("--mtu {} is not 256, 512, 1024, 2048 or 4096", a.mtu))?;
     let impair = a.impair.impairment()?;
     if u64::from(a.messages) * u64::from(a.size) > 256 << 20 {
-        return Err("--messages x --size above 256 MiB: pick smaller numbers".into());
+        bail!("--messages x --size above 256 MiB: pick smaller numbers");
     }
     println!("uroce demo");
     let r = run(&DemoConfig {
@@ -69,7 +71,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
             path,
             uroce::pcap::write_pcap(r.captured.iter().map(|f| &f[..])),
         )
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .with_context(|| path.display().to_string())?;
         println!(
             "  captured {} frames on the veth into {} ({} RoCEv2, {} with a bad ICRC or malformed)",
             r.captured.len(),

@@ -3,6 +3,8 @@
 use std::net::IpAddr;
 use std::process::ExitCode;
 
+use anyhow::Context as _;
+
 /// Arguments of `uroce info`.
 #[derive(clap::Args)]
 pub struct InfoArgs {
@@ -19,8 +21,10 @@ struct Link {
 }
 
 /// The host's interfaces, as the kernel lists them over rtnetlink.
-fn links() -> Result<Vec<Link>, String> {
-    let all = uroce::net::addresses::interfaces().map_err(|e| e.to_string())?;
+fn links() -> anyhow::Result<Vec<Link>> {
+    // As text: a NetError's message already ends with its source's, which `{:#}` would
+    // print a second time.
+    let all = uroce::net::addresses::interfaces().map_err(|e| anyhow::Error::msg(e.to_string()))?;
     Ok(all
         .into_iter()
         .map(|i| Link {
@@ -82,7 +86,7 @@ fn show(l: &Link, verbose: bool) {
 }
 
 /// `uroce devices`.
-pub fn run_devices() -> Result<ExitCode, String> {
+pub fn run_devices() -> anyhow::Result<ExitCode> {
     for l in links()? {
         show(&l, true);
     }
@@ -90,11 +94,11 @@ pub fn run_devices() -> Result<ExitCode, String> {
 }
 
 /// `uroce info IFACE`.
-pub fn run_info(a: InfoArgs) -> Result<ExitCode, String> {
+pub fn run_info(a: InfoArgs) -> anyhow::Result<ExitCode> {
     let l = links()?
         .into_iter()
         .find(|l| l.name == a.iface)
-        .ok_or_else(|| format!("no interface {} here (see `uroce devices`)", a.iface))?;
+        .with_context(|| format!("no interface {} here (see `uroce devices`)", a.iface))?;
     show(&l, true);
     Ok(ExitCode::SUCCESS)
 }

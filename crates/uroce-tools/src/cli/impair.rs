@@ -17,12 +17,12 @@ pub struct ImpairArgs {
 
 impl ImpairArgs {
     /// The impairment asked for, or why it is refused.
-    pub fn impairment(&self) -> Result<Impairment, String> {
+    pub fn impairment(&self) -> anyhow::Result<Impairment> {
         let i = Impairment {
             drop: self.drop,
             reorder: self.reorder,
         };
-        i.validate()?;
+        i.validate().map_err(anyhow::Error::msg)?;
         Ok(i)
     }
 }

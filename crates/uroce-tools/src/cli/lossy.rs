@@ -4,6 +4,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::{anyhow, bail};
+
 use uroce::datapath::xdp::LossyLink;
 
 /// Arguments of `uroce lossy`.
@@ -17,13 +19,13 @@ pub struct Args {
 }
 
 /// Attaches, says so, waits for SIGINT / SIGTERM, detaches.
-pub fn run(a: Args) -> Result<ExitCode, String> {
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if !(0.0..1.0).contains(&a.drop) {
-        return Err(format!("--drop {} is out of range [0, 1)", a.drop));
+        bail!("--drop {} is out of range [0, 1)", a.drop);
     }
     uroce::datapath::catch_interrupts();
     let l = LossyLink::attach(&a.iface, a.drop).map_err(|e| {
-        format!(
+        anyhow!(
             "{}: {e} (needs root, or CAP_BPF and CAP_NET_ADMIN)",
             a.iface
         )

@@ -6,6 +6,8 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::{bail, Context as _};
+
 use uroce::verbs::Mtu;
 use uroce_tools::perf::{client, PerfConfig, PerfOp};
 use uroce_tools::perftest::{self, Test, Verb};
@@ -91,26 +93,21 @@ pub struct Args {
 }
 
 /// Runs server or client.
-pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
+pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     if a.qps == 0 || a.qps > 64 {
-        return Err(format!("--qps {} is out of range 1..=64", a.qps));
+        bail!("--qps {} is out of range 1..=64", a.qps);
     }
     if a.threads == 0 || a.threads > 64 {
-        return Err(format!("--threads {} is out of range 1..=64", a.threads));
+        bail!("--threads {} is out of range 1..=64", a.threads);
     }
     if a.threads > 1 && (a.lat || a.perftest || a.qps > 1) {
-        return Err("--threads above 1 is for bandwidth between uroce peers, one QP per loop (not --lat, --perftest or --qps)".into());
+        bail!("--threads above 1 is for bandwidth between uroce peers, one QP per loop (not --lat, --perftest or --qps)");
     }
     if a.qps > 1 && (a.lat || a.perftest) {
-        return Err(
-            "--qps above 1 is for bandwidth between uroce peers (not --lat or --perftest)".into(),
-        );
+        bail!("--qps above 1 is for bandwidth between uroce peers (not --lat or --perftest)");
     }
     if !(a.duration > 0.0 && a.duration <= 3600.0) {
-        return Err(format!(
-            "--duration {} is out of range (0, 3600]",
-            a.duration
-        ));
+        bail!("--duration {} is out of range (0, 3600]", a.duration);
     }
     let impair = a.impair.impairment()?;
     let traffic = a.traffic.traffic()?;
@@ -118,12 +115,12 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         .mtu
         .map(|m| {
             Mtu::from_bytes(m)
-                .ok_or_else(|| format!("--mtu {m} is not 256, 512, 1024, 2048 or 4096"))
+                .with_context(|| format!("--mtu {m} is not 256, 512, 1024, 2048 or 4096"))
         })
         .transpose()?;
     if let Some(size) = a.size {
         if size == 0 || size > 1 << 24 {
-            return Err(format!("--size {size} is out of range 1..=16777216"));
+            bail!("--size {size} is out of range 1..=16777216");
         }
     }
     let verb = match a.op.as_str() {
@@ -182,24 +179,24 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         let tcp = uroce_tools::perf::accept_one(cfg.port)?;
         // A uroce client opens with a JSON line, perftest with its version string.
         let mut first = [0u8; 1];
-        tcp.peek(&mut first).map_err(|e| e.to_string())?;
+        tcp.peek(&mut first)?;
         if first[0] == b'{' {
             let what = uroce_tools::perf::serve(&cfg, tcp)?;
             eprintln!("uroce perf: {what}");
             return Ok(ExitCode::SUCCESS);
         }
-        let pt = pt.ok_or("a perftest client connected, but `raw` is not a perftest test")?;
+        let pt = pt.context("a perftest client connected, but `raw` is not a perftest test")?;
         uroce::datapath::catch_interrupts();
         let out = perftest::serve(&pt, tcp)?;
         return print_perftest(&out, a.json);
     };
     if a.perftest {
-        let pt = pt.ok_or("`raw` is not a perftest test")?;
+        let pt = pt.context("`raw` is not a perftest test")?;
         let out = perftest::client(&pt, server_addr)?;
         return print_perftest(&out, a.json);
     }
     if verb == Some(Verb::Atomic) {
-        return Err("`atomic` between uroce peers needs --perftest (both ends speak it)".into());
+        bail!("`atomic` between uroce peers needs --perftest (both ends speak it)");
     }
     let json = a.json;
     let r = client(&cfg, server_addr, &mut |line| {
@@ -208,7 +205,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         }
     })?;
     if json {
-        println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string(&r)?);
         return Ok(ExitCode::SUCCESS);
     }
     let rule = "-".repeat(87);
@@ -241,9 +238,9 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_perftest(out: &perftest::Outcome, json: bool) -> Result<ExitCode, String> {
+fn print_perftest(out: &perftest::Outcome, json: bool) -> anyhow::Result<ExitCode> {
     if json {
-        println!("{}", serde_json::to_string(out).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string(out)?);
     } else {
         let mut o = std::io::stdout().lock();
         for l in &out.text {

@@ -3,6 +3,8 @@
 use std::net::IpAddr;
 use std::process::ExitCode;
 
+use anyhow::{bail, Context as _};
+
 use uroce::verbs::Mtu;
 use uroce_tools::pingpong::{run, Dest, PingpongConfig};
 
@@ -54,21 +56,21 @@ fn show(what: &str, d: &Dest) {
 }
 
 /// Runs it.
-pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
+pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     let mtu = Mtu::from_bytes(a.mtu)
-        .ok_or_else(|| format!("-m {}: MTU must be 256, 512, 1024, 2048 or 4096", a.mtu))?;
+        .with_context(|| format!("-m {}: MTU must be 256, 512, 1024, 2048 or 4096", a.mtu))?;
     if a.size == 0 || a.size > 1 << 24 {
-        return Err(format!("-s {}: size out of range 1..=16777216", a.size));
+        bail!("-s {}: size out of range 1..=16777216", a.size);
     }
     if a.ud && a.size > mtu.bytes() {
-        return Err(format!(
+        bail!(
             "-s {}: a UD message must fit in the MTU ({})",
             a.size,
             mtu.bytes()
-        ));
+        );
     }
     if a.iters == 0 || a.rx_depth == 0 {
-        return Err("-n and -r must be above 0".into());
+        bail!("-n and -r must be above 0");
     }
     let _ = a.gid_idx;
     let impair = a.impair.impairment()?;

@@ -3,6 +3,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::{anyhow, bail, Context as _};
+
 use uroce::sim::dgram::{self, DgramConfig};
 use uroce::sim::rc::{run, Mix, SimConfig};
 use uroce::sim::LinkConfig;
@@ -65,27 +67,27 @@ pub struct Args {
     json: bool,
 }
 
-fn parse_prob(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+fn parse_prob(s: &str) -> anyhow::Result<f64> {
+    let v: f64 = s.parse().map_err(|_| anyhow!("`{s}` is not a number"))?;
     if (0.0..=1.0).contains(&v) {
         Ok(v)
     } else {
-        Err(format!("{v} is not a probability between 0 and 1"))
+        Err(anyhow!("{v} is not a probability between 0 and 1"))
     }
 }
 
-fn parse_mtu(s: &str) -> Result<u32, String> {
-    let v: u32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+fn parse_mtu(s: &str) -> anyhow::Result<u32> {
+    let v: u32 = s.parse().map_err(|_| anyhow!("`{s}` is not a number"))?;
     Mtu::from_bytes(v)
         .map(|_| v)
-        .ok_or_else(|| format!("path MTU must be 256, 512, 1024, 2048 or 4096, not {v}"))
+        .with_context(|| format!("path MTU must be 256, 512, 1024, 2048 or 4096, not {v}"))
 }
 
-fn parse_size(s: &str) -> Result<(u32, u32), String> {
-    let num = |t: &str| -> Result<u32, String> {
+fn parse_size(s: &str) -> anyhow::Result<(u32, u32)> {
+    let num = |t: &str| -> anyhow::Result<u32> {
         t.trim()
             .parse::<u32>()
-            .map_err(|_| format!("`{t}` is not a size in bytes"))
+            .map_err(|_| anyhow!("`{t}` is not a size in bytes"))
     };
     let (lo, hi) = match s.split_once("..") {
         Some((a, b)) => (num(a)?, num(b.trim_start_matches('='))?),
@@ -95,15 +97,15 @@ fn parse_size(s: &str) -> Result<(u32, u32), String> {
         }
     };
     if lo > hi {
-        return Err(format!("size range {lo}..{hi} is empty"));
+        bail!("size range {lo}..{hi} is empty");
     }
     if hi > 1 << 24 {
-        return Err(format!("sizes above {} bytes are not simulated", 1 << 24));
+        bail!("sizes above {} bytes are not simulated", 1 << 24);
     }
     Ok((lo, hi))
 }
 
-fn parse_mix(s: &str) -> Result<Mix, String> {
+fn parse_mix(s: &str) -> anyhow::Result<Mix> {
     let mut m = Mix {
         send: 0,
         write: 0,
@@ -113,36 +115,34 @@ fn parse_mix(s: &str) -> Result<Mix, String> {
     for part in s.split(',').filter(|p| !p.trim().is_empty()) {
         let (k, v) = part
             .split_once(':')
-            .ok_or_else(|| format!("`{part}` should be KIND:WEIGHT"))?;
+            .with_context(|| format!("`{part}` should be KIND:WEIGHT"))?;
         let w: u32 = v
             .trim()
             .parse()
-            .map_err(|_| format!("weight `{v}` is not a whole number"))?;
+            .map_err(|_| anyhow!("weight `{v}` is not a whole number"))?;
         match k.trim() {
             "send" => m.send = w,
             "write" => m.write = w,
             "read" => m.read = w,
             "atomic" => m.atomic = w,
             other => {
-                return Err(format!(
-                    "unknown operation `{other}` (send, write, read, atomic)"
-                ))
+                bail!("unknown operation `{other}` (send, write, read, atomic)")
             }
         }
     }
     if m.send + m.write + m.read + m.atomic == 0 {
-        return Err("the mix has no operation with a weight above 0".into());
+        bail!("the mix has no operation with a weight above 0");
     }
     Ok(m)
 }
 
 /// Runs the simulation and prints the summary; exit 1 if anything went wrong.
-pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
+pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     if !(a.delay_us >= 0.0 && a.delay_us < 1e7) {
-        return Err(format!("--delay-us {} is out of range", a.delay_us));
+        bail!("--delay-us {} is out of range", a.delay_us);
     }
     if !(a.gbps >= 0.0 && a.gbps < 1e6) {
-        return Err(format!("--gbps {} is out of range", a.gbps));
+        bail!("--gbps {} is out of range", a.gbps);
     }
     let link = LinkConfig {
         loss: a.loss,
@@ -156,9 +156,8 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
     };
     let dcqcn = match &a.dcqcn {
         Some(profile) => {
-            let mut p = uroce::congestion::dcqcn::Params::profile(profile, a.gbps.max(1.0) * 1e9)
-                .map_err(|e| e.to_string())?;
-            p.set_all(&a.dcqcn_set).map_err(|e| e.to_string())?;
+            let mut p = uroce::congestion::dcqcn::Params::profile(profile, a.gbps.max(1.0) * 1e9)?;
+            p.set_all(&a.dcqcn_set)?;
             Some(p)
         }
         None => None,
@@ -181,7 +180,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
     };
     let r = run(&cfg);
     if a.json {
-        println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string(&r)?);
     } else {
         println!("uroce sim: RC, {} ops, seed {}", a.ops, a.seed);
         println!("  ops completed      {}", r.ops_completed);
@@ -228,7 +227,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
 }
 
 /// `--transport ud|uc`: messages (the `--mix` does not apply: UD and UC carry SENDs here).
-fn run_dgram(a: &Args, link: LinkConfig, mtu: Mtu) -> Result<ExitCode, String> {
+fn run_dgram(a: &Args, link: LinkConfig, mtu: Mtu) -> anyhow::Result<ExitCode> {
     let cfg = DgramConfig {
         transport: if a.transport == "uc" {
             QpType::Uc
@@ -244,7 +243,7 @@ fn run_dgram(a: &Args, link: LinkConfig, mtu: Mtu) -> Result<ExitCode, String> {
     };
     let r = dgram::run(&cfg);
     if a.json {
-        println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string(&r)?);
     } else {
         println!(
             "uroce sim: {}, {} messages, seed {}",

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::{anyhow, bail, Context as _};
+
 use uroce::congestion::dcqcn::Params;
 use uroce::sim::cc::{csv, run, CcConfig, Pfc};
 
@@ -52,18 +54,15 @@ pub struct Args {
 }
 
 /// Runs the experiment and prints the summary.
-pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
+pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     if !(a.gbps > 0.0 && a.gbps < 1e4) {
-        return Err(format!("--gbps {} is out of range", a.gbps));
+        bail!("--gbps {} is out of range", a.gbps);
     }
     if !(a.duration_ms > 0.0 && a.duration_ms <= 10_000.0) {
-        return Err(format!(
-            "--duration-ms {} is out of range (0, 10000]",
-            a.duration_ms
-        ));
+        bail!("--duration-ms {} is out of range (0, 10000]", a.duration_ms);
     }
     if !(a.stagger_ms >= 0.0 && a.stagger_ms <= 10_000.0) {
-        return Err(format!("--stagger-ms {} is out of range", a.stagger_ms));
+        bail!("--stagger-ms {} is out of range", a.stagger_ms);
     }
     let rate = a.gbps * 1e9;
     let mut cfg = CcConfig::paper(a.flows as usize);
@@ -73,16 +72,16 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
     cfg.buffer_bytes = a.buffer_kb * 1024;
     let parts: Vec<&str> = a.red.split(',').collect();
     let [kmin, kmax, pmax] = parts[..] else {
-        return Err(format!("--red `{}`: expected KMIN_KB,KMAX_KB,PMAX", a.red));
+        bail!("--red `{}`: expected KMIN_KB,KMAX_KB,PMAX", a.red);
     };
     let num = |s: &str| {
         s.trim()
             .parse::<f64>()
-            .map_err(|_| format!("--red: `{s}` is not a number"))
+            .map_err(|_| anyhow!("--red: `{s}` is not a number"))
     };
     let (kmin, kmax, pmax) = (num(kmin)?, num(kmax)?, num(pmax)?);
     if !(0.0..=1.0).contains(&pmax) || kmin < 0.0 || kmax <= kmin {
-        return Err("--red: need 0 <= KMIN < KMAX and 0 <= PMAX <= 1".into());
+        bail!("--red: need 0 <= KMIN < KMAX and 0 <= PMAX <= 1");
     }
     cfg.red.kmin_bytes = (kmin * 1000.0) as usize;
     cfg.red.kmax_bytes = (kmax * 1000.0) as usize;
@@ -94,15 +93,15 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
         });
     }
     cfg.dcqcn = if a.control == "dcqcn" {
-        let mut p = Params::profile(&a.profile, rate).map_err(|e| e.to_string())?;
-        p.set_all(&a.set).map_err(|e| e.to_string())?;
+        let mut p = Params::profile(&a.profile, rate)?;
+        p.set_all(&a.set)?;
         Some(p)
     } else {
         None
     };
     let r = run(&cfg);
     if let Some(path) = &a.csv {
-        std::fs::write(path, csv(&r)).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(path, csv(&r)).with_context(|| path.display().to_string())?;
     }
     if let Some(path) = &a.svg {
         let title = format!(
@@ -117,7 +116,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
             if a.pfc { ", PFC" } else { "" }
         );
         std::fs::write(path, uroce::sim::plot::svg(&r, &title))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .with_context(|| path.display().to_string())?;
     }
     if a.json {
         #[derive(serde::Serialize)]
@@ -143,7 +142,7 @@ pub fn run_cmd(a: Args) -> Result<ExitCode, String> {
             converge_us: r.converge_us,
             control: &a.control,
         };
-        println!("{}", serde_json::to_string(&s).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string(&s)?);
     } else {
         println!(
             "uroce sim-cc: {} flows, {}, {} Gb/s, {} ms",

@@ -24,7 +24,7 @@ pub struct TrafficArgs {
 
 impl TrafficArgs {
     /// The traffic asked for, or why it is refused.
-    pub fn traffic(&self) -> Result<Traffic, String> {
+    pub fn traffic(&self) -> anyhow::Result<Traffic> {
         let t = Traffic {
             dscp: self.dscp,
             sport_base: self.sport_base,
