@@ -6,7 +6,7 @@
 //! ([`Context::poll_timeout`], [`Context::handle_timeout`]); `now` is always passed in.
 //! Nothing in here touches a socket or reads a clock.
 //!
-//! - [`resources`](self): the ibverbs calls (PDs, MRs, CQs, QPs, modify, post, poll);
+//! - `resources`: the ibverbs calls (PDs, MRs, CQs, QPs, modify, post, poll);
 //! - `receive`: packets in, to their QP or the DCQCN reaction point;
 //! - `transmit`: packets out, CNPs first, QPs in turn, paced by DCQCN;
 //! - `qp`: a QP as the context holds it (the transport's QP and its reaction point).

@@ -1,0 +1,153 @@
+//! The endpoint's quinn-shaped edge: `poll_transmit` writes only the RoCE part and says
+//! where it goes; `handle_datagram` takes a UDP payload with its addressing. RC traffic
+//! carried that way completes as it does over whole frames, and the ICRC still covers the
+//! IP and UDP fields a socket reports.
+
+mod common;
+
+use common::*;
+use uroce::endpoint::Transmit;
+use uroce::wire::{DatagramRepr, IpRepr};
+
+/// Moves every datagram `from` has to send to `to` as a UDP socket would: the RoCE bytes
+/// and the addressing, no link headers. Returns what went.
+fn carry(from: &mut Context, to: &mut Context, now: Instant) -> Vec<(Transmit, Vec<u8>)> {
+    let mut buf = vec![0u8; 5000];
+    let mut went = Vec::new();
+    while let Some(t) = from.poll_transmit(now, &mut buf) {
+        let roce = buf[..t.len].to_vec();
+        to.handle_datagram(now, &t.datagram, &roce)
+            .expect("a datagram the endpoint wrote verifies");
+        went.push((t, roce));
+    }
+    went
+}
+
+#[test]
+fn rc_write_and_send_complete_over_datagrams() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+    p.a.mr_bytes_mut(&p.la)[..3000].copy_from_slice(&payload);
+    let w = SendWr {
+        wr_id: 1,
+        op: write_op(&p, 100),
+        sge: Sge {
+            addr: p.la.addr,
+            length: 3000,
+            lkey: p.la.lkey,
+        },
+        signaled: true,
+        solicited: false,
+    };
+    p.a.post_send(p.qa, w).unwrap();
+    let now = p.now;
+    let sent = carry(&mut p.a, &mut p.b, now);
+    // 3000 bytes at path MTU 1024: FIRST, MIDDLE, LAST, each a datagram to 4791 from the
+    // QP's source port, with only the RoCE part in the buffer.
+    assert_eq!(sent.len(), 3);
+    for (t, roce) in &sent {
+        assert_eq!(t.datagram.dst(), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
+        assert_eq!(t.datagram.udp.dst_port, 4791);
+        assert_eq!(
+            t.datagram.udp.src_port,
+            uroce::verbs::udp_source_port(0xc000, p.qa)
+        );
+        assert_eq!(t.dst_mac, [2, 0, 0, 0, 0, 2]);
+        assert_eq!(t.len, roce.len());
+        assert_eq!(t.frame_len(), 14 + 20 + 8 + roce.len());
+    }
+    carry(&mut p.b, &mut p.a, now); // the ACK
+    let wc = p.a.poll_cq(p.cqa, 4);
+    assert_eq!(wc.len(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (1, WcStatus::Success));
+    assert_eq!(&p.b.mr_bytes(&p.rb)[100..3100], &payload[..]);
+    assert_eq!(p.b.counters().rx_frames, 3);
+}
+
+#[test]
+fn the_icrc_covers_what_the_socket_reports() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let w = SendWr {
+        wr_id: 2,
+        op: write_op(&p, 0),
+        sge: Sge {
+            addr: p.la.addr,
+            length: 64,
+            lkey: p.la.lkey,
+        },
+        signaled: true,
+        solicited: false,
+    };
+    p.a.post_send(p.qa, w).unwrap();
+    let mut buf = vec![0u8; 5000];
+    let t = p.a.poll_transmit(p.now, &mut buf).unwrap();
+    let roce = &buf[..t.len];
+    // Another source port, another identification: not the datagram the ICRC was made
+    // for, so it is refused and counted, and nothing is written.
+    let mut other_port = t.datagram;
+    other_port.udp.src_port ^= 1;
+    let mut other_ident: DatagramRepr = t.datagram;
+    if let IpRepr::V4(ip) = &mut other_ident.ip {
+        ip.ident = 0x1234;
+    }
+    for d in [other_port, other_ident] {
+        let e = p.b.handle_datagram(p.now, &d, roce).unwrap_err();
+        assert!(matches!(e, uroce::wire::WireError::BadIcrc { .. }), "{e}");
+    }
+    assert_eq!(p.b.counters().rx_bad_icrc, 2);
+    // Masked fields (TOS, which carries ECN) may change on the way.
+    let mut marked = t.datagram;
+    if let IpRepr::V4(ip) = &mut marked.ip {
+        ip.tos |= 0x03;
+    }
+    p.b.handle_datagram(p.now, &marked, roce).unwrap();
+    assert_eq!(p.b.qp_counters(p.qb).unwrap().np_ecn_marked_roce_packets, 1);
+    // A truncated payload is malformed, not a panic.
+    assert!(p
+        .b
+        .handle_datagram(p.now, &t.datagram, &roce[..10])
+        .is_err());
+    assert_eq!(p.b.counters().rx_malformed, 1);
+}
+
+#[test]
+fn poll_frame_is_poll_transmit_with_the_link_headers_in_front() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let mut q = Pair::new(RtsAttr::default(), all());
+    for x in [&mut p, &mut q] {
+        let w = SendWr {
+            wr_id: 3,
+            op: write_op(x, 0),
+            sge: Sge {
+                addr: x.la.addr,
+                length: 200,
+                lkey: x.la.lkey,
+            },
+            signaled: true,
+            solicited: false,
+        };
+        x.a.post_send(x.qa, w).unwrap();
+    }
+    let mut frame = vec![0u8; 5000];
+    let n = p.a.poll_frame(p.now, &mut frame).unwrap();
+    let mut buf = vec![0u8; 5000];
+    let t = q.a.poll_transmit(q.now, &mut buf).unwrap();
+    let at = t.link_headers_len();
+    assert_eq!(n, at + t.len);
+    let mut link = vec![0u8; at];
+    t.emit_link_headers([2, 0, 0, 0, 0, 1], &mut link).unwrap();
+    // Same addresses, QPNs and lengths: the same link headers (the RETH's VA differs, the
+    // regions live at different addresses).
+    assert_eq!(&frame[..at], &link[..]);
+    let parsed = uroce::wire::parse(&frame[..n]).unwrap();
+    assert_eq!((parsed.ip, parsed.udp), (t.datagram.ip, t.datagram.udp));
+    // The RoCE part carries the ICRC of its datagram, in both forms.
+    let roce = &buf[..t.len];
+    let stored = u32::from_le_bytes(roce[t.len - 4..].try_into().unwrap());
+    assert_eq!(t.datagram.icrc(&roce[..t.len - 4]).unwrap(), stored);
+    assert_eq!(
+        t.datagram.icrc(&frame[at..n - 4]).unwrap(),
+        parsed.icrc,
+        "the frame's RoCE part is what poll_transmit writes"
+    );
+}
