@@ -132,3 +132,16 @@ fn seed_of(local: IpAddr) -> u64 {
         IpAddr::V6(a) => u128::from(a) as u64,
     }
 }
+
+/// The datapath `backend` (`auto`, `xdp`, `udp`) on `iface` / `local`, and a description,
+/// impairing received frames as `impair` says (to test recovery).
+pub(crate) fn open_backend_lossy(
+    backend: &str,
+    mtu: Mtu,
+    local: impl Into<IpAddr>,
+    iface: &str,
+    impair: Impairment,
+) -> anyhow::Result<(Box<dyn Backend + Send>, String)> {
+    let choice = BackendChoice::parse(backend)?;
+    open(choice, Some(iface), "", local.into(), mtu, impair)
+}

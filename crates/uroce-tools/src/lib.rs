@@ -7,9 +7,11 @@ pub mod decode;
 pub mod demo;
 #[doc(hidden)]
 pub mod fuzzing;
+mod link;
 pub mod live_capture;
 pub mod netns;
 pub mod perf;
 mod perf_loops;
 pub mod perftest;
 pub mod pingpong;
+pub mod traffic;

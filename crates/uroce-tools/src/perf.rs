@@ -11,14 +11,16 @@ use anyhow::{bail, Context as _};
 
 use serde::{Deserialize, Serialize};
 
-use uroce::congestion::dcqcn;
+use crate::backend::open_backend_lossy;
+use crate::link::{local_link, peer_mac};
+pub use crate::traffic::Traffic;
 use uroce::datapath::event_loop::Endpoint;
 use uroce::datapath::impair::Impairment;
 use uroce::datapath::Backend;
 use uroce::mem::Access;
 use uroce::verbs::{
-    Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
-    SendOp, SendWr, Sge, WcStatus,
+    Context, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge,
+    WcStatus,
 };
 
 /// The operation measured.
@@ -35,111 +37,6 @@ pub enum PerfOp {
     /// path MTU, as fast as the datapath takes them; the server counts what arrives. The
     /// datapath's ceiling, to compare the transport against.
     Raw,
-}
-
-/// What an endpoint puts in the headers the network looks at, and whether DCQCN runs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Traffic {
-    /// DSCP of every data and ACK packet (CNPs keep DCQCN's `cnp_dscp`).
-    pub dscp: u8,
-    /// UDP source ports are `sport_base | (hash(QPN) & 0x3fff)`: ECMP entropy, fixed per QP.
-    pub sport_base: u16,
-    /// DCQCN: a profile (`paper` or `mlx5`) and knobs by their mlx5 names
-    /// (`rpg_ai_rate=10,...`). Data packets then carry ECT(0), the reaction point paces
-    /// each QP, and the notification point answers CE marks with CNPs.
-    pub dcqcn: Option<(String, String)>,
-}
-
-impl Default for Traffic {
-    fn default() -> Self {
-        Self {
-            dscp: 0,
-            sport_base: 0xc000,
-            dcqcn: None,
-        }
-    }
-}
-
-impl Traffic {
-    /// Checks the DSCP range and the DCQCN profile and knobs; says what is wrong.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        if self.dscp > 63 {
-            bail!("--dscp {} is out of range 0..=63", self.dscp);
-        }
-        // The hash fills the low 14 bits: a base with any of them set, or 0 (ports from
-        // 0, some privileged), is no range of its own.
-        if self.sport_base & 0x3fff != 0 || self.sport_base == 0 {
-            bail!(
-                "--sport-base {} must be 16384, 32768 or 49152 (ports are BASE | 14 bits of the QPN's hash)",
-                self.sport_base
-            );
-        }
-        self.dcqcn_params(100e9).map(|_| ())
-    }
-
-    fn dcqcn_params(&self, line_rate_bps: f64) -> anyhow::Result<Option<dcqcn::Params>> {
-        let Some((profile, knobs)) = &self.dcqcn else {
-            return Ok(None);
-        };
-        let mut p = dcqcn::Params::profile(profile, line_rate_bps).context("--dcqcn")?;
-        p.set_all(knobs).context("--dcqcn-set")?;
-        Ok(Some(p))
-    }
-
-    /// A context for `mac` / `ip` sending as configured; DCQCN's line rate is the
-    /// interface's speed (veth reports 10 Gb/s; 100 Gb/s where none is reported).
-    pub(crate) fn context(
-        &self,
-        iface: &str,
-        mac: [u8; 6],
-        ip: IpAddr,
-        seed: u64,
-    ) -> anyhow::Result<Context> {
-        let mut ctx = Context::new(
-            ContextConfig {
-                mac,
-                ip,
-                seed,
-                udp_sport_base: self.sport_base,
-                tos: self.dscp << 2,
-            },
-            std::time::Instant::now(),
-        );
-        if self.dcqcn.is_some() {
-            if let Some(p) = self.dcqcn_params(link_speed_bps(iface))? {
-                ctx.enable_dcqcn(p, Instant::now());
-            }
-        }
-        Ok(ctx)
-    }
-
-    /// How it shows in a datapath line: empty when all is default.
-    pub(crate) fn describe(&self) -> String {
-        let mut s = String::new();
-        if self.dscp != 0 {
-            s.push_str(&format!(", DSCP {}", self.dscp));
-        }
-        if self.sport_base != Self::default().sport_base {
-            s.push_str(&format!(
-                ", UDP source ports {:#06x} | hash",
-                self.sport_base
-            ));
-        }
-        if let Some((profile, _)) = &self.dcqcn {
-            s.push_str(&format!(", DCQCN ({profile}), ECT(0)"));
-        }
-        s
-    }
-}
-
-/// The interface's speed from sysfs (veth and tun report 10 Gb/s), or 100 Gb/s when it
-/// reports none (-1 or no file).
-fn link_speed_bps(iface: &str) -> f64 {
-    std::fs::read_to_string(format!("/sys/class/net/{iface}/speed"))
-        .ok()
-        .and_then(|s| s.trim().parse::<i64>().ok())
-        .filter(|&mbps| mbps > 0)
-        .map_or(100e9, |mbps| mbps as f64 * 1e6)
 }
 
 /// Options of a run.
@@ -296,87 +193,6 @@ impl Meter {
         self.last = Instant::now();
         self.last_done = done;
     }
-}
-
-/// The interface a tool runs on, as the kernel describes it.
-pub(crate) struct LocalLink {
-    /// Its name.
-    pub iface: String,
-    /// Its MAC address; `None` for an interface without one (loopback).
-    pub mac: Option<[u8; 6]>,
-    /// Its MTU in bytes.
-    pub mtu: u32,
-}
-
-impl LocalLink {
-    /// The MAC address the context's frames come from. AF_XDP puts it on the wire, so the
-    /// interface must have one; the UDP backend leaves the link header to the kernel and
-    /// the context's MAC goes nowhere (loopback's all-zero address is then fine).
-    pub(crate) fn mac_for(&self, backend: &dyn Backend) -> anyhow::Result<[u8; 6]> {
-        match self.mac {
-            Some(m) => Ok(m),
-            None if !backend.needs_link_addresses() => Ok([0; 6]),
-            None => Err(uroce::net::NetError::NoMac(self.iface.clone()).into()),
-        }
-    }
-}
-
-/// The interface to run on: `iface`, else the one holding `local`; an error when there is
-/// no such interface (or the kernel could not be asked).
-pub(crate) fn local_link(
-    iface: Option<&str>,
-    local: impl Into<IpAddr>,
-) -> anyhow::Result<LocalLink> {
-    let info = match iface {
-        Some(i) => uroce::net::addresses::interface_info(i),
-        None => uroce::net::addresses::interface_with_address(local.into()),
-    }
-    // As text: a NetError's message already ends with its source's, which `{:#}` would
-    // print a second time.
-    .map_err(|e| anyhow::Error::msg(e.to_string()))?;
-    Ok(LocalLink {
-        iface: info.name,
-        mac: info.mac,
-        mtu: info.mtu,
-    })
-}
-
-/// The MAC address frames to `peer` go to: the peer's, or its gateway's when it is not
-/// on the link. With AF_XDP it is resolved from the kernel's neighbour table, else by ARP
-/// sent on the AF_XDP path; the UDP backend leaves the link header to the kernel.
-pub(crate) fn peer_mac(
-    backend: &mut dyn Backend,
-    iface: &str,
-    my_mac: [u8; 6],
-    local: impl Into<IpAddr>,
-    peer: impl Into<IpAddr>,
-) -> anyhow::Result<[u8; 6]> {
-    if !backend.needs_link_addresses() {
-        return Ok([0; 6]);
-    }
-    uroce::net::resolve::resolve(
-        iface,
-        my_mac,
-        local.into(),
-        peer.into(),
-        &mut |f| backend.send(f),
-        uroce::net::neighbours::GIVE_UP,
-    )
-    .map(|r| r.mac)
-    .map_err(anyhow::Error::msg)
-}
-
-/// The datapath `backend` (`auto`, `xdp`, `udp`) on `iface` / `local`, and a description,
-/// impairing received frames as `impair` says (to test recovery).
-pub(crate) fn open_backend_lossy(
-    backend: &str,
-    mtu: Mtu,
-    local: impl Into<IpAddr>,
-    iface: &str,
-    impair: Impairment,
-) -> anyhow::Result<(Box<dyn Backend + Send>, String)> {
-    let choice = crate::backend::BackendChoice::parse(backend)?;
-    crate::backend::open(choice, Some(iface), "", local.into(), mtu, impair)
 }
 
 struct Setup {

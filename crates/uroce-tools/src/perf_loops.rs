@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 
+use crate::link::{local_link, peer_mac};
 use crate::perf::{
-    local_link, peer_mac, peer_stopped, read_json, send_json, Hello, Meter, PerfConfig, PerfOp,
-    PerfResult,
+    peer_stopped, read_json, send_json, Hello, Meter, PerfConfig, PerfOp, PerfResult,
 };
 use uroce::datapath::event_loop::Endpoint;
 use uroce::datapath::worker::{Idle, Worker};

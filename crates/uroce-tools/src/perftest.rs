@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
 
-use crate::perf::{local_link, open_backend_lossy, peer_mac};
+use crate::backend::open_backend_lossy;
+use crate::link::{local_link, peer_mac};
 use uroce::datapath::event_loop::Endpoint;
 use uroce::datapath::Backend;
 use uroce::mem::{Access, Mr};
@@ -147,7 +148,7 @@ pub struct Config {
     /// Loss and reordering of received frames on purpose (recovery tests).
     pub impair: uroce::datapath::impair::Impairment,
     /// DSCP, UDP source ports and DCQCN.
-    pub traffic: crate::perf::Traffic,
+    pub traffic: crate::traffic::Traffic,
 }
 
 /// The keys message (perftest's `KEY_PRINT_FMT_GID`).

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
 
-use crate::perf::{local_link, open_backend_lossy, peer_mac};
+use crate::backend::open_backend_lossy;
+use crate::link::{local_link, peer_mac};
 use uroce::datapath::event_loop::Endpoint;
 use uroce::datapath::Backend;
 use uroce::mem::Access;
