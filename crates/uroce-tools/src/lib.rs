@@ -11,7 +11,6 @@ mod link;
 pub mod live_capture;
 pub mod netns;
 pub mod perf;
-mod perf_loops;
 pub mod perftest;
 pub mod pingpong;
 pub mod traffic;

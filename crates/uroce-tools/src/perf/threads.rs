@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 
+use super::exchange::{peer_stopped, read_json, send_json, Hello};
+use super::setup::{rc_resources, seed_of};
+use super::{Meter, PerfConfig, PerfOp, PerfResult};
 use crate::link::{local_link, peer_mac};
-use crate::perf::{
-    peer_stopped, read_json, send_json, Hello, Meter, PerfConfig, PerfOp, PerfResult,
-};
 use uroce::datapath::event_loop::Endpoint;
 use uroce::datapath::worker::{Idle, Worker};
 use uroce::datapath::Backend;
@@ -24,7 +24,7 @@ use uroce::verbs::{
 };
 
 /// Messages in flight per loop.
-const WINDOW: u64 = crate::perf::WINDOW as u64;
+const WINDOW: u64 = super::setup::WINDOW as u64;
 
 type Boxed = Box<dyn Backend + Send>;
 
@@ -67,10 +67,10 @@ fn lanes(cfg: &PerfConfig, local: IpAddr, n: u32) -> anyhow::Result<Lanes> {
     let (backends, datapath, iface, mac) = backends(cfg, local, n)?;
     let mut v = Vec::new();
     for (k, backend) in (0..n).zip(backends) {
-        let seed = crate::perf::seed_of(local) ^ (u64::from(k) << 40);
+        let seed = seed_of(local) ^ (u64::from(k) << 40);
         let mut ctx = cfg.traffic.context(&iface, mac, local, seed)?;
         ctx.set_qpn_space(16 * n + k, n);
-        let (cq, qpns, mr) = crate::perf::rc_resources(&mut ctx, 1, cfg.size)?;
+        let (cq, qpns, mr) = rc_resources(&mut ctx, 1, cfg.size)?;
         let qpn = qpns[0];
         v.push(Lane {
             ctx,
@@ -152,7 +152,7 @@ fn start(
 }
 
 /// The server side: one loop per client loop.
-pub(crate) fn serve(
+pub(super) fn serve(
     cfg: &PerfConfig,
     tcp: &TcpStream,
     local: IpAddr,
@@ -217,7 +217,7 @@ pub(crate) fn serve(
 }
 
 /// The client side: messages go to the loops in turn, `WINDOW` in flight on each.
-pub(crate) fn client(
+pub(super) fn client(
     cfg: &PerfConfig,
     tcp: &TcpStream,
     local: IpAddr,

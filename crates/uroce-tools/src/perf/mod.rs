@@ -2,26 +2,31 @@
 //! is `uroce perf OP` with no address; the client names it. They exchange QPNs, PSN, rkeys
 //! and addresses as one JSON line each over TCP (default port 18515), resolve the next
 //! hop's MAC (ARP / NDP on the AF_XDP path), then move data over the chosen datapath.
+//!
+//! Here: the configuration and result, the server and client entry points with the single
+//! event loop's data path, and the meter of a timed run. The exchange with the peer is in
+//! `exchange`, one loop's resources and connection in `setup`, the raw-frame ceiling in
+//! `raw`, and `--threads` (loops on threads) in `threads`.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::open_backend_lossy;
-use crate::link::{local_link, peer_mac};
-pub use crate::traffic::Traffic;
-use uroce::datapath::event_loop::Endpoint;
 use uroce::datapath::impair::Impairment;
-use uroce::datapath::Backend;
-use uroce::mem::Access;
-use uroce::verbs::{
-    Context, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge,
-    WcStatus,
-};
+use uroce::verbs::{Context, Mtu, RecvWr, SendOp, SendWr, Sge, WcStatus};
+
+mod exchange;
+mod raw;
+mod setup;
+mod threads;
+
+pub use crate::traffic::Traffic;
+pub use exchange::accept_one;
+use exchange::{read_json, Hello};
+use setup::{connect, send_hello, setup, WINDOW};
 
 /// The operation measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,28 +73,6 @@ pub struct PerfConfig {
     /// Event loops, each on its own thread with one QP (UDP backend; the server takes
     /// the client's count).
     pub threads: u32,
-}
-
-/// One side's line of the exchange.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Hello {
-    pub(crate) op: PerfOp,
-    pub(crate) size: u32,
-    pub(crate) qpn: u32,
-    pub(crate) psn: u32,
-    pub(crate) rkey: u32,
-    pub(crate) addr: u64,
-    /// Every QP's number (the first is `qpn`).
-    #[serde(default)]
-    pub(crate) qpns: Vec<u32>,
-    /// Event loops (threads) on the sender's side, one QP each, when above 1.
-    #[serde(default)]
-    pub(crate) threads: u32,
-    /// Each QP's rkey and buffer address, when they differ (one region per loop).
-    #[serde(default)]
-    pub(crate) rkeys: Vec<u32>,
-    #[serde(default)]
-    pub(crate) addrs: Vec<u64>,
 }
 
 /// What the client measured.
@@ -195,175 +178,6 @@ impl Meter {
     }
 }
 
-struct Setup {
-    ep: Endpoint<Box<dyn Backend + Send>>,
-    /// The QPs; the first one carries raw mode's template.
-    qps: Vec<u32>,
-    cq: uroce::verbs::CqId,
-    mr: uroce::mem::Mr,
-    datapath: String,
-    iface: String,
-    local: IpAddr,
-}
-
-/// Messages in flight per QP (and message slots in the region).
-pub(crate) const WINDOW: usize = 32;
-
-fn setup(cfg: &PerfConfig, local: IpAddr) -> anyhow::Result<Setup> {
-    let link = local_link(cfg.iface.as_deref(), local)?;
-    let iface = link.iface.clone();
-    let (backend, datapath) = open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.impair)?;
-    let mac = link.mac_for(&*backend)?;
-    let mut ctx = cfg.traffic.context(&iface, mac, local, seed_of(local))?;
-    let (cq, qps, mr) = rc_resources(&mut ctx, cfg.qps, cfg.size)?;
-    Ok(Setup {
-        ep: Endpoint::new(ctx, backend),
-        qps,
-        cq,
-        mr,
-        datapath: datapath + &cfg.traffic.describe(),
-        iface,
-        local,
-    })
-}
-
-/// What one perf loop needs in `ctx`: a CQ, `qps` RC QPs in INIT on it, and a region
-/// of `WINDOW` message slots that the peer may write and read.
-pub(crate) fn rc_resources(
-    ctx: &mut Context,
-    qps: u32,
-    size: u32,
-) -> anyhow::Result<(uroce::verbs::CqId, Vec<u32>, uroce::mem::Mr)> {
-    let cq = ctx.create_cq();
-    let pd = ctx.alloc_pd();
-    let caps = QpCaps {
-        qp_type: QpType::Rc,
-        send_cq: cq,
-        recv_cq: cq,
-        max_send_wr: 1024,
-        max_recv_wr: 1024,
-    };
-    let mut v = Vec::new();
-    for _ in 0..qps.max(1) {
-        let qp = ctx.create_qp(pd, caps)?;
-        ctx.modify_qp_init(qp, InitAttr::default())?;
-        v.push(qp);
-    }
-    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-    let mr = ctx.reg_mr(pd, vec![0x5a; size.max(8) as usize * WINDOW], all)?;
-    Ok((cq, v, mr))
-}
-
-/// Writes `v` as one JSON line.
-pub(crate) fn send_json(tcp: &TcpStream, v: &impl Serialize) -> anyhow::Result<()> {
-    let line = serde_json::to_string(v)?;
-    writeln!(&mut &*tcp, "{line}")?;
-    Ok(())
-}
-
-/// Reads one JSON line; `what` names it in the error ("hello from the server").
-pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
-    tcp: &TcpStream,
-    what: &str,
-) -> anyhow::Result<T> {
-    let mut line = String::new();
-    BufReader::new(tcp).read_line(&mut line)?;
-    serde_json::from_str(&line).with_context(|| format!("bad {what}"))
-}
-
-/// Whether the peer said stop (any byte) or went away, on a non-blocking stream; false
-/// while nothing came.
-pub(crate) fn peer_stopped(tcp: &TcpStream) -> bool {
-    let mut probe = [0u8; 64];
-    match std::io::Read::read(&mut &*tcp, &mut probe) {
-        Ok(_) => true,
-        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
-    }
-}
-
-/// Sends our side of the exchange: one JSON line.
-fn send_hello(tcp: &TcpStream, s: &Setup, cfg: &PerfConfig, psn: u32) -> anyhow::Result<()> {
-    let mine = Hello {
-        op: cfg.op,
-        size: cfg.size,
-        qpn: s.qps[0],
-        qpns: s.qps.clone(),
-        psn,
-        rkey: s.mr.rkey,
-        addr: s.mr.addr,
-        threads: 1,
-        rkeys: Vec::new(),
-        addrs: Vec::new(),
-    };
-    send_json(tcp, &mine)
-}
-
-fn connect(
-    s: &mut Setup,
-    cfg: &PerfConfig,
-    peer: IpAddr,
-    hello: &Hello,
-    my_psn: u32,
-) -> anyhow::Result<()> {
-    let my_mac = s.ep.ctx.config().mac;
-    let remote = Remote {
-        ip: peer,
-        mac: peer_mac(s.ep.backend_mut(), &s.iface, my_mac, s.local, peer)?,
-    };
-    let theirs = if hello.qpns.is_empty() {
-        vec![hello.qpn]
-    } else {
-        hello.qpns.clone()
-    };
-    if theirs.len() != s.qps.len() {
-        bail!(
-            "the peer has {} QPs, this side {}",
-            theirs.len(),
-            s.qps.len()
-        );
-    }
-    for (&qp, &dest_qpn) in s.qps.iter().zip(&theirs) {
-        let rtr = RtrAttr {
-            remote,
-            dest_qpn,
-            rq_psn: hello.psn,
-            path_mtu: cfg.mtu,
-            max_dest_rd_atomic: 16,
-            min_rnr_timer: 1,
-        };
-        s.ep.ctx.modify_qp_rtr(qp, rtr)?;
-        s.ep.ctx.modify_qp_rts(
-            qp,
-            RtsAttr {
-                sq_psn: my_psn,
-                timeout: 12,
-                ..RtsAttr::default()
-            },
-        )?;
-    }
-    Ok(())
-}
-
-/// A seed from an address (IPv4 or IPv6).
-pub(crate) fn seed_of(a: IpAddr) -> u64 {
-    match a {
-        IpAddr::V4(v) => u64::from(u32::from(v)),
-        IpAddr::V6(v) => {
-            let x = u128::from(v);
-            (x as u64) ^ ((x >> 64) as u64)
-        }
-    }
-}
-
-/// Waits for one client on TCP `port`, over IPv6 or IPv4 (dual-stack where the host has
-/// IPv6, else IPv4 only); the listener is closed once it has come.
-pub fn accept_one(port: u16) -> anyhow::Result<TcpStream> {
-    let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)))
-        .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))))
-        .with_context(|| format!("listening on TCP {port}"))?;
-    Ok(l.accept()?.0)
-}
-
 /// Runs the server: answers one client, then returns.
 pub fn server(cfg: &PerfConfig) -> anyhow::Result<String> {
     uroce::datapath::catch_interrupts();
@@ -376,7 +190,7 @@ pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> anyhow::Result<String> {
     let peer = tcp.peer_addr()?.ip().to_canonical();
     let theirs: Hello = read_json(&tcp, "hello from the client")?;
     if theirs.threads > 1 {
-        return crate::perf_loops::serve(cfg, &tcp, local, peer, &theirs);
+        return threads::serve(cfg, &tcp, local, peer, &theirs);
     }
     let cfg = PerfConfig {
         op: theirs.op,
@@ -388,7 +202,7 @@ pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> anyhow::Result<String> {
     send_hello(&tcp, &s, &cfg, 0x200)?;
     connect(&mut s, &cfg, peer, &theirs, 0x200)?;
     if cfg.op == PerfOp::Raw {
-        return raw_sink(&mut s, &tcp, peer);
+        return raw::raw_sink(&mut s, &tcp, peer);
     }
     let (cq, mr) = (s.cq, s.mr);
     let slot = cfg.size.max(8);
@@ -449,14 +263,14 @@ pub fn client(
     let local = tcp.local_addr()?.ip().to_canonical();
     let peer = server;
     if cfg.threads > 1 {
-        return crate::perf_loops::client(cfg, &tcp, local, peer, progress);
+        return threads::client(cfg, &tcp, local, peer, progress);
     }
     let mut s = setup(cfg, local)?;
     send_hello(&tcp, &s, cfg, 0x100)?;
     let theirs: Hello = read_json(&tcp, "hello from the server")?;
     connect(&mut s, cfg, peer, &theirs, 0x100)?;
     if cfg.op == PerfOp::Raw {
-        return raw_source(&mut s, cfg, &theirs, &tcp, progress);
+        return raw::raw_source(&mut s, cfg, &theirs, &tcp, progress);
     }
     let (cq, mr) = (s.cq, s.mr);
     let qps = s.qps.clone();
@@ -549,116 +363,5 @@ pub fn client(
                 .sum(),
         ),
         ..PerfResult::measured(&op, size, done, secs, datapath)
-    })
-}
-
-/// What the raw sink counted, sent back to the client at the end.
-#[derive(Debug, Serialize, Deserialize)]
-struct RawCount {
-    frames: u64,
-    bytes: u64,
-}
-
-/// Server side of `raw`: counts frames until the client says stop, then tells it.
-fn raw_sink(s: &mut Setup, tcp: &TcpStream, peer: IpAddr) -> anyhow::Result<String> {
-    tcp.set_nonblocking(true)?;
-    let mut count = RawCount {
-        frames: 0,
-        bytes: 0,
-    };
-    let mut rounds = 0u32;
-    loop {
-        let backend = s.ep.backend_mut();
-        backend.receive(Duration::from_millis(1), 256, &mut |f| {
-            count.frames += 1;
-            count.bytes += f.len() as u64;
-        })?;
-        rounds += 1;
-        if (rounds % 64 == 0 || count.frames == 0) && peer_stopped(tcp) {
-            break;
-        }
-        if uroce::datapath::interrupted() {
-            break;
-        }
-    }
-    // Frames still in flight when the client stopped.
-    let quiet = Instant::now() + Duration::from_millis(20);
-    while Instant::now() < quiet {
-        s.ep.backend_mut()
-            .receive(Duration::from_millis(1), 256, &mut |f| {
-                count.frames += 1;
-                count.bytes += f.len() as u64;
-            })?;
-    }
-    tcp.set_nonblocking(false)?;
-    send_json(tcp, &count)?;
-    Ok(format!(
-        "counted {} raw frames ({} bytes) from {peer} over {}",
-        count.frames, count.bytes, s.datapath
-    ))
-}
-
-/// Client side of `raw`: one real RC WRITE packet carrying a full path MTU of payload is
-/// built once, then sent again and again through the backend alone.
-fn raw_source(
-    s: &mut Setup,
-    cfg: &PerfConfig,
-    theirs: &Hello,
-    tcp: &TcpStream,
-    progress: &mut dyn FnMut(&str),
-) -> anyhow::Result<PerfResult> {
-    let payload = cfg.mtu.bytes();
-    let (qp, mr) = (s.qps[0], s.mr);
-    s.ep.ctx.post_send(
-        qp,
-        SendWr {
-            wr_id: 0,
-            op: SendOp::Write {
-                remote_addr: theirs.addr,
-                rkey: theirs.rkey,
-            },
-            sge: Sge {
-                addr: mr.addr,
-                length: payload.min(mr.len as u32),
-                lkey: mr.lkey,
-            },
-            signaled: false,
-            solicited: false,
-        },
-    )?;
-    let mut template = vec![0u8; uroce::datapath::MAX_FRAME];
-    let n =
-        s.ep.ctx
-            .poll_frame(Instant::now(), &mut template)
-            .context("the context built no frame")?;
-    template.truncate(n);
-    let backend = s.ep.backend_mut();
-    let mut meter = Meter::start();
-    let mut sent = 0u64;
-    let mut copy = |buf: &mut [u8]| {
-        buf[..template.len()].copy_from_slice(&template);
-        Some(template.len())
-    };
-    // Whole frames as built: the backend alone, no transport.
-    while meter.secs() < cfg.duration.as_secs_f64() && !uroce::datapath::interrupted() {
-        for _ in 0..64 {
-            match backend.send_frame_with(&mut copy) {
-                Ok(true) => sent += 1,
-                Ok(false) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        backend.flush()?;
-        meter.tick(sent, 0, " sent", progress);
-    }
-    let secs = meter.secs();
-    backend.flush()?;
-    writeln!(&mut &*tcp, "stop")?;
-    let count: RawCount = read_json(tcp, "count from the server")?;
-    Ok(PerfResult {
-        frames_sent: Some(sent),
-        frames_received: Some(count.frames),
-        ..PerfResult::measured("raw", payload, count.frames, secs, s.datapath.clone())
     })
 }

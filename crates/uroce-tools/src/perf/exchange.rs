@@ -1,0 +1,70 @@
+//! The exchange between two uroce perf peers: one JSON line each way over TCP, [`Hello`]
+//! with the QPNs, PSN, rkeys and addresses, and the helpers that write and read such lines,
+//! accept the client and notice that the peer said stop.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+
+use anyhow::Context as _;
+
+use serde::{Deserialize, Serialize};
+
+use super::PerfOp;
+
+/// One side's line of the exchange.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Hello {
+    pub(super) op: PerfOp,
+    pub(super) size: u32,
+    pub(super) qpn: u32,
+    pub(super) psn: u32,
+    pub(super) rkey: u32,
+    pub(super) addr: u64,
+    /// Every QP's number (the first is `qpn`).
+    #[serde(default)]
+    pub(super) qpns: Vec<u32>,
+    /// Event loops (threads) on the sender's side, one QP each, when above 1.
+    #[serde(default)]
+    pub(super) threads: u32,
+    /// Each QP's rkey and buffer address, when they differ (one region per loop).
+    #[serde(default)]
+    pub(super) rkeys: Vec<u32>,
+    #[serde(default)]
+    pub(super) addrs: Vec<u64>,
+}
+
+/// Writes `v` as one JSON line.
+pub(super) fn send_json(tcp: &TcpStream, v: &impl Serialize) -> anyhow::Result<()> {
+    let line = serde_json::to_string(v)?;
+    writeln!(&mut &*tcp, "{line}")?;
+    Ok(())
+}
+
+/// Reads one JSON line; `what` names it in the error ("hello from the server").
+pub(super) fn read_json<T: serde::de::DeserializeOwned>(
+    tcp: &TcpStream,
+    what: &str,
+) -> anyhow::Result<T> {
+    let mut line = String::new();
+    BufReader::new(tcp).read_line(&mut line)?;
+    serde_json::from_str(&line).with_context(|| format!("bad {what}"))
+}
+
+/// Whether the peer said stop (any byte) or went away, on a non-blocking stream; false
+/// while nothing came.
+pub(super) fn peer_stopped(tcp: &TcpStream) -> bool {
+    let mut probe = [0u8; 64];
+    match std::io::Read::read(&mut &*tcp, &mut probe) {
+        Ok(_) => true,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
+/// Waits for one client on TCP `port`, over IPv6 or IPv4 (dual-stack where the host has
+/// IPv6, else IPv4 only); the listener is closed once it has come.
+pub fn accept_one(port: u16) -> anyhow::Result<TcpStream> {
+    let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)))
+        .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))))
+        .with_context(|| format!("listening on TCP {port}"))?;
+    Ok(l.accept()?.0)
+}

@@ -1,0 +1,154 @@
+//! One event loop's resources for `uroce perf`: its datapath and context on the local
+//! link, the CQ, the RC QPs and the region of message slots, our side of the exchange and
+//! the connection of the QPs to the peer's.
+
+use std::net::{IpAddr, TcpStream};
+
+use anyhow::bail;
+
+use super::exchange::{send_json, Hello};
+use super::PerfConfig;
+use crate::backend::open_backend_lossy;
+use crate::link::{local_link, peer_mac};
+use uroce::datapath::event_loop::Endpoint;
+use uroce::datapath::Backend;
+use uroce::mem::Access;
+use uroce::verbs::{Context, InitAttr, QpCaps, QpType, Remote, RtrAttr, RtsAttr};
+
+pub(super) struct Setup {
+    pub(super) ep: Endpoint<Box<dyn Backend + Send>>,
+    /// The QPs; the first one carries raw mode's template.
+    pub(super) qps: Vec<u32>,
+    pub(super) cq: uroce::verbs::CqId,
+    pub(super) mr: uroce::mem::Mr,
+    pub(super) datapath: String,
+    pub(super) iface: String,
+    pub(super) local: IpAddr,
+}
+
+/// Messages in flight per QP (and message slots in the region).
+pub(super) const WINDOW: usize = 32;
+
+pub(super) fn setup(cfg: &PerfConfig, local: IpAddr) -> anyhow::Result<Setup> {
+    let link = local_link(cfg.iface.as_deref(), local)?;
+    let iface = link.iface.clone();
+    let (backend, datapath) = open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.impair)?;
+    let mac = link.mac_for(&*backend)?;
+    let mut ctx = cfg.traffic.context(&iface, mac, local, seed_of(local))?;
+    let (cq, qps, mr) = rc_resources(&mut ctx, cfg.qps, cfg.size)?;
+    Ok(Setup {
+        ep: Endpoint::new(ctx, backend),
+        qps,
+        cq,
+        mr,
+        datapath: datapath + &cfg.traffic.describe(),
+        iface,
+        local,
+    })
+}
+
+/// What one perf loop needs in `ctx`: a CQ, `qps` RC QPs in INIT on it, and a region
+/// of `WINDOW` message slots that the peer may write and read.
+pub(super) fn rc_resources(
+    ctx: &mut Context,
+    qps: u32,
+    size: u32,
+) -> anyhow::Result<(uroce::verbs::CqId, Vec<u32>, uroce::mem::Mr)> {
+    let cq = ctx.create_cq();
+    let pd = ctx.alloc_pd();
+    let caps = QpCaps {
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        max_send_wr: 1024,
+        max_recv_wr: 1024,
+    };
+    let mut v = Vec::new();
+    for _ in 0..qps.max(1) {
+        let qp = ctx.create_qp(pd, caps)?;
+        ctx.modify_qp_init(qp, InitAttr::default())?;
+        v.push(qp);
+    }
+    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let mr = ctx.reg_mr(pd, vec![0x5a; size.max(8) as usize * WINDOW], all)?;
+    Ok((cq, v, mr))
+}
+
+/// Sends our side of the exchange: one JSON line.
+pub(super) fn send_hello(
+    tcp: &TcpStream,
+    s: &Setup,
+    cfg: &PerfConfig,
+    psn: u32,
+) -> anyhow::Result<()> {
+    let mine = Hello {
+        op: cfg.op,
+        size: cfg.size,
+        qpn: s.qps[0],
+        qpns: s.qps.clone(),
+        psn,
+        rkey: s.mr.rkey,
+        addr: s.mr.addr,
+        threads: 1,
+        rkeys: Vec::new(),
+        addrs: Vec::new(),
+    };
+    send_json(tcp, &mine)
+}
+
+pub(super) fn connect(
+    s: &mut Setup,
+    cfg: &PerfConfig,
+    peer: IpAddr,
+    hello: &Hello,
+    my_psn: u32,
+) -> anyhow::Result<()> {
+    let my_mac = s.ep.ctx.config().mac;
+    let remote = Remote {
+        ip: peer,
+        mac: peer_mac(s.ep.backend_mut(), &s.iface, my_mac, s.local, peer)?,
+    };
+    let theirs = if hello.qpns.is_empty() {
+        vec![hello.qpn]
+    } else {
+        hello.qpns.clone()
+    };
+    if theirs.len() != s.qps.len() {
+        bail!(
+            "the peer has {} QPs, this side {}",
+            theirs.len(),
+            s.qps.len()
+        );
+    }
+    for (&qp, &dest_qpn) in s.qps.iter().zip(&theirs) {
+        let rtr = RtrAttr {
+            remote,
+            dest_qpn,
+            rq_psn: hello.psn,
+            path_mtu: cfg.mtu,
+            max_dest_rd_atomic: 16,
+            min_rnr_timer: 1,
+        };
+        s.ep.ctx.modify_qp_rtr(qp, rtr)?;
+        s.ep.ctx.modify_qp_rts(
+            qp,
+            RtsAttr {
+                sq_psn: my_psn,
+                timeout: 12,
+                ..RtsAttr::default()
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// A seed from an address (IPv4 or IPv6).
+pub(super) fn seed_of(a: IpAddr) -> u64 {
+    match a {
+        IpAddr::V4(v) => u64::from(u32::from(v)),
+        IpAddr::V6(v) => {
+            let x = u128::from(v);
+            (x as u64) ^ ((x >> 64) as u64)
+        }
+    }
+}
