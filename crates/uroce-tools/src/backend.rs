@@ -126,10 +126,15 @@ pub fn impaired(b: impl Backend + Send + 'static, impair: Impairment, seed: u64)
     }
 }
 
-fn seed_of(local: IpAddr) -> u64 {
-    match local {
-        IpAddr::V4(a) => u64::from(u32::from(a)),
-        IpAddr::V6(a) => u128::from(a) as u64,
+/// A seed for what is random on this host's side (memory keys, PSNs, impairment),
+/// different for each local address.
+pub(crate) fn seed_of(a: IpAddr) -> u64 {
+    match a {
+        IpAddr::V4(v) => u64::from(u32::from(v)),
+        IpAddr::V6(v) => {
+            let x = u128::from(v);
+            (x as u64) ^ ((x >> 64) as u64)
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! link, the CQ, the RC QPs and the region of message slots, our side of the exchange and
 //! the connection of the QPs to the peer's.
 
+use crate::backend::seed_of;
 use std::net::{IpAddr, TcpStream};
 
 use anyhow::bail;
@@ -140,15 +141,4 @@ pub(super) fn connect(
         )?;
     }
     Ok(())
-}
-
-/// A seed from an address (IPv4 or IPv6).
-pub(super) fn seed_of(a: IpAddr) -> u64 {
-    match a {
-        IpAddr::V4(v) => u64::from(u32::from(v)),
-        IpAddr::V6(v) => {
-            let x = u128::from(v);
-            (x as u64) ^ ((x >> 64) as u64)
-        }
-    }
 }

@@ -12,8 +12,9 @@ use std::time::Duration;
 use anyhow::{anyhow, bail};
 
 use super::exchange::{peer_stopped, read_json, send_json, Hello};
-use super::setup::{rc_resources, seed_of};
+use super::setup::rc_resources;
 use super::{Meter, PerfConfig, PerfOp, PerfResult};
+use crate::backend::seed_of;
 use crate::link::{local_link, peer_mac};
 use uroce::datapath::event_loop::Endpoint;
 use uroce::datapath::worker::{Idle, Worker};
