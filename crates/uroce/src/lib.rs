@@ -1,10 +1,12 @@
 //! uroce: a software RoCEv2 / InfiniBand transport stack in user space.
 //!
 //! Layers (see `DESIGN.md`): [`wire`] formats and the ICRC, [`transport`] the RC, UC and UD
-//! state machines, [`congestion`] DCQCN, [`mem`] protection domains and memory regions,
-//! [`verbs`] the sans-IO device context, [`datapath`] the backends that put frames on a
-//! network, [`net`] what the host knows (addresses, routes, neighbours), [`pcap`] capture
-//! files, [`sim`] deterministic simulated links. The `uroce` command line lives in the
+//! state machines around one QP shell, [`congestion`] DCQCN, [`mem`] protection domains
+//! and memory regions, [`endpoint`] the sans-IO device context (packets and time in,
+//! datagrams out), [`verbs`] the façade a program uses under ibverbs' names, [`datapath`]
+//! the backends that put datagrams on a network, [`net`] what the host knows (addresses,
+//! routes, neighbours, over rtnetlink), [`pcap`] capture files, [`rng`] the seeded
+//! generator, [`sim`] deterministic simulated links. The `uroce` command line lives in the
 //! `uroce-tools` crate.
 
 pub mod congestion;

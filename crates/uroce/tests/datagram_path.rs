@@ -151,3 +151,38 @@ fn poll_frame_is_poll_transmit_with_the_link_headers_in_front() {
         "the frame's RoCE part is what poll_transmit writes"
     );
 }
+
+/// A packet the transport produced that does not fit the buffer is counted as dropped,
+/// not lost silently, and RC sends it again once its ACK timer fires.
+#[test]
+fn a_packet_that_does_not_fit_is_counted_and_retransmitted() {
+    let mut p = Pair::new(
+        RtsAttr {
+            timeout: 1,
+            ..RtsAttr::default()
+        },
+        all(),
+    );
+    let w = SendWr {
+        wr_id: 4,
+        op: write_op(&p, 0),
+        sge: Sge {
+            addr: p.la.addr,
+            length: 512,
+            lkey: p.la.lkey,
+        },
+        signaled: true,
+        solicited: false,
+    };
+    p.a.post_send(p.qa, w).unwrap();
+    let mut small = vec![0u8; 100];
+    assert!(p.a.poll_transmit(p.now, &mut small).is_none());
+    assert_eq!(p.a.counters().tx_dropped, 1);
+    let later = p.now + std::time::Duration::from_millis(50);
+    p.a.handle_timeout(later);
+    carry(&mut p.a, &mut p.b, later);
+    carry(&mut p.b, &mut p.a, later);
+    let wc = p.a.poll_cq(p.cqa, 4);
+    assert_eq!(wc.len(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (4, WcStatus::Success));
+}

@@ -1,12 +1,13 @@
 //! Loss and reordering put on received frames on purpose, seeded, for recovery tests and
 //! demos on kernels where `tc netem` cannot run (this host's kernel has no `sch_netem`).
 //!
-//! Each received frame is dropped with probability `drop`; otherwise, with probability
-//! `reorder`, it is held back and handed up right after the frame that follows it (as
-//! netem's `reorder` lets later packets overtake a delayed one). A held frame is handed up
-//! anyway once the backend finds nothing more to receive, so nothing else is lost. One
-//! received frame never becomes two deliveries at once: once overtaken, the held frame is
-//! due and released within the same `max`.
+//! Each received frame is dropped with probability `drop`; otherwise, while no frame is
+//! held, with probability `reorder` it is held back and handed up right after the frame
+//! that follows it (as netem's `reorder` lets later packets overtake a delayed one; one
+//! frame is held at a time, so the share reordered is a little below `reorder`). A held
+//! frame is handed up anyway once the backend finds nothing more to receive, so nothing
+//! else is lost. A call never hands up more than its `max`: an overtaken frame comes out in
+//! the same call when `max` leaves room, else first in the next one.
 //!
 //! [`Impaired`] wraps any [`Backend`]: the normal path has none of this code.
 

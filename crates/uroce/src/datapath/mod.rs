@@ -39,7 +39,9 @@ pub trait Backend {
     /// was opened for (never more than [`MAX_FRAME`] is needed), which writes the RoCE
     /// part of one datagram at its start and returns where it goes, or `None` when it has
     /// nothing to send. Returns whether a datagram was queued. When the backend has no
-    /// room, it returns `ErrorKind::WouldBlock` without calling `build`, so nothing is lost.
+    /// room, it returns `ErrorKind::WouldBlock` without calling `build`, so nothing is lost;
+    /// a packet `build` wrote that the backend cannot send is an error (the caller counts
+    /// it; RC retransmits).
     fn send_with(
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
@@ -90,12 +92,25 @@ pub trait Backend {
                 "frame larger than the backend carries",
             ));
         }
+        let mut room = None;
         let mut copy = |buf: &mut [u8]| {
-            let n = frame.len().min(buf.len());
-            buf[..n].copy_from_slice(&frame[..n]);
-            Some(n)
+            if frame.len() > buf.len() {
+                room = Some(buf.len());
+                return None;
+            }
+            buf[..frame.len()].copy_from_slice(frame);
+            Some(frame.len())
         };
         self.send_frame_with(&mut copy)?;
+        if let Some(room) = room {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a frame of {} bytes does not fit this backend's {room}-byte buffer",
+                    frame.len()
+                ),
+            ));
+        }
         self.flush()
     }
 }

@@ -53,10 +53,13 @@ pub struct UdpBackend {
     pub send_failures: u64,
     /// Peers seen so far: how many of their packets fit identification 0 (up to
     /// `ZERO_ID_PEER`, then they are taken to send 0 always), or `NUMBERING`.
+    /// At most `MAX_PEERS` entries: a flood of spoofed sources does not grow it.
     numbering: HashMap<IpAddr, u8>,
-    /// ICRC bases for the identification, by transport length (a few recent ones).
-    bases: [(usize, [u32; 16]); 8],
-    next_basis: usize,
+    /// ICRC bases for the identification, by transport length: each length's is computed
+    /// once (17 CRC passes) and kept, at most one per length up to
+    /// [`wire::icrc::MAX_IDENT_TRANSPORT`], so datagrams of ever new lengths cannot make
+    /// every packet pay for one.
+    bases: HashMap<usize, [u32; 16]>,
     /// Packets whose IP identification was recovered from their ICRC.
     pub idents_recovered: u64,
     /// Several loops' backends share this address: source-port sockets too.
@@ -143,9 +146,25 @@ struct Queued {
 const ZERO_ID_PEER: u8 = 8;
 /// A peer that numbers its identification.
 const NUMBERING: u8 = u8::MAX;
+/// Peers whose identification habit is remembered; past that, new peers are checked
+/// packet by packet (a CRC pass each, as verification costs anyway).
+const MAX_PEERS: usize = 4096;
 
 /// Datagrams per `sendmmsg` / `recvmmsg`.
 const BATCH: usize = 32;
+
+/// Refuses an unspecified or multicast local address (see [`UdpBackend::bind`]).
+fn check_local(local: IpAddr) -> io::Result<()> {
+    if local.is_unspecified() || local.is_multicast() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "the UDP backend needs this host's own unicast address, not {local}: the ICRC covers the destination address"
+            ),
+        ));
+    }
+    Ok(())
+}
 
 fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: `fd` is an open socket owned by the caller; the option value is a live
@@ -167,9 +186,12 @@ fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> 
 }
 
 impl UdpBackend {
-    /// Binds port 4791 on `local`. `tos` is the IP TOS byte sent (DSCP and ECN).
+    /// Binds port 4791 on `local`, which must be a unicast address of this host: the ICRC
+    /// of every received datagram covers its destination address, so an unspecified one
+    /// (0.0.0.0, ::) is refused.
     pub fn bind(local: impl Into<IpAddr>) -> io::Result<Self> {
         let local = local.into();
+        check_local(local)?;
         let addr = SocketAddr::new(local, wire::ROCEV2_UDP_PORT);
         let rx = UdpSocket::bind(addr)
             .map_err(|e| io::Error::new(e.kind(), format!("binding UDP {addr}: {e}")))?;
@@ -184,6 +206,7 @@ impl UdpBackend {
     /// numbers the group's sockets in the order they bind.
     pub fn bind_steered(local: impl Into<IpAddr>, index: u32, count: u32) -> io::Result<Self> {
         let local = local.into();
+        check_local(local)?;
         let addr = SocketAddr::new(local, wire::ROCEV2_UDP_PORT);
         let rx = bind_reuseport(addr).map_err(|e| {
             io::Error::new(e.kind(), format!("binding UDP {addr} (reuseport): {e}"))
@@ -218,8 +241,7 @@ impl UdpBackend {
             rxcmsg: vec![[0; 8]; BATCH],
             send_failures: 0,
             numbering: HashMap::new(),
-            bases: [(usize::MAX, [0; 16]); 8],
-            next_basis: 0,
+            bases: HashMap::new(),
             idents_recovered: 0,
             shared_ports,
         })
@@ -464,16 +486,12 @@ impl Backend for UdpBackend {
                     let zero = datagram_icrc(ip, from.port(), transport);
                     if zero == stored {
                         if seen != NUMBERING {
-                            self.numbering.insert(from.ip(), seen + 1);
+                            remember(&mut self.numbering, from.ip(), seen + 1);
                         }
-                    } else if let Some(id) = ident(
-                        &mut self.bases,
-                        &mut self.next_basis,
-                        transport.len(),
-                        zero ^ stored,
-                    ) {
+                    } else if let Some(id) = ident(&mut self.bases, transport.len(), zero ^ stored)
+                    {
                         ip.ident = id;
-                        self.numbering.insert(from.ip(), NUMBERING);
+                        remember(&mut self.numbering, from.ip(), NUMBERING);
                         self.idents_recovered += 1;
                     }
                 }
@@ -501,21 +519,23 @@ fn datagram_icrc(ip: &wire::Ipv4Repr, sport: u16, transport: &[u8]) -> u32 {
     d.icrc(transport).unwrap_or(0)
 }
 
+/// Records what is known of `peer`'s identification, while the table has room (an
+/// entry already there is always updated).
+fn remember(numbering: &mut HashMap<IpAddr, u8>, peer: IpAddr, v: u8) {
+    if numbering.len() < MAX_PEERS || numbering.contains_key(&peer) {
+        numbering.insert(peer, v);
+    }
+}
+
 /// The IP identification that turns `delta` (ICRC on the wire XOR ICRC with
-/// identification 0) to nothing, for a transport section of `len` bytes; the bases of a
-/// few recent lengths are kept in `bases`.
-fn ident(
-    bases: &mut [(usize, [u32; 16]); 8],
-    next: &mut usize,
-    len: usize,
-    delta: u32,
-) -> Option<u16> {
-    let basis = match bases.iter().find(|b| b.0 == len) {
-        Some(b) => b.1,
+/// identification 0) to nothing, for a transport section of `len` bytes; each length's
+/// basis is computed once and kept in `bases`.
+fn ident(bases: &mut HashMap<usize, [u32; 16]>, len: usize, delta: u32) -> Option<u16> {
+    let basis = match bases.get(&len) {
+        Some(b) => *b,
         None => {
             let b = wire::icrc::ident_basis(20, len)?;
-            bases[*next] = (len, b);
-            *next = (*next + 1) % bases.len();
+            bases.insert(len, b);
             b
         }
     };
@@ -742,6 +762,42 @@ mod tests {
             assert!(k <= max, "{k} frames handed up for max {max}");
         }
         got
+    }
+
+    /// An unspecified local address is refused (the ICRC covers the destination).
+    #[test]
+    fn binding_the_unspecified_address_is_refused() {
+        for a in [
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        ] {
+            let e = UdpBackend::bind(a).err().expect("refused");
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+            assert!(e.to_string().contains("unicast"), "{e}");
+        }
+    }
+
+    /// Each length's identification basis is computed once; the peer table stops growing
+    /// at its bound.
+    #[test]
+    fn identification_state_is_bounded() {
+        let mut bases = HashMap::new();
+        for _ in 0..3 {
+            let _ = ident(&mut bases, 64, 0x1234_5678);
+        }
+        let _ = ident(&mut bases, 68, 1);
+        assert_eq!(bases.len(), 2);
+        assert_eq!(
+            ident(&mut bases, wire::icrc::MAX_IDENT_TRANSPORT + 4, 1),
+            None
+        );
+        let mut peers = HashMap::new();
+        for i in 0..(MAX_PEERS as u32 + 100) {
+            remember(&mut peers, IpAddr::V4(Ipv4Addr::from(i)), 1);
+        }
+        assert_eq!(peers.len(), MAX_PEERS);
+        remember(&mut peers, IpAddr::V4(Ipv4Addr::from(0)), NUMBERING);
+        assert_eq!(peers[&IpAddr::V4(Ipv4Addr::from(0))], NUMBERING);
     }
 
     /// Each datagram keeps its own TOS byte inside one batch (ECT data, DSCP 48 CNPs,

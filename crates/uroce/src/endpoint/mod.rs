@@ -61,6 +61,9 @@ pub struct ContextCounters {
     pub rx_not_for_us: u64,
     /// Packets produced by [`Context::poll_transmit`].
     pub tx_frames: u64,
+    /// Packets the transport produced that could not be built (a buffer too small for
+    /// them, a peer of the other IP version): lost, as on a lossy link.
+    pub tx_dropped: u64,
     /// CNPs received for a QP that does not exist.
     pub rx_cnp_unknown_qp: u64,
 }

@@ -109,9 +109,14 @@ impl Context {
     }
 
     /// Builds the RoCE part of `pkt` from QP `qpn` into `buf`.
+    /// A packet the transport produced that cannot be built (`buf` too small for it, a
+    /// peer of the other IP version) is counted in `tx_dropped`; RC recovers it as a loss.
     fn emit(&mut self, qpn: u32, pkt: &OutPacket, tos: u8, buf: &mut [u8]) -> Option<Transmit> {
         let sport = udp_source_port(self.cfg.udp_sport_base, qpn);
-        let datagram = DatagramRepr::roce(self.cfg.ip, pkt.to.ip, sport, tos)?;
+        let Some(datagram) = DatagramRepr::roce(self.cfg.ip, pkt.to.ip, sport, tos) else {
+            self.counters.tx_dropped += 1;
+            return None;
+        };
         let repr = FrameRepr {
             eth: None,
             ip: datagram.ip,
@@ -121,15 +126,17 @@ impl Context {
         };
         let mem = &self.mem;
         let len = pkt.payload.map_or(0, |s| s.len);
-        let n = repr
-            .emit_roce_with(len, buf, |dst| match pkt.payload {
-                Some(s) => match mem.read(s) {
-                    Some(src) if src.len() == dst.len() => dst.copy_from_slice(src),
-                    _ => dst.fill(0), // the region went away under a queued response
-                },
+        let built = repr.emit_roce_with(len, buf, |dst| match pkt.payload {
+            Some(s) => match mem.read(s) {
+                Some(src) if src.len() == dst.len() => dst.copy_from_slice(src),
                 _ => dst.fill(0), // the region went away under a queued response
-            })
-            .ok()?;
+            },
+            _ => dst.fill(0), // the region went away under a queued response
+        });
+        let Ok(n) = built else {
+            self.counters.tx_dropped += 1;
+            return None;
+        };
         self.counters.tx_frames += 1;
         Some(Transmit {
             datagram,

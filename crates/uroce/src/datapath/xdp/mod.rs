@@ -642,14 +642,29 @@ impl Backend for XdpBackend {
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
     ) -> io::Result<bool> {
         let mac = self.mac;
-        self.send_in_place(&mut |slot| {
+        let mut failed = None;
+        let queued = self.send_in_place(&mut |slot| {
             // The RoCE part goes behind room for the longest link headers; Ethernet, IP
             // and UDP are written right in front of it, and the frame starts there.
             let t = build(slot.get_mut(HEADROOM..)?)?;
-            let at = HEADROOM.checked_sub(t.link_headers_len())?;
-            t.emit_link_headers(mac, &mut slot[at..HEADROOM]).ok()?;
+            let Some(at) = HEADROOM.checked_sub(t.link_headers_len()) else {
+                failed = Some(format!(
+                    "link headers of {} bytes do not fit the {HEADROOM}-byte headroom",
+                    t.link_headers_len()
+                ));
+                return None;
+            };
+            if let Err(e) = t.emit_link_headers(mac, &mut slot[at..HEADROOM]) {
+                failed = Some(format!("writing the link headers: {e}"));
+                return None;
+            }
             Some((at, HEADROOM - at + t.len))
-        })
+        })?;
+        match failed {
+            // The endpoint gave up the packet: an error, so the caller counts it.
+            Some(why) => Err(io::Error::new(io::ErrorKind::InvalidData, why)),
+            None => Ok(queued),
+        }
     }
 
     fn send_frame_with(
