@@ -5,12 +5,18 @@
 #   the UDP backend, at path MTU 2048 and 4096; then 8-byte WRITE latency on both.
 #   raw/udp is the most AF_XDP/UDP could be: RC WRITE over AF_XDP cannot beat raw frames.
 # Usage: scripts/bench-datapath.sh [ROUNDS] [SECONDS]     (default 2 rounds of 3 s)
+#   UROCE_BIN=path/to/uroce runs another build (for before/after comparisons) instead of
+#   building this checkout's.
 set -euo pipefail
 ROUNDS=${1:-2}
 DUR=${2:-3}
 cd "$(dirname "$0")/.."
-cargo build --release -q
-B=$PWD/target/release/uroce
+if [ -n "${UROCE_BIN:-}" ]; then
+  B=$UROCE_BIN
+else
+  cargo build --release -q
+  B=$PWD/target/release/uroce
+fi
 A=uroce-bench-$$-a
 Z=uroce-bench-$$-b
 cleanup() { ip netns del "$A" 2>/dev/null || true; ip netns del "$Z" 2>/dev/null || true; }
