@@ -49,7 +49,14 @@ impl Context {
         self.counters.rx_frames += 1;
         match wire::parse(frame) {
             Ok(p) => self.handle_packet(now, &p),
-            Err(e) => Err(self.count_bad(e)),
+            Err(e) => {
+                if e.is_misfit() {
+                    if let Some(m) = wire::parse_misfit(frame) {
+                        self.handle_misfit(now, &m);
+                    }
+                }
+                Err(self.count_bad(e))
+            }
         }
     }
 
@@ -68,7 +75,18 @@ impl Context {
         });
         match parsed {
             Ok(r) => r,
-            Err(e) => Err(self.count_bad(e)),
+            Err(e) => {
+                if e.is_misfit() {
+                    let m = datagram
+                        .header_bytes(roce.len())
+                        .ok()
+                        .and_then(|h| wire::parse_datagram_misfit(datagram, &h, roce));
+                    if let Some(m) = m {
+                        self.handle_misfit(now, &m);
+                    }
+                }
+                Err(self.count_bad(e))
+            }
         }
     }
 
@@ -87,6 +105,27 @@ impl Context {
             self.counters.rx_malformed += 1;
         }
         e
+    }
+
+    /// A packet whose ICRC verified but whose transport header breaks the opcode table's
+    /// rules (a reserved opcode, payload on a READ request or an atomic, a bad pad count):
+    /// still counted as malformed, and shown to the QP it names, whose service decides
+    /// (an RC responder answers NAK Invalid Request, IBTA Vol. 1 §9.9.3 class C; UC drops
+    /// the message; UD drops).
+    fn handle_misfit(&mut self, now: Instant, m: &wire::Misfit) {
+        if m.ip.dst() != self.cfg.ip {
+            return;
+        }
+        let Some(qp) = self.qps.get_mut(&m.dest_qp) else {
+            return;
+        };
+        let mut io = Io {
+            now,
+            mem: &mut self.mem,
+            wcs: &mut self.wcs,
+        };
+        qp.on_misfit(&mut io, m);
+        self.route_completions();
     }
 
     /// A packet whose ICRC verified: to its QP (or the reaction point, for a CNP).

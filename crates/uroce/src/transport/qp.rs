@@ -18,7 +18,7 @@ use super::{
     SendOp, SendWr, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::mem::{Memory, PdId};
-use crate::wire::RocePacket;
+use crate::wire::{Misfit, RocePacket};
 
 /// QP state (ibv_qp_state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -159,6 +159,19 @@ pub(crate) trait Service: Send {
     fn poll_timeout(&self) -> Option<Instant> {
         None
     }
+    /// A packet for this QP whose transport header breaks the opcode table (reserved
+    /// opcode, payload where none is allowed, bad pad count), in RTR or RTS. Dropped and
+    /// counted unless the service answers it (RC); `Err` takes the QP to ERR.
+    fn on_misfit(
+        &mut self,
+        core: &mut QpCore,
+        _io: &mut Io<'_>,
+        _m: &Misfit,
+    ) -> Result<(), Fatal> {
+        core.counters.dropped += 1;
+        Ok(())
+    }
+
     /// Fires the timers that are due, in RTS. `Err` takes the QP to ERR.
     fn on_timeout(&mut self, _core: &mut QpCore, _io: &mut Io<'_>) -> Result<(), Fatal> {
         Ok(())
@@ -359,6 +372,18 @@ impl Qp {
             return;
         }
         if self.service.on_packet(&mut self.core, io, p).is_err() {
+            self.enter_err(io);
+        }
+    }
+
+    /// Handles a packet addressed to this QP whose ICRC verified but whose transport
+    /// header breaks the opcode table ([`crate::wire::Misfit`]).
+    pub(crate) fn on_misfit(&mut self, io: &mut Io<'_>, m: &Misfit) {
+        if !self.core.state.receives() {
+            self.core.counters.dropped += 1;
+            return;
+        }
+        if self.service.on_misfit(&mut self.core, io, m).is_err() {
             self.enter_err(io);
         }
     }

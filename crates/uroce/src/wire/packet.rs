@@ -639,3 +639,90 @@ fn transport_layer<'a>(
     out.payload = Some(&p[at..at + len]);
     Ok(())
 }
+
+/// A packet whose ICRC verified and whose BTH names a QP, but whose transport header
+/// breaks a rule of the opcode table: a reserved opcode, a payload where the opcode
+/// allows none (an RDMA READ request or an atomic with data), or a pad count that does
+/// not fit the payload. IBTA Vol. 1 §9.7.5.1 has the responder of a connected QP answer
+/// some of these rather than drop them (class C errors, §9.9.3), so the endpoint still
+/// hands them to the QP they name ([`parse_misfit`], [`parse_datagram_misfit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Misfit {
+    /// Ethernet header, when the packet came in a frame.
+    pub eth: Option<EthernetRepr>,
+    /// IP header.
+    pub ip: IpRepr,
+    /// The opcode byte as received (it may name no known opcode).
+    pub opcode: u8,
+    /// BTH destination QP.
+    pub dest_qp: u32,
+    /// BTH PSN.
+    pub psn: u32,
+    /// BTH P_Key.
+    pub pkey: u16,
+    /// BTH AckReq.
+    pub ack_req: bool,
+    /// What the parser found wrong.
+    pub error: WireError,
+}
+
+impl WireError {
+    /// True for the errors of a packet whose ICRC verified and whose BTH is readable,
+    /// found in the transport header rules: a reserved opcode, a payload the opcode does
+    /// not allow, a pad count that does not fit. A QP may answer these ([`Misfit`]).
+    pub fn is_misfit(&self) -> bool {
+        matches!(
+            self,
+            WireError::UnknownOpcode { .. }
+                | WireError::UnexpectedPayload { .. }
+                | WireError::Unaligned { .. }
+                | WireError::BadPad { .. }
+        )
+    }
+}
+
+fn misfit(eth: Option<EthernetRepr>, ip: IpRepr, roce: &[u8]) -> Option<Misfit> {
+    let h = bth::Header::new_checked(roce).ok()?;
+    if h.tver() != 0 {
+        return None;
+    }
+    let mut t = TransportParts::default();
+    let error = transport_layer(roce, 0, &mut t).err()?;
+    error.is_misfit().then_some(Misfit {
+        eth,
+        ip,
+        opcode: h.opcode(),
+        dest_qp: h.dest_qp(),
+        psn: h.psn(),
+        pkey: h.pkey(),
+        ack_req: h.ack_req(),
+        error,
+    })
+}
+
+/// For a frame [`parse`] refused: the [`Misfit`] it is, when its IPv4 checksum and ICRC
+/// verify and the error is one of [`WireError::is_misfit`]; `None` otherwise.
+pub fn parse_misfit(frame: &[u8]) -> Option<Misfit> {
+    let (eth, ip_off) = ethernet_layer(frame).ok()?;
+    let b = &frame[ip_off..];
+    let l3 = ip_layer(b, ip_off).ok()?;
+    let l4 = udp_layer(&l3, ip_off).ok()?;
+    ipv4_checksum(&l3, ip_off).ok()?;
+    check_icrc(&l3, &l4).ok()?;
+    misfit(Some(eth), l3.ip, l4.payload)
+}
+
+/// [`parse_misfit`] for the RoCE part of a datagram, as [`parse_datagram`] takes it.
+pub fn parse_datagram_misfit(
+    d: &super::DatagramRepr,
+    headers: &super::datagram::HeaderBytes,
+    roce: &[u8],
+) -> Option<Misfit> {
+    check_len("BTH and ICRC", roce, bth::HEADER_LEN + ICRC_LEN, 0).ok()?;
+    let body = &roce[..roce.len() - ICRC_LEN];
+    let found = icrc::stored(roce)?;
+    if icrc::compute(headers.ip(), headers.udp(), body) != found {
+        return None;
+    }
+    misfit(None, d.ip, roce)
+}

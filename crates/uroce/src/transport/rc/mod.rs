@@ -117,6 +117,32 @@ impl Service for RcQp {
         self.req.on_response(&path, io, p, &mut core.counters)
     }
 
+    fn on_misfit(
+        &mut self,
+        core: &mut QpCore,
+        io: &mut Io<'_>,
+        m: &crate::wire::Misfit,
+    ) -> Result<(), Fatal> {
+        let Some(path) = self.path else {
+            return Ok(());
+        };
+        // Header validation first (§9.6): another peer, another P_Key, or an opcode of
+        // another transport is dropped silently, as rdma_rxe's check_type_state does.
+        // A malformed response is the requester's, which drops it (§9.9.2).
+        let rc_range = m.opcode & 0xe0 == 0;
+        let response = (0x0d..=0x12).contains(&m.opcode);
+        if m.ip.src() != path.remote.ip
+            || !pkey_matches(m.pkey, path.pkey)
+            || !rc_range
+            || response
+        {
+            core.counters.dropped += 1;
+            return Ok(());
+        }
+        self.resp
+            .on_misfit(&path, io, m, &mut core.counters)
+    }
+
     fn next_response(&mut self) -> Option<OutPacket> {
         let path = self.path?;
         self.resp.next_packet(&path)

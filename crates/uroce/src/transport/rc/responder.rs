@@ -209,10 +209,14 @@ impl Responder {
                     _ => c.nak_sent_inv += 1,
                 }
                 self.queue_nak(psn, Syndrome::Nak(code));
-                Err(Fatal(match code {
+                let status = match code {
                     NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                    // The receive buffer itself failed (rdma_rxe: malformed WQE, class A).
+                    NakCode::RemoteOperationalError => WcStatus::LocQpOpErr,
                     _ => WcStatus::RemInvReqErr,
-                }))
+                };
+                self.fail_receiving(path, io, status);
+                Err(Fatal(status))
             }
             Verdict::LenErr(rwqe) => {
                 c.nak_sent_inv += 1;
@@ -231,6 +235,53 @@ impl Responder {
                 self.queue_nak(psn, Syndrome::Nak(NakCode::InvalidRequest));
                 Err(Fatal(WcStatus::LocLenErr))
             }
+        }
+    }
+
+    /// A request whose transport header breaks the opcode table (a reserved or
+    /// unsupported RC opcode, an RDMA READ request or an atomic carrying payload, a pad
+    /// count that does not fit): in sequence, it is an invalid request (§9.9.3, class C:
+    /// "unsupported or reserved OpCode", length errors), NAKed with Invalid Request at
+    /// its PSN, and the QP goes to ERR. Out of sequence it is a sequence error like any
+    /// other request (class B, §9.7.5.2.2); a duplicate cannot be replayed and is dropped.
+    pub(crate) fn on_misfit(
+        &mut self,
+        path: &Path,
+        io: &mut Io<'_>,
+        m: &crate::wire::Misfit,
+        c: &mut QpCounters,
+    ) -> Result<(), Fatal> {
+        let d = psn_diff(m.psn, self.epsn);
+        if d > 0 {
+            c.out_of_sequence += 1;
+            if !self.nak_seq_sent {
+                self.nak_seq_sent = true;
+                c.nak_sent_seq += 1;
+                let e = self.epsn;
+                self.queue_nak(e, Syndrome::Nak(NakCode::PsnSequenceError));
+            }
+            return Ok(());
+        }
+        if d < 0 {
+            c.duplicate_request += 1;
+            c.dropped += 1;
+            return Ok(());
+        }
+        self.nak_seq_sent = false;
+        c.nak_sent_inv += 1;
+        self.queue_nak(m.psn, Syndrome::Nak(NakCode::InvalidRequest));
+        self.fail_receiving(path, io, WcStatus::RemInvReqErr);
+        Err(Fatal(WcStatus::RemInvReqErr))
+    }
+
+    /// A class C error (§9.9.3) while a SEND is being placed: that receive completes
+    /// with the error (byte_len 0, as ibverbs and rdma_rxe report an error completion);
+    /// the rest of the receive queue is flushed when the QP enters ERR.
+    fn fail_receiving(&mut self, path: &Path, io: &mut Io<'_>, status: WcStatus) {
+        if let Some(InMsg::Send { rwqe, .. }) = self.cur {
+            self.cur = None;
+            let wc = self.wc(rwqe.wr_id, status, WcOpcode::Recv, 0, None, path);
+            io.wcs.push((self.cq, wc));
         }
     }
 
