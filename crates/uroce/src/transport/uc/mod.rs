@@ -88,7 +88,18 @@ impl UcQp {
         let mtu = self.mtu as usize;
         let len = p.payload.len();
         let last = !(op.is_first() || op.is_middle());
-        if (op.is_first() || op.is_middle()) && len != mtu || len > mtu {
+        // Packet lengths (§9.7.5.1, as the RC responder has them; rdma_rxe check_length):
+        // FIRST and MIDDLE carry exactly one PMTU, LAST 1 to PMTU bytes (a zero-length
+        // message is an ONLY), ONLY 0 to PMTU. A UC responder drops the message (class D1,
+        // §9.9.3) and resynchronises on the next FIRST or ONLY.
+        let size_ok = if op.is_first() || op.is_middle() {
+            len == mtu
+        } else if !starts {
+            (1..=mtu).contains(&len)
+        } else {
+            len <= mtu
+        };
+        if !size_ok {
             core.counters.dropped += 1;
             return false;
         }
@@ -106,6 +117,13 @@ impl UcQp {
             } else {
                 let Some(reth) = p.ext.reth else { return false };
                 let total = u64::from(reth.len);
+                // RETH length against the payload: an ONLY carries all of it, a FIRST
+                // less than all of it.
+                if op.is_first() && total <= len as u64 || !op.is_first() && total != len as u64
+                {
+                    core.counters.dropped += 1;
+                    return false;
+                }
                 let span = if total == 0 {
                     None
                 } else if !self.access.contains(Access::REMOTE_WRITE) {
@@ -316,6 +334,26 @@ impl Service for UcQp {
         }
         if !self.accept(core, io, p, starts) {
             self.abort_message(core);
+        }
+        Ok(())
+    }
+
+    /// A UC packet whose transport header breaks the opcode table (a reserved UC
+    /// opcode, a bad pad count): the message it belongs to is dropped whole and the
+    /// responder resynchronises on the next FIRST or ONLY (class D1, §9.9.3; rdma_rxe
+    /// drop_msg). Anything else is dropped and counted.
+    fn on_misfit(
+        &mut self,
+        core: &mut QpCore,
+        _io: &mut Io<'_>,
+        m: &crate::wire::Misfit,
+    ) -> Result<(), Fatal> {
+        core.counters.dropped += 1;
+        let from_peer = m.pkey & 0x7fff == self.pkey & 0x7fff
+            && self.remote.is_none_or(|r| r.ip == m.ip.src());
+        if m.opcode & 0xe0 == 0x20 && from_peer && psn_diff(m.psn, self.epsn) >= 0 {
+            self.abort_message(core);
+            self.epsn = psn_add(m.psn, 1);
         }
         Ok(())
     }
