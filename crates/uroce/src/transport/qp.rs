@@ -162,12 +162,7 @@ pub(crate) trait Service: Send {
     /// A packet for this QP whose transport header breaks the opcode table (reserved
     /// opcode, payload where none is allowed, bad pad count), in RTR or RTS. Dropped and
     /// counted unless the service answers it (RC); `Err` takes the QP to ERR.
-    fn on_misfit(
-        &mut self,
-        core: &mut QpCore,
-        _io: &mut Io<'_>,
-        _m: &Misfit,
-    ) -> Result<(), Fatal> {
+    fn on_misfit(&mut self, core: &mut QpCore, _io: &mut Io<'_>, _m: &Misfit) -> Result<(), Fatal> {
         core.counters.dropped += 1;
         Ok(())
     }

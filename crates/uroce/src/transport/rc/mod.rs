@@ -131,16 +131,12 @@ impl Service for RcQp {
         // A malformed response is the requester's, which drops it (§9.9.2).
         let rc_range = m.opcode & 0xe0 == 0;
         let response = (0x0d..=0x12).contains(&m.opcode);
-        if m.ip.src() != path.remote.ip
-            || !pkey_matches(m.pkey, path.pkey)
-            || !rc_range
-            || response
+        if m.ip.src() != path.remote.ip || !pkey_matches(m.pkey, path.pkey) || !rc_range || response
         {
             core.counters.dropped += 1;
             return Ok(());
         }
-        self.resp
-            .on_misfit(&path, io, m, &mut core.counters)
+        self.resp.on_misfit(&path, io, m, &mut core.counters)
     }
 
     fn next_response(&mut self) -> Option<OutPacket> {

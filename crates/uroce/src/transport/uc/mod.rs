@@ -119,8 +119,7 @@ impl UcQp {
                 let total = u64::from(reth.len);
                 // RETH length against the payload: an ONLY carries all of it, a FIRST
                 // less than all of it.
-                if op.is_first() && total <= len as u64 || !op.is_first() && total != len as u64
-                {
+                if op.is_first() && total <= len as u64 || !op.is_first() && total != len as u64 {
                     core.counters.dropped += 1;
                     return false;
                 }
@@ -349,8 +348,8 @@ impl Service for UcQp {
         m: &crate::wire::Misfit,
     ) -> Result<(), Fatal> {
         core.counters.dropped += 1;
-        let from_peer = m.pkey & 0x7fff == self.pkey & 0x7fff
-            && self.remote.is_none_or(|r| r.ip == m.ip.src());
+        let from_peer =
+            m.pkey & 0x7fff == self.pkey & 0x7fff && self.remote.is_none_or(|r| r.ip == m.ip.src());
         if m.opcode & 0xe0 == 0x20 && from_peer && psn_diff(m.psn, self.epsn) >= 0 {
             self.abort_message(core);
             self.epsn = psn_add(m.psn, 1);
