@@ -236,19 +236,23 @@ fn retries_exhausted_then_error_state_and_flush() {
         "retransmit after 4.096 us * 2^timeout, was {gap:?}"
     );
     assert_eq!(&p.b.mr_bytes(&p.rb)[..100], &before[..]);
-    assert!(p
-        .a
-        .post_send(
-            p.qa,
-            SendWr {
-                wr_id: 9,
-                op: SendOp::Send,
-                sge: Sge::default(),
-                signaled: true,
-                solicited: false
-            }
-        )
-        .is_err());
+    // A post to the QP in ERR is taken and completes with WR_FLUSH_ERR, as ibverbs
+    // (rdma_rxe's rxe_post_send refuses only a state before RTS); nothing is sent.
+    p.a.post_send(
+        p.qa,
+        SendWr {
+            wr_id: 9,
+            op: SendOp::Send,
+            sge: Sge::default(),
+            signaled: true,
+            solicited: false,
+        },
+    )
+    .unwrap();
+    let wc = p.wcs_a();
+    assert_eq!(wc.len(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (9, WcStatus::WrFlushErr));
+    assert!(drain(&mut p.a, p.now).is_empty(), "nothing on the wire");
 }
 
 fn access_error(rb_access: Access, op: impl Fn(&Pair) -> SendOp, len: u32) {

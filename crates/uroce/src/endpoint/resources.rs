@@ -186,24 +186,35 @@ impl Context {
         Some(c)
     }
 
-    /// Posts a send work request on an RC or UC QP (ibv_post_send).
+    /// Posts a send work request on an RC or UC QP (ibv_post_send). Refused (`Err`) only
+    /// where ibverbs refuses the post: a state before RTS, a full queue, an invalid work
+    /// request. On a QP in ERR it completes with WR_FLUSH_ERR; a buffer outside its
+    /// region completes with LOC_PROT_ERR, sends nothing and takes the QP to ERR.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
-        qp.post_send(&self.mem, wr)
+        let r = qp.post_send(&self.mem, wr, &mut self.wcs);
+        self.route_completions();
+        r
     }
 
-    /// Posts a datagram on a UD QP (ibv_post_send with an address handle).
+    /// Posts a datagram on a UD QP (ibv_post_send with an address handle); in ERR and
+    /// on a local protection error as [`Context::post_send`].
     pub fn post_send_ud(&mut self, qpn: u32, wr: UdSendWr) -> Result<(), VerbsError> {
         if wr.dest.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
             return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
-        qp.post_send_ud(&self.mem, wr)
+        let r = qp.post_send_ud(&self.mem, wr, &mut self.wcs);
+        self.route_completions();
+        r
     }
 
-    /// Posts a receive work request (ibv_post_recv).
+    /// Posts a receive work request (ibv_post_recv); on a QP in ERR it completes with
+    /// WR_FLUSH_ERR.
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
-        qp.post_recv(&self.mem, wr)
+        let r = qp.post_recv(&self.mem, wr, &mut self.wcs);
+        self.route_completions();
+        r
     }
 }

@@ -14,10 +14,10 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use super::{
-    CqId, InitAttr, Io, Mtu, OutPacket, QpCaps, QpCounters, RecvBuf, RecvWr, RtrAttr, RtsAttr,
-    SendOp, SendWr, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    send_buffer, CqId, InitAttr, Io, Mtu, OutPacket, QpCaps, QpCounters, RecvBuf, RecvWr, RtrAttr,
+    RtsAttr, SendOp, SendWr, Sge, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
-use crate::mem::{Memory, PdId};
+use crate::mem::{Access, Memory, PdId};
 use crate::wire::{Misfit, RocePacket};
 
 /// QP state (ibv_qp_state).
@@ -54,9 +54,18 @@ impl QpState {
         matches!(self, Self::Rtr | Self::Rts)
     }
 
-    /// Whether receive work requests may be posted: from INIT on, not in ERR.
+    /// Whether receive work requests may be posted: from INIT on, ERR included (where
+    /// they complete at once with WR_FLUSH_ERR, as in rdma_rxe's `rxe_post_recv`, which
+    /// refuses only a state before INIT).
     fn takes_receives(self) -> bool {
-        !matches!(self, Self::Reset | Self::Err)
+        !matches!(self, Self::Reset)
+    }
+
+    /// Whether send work requests may be posted: in RTS, and in ERR, where they
+    /// complete at once with WR_FLUSH_ERR (rdma_rxe's `rxe_post_send` refuses only a
+    /// state before RTS; mlx5 does the same).
+    fn takes_sends(self) -> bool {
+        matches!(self, Self::Rts | Self::Err)
     }
 }
 
@@ -94,9 +103,9 @@ impl QpCore {
         }
     }
 
-    /// Checks that send work requests may be posted now: in RTS only.
+    /// Checks that send work requests may be posted now: in RTS or ERR.
     fn may_post_send(&self) -> Result<(), VerbsError> {
-        if self.state != QpState::Rts {
+        if !self.state.takes_sends() {
             return Err(self.bad_state("post_send"));
         }
         Ok(())
@@ -193,6 +202,11 @@ pub(crate) trait Connected {
     fn check_op(&self, _op: SendOp) -> Result<(), VerbsError> {
         Ok(())
     }
+    /// Refuses, at post time, a work request the service cannot carry (the errors
+    /// ibverbs returns from `ibv_post_send`), before its local buffer is checked.
+    fn check_wr(&self, _wr: &SendWr) -> Result<(), VerbsError> {
+        Ok(())
+    }
     /// Queues a send work request; the shell checked the state and the queue depth.
     fn post_send(&mut self, core: &QpCore, mem: &Memory, wr: SendWr) -> Result<(), VerbsError>;
 }
@@ -208,10 +222,31 @@ pub(crate) trait Datagram {
     fn post_send(&mut self, core: &QpCore, mem: &Memory, wr: UdSendWr) -> Result<(), VerbsError>;
 }
 
+/// A send work request that failed its own local check when it was posted (a local
+/// protection error: unknown lkey, buffer outside its region or without the access it
+/// needs): it never reaches the service, so nothing of it goes on the wire.
+#[derive(Debug, Clone, Copy)]
+struct LocalFault {
+    wr_id: u64,
+    opcode: WcOpcode,
+    status: WcStatus,
+}
+
+/// Where completions made by the shell go.
+type Wcs = Vec<(CqId, WorkCompletion)>;
+
 /// One queue pair: the shell around its transport service.
 pub(crate) struct Qp {
     core: QpCore,
     service: Box<dyn Service>,
+    /// A send work request that failed its local check, waiting for the requests posted
+    /// before it to complete: then it completes with its status and the QP enters ERR.
+    fault: Option<LocalFault>,
+    /// Send work requests posted behind `fault`: never handed to the service, they
+    /// complete with WR_FLUSH_ERR when the QP enters ERR.
+    behind_fault: VecDeque<(u64, WcOpcode)>,
+    /// The MTU a UD QP's datagrams may not exceed, set at INIT → RTR.
+    ud_mtu: u32,
 }
 
 impl Qp {
@@ -234,7 +269,13 @@ impl Qp {
             counters: QpCounters::default(),
         };
         let service = service(&core);
-        Self { core, service }
+        Self {
+            core,
+            service,
+            fault: None,
+            behind_fault: VecDeque::new(),
+            ud_mtu: Mtu::M1024.bytes(),
+        }
     }
 
     /// The state.
@@ -289,6 +330,7 @@ impl Qp {
         };
         self.core.may_move_to(QpState::Rtr)?;
         service.rtr(mtu);
+        self.ud_mtu = mtu.bytes();
         self.core.state = QpState::Rtr;
         Ok(())
     }
@@ -304,6 +346,13 @@ impl Qp {
     /// Any state → ERR: every outstanding work request completes with WR_FLUSH_ERR, in
     /// order, sends first (IBTA §10.3.1; IBV_WC_WR_FLUSH_ERR).
     pub(crate) fn enter_err(&mut self, io: &mut Io<'_>) {
+        self.flush(io.wcs);
+    }
+
+    /// [`Qp::enter_err`] with only the completions at hand. A flushed work request
+    /// completes whether it was signaled or not (rdma_rxe's `flush_send_queue` completes
+    /// every WQE it drains, whatever its flags).
+    fn flush(&mut self, wcs: &mut Wcs) {
         self.core.state = QpState::Err;
         let QpCore {
             qpn,
@@ -311,11 +360,17 @@ impl Qp {
             recv_cq,
             ..
         } = self.core;
-        let wcs = &mut *io.wcs;
-        self.service.flush_send(&mut |wr_id, opcode| {
+        let flushed = |wr_id, opcode| {
             let wc = WorkCompletion::send(qpn, wr_id, opcode, 0, WcStatus::WrFlushErr);
-            wcs.push((send_cq, wc));
-        });
+            (send_cq, wc)
+        };
+        self.service
+            .flush_send(&mut |wr_id, opcode| wcs.push(flushed(wr_id, opcode)));
+        // A local fault still waiting for those ahead of it is flushed with them.
+        let fault = self.fault.take().map(|f| (f.wr_id, f.opcode));
+        for (wr_id, opcode) in fault.into_iter().chain(self.behind_fault.drain(..)) {
+            wcs.push(flushed(wr_id, opcode));
+        }
         let peer = self.service.peer();
         let receiving = self.service.take_receiving();
         for r in receiving.into_iter().chain(self.core.rq.drain(..)) {
@@ -325,30 +380,149 @@ impl Qp {
         }
     }
 
-    /// Posts a send work request on a connected QP (RC, UC).
-    pub(crate) fn post_send(&mut self, mem: &Memory, wr: SendWr) -> Result<(), VerbsError> {
+    /// Send work requests the service holds (posted and not yet completed).
+    fn service_send_queued(&mut self) -> usize {
+        if let Some(c) = self.service.connected() {
+            c.send_queued()
+        } else if let Some(d) = self.service.datagram() {
+            d.send_queued()
+        } else {
+            0
+        }
+    }
+
+    /// Send work requests posted and not yet completed, the shell's own included.
+    fn send_queued(&mut self) -> usize {
+        self.service_send_queued() + usize::from(self.fault.is_some()) + self.behind_fault.len()
+    }
+
+    /// Completes a local fault once every request posted before it has completed: it
+    /// completes with its status (byte_len 0, as rdma_rxe's `make_send_cqe` sets it for
+    /// an error), then the QP enters ERR and flushes what is behind it, send and
+    /// receive queues (IBTA §10.3.1 / §11.6.2: a local error moves the QP to ERR;
+    /// rdma_rxe: the requester marks the WQE in error, the completer completes it in
+    /// order and calls `rxe_qp_error`). A completion error always completes, signaled
+    /// or not (`do_complete` posts any WQE whose status is not success).
+    fn settle_fault(&mut self, wcs: &mut Wcs) {
+        if self.fault.is_none() || self.service_send_queued() > 0 {
+            return;
+        }
+        if let Some(f) = self.fault.take() {
+            let wc = WorkCompletion::send(self.core.qpn, f.wr_id, f.opcode, 0, f.status);
+            wcs.push((self.core.send_cq, wc));
+        }
+        self.flush(wcs);
+    }
+
+    /// What every send work request goes through once the service has taken it as valid
+    /// (`Ok(true)`: hand it to the service): the queue depth (ENOMEM), then, in ERR, a
+    /// WR_FLUSH_ERR completion at once; behind a local fault, a place among the requests
+    /// it will flush; otherwise the local check of its buffer, which on failure makes it
+    /// the QP's local fault. `local` is `None` where the service keeps the check (a UD
+    /// datagram longer than the MTU).
+    fn admit_send(
+        &mut self,
+        mem: &Memory,
+        wr_id: u64,
+        opcode: WcOpcode,
+        local: Option<(Sge, Access)>,
+        wcs: &mut Wcs,
+    ) -> Result<bool, VerbsError> {
+        let queued = self.send_queued();
+        self.core.send_room(queued)?;
+        if self.core.state == QpState::Err {
+            let wc = WorkCompletion::send(self.core.qpn, wr_id, opcode, 0, WcStatus::WrFlushErr);
+            wcs.push((self.core.send_cq, wc));
+            return Ok(false);
+        }
+        if self.fault.is_some() {
+            self.behind_fault.push_back((wr_id, opcode));
+            return Ok(false);
+        }
+        if let Some((sge, need)) = local {
+            if let Err(status) = send_buffer(mem, self.core.pd, sge, need) {
+                self.fault = Some(LocalFault {
+                    wr_id,
+                    opcode,
+                    status,
+                });
+                self.settle_fault(wcs);
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Posts a send work request on a connected QP (RC, UC). In ERR it completes with
+    /// WR_FLUSH_ERR; a buffer outside its region completes with LOC_PROT_ERR and takes
+    /// the QP to ERR ([`Qp::settle_fault`]). Completions made here go to `wcs`.
+    pub(crate) fn post_send(
+        &mut self,
+        mem: &Memory,
+        wr: SendWr,
+        wcs: &mut Wcs,
+    ) -> Result<(), VerbsError> {
         let Some(service) = self.service.connected() else {
             return Err(VerbsError::InvalidWr("a UD QP takes post_send_ud"));
         };
         self.core.may_post_send()?;
         service.check_op(wr.op)?;
-        self.core.send_room(service.send_queued())?;
+        if wr.sge.length > 1 << 31 {
+            return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
+        }
+        service.check_wr(&wr)?;
+        // READ and atomics write their answer into the local buffer.
+        let need = if wr.op.is_read_or_atomic() {
+            Access::LOCAL_WRITE
+        } else {
+            Access::NONE
+        };
+        let local = Some((wr.sge, need));
+        if !self.admit_send(mem, wr.wr_id, wr.op.wc_opcode(), local, wcs)? {
+            return Ok(());
+        }
+        let Some(service) = self.service.connected() else {
+            return Ok(());
+        };
         service.post_send(&self.core, mem, wr)
     }
 
-    /// Posts a datagram on a UD QP.
-    pub(crate) fn post_send_ud(&mut self, mem: &Memory, wr: UdSendWr) -> Result<(), VerbsError> {
-        let Some(service) = self.service.datagram() else {
+    /// Posts a datagram on a UD QP. In ERR it completes with WR_FLUSH_ERR; a buffer
+    /// outside its region completes with LOC_PROT_ERR and takes the QP to ERR.
+    ///
+    /// A datagram longer than the MTU is left to the service, which completes it with
+    /// LOC_LEN_ERR in order and sends nothing; the QP stays in RTS. rdma_rxe does not
+    /// take the QP to ERR for it either: citing C10-93.1.1 ("the CI shall not emit any
+    /// packets for this message ... shall not generate an error"), its requester
+    /// completes it as a successful send (`rxe_req.c`, "fake a successful UD send").
+    pub(crate) fn post_send_ud(
+        &mut self,
+        mem: &Memory,
+        wr: UdSendWr,
+        wcs: &mut Wcs,
+    ) -> Result<(), VerbsError> {
+        if self.service.datagram().is_none() {
             return Err(VerbsError::InvalidWr("post_send_ud is for UD QPs"));
-        };
+        }
         self.core.may_post_send()?;
-        self.core.send_room(service.send_queued())?;
+        let local = (wr.sge.length <= self.ud_mtu).then_some((wr.sge, Access::NONE));
+        if !self.admit_send(mem, wr.wr_id, WcOpcode::Send, local, wcs)? {
+            return Ok(());
+        }
+        let Some(service) = self.service.datagram() else {
+            return Ok(());
+        };
         service.post_send(&self.core, mem, wr)
     }
 
     /// Posts a receive work request; its buffer must lie in a region of the QP's PD that
-    /// grants LOCAL_WRITE.
-    pub(crate) fn post_recv(&mut self, mem: &Memory, wr: RecvWr) -> Result<(), VerbsError> {
+    /// grants LOCAL_WRITE. In ERR it completes at once with WR_FLUSH_ERR (to `wcs`).
+    pub(crate) fn post_recv(
+        &mut self,
+        mem: &Memory,
+        wr: RecvWr,
+        wcs: &mut Wcs,
+    ) -> Result<(), VerbsError> {
         if !self.core.state.takes_receives() {
             return Err(self.core.bad_state("post_recv"));
         }
@@ -356,6 +530,21 @@ impl Qp {
             return Err(VerbsError::QueueFull("receive"));
         }
         let r = RecvBuf::check(mem, self.core.pd, wr)?;
+        if self.core.state == QpState::Err {
+            let peer = self.service.peer();
+            let status = WcStatus::WrFlushErr;
+            let wc = WorkCompletion::recv(
+                self.core.qpn,
+                r.wr_id,
+                status,
+                WcOpcode::Recv,
+                0,
+                None,
+                peer,
+            );
+            wcs.push((self.core.recv_cq, wc));
+            return Ok(());
+        }
         self.core.rq.push_back(r);
         Ok(())
     }
@@ -369,6 +558,7 @@ impl Qp {
         if self.service.on_packet(&mut self.core, io, p).is_err() {
             self.enter_err(io);
         }
+        self.settle_fault(io.wcs);
     }
 
     /// Handles a packet addressed to this QP whose ICRC verified but whose transport
@@ -393,6 +583,7 @@ impl Qp {
         if p.is_some() {
             self.core.counters.packets_sent += 1;
         }
+        self.settle_fault(io.wcs);
         p
     }
 
@@ -411,5 +602,6 @@ impl Qp {
         if self.service.on_timeout(&mut self.core, io).is_err() {
             self.enter_err(io);
         }
+        self.settle_fault(io.wcs);
     }
 }

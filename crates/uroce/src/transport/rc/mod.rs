@@ -50,6 +50,11 @@ pub struct RcQp {
 }
 
 impl RcQp {
+    /// The path MTU in bytes (1024 before RTR).
+    fn mtu(&self) -> u32 {
+        self.path.map_or(1024, |p| p.mtu)
+    }
+
     pub(crate) fn new(core: &QpCore) -> Self {
         Self {
             path: None,
@@ -178,8 +183,12 @@ impl Connected for RcQp {
         self.req.queued()
     }
 
+    fn check_wr(&self, wr: &SendWr) -> Result<(), VerbsError> {
+        Requester::check(wr, self.mtu())
+    }
+
     fn post_send(&mut self, core: &QpCore, mem: &Memory, wr: SendWr) -> Result<(), VerbsError> {
-        let mtu = self.path.map_or(1024, |p| p.mtu);
+        let mtu = self.mtu();
         self.req.post(core.pd, mem, wr, mtu)
     }
 }

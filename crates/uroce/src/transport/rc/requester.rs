@@ -118,13 +118,10 @@ impl Requester {
         self.sq.len()
     }
 
-    pub(crate) fn post(
-        &mut self,
-        pd: PdId,
-        mem: &Memory,
-        wr: SendWr,
-        mtu: u32,
-    ) -> Result<(), VerbsError> {
+    /// Refuses a work request ibverbs refuses at post time (EINVAL): longer than a
+    /// message may be, an atomic without its 8-byte buffer, more PSNs than the window
+    /// holds at path MTU `mtu`.
+    pub(crate) fn check(wr: &SendWr, mtu: u32) -> Result<(), VerbsError> {
         let len = wr.sge.length;
         if len > MAX_MESSAGE {
             return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
@@ -132,24 +129,34 @@ impl Requester {
         if wr.op.is_atomic() && len != 8 {
             return Err(VerbsError::InvalidWr("atomic needs an 8-byte local buffer"));
         }
+        // One message's PSNs must fit well inside the 2^23 window that tells the past
+        // from the future (2^31 bytes at a 256-byte MTU would fill it exactly).
+        if npkts(wr, mtu) >= (1 << 23) - MAX_INFLIGHT_PSNS {
+            return Err(VerbsError::InvalidWr(
+                "message needs more PSNs than the window allows at this path MTU: use a larger MTU",
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn post(
+        &mut self,
+        pd: PdId,
+        mem: &Memory,
+        wr: SendWr,
+        mtu: u32,
+    ) -> Result<(), VerbsError> {
+        Self::check(&wr, mtu)?;
         let need = if wr.op.is_read_or_atomic() {
             Access::LOCAL_WRITE
         } else {
             Access::NONE
         };
+        // The QP shell checked the buffer already (a failure never reaches here); the
+        // status is kept for a request that still fails it.
         let buffer = send_buffer(mem, pd, wr.sge, need);
         let (local, status) = (buffer.ok().flatten(), buffer.err());
-        let npkts = match wr.op {
-            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
-            _ => len.div_ceil(mtu).max(1),
-        };
-        // One message's PSNs must fit well inside the 2^23 window that tells the past
-        // from the future (2^31 bytes at a 256-byte MTU would fill it exactly).
-        if npkts >= (1 << 23) - MAX_INFLIGHT_PSNS {
-            return Err(VerbsError::InvalidWr(
-                "message needs more PSNs than the window allows at this path MTU: use a larger MTU",
-            ));
-        }
+        let npkts = npkts(&wr, mtu);
         self.sq.push_back(Wqe {
             wr,
             local,
@@ -608,6 +615,14 @@ impl Requester {
         self.rnr_until = None;
         self.una = self.next_psn;
         self.tx_psn = self.next_psn;
+    }
+}
+
+/// Packets a work request takes at path MTU `mtu`.
+fn npkts(wr: &SendWr, mtu: u32) -> u32 {
+    match wr.op {
+        SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
+        _ => wr.sge.length.div_ceil(mtu).max(1),
     }
 }
 
