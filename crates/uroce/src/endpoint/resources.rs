@@ -9,8 +9,8 @@ use super::Context;
 use crate::congestion::{dcqcn, NotificationPoint, ReactionPoint};
 use crate::mem::{Access, Mr, PdId};
 use crate::transport::{
-    CqId, InitAttr, Io, Mtu, QpCaps, QpCounters, QpState, QpType, RecvWr, RtrAttr, RtsAttr, SendWr,
-    UdSendWr, VerbsError, WorkCompletion,
+    CqId, InitAttr, Io, Mtu, QpCaps, QpCounters, QpInitEx, QpState, QpType, RecvWr, RtrAttr,
+    RtsAttr, SendFlags, SendWr, UdSendWr, VerbsError, WorkCompletion,
 };
 
 impl Context {
@@ -80,6 +80,22 @@ impl Context {
 
     /// Creates a QP in RESET (ibv_create_qp); returns its QPN. A `Gsi` QP is QP1.
     pub fn create_qp(&mut self, pd: PdId, caps: QpCaps) -> Result<u32, VerbsError> {
+        self.create_qp_ex(pd, caps, QpInitEx::default())
+    }
+
+    /// [`Context::create_qp`] with the rest of `ibv_qp_init_attr`: `max_inline_data`
+    /// (EINVAL above [`crate::transport::MAX_INLINE_DATA`]) and `sq_sig_all`.
+    pub fn create_qp_ex(
+        &mut self,
+        pd: PdId,
+        caps: QpCaps,
+        ex: QpInitEx,
+    ) -> Result<u32, VerbsError> {
+        if ex.max_inline_data > crate::transport::MAX_INLINE_DATA {
+            return Err(VerbsError::InvalidWr(
+                "max_inline_data above the device's limit (512)",
+            ));
+        }
         if !self.mem.pd_exists(pd) {
             return Err(crate::mem::RegError::NoSuchPd.into());
         }
@@ -102,7 +118,9 @@ impl Context {
         if let Some(p) = self.dcqcn {
             rp.dcqcn = Some(dcqcn::ReactionPoint::new(p, self.epoch));
         }
-        self.qps.insert(qpn, Qp::new(qpn, pd, &caps, rp));
+        let mut qp = Qp::new(qpn, pd, &caps, rp);
+        qp.set_init_ex(ex)?;
+        self.qps.insert(qpn, qp);
         Ok(qpn)
     }
 
@@ -191,8 +209,19 @@ impl Context {
     /// request. On a QP in ERR it completes with WR_FLUSH_ERR; a buffer outside its
     /// region completes with LOC_PROT_ERR, sends nothing and takes the QP to ERR.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
+        self.post_send_with(qpn, wr, SendFlags::NONE)
+    }
+
+    /// [`Context::post_send`] with the `ibv_send_flags` [`SendWr`] has no field for:
+    /// IBV_SEND_FENCE, IBV_SEND_INLINE (EINVAL above the QP's `max_inline_data`).
+    pub fn post_send_with(
+        &mut self,
+        qpn: u32,
+        wr: SendWr,
+        flags: SendFlags,
+    ) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
-        let r = qp.post_send(&self.mem, wr, &mut self.wcs);
+        let r = qp.post_send(&mut self.mem, wr, flags, &mut self.wcs);
         self.route_completions();
         r
     }
@@ -200,11 +229,21 @@ impl Context {
     /// Posts a datagram on a UD QP (ibv_post_send with an address handle); in ERR and
     /// on a local protection error as [`Context::post_send`].
     pub fn post_send_ud(&mut self, qpn: u32, wr: UdSendWr) -> Result<(), VerbsError> {
+        self.post_send_ud_with(qpn, wr, SendFlags::NONE)
+    }
+
+    /// [`Context::post_send_ud`] with IBV_SEND_INLINE.
+    pub fn post_send_ud_with(
+        &mut self,
+        qpn: u32,
+        wr: UdSendWr,
+        flags: SendFlags,
+    ) -> Result<(), VerbsError> {
         if wr.dest.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
             return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
-        let r = qp.post_send_ud(&self.mem, wr, &mut self.wcs);
+        let r = qp.post_send_ud(&mut self.mem, wr, flags, &mut self.wcs);
         self.route_completions();
         r
     }

@@ -294,6 +294,21 @@ impl Memory {
         })
     }
 
+    /// The bytes at `[addr, addr + len)` in whichever region holds them, with no key, PD
+    /// or access check: what an IBV_SEND_INLINE request reads, as a NIC's driver copies
+    /// inline data from the process's memory without looking at the lkey. `None` if no
+    /// region holds the whole range.
+    pub fn find(&self, addr: u64, len: u64) -> Option<Span> {
+        self.by_lkey.values().find_map(|r| {
+            let off = addr.checked_sub(r.mr.addr)?;
+            (off.checked_add(len)? <= r.mr.len as u64).then_some(Span {
+                lkey: r.mr.lkey,
+                offset: off as usize,
+                len: len as usize,
+            })
+        })
+    }
+
     /// Bytes of a checked span; `None` if its region went away since the check.
     pub fn read(&self, s: Span) -> Option<&[u8]> {
         self.by_lkey

@@ -36,6 +36,22 @@ pub struct QpCaps {
     pub max_recv_wr: usize,
 }
 
+/// The largest `max_inline_data` a QP may ask for: rdma_rxe's device limit (its send WQE
+/// holds 512 bytes of inline data, `RXE_MAX_INLINE_DATA`).
+pub const MAX_INLINE_DATA: u32 = 512;
+
+/// What creating a QP takes beyond [`QpCaps`] (the rest of `ibv_qp_init_attr`), given to
+/// `Context::create_qp_ex`; `Context::create_qp` takes the defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpInitEx {
+    /// `cap.max_inline_data`: the most bytes an IBV_SEND_INLINE request may carry
+    /// (at most [`MAX_INLINE_DATA`]; 0, the default, allows inline requests of 0 bytes
+    /// only).
+    pub max_inline_data: u32,
+    /// `sq_sig_all`: every send work request completes as if it were signaled.
+    pub sq_sig_all: bool,
+}
+
 /// Path MTU (ibv_mtu): the largest payload of one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mtu {

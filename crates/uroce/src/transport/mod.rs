@@ -14,14 +14,15 @@ pub mod ud;
 mod wr;
 
 pub use attr::{
-    ack_timeout, rnr_timer_us, InitAttr, Mtu, QpCaps, QpType, Remote, RtrAttr, RtsAttr,
+    ack_timeout, rnr_timer_us, InitAttr, Mtu, QpCaps, QpInitEx, QpType, Remote, RtrAttr, RtsAttr,
+    MAX_INLINE_DATA,
 };
 pub use completion::{CqId, WcOpcode, WcStatus, WorkCompletion};
 pub use counters::QpCounters;
 pub use error::VerbsError;
 pub use qp::QpState;
 pub(crate) use qp::{Connected, Datagram, Fatal, Peer, Qp, QpCore, Service};
-pub use wr::{RecvWr, SendOp, SendWr, Sge, UdSendWr};
+pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdSendWr};
 
 use std::time::Instant;
 

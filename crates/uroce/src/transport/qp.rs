@@ -14,10 +14,11 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use super::{
-    send_buffer, CqId, InitAttr, Io, Mtu, OutPacket, QpCaps, QpCounters, RecvBuf, RecvWr, RtrAttr,
-    RtsAttr, SendOp, SendWr, Sge, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    send_buffer, CqId, InitAttr, Io, Mtu, OutPacket, QpCaps, QpCounters, QpInitEx, RecvBuf, RecvWr,
+    RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, UdSendWr, VerbsError, WcOpcode, WcStatus,
+    WorkCompletion, MAX_INLINE_DATA,
 };
-use crate::mem::{Access, Memory, PdId};
+use crate::mem::{Access, Memory, Mr, PdId};
 use crate::wire::{Misfit, RocePacket};
 
 /// QP state (ibv_qp_state).
@@ -207,8 +208,15 @@ pub(crate) trait Connected {
     fn check_wr(&self, _wr: &SendWr) -> Result<(), VerbsError> {
         Ok(())
     }
-    /// Queues a send work request; the shell checked the state and the queue depth.
-    fn post_send(&mut self, core: &QpCore, mem: &Memory, wr: SendWr) -> Result<(), VerbsError>;
+    /// Queues a send work request; the shell checked the state and the queue depth, and
+    /// copied inline data. `flags` carries IBV_SEND_FENCE.
+    fn post_send(
+        &mut self,
+        core: &QpCore,
+        mem: &Memory,
+        wr: SendWr,
+        flags: SendFlags,
+    ) -> Result<(), VerbsError>;
 }
 
 /// What the datagram service (UD) adds: an MTU at INIT → RTR, and an address handle on
@@ -247,6 +255,13 @@ pub(crate) struct Qp {
     behind_fault: VecDeque<(u64, WcOpcode)>,
     /// The MTU a UD QP's datagrams may not exceed, set at INIT → RTR.
     ud_mtu: u32,
+    /// `max_inline_data` and `sq_sig_all` ([`QpInitEx`]).
+    ex: QpInitEx,
+    /// Where inline data is copied at post time: a region of the QP's PD, registered at
+    /// the first inline request, `max_send_wr` slots of `max_inline_data` bytes.
+    inline_pool: Option<Mr>,
+    /// Inline requests posted so far: the next one takes slot `inline_seq % max_send_wr`.
+    inline_seq: u64,
 }
 
 impl Qp {
@@ -275,7 +290,89 @@ impl Qp {
             fault: None,
             behind_fault: VecDeque::new(),
             ud_mtu: Mtu::M1024.bytes(),
+            ex: QpInitEx::default(),
+            inline_pool: None,
+            inline_seq: 0,
         }
+    }
+
+    /// Sets what [`QpInitEx`] holds, when the QP is created. EINVAL for a
+    /// `max_inline_data` above [`MAX_INLINE_DATA`] (rdma_rxe's `rxe_qp_chk_cap`).
+    pub(crate) fn set_init_ex(&mut self, ex: QpInitEx) -> Result<(), VerbsError> {
+        if ex.max_inline_data > MAX_INLINE_DATA {
+            return Err(VerbsError::InvalidWr(
+                "max_inline_data above the device's limit (512)",
+            ));
+        }
+        self.ex = ex;
+        Ok(())
+    }
+
+    /// The post-time checks of the flags and caps that every service shares, done before
+    /// anything is queued (EINVAL, as rdma_rxe's `validate_send_wr`): inline data longer
+    /// than `max_inline_data`.
+    fn check_flags(&self, len: u32, flags: SendFlags) -> Result<(), VerbsError> {
+        if flags.contains(SendFlags::INLINE) && len > self.ex.max_inline_data {
+            return Err(VerbsError::InvalidWr(
+                "inline data longer than the QP's max_inline_data",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Copies the inline data `sge` names into the next slot of the QP's inline pool and
+    /// gives the SGE of that copy, which the request then sends from: the application
+    /// may change or free its buffer as soon as the post returns. The source is found by
+    /// address alone ([`Memory::find`]), its lkey unread, as ibverbs does. The caller
+    /// checked the length against `max_inline_data` and that the queue has room: with
+    /// at most `max_send_wr` requests outstanding and completions in order, the slot
+    /// taken `max_send_wr` inline requests ago is free again.
+    fn copy_inline(&mut self, mem: &mut Memory, sge: Sge) -> Result<Sge, VerbsError> {
+        if sge.length == 0 {
+            return Ok(sge);
+        }
+        let len = sge.length as usize;
+        let src = mem
+            .find(sge.addr, u64::from(sge.length))
+            .ok_or(VerbsError::InvalidWr(
+                "inline data outside every registered region",
+            ))?;
+        let slot_len = self.ex.max_inline_data as usize;
+        let slots = self.core.max_send_wr.max(1);
+        let pool = match self.inline_pool {
+            Some(mr) => mr,
+            None => {
+                let mr = mem.register(self.core.pd, vec![0; slots * slot_len], Access::NONE)?;
+                self.inline_pool = Some(mr);
+                mr
+            }
+        };
+        let offset = (self.inline_seq % slots as u64) as usize * slot_len;
+        self.inline_seq += 1;
+        let mut tmp = [0u8; MAX_INLINE_DATA as usize];
+        let data = mem
+            .read(src)
+            .ok_or(VerbsError::InvalidWr("inline data's region went away"))?;
+        tmp[..len].copy_from_slice(data);
+        let dst = crate::mem::Span {
+            lkey: pool.lkey,
+            offset,
+            len,
+        };
+        if !mem.copy_in(dst, &tmp[..len]) {
+            return Err(VerbsError::InvalidWr("inline pool went away"));
+        }
+        Ok(Sge {
+            addr: pool.addr + offset as u64,
+            length: sge.length,
+            lkey: pool.lkey,
+        })
+    }
+
+    /// Whether a request posted now would be handed to the service (the QP not in ERR
+    /// and no local fault ahead of it): only then is its inline data worth copying.
+    fn reaches_service(&self) -> bool {
+        self.core.state != QpState::Err && self.fault.is_none()
     }
 
     /// The state.
@@ -456,10 +553,16 @@ impl Qp {
     /// Posts a send work request on a connected QP (RC, UC). In ERR it completes with
     /// WR_FLUSH_ERR; a buffer outside its region completes with LOC_PROT_ERR and takes
     /// the QP to ERR ([`Qp::settle_fault`]). Completions made here go to `wcs`.
+    ///
+    /// `flags`: IBV_SEND_FENCE goes to the service; IBV_SEND_INLINE copies the data now
+    /// ([`Qp::copy_inline`]) on SEND and WRITE, and is ignored on READ and atomics (as
+    /// rdma_rxe's `init_send_wqe` ignores it), though its length is still checked against
+    /// `max_inline_data` (`validate_send_wr`). With `sq_sig_all` every request is signaled.
     pub(crate) fn post_send(
         &mut self,
-        mem: &Memory,
-        wr: SendWr,
+        mem: &mut Memory,
+        mut wr: SendWr,
+        flags: SendFlags,
         wcs: &mut Wcs,
     ) -> Result<(), VerbsError> {
         let Some(service) = self.service.connected() else {
@@ -471,6 +574,17 @@ impl Qp {
             return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
         }
         service.check_wr(&wr)?;
+        self.check_flags(wr.sge.length, flags)?;
+        if self.ex.sq_sig_all {
+            wr.signaled = true;
+        }
+        if flags.contains(SendFlags::INLINE) && !wr.op.is_read_or_atomic() {
+            let queued = self.send_queued();
+            self.core.send_room(queued)?;
+            if self.reaches_service() {
+                wr.sge = self.copy_inline(mem, wr.sge)?;
+            }
+        }
         // READ and atomics write their answer into the local buffer.
         let need = if wr.op.is_read_or_atomic() {
             Access::LOCAL_WRITE
@@ -484,7 +598,7 @@ impl Qp {
         let Some(service) = self.service.connected() else {
             return Ok(());
         };
-        service.post_send(&self.core, mem, wr)
+        service.post_send(&self.core, mem, wr, flags)
     }
 
     /// Posts a datagram on a UD QP. In ERR it completes with WR_FLUSH_ERR; a buffer
@@ -495,16 +609,30 @@ impl Qp {
     /// take the QP to ERR for it either: citing C10-93.1.1 ("the CI shall not emit any
     /// packets for this message ... shall not generate an error"), its requester
     /// completes it as a successful send (`rxe_req.c`, "fake a successful UD send").
+    ///
+    /// `flags` as for [`Qp::post_send`] (IBV_SEND_FENCE means nothing on UD).
     pub(crate) fn post_send_ud(
         &mut self,
-        mem: &Memory,
-        wr: UdSendWr,
+        mem: &mut Memory,
+        mut wr: UdSendWr,
+        flags: SendFlags,
         wcs: &mut Wcs,
     ) -> Result<(), VerbsError> {
         if self.service.datagram().is_none() {
             return Err(VerbsError::InvalidWr("post_send_ud is for UD QPs"));
         }
         self.core.may_post_send()?;
+        self.check_flags(wr.sge.length, flags)?;
+        if self.ex.sq_sig_all {
+            wr.signaled = true;
+        }
+        if flags.contains(SendFlags::INLINE) && wr.sge.length <= self.ud_mtu {
+            let queued = self.send_queued();
+            self.core.send_room(queued)?;
+            if self.reaches_service() {
+                wr.sge = self.copy_inline(mem, wr.sge)?;
+            }
+        }
         let local = (wr.sge.length <= self.ud_mtu).then_some((wr.sge, Access::NONE));
         if !self.admit_send(mem, wr.wr_id, WcOpcode::Send, local, wcs)? {
             return Ok(());

@@ -85,6 +85,37 @@ pub struct SendWr {
     pub solicited: bool,
 }
 
+/// The flags of `ibv_send_flags` that [`SendWr`] and [`UdSendWr`] do not carry as fields
+/// (`signaled` and `solicited` are fields): given to `Context::post_send_with` and
+/// `Context::post_send_ud_with`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SendFlags(u8);
+
+impl SendFlags {
+    /// No flag.
+    pub const NONE: SendFlags = SendFlags(0);
+    /// IBV_SEND_FENCE: the request does not start while an RDMA READ or atomic posted
+    /// before it on the same QP is still waiting for its response (RC).
+    pub const FENCE: SendFlags = SendFlags(1);
+    /// IBV_SEND_INLINE: the data is copied out of the application's memory when the
+    /// request is posted, so the buffer may be reused at once; its `lkey` is not
+    /// looked at. At most the QP's `max_inline_data` bytes; SEND and RDMA WRITE only
+    /// (ignored on READ and atomics, as rdma_rxe's `init_send_wqe` ignores it).
+    pub const INLINE: SendFlags = SendFlags(2);
+
+    /// True if every flag of `other` is set.
+    pub fn contains(self, other: SendFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for SendFlags {
+    type Output = SendFlags;
+    fn bitor(self, o: SendFlags) -> SendFlags {
+        SendFlags(self.0 | o.0)
+    }
+}
+
 /// A UD send work request (ibv_send_wr with its `wr.ud` part): always a SEND.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UdSendWr {

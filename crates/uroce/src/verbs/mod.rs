@@ -8,7 +8,7 @@
 pub use crate::endpoint::{udp_source_port, Context, ContextConfig, ContextCounters};
 pub use crate::mem::{Access, Mr, PdId};
 pub use crate::transport::{
-    ack_timeout, rnr_timer_us, CqId, InitAttr, Mtu, QpCaps, QpCounters, QpState, QpType, RecvWr,
-    Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge, UdSendWr, VerbsError, WcOpcode, WcStatus,
-    WorkCompletion,
+    ack_timeout, rnr_timer_us, CqId, InitAttr, Mtu, QpCaps, QpCounters, QpInitEx, QpState, QpType,
+    RecvWr, Remote, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, UdSendWr, VerbsError,
+    WcOpcode, WcStatus, WorkCompletion, MAX_INLINE_DATA,
 };

@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use crate::mem::Memory;
 use crate::transport::{
-    Connected, Fatal, InitAttr, Peer, QpCore, QpState, RecvBuf, Remote, RtrAttr, RtsAttr, SendWr,
-    Service, VerbsError, WcOpcode,
+    Connected, Fatal, InitAttr, Peer, QpCore, QpState, RecvBuf, Remote, RtrAttr, RtsAttr,
+    SendFlags, SendWr, Service, VerbsError, WcOpcode,
 };
 use crate::wire::RocePacket;
 
@@ -187,9 +187,16 @@ impl Connected for RcQp {
         Requester::check(wr, self.mtu())
     }
 
-    fn post_send(&mut self, core: &QpCore, mem: &Memory, wr: SendWr) -> Result<(), VerbsError> {
+    fn post_send(
+        &mut self,
+        core: &QpCore,
+        mem: &Memory,
+        wr: SendWr,
+        flags: SendFlags,
+    ) -> Result<(), VerbsError> {
         let mtu = self.mtu();
-        self.req.post(core.pd, mem, wr, mtu)
+        let fence = flags.contains(SendFlags::FENCE);
+        self.req.post(core.pd, mem, wr, fence, mtu)
     }
 }
 

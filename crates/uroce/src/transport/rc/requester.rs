@@ -30,6 +30,8 @@ const ACKREQ_EVERY: i32 = 32;
 struct Wqe {
     wr: SendWr,
     local: Option<Span>,
+    /// IBV_SEND_FENCE: not started while a READ or atomic before it is outstanding.
+    fence: bool,
     first_psn: u32,
     npkts: u32,
     /// READ: next response PSN expected; ATOMIC: its PSN until the ACK arrives.
@@ -144,6 +146,7 @@ impl Requester {
         pd: PdId,
         mem: &Memory,
         wr: SendWr,
+        fence: bool,
         mtu: u32,
     ) -> Result<(), VerbsError> {
         Self::check(&wr, mtu)?;
@@ -160,6 +163,7 @@ impl Requester {
         self.sq.push_back(Wqe {
             wr,
             local,
+            fence,
             first_psn: 0,
             npkts,
             next_resp: 0,
@@ -223,7 +227,17 @@ impl Requester {
             if inflight > 0 && inflight as u32 >= self.inflight_limit {
                 return None;
             }
+            // At most max_rd_atomic READ / atomic requests wait for their responses
+            // (the QP's initiator depth; rdma_rxe's `rd_atomic`
+            // count): the next one waits its turn,
+            // and so does everything behind it, in order.
             if w.wr.op.is_read_or_atomic() && self.rd_atomic_inflight >= self.max_rd_atomic {
+                return None;
+            }
+            // A fenced request waits until every READ and atomic before it has its
+            // response (the Fence indicator of IBTA's Post Send Request verb;
+            // rdma_rxe's `rxe_wqe_is_fenced`).
+            if w.fence && self.rd_atomic_inflight > 0 {
                 return None;
             }
             let psn = self.next_psn;

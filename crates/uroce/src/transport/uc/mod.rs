@@ -9,8 +9,8 @@ use std::collections::VecDeque;
 use crate::mem::{Access, Memory, Span};
 use crate::transport::{message_packet, psn_add, psn_diff, send_buffer, Io, OutPacket, RecvBuf};
 use crate::transport::{
-    Connected, Fatal, InitAttr, Peer, QpCore, Remote, RtrAttr, RtsAttr, SendOp, SendWr, Service,
-    VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    Connected, Fatal, InitAttr, Peer, QpCore, Remote, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr,
+    Service, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::wire::{BthRepr, Opcode, RocePacket, TransportKind};
 
@@ -424,7 +424,13 @@ impl Connected for UcQp {
         self.sq.len()
     }
 
-    fn post_send(&mut self, core: &QpCore, mem: &Memory, wr: SendWr) -> Result<(), VerbsError> {
+    fn post_send(
+        &mut self,
+        core: &QpCore,
+        mem: &Memory,
+        wr: SendWr,
+        _flags: SendFlags,
+    ) -> Result<(), VerbsError> {
         let len = wr.sge.length;
         if len > 1 << 31 {
             return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
