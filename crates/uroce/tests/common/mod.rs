@@ -9,8 +9,8 @@ pub use std::time::Instant;
 pub use uroce::mem::{Access, Mr};
 pub use uroce::transport::psn_add;
 pub use uroce::verbs::{
-    Context, ContextConfig, CqId, InitAttr, Mtu, QpCaps, QpState, RecvWr, Remote, RtrAttr, RtsAttr,
-    SendOp, SendWr, Sge, WcStatus, WorkCompletion,
+    Context, ContextConfig, CqId, InitAttr, Mtu, QpCaps, QpInitEx, QpState, RecvWr, Remote,
+    RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
 pub use uroce::wire::{self, NakCode, Opcode, Syndrome};
 
@@ -52,6 +52,11 @@ pub struct Pair {
 }
 
 pub fn ctx(last: u8) -> (Context, CqId, u32) {
+    ctx_ex(last, QpInitEx::default())
+}
+
+/// [`ctx`] with the QP created by `create_qp_ex`.
+pub fn ctx_ex(last: u8, ex: QpInitEx) -> (Context, CqId, u32) {
     let mut c = Context::new(
         ContextConfig {
             mac: [2, 0, 0, 0, 0, last],
@@ -71,7 +76,7 @@ pub fn ctx(last: u8) -> (Context, CqId, u32) {
         max_send_wr: 64,
         max_recv_wr: 64,
     };
-    let q = c.create_qp(pd, caps).unwrap();
+    let q = c.create_qp_ex(pd, caps, ex).unwrap();
     (c, cq, q)
 }
 
@@ -92,7 +97,28 @@ impl Pair {
         max_dest: u8,
         mtu: Mtu,
     ) -> Self {
-        let (mut a, cqa, qa) = ctx(1);
+        Self::custom_ex(
+            rts,
+            rb_access,
+            a_psn,
+            b_init,
+            max_dest,
+            mtu,
+            QpInitEx::default(),
+        )
+    }
+
+    /// [`Pair::custom`] with A's QP created with `a_ex`.
+    pub fn custom_ex(
+        rts: RtsAttr,
+        rb_access: Access,
+        a_psn: u32,
+        b_init: InitAttr,
+        max_dest: u8,
+        mtu: Mtu,
+        a_ex: QpInitEx,
+    ) -> Self {
+        let (mut a, cqa, qa) = ctx_ex(1, a_ex);
         let (mut b, cqb, qb) = ctx(2);
         let pd = uroce::mem::PdId(0);
         let la = a.reg_mr(pd, vec![0; 1 << 17], Access::LOCAL_WRITE).unwrap();
