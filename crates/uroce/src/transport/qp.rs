@@ -18,7 +18,7 @@ use super::{
     RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, UdSendWr, VerbsError, WcOpcode, WcStatus,
     WorkCompletion, MAX_INLINE_DATA,
 };
-use crate::mem::{Access, Memory, Mr, PdId};
+use crate::mem::{Access, Memory, Mr, PdId, Span};
 use crate::wire::{Misfit, RocePacket};
 
 /// QP state (ibv_qp_state).
@@ -208,15 +208,10 @@ pub(crate) trait Connected {
     fn check_wr(&self, _wr: &SendWr) -> Result<(), VerbsError> {
         Ok(())
     }
-    /// Queues a send work request; the shell checked the state and the queue depth, and
-    /// copied inline data. `flags` carries IBV_SEND_FENCE.
-    fn post_send(
-        &mut self,
-        core: &QpCore,
-        mem: &Memory,
-        wr: SendWr,
-        flags: SendFlags,
-    ) -> Result<(), VerbsError>;
+    /// Queues a send work request; the shell checked the state, the queue depth and the
+    /// request (`check_wr`), copied inline data, and resolved the local buffer to `local`
+    /// (`None` when empty). `flags` carries IBV_SEND_FENCE.
+    fn post_send(&mut self, core: &QpCore, wr: SendWr, flags: SendFlags, local: Option<Span>);
 }
 
 /// What the datagram service (UD) adds: an MTU at INIT → RTR, and an address handle on
@@ -226,8 +221,18 @@ pub(crate) trait Datagram {
     fn rtr(&mut self, mtu: Mtu);
     /// Datagrams posted and not yet sent.
     fn send_queued(&self) -> usize;
-    /// Queues a datagram; the shell checked the state and the queue depth.
-    fn post_send(&mut self, core: &QpCore, mem: &Memory, wr: UdSendWr) -> Result<(), VerbsError>;
+    /// Queues a datagram; the shell checked the state and the queue depth and resolved the
+    /// local buffer to `local` (`None` when empty, or when the datagram is longer than the
+    /// MTU and so never sent).
+    fn post_send(&mut self, core: &QpCore, wr: UdSendWr, local: Option<Span>);
+}
+
+/// What the shell decided for a send work request at post time.
+enum Admit {
+    /// On to the service, with its local buffer resolved (`None`: empty or not checked).
+    Service(Option<Span>),
+    /// Completed here (WR_FLUSH_ERR, a local fault) or waiting behind a local fault.
+    Settled,
 }
 
 /// A send work request that failed its own local check when it was posted (a local
@@ -524,30 +529,33 @@ impl Qp {
         opcode: WcOpcode,
         local: Option<(Sge, Access)>,
         wcs: &mut Wcs,
-    ) -> Result<bool, VerbsError> {
+    ) -> Result<Admit, VerbsError> {
         let queued = self.send_queued();
         self.core.send_room(queued)?;
         if self.core.state == QpState::Err {
             let wc = WorkCompletion::send(self.core.qpn, wr_id, opcode, 0, WcStatus::WrFlushErr);
             wcs.push((self.core.send_cq, wc));
-            return Ok(false);
+            return Ok(Admit::Settled);
         }
         if self.fault.is_some() {
             self.behind_fault.push_back((wr_id, opcode));
-            return Ok(false);
+            return Ok(Admit::Settled);
         }
-        if let Some((sge, need)) = local {
-            if let Err(status) = send_buffer(mem, self.core.pd, sge, need) {
+        let Some((sge, need)) = local else {
+            return Ok(Admit::Service(None));
+        };
+        match send_buffer(mem, self.core.pd, sge, need) {
+            Ok(span) => Ok(Admit::Service(span)),
+            Err(status) => {
                 self.fault = Some(LocalFault {
                     wr_id,
                     opcode,
                     status,
                 });
                 self.settle_fault(wcs);
-                return Ok(false);
+                Ok(Admit::Settled)
             }
         }
-        Ok(true)
     }
 
     /// Posts a send work request on a connected QP (RC, UC). In ERR it completes with
@@ -592,13 +600,14 @@ impl Qp {
             Access::NONE
         };
         let local = Some((wr.sge, need));
-        if !self.admit_send(mem, wr.wr_id, wr.op.wc_opcode(), local, wcs)? {
-            return Ok(());
-        }
-        let Some(service) = self.service.connected() else {
+        let Admit::Service(span) = self.admit_send(mem, wr.wr_id, wr.op.wc_opcode(), local, wcs)?
+        else {
             return Ok(());
         };
-        service.post_send(&self.core, mem, wr, flags)
+        if let Some(service) = self.service.connected() {
+            service.post_send(&self.core, wr, flags, span);
+        }
+        Ok(())
     }
 
     /// Posts a datagram on a UD QP. In ERR it completes with WR_FLUSH_ERR; a buffer
@@ -634,13 +643,14 @@ impl Qp {
             }
         }
         let local = (wr.sge.length <= self.ud_mtu).then_some((wr.sge, Access::NONE));
-        if !self.admit_send(mem, wr.wr_id, WcOpcode::Send, local, wcs)? {
-            return Ok(());
-        }
-        let Some(service) = self.service.datagram() else {
+        let Admit::Service(span) = self.admit_send(mem, wr.wr_id, WcOpcode::Send, local, wcs)?
+        else {
             return Ok(());
         };
-        service.post_send(&self.core, mem, wr)
+        if let Some(service) = self.service.datagram() {
+            service.post_send(&self.core, wr, span);
+        }
+        Ok(())
     }
 
     /// Posts a receive work request; its buffer must lie in a region of the QP's PD that

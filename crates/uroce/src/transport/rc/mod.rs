@@ -12,7 +12,7 @@ mod responder;
 
 use std::time::Instant;
 
-use crate::mem::Memory;
+use crate::mem::Span;
 use crate::transport::{
     Connected, Fatal, InitAttr, Peer, QpCore, QpState, RecvBuf, Remote, RtrAttr, RtsAttr,
     SendFlags, SendWr, Service, VerbsError, WcOpcode,
@@ -187,16 +187,10 @@ impl Connected for RcQp {
         Requester::check(wr, self.mtu())
     }
 
-    fn post_send(
-        &mut self,
-        core: &QpCore,
-        mem: &Memory,
-        wr: SendWr,
-        flags: SendFlags,
-    ) -> Result<(), VerbsError> {
+    fn post_send(&mut self, _core: &QpCore, wr: SendWr, flags: SendFlags, local: Option<Span>) {
         let mtu = self.mtu();
         let fence = flags.contains(SendFlags::FENCE);
-        self.req.post(core.pd, mem, wr, fence, mtu)
+        self.req.post(wr, fence, mtu, local);
     }
 }
 

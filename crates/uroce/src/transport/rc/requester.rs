@@ -6,12 +6,12 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::{Fatal, Io, OutPacket, Path, QpCounters};
-use crate::mem::{Access, Memory, PdId, Span};
+use crate::mem::Span;
 use crate::transport::{
     ack_timeout, rnr_timer_us, CqId, RtsAttr, SendOp, SendWr, VerbsError, WcOpcode, WcStatus,
     WorkCompletion,
 };
-use crate::transport::{message_packet, psn_add, psn_diff, send_buffer};
+use crate::transport::{message_packet, psn_add, psn_diff};
 use crate::wire::{
     AtomicEthRepr, BthRepr, ExtHeaders, NakCode, Opcode, RethRepr, RocePacket, Syndrome,
 };
@@ -141,24 +141,9 @@ impl Requester {
         Ok(())
     }
 
-    pub(crate) fn post(
-        &mut self,
-        pd: PdId,
-        mem: &Memory,
-        wr: SendWr,
-        fence: bool,
-        mtu: u32,
-    ) -> Result<(), VerbsError> {
-        Self::check(&wr, mtu)?;
-        let need = if wr.op.is_read_or_atomic() {
-            Access::LOCAL_WRITE
-        } else {
-            Access::NONE
-        };
-        // The QP shell checked the buffer already (a failure never reaches here); the
-        // status is kept for a request that still fails it.
-        let buffer = send_buffer(mem, pd, wr.sge, need);
-        let (local, status) = (buffer.ok().flatten(), buffer.err());
+    /// Queues a work request the QP shell admitted: it passed [`Requester::check`]
+    /// (through the service's `check_wr`) and its local buffer resolved to `local`.
+    pub(crate) fn post(&mut self, wr: SendWr, fence: bool, mtu: u32, local: Option<Span>) {
         let npkts = npkts(&wr, mtu);
         self.sq.push_back(Wqe {
             wr,
@@ -167,10 +152,9 @@ impl Requester {
             first_psn: 0,
             npkts,
             next_resp: 0,
-            done: status.is_some(),
-            status,
+            done: false,
+            status: None,
         });
-        Ok(())
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {

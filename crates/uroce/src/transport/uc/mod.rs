@@ -6,8 +6,8 @@
 
 use std::collections::VecDeque;
 
-use crate::mem::{Access, Memory, Span};
-use crate::transport::{message_packet, psn_add, psn_diff, send_buffer, Io, OutPacket, RecvBuf};
+use crate::mem::{Access, Span};
+use crate::transport::{message_packet, psn_add, psn_diff, Io, OutPacket, RecvBuf};
 use crate::transport::{
     Connected, Fatal, InitAttr, Peer, QpCore, Remote, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr,
     Service, VerbsError, WcOpcode, WcStatus, WorkCompletion,
@@ -424,28 +424,16 @@ impl Connected for UcQp {
         self.sq.len()
     }
 
-    fn post_send(
-        &mut self,
-        core: &QpCore,
-        mem: &Memory,
-        wr: SendWr,
-        _flags: SendFlags,
-    ) -> Result<(), VerbsError> {
-        let len = wr.sge.length;
-        if len > 1 << 31 {
-            return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
-        }
-        let buffer = send_buffer(mem, core.pd, wr.sge, Access::NONE);
-        let (span, status) = (buffer.ok().flatten(), buffer.err());
-        let npkts = len.div_ceil(self.mtu).max(1);
+    fn post_send(&mut self, _core: &QpCore, wr: SendWr, _flags: SendFlags, local: Option<Span>) {
+        // The shell refused messages longer than 2^31 bytes and resolved the buffer.
+        let npkts = wr.sge.length.div_ceil(self.mtu).max(1);
         self.sq.push_back(Wqe {
             wr,
-            span,
+            span: local,
             npkts,
             sent: 0,
-            status,
+            status: None,
         });
-        Ok(())
     }
 }
 

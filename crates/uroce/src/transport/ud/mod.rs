@@ -4,11 +4,11 @@
 
 use std::collections::VecDeque;
 
-use crate::mem::{Access, Memory, Span};
-use crate::transport::{psn_add, send_buffer, Io, OutPacket};
+use crate::mem::Span;
+use crate::transport::{psn_add, Io, OutPacket};
 use crate::transport::{
-    Datagram, Fatal, InitAttr, Mtu, Peer, QpCore, RtsAttr, Service, UdSendWr, VerbsError, WcOpcode,
-    WcStatus, WorkCompletion,
+    Datagram, Fatal, InitAttr, Mtu, Peer, QpCore, RtsAttr, Service, UdSendWr, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 use crate::wire::{grh, BthRepr, DethRepr, ExtHeaders, Opcode, RocePacket};
 
@@ -215,19 +215,16 @@ impl Datagram for UdQp {
         self.sq.len()
     }
 
-    fn post_send(&mut self, core: &QpCore, mem: &Memory, wr: UdSendWr) -> Result<(), VerbsError> {
-        let len = wr.sge.length;
-        let buffer = send_buffer(mem, core.pd, wr.sge, Access::NONE);
+    fn post_send(&mut self, _core: &QpCore, wr: UdSendWr, local: Option<Span>) {
         // A datagram is one packet: longer than the path MTU is a local length error
-        // (IBV_WC_LOC_LEN_ERR), reported in order like any other completion.
-        let status = if len > self.mtu {
-            Some(WcStatus::LocLenErr)
-        } else {
-            buffer.err()
-        };
-        let span = buffer.ok().flatten();
-        self.sq.push_back(Wqe { wr, span, status });
-        Ok(())
+        // (IBV_WC_LOC_LEN_ERR), reported in order like any other completion; the shell
+        // resolved the buffer of the others.
+        let status = (wr.sge.length > self.mtu).then_some(WcStatus::LocLenErr);
+        self.sq.push_back(Wqe {
+            wr,
+            span: local,
+            status,
+        });
     }
 }
 
