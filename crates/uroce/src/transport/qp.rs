@@ -129,6 +129,18 @@ pub(crate) struct Peer {
     pub ip: IpAddr,
 }
 
+/// The affiliated asynchronous error a QP raises on its way to ERR when no completion
+/// reports the error (IBTA §10.10.2.3, C9-222.1.1; ibverbs' IBV_EVENT_QP_*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QpErrorEvent {
+    /// IBV_EVENT_QP_FATAL.
+    Fatal,
+    /// IBV_EVENT_QP_REQ_ERR.
+    ReqErr,
+    /// IBV_EVENT_QP_ACCESS_ERR.
+    AccessErr,
+}
+
 /// An error that takes the QP to ERR after the completion it produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Fatal(pub WcStatus);
@@ -175,6 +187,14 @@ pub(crate) trait Service: Send {
         core.counters.dropped += 1;
         Ok(())
     }
+
+    /// After an `Err` from a packet: the affiliated asynchronous error to raise, when no
+    /// completion reported the error.
+    fn take_error_event(&mut self) -> Option<QpErrorEvent> {
+        None
+    }
+    /// The QP goes to ERR because its CQ overran: responses not sent yet are dropped.
+    fn discard_responses(&mut self) {}
 
     /// Fires the timers that are due, in RTS. `Err` takes the QP to ERR.
     fn on_timeout(&mut self, _core: &mut QpCore, _io: &mut Io<'_>) -> Result<(), Fatal> {
@@ -247,6 +267,8 @@ pub(crate) struct Qp {
     behind_fault: VecDeque<(u64, WcOpcode)>,
     /// The MTU a UD QP's datagrams may not exceed, set at INIT → RTR.
     ud_mtu: u32,
+    /// The affiliated asynchronous error of the last error that took the QP to ERR.
+    event: Option<QpErrorEvent>,
 }
 
 impl Qp {
@@ -275,6 +297,7 @@ impl Qp {
             fault: None,
             behind_fault: VecDeque::new(),
             ud_mtu: Mtu::M1024.bytes(),
+            event: None,
         }
     }
 
@@ -347,6 +370,28 @@ impl Qp {
     /// order, sends first (IBTA §10.3.1; IBV_WC_WR_FLUSH_ERR).
     pub(crate) fn enter_err(&mut self, io: &mut Io<'_>) {
         self.flush(io.wcs);
+    }
+
+    /// Its CQ overran: the QP goes to ERR, flushing what is outstanding (into CQs that
+    /// may be in error and lose them), and sends none of the responses it had queued.
+    /// `false` if it was in ERR already.
+    pub(crate) fn enter_err_overrun(&mut self, wcs: &mut Wcs) -> bool {
+        if self.core.state == QpState::Err {
+            return false;
+        }
+        self.service.discard_responses();
+        self.flush(wcs);
+        true
+    }
+
+    /// The send and receive CQs.
+    pub(crate) fn cqs(&self) -> (CqId, CqId) {
+        (self.core.send_cq, self.core.recv_cq)
+    }
+
+    /// The affiliated asynchronous error raised by the last packet, if any.
+    pub(crate) fn take_event(&mut self) -> Option<QpErrorEvent> {
+        self.event.take()
     }
 
     /// [`Qp::enter_err`] with only the completions at hand. A flushed work request
@@ -556,6 +601,7 @@ impl Qp {
             return;
         }
         if self.service.on_packet(&mut self.core, io, p).is_err() {
+            self.event = self.service.take_error_event();
             self.enter_err(io);
         }
         self.settle_fault(io.wcs);
@@ -569,6 +615,7 @@ impl Qp {
             return;
         }
         if self.service.on_misfit(&mut self.core, io, m).is_err() {
+            self.event = self.service.take_error_event();
             self.enter_err(io);
         }
     }

@@ -5,10 +5,12 @@
 
 #![forbid(unsafe_code)]
 
-pub use crate::endpoint::{udp_source_port, Context, ContextConfig, ContextCounters};
+pub use crate::endpoint::{
+    udp_source_port, AsyncEvent, Context, ContextConfig, ContextCounters, MAX_CQE,
+};
 pub use crate::mem::{Access, Mr, PdId};
 pub use crate::transport::{
     ack_timeout, rnr_timer_us, CqId, InitAttr, Mtu, QpCaps, QpCounters, QpState, QpType, RecvWr,
-    Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge, UdSendWr, VerbsError, WcOpcode, WcStatus,
-    WorkCompletion,
+    Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge, UdSendWr, VerbsError, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion,
 };
