@@ -122,7 +122,9 @@ fn side(
         },
         std::time::Instant::now(),
     );
-    let cq = ctx.create_cq();
+    let cq = ctx
+        .create_cq(uroce::verbs::MAX_CQE)
+        .expect("MAX_CQE is a valid CQ depth");
     let pd = ctx.alloc_pd();
     let caps = |t| QpCaps {
         qp_type: t,

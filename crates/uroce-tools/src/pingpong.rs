@@ -185,7 +185,9 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> anyhow::Result<Pingp
         },
         std::time::Instant::now(),
     );
-    let cq = ctx.create_cq();
+    let cq = ctx
+        .create_cq(uroce::verbs::MAX_CQE)
+        .expect("MAX_CQE is a valid CQ depth");
     let pd = ctx.alloc_pd();
     let qp_type = if cfg.ud { QpType::Ud } else { QpType::Rc };
     let depth = cfg.rx_depth.max(2) as usize;

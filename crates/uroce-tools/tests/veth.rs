@@ -537,7 +537,9 @@ fn udp_backend_over_ipv6() {
                 },
                 std::time::Instant::now(),
             );
-            let cq = c.create_cq();
+            let cq = c
+                .create_cq(uroce::verbs::MAX_CQE)
+                .expect("MAX_CQE is a valid CQ depth");
             let pd = c.alloc_pd();
             let caps = QpCaps {
                 qp_type: QpType::Rc,

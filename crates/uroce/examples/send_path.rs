@@ -30,7 +30,9 @@ fn main() {
     if on {
         c.enable_dcqcn(Params::paper(100e9), now);
     }
-    let cq = c.create_cq();
+    let cq = c
+        .create_cq(uroce::verbs::MAX_CQE)
+        .expect("MAX_CQE is a valid CQ depth");
     let pd = c.alloc_pd();
     let caps = QpCaps {
         qp_type: QpType::Rc,

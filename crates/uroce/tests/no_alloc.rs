@@ -57,7 +57,9 @@ fn ctx_at(ip: Ipv4Addr, n: u8) -> (Context, CqId, u32, uroce::mem::Mr) {
         },
         std::time::Instant::now(),
     );
-    let cq = c.create_cq();
+    let cq = c
+        .create_cq(uroce::verbs::MAX_CQE)
+        .expect("MAX_CQE is a valid CQ depth");
     let pd = c.alloc_pd();
     let caps = QpCaps {
         qp_type: QpType::Rc,

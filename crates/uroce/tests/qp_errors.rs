@@ -227,7 +227,9 @@ fn node(n: u8, t: QpType) -> Node {
         },
         Instant::now(),
     );
-    let cq = ctx.create_cq();
+    let cq = ctx
+        .create_cq(uroce::verbs::MAX_CQE)
+        .expect("MAX_CQE is a valid CQ depth");
     let pd = ctx.alloc_pd();
     let caps = QpCaps {
         qp_type: t,

@@ -37,7 +37,9 @@ fn victim() -> Victim {
         },
         std::time::Instant::now(),
     );
-    let cq = ctx.create_cq();
+    let cq = ctx
+        .create_cq(uroce::verbs::MAX_CQE)
+        .expect("MAX_CQE is a valid CQ depth");
     let pd = ctx.alloc_pd();
     let qpn = ctx
         .create_qp(

@@ -184,7 +184,9 @@ fn ud_recv_into_deregistered_mr_is_an_error_not_a_panic() {
         },
         std::time::Instant::now(),
     );
-    let cq = ctx.create_cq();
+    let cq = ctx
+        .create_cq(uroce::verbs::MAX_CQE)
+        .expect("MAX_CQE is a valid CQ depth");
     let pd = ctx.alloc_pd();
     let q = ctx
         .create_qp(

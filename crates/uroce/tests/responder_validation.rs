@@ -256,7 +256,9 @@ fn uc_b() -> (Context, CqId, u32, Mr) {
         },
         Instant::now(),
     );
-    let cq = c.create_cq();
+    let cq = c
+        .create_cq(uroce::verbs::MAX_CQE)
+        .expect("MAX_CQE is a valid CQ depth");
     let pd = c.alloc_pd();
     let caps = QpCaps {
         qp_type: QpType::Uc,

@@ -46,7 +46,9 @@ fn node(n: u8, t: QpType, v6: bool) -> Node {
         },
         std::time::Instant::now(),
     );
-    let cq = ctx.create_cq();
+    let cq = ctx
+        .create_cq(uroce::verbs::MAX_CQE)
+        .expect("MAX_CQE is a valid CQ depth");
     let pd = ctx.alloc_pd();
     let qpn = ctx
         .create_qp(

@@ -47,7 +47,9 @@ fn side(ip: Ipv4Addr) -> Option<Vec<Loop>> {
             std::time::Instant::now(),
         );
         ctx.set_qpn_space(LOOPS * 16 + k, LOOPS);
-        let cq = ctx.create_cq();
+        let cq = ctx
+            .create_cq(uroce::verbs::MAX_CQE)
+            .expect("MAX_CQE is a valid CQ depth");
         let pd = ctx.alloc_pd();
         let caps = QpCaps {
             qp_type: QpType::Rc,

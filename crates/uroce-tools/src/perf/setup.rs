@@ -55,7 +55,9 @@ pub(super) fn rc_resources(
     qps: u32,
     size: u32,
 ) -> anyhow::Result<(uroce::verbs::CqId, Vec<u32>, uroce::mem::Mr)> {
-    let cq = ctx.create_cq();
+    let cq = ctx
+        .create_cq(uroce::verbs::MAX_CQE)
+        .expect("MAX_CQE is a valid CQ depth");
     let pd = ctx.alloc_pd();
     let caps = QpCaps {
         qp_type: QpType::Rc,

@@ -245,7 +245,9 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> anyhow::Result<Outcome> {
     let mac = link.mac_for(&*backend)?;
     let seed = u64::from(u32::from(local)) ^ u64::from(std::process::id());
     let mut ctx = cfg.traffic.context(&iface, mac, IpAddr::V4(local), seed)?;
-    let cq = ctx.create_cq();
+    let cq = ctx
+        .create_cq(uroce::verbs::MAX_CQE)
+        .expect("MAX_CQE is a valid CQ depth");
     let pd = ctx.alloc_pd();
     let qp = ctx.create_qp(
         pd,

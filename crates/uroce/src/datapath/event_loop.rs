@@ -3,8 +3,10 @@
 //! socket when there is nothing to do.
 
 use std::io;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::notify::Notifier;
 use super::Backend;
 use crate::verbs::Context;
 
@@ -15,6 +17,7 @@ pub struct Endpoint<B: Backend> {
     backend: B,
     /// Frames the backend refused to send.
     pub send_errors: u64,
+    notifier: Option<Arc<Notifier>>,
 }
 
 impl<B: Backend> Endpoint<B> {
@@ -24,7 +27,19 @@ impl<B: Backend> Endpoint<B> {
             ctx,
             backend,
             send_errors: 0,
+            notifier: None,
         }
+    }
+
+    /// Signals `n` at the end of every [`Endpoint::poll`] that leaves completion or
+    /// asynchronous events in the context ([`Context::has_events`]), when armed.
+    pub fn set_notifier(&mut self, n: Arc<Notifier>) {
+        self.notifier = Some(n);
+    }
+
+    /// The notifier, if one was set.
+    pub fn notifier(&self) -> Option<&Arc<Notifier>> {
+        self.notifier.as_ref()
     }
 
     /// The backend, for callers that move frames without the transport (benchmarks).
@@ -41,6 +56,7 @@ impl<B: Backend> Endpoint<B> {
             ctx,
             backend,
             send_errors,
+            notifier,
         } = self;
         loop {
             match backend.send_with(&mut |buf| ctx.poll_transmit(now, buf)) {
@@ -62,6 +78,11 @@ impl<B: Backend> Endpoint<B> {
             let _ = ctx.handle_received(Instant::now(), r);
         })?;
         ctx.handle_timeout(Instant::now());
+        if let Some(n) = notifier {
+            if ctx.has_events() {
+                n.signal();
+            }
+        }
         Ok(())
     }
 

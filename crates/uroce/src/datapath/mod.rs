@@ -3,6 +3,8 @@
 //! - [`udp`]: a plain UDP socket on port 4791 (no privileges, no XDP): the kernel builds
 //!   Ethernet, IP and UDP; uroce sends and receives the RoCEv2 transport bytes.
 //! - [`event_loop`]: drives a context from a backend, its timers and the application.
+//! - [`notify`]: [`notify::Notifier`], an eventfd an application polls for completion and
+//!   asynchronous events instead of spinning.
 //! - [`impair`]: [`impair::Impaired`], a wrapper that drops and reorders what any backend
 //!   receives, seeded, where netem is missing.
 //!
@@ -13,6 +15,7 @@
 
 pub mod event_loop;
 pub mod impair;
+pub mod notify;
 pub mod udp;
 pub mod worker;
 pub mod xdp;

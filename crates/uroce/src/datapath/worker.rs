@@ -68,6 +68,8 @@ pub struct Worker<B: Backend + Send + 'static> {
 
 impl<B: Backend + Send + 'static> Worker<B> {
     /// Starts a loop on a new thread for `ep`, reporting completions of the CQs `cqs`.
+    /// With a notifier set on `ep` ([`Endpoint::set_notifier`]), completions handed over
+    /// signal it when armed, so a thread can wait on its fd before [`Worker::poll_cq`].
     /// `depth` bounds both queues.
     pub fn spawn(ep: Endpoint<B>, cqs: Vec<CqId>, idle: Idle, depth: usize) -> Self {
         let shared = Arc::new(Shared {
@@ -189,6 +191,7 @@ fn run<B: Backend>(
     // Completions the application has not made room for yet: kept, never dropped.
     let mut backlog: Vec<WorkCompletion> = Vec::with_capacity(shared.done.capacity());
     let mut wcs = Vec::with_capacity(64);
+    let notifier = ep.notifier().cloned();
     let hand_over = |backlog: &mut Vec<WorkCompletion>| {
         let mut taken = 0;
         for wc in backlog.iter() {
@@ -198,6 +201,13 @@ fn run<B: Backend>(
             taken += 1;
         }
         backlog.drain(..taken);
+        // Completions handed over wake an application waiting on the notifier (an
+        // atomic load when it is not armed).
+        if taken > 0 {
+            if let Some(n) = &notifier {
+                n.signal();
+            }
+        }
     };
     while !shared.stop.load(Ordering::Acquire) {
         let mut busy = false;

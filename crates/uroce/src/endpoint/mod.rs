@@ -13,11 +13,13 @@
 
 #![forbid(unsafe_code)]
 
+mod cq;
 mod qp;
 mod receive;
 mod resources;
 mod transmit;
 
+pub use cq::{AsyncEvent, MAX_CQE};
 pub use receive::Received;
 pub use transmit::Transmit;
 
@@ -25,11 +27,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::IpAddr;
 use std::time::Instant;
 
+use cq::{Cq, Offer};
 use qp::Qp;
 
 use crate::congestion::{dcqcn, NotificationPoint, DEFAULT_CNP_DSCP};
 use crate::mem::Memory;
-use crate::transport::{CqId, Io, Remote, WorkCompletion};
+use crate::transport::{CqId, Io, QpErrorEvent, Remote, WorkCompletion};
 
 /// The local end: addresses, and the seed that makes keys and anything random repeatable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +86,11 @@ struct CnpJob {
 pub struct Context {
     cfg: ContextConfig,
     mem: Memory,
-    cqs: Vec<VecDeque<WorkCompletion>>,
+    cqs: Vec<Cq>,
+    /// Completion events of armed CQs, for [`Context::poll_cq_event`].
+    cq_events: VecDeque<CqId>,
+    /// Asynchronous events, for [`Context::poll_async_event`].
+    async_events: VecDeque<AsyncEvent>,
     qps: BTreeMap<u32, Qp>,
     next_qpn: u32,
     qpn_stride: u32,
@@ -108,6 +115,8 @@ impl Context {
             cfg,
             mem: Memory::new(cfg.seed),
             cqs: Vec::new(),
+            cq_events: VecDeque::new(),
+            async_events: VecDeque::new(),
             qps: BTreeMap::new(),
             next_qpn: 0x11,
             qpn_stride: 1,
@@ -133,12 +142,59 @@ impl Context {
         self.counters
     }
 
+    /// Puts the completions the transport made into their CQs: an armed CQ queues its
+    /// completion event; a full one overruns, and the QPs on it go to ERR (their flushed
+    /// work requests are routed in the same pass). See `cq.rs` for the rules.
     pub(crate) fn route_completions(&mut self) {
-        for (cq, wc) in self.wcs.drain(..) {
-            if let Some(q) = self.cqs.get_mut(cq.0 as usize) {
-                q.push_back(wc);
+        let mut i = 0;
+        while i < self.wcs.len() {
+            let (cq, wc) = self.wcs[i];
+            i += 1;
+            let Some(c) = self.cqs.get_mut(cq.0 as usize) else {
+                continue;
+            };
+            match c.offer(wc) {
+                Offer::Queued(true) => self.cq_events.push_back(cq),
+                Offer::Queued(false) | Offer::Lost => {}
+                Offer::Overrun => {
+                    self.async_events.push_back(AsyncEvent::CqErr(cq));
+                    for (&qpn, qp) in self.qps.iter_mut() {
+                        let (s, r) = qp.cqs();
+                        if (s == cq || r == cq) && qp.enter_err_overrun(&mut self.wcs) {
+                            self.async_events.push_back(AsyncEvent::QpFatal(qpn));
+                        }
+                    }
+                }
             }
         }
+        self.wcs.clear();
+    }
+
+    /// Queues the affiliated asynchronous error QP `qpn` raised.
+    pub(crate) fn queue_qp_event(&mut self, qpn: u32, ev: QpErrorEvent) {
+        self.async_events.push_back(match ev {
+            QpErrorEvent::Fatal => AsyncEvent::QpFatal(qpn),
+            QpErrorEvent::ReqErr => AsyncEvent::QpReqErr(qpn),
+            QpErrorEvent::AccessErr => AsyncEvent::QpAccessErr(qpn),
+        });
+    }
+
+    /// Whether completion or asynchronous events wait to be taken
+    /// ([`Context::poll_cq_event`], [`Context::poll_async_event`]).
+    pub fn has_events(&self) -> bool {
+        !self.cq_events.is_empty() || !self.async_events.is_empty()
+    }
+
+    /// The next asynchronous event (ibv_get_async_event; there is nothing to
+    /// acknowledge).
+    pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
+        self.async_events.pop_front()
+    }
+
+    /// Queues an asynchronous event that comes from outside the context (a port going
+    /// active or down, which the datapath sees).
+    pub fn push_async_event(&mut self, ev: AsyncEvent) {
+        self.async_events.push_back(ev);
     }
 
     /// The earliest time [`Context::handle_timeout`] has work to do.

@@ -125,6 +125,9 @@ impl Context {
             wcs: &mut self.wcs,
         };
         qp.on_misfit(&mut io, m);
+        if let Some(ev) = qp.take_event() {
+            self.queue_qp_event(m.dest_qp, ev);
+        }
         self.route_completions();
     }
 
@@ -172,6 +175,9 @@ impl Context {
             wcs: &mut self.wcs,
         };
         qp.on_packet(&mut io, p);
+        if let Some(ev) = qp.take_event() {
+            self.queue_qp_event(p.bth.dest_qp, ev);
+        }
         self.route_completions();
         Ok(())
     }

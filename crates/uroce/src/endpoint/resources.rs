@@ -1,9 +1,9 @@
 //! The ibverbs calls on a context: protection domains, memory regions, completion queues,
 //! queue pairs and their state changes, posting work requests, polling completions.
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::cq::Cq;
 use super::qp::Qp;
 use super::Context;
 use crate::congestion::{dcqcn, NotificationPoint, ReactionPoint};
@@ -39,30 +39,84 @@ impl Context {
         self.mem.bytes_mut(mr.lkey).unwrap_or(&mut [])
     }
 
-    /// Creates a completion queue (ibv_create_cq).
-    pub fn create_cq(&mut self) -> CqId {
-        self.cqs.push(VecDeque::new());
-        CqId(self.cqs.len() as u32 - 1)
+    /// Creates a completion queue of at least `cqe` entries (ibv_create_cq): rounded up to
+    /// a power of two minus one, as mlx5 does (10 → 15, 16 → 31); [`Context::cq_depth`]
+    /// says what was granted. `cqe` of 0 or above [`super::MAX_CQE`] is refused (EINVAL).
+    /// A completion arriving at a full CQ puts it in error: see [`super::AsyncEvent::CqErr`].
+    pub fn create_cq(&mut self, cqe: u32) -> Result<CqId, VerbsError> {
+        let depth = Cq::round(cqe).ok_or(VerbsError::InvalidWr("CQ depth 0 or above MAX_CQE"))?;
+        self.cqs.push(Cq::new(depth));
+        Ok(CqId(self.cqs.len() as u32 - 1))
+    }
+
+    /// The entries a CQ holds (ibv_cq's `cqe`).
+    pub fn cq_depth(&self, cq: CqId) -> Option<u32> {
+        self.cqs.get(cq.0 as usize).map(|c| c.depth as u32)
+    }
+
+    /// Whether a CQ overran and is in error: it takes no completion any more (those it
+    /// held can still be polled).
+    pub fn cq_in_error(&self, cq: CqId) -> bool {
+        self.cqs.get(cq.0 as usize).is_some_and(|c| c.error)
     }
 
     /// Takes up to `max` completions, oldest first (ibv_poll_cq).
     pub fn poll_cq(&mut self, cq: CqId, max: usize) -> Vec<WorkCompletion> {
-        let Some(q) = self.cqs.get_mut(cq.0 as usize) else {
+        let Some(c) = self.cqs.get_mut(cq.0 as usize) else {
             return Vec::new();
         };
-        let n = max.min(q.len());
-        q.drain(..n).collect()
+        let n = max.min(c.q.len());
+        c.q.drain(..n).collect()
     }
 
     /// Like [`Context::poll_cq`], appending to `out` (no allocation once `out` has room):
     /// for loops that poll per packet.
     pub fn poll_cq_into(&mut self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        let Some(q) = self.cqs.get_mut(cq.0 as usize) else {
+        let Some(c) = self.cqs.get_mut(cq.0 as usize) else {
             return 0;
         };
-        let n = max.min(q.len());
-        out.extend(q.drain(..n));
+        let n = max.min(c.q.len());
+        out.extend(c.q.drain(..n));
         n
+    }
+
+    /// Arms a CQ for one completion event (ibv_req_notify_cq): the next completion, or
+    /// with `solicited_only` the next receive of a solicited message or unsuccessful
+    /// completion. Completions already in the CQ do not count: poll it after arming.
+    /// A CQ in error cannot be armed.
+    pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> Result<(), VerbsError> {
+        let c = self
+            .cqs
+            .get_mut(cq.0 as usize)
+            .ok_or(VerbsError::NoSuchCq)?;
+        if c.error {
+            return Err(VerbsError::InvalidWr("the CQ overran and is in error"));
+        }
+        c.arm(solicited_only);
+        Ok(())
+    }
+
+    /// The next completion event: the CQ whose armed notification fired
+    /// (ibv_get_cq_event, without blocking; `datapath::Notifier` gives a descriptor to
+    /// wait on). Each event counts until [`Context::ack_cq_events`] acknowledges it.
+    pub fn poll_cq_event(&mut self) -> Option<CqId> {
+        let cq = self.cq_events.pop_front()?;
+        if let Some(c) = self.cqs.get_mut(cq.0 as usize) {
+            c.unacked += 1;
+        }
+        Some(cq)
+    }
+
+    /// Acknowledges `n` completion events of `cq` (ibv_ack_cq_events).
+    pub fn ack_cq_events(&mut self, cq: CqId, n: u32) {
+        if let Some(c) = self.cqs.get_mut(cq.0 as usize) {
+            c.unacked = c.unacked.saturating_sub(n);
+        }
+    }
+
+    /// Completion events of `cq` taken and not acknowledged yet.
+    pub fn cq_events_unacked(&self, cq: CqId) -> u32 {
+        self.cqs.get(cq.0 as usize).map_or(0, |c| c.unacked)
     }
 
     /// Makes the QPs created from now on take the numbers `first`, `first + stride`, ...

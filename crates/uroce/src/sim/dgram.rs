@@ -95,7 +95,9 @@ pub fn run(cfg: &DgramConfig) -> DgramReport {
             },
             std::time::Instant::now(),
         );
-        let cq = ctx.create_cq();
+        let cq = ctx
+            .create_cq(crate::endpoint::MAX_CQE)
+            .expect("MAX_CQE is a valid CQ depth");
         let pd = ctx.alloc_pd();
         let t = if ud { QpType::Ud } else { QpType::Uc };
         let caps = QpCaps {

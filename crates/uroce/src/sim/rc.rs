@@ -179,7 +179,9 @@ fn side(ip: [u8; 4], mac_last: u8, seed: u64) -> Side {
         },
         std::time::Instant::now(),
     );
-    let cq = ctx.create_cq();
+    let cq = ctx
+        .create_cq(crate::endpoint::MAX_CQE)
+        .expect("MAX_CQE is a valid CQ depth");
     let pd = ctx.alloc_pd();
     let qpn = ctx
         .create_qp(

@@ -74,6 +74,35 @@ pub enum WcOpcode {
     RecvRdmaWithImm,
 }
 
+/// Completion flags (ibv_wc_flags), with ibverbs' bit values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct WcFlags(pub u32);
+
+impl WcFlags {
+    /// No flag.
+    pub const NONE: Self = Self(0);
+    /// IBV_WC_GRH: the first 40 bytes of the receive buffer hold a GRH (UD receives).
+    pub const GRH: Self = Self(1 << 0);
+    /// IBV_WC_WITH_IMM: the message carried immediate data ([`WorkCompletion::imm`]).
+    pub const WITH_IMM: Self = Self(1 << 1);
+    /// IBV_WC_WITH_INV: the message invalidated an rkey (SEND_WITH_INV; reserved, not
+    /// produced yet).
+    pub const WITH_INV: Self = Self(1 << 3);
+
+    /// Whether every bit of `other` is set.
+    pub fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for WcFlags {
+    type Output = Self;
+
+    fn bitor(self, o: Self) -> Self {
+        Self(self.0 | o.0)
+    }
+}
+
 /// A work completion (ibv_wc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WorkCompletion {
@@ -93,6 +122,11 @@ pub struct WorkCompletion {
     pub src_qp: u32,
     /// The sender's address, for receives (its GID is `::ffff:a.b.c.d` for IPv4).
     pub sender: Option<IpAddr>,
+    /// ibv_wc's `wc_flags`: WITH_IMM when `imm` is set, GRH on a UD receive.
+    pub flags: WcFlags,
+    /// The message's last packet had the solicited-event bit set (what a CQ armed for
+    /// solicited completions only waits for; ibv_wc does not show it).
+    solicited: bool,
 }
 
 impl WorkCompletion {
@@ -116,7 +150,33 @@ impl WorkCompletion {
             qp_num: qpn,
             src_qp: from.map_or(0, |p| p.qpn),
             sender: from.map(|p| p.ip),
+            flags: if imm.is_some() {
+                WcFlags::WITH_IMM
+            } else {
+                WcFlags::NONE
+            },
+            solicited: false,
         }
+    }
+
+    /// This receive completes a message whose last packet had the solicited-event bit
+    /// `se` (BTH SE, IBTA §9.2.1).
+    pub(crate) fn solicited(mut self, se: bool) -> Self {
+        self.solicited = se;
+        self
+    }
+
+    /// This receive placed a GRH in front of the payload (UD).
+    pub(crate) fn with_grh(mut self) -> Self {
+        self.flags = self.flags | WcFlags::GRH;
+        self
+    }
+
+    /// Whether a CQ armed for solicited completions only takes this one as its event:
+    /// a receive of a solicited message, or any unsuccessful completion (ibverbs'
+    /// `ibv_req_notify_cq`; IBTA §11.4.2.2).
+    pub fn wakes_solicited(&self) -> bool {
+        self.solicited || self.status != WcStatus::Success
     }
 
     /// The completion of a send-side work request of `length` bytes on QP `qpn`
@@ -135,6 +195,8 @@ impl WorkCompletion {
             qp_num: qpn,
             src_qp: 0,
             sender: None,
+            flags: WcFlags::NONE,
+            solicited: false,
         }
     }
 }

@@ -17,11 +17,11 @@ pub use attr::{
     ack_timeout, rnr_timer_us, InitAttr, Mtu, QpCaps, QpInitEx, QpType, Remote, RtrAttr, RtsAttr,
     MAX_INLINE_DATA,
 };
-pub use completion::{CqId, WcOpcode, WcStatus, WorkCompletion};
+pub use completion::{CqId, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use counters::QpCounters;
 pub use error::VerbsError;
 pub use qp::QpState;
-pub(crate) use qp::{Connected, Datagram, Fatal, Peer, Qp, QpCore, Service};
+pub(crate) use qp::{Connected, Datagram, Fatal, Peer, Qp, QpCore, QpErrorEvent, Service};
 pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdSendWr};
 
 use std::time::Instant;

@@ -130,6 +130,18 @@ pub(crate) struct Peer {
     pub ip: IpAddr,
 }
 
+/// The affiliated asynchronous error a QP raises on its way to ERR when no completion
+/// reports the error (IBTA §10.10.2.3, C9-222.1.1; ibverbs' IBV_EVENT_QP_*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QpErrorEvent {
+    /// IBV_EVENT_QP_FATAL.
+    Fatal,
+    /// IBV_EVENT_QP_REQ_ERR.
+    ReqErr,
+    /// IBV_EVENT_QP_ACCESS_ERR.
+    AccessErr,
+}
+
 /// An error that takes the QP to ERR after the completion it produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Fatal(pub WcStatus);
@@ -176,6 +188,14 @@ pub(crate) trait Service: Send {
         core.counters.dropped += 1;
         Ok(())
     }
+
+    /// After an `Err` from a packet: the affiliated asynchronous error to raise, when no
+    /// completion reported the error.
+    fn take_error_event(&mut self) -> Option<QpErrorEvent> {
+        None
+    }
+    /// The QP goes to ERR because its CQ overran: responses not sent yet are dropped.
+    fn discard_responses(&mut self) {}
 
     /// Fires the timers that are due, in RTS. `Err` takes the QP to ERR.
     fn on_timeout(&mut self, _core: &mut QpCore, _io: &mut Io<'_>) -> Result<(), Fatal> {
@@ -267,6 +287,8 @@ pub(crate) struct Qp {
     inline_pool: Option<Mr>,
     /// Inline requests posted so far: the next one takes slot `inline_seq % max_send_wr`.
     inline_seq: u64,
+    /// The affiliated asynchronous error of the last error that took the QP to ERR.
+    event: Option<QpErrorEvent>,
 }
 
 impl Qp {
@@ -298,6 +320,7 @@ impl Qp {
             ex: QpInitEx::default(),
             inline_pool: None,
             inline_seq: 0,
+            event: None,
         }
     }
 
@@ -449,6 +472,28 @@ impl Qp {
     /// order, sends first (IBTA §10.3.1; IBV_WC_WR_FLUSH_ERR).
     pub(crate) fn enter_err(&mut self, io: &mut Io<'_>) {
         self.flush(io.wcs);
+    }
+
+    /// Its CQ overran: the QP goes to ERR, flushing what is outstanding (into CQs that
+    /// may be in error and lose them), and sends none of the responses it had queued.
+    /// `false` if it was in ERR already.
+    pub(crate) fn enter_err_overrun(&mut self, wcs: &mut Wcs) -> bool {
+        if self.core.state == QpState::Err {
+            return false;
+        }
+        self.service.discard_responses();
+        self.flush(wcs);
+        true
+    }
+
+    /// The send and receive CQs.
+    pub(crate) fn cqs(&self) -> (CqId, CqId) {
+        (self.core.send_cq, self.core.recv_cq)
+    }
+
+    /// The affiliated asynchronous error raised by the last packet, if any.
+    pub(crate) fn take_event(&mut self) -> Option<QpErrorEvent> {
+        self.event.take()
     }
 
     /// [`Qp::enter_err`] with only the completions at hand. A flushed work request
@@ -694,6 +739,7 @@ impl Qp {
             return;
         }
         if self.service.on_packet(&mut self.core, io, p).is_err() {
+            self.event = self.service.take_error_event();
             self.enter_err(io);
         }
         self.settle_fault(io.wcs);
@@ -707,6 +753,7 @@ impl Qp {
             return;
         }
         if self.service.on_misfit(&mut self.core, io, m).is_err() {
+            self.event = self.service.take_error_event();
             self.enter_err(io);
         }
     }

@@ -5,10 +5,12 @@
 
 #![forbid(unsafe_code)]
 
-pub use crate::endpoint::{udp_source_port, Context, ContextConfig, ContextCounters};
+pub use crate::endpoint::{
+    udp_source_port, AsyncEvent, Context, ContextConfig, ContextCounters, MAX_CQE,
+};
 pub use crate::mem::{Access, Mr, PdId};
 pub use crate::transport::{
     ack_timeout, rnr_timer_us, CqId, InitAttr, Mtu, QpCaps, QpCounters, QpInitEx, QpState, QpType,
     RecvWr, Remote, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, UdSendWr, VerbsError,
-    WcOpcode, WcStatus, WorkCompletion, MAX_INLINE_DATA,
+    WcFlags, WcOpcode, WcStatus, WorkCompletion, MAX_INLINE_DATA,
 };

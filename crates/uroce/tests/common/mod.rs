@@ -67,7 +67,9 @@ pub fn ctx_ex(last: u8, ex: QpInitEx) -> (Context, CqId, u32) {
         },
         std::time::Instant::now(),
     );
-    let cq = c.create_cq();
+    let cq = c
+        .create_cq(uroce::verbs::MAX_CQE)
+        .expect("MAX_CQE is a valid CQ depth");
     let pd = c.alloc_pd();
     let caps = QpCaps {
         qp_type: uroce::verbs::QpType::Rc,

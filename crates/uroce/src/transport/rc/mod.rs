@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use crate::mem::Span;
 use crate::transport::{
-    Connected, Fatal, InitAttr, Peer, QpCore, QpState, RecvBuf, Remote, RtrAttr, RtsAttr,
-    SendFlags, SendWr, Service, VerbsError, WcOpcode,
+    Connected, Fatal, InitAttr, Peer, QpCore, QpErrorEvent, QpState, RecvBuf, Remote, RtrAttr,
+    RtsAttr, SendFlags, SendWr, Service, VerbsError, WcOpcode,
 };
 use crate::wire::RocePacket;
 
@@ -147,6 +147,14 @@ impl Service for RcQp {
     fn next_response(&mut self) -> Option<OutPacket> {
         let path = self.path?;
         self.resp.next_packet(&path)
+    }
+
+    fn take_error_event(&mut self) -> Option<QpErrorEvent> {
+        self.resp.take_event()
+    }
+
+    fn discard_responses(&mut self) {
+        self.resp.discard_responses();
     }
 
     fn next_request(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Option<OutPacket> {

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use super::{Fatal, Io, OutPacket, Path, QpCounters};
 use crate::mem::{Access, AccessError, Memory, PdId, Span};
-use crate::transport::{psn_add, psn_diff, RecvBuf};
+use crate::transport::{psn_add, psn_diff, QpErrorEvent, RecvBuf};
 use crate::transport::{CqId, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, ExtHeaders, NakCode, Opcode, RocePacket, Syndrome,
@@ -98,6 +98,9 @@ pub(crate) struct Responder {
     min_rnr_timer: u8,
     nak_seq_sent: bool,
     cur: Option<InMsg>,
+    /// The affiliated asynchronous error of the last fatal error, when no receive work
+    /// request reported it.
+    event: Option<QpErrorEvent>,
     out: VecDeque<Resp>,
     atomic_replay: VecDeque<(u32, u64)>,
     past_reads: VecDeque<PastRead>,
@@ -215,7 +218,16 @@ impl Responder {
                     NakCode::RemoteOperationalError => WcStatus::LocQpOpErr,
                     _ => WcStatus::RemInvReqErr,
                 };
-                self.fail_receiving(path, io, status);
+                if !self.fail_receiving(path, io, status) {
+                    // C9-222.1.1: a class C error that no receive work request can
+                    // report is an affiliated asynchronous error (rdma_rxe: an rkey
+                    // violation raises IB_EVENT_QP_ACCESS_ERR).
+                    self.event = Some(match code {
+                        NakCode::RemoteAccessError => QpErrorEvent::AccessErr,
+                        NakCode::RemoteOperationalError => QpErrorEvent::Fatal,
+                        _ => QpErrorEvent::ReqErr,
+                    });
+                }
                 Err(Fatal(status))
             }
             Verdict::LenErr(rwqe) => {
@@ -270,19 +282,36 @@ impl Responder {
         self.nak_seq_sent = false;
         c.nak_sent_inv += 1;
         self.queue_nak(m.psn, Syndrome::Nak(NakCode::InvalidRequest));
-        self.fail_receiving(path, io, WcStatus::RemInvReqErr);
+        if !self.fail_receiving(path, io, WcStatus::RemInvReqErr) {
+            self.event = Some(QpErrorEvent::ReqErr);
+        }
         Err(Fatal(WcStatus::RemInvReqErr))
     }
 
     /// A class C error (§9.9.3) while a SEND is being placed: that receive completes
     /// with the error (byte_len 0, as ibverbs and rdma_rxe report an error completion);
     /// the rest of the receive queue is flushed when the QP enters ERR.
-    fn fail_receiving(&mut self, path: &Path, io: &mut Io<'_>, status: WcStatus) {
+    /// Whether a receive took the error.
+    fn fail_receiving(&mut self, path: &Path, io: &mut Io<'_>, status: WcStatus) -> bool {
         if let Some(InMsg::Send { rwqe, .. }) = self.cur {
             self.cur = None;
             let wc = self.wc(rwqe.wr_id, status, WcOpcode::Recv, 0, None, path);
             io.wcs.push((self.cq, wc));
+            return true;
         }
+        false
+    }
+
+    /// The affiliated asynchronous error of the fatal error just returned, if no receive
+    /// work request reported it.
+    pub(crate) fn take_event(&mut self) -> Option<QpErrorEvent> {
+        self.event.take()
+    }
+
+    /// Forgets every response not sent yet: the QP went to ERR because its CQ overran,
+    /// and rdma_rxe's responder (class G) sends neither ACK nor NAK for that message.
+    pub(crate) fn discard_responses(&mut self) {
+        self.out.clear();
     }
 
     fn wc(
@@ -365,14 +394,16 @@ impl Responder {
                 if last {
                     self.cur = None;
                     self.msn = psn_add(self.msn, 1);
-                    let wc = self.wc(
-                        rwqe.wr_id,
-                        WcStatus::Success,
-                        WcOpcode::Recv,
-                        end as u32,
-                        p.ext.imm,
-                        path,
-                    );
+                    let wc = self
+                        .wc(
+                            rwqe.wr_id,
+                            WcStatus::Success,
+                            WcOpcode::Recv,
+                            end as u32,
+                            p.ext.imm,
+                            path,
+                        )
+                        .solicited(p.bth.solicited);
                     io.wcs.push((self.cq, wc));
                 } else {
                     self.cur = Some(InMsg::Send {
@@ -441,14 +472,16 @@ impl Responder {
                     self.msn = psn_add(self.msn, 1);
                     if with_imm {
                         if let Some(rwqe) = rq.pop_front() {
-                            let wc = self.wc(
-                                rwqe.wr_id,
-                                WcStatus::Success,
-                                WcOpcode::RecvRdmaWithImm,
-                                total as u32,
-                                p.ext.imm,
-                                path,
-                            );
+                            let wc = self
+                                .wc(
+                                    rwqe.wr_id,
+                                    WcStatus::Success,
+                                    WcOpcode::RecvRdmaWithImm,
+                                    total as u32,
+                                    p.ext.imm,
+                                    path,
+                                )
+                                .solicited(p.bth.solicited);
                             io.wcs.push((self.cq, wc));
                         }
                     }

@@ -188,7 +188,8 @@ impl UcQp {
                             end as u32,
                             p.ext.imm,
                             self.peer(),
-                        ),
+                        )
+                        .solicited(p.bth.solicited),
                     ));
                 } else {
                     self.cur = Some(InMsg::Send { rwqe, offset: end });
@@ -231,7 +232,8 @@ impl UcQp {
                                     total as u32,
                                     p.ext.imm,
                                     self.peer(),
-                                ),
+                                )
+                                .solicited(p.bth.solicited),
                             ));
                         }
                     }

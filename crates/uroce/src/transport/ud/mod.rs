@@ -150,7 +150,9 @@ impl Service for UdQp {
                 byte_len,
                 p.ext.imm,
                 from,
-            ),
+            )
+            .solicited(p.bth.solicited)
+            .with_grh(),
         ));
         Ok(())
     }
