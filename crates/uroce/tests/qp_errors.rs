@@ -15,7 +15,7 @@ use common::*;
 use uroce::mem::{Access, Mr, PdId};
 use uroce::verbs::{
     Context, ContextConfig, CqId, InitAttr, Mtu, QpCaps, QpState, QpType, RecvWr, Remote, RtrAttr,
-    RtsAttr, SendOp, SendWr, Sge, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    RtsAttr, SendOp, Sge, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 use uroce::wire::Opcode;
 
@@ -24,16 +24,6 @@ fn summary(wcs: &[WorkCompletion]) -> Vec<(u64, WcStatus, u32)> {
     wcs.iter()
         .map(|w| (w.wr_id, w.status, w.byte_len))
         .collect()
-}
-
-fn wr(wr_id: u64, op: SendOp, sge: Sge, signaled: bool) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        sge,
-        signaled,
-        solicited: false,
-    }
 }
 
 /// A's local buffer, `len` bytes, with its lkey spoiled when `bad_lkey`.

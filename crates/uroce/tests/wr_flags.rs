@@ -23,16 +23,6 @@ fn sge(p: &Pair, off: u64, len: u32) -> Sge {
     }
 }
 
-fn wr(wr_id: u64, op: SendOp, sge: Sge, signaled: bool) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        sge,
-        signaled,
-        solicited: false,
-    }
-}
-
 fn pair_ex(ex: QpInitEx) -> Pair {
     Pair::custom_ex(
         RtsAttr::default(),

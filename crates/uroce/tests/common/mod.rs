@@ -265,6 +265,17 @@ impl Pair {
     }
 }
 
+/// A send work request with no flags but `signaled`.
+pub fn wr(wr_id: u64, op: SendOp, sge: Sge, signaled: bool) -> SendWr {
+    SendWr {
+        wr_id,
+        op,
+        sge,
+        signaled,
+        solicited: false,
+    }
+}
+
 pub fn all() -> Access {
     Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
 }

@@ -154,6 +154,18 @@ impl Responder {
         self.out.push_back(ack);
     }
 
+    /// A request ahead of the expected PSN: counted, and NAKed PSN Sequence Error once per
+    /// sequence error (§9.7.5.2.2), with the expected PSN.
+    fn out_of_sequence(&mut self, c: &mut QpCounters) {
+        c.out_of_sequence += 1;
+        if !self.nak_seq_sent {
+            self.nak_seq_sent = true;
+            c.nak_sent_seq += 1;
+            let e = self.epsn;
+            self.queue_nak(e, Syndrome::Nak(NakCode::PsnSequenceError));
+        }
+    }
+
     fn queue_nak(&mut self, psn: u32, syndrome: Syndrome) {
         self.out.push_back(Resp::Ack {
             psn,
@@ -179,14 +191,7 @@ impl Responder {
         let psn = p.bth.psn;
         let d = psn_diff(psn, self.epsn);
         if d > 0 {
-            // Out of sequence: one NAK per sequence error (§9.7.5.2.2).
-            c.out_of_sequence += 1;
-            if !self.nak_seq_sent {
-                self.nak_seq_sent = true;
-                c.nak_sent_seq += 1;
-                let e = self.epsn;
-                self.queue_nak(e, Syndrome::Nak(NakCode::PsnSequenceError));
-            }
+            self.out_of_sequence(c);
             return Ok(());
         }
         if d < 0 {
@@ -265,13 +270,7 @@ impl Responder {
     ) -> Result<(), Fatal> {
         let d = psn_diff(m.psn, self.epsn);
         if d > 0 {
-            c.out_of_sequence += 1;
-            if !self.nak_seq_sent {
-                self.nak_seq_sent = true;
-                c.nak_sent_seq += 1;
-                let e = self.epsn;
-                self.queue_nak(e, Syndrome::Nak(NakCode::PsnSequenceError));
-            }
+            self.out_of_sequence(c);
             return Ok(());
         }
         if d < 0 {
