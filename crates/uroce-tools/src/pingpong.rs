@@ -142,6 +142,28 @@ impl PingpongResult {
     }
 }
 
+/// Stays on the link after the last completion until it has been quiet for
+/// `LINGER_QUIET` (at most `LINGER_MAX`), so that a peer whose last ACK from us was lost
+/// gets its retransmission answered: ibv_rc_pingpong waits for that ACK, and a peer
+/// retransmits only after its ACK timeout (67 ms for ibv_rc_pingpong's timeout 14).
+fn linger<B: uroce::datapath::Backend>(ep: &mut uroce::datapath::event_loop::Endpoint<B>) {
+    const LINGER_QUIET: Duration = Duration::from_millis(500);
+    const LINGER_MAX: Duration = Duration::from_secs(3);
+    let start = Instant::now();
+    let mut seen = ep.ctx.counters().rx_frames;
+    let mut quiet_since = start;
+    while start.elapsed() < LINGER_MAX && !uroce::datapath::interrupted() {
+        let _ = ep.run_until(Instant::now() + Duration::from_millis(20), |_| false);
+        let now = ep.ctx.counters().rx_frames;
+        if now != seen {
+            seen = now;
+            quiet_since = Instant::now();
+        } else if quiet_since.elapsed() >= LINGER_QUIET {
+            return;
+        }
+    }
+}
+
 fn read_exact(s: &mut TcpStream, n: usize) -> anyhow::Result<Vec<u8>> {
     let mut b = vec![0u8; n];
     s.read_exact(&mut b)
@@ -374,9 +396,7 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> anyhow::Result<Pingp
         }
         rcnt >= cfg.iters && scnt >= cfg.iters
     })?;
-    // Linger briefly so the ACK of the peer's last SEND goes out before we leave.
-    let linger = Instant::now() + Duration::from_millis(100);
-    let _ = ep.run_until(linger, |_| false);
+    linger(&mut ep);
     if let Some(x) = err {
         return Err(x);
     }
