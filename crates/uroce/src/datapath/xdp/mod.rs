@@ -336,48 +336,18 @@ fn attach_any(prog: i32, ifindex: u32, iface: &str) -> io::Result<(OwnedFd, bool
     }
 }
 
-/// The MAC address of `iface` (SIOCGIFHWADDR), the source address of the frames sent.
+/// The MAC address of `iface`, the source address of the frames sent, as the kernel
+/// reports it over rtnetlink ([`crate::net::addresses::interface_info`]).
 fn if_mac(iface: &str) -> io::Result<[u8; 6]> {
-    if iface.len() >= libc::IFNAMSIZ {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("interface name {iface} is too long"),
-        ));
-    }
-    // SAFETY: ifreq is plain data; all-zero is valid.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in req.ifr_name.iter_mut().zip(iface.bytes()) {
-        *d = s as libc::c_char;
-    }
-    // SAFETY: plain socket call; the descriptor is owned at once.
-    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a fresh descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: `req` is a live ifreq with a NUL-terminated name, as SIOCGIFHWADDR expects.
-    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(
-            e.kind(),
-            format!("reading the MAC address of {iface}: {e}"),
-        ));
-    }
-    // SAFETY: SIOCGIFHWADDR filled the `ifru_hwaddr` member of the union.
-    let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
-    let mut mac = [0u8; 6];
-    for (d, s) in mac.iter_mut().zip(sa.sa_data.iter()) {
-        *d = *s as u8;
-    }
-    if mac == [0; 6] {
-        return Err(io::Error::new(
+    let info = crate::net::addresses::interface_info(iface)
+        .map_err(|e| io::Error::other(format!("reading the MAC address of {iface}: {e}")))?;
+    match info.mac {
+        Some(mac) if mac != [0; 6] => Ok(mac),
+        _ => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("{iface} has no Ethernet address (AF_XDP needs an Ethernet interface)"),
-        ));
+        )),
     }
-    Ok(mac)
 }
 
 fn ifindex(iface: &str) -> io::Result<u32> {
