@@ -478,22 +478,21 @@ impl Backend for UdpBackend {
             let base = k * MAX_FRAME;
             let roce = &self.rxbuf[base..base + n];
             let seen = self.numbering.get(&from.ip()).copied().unwrap_or(0);
-            if let IpRepr::V4(ip) = &mut datagram.ip {
-                if (seen < ZERO_ID_PEER || seen == NUMBERING) && n >= 16 {
-                    // Unknown peer, or one that numbers its packets: does ID 0 fit the ICRC?
-                    let transport = &roce[..n - wire::ICRC_LEN];
-                    let stored = wire::icrc::stored(roce).unwrap_or(0);
-                    let zero = datagram_icrc(ip, from.port(), transport);
-                    if zero == stored {
-                        if seen != NUMBERING {
-                            remember(&mut self.numbering, from.ip(), seen + 1);
-                        }
-                    } else if let Some(id) = ident(&mut self.bases, transport.len(), zero ^ stored)
-                    {
-                        ip.ident = id;
-                        remember(&mut self.numbering, from.ip(), NUMBERING);
-                        self.idents_recovered += 1;
+            if datagram.ip.version() == 4 && (seen < ZERO_ID_PEER || seen == NUMBERING) && n >= 16 {
+                // Unknown peer, or one that numbers its packets: does ID 0 fit the ICRC?
+                let transport = &roce[..n - wire::ICRC_LEN];
+                let stored = wire::icrc::stored(roce).unwrap_or(0);
+                let zero = datagram.icrc(transport).unwrap_or(0);
+                if zero == stored {
+                    if seen != NUMBERING {
+                        remember(&mut self.numbering, from.ip(), seen + 1);
                     }
+                } else if let Some(id) = ident(&mut self.bases, transport.len(), zero ^ stored) {
+                    if let IpRepr::V4(ip) = &mut datagram.ip {
+                        ip.ident = id;
+                    }
+                    remember(&mut self.numbering, from.ip(), NUMBERING);
+                    self.idents_recovered += 1;
                 }
             }
             handle(Received::Datagram {
@@ -504,19 +503,6 @@ impl Backend for UdpBackend {
         }
         Ok(handled)
     }
-}
-
-/// The ICRC of `transport` from a peer at `ip` (identification as set) and UDP port `sport`.
-fn datagram_icrc(ip: &wire::Ipv4Repr, sport: u16, transport: &[u8]) -> u32 {
-    let d = DatagramRepr {
-        ip: IpRepr::V4(*ip),
-        udp: wire::UdpRepr {
-            src_port: sport,
-            dst_port: wire::ROCEV2_UDP_PORT,
-            checksum: 0,
-        },
-    };
-    d.icrc(transport).unwrap_or(0)
 }
 
 /// Records what is known of `peer`'s identification, while the table has room (an
