@@ -562,11 +562,12 @@ impl Qp {
     }
 
     /// What every send work request goes through once the service has taken it as valid
-    /// (`Ok(true)`: hand it to the service): the queue depth (ENOMEM), then, in ERR, a
-    /// WR_FLUSH_ERR completion at once; behind a local fault, a place among the requests
-    /// it will flush; otherwise the local check of its buffer, which on failure makes it
-    /// the QP's local fault. `local` is `None` where the service keeps the check (a UD
-    /// datagram longer than the MTU).
+    /// ([`Admit::Service`] with the resolved buffer: hand it to the service): the queue
+    /// depth (ENOMEM), then, in ERR, a WR_FLUSH_ERR completion at once; behind a local
+    /// fault, a place among the requests it will flush; otherwise the local check of its
+    /// buffer, which on failure makes it the QP's local fault. `local` is `None` where
+    /// there is no buffer to check (a UD datagram longer than the MTU, which the service
+    /// completes LOC_LEN_ERR).
     fn admit_send(
         &mut self,
         mem: &Memory,
