@@ -643,3 +643,75 @@ fn udp_backend_over_ipv6() {
     .join()
     .unwrap();
 }
+
+/// Port events from the link's state (IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE): the
+/// peer end of the veth goes down, so ours stops carrying frames (LOWERLAYERDOWN), then
+/// comes back up. Each change gives exactly one event, seen through the endpoint's loop.
+#[test]
+fn port_events_follow_the_link() {
+    use std::net::IpAddr;
+    use uroce::datapath::event_loop::Endpoint;
+    use uroce::verbs::{AsyncEvent, Context, ContextConfig};
+    if !can_run() {
+        return;
+    }
+    let pair = netns::VethPair::create("port", 1500).unwrap();
+    let (ns0, iface0, addr0) = (pair.ns[0].clone(), pair.ifaces[0].clone(), pair.addrs[0]);
+    let (tx, rx) = std::sync::mpsc::channel::<&'static str>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Vec<AsyncEvent>>();
+    let t = std::thread::spawn(move || {
+        netns::enter(&ns0).unwrap();
+        let ctx = Context::new(
+            ContextConfig {
+                mac: [0; 6],
+                ip: IpAddr::V4(addr0),
+                seed: 1,
+                udp_sport_base: 0xc000,
+                tos: 0,
+            },
+            std::time::Instant::now(),
+        );
+        let backend = uroce::datapath::udp::UdpBackend::bind(addr0).unwrap();
+        let mut ep = Endpoint::new(ctx, backend);
+        let index = uroce::net::addresses::ifindex(&iface0).unwrap();
+        ep.watch_port(1, index).unwrap();
+        let mut seen = Vec::new();
+        // Wait for each step's event (the main thread changes the link after each).
+        for _ in 0..2 {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            let before = seen.len();
+            while seen.len() == before && std::time::Instant::now() < deadline {
+                ep.poll(Duration::from_millis(10)).unwrap();
+                seen.extend(std::iter::from_fn(|| ep.ctx.poll_async_event()));
+            }
+            tx.send("next").unwrap();
+        }
+        // Anything more within a few checks would be a duplicate.
+        let quiet = std::time::Instant::now() + Duration::from_millis(300);
+        while std::time::Instant::now() < quiet {
+            ep.poll(Duration::from_millis(10)).unwrap();
+            seen.extend(std::iter::from_fn(|| ep.ctx.poll_async_event()));
+        }
+        done_tx.send(seen).unwrap();
+    });
+    let ip = |ns: &str, args: &[&str]| {
+        assert!(Command::new("ip")
+            .args(["-n", ns])
+            .args(args)
+            .status()
+            .unwrap()
+            .success());
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    ip(&pair.ns[1], &["link", "set", &pair.ifaces[1], "down"]);
+    rx.recv().unwrap();
+    ip(&pair.ns[1], &["link", "set", &pair.ifaces[1], "up"]);
+    rx.recv().unwrap();
+    let seen = done_rx.recv().unwrap();
+    t.join().unwrap();
+    assert_eq!(
+        seen,
+        [AsyncEvent::PortErr(1), AsyncEvent::PortActive(1)],
+        "one event per change of the link"
+    );
+}

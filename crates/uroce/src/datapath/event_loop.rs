@@ -8,7 +8,20 @@ use std::time::{Duration, Instant};
 
 use super::notify::Notifier;
 use super::Backend;
-use crate::verbs::Context;
+use crate::net::link_watch::LinkWatch;
+use crate::net::NetError;
+use crate::verbs::{AsyncEvent, Context};
+
+/// How often [`Endpoint::poll`] reads the link's state changes (one non-blocking system
+/// call), when a port is watched.
+const PORT_CHECK: Duration = Duration::from_millis(50);
+
+/// The link under a port, and when to look at it next.
+struct PortWatch {
+    port: u8,
+    link: LinkWatch,
+    next: Instant,
+}
 
 /// A context and its backend.
 pub struct Endpoint<B: Backend> {
@@ -18,6 +31,7 @@ pub struct Endpoint<B: Backend> {
     /// Frames the backend refused to send.
     pub send_errors: u64,
     notifier: Option<Arc<Notifier>>,
+    port: Option<PortWatch>,
 }
 
 impl<B: Backend> Endpoint<B> {
@@ -28,7 +42,26 @@ impl<B: Backend> Endpoint<B> {
             backend,
             send_errors: 0,
             notifier: None,
+            port: None,
         }
+    }
+
+    /// Reports the state of the link with index `ifindex` as port `port`'s events
+    /// (IBV_EVENT_PORT_ERR when it stops carrying frames, IBV_EVENT_PORT_ACTIVE when it
+    /// carries them again, [`AsyncEvent::PortErr`] / [`AsyncEvent::PortActive`]), looked at
+    /// every 50 ms of [`Endpoint::poll`]. A link that is down already when the watch starts
+    /// gives a PortErr at once. Fails if the link or the netlink socket cannot be had.
+    pub fn watch_port(&mut self, port: u8, ifindex: u32) -> Result<(), NetError> {
+        let link = LinkWatch::new(ifindex)?;
+        if !link.is_up() {
+            self.ctx.push_async_event(AsyncEvent::PortErr(port));
+        }
+        self.port = Some(PortWatch {
+            port,
+            link,
+            next: Instant::now() + PORT_CHECK,
+        });
+        Ok(())
     }
 
     /// Signals `n` at the end of every [`Endpoint::poll`] that leaves completion or
@@ -57,6 +90,7 @@ impl<B: Backend> Endpoint<B> {
             backend,
             send_errors,
             notifier,
+            port,
         } = self;
         loop {
             match backend.send_with(&mut |buf| ctx.poll_transmit(now, buf)) {
@@ -78,6 +112,17 @@ impl<B: Backend> Endpoint<B> {
             let _ = ctx.handle_received(Instant::now(), r);
         })?;
         ctx.handle_timeout(Instant::now());
+        if let Some(w) = port.as_mut().filter(|w| now >= w.next) {
+            w.next = now + PORT_CHECK;
+            // A failed read of the link's state changes nothing: the next look tries again.
+            if let Ok(Some(up)) = w.link.poll() {
+                ctx.push_async_event(if up {
+                    AsyncEvent::PortActive(w.port)
+                } else {
+                    AsyncEvent::PortErr(w.port)
+                });
+            }
+        }
         if let Some(n) = notifier {
             if ctx.has_events() {
                 n.signal();

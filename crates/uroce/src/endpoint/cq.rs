@@ -44,9 +44,10 @@ pub enum AsyncEvent {
     SrqLimitReached(u32),
     /// IBV_EVENT_QP_LAST_WQE_REACHED (for QPs on a shared receive queue, to come).
     QpLastWqeReached(u32),
-    /// IBV_EVENT_PORT_ACTIVE, of this port.
+    /// IBV_EVENT_PORT_ACTIVE: the port's link carries frames again
+    /// (`datapath::event_loop::Endpoint::watch_port` raises it from the link's state).
     PortActive(u8),
-    /// IBV_EVENT_PORT_ERR, of this port.
+    /// IBV_EVENT_PORT_ERR: the port's link stopped carrying frames (down, or no carrier).
     PortErr(u8),
 }
 

@@ -11,11 +11,13 @@
 //! - [`ndp`]: which frames neighbour resolution reads.
 //! - [`resolve`]: the next hop and its MAC for a peer, as the AF_XDP datapath needs them.
 //! - [`packet_socket`]: AF_PACKET sockets, and capturing what crosses an interface.
+//! - [`link_watch`]: a link's state changes (`RTNLGRP_LINK`), for the port events.
 //!
 //! Every query runs in the calling thread's network namespace. Failures are
 //! [`NetError`]s that say what is missing.
 
 pub mod addresses;
+pub mod link_watch;
 pub mod ndp;
 pub mod neighbours;
 pub mod netlink;
