@@ -271,7 +271,7 @@ fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
         // iteration.
         let evented = |out: &str| !events || events_taken(out) >= 20;
         let extra = format!(
-            "{size} B{}{}",
+            "{size} B{}{}{}",
             if drop == "0" {
                 String::new()
             } else {
@@ -435,11 +435,6 @@ fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
             },
             if backend == "udp" {
                 ", UDP backend"
-            } else {
-                ""
-            },
-            if events {
-                ", both ends -e (CQ events)"
             } else {
                 ""
             }
