@@ -6,6 +6,10 @@
 //! in the same format once its QP is ready; the client ends with `done` and a NUL. Then
 //! SENDs go back and forth `iters` times, each side sending only after its previous send
 //! completed and a message arrived.
+//!
+//! With `-e` (`events`), as ibv_*_pingpong -e: the CQ is armed with `req_notify_cq`, and
+//! it is polled only after a completion event came (`poll_cq_event`), which is acknowledged
+//! and the CQ armed again before polling, so no completion goes unseen.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
@@ -40,6 +44,8 @@ pub struct PingpongConfig {
     pub rx_depth: u32,
     /// Check received buffers (`-c`).
     pub validate: bool,
+    /// Sleep on CQ events instead of polling (`-e`).
+    pub events: bool,
     /// `auto`, `xdp` or `udp`.
     pub backend: String,
     /// Interface for AF_XDP.
@@ -119,6 +125,8 @@ pub struct PingpongResult {
     pub iters: u32,
     /// The datapath used.
     pub datapath: String,
+    /// Completion events taken (with `-e`; 0 without).
+    pub cq_events: u64,
 }
 
 impl PingpongResult {
@@ -355,8 +363,31 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> anyhow::Result<Pingp
     let deadline =
         start + Duration::from_secs(10) + Duration::from_millis(u64::from(cfg.iters) * 20);
     let mut err = None;
+    let mut cq_events = 0u64;
+    if cfg.events {
+        ep.ctx.req_notify_cq(cq, false)?;
+    }
     let finished = ep.run_until(deadline, |ctx| {
-        for wc in ctx.poll_cq(cq, 16) {
+        if cfg.events {
+            // ibv_get_cq_event, ibv_ack_cq_events, ibv_req_notify_cq, then poll: a
+            // completion that arrives after the poll fires the new arm.
+            let mut fired = false;
+            while let Some(c) = ctx.poll_cq_event() {
+                ctx.ack_cq_events(c, 1);
+                fired |= c == cq;
+            }
+            if !fired {
+                return false;
+            }
+            cq_events += 1;
+            if let Err(e) = ctx.req_notify_cq(cq, false) {
+                err = Some(anyhow!("Couldn't request CQ notification: {e}"));
+                return true;
+            }
+        }
+        // In event mode the CQ is drained: what is in it now fires no event.
+        let batch = if cfg.events { usize::MAX } else { 16 };
+        for wc in ctx.poll_cq(cq, batch) {
             if wc.status != WcStatus::Success {
                 err = Some(anyhow!(
                     "Failed status {} for wr_id {}",
@@ -414,6 +445,7 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> anyhow::Result<Pingp
         secs,
         iters: cfg.iters,
         datapath,
+        cq_events,
     })
 }
 

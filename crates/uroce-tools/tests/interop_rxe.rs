@@ -203,18 +203,30 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// The completion events `uroce pingpong -e` says it took (`..., N completion events)`).
+fn events_taken(out: &str) -> u64 {
+    out.split(" completion events")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 /// ibv_rc_pingpong / ibv_ud_pingpong, rxe as server then as client.
 fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
     let rxe = "10.77.0.11";
-    // (UD, size, MTU, share of RoCE frames lost each way on the path, backend).
-    for (ud, size, mtu, drop, backend) in [
-        (false, "1024", "1024", "0", "xdp"),
-        (false, "8000", "1024", "0", "xdp"),
-        (false, "8000", "4096", "0", "xdp"),
-        (true, "512", "4096", "0", "xdp"),
-        (false, "4000", "1024", "0.05", "xdp"),
-        (false, "8000", "1024", "0", "udp"),
-        (true, "512", "4096", "0", "udp"),
+    // (UD, size, MTU, share of RoCE frames lost each way on the path, backend, both ends
+    // in event mode: -e, sleeping on completion events instead of polling the CQ).
+    for (ud, size, mtu, drop, backend, events) in [
+        (false, "1024", "1024", "0", "xdp", false),
+        (false, "8000", "1024", "0", "xdp", false),
+        (false, "8000", "4096", "0", "xdp", false),
+        (true, "512", "4096", "0", "xdp", false),
+        (false, "4000", "1024", "0.05", "xdp", false),
+        (false, "8000", "1024", "0", "udp", false),
+        (true, "512", "4096", "0", "udp", false),
+        (false, "4000", "1024", "0", "xdp", true),
+        (true, "512", "4096", "0", "udp", true),
     ] {
         let tool = if ud {
             "ibv_ud_pingpong"
@@ -222,11 +234,14 @@ fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
             "ibv_rc_pingpong"
         };
         // ibv_ud_pingpong has no -m (its MTU is the port's) and no -c.
-        let chk = if ud {
+        let mut chk = if ud {
             String::new()
         } else {
             format!(" -m {mtu} -c")
         };
+        if events {
+            chk.push_str(" -e");
+        }
         let mut args = vec![
             "pingpong",
             "-s",
@@ -249,8 +264,14 @@ fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
         } else {
             args.push("-c");
         }
+        if events {
+            args.push("-e");
+        }
+        // In event mode uroce reports the completion events it slept on: at least one per
+        // iteration.
+        let evented = |out: &str| !events || events_taken(out) >= 20;
         let extra = format!(
-            "{size} B{}{}",
+            "{size} B{}{}{}",
             if drop == "0" {
                 String::new()
             } else {
@@ -261,6 +282,11 @@ fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
             },
             if backend == "udp" {
                 ", UDP backend"
+            } else {
+                ""
+            },
+            if events {
+                ", both ends -e (CQ events)"
             } else {
                 ""
             }
@@ -277,6 +303,7 @@ fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
         let srv = text(&peer.guest("cat /tmp/srv.log"));
         let pass = o.status.success()
             && text(&o).contains("20 iters in")
+            && evented(&text(&o))
             && srv.contains("20 iters in")
             && srv.contains("EXIT=0");
         rows.push(Row {
@@ -298,7 +325,8 @@ fn pingpong_cases(peer: &Peer, rows: &mut Vec<Row>) {
         let pass = g.status.success()
             && text(&g).contains("20 iters in")
             && s.status.success()
-            && text(&s).contains("20 iters in");
+            && text(&s).contains("20 iters in")
+            && evented(&text(&s));
         rows.push(Row {
             tool: tool.into(),
             op: if ud { "SEND (UD)" } else { "SEND (RC)" }.into(),

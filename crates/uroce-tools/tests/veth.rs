@@ -442,11 +442,13 @@ fn pingpong_rc_and_ud_over_veth() {
         return;
     }
     let pair = netns::VethPair::create("pp", 9000).unwrap();
-    let cases: [&[&str]; 4] = [
+    let cases: [&[&str]; 6] = [
         &["--backend=udp"],
         &["--backend=udp", "--ud", "-s", "1024"],
         &["--backend=xdp"],
         &["--backend=xdp", "--ud", "-s", "1024"],
+        &["--backend=udp", "-e"],
+        &["--backend=xdp", "--ud", "-s", "1024", "-e"],
     ];
     for (k, opts) in cases.iter().enumerate() {
         let port = (18700 + k).to_string();
@@ -473,6 +475,17 @@ fn pingpong_rc_and_ud_over_veth() {
                 String::from_utf8_lossy(&out.stderr)
             );
             assert!(text.contains("200 iters in"), "{opts:?} {who}: {text}");
+            if opts.contains(&"-e") {
+                // Event mode: it slept on at least one completion event per iteration.
+                let err = String::from_utf8_lossy(&out.stderr);
+                let events: u64 = err
+                    .split(" completion events")
+                    .next()
+                    .and_then(|h| h.rsplit(' ').next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                assert!(events >= 200, "{opts:?} {who}: {err}");
+            }
             assert!(
                 text.contains("remote address: LID 0x0000, QPN 0x"),
                 "{text}"

@@ -36,6 +36,9 @@ pub struct Args {
     /// Validate received buffers, as ibv_*_pingpong -c does.
     #[arg(short = 'c', long)]
     chk: bool,
+    /// Sleep on CQ events (req_notify_cq) instead of polling, as ibv_*_pingpong -e does.
+    #[arg(short = 'e', long)]
+    events: bool,
     /// Datapath: auto, xdp or udp.
     #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "udp"])]
     backend: String,
@@ -82,6 +85,7 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
         mtu,
         rx_depth: a.rx_depth,
         validate: a.chk,
+        events: a.events,
         backend: a.backend,
         iface: a.iface,
         impair,
@@ -92,6 +96,13 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     for l in r.summary() {
         println!("{l}");
     }
-    eprintln!("(datapath: {})", r.datapath);
+    if a.events {
+        eprintln!(
+            "(datapath: {}, {} completion events)",
+            r.datapath, r.cq_events
+        );
+    } else {
+        eprintln!("(datapath: {})", r.datapath);
+    }
     Ok(ExitCode::SUCCESS)
 }
