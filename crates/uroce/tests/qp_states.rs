@@ -841,3 +841,55 @@ fn query_qp_returns_what_was_set() {
         Err(VerbsError::NoSuchQp(0x999))
     ));
 }
+
+/// The receive side of a QP in SQD works (IBTA §10.3.1: SQD drains the send queue
+/// only): B in SQD takes A's SEND and answers with its ACK, a response and not a request.
+#[test]
+fn rc_in_sqd_still_receives_and_acknowledges() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let (a, mask) = sqd(true);
+    p.b.modify_qp(p.qb, &a, mask).unwrap();
+    assert_eq!(p.b.poll_async_event(), Some(AsyncEvent::SqDrained(p.qb)));
+    p.post_recv(1);
+    p.post(1, SendOp::Send, 100);
+    p.run(|_, _| 1, 10);
+    assert_eq!(summary(&p.wcs_b()), [(1, WcStatus::Success)]);
+    assert_eq!(summary(&p.wcs_a()), [(1, WcStatus::Success)]);
+    assert_eq!(p.sent(false, Opcode::RcAck).len(), 1);
+    assert_eq!(p.b.qp_state(p.qb), Some(QpState::Sqd));
+}
+
+/// While SQD drains, RESET is refused as RTS is (rdma_rxe's `rxe_qp_chk_attr` takes only
+/// ERR then); SQD → ERR flushes what is in flight and what waits.
+#[test]
+fn sqd_while_draining_takes_only_err() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    p.post(1, write_op(&p, 0), 100);
+    let mut buf = vec![0u8; 5000];
+    assert!(p.a.poll_frame(p.now, &mut buf).is_some()); // lost: WR 1 stays in flight
+    let (a, mask) = sqd(true);
+    p.a.modify_qp(p.qa, &a, mask).unwrap();
+    p.post(2, SendOp::Send, 10);
+    for to in [QpState::Reset, QpState::Sqd] {
+        let e = p.a.modify_qp(p.qa, &to_state(to), M::STATE).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                VerbsError::BadModify {
+                    why: ModifyRefusal::Draining,
+                    ..
+                }
+            ),
+            "{to:?}: {e:?}"
+        );
+    }
+    // Its retransmission timer still runs in SQD.
+    assert!(p.a.poll_timeout().is_some());
+    p.a.modify_qp(p.qa, &to_state(QpState::Err), M::STATE)
+        .unwrap();
+    assert_eq!(
+        summary(&p.wcs_a()),
+        [(1, WcStatus::WrFlushErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(p.a.poll_async_event(), None, "never drained");
+}

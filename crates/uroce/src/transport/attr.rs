@@ -265,6 +265,11 @@ impl QpAttrMask {
         (Self::DEST_QPN, "IBV_QP_DEST_QPN"),
     ];
 
+    /// Both sets of bits (`|` in a `const`).
+    pub const fn union(self, other: QpAttrMask) -> QpAttrMask {
+        QpAttrMask(self.0 | other.0)
+    }
+
     /// True if every bit of `other` is set.
     pub fn contains(self, other: QpAttrMask) -> bool {
         self.0 & other.0 == other.0

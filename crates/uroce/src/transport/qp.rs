@@ -966,3 +966,138 @@ impl Qp {
         self.check_drained();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::ud::UdQp;
+
+    #[test]
+    fn what_each_state_allows_follows_the_state_diagram() {
+        // (state, packets taken, requests sent, sends posted, posted sends flushed):
+        // IBTA §10.3.1, and ibverbs' posting rules (rdma_rxe refuses a post only before
+        // INIT / RTS).
+        use QpState::*;
+        let table = [
+            (Reset, false, false, false, false),
+            (Init, false, false, false, false),
+            (Rtr, true, false, false, false),
+            (Rts, true, true, true, false),
+            (Sqd, true, true, true, false),
+            (Sqe, true, false, true, true),
+            (Err, false, false, true, true),
+        ];
+        for (s, receives, sends, takes, flushes) in table {
+            assert_eq!(s.receives(), receives, "{s:?}");
+            assert_eq!(s.sends(), sends, "{s:?}");
+            assert_eq!(s.takes_sends(), takes, "{s:?}");
+            assert_eq!(s.flushes_sends(), flushes, "{s:?}");
+            assert_eq!(s.takes_receives(), s != Reset, "{s:?}");
+        }
+    }
+
+    /// A UD QP shell with one region of 4 KiB granting LOCAL_WRITE.
+    fn ud() -> (Qp, Memory, Mr) {
+        let mut mem = Memory::new(7);
+        let pd = mem.alloc_pd();
+        let mr = mem
+            .register(pd, vec![0; 4096], Access::LOCAL_WRITE)
+            .unwrap();
+        let caps = QpCaps {
+            qp_type: QpType::Ud,
+            send_cq: CqId(0),
+            recv_cq: CqId(0),
+            max_send_wr: 4,
+            max_recv_wr: 4,
+        };
+        let qp = Qp::new(0x11, pd, &caps, |core| Box::new(UdQp::new(core)));
+        (qp, mem, mr)
+    }
+
+    fn to(s: QpState) -> QpAttr {
+        QpAttr {
+            qp_state: s,
+            qkey: 0x22,
+            ..QpAttr::default()
+        }
+    }
+
+    const INIT: QpAttrMask = QpAttrMask::STATE
+        .union(QpAttrMask::PKEY_INDEX)
+        .union(QpAttrMask::PORT)
+        .union(QpAttrMask::QKEY);
+
+    #[test]
+    fn reset_drops_the_queues_without_completions_and_forgets_the_attributes() {
+        let (mut qp, mem, mr) = ud();
+        let mut wcs = Wcs::new();
+        qp.modify(&to(QpState::Init), INIT, &mut wcs).unwrap();
+        assert_eq!(qp.query().0.qkey, 0x22);
+        let sge = Sge {
+            addr: mr.addr,
+            length: 64,
+            lkey: mr.lkey,
+        };
+        qp.post_recv(&mem, RecvWr { wr_id: 1, sge }, &mut wcs)
+            .unwrap();
+        qp.modify(&to(QpState::Reset), QpAttrMask::STATE, &mut wcs)
+            .unwrap();
+        assert!(wcs.is_empty(), "RESET completes nothing");
+        assert!(qp.core.rq.is_empty());
+        let (a, _) = qp.query();
+        assert_eq!((a.qp_state, a.qkey), (QpState::Reset, 0));
+        assert!(matches!(
+            qp.post_recv(&mem, RecvWr { wr_id: 2, sge }, &mut wcs),
+            Err(VerbsError::BadState { .. })
+        ));
+        // And up again.
+        qp.modify(&to(QpState::Init), INIT, &mut wcs).unwrap();
+        qp.post_recv(&mem, RecvWr { wr_id: 3, sge }, &mut wcs)
+            .unwrap();
+        assert_eq!(qp.core.rq.len(), 1);
+    }
+
+    #[test]
+    fn a_refused_modify_changes_nothing() {
+        let (mut qp, _mem, _mr) = ud();
+        let mut wcs = Wcs::new();
+        let e = qp
+            .modify(&to(QpState::Init), QpAttrMask::STATE, &mut wcs)
+            .unwrap_err();
+        assert_eq!(
+            e,
+            VerbsError::BadModify {
+                qpn: 0x11,
+                from: QpState::Reset,
+                to: QpState::Init,
+                why: ModifyRefusal::Missing(
+                    QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY
+                ),
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "QP 0x11: modify Reset -> Init refused: required attributes missing: \
+             IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY"
+        );
+        assert_eq!(qp.state(), QpState::Reset);
+        let unset = QpAttr {
+            qp_state: QpState::Reset,
+            cur_qp_state: QpState::Reset,
+            ..QpAttr::default()
+        };
+        assert_eq!(qp.query().0, unset);
+        let bad_port = QpAttr {
+            port_num: 2,
+            ..to(QpState::Init)
+        };
+        assert!(matches!(
+            qp.modify(&bad_port, INIT, &mut wcs),
+            Err(VerbsError::BadModify {
+                why: ModifyRefusal::BadValue(_),
+                ..
+            })
+        ));
+        assert_eq!(qp.state(), QpState::Reset);
+    }
+}
