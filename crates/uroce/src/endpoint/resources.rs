@@ -319,7 +319,9 @@ impl Context {
         self.modify_qp(qpn, &attr, mask)
     }
 
-    /// Any state → ERR: outstanding work requests complete with WR_FLUSH_ERR.
+    /// Any state → ERR: outstanding work requests complete with WR_FLUSH_ERR
+    /// ([`Context::modify_qp`] with IBV_QP_STATE alone). `now` is not needed by the
+    /// flush; it stays for the callers.
     pub fn modify_qp_err(&mut self, qpn: u32, _now: Instant) -> Result<(), VerbsError> {
         let attr = QpAttr {
             qp_state: QpState::Err,
