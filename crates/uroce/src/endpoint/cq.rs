@@ -40,6 +40,9 @@ pub enum AsyncEvent {
     /// rkey, bounds or rights that no receive work request reports (NAK Remote Access
     /// Error), and the QP went to ERR.
     QpAccessErr(u32),
+    /// IBV_EVENT_SQ_DRAINED: the QP, moved RTS → SQD with IBV_QP_EN_SQD_ASYNC_NOTIFY,
+    /// has no send work request in progress any more.
+    SqDrained(u32),
     /// IBV_EVENT_SRQ_LIMIT_REACHED (for the shared receive queues to come).
     SrqLimitReached(u32),
     /// IBV_EVENT_QP_LAST_WQE_REACHED (for QPs on a shared receive queue, to come).

@@ -170,13 +170,9 @@ impl Context {
         self.wcs.clear();
     }
 
-    /// Queues the affiliated asynchronous error QP `qpn` raised.
+    /// Queues the affiliated asynchronous event QP `qpn` raised.
     pub(crate) fn queue_qp_event(&mut self, qpn: u32, ev: QpErrorEvent) {
-        self.async_events.push_back(match ev {
-            QpErrorEvent::Fatal => AsyncEvent::QpFatal(qpn),
-            QpErrorEvent::ReqErr => AsyncEvent::QpReqErr(qpn),
-            QpErrorEvent::AccessErr => AsyncEvent::QpAccessErr(qpn),
-        });
+        self.async_events.push_back(qp_event(qpn, ev));
     }
 
     /// Whether completion or asynchronous events wait to be taken
@@ -212,7 +208,7 @@ impl Context {
         for qp in self.qps.values_mut() {
             qp.rp.handle_timeout(now);
         }
-        for qp in self.qps.values_mut() {
+        for (&qpn, qp) in self.qps.iter_mut() {
             if qp.poll_timeout().is_some_and(|t| t <= now) {
                 let mut io = Io {
                     now,
@@ -220,9 +216,22 @@ impl Context {
                     wcs: &mut self.wcs,
                 };
                 qp.on_timeout(&mut io);
+                while let Some(ev) = qp.take_event() {
+                    self.async_events.push_back(qp_event(qpn, ev));
+                }
             }
         }
         self.route_completions();
+    }
+}
+
+/// The asynchronous event of QP `qpn` for what its transport raised.
+fn qp_event(qpn: u32, ev: QpErrorEvent) -> AsyncEvent {
+    match ev {
+        QpErrorEvent::Fatal => AsyncEvent::QpFatal(qpn),
+        QpErrorEvent::ReqErr => AsyncEvent::QpReqErr(qpn),
+        QpErrorEvent::AccessErr => AsyncEvent::QpAccessErr(qpn),
+        QpErrorEvent::SqDrained => AsyncEvent::SqDrained(qpn),
     }
 }
 

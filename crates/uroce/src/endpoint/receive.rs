@@ -125,9 +125,7 @@ impl Context {
             wcs: &mut self.wcs,
         };
         qp.on_misfit(&mut io, m);
-        if let Some(ev) = qp.take_event() {
-            self.queue_qp_event(m.dest_qp, ev);
-        }
+        self.take_qp_events(m.dest_qp);
         self.route_completions();
     }
 
@@ -175,9 +173,7 @@ impl Context {
             wcs: &mut self.wcs,
         };
         qp.on_packet(&mut io, p);
-        if let Some(ev) = qp.take_event() {
-            self.queue_qp_event(p.bth.dest_qp, ev);
-        }
+        self.take_qp_events(p.bth.dest_qp);
         self.route_completions();
         Ok(())
     }

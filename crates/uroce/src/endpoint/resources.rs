@@ -9,8 +9,8 @@ use super::Context;
 use crate::congestion::{dcqcn, NotificationPoint, ReactionPoint};
 use crate::mem::{Access, Mr, PdId};
 use crate::transport::{
-    CqId, InitAttr, Io, Mtu, QpCaps, QpCounters, QpInitEx, QpState, QpType, RecvWr, RtrAttr,
-    RtsAttr, SendFlags, SendWr, UdSendWr, VerbsError, WorkCompletion,
+    CqId, InitAttr, Mtu, QpAttr, QpAttrMask, QpCaps, QpCounters, QpInitAttr, QpInitEx, QpState,
+    QpType, RecvWr, RtrAttr, RtsAttr, SendFlags, SendWr, UdSendWr, VerbsError, WorkCompletion,
 };
 
 impl Context {
@@ -206,40 +206,135 @@ impl Context {
         self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))
     }
 
-    /// RESET → INIT.
-    pub fn modify_qp_init(&mut self, qpn: u32, a: InitAttr) -> Result<(), VerbsError> {
-        self.qp(qpn)?.modify_init(&a)
-    }
-
-    /// INIT → RTR for a connected QP (RC, UC).
-    pub fn modify_qp_rtr(&mut self, qpn: u32, a: RtrAttr) -> Result<(), VerbsError> {
-        if a.remote.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
+    /// The modify verb (ibv_modify_qp): moves the QP along the QP state table (IBTA
+    /// Vol. 1 §10.3.1) and sets the attributes `mask` names; see `transport::Qp::modify`
+    /// for what each change does and `transport/transition.rs` for the table. An
+    /// illegal change, a required attribute missing, one not permitted or out of range
+    /// is [`VerbsError::BadModify`] (EINVAL) naming the change and the attributes, and
+    /// changes nothing. A peer address (IBV_QP_AV) of the other IP version than this
+    /// context's is EINVAL too.
+    pub fn modify_qp(
+        &mut self,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), VerbsError> {
+        if mask.contains(QpAttrMask::AV) && attr.ah_attr.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
             return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
         }
-        self.qp(qpn)?.modify_rtr(&a)
-    }
-
-    /// INIT → RTR for a UD QP; `mtu` limits the datagrams it sends.
-    pub fn modify_qp_rtr_ud(&mut self, qpn: u32, mtu: Mtu) -> Result<(), VerbsError> {
-        self.qp(qpn)?.modify_rtr_ud(mtu)
-    }
-
-    /// RTR → RTS.
-    pub fn modify_qp_rts(&mut self, qpn: u32, a: RtsAttr) -> Result<(), VerbsError> {
-        self.qp(qpn)?.modify_rts(&a)
-    }
-
-    /// Any state → ERR: outstanding work requests complete with WR_FLUSH_ERR.
-    pub fn modify_qp_err(&mut self, qpn: u32, now: Instant) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
-        let mut io = Io {
-            now,
-            mem: &mut self.mem,
-            wcs: &mut self.wcs,
-        };
-        qp.enter_err(&mut io);
+        let r = qp.modify(attr, mask, &mut self.wcs);
         self.route_completions();
-        Ok(())
+        self.take_qp_events(qpn);
+        r
+    }
+
+    /// The query verb (ibv_query_qp): the QP's state and attributes as set, and what it
+    /// was created with.
+    pub fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpInitAttr), VerbsError> {
+        Ok(self.qps.get(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?.query())
+    }
+
+    /// RESET → INIT: [`Context::modify_qp`] with IBV_QP_PKEY_INDEX, IBV_QP_PORT and
+    /// IBV_QP_ACCESS_FLAGS (RC, UC) or IBV_QP_QKEY (UD; QP1 without IBV_QP_PORT).
+    pub fn modify_qp_init(&mut self, qpn: u32, a: InitAttr) -> Result<(), VerbsError> {
+        type M = QpAttrMask;
+        let t = self.qp(qpn)?.qp_type();
+        let mask = M::STATE
+            | M::PKEY_INDEX
+            | match t {
+                QpType::Rc | QpType::Uc => M::PORT | M::ACCESS_FLAGS,
+                QpType::Ud => M::PORT | M::QKEY,
+                QpType::Gsi => M::QKEY,
+            };
+        let attr = QpAttr {
+            qp_state: QpState::Init,
+            pkey: a.pkey,
+            qp_access_flags: a.access,
+            qkey: a.qkey,
+            ..QpAttr::default()
+        };
+        self.modify_qp(qpn, &attr, mask)
+    }
+
+    /// INIT → RTR for a connected QP (RC, UC): [`Context::modify_qp`] with IBV_QP_AV,
+    /// IBV_QP_PATH_MTU, IBV_QP_DEST_QPN, IBV_QP_RQ_PSN and, for RC,
+    /// IBV_QP_MAX_DEST_RD_ATOMIC and IBV_QP_MIN_RNR_TIMER.
+    pub fn modify_qp_rtr(&mut self, qpn: u32, a: RtrAttr) -> Result<(), VerbsError> {
+        type M = QpAttrMask;
+        let mut mask = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
+        match self.qp(qpn)?.qp_type() {
+            QpType::Rc => mask |= M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
+            QpType::Uc => {}
+            QpType::Ud | QpType::Gsi => {
+                return Err(VerbsError::InvalidWr(
+                    "a UD QP has no peer: use modify_qp_rtr_ud",
+                ))
+            }
+        }
+        let attr = QpAttr {
+            qp_state: QpState::Rtr,
+            ah_attr: a.remote,
+            path_mtu: a.path_mtu,
+            dest_qp_num: a.dest_qpn,
+            rq_psn: a.rq_psn,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            ..QpAttr::default()
+        };
+        self.modify_qp(qpn, &attr, mask)
+    }
+
+    /// INIT → RTR for a UD QP; `mtu` limits the datagrams it sends
+    /// ([`Context::modify_qp`] with IBV_QP_PATH_MTU, which uroce takes for UD).
+    pub fn modify_qp_rtr_ud(&mut self, qpn: u32, mtu: Mtu) -> Result<(), VerbsError> {
+        if !matches!(self.qp(qpn)?.qp_type(), QpType::Ud | QpType::Gsi) {
+            return Err(VerbsError::InvalidWr("modify_qp_rtr_ud is for UD QPs"));
+        }
+        let attr = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: mtu,
+            ..QpAttr::default()
+        };
+        self.modify_qp(qpn, &attr, QpAttrMask::STATE | QpAttrMask::PATH_MTU)
+    }
+
+    /// RTR → RTS: [`Context::modify_qp`] with IBV_QP_SQ_PSN and, for RC,
+    /// IBV_QP_TIMEOUT, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY and IBV_QP_MAX_QP_RD_ATOMIC.
+    pub fn modify_qp_rts(&mut self, qpn: u32, a: RtsAttr) -> Result<(), VerbsError> {
+        type M = QpAttrMask;
+        let mut mask = M::STATE | M::SQ_PSN;
+        if self.qp(qpn)?.qp_type() == QpType::Rc {
+            mask |= M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+        }
+        let attr = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: a.sq_psn,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            max_rd_atomic: a.max_rd_atomic,
+            ..QpAttr::default()
+        };
+        self.modify_qp(qpn, &attr, mask)
+    }
+
+    /// Any state → ERR: outstanding work requests complete with WR_FLUSH_ERR
+    /// ([`Context::modify_qp`] with IBV_QP_STATE alone). `now` is not needed by the
+    /// flush; it stays for the callers.
+    pub fn modify_qp_err(&mut self, qpn: u32, _now: Instant) -> Result<(), VerbsError> {
+        let attr = QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        };
+        self.modify_qp(qpn, &attr, QpAttrMask::STATE)
+    }
+
+    /// Queues every affiliated asynchronous event QP `qpn` has due.
+    pub(crate) fn take_qp_events(&mut self, qpn: u32) {
+        while let Some(ev) = self.qps.get_mut(&qpn).and_then(|q| q.take_event()) {
+            self.queue_qp_event(qpn, ev);
+        }
     }
 
     /// The QP's state.

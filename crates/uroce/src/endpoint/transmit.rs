@@ -84,6 +84,7 @@ impl Context {
             };
             let pkt = qp.next_packet(&mut io);
             self.route_completions();
+            self.take_qp_events(qpn);
             let Some(pkt) = pkt else { continue };
             self.rr_cursor = cursor;
             let tos = self.cfg.tos;

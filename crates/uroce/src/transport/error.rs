@@ -1,7 +1,7 @@
 //! The error of a verbs call itself (not of a work request, which completes with a
 //! [`super::WcStatus`]).
 
-use super::QpState;
+use super::{ModifyRefusal, QpState};
 
 /// Errors of the verbs calls themselves (not of work requests, which complete with a status).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -18,6 +18,15 @@ pub enum VerbsError {
         qpn: u32,
         state: QpState,
         what: &'static str,
+    },
+    /// A modify the QP state table refuses (`ibv_modify_qp`'s EINVAL): the change, and
+    /// why (not in the table, a required attribute missing, one not permitted...).
+    #[error("QP {qpn:#x}: modify {from:?} -> {to:?} refused: {why}")]
+    BadModify {
+        qpn: u32,
+        from: QpState,
+        to: QpState,
+        why: ModifyRefusal,
     },
     /// A work request's parameters are invalid.
     #[error("invalid work request: {0}")]
@@ -44,6 +53,7 @@ impl VerbsError {
             Self::NoSuchQp(_)
             | Self::NoSuchCq
             | Self::BadState { .. }
+            | Self::BadModify { .. }
             | Self::InvalidWr(_)
             | Self::Reg(_) => libc::EINVAL,
         }

@@ -9,19 +9,21 @@ mod counters;
 mod error;
 mod qp;
 pub mod rc;
+mod transition;
 pub mod uc;
 pub mod ud;
 mod wr;
 
 pub use attr::{
-    ack_timeout, rnr_timer_us, InitAttr, Mtu, QpCaps, QpInitEx, QpType, Remote, RtrAttr, RtsAttr,
-    MAX_INLINE_DATA,
+    ack_timeout, rnr_timer_us, InitAttr, Mtu, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpInitEx,
+    QpType, Remote, RtrAttr, RtsAttr, MAX_INLINE_DATA,
 };
 pub use completion::{CqId, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use counters::QpCounters;
 pub use error::VerbsError;
 pub use qp::QpState;
 pub(crate) use qp::{Connected, Datagram, Fatal, Peer, Qp, QpCore, QpErrorEvent, Service};
+pub use transition::ModifyRefusal;
 pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdSendWr};
 
 use std::time::Instant;

@@ -1,7 +1,9 @@
 //! The queue pair shell RC, UC and UD share: the QP state and its legal changes (IBTA
-//! Vol. 1 §10.3.1, the QP state diagram), the attributes each change takes, the checks
-//! on posting work requests, the receive queue, entering ERR with every outstanding work
-//! request flushed as WR_FLUSH_ERR, and the counters.
+//! Vol. 1 §10.3.1, the QP state diagram; the table itself is `transition.rs`), the
+//! attributes each change takes (`modify`, `query`), the checks on posting work
+//! requests, the receive queue, entering ERR with every outstanding work request flushed
+//! as WR_FLUSH_ERR, SQD (the send queue drained) and SQE (UC / UD after a send-side
+//! error), RESET (everything cleared), and the counters.
 //!
 //! A transport plugs its own parts in as a [`Service`] (what every service does its own
 //! way: the send queue, packets in and out, timers) and either [`Connected`] (RC, UC: a
@@ -13,10 +15,11 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Instant;
 
+use super::transition::{self, ModifyRefusal};
 use super::{
-    send_buffer, CqId, InitAttr, Io, Mtu, OutPacket, QpCaps, QpCounters, QpInitEx, RecvBuf, RecvWr,
-    RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, UdSendWr, VerbsError, WcOpcode, WcStatus,
-    WorkCompletion, MAX_INLINE_DATA,
+    send_buffer, CqId, InitAttr, Io, Mtu, OutPacket, QpAttr, QpAttrMask, QpCaps, QpCounters,
+    QpInitAttr, QpInitEx, QpType, RecvBuf, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr,
+    Sge, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion, MAX_INLINE_DATA,
 };
 use crate::mem::{Access, Memory, Mr, PdId, Span};
 use crate::wire::{Misfit, RocePacket};
@@ -32,27 +35,33 @@ pub enum QpState {
     Rtr,
     /// IBV_QPS_RTS: ready to send.
     Rts,
+    /// IBV_QPS_SQD: send queue drained. Send work requests may be posted but none is
+    /// started; those in progress finish (IBTA §10.3.1). The receive side works.
+    Sqd,
+    /// IBV_QPS_SQE: send queue error (UC, UD): a send work request completed in error,
+    /// those behind it were flushed, and the receive side works on (IBTA §10.3.1).
+    Sqe,
     /// IBV_QPS_ERR: everything outstanding flushed.
     Err,
 }
 
 impl QpState {
-    /// The state a modify to `self` must start from, and the name of that change. Of the
-    /// changes of IBTA §10.3.1 this stack takes the way up, RESET → INIT → RTR → RTS, and
-    /// any state → ERR ([`Qp::enter_err`], which cannot fail); `None` for ERR and RESET.
-    fn comes_from(self) -> Option<(QpState, &'static str)> {
-        match self {
-            Self::Init => Some((Self::Reset, "RESET -> INIT")),
-            Self::Rtr => Some((Self::Init, "INIT -> RTR")),
-            Self::Rts => Some((Self::Rtr, "RTR -> RTS")),
-            Self::Reset | Self::Err => None,
-        }
+    /// Whether incoming packets are taken: from RTR on, SQD and SQE included (their
+    /// receive side works, §10.3.1); RESET, INIT and ERR drop them.
+    fn receives(self) -> bool {
+        matches!(self, Self::Rtr | Self::Rts | Self::Sqd | Self::Sqe)
     }
 
-    /// Whether incoming packets are taken: in RTR and RTS (§10.3.1); RESET, INIT and ERR
-    /// drop them.
-    fn receives(self) -> bool {
-        matches!(self, Self::Rtr | Self::Rts)
+    /// Whether request packets go out and the send side's timers run: in RTS, and in
+    /// SQD for the requests already in progress.
+    fn sends(self) -> bool {
+        matches!(self, Self::Rts | Self::Sqd)
+    }
+
+    /// Whether a send work request posted now completes at once with WR_FLUSH_ERR: in
+    /// ERR, and in SQE, whose send queue is in error until SQE → RTS.
+    fn flushes_sends(self) -> bool {
+        matches!(self, Self::Err | Self::Sqe)
     }
 
     /// Whether receive work requests may be posted: from INIT on, ERR included (where
@@ -62,11 +71,11 @@ impl QpState {
         !matches!(self, Self::Reset)
     }
 
-    /// Whether send work requests may be posted: in RTS, and in ERR, where they
-    /// complete at once with WR_FLUSH_ERR (rdma_rxe's `rxe_post_send` refuses only a
-    /// state before RTS; mlx5 does the same).
+    /// Whether send work requests may be posted: in RTS; in SQD, where they wait for
+    /// SQD → RTS; in SQE and ERR, where they complete at once with WR_FLUSH_ERR
+    /// (rdma_rxe's `rxe_post_send` refuses only a state before RTS; mlx5 does the same).
     fn takes_sends(self) -> bool {
-        matches!(self, Self::Rts | Self::Err)
+        matches!(self, Self::Rts | Self::Sqd | Self::Sqe | Self::Err)
     }
 }
 
@@ -95,16 +104,7 @@ impl QpCore {
         }
     }
 
-    /// Checks that the QP may move to `to` now.
-    fn may_move_to(&self, to: QpState) -> Result<(), VerbsError> {
-        match to.comes_from() {
-            Some((from, _)) if from == self.state => Ok(()),
-            Some((_, what)) => Err(self.bad_state(what)),
-            None => Err(self.bad_state("modify")),
-        }
-    }
-
-    /// Checks that send work requests may be posted now: in RTS or ERR.
+    /// Checks that send work requests may be posted now: from RTS on.
     fn may_post_send(&self) -> Result<(), VerbsError> {
         if !self.state.takes_sends() {
             return Err(self.bad_state("post_send"));
@@ -130,10 +130,14 @@ pub(crate) struct Peer {
     pub ip: IpAddr,
 }
 
-/// The affiliated asynchronous error a QP raises on its way to ERR when no completion
-/// reports the error (IBTA §10.10.2.3, C9-222.1.1; ibverbs' IBV_EVENT_QP_*).
+/// An affiliated asynchronous event of a QP: the error it raises on its way to ERR when
+/// no completion reports the error (IBTA §10.10.2.3, C9-222.1.1; ibverbs'
+/// IBV_EVENT_QP_*), or its send queue drained in SQD.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum QpErrorEvent {
+    /// IBV_EVENT_SQ_DRAINED: in SQD, the last send work request in progress completed
+    /// (raised when RTS → SQD asked for it with IBV_QP_EN_SQD_ASYNC_NOTIFY).
+    SqDrained,
     /// IBV_EVENT_QP_FATAL.
     Fatal,
     /// IBV_EVENT_QP_REQ_ERR.
@@ -151,6 +155,21 @@ pub(crate) struct Fatal(pub WcStatus);
 pub(crate) trait Service: Send {
     /// RESET → INIT: the P_Key, the remote access rights, and (UD) the Q_Key.
     fn init(&mut self, core: &QpCore, a: &InitAttr);
+    /// Changes the attributes `mask` names, after the change that first set them
+    /// (INIT → INIT, the optional attributes of INIT → RTR and RTR → RTS, RTS → RTS,
+    /// SQD → SQD, SQD / SQE → RTS). `a` holds every attribute as now set.
+    fn set(&mut self, core: &QpCore, a: &QpAttr, mask: QpAttrMask);
+    /// Any state → RESET: back to what `new` made, every queue emptied without a
+    /// completion.
+    fn reset(&mut self, core: &QpCore);
+    /// RTS → SQD (`true`) and SQD → RTS (`false`): while draining, no send work request
+    /// is started; those in progress go on to completion (IBTA §10.3.1; rdma_rxe's
+    /// requester in QP_STATE_DRAIN takes no new WQE).
+    fn set_draining(&mut self, _on: bool) {}
+    /// Whether a send work request has started (a packet of it sent) and not completed.
+    fn send_in_progress(&self) -> bool {
+        false
+    }
     /// RTR → RTS: the first PSN to send, and (RC) the retry and timer attributes.
     fn rts(&mut self, a: &RtsAttr);
     /// The peer of a connected QP once in RTR; `None` for UD.
@@ -289,6 +308,16 @@ pub(crate) struct Qp {
     inline_seq: u64,
     /// The affiliated asynchronous error of the last error that took the QP to ERR.
     event: Option<QpErrorEvent>,
+    /// Type, CQs and queue depths, as created.
+    caps: QpCaps,
+    /// The attributes as set by the modifies since RESET (for `query`).
+    attr: QpAttr,
+    /// In SQD: the send work requests in progress at RTS → SQD have all completed.
+    drained: bool,
+    /// RTS → SQD asked for IBV_EVENT_SQ_DRAINED (IBV_QP_EN_SQD_ASYNC_NOTIFY).
+    notify_drained: bool,
+    /// IBV_EVENT_SQ_DRAINED is due, for [`Qp::take_event`].
+    drained_event: bool,
 }
 
 impl Qp {
@@ -321,6 +350,11 @@ impl Qp {
             inline_pool: None,
             inline_seq: 0,
             event: None,
+            caps: *caps,
+            attr: QpAttr::default(),
+            drained: false,
+            notify_drained: false,
+            drained_event: false,
         }
     }
 
@@ -400,7 +434,7 @@ impl Qp {
     /// Whether a request posted now would be handed to the service (the QP not in ERR
     /// and no local fault ahead of it): only then is its inline data worth copying.
     fn reaches_service(&self) -> bool {
-        self.core.state != QpState::Err && self.fault.is_none()
+        !self.core.state.flushes_sends() && self.fault.is_none()
     }
 
     /// The state.
@@ -427,45 +461,160 @@ impl Qp {
         }
     }
 
-    /// RESET → INIT.
-    pub(crate) fn modify_init(&mut self, a: &InitAttr) -> Result<(), VerbsError> {
-        self.core.may_move_to(QpState::Init)?;
-        self.service.init(&self.core, a);
-        self.core.state = QpState::Init;
-        Ok(())
+    /// The QP's type.
+    pub(crate) fn qp_type(&self) -> QpType {
+        self.caps.qp_type
     }
 
-    /// INIT → RTR of a connected QP (RC, UC).
-    pub(crate) fn modify_rtr(&mut self, a: &RtrAttr) -> Result<(), VerbsError> {
-        let Some(service) = self.service.connected() else {
-            return Err(VerbsError::InvalidWr(
-                "a UD QP has no peer: use modify_qp_rtr_ud",
-            ));
+    /// The modify verb (ibv_modify_qp): moves the QP to `a.qp_state` (IBV_QP_STATE in
+    /// `mask`; without it the state stays) and sets the attributes `mask` names. The
+    /// change must be in the QP state table for the QP's type with every attribute it
+    /// requires and none it does not permit ([`transition::check`], the kernel's
+    /// `ib_modify_qp_is_ok`), IBV_QP_CUR_STATE must name the QP's state, and values must
+    /// be in range (rdma_rxe's `rxe_qp_chk_attr`: timeout and the RNR timer code at most
+    /// 31, the retry counts at most 7, port 1); otherwise EINVAL
+    /// ([`VerbsError::BadModify`]) and nothing changes. What each change does:
+    /// - → RESET: every queue emptied without a completion, every attribute forgotten
+    ///   (rdma_rxe's `rxe_qp_reset`): the QP can be brought up again from INIT;
+    /// - → ERR: every outstanding work request completes with WR_FLUSH_ERR;
+    /// - RTS → SQD: no new send work request starts; once those in progress complete,
+    ///   `AsyncEvent::SqDrained` if asked for (IBV_QP_EN_SQD_ASYNC_NOTIFY). While
+    ///   draining only → ERR is taken (rdma_rxe);
+    /// - SQD → RTS, SQE → RTS: sending resumes with the requests queued meanwhile;
+    /// - INIT → INIT, RTS → RTS, SQD → SQD: the attributes named change.
+    ///
+    /// Completions made here (flushes) go to `wcs`.
+    pub(crate) fn modify(
+        &mut self,
+        a: &QpAttr,
+        mask: QpAttrMask,
+        wcs: &mut Wcs,
+    ) -> Result<(), VerbsError> {
+        type M = QpAttrMask;
+        let from = self.core.state;
+        let to = if mask.contains(M::STATE) {
+            a.qp_state
+        } else {
+            from
         };
-        self.core.may_move_to(QpState::Rtr)?;
-        service.rtr(&self.core, a);
-        self.core.state = QpState::Rtr;
+        let qpn = self.core.qpn;
+        let refuse = |why| VerbsError::BadModify { qpn, from, to, why };
+        transition::check(self.caps.qp_type, from, to, mask).map_err(refuse)?;
+        if mask.contains(M::CUR_STATE) && a.cur_qp_state != from {
+            return Err(refuse(ModifyRefusal::CurState(a.cur_qp_state)));
+        }
+        if from == QpState::Sqd && to != QpState::Err && self.sq_draining() {
+            return Err(refuse(ModifyRefusal::Draining));
+        }
+        let ranges: [(QpAttrMask, bool, &'static str); 5] = [
+            (M::TIMEOUT, a.timeout <= 31, "IBV_QP_TIMEOUT (0..=31)"),
+            (M::RETRY_CNT, a.retry_cnt <= 7, "IBV_QP_RETRY_CNT (0..=7)"),
+            (M::RNR_RETRY, a.rnr_retry <= 7, "IBV_QP_RNR_RETRY (0..=7)"),
+            (
+                M::MIN_RNR_TIMER,
+                a.min_rnr_timer <= 31,
+                "IBV_QP_MIN_RNR_TIMER (0..=31)",
+            ),
+            (M::PORT, a.port_num == 1, "IBV_QP_PORT (uroce has port 1)"),
+        ];
+        for (bit, ok, what) in ranges {
+            if mask.contains(bit) && !ok {
+                return Err(refuse(ModifyRefusal::BadValue(what)));
+            }
+        }
+        let merged = self.attr.merged(a, mask);
+        match (from, to) {
+            (_, QpState::Reset) => {
+                self.reset();
+                return Ok(());
+            }
+            (_, QpState::Err) => self.flush(wcs),
+            (QpState::Reset, QpState::Init) => self.service.init(&self.core, &merged.init_attr()),
+            (QpState::Init, QpState::Rtr) => {
+                let opt = mask.and(M::ACCESS_FLAGS | M::PKEY_INDEX | M::QKEY);
+                self.service.set(&self.core, &merged, opt);
+                if let Some(service) = self.service.connected() {
+                    service.rtr(&self.core, &merged.rtr_attr());
+                } else if let Some(service) = self.service.datagram() {
+                    service.rtr(merged.path_mtu);
+                    self.ud_mtu = merged.path_mtu.bytes();
+                }
+            }
+            (QpState::Rtr, QpState::Rts) => {
+                let opt = mask.and(M::ACCESS_FLAGS | M::MIN_RNR_TIMER | M::QKEY);
+                self.service.set(&self.core, &merged, opt);
+                self.service.rts(&merged.rts_attr());
+            }
+            (QpState::Rts, QpState::Sqd) => {
+                self.service.set_draining(true);
+                self.drained = false;
+                self.drained_event = false;
+                self.notify_drained =
+                    mask.contains(M::EN_SQD_ASYNC_NOTIFY) && a.en_sqd_async_notify;
+            }
+            (QpState::Sqd, QpState::Rts) => {
+                self.service.set(&self.core, &merged, mask);
+                self.service.set_draining(false);
+            }
+            _ => self.service.set(&self.core, &merged, mask),
+        }
+        self.attr = merged;
+        self.core.state = to;
+        self.check_drained();
         Ok(())
     }
 
-    /// INIT → RTR of a UD QP.
-    pub(crate) fn modify_rtr_ud(&mut self, mtu: Mtu) -> Result<(), VerbsError> {
-        let Some(service) = self.service.datagram() else {
-            return Err(VerbsError::InvalidWr("modify_qp_rtr_ud is for UD QPs"));
+    /// The query verb (ibv_query_qp): the state, the attributes as set, whether SQD is
+    /// still draining (`sq_draining`, as rdma_rxe's `rxe_qp_to_attr` reports it), and
+    /// what the QP was created with.
+    pub(crate) fn query(&self) -> (QpAttr, QpInitAttr) {
+        let mut a = self.attr;
+        a.qp_state = self.core.state;
+        a.cur_qp_state = self.core.state;
+        a.sq_draining = self.sq_draining();
+        if self.caps.qp_type == QpType::Gsi {
+            a.qkey = super::ud::GSI_QKEY;
+        }
+        let init = QpInitAttr {
+            caps: self.caps,
+            ex: self.ex,
         };
-        self.core.may_move_to(QpState::Rtr)?;
-        service.rtr(mtu);
-        self.ud_mtu = mtu.bytes();
-        self.core.state = QpState::Rtr;
-        Ok(())
+        (a, init)
     }
 
-    /// RTR → RTS.
-    pub(crate) fn modify_rts(&mut self, a: &RtsAttr) -> Result<(), VerbsError> {
-        self.core.may_move_to(QpState::Rts)?;
-        self.service.rts(a);
-        self.core.state = QpState::Rts;
-        Ok(())
+    /// In SQD with send work requests still in progress.
+    fn sq_draining(&self) -> bool {
+        self.core.state == QpState::Sqd && !self.drained
+    }
+
+    /// In SQD, notes when the last send work request in progress has completed, and
+    /// raises IBV_EVENT_SQ_DRAINED once if asked for (rdma_rxe's completer and requester
+    /// move QP_STATE_DRAIN to QP_STATE_DRAINED and raise it when nothing is left in
+    /// flight).
+    fn check_drained(&mut self) {
+        if self.sq_draining() && !self.service.send_in_progress() {
+            self.drained = true;
+            self.drained_event = self.notify_drained;
+        }
+    }
+
+    /// Any state → RESET: the service as new, the receive queue and the shell's own
+    /// queues emptied without completions, every attribute forgotten (rdma_rxe's
+    /// `rxe_qp_reset` empties the queues and clears what the modifies set). The counters
+    /// and the inline pool stay.
+    fn reset(&mut self) {
+        self.service.reset(&self.core);
+        self.core.rq.clear();
+        self.core.state = QpState::Reset;
+        self.fault = None;
+        self.behind_fault.clear();
+        self.ud_mtu = Mtu::M1024.bytes();
+        self.inline_seq = 0;
+        self.event = None;
+        self.attr = QpAttr::default();
+        self.drained = false;
+        self.notify_drained = false;
+        self.drained_event = false;
     }
 
     /// Any state → ERR: every outstanding work request completes with WR_FLUSH_ERR, in
@@ -491,9 +640,13 @@ impl Qp {
         (self.core.send_cq, self.core.recv_cq)
     }
 
-    /// The affiliated asynchronous error raised by the last packet, if any.
+    /// The next affiliated asynchronous event due: the error raised by the last packet,
+    /// then IBV_EVENT_SQ_DRAINED. Called until `None`.
     pub(crate) fn take_event(&mut self) -> Option<QpErrorEvent> {
-        self.event.take()
+        if let Some(e) = self.event.take() {
+            return Some(e);
+        }
+        std::mem::take(&mut self.drained_event).then_some(QpErrorEvent::SqDrained)
     }
 
     /// [`Qp::enter_err`] with only the completions at hand. A flushed work request
@@ -501,12 +654,21 @@ impl Qp {
     /// every WQE it drains, whatever its flags).
     fn flush(&mut self, wcs: &mut Wcs) {
         self.core.state = QpState::Err;
-        let QpCore {
-            qpn,
-            send_cq,
-            recv_cq,
-            ..
-        } = self.core;
+        self.service.set_draining(false);
+        self.flush_send(wcs);
+        let QpCore { qpn, recv_cq, .. } = self.core;
+        let peer = self.service.peer();
+        let receiving = self.service.take_receiving();
+        for r in receiving.into_iter().chain(self.core.rq.drain(..)) {
+            let status = WcStatus::WrFlushErr;
+            let wc = WorkCompletion::recv(qpn, r.wr_id, status, WcOpcode::Recv, 0, None, peer);
+            wcs.push((recv_cq, wc));
+        }
+    }
+
+    /// Completes every outstanding send work request with WR_FLUSH_ERR, in order.
+    fn flush_send(&mut self, wcs: &mut Wcs) {
+        let QpCore { qpn, send_cq, .. } = self.core;
         let flushed = |wr_id, opcode| {
             let wc = WorkCompletion::send(qpn, wr_id, opcode, 0, WcStatus::WrFlushErr);
             (send_cq, wc)
@@ -517,13 +679,6 @@ impl Qp {
         let fault = self.fault.take().map(|f| (f.wr_id, f.opcode));
         for (wr_id, opcode) in fault.into_iter().chain(self.behind_fault.drain(..)) {
             wcs.push(flushed(wr_id, opcode));
-        }
-        let peer = self.service.peer();
-        let receiving = self.service.take_receiving();
-        for r in receiving.into_iter().chain(self.core.rq.drain(..)) {
-            let status = WcStatus::WrFlushErr;
-            let wc = WorkCompletion::recv(qpn, r.wr_id, status, WcOpcode::Recv, 0, None, peer);
-            wcs.push((recv_cq, wc));
         }
     }
 
@@ -545,11 +700,20 @@ impl Qp {
 
     /// Completes a local fault once every request posted before it has completed: it
     /// completes with its status (byte_len 0, as rdma_rxe's `make_send_cqe` sets it for
-    /// an error), then the QP enters ERR and flushes what is behind it, send and
-    /// receive queues (IBTA §10.3.1 / §11.6.2: a local error moves the QP to ERR;
-    /// rdma_rxe: the requester marks the WQE in error, the completer completes it in
-    /// order and calls `rxe_qp_error`). A completion error always completes, signaled
-    /// or not (`do_complete` posts any WQE whose status is not success).
+    /// an error), then what is behind it is flushed. A completion error always
+    /// completes, signaled or not (`do_complete` posts any WQE whose status is not
+    /// success).
+    ///
+    /// RC: the QP enters ERR and flushes its send and receive queues (IBTA §10.3.1 /
+    /// §11.6.2: a local error moves the QP to ERR; rdma_rxe: the requester marks the WQE
+    /// in error, the completer completes it in order and calls `rxe_qp_error`).
+    ///
+    /// UC and UD: the QP enters SQE, as IBTA §10.3.1 has it for a send-side error of an
+    /// unreliable service ("Send Queue Error": the send queue is flushed, the receive
+    /// queue goes on working, SQE → RTS resumes) and as mlx5 does (its SQER state).
+    /// rdma_rxe never enters SQE (`rxe_qp_from_attr`: "Not possible from modify_qp"):
+    /// it takes every type to ERR, which would needlessly flush the receives of a
+    /// service whose receive side has nothing to do with the send that failed.
     fn settle_fault(&mut self, wcs: &mut Wcs) {
         if self.fault.is_none() || self.service_send_queued() > 0 {
             return;
@@ -558,12 +722,18 @@ impl Qp {
             let wc = WorkCompletion::send(self.core.qpn, f.wr_id, f.opcode, 0, f.status);
             wcs.push((self.core.send_cq, wc));
         }
-        self.flush(wcs);
+        if self.caps.qp_type == QpType::Rc {
+            self.flush(wcs);
+        } else {
+            self.service.set_draining(false);
+            self.flush_send(wcs);
+            self.core.state = QpState::Sqe;
+        }
     }
 
     /// What every send work request goes through once the service has taken it as valid
     /// ([`Admit::Service`] with the resolved buffer: hand it to the service): the queue
-    /// depth (ENOMEM), then, in ERR, a WR_FLUSH_ERR completion at once; behind a local
+    /// depth (ENOMEM), then, in ERR or SQE, a WR_FLUSH_ERR completion at once; behind a local
     /// fault, a place among the requests it will flush; otherwise the local check of its
     /// buffer, which on failure makes it the QP's local fault. `local` is `None` where
     /// there is no buffer to check (a UD datagram longer than the MTU, which the service
@@ -578,7 +748,7 @@ impl Qp {
     ) -> Result<Admit, VerbsError> {
         let queued = self.send_queued();
         self.core.send_room(queued)?;
-        if self.core.state == QpState::Err {
+        if self.core.state.flushes_sends() {
             let wc = WorkCompletion::send(self.core.qpn, wr_id, opcode, 0, WcStatus::WrFlushErr);
             wcs.push((self.core.send_cq, wc));
             return Ok(Admit::Settled);
@@ -744,6 +914,7 @@ impl Qp {
             self.enter_err(io);
         }
         self.settle_fault(io.wcs);
+        self.check_drained();
     }
 
     /// Handles a packet addressed to this QP whose ICRC verified but whose transport
@@ -760,34 +931,173 @@ impl Qp {
     }
 
     /// The next packet to send: responses first (ACKs must not wait behind bulk
-    /// requests), then, in RTS, requests.
+    /// requests), then, in RTS (and in SQD for the requests in progress), requests.
     pub(crate) fn next_packet(&mut self, io: &mut Io<'_>) -> Option<OutPacket> {
         let mut p = self.service.next_response();
-        if p.is_none() && self.core.state == QpState::Rts {
+        if p.is_none() && self.core.state.sends() {
             p = self.service.next_request(&mut self.core, io);
         }
         if p.is_some() {
             self.core.counters.packets_sent += 1;
         }
         self.settle_fault(io.wcs);
+        self.check_drained();
         p
     }
 
     /// When [`Qp::on_timeout`] wants to be called next.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        (self.core.state == QpState::Rts)
+        self.core
+            .state
+            .sends()
             .then(|| self.service.poll_timeout())
             .flatten()
     }
 
     /// Fires the timers that are due.
     pub(crate) fn on_timeout(&mut self, io: &mut Io<'_>) {
-        if self.core.state != QpState::Rts {
+        if !self.core.state.sends() {
             return;
         }
         if self.service.on_timeout(&mut self.core, io).is_err() {
             self.enter_err(io);
         }
         self.settle_fault(io.wcs);
+        self.check_drained();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::ud::UdQp;
+
+    #[test]
+    fn what_each_state_allows_follows_the_state_diagram() {
+        // (state, packets taken, requests sent, sends posted, posted sends flushed):
+        // IBTA §10.3.1, and ibverbs' posting rules (rdma_rxe refuses a post only before
+        // INIT / RTS).
+        use QpState::*;
+        let table = [
+            (Reset, false, false, false, false),
+            (Init, false, false, false, false),
+            (Rtr, true, false, false, false),
+            (Rts, true, true, true, false),
+            (Sqd, true, true, true, false),
+            (Sqe, true, false, true, true),
+            (Err, false, false, true, true),
+        ];
+        for (s, receives, sends, takes, flushes) in table {
+            assert_eq!(s.receives(), receives, "{s:?}");
+            assert_eq!(s.sends(), sends, "{s:?}");
+            assert_eq!(s.takes_sends(), takes, "{s:?}");
+            assert_eq!(s.flushes_sends(), flushes, "{s:?}");
+            assert_eq!(s.takes_receives(), s != Reset, "{s:?}");
+        }
+    }
+
+    /// A UD QP shell with one region of 4 KiB granting LOCAL_WRITE.
+    fn ud() -> (Qp, Memory, Mr) {
+        let mut mem = Memory::new(7);
+        let pd = mem.alloc_pd();
+        let mr = mem
+            .register(pd, vec![0; 4096], Access::LOCAL_WRITE)
+            .unwrap();
+        let caps = QpCaps {
+            qp_type: QpType::Ud,
+            send_cq: CqId(0),
+            recv_cq: CqId(0),
+            max_send_wr: 4,
+            max_recv_wr: 4,
+        };
+        let qp = Qp::new(0x11, pd, &caps, |core| Box::new(UdQp::new(core)));
+        (qp, mem, mr)
+    }
+
+    fn to(s: QpState) -> QpAttr {
+        QpAttr {
+            qp_state: s,
+            qkey: 0x22,
+            ..QpAttr::default()
+        }
+    }
+
+    const INIT: QpAttrMask = QpAttrMask::STATE
+        .union(QpAttrMask::PKEY_INDEX)
+        .union(QpAttrMask::PORT)
+        .union(QpAttrMask::QKEY);
+
+    #[test]
+    fn reset_drops_the_queues_without_completions_and_forgets_the_attributes() {
+        let (mut qp, mem, mr) = ud();
+        let mut wcs = Wcs::new();
+        qp.modify(&to(QpState::Init), INIT, &mut wcs).unwrap();
+        assert_eq!(qp.query().0.qkey, 0x22);
+        let sge = Sge {
+            addr: mr.addr,
+            length: 64,
+            lkey: mr.lkey,
+        };
+        qp.post_recv(&mem, RecvWr { wr_id: 1, sge }, &mut wcs)
+            .unwrap();
+        qp.modify(&to(QpState::Reset), QpAttrMask::STATE, &mut wcs)
+            .unwrap();
+        assert!(wcs.is_empty(), "RESET completes nothing");
+        assert!(qp.core.rq.is_empty());
+        let (a, _) = qp.query();
+        assert_eq!((a.qp_state, a.qkey), (QpState::Reset, 0));
+        assert!(matches!(
+            qp.post_recv(&mem, RecvWr { wr_id: 2, sge }, &mut wcs),
+            Err(VerbsError::BadState { .. })
+        ));
+        // And up again.
+        qp.modify(&to(QpState::Init), INIT, &mut wcs).unwrap();
+        qp.post_recv(&mem, RecvWr { wr_id: 3, sge }, &mut wcs)
+            .unwrap();
+        assert_eq!(qp.core.rq.len(), 1);
+    }
+
+    #[test]
+    fn a_refused_modify_changes_nothing() {
+        let (mut qp, _mem, _mr) = ud();
+        let mut wcs = Wcs::new();
+        let e = qp
+            .modify(&to(QpState::Init), QpAttrMask::STATE, &mut wcs)
+            .unwrap_err();
+        assert_eq!(
+            e,
+            VerbsError::BadModify {
+                qpn: 0x11,
+                from: QpState::Reset,
+                to: QpState::Init,
+                why: ModifyRefusal::Missing(
+                    QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY
+                ),
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "QP 0x11: modify Reset -> Init refused: required attributes missing: \
+             IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY"
+        );
+        assert_eq!(qp.state(), QpState::Reset);
+        let unset = QpAttr {
+            qp_state: QpState::Reset,
+            cur_qp_state: QpState::Reset,
+            ..QpAttr::default()
+        };
+        assert_eq!(qp.query().0, unset);
+        let bad_port = QpAttr {
+            port_num: 2,
+            ..to(QpState::Init)
+        };
+        assert!(matches!(
+            qp.modify(&bad_port, INIT, &mut wcs),
+            Err(VerbsError::BadModify {
+                why: ModifyRefusal::BadValue(_),
+                ..
+            })
+        ));
+        assert_eq!(qp.state(), QpState::Reset);
     }
 }

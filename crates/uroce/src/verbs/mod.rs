@@ -10,7 +10,8 @@ pub use crate::endpoint::{
 };
 pub use crate::mem::{Access, Mr, PdId};
 pub use crate::transport::{
-    ack_timeout, rnr_timer_us, CqId, InitAttr, Mtu, QpCaps, QpCounters, QpInitEx, QpState, QpType,
-    RecvWr, Remote, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, UdSendWr, VerbsError,
-    WcFlags, WcOpcode, WcStatus, WorkCompletion, MAX_INLINE_DATA,
+    ack_timeout, rnr_timer_us, CqId, InitAttr, ModifyRefusal, Mtu, QpAttr, QpAttrMask, QpCaps,
+    QpCounters, QpInitAttr, QpInitEx, QpState, QpType, RecvWr, Remote, RtrAttr, RtsAttr, SendFlags,
+    SendOp, SendWr, Sge, UdSendWr, VerbsError, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    MAX_INLINE_DATA,
 };

@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use crate::mem::Span;
 use crate::transport::{
-    Connected, Fatal, InitAttr, Peer, QpCore, QpErrorEvent, QpState, RecvBuf, Remote, RtrAttr,
-    RtsAttr, SendFlags, SendWr, Service, VerbsError, WcOpcode,
+    Connected, Fatal, InitAttr, Peer, QpAttr, QpAttrMask, QpCore, QpErrorEvent, QpState, RecvBuf,
+    Remote, RtrAttr, RtsAttr, SendFlags, SendWr, Service, VerbsError, WcOpcode,
 };
 use crate::wire::RocePacket;
 
@@ -73,6 +73,52 @@ impl Service for RcQp {
         self.req.start(*a);
     }
 
+    /// What RC changes after the transition that set it (rdma_rxe's `rxe_qp_from_attr`
+    /// applies each attribute its mask names): the access rights and P_Key, the
+    /// responder's RNR timer code and READ / atomic resources, the requester's ACK
+    /// timeout, retry counts and READ / atomic depth, and the peer's address.
+    fn set(&mut self, _core: &QpCore, a: &QpAttr, mask: QpAttrMask) {
+        type M = QpAttrMask;
+        if mask.intersects(M::ACCESS_FLAGS | M::PKEY_INDEX) {
+            self.resp.set_access(a.qp_access_flags, a.pkey);
+            if let Some(p) = &mut self.path {
+                p.pkey = a.pkey;
+            }
+        }
+        if mask.contains(M::MIN_RNR_TIMER) {
+            self.resp.set_min_rnr_timer(a.min_rnr_timer);
+        }
+        if mask.contains(M::MAX_DEST_RD_ATOMIC) {
+            self.resp.set_max_dest_rd_atomic(a.max_dest_rd_atomic);
+        }
+        if mask.contains(M::TIMEOUT) {
+            self.req.set_timeout(a.timeout);
+        }
+        if mask.intersects(M::RETRY_CNT | M::RNR_RETRY) {
+            self.req.set_retries(a.retry_cnt, a.rnr_retry);
+        }
+        if mask.contains(M::MAX_QP_RD_ATOMIC) {
+            self.req.set_max_rd_atomic(a.max_rd_atomic);
+        }
+        if mask.contains(M::AV) {
+            if let Some(p) = &mut self.path {
+                p.remote = a.ah_attr;
+            }
+        }
+    }
+
+    fn reset(&mut self, core: &QpCore) {
+        *self = Self::new(core);
+    }
+
+    fn set_draining(&mut self, on: bool) {
+        self.req.set_draining(on);
+    }
+
+    fn send_in_progress(&self) -> bool {
+        self.req.in_progress()
+    }
+
     fn peer(&self) -> Option<Peer> {
         self.path.map(|p| p.peer())
     }
@@ -114,8 +160,9 @@ impl Service for RcQp {
                 .resp
                 .on_request(&path, io, p, &mut core.counters, &mut core.rq);
         }
-        // Responses are for the requester, which starts in RTS.
-        if core.state != QpState::Rts {
+        // Responses are for the requester, which starts in RTS (and finishes what it
+        // started in SQD).
+        if !matches!(core.state, QpState::Rts | QpState::Sqd) {
             core.counters.dropped += 1;
             return Ok(());
         }

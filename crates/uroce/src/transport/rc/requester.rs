@@ -89,6 +89,8 @@ pub(crate) struct Requester {
     /// A READ re-request went out at this PSN: later responses beyond it are expected
     /// to be discarded, do not re-request again for each of them.
     rerequested: Option<u32>,
+    /// SQD: no work request is started; those started go on (rdma_rxe's QP_STATE_DRAIN).
+    draining: bool,
 }
 
 impl Requester {
@@ -114,6 +116,36 @@ impl Requester {
         self.retry_left = self.retry_cnt;
         self.rnr_retry = a.rnr_retry.min(7);
         self.rnr_left = self.rnr_retry;
+    }
+
+    /// IBV_QP_TIMEOUT changed (SQD → SQD): the next time the retransmission timer is
+    /// armed it takes the new value; an armed timer runs out as it was (as rdma_rxe's
+    /// `qp_timeout_jiffies` is read when the timer is next set).
+    pub(crate) fn set_timeout(&mut self, timeout: u8) {
+        self.timeout = ack_timeout(timeout);
+    }
+
+    /// IBV_QP_RETRY_CNT / IBV_QP_RNR_RETRY changed (SQD → SQD): the counts start over.
+    pub(crate) fn set_retries(&mut self, retry_cnt: u8, rnr_retry: u8) {
+        self.retry_cnt = retry_cnt.min(7);
+        self.retry_left = self.retry_cnt;
+        self.rnr_retry = rnr_retry.min(7);
+        self.rnr_left = self.rnr_retry;
+    }
+
+    /// IBV_QP_MAX_QP_RD_ATOMIC changed (SQD → SQD).
+    pub(crate) fn set_max_rd_atomic(&mut self, n: u8) {
+        self.max_rd_atomic = u32::from(n.max(1));
+    }
+
+    /// RTS → SQD (`true`), SQD → RTS (`false`).
+    pub(crate) fn set_draining(&mut self, on: bool) {
+        self.draining = on;
+    }
+
+    /// Work requests started (their PSNs given) and not completed.
+    pub(crate) fn in_progress(&self) -> bool {
+        self.started > 0
     }
 
     pub(crate) fn queued(&self) -> usize {
@@ -204,6 +236,9 @@ impl Requester {
         } else {
             let i = self.started;
             let w = self.sq.get(i)?;
+            if self.draining {
+                return None; // SQD: nothing new starts
+            }
             if w.status.is_some() {
                 return None; // a locally failed request waits for completion in order
             }

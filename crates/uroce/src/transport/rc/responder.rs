@@ -129,6 +129,16 @@ impl Responder {
         self.pkey = pkey;
     }
 
+    /// IBV_QP_MIN_RNR_TIMER changed (RTS → RTS, SQD → SQD): the next RNR NAK carries it.
+    pub(crate) fn set_min_rnr_timer(&mut self, code: u8) {
+        self.min_rnr_timer = code & 31;
+    }
+
+    /// IBV_QP_MAX_DEST_RD_ATOMIC changed (SQD → SQD).
+    pub(crate) fn set_max_dest_rd_atomic(&mut self, n: u8) {
+        self.max_dest_rd_atomic = u32::from(n.max(1));
+    }
+
     pub(crate) fn start(&mut self, rq_psn: u32, max_dest_rd_atomic: u8, min_rnr_timer: u8) {
         self.epsn = rq_psn & 0xff_ffff;
         self.max_dest_rd_atomic = u32::from(max_dest_rd_atomic.max(1));

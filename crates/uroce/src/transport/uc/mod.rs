@@ -9,8 +9,8 @@ use std::collections::VecDeque;
 use crate::mem::{Access, Span};
 use crate::transport::{message_packet, psn_add, psn_diff, Io, OutPacket, RecvBuf};
 use crate::transport::{
-    Connected, Fatal, InitAttr, Peer, QpCore, Remote, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr,
-    Service, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    Connected, Fatal, InitAttr, Peer, QpAttr, QpAttrMask, QpCore, Remote, RtrAttr, RtsAttr,
+    SendFlags, SendOp, SendWr, Service, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::wire::{BthRepr, Opcode, RocePacket, TransportKind};
 
@@ -47,6 +47,8 @@ pub struct UcQp {
     epsn: u32,
     sq: VecDeque<Wqe>,
     cur: Option<InMsg>,
+    /// SQD: no message is started; the one being sent goes on to its last packet.
+    draining: bool,
 }
 
 impl UcQp {
@@ -61,6 +63,7 @@ impl UcQp {
             epsn: 0,
             sq: VecDeque::new(),
             cur: None,
+            draining: false,
         }
     }
 
@@ -264,6 +267,33 @@ impl Service for UcQp {
         self.next_psn = a.sq_psn & 0xff_ffff;
     }
 
+    /// What UC changes after the transition that set it: the access rights, the P_Key,
+    /// the peer's address.
+    fn set(&mut self, _core: &QpCore, a: &QpAttr, mask: QpAttrMask) {
+        if mask.contains(QpAttrMask::ACCESS_FLAGS) {
+            self.access = a.qp_access_flags;
+        }
+        if mask.contains(QpAttrMask::PKEY_INDEX) {
+            self.pkey = a.pkey;
+        }
+        if mask.contains(QpAttrMask::AV) && self.remote.is_some() {
+            self.remote = Some(a.ah_attr);
+        }
+    }
+
+    fn reset(&mut self, _core: &QpCore) {
+        *self = Self::new();
+    }
+
+    fn set_draining(&mut self, on: bool) {
+        self.draining = on;
+    }
+
+    /// A message some of whose packets are out.
+    fn send_in_progress(&self) -> bool {
+        self.sq.front().is_some_and(|w| w.sent > 0)
+    }
+
     fn peer(&self) -> Option<Peer> {
         self.remote.map(|r| Peer {
             qpn: self.dest_qpn,
@@ -364,6 +394,9 @@ impl Service for UcQp {
         let remote = self.remote?;
         loop {
             let w = self.sq.front_mut()?;
+            if self.draining && w.sent == 0 {
+                return None; // SQD: nothing new starts
+            }
             if let Some(status) = w.status {
                 let wr = w.wr;
                 self.sq.pop_front();

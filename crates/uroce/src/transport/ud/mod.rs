@@ -7,8 +7,8 @@ use std::collections::VecDeque;
 use crate::mem::Span;
 use crate::transport::{psn_add, Io, OutPacket};
 use crate::transport::{
-    Datagram, Fatal, InitAttr, Mtu, Peer, QpCore, RtsAttr, Service, UdSendWr, WcOpcode, WcStatus,
-    WorkCompletion,
+    Datagram, Fatal, InitAttr, Mtu, Peer, QpAttr, QpAttrMask, QpCore, RtsAttr, Service, UdSendWr,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::wire::{grh, BthRepr, DethRepr, ExtHeaders, Opcode, RocePacket};
 
@@ -31,6 +31,9 @@ pub struct UdQp {
     mtu: u32,
     next_psn: u32,
     sq: VecDeque<Wqe>,
+    /// SQD: no datagram is started (each one completes as it is sent, so nothing is
+    /// ever in progress).
+    draining: bool,
 }
 
 impl UdQp {
@@ -41,6 +44,7 @@ impl UdQp {
             mtu: 1024,
             next_psn: 0,
             sq: VecDeque::new(),
+            draining: false,
         }
     }
 }
@@ -56,6 +60,25 @@ impl Service for UdQp {
 
     fn rts(&mut self, a: &RtsAttr) {
         self.next_psn = a.sq_psn & 0xff_ffff;
+    }
+
+    /// What UD changes after the transition that set it: the Q_Key (QP1 keeps its
+    /// own) and the P_Key.
+    fn set(&mut self, core: &QpCore, a: &QpAttr, mask: QpAttrMask) {
+        if mask.contains(QpAttrMask::QKEY) && core.qpn != 1 {
+            self.qkey = a.qkey;
+        }
+        if mask.contains(QpAttrMask::PKEY_INDEX) {
+            self.pkey = a.pkey;
+        }
+    }
+
+    fn reset(&mut self, core: &QpCore) {
+        *self = Self::new(core);
+    }
+
+    fn set_draining(&mut self, on: bool) {
+        self.draining = on;
     }
 
     fn peer(&self) -> Option<Peer> {
@@ -159,6 +182,9 @@ impl Service for UdQp {
 
     /// The next datagram; a work request completes when its packet is handed out.
     fn next_request(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Option<OutPacket> {
+        if self.draining {
+            return None; // SQD: nothing new starts
+        }
         while let Some(w) = self.sq.pop_front() {
             if let Some(status) = w.status {
                 io.wcs
