@@ -10,7 +10,7 @@
 //! two slices the stack makes alias while one of them is writable, even when regions
 //! overlap (ibverbs lets the same memory be registered more than once).
 //!
-//! The stack's own bytes are held as a pointer too (from `Box::into_raw`) rather than as
+//! The stack's own bytes are held as a pointer too (from `Box::leak`) rather than as
 //! a `Box<[u8]>`: a box asserts that nothing else points into it, and an application may
 //! legitimately register memory overlapping a region it learnt the address of.
 
@@ -24,7 +24,7 @@ use super::RegError;
 pub(crate) struct Buffer {
     ptr: NonNull<u8>,
     len: usize,
-    /// Allocated by [`Buffer::owned`] (a `Box<[u8]>` turned into a pointer): freed on
+    /// Allocated by [`Buffer::owned`] (a `Box<[u8]>` leaked into a pointer): freed on
     /// drop, or handed back by [`Buffer::into_vec`].
     owned: bool,
 }
@@ -50,9 +50,7 @@ impl Buffer {
             return Err(RegError::ZeroLength);
         }
         let len = data.len();
-        let raw = Box::into_raw(data.into_boxed_slice());
-        // `Box::into_raw` never gives a null pointer.
-        let ptr = NonNull::new(raw.cast::<u8>()).ok_or(RegError::BadAddress)?;
+        let ptr = NonNull::from(Box::leak(data.into_boxed_slice())).cast::<u8>();
         Ok(Self {
             ptr,
             len,
@@ -98,11 +96,6 @@ impl Buffer {
         self.len
     }
 
-    /// Whether the stack owns the bytes (registered from a `Vec<u8>`).
-    pub(crate) fn is_owned(&self) -> bool {
-        self.owned
-    }
-
     /// The bytes `[offset, offset + len)`, `None` if they are not all inside.
     pub(crate) fn slice(&self, offset: usize, len: usize) -> Option<&[u8]> {
         let end = offset.checked_add(len)?;
@@ -140,7 +133,7 @@ impl Buffer {
         if !me.owned {
             return None;
         }
-        // SAFETY: `owned` means `ptr` and `len` came from `Box::into_raw` of a
+        // SAFETY: `owned` means `ptr` and `len` came from `Box::leak` of a
         // `Box<[u8]>` of `len` bytes in `Buffer::owned`, and the box was not rebuilt
         // since: `me` is never dropped (`ManuallyDrop`), so this is its only owner.
         let boxed =
@@ -164,16 +157,6 @@ impl Drop for Buffer {
     }
 }
 
-impl std::fmt::Debug for Buffer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Buffer")
-            .field("addr", &format_args!("{:#x}", self.addr()))
-            .field("len", &self.len)
-            .field("owned", &self.owned)
-            .finish()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::{Access, AccessError, Memory, Mr, PdId};
@@ -182,7 +165,7 @@ mod tests {
     #[test]
     fn owned_bytes_come_back_whole() {
         let b = Buffer::owned((0..100u8).collect()).unwrap();
-        assert!(b.is_owned());
+        assert!(b.owned);
         assert_eq!(b.len(), 100);
         assert_eq!(b.slice(98, 2), Some(&[98u8, 99][..]));
         assert_eq!(b.into_vec(), Some((0..100u8).collect::<Vec<_>>()));
@@ -209,7 +192,7 @@ mod tests {
         let p = mine.as_mut_ptr();
         // SAFETY: `mine` outlives `b` and is not touched while `b` lives.
         let mut b = unsafe { Buffer::borrowed(p, 32) }.unwrap();
-        assert!(!b.is_owned());
+        assert!(!b.owned);
         assert_eq!(b.addr(), p as u64);
         b.slice_mut(4, 2).unwrap().copy_from_slice(&[9, 9]);
         assert_eq!(b.into_vec(), None);

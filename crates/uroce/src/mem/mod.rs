@@ -282,12 +282,6 @@ impl Memory {
         Ok(r.data.into_vec())
     }
 
-    /// Whether the region `lkey` holds the stack's own bytes (registered from a
-    /// `Vec<u8>`); `None` for an unknown key.
-    pub fn is_owned(&self, lkey: u32) -> Option<bool> {
-        self.by_lkey.get(&lkey).map(|r| r.data.is_owned())
-    }
-
     /// The region registered under `lkey`.
     pub fn mr(&self, lkey: u32) -> Option<Mr> {
         self.by_lkey.get(&lkey).map(|r| r.mr)
