@@ -210,6 +210,37 @@ fn dereg_under_a_posted_work_request_is_ebusy_until_it_completes() {
     drop(p);
 }
 
+/// An RC receive taken off the receive queue by the FIRST packet of a SEND, and being
+/// filled, still refers to its region: EBUSY until the message completes.
+#[test]
+fn dereg_under_a_receive_being_filled_is_ebusy() {
+    let mut rbuf = Mine::new(4096, |_| 0);
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let rmr = rbuf.register(&mut p.b, Access::LOCAL_WRITE);
+    let rwr = RecvWr {
+        wr_id: 3,
+        sge: sge(&rmr, 0, 4096),
+    };
+    p.b.post_recv(p.qb, rwr).unwrap();
+    let la = p.la;
+    post(&mut p, 1, SendOp::Send, sge(&la, 0, 3000)); // FIRST MIDDLE LAST
+    p.run(|s, _| usize::from(s.opcode() == Opcode::RcSendFirst), 0);
+    assert_eq!(
+        p.sent(true, Opcode::RcSendLast).len(),
+        1,
+        "all sent, two lost"
+    );
+    assert!(p.wcs_b().is_empty());
+    let e = p.b.dereg_mr(&rmr).unwrap_err();
+    assert_eq!(e.errno(), libc::EBUSY, "{e}");
+    p.run(|_, _| 1, 10); // A's retransmission timer resends MIDDLE and LAST
+    let wb = p.wcs_b();
+    assert_eq!((wb[0].wr_id, wb[0].byte_len), (3, 3000), "{wb:?}");
+    assert_eq!(p.b.dereg_mr(&rmr), Ok(None));
+    assert_eq!(rbuf.read(0, 3000), p.a.mr_bytes(&la)[..3000].to_vec());
+    drop(p);
+}
+
 /// `ibv_dereg_mr` of a region that is not registered: EINVAL, not a panic; the owned
 /// form hands its bytes back once, and only once.
 #[test]
