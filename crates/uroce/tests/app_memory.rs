@@ -316,6 +316,43 @@ fn a_deregistered_rkey_never_grants_access_again() {
     }
 }
 
+/// A region deregistered in the middle of a peer's multi-packet RDMA WRITE (nothing of
+/// B's own refers to it, so `dereg_mr` succeeds): the packets after it are NAKed Remote
+/// Access Error and write nothing; what the FIRST packet wrote before stays. (rdma_rxe
+/// holds a reference on the MR from the FIRST packet and goes on writing; uroce may not:
+/// once `dereg_mr` succeeds, memory registered in place is the application's alone.)
+#[test]
+fn a_region_deregistered_under_a_peers_write_takes_no_more_of_it() {
+    let mut theirs = Mine::new(4096, |_| 0x22);
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let tmr = theirs.register(&mut p.b, access);
+    let la = p.la;
+    p.a.mr_bytes_mut(&la)[..3000].fill(0x55);
+    let op = SendOp::Write {
+        remote_addr: tmr.addr,
+        rkey: tmr.rkey,
+    };
+    post(&mut p, 1, op, sge(&la, 0, 3000)); // FIRST MIDDLE LAST
+    p.run(|s, _| usize::from(s.opcode() == Opcode::RcWriteFirst), 0);
+    assert_eq!(p.b.dereg_mr(&tmr), Ok(None));
+    p.log.clear();
+    p.run(|_, _| 1, 10); // A's retransmission timer resends from the FIRST
+    let nak = Some(Syndrome::Nak(NakCode::RemoteAccessError));
+    assert_eq!(
+        p.log
+            .iter()
+            .filter(|s| !s.from_a && s.syndrome() == nak)
+            .count(),
+        1
+    );
+    let wc = p.wcs_a();
+    assert_eq!(wc[0].status, WcStatus::RemAccessErr, "{wc:?}");
+    assert_eq!(theirs.read(0, 1024), vec![0x55; 1024], "the FIRST, before");
+    assert_eq!(theirs.read(1024, 3072), vec![0x22; 3072], "nothing after");
+    drop(p);
+}
+
 /// ibv_reg_mr's refusals for memory in place, from the kernel's `ib_umem_get`: length 0
 /// (EINVAL), a null address (EFAULT), a range wrapping around the address space
 /// (EINVAL).
