@@ -8,14 +8,17 @@
 //! the stack reaches them through the table, by key, and only the bytes one access
 //! checked: a packet's payload moves between the wire buffer and the region once, in
 //! place, with no copy in between. `buffer.rs` holds the pointer, and is the only code of
-//! `mem` with `unsafe`. Keys are drawn from a seeded generator, so a peer that knows one
-//! rkey learns nothing about the next (no counting from one region to another).
+//! `mem` with `unsafe`. Keys come from `keys.rs`: never the same twice in a context's life
+//! (a deregistered region's rkey never names another region), and not sequential (a peer
+//! that knows one rkey cannot count to the next).
 
 #![deny(unsafe_code)]
 
 mod buffer;
+mod keys;
 
 pub(crate) use buffer::Buffer;
+use keys::Keys;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -130,8 +133,9 @@ struct Region {
     data: Buffer,
 }
 
-/// Hashes a memory key with one multiplication. The keys in the tables are drawn from
-/// the context's generator, uniformly at random, and a peer can only look keys up, never
+/// Hashes a memory key with one multiplication. The keys in the tables are a keyed
+/// permutation of a counter (`keys.rs`), spread over all of `u32` as uniformly as random
+/// draws, and a peer can only look keys up, never
 /// add one: no input makes buckets collide beyond chance, so the flooding resistance of
 /// the standard SipHash (about 70 instructions per lookup, two lookups per packet) buys
 /// nothing here.
@@ -161,7 +165,7 @@ pub struct Memory {
     pds: Vec<bool>,
     by_lkey: KeyMap<Region>,
     rkey_to_lkey: KeyMap<u32>,
-    rng: crate::rng::Rng,
+    keys: Keys,
 }
 
 impl Memory {
@@ -171,7 +175,7 @@ impl Memory {
             pds: Vec::new(),
             by_lkey: KeyMap::default(),
             rkey_to_lkey: KeyMap::default(),
-            rng: crate::rng::Rng::new(seed ^ 0x6d65_6d6f_7279),
+            keys: Keys::new(&mut crate::rng::Rng::new(seed ^ 0x6d65_6d6f_7279)),
         }
     }
 
@@ -198,9 +202,10 @@ impl Memory {
         self.pds.get(pd.0 as usize).copied().unwrap_or(false)
     }
 
+    /// A key never handed out before in this context ([`keys`]); 0 is never a key.
     fn fresh_key(&mut self) -> u32 {
         loop {
-            let k = self.rng.next_u64() as u32;
+            let k = self.keys.next();
             if k != 0 && !self.by_lkey.contains_key(&k) && !self.rkey_to_lkey.contains_key(&k) {
                 return k;
             }
