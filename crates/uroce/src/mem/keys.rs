@@ -11,8 +11,7 @@
 //! Not sequential: the permutation is a four-round Feistel network over the two 16-bit
 //! halves with round keys from the context's seeded generator, so a peer that knows one
 //! rkey cannot count to the next (it is no cipher against a determined analyst, as the
-//! generator is no secret against one: ibverbs devices themselves hand out keys an index
-//! and an 8-bit tag apart).
+//! seeded generator is no secret against one).
 
 #![forbid(unsafe_code)]
 
