@@ -8,6 +8,10 @@
 //! routes, neighbours, over rtnetlink), [`pcap`] capture files, [`rng`] the seeded
 //! generator, [`sim`] deterministic simulated links. The `uroce` command line lives in the
 //! `uroce-tools` crate.
+//!
+//! `unsafe` lives in [`datapath`] and [`net`] (the kernel's interfaces), and in `mem`'s
+//! `buffer.rs` with [`endpoint::Context::reg_mr_raw`] (the application's memory
+//! registered in place, its contract stated there); every other module forbids it.
 
 pub mod congestion;
 pub mod datapath;

@@ -9,20 +9,26 @@ use uroce::mem::Access;
 use uroce::verbs::{InitAttr, Mtu, QpState, RtsAttr, SendOp, SendWr, Sge, WcStatus};
 use uroce::wire::{AethRepr, BthRepr, ExtHeaders, NakCode, Opcode, Syndrome};
 
+// The bug was a panic when the region of a posted receive or READ went away; the fix
+// since is that it cannot: deregistration is refused (EBUSY) while a posted work request
+// refers to the region (`Context::dereg_mr`), and the request completes as good.
 #[test]
-fn rc_recv_into_deregistered_mr_is_an_error_not_a_panic() {
+fn rc_recv_mr_cannot_be_deregistered_under_a_posted_receive() {
     let mut p = Pair::new(RtsAttr::default(), all());
     p.post_recv(0);
     let recv = p.recv;
-    p.b.dereg_mr(&recv).unwrap();
+    let busy = p.b.dereg_mr(&recv).unwrap_err();
+    assert_eq!(busy.errno(), libc::EBUSY, "{busy}");
     p.post(1, SendOp::Send, 100);
     p.run(|_, _| 1, 10);
     let wc = p.wcs_a();
-    assert_eq!(wc[0].status, WcStatus::RemOpErr, "{wc:?}");
+    assert_eq!(wc[0].status, WcStatus::Success, "{wc:?}");
+    assert_eq!(p.wcs_b()[0].status, WcStatus::Success);
+    assert!(p.b.dereg_mr(&recv).unwrap().is_some());
 }
 
 #[test]
-fn rc_read_into_deregistered_local_mr_is_an_error_not_a_panic() {
+fn rc_read_destination_cannot_be_deregistered_under_the_read() {
     let mut p = Pair::new(RtsAttr::default(), all());
     p.post(
         1,
@@ -33,10 +39,13 @@ fn rc_read_into_deregistered_local_mr_is_an_error_not_a_panic() {
         100,
     );
     let la = p.la;
-    p.a.dereg_mr(&la).unwrap();
+    let busy = p.a.dereg_mr(&la).unwrap_err();
+    assert_eq!(busy.errno(), libc::EBUSY, "{busy}");
     p.run(|_, _| 1, 10);
     let wc = p.wcs_a();
-    assert_eq!(wc[0].status, WcStatus::LocProtErr, "{wc:?}");
+    assert_eq!(wc[0].status, WcStatus::Success, "{wc:?}");
+    let bytes = p.a.dereg_mr(&la).unwrap().unwrap();
+    assert_eq!(&bytes[..100], &p.b.mr_bytes(&p.rb)[..100]);
 }
 
 // ---- 2. completions out of order: READ then a WRITE that gets a fatal NAK ----
@@ -173,7 +182,7 @@ fn rnr_waits_do_not_spend_transport_retries() {
 
 // ---- 5. UC: one spoofed FIRST/ONLY far ahead blackholes the QP ----
 #[test]
-fn ud_recv_into_deregistered_mr_is_an_error_not_a_panic() {
+fn ud_recv_mr_cannot_be_deregistered_under_a_posted_receive() {
     let mut ctx = Context::new(
         ContextConfig {
             mac: [2, 0, 0, 0, 0, 2],
@@ -222,7 +231,8 @@ fn ud_recv_into_deregistered_mr_is_an_error_not_a_panic() {
         },
     )
     .unwrap();
-    ctx.dereg_mr(&mr).unwrap();
+    let busy = ctx.dereg_mr(&mr).unwrap_err();
+    assert_eq!(busy.errno(), libc::EBUSY, "{busy}");
     let ext = ExtHeaders {
         deth: Some(DethRepr {
             qkey: 0x1234,
@@ -232,6 +242,11 @@ fn ud_recv_into_deregistered_mr_is_an_error_not_a_panic() {
     };
     let f = mkframe(1, 2, BthRepr::new(Opcode::UdSendOnly, q, 0), ext, &[1; 10]);
     let _ = ctx.handle_frame(Instant::now(), &f);
+    let wc = ctx.poll_cq(cq, 8);
+    assert_eq!(wc.len(), 1);
+    assert_eq!((wc[0].status, wc[0].byte_len), (WcStatus::Success, 40 + 10));
+    let bytes = ctx.dereg_mr(&mr).unwrap().unwrap();
+    assert_eq!(&bytes[40..50], &[1; 10], "after the 40-byte GRH area");
 }
 
 // ---- 6. ghost ACK for PSNs never sent completes a SEND ----

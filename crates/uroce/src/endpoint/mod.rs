@@ -10,8 +10,12 @@
 //! - `receive`: packets in, to their QP or the DCQCN reaction point;
 //! - `transmit`: packets out, CNPs first, QPs in turn, paced by DCQCN;
 //! - `qp`: a QP as the context holds it (the transport's QP and its reaction point).
+//!
+//! No `unsafe` here but [`Context::reg_mr_raw`], the door for registering the
+//! application's memory in place (its contract is stated there; `mem/buffer.rs` holds
+//! the pointer).
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod cq;
 mod qp;

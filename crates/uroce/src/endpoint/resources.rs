@@ -7,7 +7,7 @@ use super::cq::Cq;
 use super::qp::Qp;
 use super::Context;
 use crate::congestion::{dcqcn, NotificationPoint, ReactionPoint};
-use crate::mem::{Access, Mr, PdId};
+use crate::mem::{Access, Mr, PdId, RegError};
 use crate::transport::{
     CqId, InitAttr, Mtu, QpAttr, QpAttrMask, QpCaps, QpCounters, QpInitAttr, QpInitEx, QpState,
     QpType, RecvWr, RtrAttr, RtsAttr, SendFlags, SendWr, UdSendWr, VerbsError, WorkCompletion,
@@ -19,22 +19,114 @@ impl Context {
         self.mem.alloc_pd()
     }
 
-    /// Registers `data` as a memory region (ibv_reg_mr).
+    /// Registers `data` as a memory region (ibv_reg_mr) whose bytes the context owns: the
+    /// safe form of [`Context::reg_mr_raw`] for a buffer the application hands over.
+    /// Reach the bytes with [`Context::mr_bytes`] / [`Context::mr_bytes_mut`];
+    /// [`Context::dereg_mr`] gives them back. Empty `data` is refused (EINVAL), as
+    /// ibverbs refuses a region of length 0.
     pub fn reg_mr(&mut self, pd: PdId, data: Vec<u8>, access: Access) -> Result<Mr, VerbsError> {
         Ok(self.mem.register(pd, data, access)?)
     }
 
-    /// Deregisters a region (ibv_dereg_mr); its keys stop working and the bytes come back.
-    pub fn dereg_mr(&mut self, mr: &Mr) -> Option<Vec<u8>> {
-        self.mem.deregister(mr.lkey)
+    /// Registers `len` bytes of the application's memory at `addr`, in place, as a memory
+    /// region of `pd` with `access` (ibv_reg_mr). The region's address ([`Mr::addr`],
+    /// what local SGEs and a peer's RETH name) is `addr` itself, as ibverbs' iova is the
+    /// registered address. Received data (SEND, RDMA WRITE, READ responses, atomic
+    /// results) is written into this memory, and outgoing data (SEND, RDMA WRITE, READ
+    /// responses) read from it, where it is, with no copy in between, as a NIC's DMA
+    /// does. [`Context::dereg_mr`] ends the registration and gives nothing back: the
+    /// memory was the application's all along.
+    ///
+    /// Refused as the kernel's `ib_umem_get` refuses them: `len` 0 and a range that
+    /// wraps around the address space (EINVAL), a null `addr` (EFAULT); and, as for
+    /// [`Context::reg_mr`], an unknown PD or REMOTE_WRITE / REMOTE_ATOMIC without
+    /// LOCAL_WRITE (EINVAL).
+    ///
+    /// # Safety
+    ///
+    /// This is the contract of every region registered in place, stated once here:
+    ///
+    /// - From this call until [`Context::dereg_mr`] of the region succeeds (or the
+    ///   context is dropped), `addr` must be valid for reads and writes of `len` bytes:
+    ///   allocated, not freed, not moved, writable whatever `access` says
+    ///   ([`Context::mr_bytes_mut`] writes any region).
+    /// - The stack reads and writes those bytes during calls into this `Context` (any
+    ///   method: packets in and out, timers, posting, polling; they move payload between
+    ///   the wire and the region, as a NIC's DMA does at any time), and through the
+    ///   slices [`Context::mr_bytes`] and [`Context::mr_bytes_mut`] return, while those
+    ///   live. Meanwhile nothing else may access the bytes: the caller must not hold a
+    ///   Rust reference (`&[u8]`, `&mut [u8]`) into them across such a call, nor pass
+    ///   one into such a call (a buffer given to `poll_transmit`, a frame given to
+    ///   `handle_frame`), nor access them from another thread while such a call runs.
+    /// - Between calls into the context, the caller may read and write the memory as it
+    ///   likes through `addr` or pointers made from it (for a `Vec<u8>`:
+    ///   `Vec::as_mut_ptr` / `Vec::as_ptr`, which by their documentation never
+    ///   invalidate one another), but not through the reference or owner `addr` was
+    ///   taken from (indexing the `Vec`, a `&mut [u8]` made before): in Rust's aliasing
+    ///   rules such an access invalidates `addr` for the stack. As with a NIC, what the
+    ///   caller finds there is only settled for bytes no posted work request and no
+    ///   peer's access (with the region's rkey) may still change: a receive buffer or a
+    ///   READ destination after its completion, a remote-writable region once the peer
+    ///   said it is done.
+    /// - Once `dereg_mr` succeeds, the stack never touches the memory again.
+    ///
+    /// Overlapping regions, and the same memory registered twice, are allowed (as in
+    /// ibverbs); the stack never makes two references to the same bytes while one of them
+    /// writes.
+    #[allow(unsafe_code)]
+    pub unsafe fn reg_mr_raw(
+        &mut self,
+        pd: PdId,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<Mr, VerbsError> {
+        // SAFETY: the caller keeps this function's contract, which is the one
+        // `Buffer::borrowed` asks for (valid for reads and writes of `len` bytes until
+        // deregistered; not accessed elsewhere while the stack may access it).
+        let data = unsafe { crate::mem::Buffer::borrowed(addr, len) }?;
+        Ok(self.mem.register_buffer(pd, data, access)?)
     }
 
-    /// The bytes of a region.
+    /// Deregisters a region (ibv_dereg_mr): its lkey and rkey stop working at once (a
+    /// peer's request naming the rkey is NAKed Remote Access Error from now on) and the
+    /// stack never touches its bytes again. A region registered with [`Context::reg_mr`]
+    /// gives its bytes back (`Some`); one registered in place with
+    /// [`Context::reg_mr_raw`] gives `None`, the memory being the application's.
+    ///
+    /// Refused, with the region still registered and fully usable:
+    /// - EBUSY ([`crate::mem::RegError::RegionInUse`]) while a work request posted and not
+    ///   yet completed has its buffer in the region, on any QP (a receive waiting or
+    ///   being filled, a send not yet completed), or while `mem` says the region is in
+    ///   use ([`crate::mem::Memory::may_deregister`]). The kernel's old `ib_dereg_mr`
+    ///   refused with EBUSY a region still in use (its `usecnt`, memory windows bound to
+    ///   it; IBTA §10.6.7.2.6); rdma_rxe instead keeps a deregistered region alive
+    ///   until its last WQE lets go. Refusing keeps the rule simple for memory the
+    ///   application owns: once `dereg_mr` succeeds, the memory is the caller's alone.
+    /// - EINVAL ([`crate::mem::RegError::NoSuchMr`]) for a region not registered (or
+    ///   deregistered already).
+    pub fn dereg_mr(&mut self, mr: &Mr) -> Result<Option<Vec<u8>>, VerbsError> {
+        self.mem.may_deregister(mr.lkey)?;
+        if self.region_in_use(mr.lkey) {
+            let why = "a posted work request not yet completed has its buffer in it";
+            return Err(RegError::RegionInUse(why).into());
+        }
+        Ok(self.mem.deregister(mr.lkey)?)
+    }
+
+    /// Whether a work request posted and not yet completed refers to the region `lkey`:
+    /// every queue that holds posted work requests is asked (the QPs' send and receive
+    /// queues). Walked at deregistration only, so the data path pays nothing for it.
+    fn region_in_use(&self, lkey: u32) -> bool {
+        self.qps.values().any(|q| q.refers_to(lkey))
+    }
+
+    /// The bytes of a region (empty for an unknown region).
     pub fn mr_bytes(&self, mr: &Mr) -> &[u8] {
         self.mem.bytes(mr.lkey).unwrap_or(&[])
     }
 
-    /// The bytes of a region, writable.
+    /// The bytes of a region, writable (empty for an unknown region).
     pub fn mr_bytes_mut(&mut self, mr: &Mr) -> &mut [u8] {
         self.mem.bytes_mut(mr.lkey).unwrap_or(&mut [])
     }

@@ -1,12 +1,24 @@
 //! Memory: protection domains and registered memory regions (IBTA §10.6), with the one
 //! bounds-and-rights check that every remote access goes through.
 //!
-//! A region's bytes are owned by the [`Memory`] table once registered (the caller gets
-//! them back from [`Memory::deregister`]); the stack and the application reach them
-//! through the table, by key. Keys are drawn from a seeded generator, so a peer that
-//! knows one rkey learns nothing about the next (no counting from one region to another).
+//! A region's bytes are either the application's, registered in place (ibverbs'
+//! `ibv_reg_mr`: the NIC reads and writes them where they are; see
+//! [`crate::endpoint::Context::reg_mr_raw`] for the contract), or the stack's own, a
+//! `Vec<u8>` handed over at registration and back at [`Memory::deregister`]. Either way
+//! the stack reaches them through the table, by key, and only the bytes one access
+//! checked: a packet's payload moves between the wire buffer and the region once, in
+//! place, with no copy in between. `buffer.rs` holds the pointer, and is the only code of
+//! `mem` with `unsafe`. Keys come from `keys.rs`: never the same twice in a context's life
+//! (a deregistered region's rkey never names another region), and not sequential (a peer
+//! that knows one rkey cannot count to the next).
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+
+mod buffer;
+mod keys;
+
+pub(crate) use buffer::Buffer;
+use keys::Keys;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -96,15 +108,34 @@ pub enum RegError {
     /// The protection domain still has regions.
     #[error("protection domain still has registered regions")]
     Busy,
+    /// A region of no bytes (EINVAL: the kernel's `ib_umem_get` refuses a region of no
+    /// pages).
+    #[error("a memory region needs at least one byte")]
+    ZeroLength,
+    /// A null address (EFAULT: no page at address 0 to pin).
+    #[error("null address")]
+    BadAddress,
+    /// A range that wraps around the address space or is longer than `isize::MAX`
+    /// (EINVAL, as `ib_umem_get` refuses an `addr + size` that overflows).
+    #[error("address range wraps around or is too long")]
+    BadLength,
+    /// No region has this lkey (EINVAL, as `ibv_dereg_mr` of a handle the kernel does not
+    /// know).
+    #[error("no memory region with lkey {0:#x}")]
+    NoSuchMr(u32),
+    /// The region is still in use and stays registered (EBUSY): the reason.
+    #[error("memory region in use: {0}")]
+    RegionInUse(&'static str),
 }
 
 struct Region {
     mr: Mr,
-    data: Box<[u8]>,
+    data: Buffer,
 }
 
-/// Hashes a memory key with one multiplication. The keys in the tables are drawn from
-/// the context's generator, uniformly at random, and a peer can only look keys up, never
+/// Hashes a memory key with one multiplication. The keys in the tables are a keyed
+/// permutation of a counter (`keys.rs`), spread over all of `u32` as uniformly as random
+/// draws, and a peer can only look keys up, never
 /// add one: no input makes buckets collide beyond chance, so the flooding resistance of
 /// the standard SipHash (about 70 instructions per lookup, two lookups per packet) buys
 /// nothing here.
@@ -134,7 +165,7 @@ pub struct Memory {
     pds: Vec<bool>,
     by_lkey: KeyMap<Region>,
     rkey_to_lkey: KeyMap<u32>,
-    rng: crate::rng::Rng,
+    keys: Keys,
 }
 
 impl Memory {
@@ -144,7 +175,7 @@ impl Memory {
             pds: Vec::new(),
             by_lkey: KeyMap::default(),
             rkey_to_lkey: KeyMap::default(),
-            rng: crate::rng::Rng::new(seed ^ 0x6d65_6d6f_7279),
+            keys: Keys::new(&mut crate::rng::Rng::new(seed ^ 0x6d65_6d6f_7279)),
         }
     }
 
@@ -171,17 +202,25 @@ impl Memory {
         self.pds.get(pd.0 as usize).copied().unwrap_or(false)
     }
 
+    /// A key never handed out before in this context ([`keys`]); 0 is never a key.
     fn fresh_key(&mut self) -> u32 {
         loop {
-            let k = self.rng.next_u64() as u32;
+            let k = self.keys.next();
             if k != 0 && !self.by_lkey.contains_key(&k) && !self.rkey_to_lkey.contains_key(&k) {
                 return k;
             }
         }
     }
 
-    /// Registers `data` as a region of `pd` with `access`.
+    /// Registers `data` as a region of `pd` with `access`; the stack owns the bytes until
+    /// [`Memory::deregister`] hands them back. Empty `data` is refused
+    /// ([`RegError::ZeroLength`]), as ibverbs refuses a region of length 0.
     pub fn register(&mut self, pd: PdId, data: Vec<u8>, access: Access) -> Result<Mr, RegError> {
+        self.register_buffer(pd, Buffer::owned(data)?, access)
+    }
+
+    /// The checks of registration beyond the bytes: the PD, and the access rights.
+    fn check_reg(&self, pd: PdId, access: Access) -> Result<(), RegError> {
         if !self.pd_exists(pd) {
             return Err(RegError::NoSuchPd);
         }
@@ -189,7 +228,18 @@ impl Memory {
         if access.0 & needs_local.0 != 0 && !access.contains(Access::LOCAL_WRITE) {
             return Err(RegError::InvalidAccess);
         }
-        let data = data.into_boxed_slice();
+        Ok(())
+    }
+
+    /// Registers the bytes of `data` (the stack's own, or the application's) as a region
+    /// of `pd` with `access`: the region's address is the bytes' address.
+    pub(crate) fn register_buffer(
+        &mut self,
+        pd: PdId,
+        data: Buffer,
+        access: Access,
+    ) -> Result<Mr, RegError> {
+        self.check_reg(pd, access)?;
         let lkey = self.fresh_key();
         let rkey = if access.0
             & (Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC).0
@@ -205,7 +255,7 @@ impl Memory {
             pd,
             lkey,
             rkey,
-            addr: data.as_ptr() as u64,
+            addr: data.addr(),
             len: data.len(),
             access,
         };
@@ -213,11 +263,28 @@ impl Memory {
         Ok(mr)
     }
 
-    /// Deregisters a region: its keys stop working at once; the bytes come back.
-    pub fn deregister(&mut self, lkey: u32) -> Option<Vec<u8>> {
-        let r = self.by_lkey.remove(&lkey)?;
-        self.rkey_to_lkey.remove(&r.mr.rkey);
-        Some(r.data.into_vec())
+    /// Whether the region `lkey` may be deregistered as far as this table knows:
+    /// [`RegError::NoSuchMr`] (EINVAL) for an unknown key. The checks of what refers to a
+    /// region from inside `mem` belong here, each a [`RegError::RegionInUse`] (EBUSY);
+    /// work requests are the context's to check (`Context::dereg_mr` walks the QPs).
+    pub fn may_deregister(&self, lkey: u32) -> Result<(), RegError> {
+        if !self.by_lkey.contains_key(&lkey) {
+            return Err(RegError::NoSuchMr(lkey));
+        }
+        Ok(())
+    }
+
+    /// Deregisters a region if [`Memory::may_deregister`] lets it go: its keys stop
+    /// working at once and the stack never touches its bytes again. The stack's own bytes
+    /// come back (`Some`); the application's stay where they are (`None`). Refused, the
+    /// region stays registered and usable.
+    pub fn deregister(&mut self, lkey: u32) -> Result<Option<Vec<u8>>, RegError> {
+        self.may_deregister(lkey)?;
+        let r = self.by_lkey.remove(&lkey).ok_or(RegError::NoSuchMr(lkey))?;
+        if r.mr.rkey != 0 {
+            self.rkey_to_lkey.remove(&r.mr.rkey);
+        }
+        Ok(r.data.into_vec())
     }
 
     /// The region registered under `lkey`.
@@ -227,12 +294,15 @@ impl Memory {
 
     /// The whole region's bytes, for the application.
     pub fn bytes(&self, lkey: u32) -> Option<&[u8]> {
-        self.by_lkey.get(&lkey).map(|r| &r.data[..])
+        let r = self.by_lkey.get(&lkey)?;
+        r.data.slice(0, r.data.len())
     }
 
     /// The whole region's bytes, writable, for the application.
     pub fn bytes_mut(&mut self, lkey: u32) -> Option<&mut [u8]> {
-        self.by_lkey.get_mut(&lkey).map(|r| &mut r.data[..])
+        let r = self.by_lkey.get_mut(&lkey)?;
+        let len = r.data.len();
+        r.data.slice_mut(0, len)
     }
 
     /// The one check for remote access (IBTA §10.6.3.2, C10-..): key valid, same PD,
@@ -311,10 +381,7 @@ impl Memory {
 
     /// Bytes of a checked span; `None` if its region went away since the check.
     pub fn read(&self, s: Span) -> Option<&[u8]> {
-        self.by_lkey
-            .get(&s.lkey)?
-            .data
-            .get(s.offset..s.offset + s.len)
+        self.by_lkey.get(&s.lkey)?.data.slice(s.offset, s.len)
     }
 
     /// Writable bytes of a checked span; `None` if its region went away since the check.
@@ -322,7 +389,7 @@ impl Memory {
         self.by_lkey
             .get_mut(&s.lkey)?
             .data
-            .get_mut(s.offset..s.offset + s.len)
+            .slice_mut(s.offset, s.len)
     }
 
     /// Copies `data` into a checked span of the same length; false (and nothing written)
@@ -414,10 +481,34 @@ mod tests {
             Err(RegError::InvalidAccess)
         );
         assert_eq!(m.dealloc_pd(pd), Err(RegError::Busy));
-        assert_eq!(m.deregister(a.lkey).map(|v| v.len()), Some(100));
+        assert_eq!(
+            m.deregister(a.lkey).map(|v| v.map(|v| v.len())),
+            Ok(Some(100))
+        );
         assert_eq!(
             m.check_remote(pd, a.rkey, a.addr, 1, Access::REMOTE_WRITE),
             Err(AccessError::BadKey(a.rkey))
         );
+    }
+
+    /// ibv_dereg_mr of a handle that is not (or no longer) registered: EINVAL, never a
+    /// panic; and ibv_reg_mr's refusal of a region of length 0 (EINVAL, the kernel's
+    /// `ib_umem_get`). Regions over the caller's memory are tested in `buffer.rs`, the
+    /// one module allowed the `unsafe` their registration takes.
+    #[test]
+    fn deregistration_and_registration_refusals() {
+        let mut m = Memory::new(4);
+        let pd = m.alloc_pd();
+        let mr = m.register(pd, vec![1; 8], Access::NONE).unwrap();
+        assert_eq!(m.may_deregister(mr.lkey), Ok(()));
+        assert_eq!(m.deregister(mr.lkey), Ok(Some(vec![1; 8])));
+        assert_eq!(m.may_deregister(mr.lkey), Err(RegError::NoSuchMr(mr.lkey)));
+        assert_eq!(m.deregister(mr.lkey), Err(RegError::NoSuchMr(mr.lkey)));
+        assert_eq!(m.deregister(0x1234), Err(RegError::NoSuchMr(0x1234)));
+        assert_eq!(
+            m.register(pd, Vec::new(), Access::NONE),
+            Err(RegError::ZeroLength)
+        );
+        assert_eq!(m.dealloc_pd(pd), Ok(()), "no region left in the PD");
     }
 }

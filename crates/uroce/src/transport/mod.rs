@@ -142,6 +142,11 @@ impl RecvBuf {
             len: wr.sge.length,
         })
     }
+
+    /// Whether its buffer is in the region `lkey`.
+    pub(crate) fn refers_to(&self, lkey: u32) -> bool {
+        self.span.is_some_and(|s| s.lkey == lkey)
+    }
 }
 
 /// The local buffer of a send work request, checked when it is posted: `Ok(None)` when

@@ -228,6 +228,9 @@ pub(crate) trait Service: Send {
     fn datagram(&mut self) -> Option<&mut dyn Datagram> {
         None
     }
+    /// Whether a send work request the service holds (posted, not yet completed), or the
+    /// receive a message is being placed in, has its buffer in the region `lkey`.
+    fn refers_to(&self, lkey: u32) -> bool;
 }
 
 /// What a connected service (RC, UC) adds: a peer and path fixed at INIT → RTR, and send
@@ -680,6 +683,15 @@ impl Qp {
         for (wr_id, opcode) in fault.into_iter().chain(self.behind_fault.drain(..)) {
             wcs.push(flushed(wr_id, opcode));
         }
+    }
+
+    /// Whether a work request posted and not yet completed has its buffer in the region
+    /// `lkey`: a receive on the receive queue or being filled, or a send the service
+    /// holds (its buffer or, for inline data, the copy in the QP's pool). A request
+    /// waiting as or behind a local fault never reaches its buffer and does not count.
+    /// What `Context::dereg_mr` asks every QP before it lets a region go (EBUSY).
+    pub(crate) fn refers_to(&self, lkey: u32) -> bool {
+        self.core.rq.iter().any(|r| r.refers_to(lkey)) || self.service.refers_to(lkey)
     }
 
     /// Send work requests the service holds (posted and not yet completed).

@@ -8,7 +8,7 @@
 pub use crate::endpoint::{
     udp_source_port, AsyncEvent, Context, ContextConfig, ContextCounters, MAX_CQE,
 };
-pub use crate::mem::{Access, Mr, PdId};
+pub use crate::mem::{Access, Mr, PdId, RegError};
 pub use crate::transport::{
     ack_timeout, rnr_timer_us, CqId, InitAttr, ModifyRefusal, Mtu, QpAttr, QpAttrMask, QpCaps,
     QpCounters, QpInitAttr, QpInitEx, QpState, QpType, RecvWr, Remote, RtrAttr, RtsAttr, SendFlags,

@@ -220,6 +220,10 @@ impl Service for RcQp {
     fn connected(&mut self) -> Option<&mut dyn Connected> {
         Some(self)
     }
+
+    fn refers_to(&self, lkey: u32) -> bool {
+        self.req.refers_to(lkey) || self.resp.refers_to(lkey)
+    }
 }
 
 impl Connected for RcQp {

@@ -152,6 +152,14 @@ impl Requester {
         self.sq.len()
     }
 
+    /// Whether a work request not yet completed (sent or not, READ responses pending or
+    /// not) has its local buffer in the region `lkey`.
+    pub(crate) fn refers_to(&self, lkey: u32) -> bool {
+        self.sq
+            .iter()
+            .any(|w| w.local.is_some_and(|s| s.lkey == lkey))
+    }
+
     /// Refuses a work request ibverbs refuses at post time (EINVAL): longer than a
     /// message may be, an atomic without its 8-byte buffer, more PSNs than the window
     /// holds at path MTU `mtu`.

@@ -737,6 +737,11 @@ impl Responder {
         })
     }
 
+    /// Whether the receive a SEND is being placed in has its buffer in the region `lkey`.
+    pub(crate) fn refers_to(&self, lkey: u32) -> bool {
+        matches!(self.cur, Some(InMsg::Send { rwqe, .. }) if rwqe.refers_to(lkey))
+    }
+
     /// QP to ERR: takes out the receive a SEND is being placed in, to be flushed ahead
     /// of the receive queue; queued NAKs still go out.
     pub(crate) fn take_receiving(&mut self) -> Option<RecvBuf> {

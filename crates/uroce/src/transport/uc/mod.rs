@@ -307,6 +307,15 @@ impl Service for UcQp {
         }
     }
 
+    fn refers_to(&self, lkey: u32) -> bool {
+        let receiving = matches!(self.cur, Some(InMsg::Send { rwqe, .. }) if rwqe.refers_to(lkey));
+        receiving
+            || self
+                .sq
+                .iter()
+                .any(|w| w.span.is_some_and(|s| s.lkey == lkey))
+    }
+
     fn take_receiving(&mut self) -> Option<RecvBuf> {
         match self.cur.take() {
             Some(InMsg::Send { rwqe, .. }) => Some(rwqe),

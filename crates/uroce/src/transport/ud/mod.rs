@@ -91,6 +91,12 @@ impl Service for UdQp {
         }
     }
 
+    fn refers_to(&self, lkey: u32) -> bool {
+        self.sq
+            .iter()
+            .any(|w| w.span.is_some_and(|s| s.lkey == lkey))
+    }
+
     /// A received datagram (ICRC verified), in RTR or RTS.
     fn on_packet(
         &mut self,

@@ -1,0 +1,384 @@
+//! Memory regions over the application's own memory (`Context::reg_mr_raw`), as ibverbs
+//! registers them (`ibv_reg_mr`: the NIC reads and writes the process's memory in place,
+//! iova = addr): RDMA WRITE, SEND and RDMA READ move bytes between the test's own buffers
+//! with nothing copied out or back, read through the test's own pointers after the
+//! calls; deregistration under a posted work request is refused with EBUSY until the
+//! request completes; a deregistered region's rkey never grants access again (the
+//! responder NAKs Remote Access Error, as rdma_rxe's `check_rkey` does for a key it does
+//! not find).
+//!
+//! Every buffer here is a `Vec<u8>` the test keeps, reached only through
+//! `Vec::as_mut_ptr` while registered (the aliasing rule of `reg_mr_raw`'s contract).
+
+mod common;
+use common::*;
+
+use uroce::mem::PdId;
+
+/// A buffer the test owns and registers in place.
+struct Mine {
+    bytes: Vec<u8>,
+}
+
+impl Mine {
+    fn new(len: usize, fill: impl Fn(usize) -> u8) -> Self {
+        Self {
+            bytes: (0..len).map(fill).collect(),
+        }
+    }
+
+    fn ptr(&mut self) -> *mut u8 {
+        self.bytes.as_mut_ptr()
+    }
+
+    /// Registers it in place on `c`'s PD 0.
+    fn register(&mut self, c: &mut Context, access: Access) -> Mr {
+        let (p, len) = (self.ptr(), self.bytes.len());
+        // SAFETY: `self.bytes` outlives the context it is registered with (every test
+        // drops the pair first, or deregisters), never moves or reallocates, and is
+        // reached only through `as_mut_ptr` while registered, between calls.
+        unsafe { c.reg_mr_raw(PdId(0), p, len, access) }.unwrap()
+    }
+
+    /// `len` bytes at `off`, read through the test's own pointer, between calls.
+    fn read(&mut self, off: usize, len: usize) -> Vec<u8> {
+        assert!(off + len <= self.bytes.len());
+        // SAFETY: inside the buffer; no call into a context runs, and the slice is
+        // copied out at once.
+        unsafe { std::slice::from_raw_parts(self.ptr().add(off), len) }.to_vec()
+    }
+
+    /// Writes `data` at `off` through the test's own pointer, between calls.
+    fn write(&mut self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.bytes.len());
+        // SAFETY: inside the buffer; no call into a context runs.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr().add(off), data.len()) }
+    }
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn sge(mr: &Mr, off: u64, len: u32) -> Sge {
+    Sge {
+        addr: mr.addr + off,
+        length: len,
+        lkey: mr.lkey,
+    }
+}
+
+fn post(p: &mut Pair, wr_id: u64, op: SendOp, sge: Sge) {
+    p.a.post_send(p.qa, wr(wr_id, op, sge, true)).unwrap();
+}
+
+/// An RDMA WRITE of three packets (1 KiB MTU) from A's buffer lands in B's buffer at the
+/// offset the RETH names, in place: the region's address is B's pointer (iova = addr).
+#[test]
+fn rdma_write_goes_from_and_lands_in_the_callers_buffers() {
+    let mut src = Mine::new(4096, |_| 0);
+    let mut dst = Mine::new(8192, |_| 0xee);
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let smr = src.register(&mut p.a, Access::LOCAL_WRITE);
+    let dmr = dst.register(&mut p.b, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    assert_eq!(smr.addr, src.ptr() as u64);
+    assert_eq!(dmr.addr, dst.ptr() as u64);
+    let data = pattern(3, 3000);
+    src.write(100, &data);
+    let op = SendOp::Write {
+        remote_addr: dmr.addr + 1000,
+        rkey: dmr.rkey,
+    };
+    post(&mut p, 1, op, sge(&smr, 100, 3000));
+    p.run(|_, _| 1, 10);
+    assert_eq!(
+        p.sent(true, Opcode::RcWriteMiddle).len(),
+        1,
+        "three packets"
+    );
+    let wc = p.wcs_a();
+    assert_eq!((wc.len(), wc[0].status), (1, WcStatus::Success), "{wc:?}");
+    assert_eq!(dst.read(1000, 3000), data);
+    assert_eq!(dst.read(0, 1000), vec![0xee; 1000], "nothing before");
+    assert_eq!(dst.read(4000, 4192), vec![0xee; 4192], "nothing after");
+    drop(p);
+}
+
+/// A SEND from A's buffer is placed in the receive B posted in its own buffer.
+#[test]
+fn send_lands_in_the_posted_receive_in_place() {
+    let mut src = Mine::new(4096, |_| 0);
+    let mut rbuf = Mine::new(4096, |_| 0);
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let smr = src.register(&mut p.a, Access::NONE);
+    let rmr = rbuf.register(&mut p.b, Access::LOCAL_WRITE);
+    let rwr = RecvWr {
+        wr_id: 7,
+        sge: sge(&rmr, 512, 2048),
+    };
+    p.b.post_recv(p.qb, rwr).unwrap();
+    let data = pattern(9, 1500);
+    src.write(0, &data);
+    post(&mut p, 1, SendOp::Send, sge(&smr, 0, 1500));
+    p.run(|_, _| 1, 10);
+    let wb = p.wcs_b();
+    assert_eq!(
+        (wb.len(), wb[0].status, wb[0].byte_len),
+        (1, WcStatus::Success, 1500)
+    );
+    assert_eq!(wb[0].wr_id, 7);
+    assert_eq!(rbuf.read(512, 1500), data);
+    assert_eq!(rbuf.read(0, 512), vec![0; 512]);
+    assert_eq!(p.wcs_a()[0].status, WcStatus::Success);
+    drop(p);
+}
+
+/// An RDMA READ takes B's bytes from B's own buffer and puts them into A's own buffer.
+#[test]
+fn rdma_read_comes_from_and_lands_in_the_callers_buffers() {
+    let mut theirs = Mine::new(8192, |i| (i % 251) as u8);
+    let mut ours = Mine::new(4096, |_| 0);
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let tmr = theirs.register(&mut p.b, Access::REMOTE_READ);
+    let omr = ours.register(&mut p.a, Access::LOCAL_WRITE);
+    let fresh = pattern(5, 2500);
+    theirs.write(3000, &fresh); // B changes its memory between calls: READ sees it
+    let op = SendOp::Read {
+        remote_addr: tmr.addr + 3000,
+        rkey: tmr.rkey,
+    };
+    post(&mut p, 1, op, sge(&omr, 8, 2500));
+    p.run(|_, _| 1, 10);
+    let wc = p.wcs_a();
+    assert_eq!((wc.len(), wc[0].status), (1, WcStatus::Success), "{wc:?}");
+    assert_eq!(ours.read(8, 2500), fresh);
+    assert_eq!(ours.read(0, 8), vec![0; 8]);
+    assert_eq!(ours.read(2508, 100), vec![0; 100]);
+    drop(p);
+}
+
+/// The kernel's `ib_dereg_mr` (EBUSY while the region is in use; IBTA §10.6.7.2.6 for
+/// memory windows, as rdma_rxe's `rxe_dereg_mr` cites it):
+/// a region that a posted, not yet completed work request refers to cannot be
+/// deregistered, on the sending side (a SEND whose ACK has not come back, sent or not)
+/// nor on the receiving side (a posted receive); the refusal leaves the region fully
+/// usable, and once the requests complete the same calls succeed.
+#[test]
+fn dereg_under_a_posted_work_request_is_ebusy_until_it_completes() {
+    let mut src = Mine::new(4096, |_| 0);
+    let mut rbuf = Mine::new(4096, |_| 0);
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let smr = src.register(&mut p.a, Access::NONE);
+    let rmr = rbuf.register(&mut p.b, Access::LOCAL_WRITE);
+    for wr_id in 0..2 {
+        let rwr = RecvWr {
+            wr_id,
+            sge: sge(&rmr, wr_id * 2048, 2048),
+        };
+        p.b.post_recv(p.qb, rwr).unwrap();
+    }
+    let busy = |r: Result<Option<Vec<u8>>, uroce::verbs::VerbsError>| {
+        let e = r.unwrap_err();
+        assert_eq!(e.errno(), libc::EBUSY, "{e}");
+    };
+    busy(p.b.dereg_mr(&rmr));
+    src.write(0, &pattern(1, 100));
+    post(&mut p, 1, SendOp::Send, sge(&smr, 0, 100));
+    busy(p.a.dereg_mr(&smr));
+    // The SEND goes out and lands, but B's ACK is lost: A's request is not complete.
+    p.run(|s, _| usize::from(s.from_a), 0);
+    assert_eq!(p.sent(true, Opcode::RcSendOnly).len(), 1);
+    assert!(p.wcs_a().is_empty(), "no ACK, no completion");
+    busy(p.a.dereg_mr(&smr));
+    let wb = p.wcs_b();
+    assert_eq!((wb.len(), wb[0].status), (1, WcStatus::Success));
+    busy(p.b.dereg_mr(&rmr)); // receive 1 is still posted
+                              // Still fully usable: a second SEND from the same region into the same one.
+    src.write(100, &pattern(2, 100));
+    post(&mut p, 2, SendOp::Send, sge(&smr, 100, 100));
+    p.run(|_, _| 1, 10); // B's ACK of SEND 2 acknowledges SEND 1 too (cumulative)
+    let wa = p.wcs_a();
+    assert_eq!(wa.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [1, 2]);
+    assert!(wa.iter().all(|c| c.status == WcStatus::Success), "{wa:?}");
+    assert_eq!(p.wcs_b()[0].status, WcStatus::Success);
+    assert_eq!(p.a.dereg_mr(&smr), Ok(None), "the memory is the caller's");
+    assert_eq!(p.b.dereg_mr(&rmr), Ok(None));
+    assert_eq!(rbuf.read(0, 100), pattern(1, 100));
+    assert_eq!(rbuf.read(2048, 100), pattern(2, 100));
+    drop(p);
+}
+
+/// An RC receive taken off the receive queue by the FIRST packet of a SEND, and being
+/// filled, still refers to its region: EBUSY until the message completes.
+#[test]
+fn dereg_under_a_receive_being_filled_is_ebusy() {
+    let mut rbuf = Mine::new(4096, |_| 0);
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let rmr = rbuf.register(&mut p.b, Access::LOCAL_WRITE);
+    let rwr = RecvWr {
+        wr_id: 3,
+        sge: sge(&rmr, 0, 4096),
+    };
+    p.b.post_recv(p.qb, rwr).unwrap();
+    let la = p.la;
+    post(&mut p, 1, SendOp::Send, sge(&la, 0, 3000)); // FIRST MIDDLE LAST
+    p.run(|s, _| usize::from(s.opcode() == Opcode::RcSendFirst), 0);
+    assert_eq!(
+        p.sent(true, Opcode::RcSendLast).len(),
+        1,
+        "all sent, two lost"
+    );
+    assert!(p.wcs_b().is_empty());
+    let e = p.b.dereg_mr(&rmr).unwrap_err();
+    assert_eq!(e.errno(), libc::EBUSY, "{e}");
+    p.run(|_, _| 1, 10); // A's retransmission timer resends MIDDLE and LAST
+    let wb = p.wcs_b();
+    assert_eq!((wb[0].wr_id, wb[0].byte_len), (3, 3000), "{wb:?}");
+    assert_eq!(p.b.dereg_mr(&rmr), Ok(None));
+    assert_eq!(rbuf.read(0, 3000), p.a.mr_bytes(&la)[..3000].to_vec());
+    drop(p);
+}
+
+/// `ibv_dereg_mr` of a region that is not registered: EINVAL, not a panic; the owned
+/// form hands its bytes back once, and only once.
+#[test]
+fn dereg_of_an_unknown_region_is_einval() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let la = p.la;
+    assert_eq!(p.a.dereg_mr(&la).unwrap().map(|v| v.len()), Some(1 << 17));
+    let e = p.a.dereg_mr(&la).unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL, "{e}");
+}
+
+/// rdma_rxe's `check_rkey` (an rkey with no region: NAK Remote Access Error, the QP to
+/// ERR): once B deregisters its region,
+/// the rkey A holds grants nothing: a WRITE or READ naming it is NAKed Remote Access
+/// Error on the wire, completes REM_ACCESS_ERR at A, and B's memory is not touched (a
+/// later region of B gets another rkey, and the old one still fails against it).
+#[test]
+fn a_deregistered_rkey_never_grants_access_again() {
+    for read in [false, true] {
+        let mut src = Mine::new(1024, |_| 0x11);
+        let mut theirs = Mine::new(1024, |_| 0x22);
+        let mut p = Pair::new(RtsAttr::default(), all());
+        let smr = src.register(&mut p.a, Access::LOCAL_WRITE);
+        let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let old = theirs.register(&mut p.b, access);
+        let op = |mr: &Mr| {
+            if read {
+                SendOp::Read {
+                    remote_addr: mr.addr,
+                    rkey: old.rkey,
+                }
+            } else {
+                SendOp::Write {
+                    remote_addr: mr.addr,
+                    rkey: old.rkey,
+                }
+            }
+        };
+        post(&mut p, 1, op(&old), sge(&smr, 0, 64));
+        p.run(|_, _| 1, 10);
+        assert_eq!(
+            p.wcs_a()[0].status,
+            WcStatus::Success,
+            "granted while registered"
+        );
+        assert_eq!(p.b.dereg_mr(&old), Ok(None));
+        src.write(0, &[0x33; 64]);
+        theirs.write(0, &[0x44; 64]);
+        let new = theirs.register(&mut p.b, access);
+        assert_eq!(new.addr, old.addr, "the same memory again");
+        assert_ne!(new.rkey, old.rkey, "under another rkey");
+        post(&mut p, 2, op(&new), sge(&smr, 0, 64));
+        p.log.clear();
+        p.run(|_, _| 1, 10);
+        let naks: Vec<_> = p
+            .log
+            .iter()
+            .filter(|s| {
+                !s.from_a && s.syndrome() == Some(Syndrome::Nak(NakCode::RemoteAccessError))
+            })
+            .collect();
+        assert_eq!(
+            naks.len(),
+            1,
+            "read={read}: NAK Remote Access Error on the wire"
+        );
+        let wc = p.wcs_a();
+        assert_eq!(wc[0].wr_id, 2);
+        assert_eq!(wc[0].status, WcStatus::RemAccessErr, "read={read}: {wc:?}");
+        assert_eq!(theirs.read(0, 64), vec![0x44; 64], "B's memory untouched");
+        assert_eq!(src.read(0, 64), vec![0x33; 64], "A's buffer untouched");
+        drop(p);
+    }
+}
+
+/// A region deregistered in the middle of a peer's multi-packet RDMA WRITE (nothing of
+/// B's own refers to it, so `dereg_mr` succeeds): the packets after it are NAKed Remote
+/// Access Error and write nothing; what the FIRST packet wrote before stays. (rdma_rxe
+/// holds a reference on the MR from the FIRST packet and goes on writing; uroce may not:
+/// once `dereg_mr` succeeds, memory registered in place is the application's alone.)
+#[test]
+fn a_region_deregistered_under_a_peers_write_takes_no_more_of_it() {
+    let mut theirs = Mine::new(4096, |_| 0x22);
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let tmr = theirs.register(&mut p.b, access);
+    let la = p.la;
+    p.a.mr_bytes_mut(&la)[..3000].fill(0x55);
+    let op = SendOp::Write {
+        remote_addr: tmr.addr,
+        rkey: tmr.rkey,
+    };
+    post(&mut p, 1, op, sge(&la, 0, 3000)); // FIRST MIDDLE LAST
+    p.run(|s, _| usize::from(s.opcode() == Opcode::RcWriteFirst), 0);
+    assert_eq!(p.b.dereg_mr(&tmr), Ok(None));
+    p.log.clear();
+    p.run(|_, _| 1, 10); // A's retransmission timer resends from the FIRST
+    let nak = Some(Syndrome::Nak(NakCode::RemoteAccessError));
+    assert_eq!(
+        p.log
+            .iter()
+            .filter(|s| !s.from_a && s.syndrome() == nak)
+            .count(),
+        1
+    );
+    let wc = p.wcs_a();
+    assert_eq!(wc[0].status, WcStatus::RemAccessErr, "{wc:?}");
+    assert_eq!(theirs.read(0, 1024), vec![0x55; 1024], "the FIRST, before");
+    assert_eq!(theirs.read(1024, 3072), vec![0x22; 3072], "nothing after");
+    drop(p);
+}
+
+/// ibv_reg_mr's refusals for memory in place, from the kernel's `ib_umem_get`: length 0
+/// (EINVAL), a null address (EFAULT), a range wrapping around the address space
+/// (EINVAL).
+#[test]
+fn reg_mr_raw_refusals() {
+    let (mut c, _, _) = ctx(1);
+    let mut mine = vec![0u8; 16];
+    let p = mine.as_mut_ptr();
+    // SAFETY: every call is refused before anything is registered.
+    let errno = |r: Result<Mr, uroce::verbs::VerbsError>| r.unwrap_err().errno();
+    unsafe {
+        assert_eq!(
+            errno(c.reg_mr_raw(PdId(0), p, 0, Access::NONE)),
+            libc::EINVAL
+        );
+        let null = std::ptr::null_mut();
+        assert_eq!(
+            errno(c.reg_mr_raw(PdId(0), null, 16, Access::NONE)),
+            libc::EFAULT
+        );
+        let wraps = usize::MAX - 8;
+        assert_eq!(
+            errno(c.reg_mr_raw(PdId(0), p, wraps, Access::NONE)),
+            libc::EINVAL
+        );
+        let no_local = Access::REMOTE_WRITE;
+        assert_eq!(errno(c.reg_mr_raw(PdId(0), p, 16, no_local)), libc::EINVAL);
+    }
+}
