@@ -7,11 +7,29 @@ use super::cq::Cq;
 use super::qp::Qp;
 use super::Context;
 use crate::congestion::{dcqcn, NotificationPoint, ReactionPoint};
-use crate::mem::{Access, Mr, PdId};
+use crate::mem::{inc_rkey, Access, Mr, Mw, MwType, PdId};
 use crate::transport::{
     CqId, InitAttr, Io, Mtu, QpCaps, QpCounters, QpInitEx, QpState, QpType, RecvWr, RtrAttr,
-    RtsAttr, SendFlags, SendWr, UdSendWr, VerbsError, WorkCompletion,
+    RtsAttr, SendFlags, SendOp, SendWr, Sge, UdSendWr, VerbsError, WorkCompletion,
 };
+
+/// A type 1 memory window bind (ibv_mw_bind and its ibv_mw_bind_info), for
+/// [`Context::bind_mw`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MwBind {
+    /// Returned in the completion (IBV_WC_BIND_MW).
+    pub wr_id: u64,
+    /// Generate a completion on success (errors always complete).
+    pub signaled: bool,
+    /// The memory region (needs [`Access::MW_BIND`]); not looked at when `length` is 0.
+    pub mr_lkey: u32,
+    /// First byte granted, inside the region.
+    pub addr: u64,
+    /// Bytes granted; 0 unbinds the window.
+    pub length: u64,
+    /// REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC (writes need a LOCAL_WRITE region).
+    pub access: Access,
+}
 
 impl Context {
     /// Allocates a protection domain (ibv_alloc_pd).
@@ -24,9 +42,62 @@ impl Context {
         Ok(self.mem.register(pd, data, access)?)
     }
 
-    /// Deregisters a region (ibv_dereg_mr); its keys stop working and the bytes come back.
-    pub fn dereg_mr(&mut self, mr: &Mr) -> Option<Vec<u8>> {
-        self.mem.deregister(mr.lkey)
+    /// Deregisters a region (ibv_dereg_mr); its keys stop working and the bytes come back
+    /// (`None` for a region not registered). EBUSY ([`VerbsError::Busy`]) while memory
+    /// windows are bound to it (IBTA §10.6.7.2.6; rdma_rxe's `rxe_dereg_mr` refuses a
+    /// region whose `num_mw` is not 0): the region stays registered.
+    pub fn dereg_mr(&mut self, mr: &Mr) -> Result<Option<Vec<u8>>, VerbsError> {
+        if self.mem.has_windows(mr.lkey) {
+            return Err(VerbsError::Busy("memory windows are bound to the region"));
+        }
+        Ok(self.mem.deregister(mr.lkey))
+    }
+
+    /// Allocates a memory window of `pd` (ibv_alloc_mw): unbound, granting nothing, with
+    /// a random rkey of its own. See `mem/window.rs` for what each type allows.
+    pub fn alloc_mw(&mut self, pd: PdId, mw_type: MwType) -> Result<Mw, VerbsError> {
+        Ok(self.mem.alloc_mw(pd, mw_type)?)
+    }
+
+    /// Deallocates a memory window (ibv_dealloc_mw), bound or not: its rkey never grants
+    /// access again. EINVAL for an unknown window.
+    pub fn dealloc_mw(&mut self, mw: &Mw) -> Result<(), VerbsError> {
+        Ok(self.mem.dealloc_mw(mw.id())?)
+    }
+
+    /// Binds a type 1 memory window through QP `qpn`'s send queue (ibv_bind_mw): as
+    /// rdma-core's rxe provider does, a BIND_MW work request with the window's next key
+    /// (`ibv_inc_rkey`) is posted, and `mw.rkey` takes that key at once; the bind happens
+    /// when the requester reaches it, in order with the send requests before it, and
+    /// completes IBV_WC_BIND_MW (if `signaled`) or IBV_WC_MW_BIND_ERR (then the QP goes to
+    /// ERR and the application must undo `mw.rkey`). Refused at once as ibverbs refuses
+    /// it (EINVAL): a window that is not type 1, or unknown; then the post-time refusals
+    /// of [`Context::post_send`]. Length 0 unbinds the window.
+    pub fn bind_mw(&mut self, qpn: u32, mw: &mut Mw, bind: MwBind) -> Result<(), VerbsError> {
+        if self.mem.mw_type(mw.id()) != Some(MwType::Type1) {
+            return Err(VerbsError::InvalidWr(
+                "bind_mw takes a type 1 window; type 2 windows are bound by a BIND_MW work request",
+            ));
+        }
+        let rkey = inc_rkey(mw.rkey);
+        let op = SendOp::BindMw {
+            mw: mw.id(),
+            rkey,
+            mr_lkey: bind.mr_lkey,
+            addr: bind.addr,
+            length: bind.length,
+            access: bind.access,
+        };
+        let wr = SendWr {
+            wr_id: bind.wr_id,
+            op,
+            sge: Sge::default(),
+            signaled: bind.signaled,
+            solicited: false,
+        };
+        self.post(qpn, wr, SendFlags::NONE)?;
+        mw.rkey = rkey;
+        Ok(())
     }
 
     /// The bytes of a region.
@@ -268,12 +339,27 @@ impl Context {
 
     /// [`Context::post_send`] with the `ibv_send_flags` [`SendWr`] has no field for:
     /// IBV_SEND_FENCE, IBV_SEND_INLINE (EINVAL above the QP's `max_inline_data`).
+    ///
+    /// A BIND_MW work request must name a type 2 window (EINVAL otherwise: type 1 windows
+    /// are bound with [`Context::bind_mw`]).
     pub fn post_send_with(
         &mut self,
         qpn: u32,
         wr: SendWr,
         flags: SendFlags,
     ) -> Result<(), VerbsError> {
+        if let SendOp::BindMw { mw, .. } = wr.op {
+            if self.mem.mw_type(mw) != Some(MwType::Type2) {
+                return Err(VerbsError::InvalidWr(
+                    "a BIND_MW work request binds a type 2 window (type 1: bind_mw)",
+                ));
+            }
+        }
+        self.post(qpn, wr, flags)
+    }
+
+    /// Posts a send work request on an RC or UC QP, every check made.
+    fn post(&mut self, qpn: u32, wr: SendWr, flags: SendFlags) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send(&mut self.mem, wr, flags, &mut self.wcs);
         self.route_completions();

@@ -8,6 +8,10 @@
 
 #![forbid(unsafe_code)]
 
+mod window;
+
+pub use window::{inc_rkey, BindError, BindRequest, InvalidateError, Mw, MwId, MwType};
+
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -26,7 +30,9 @@ impl Access {
     pub const REMOTE_READ: Access = Access(4);
     /// Peers may run atomics.
     pub const REMOTE_ATOMIC: Access = Access(8);
-    /// Every right.
+    /// Memory windows may be bound to the region (IBV_ACCESS_MW_BIND; IBTA C10-73).
+    pub const MW_BIND: Access = Access(16);
+    /// Every right of data access (not MW_BIND).
     pub const ALL: Access = Access(15);
 
     /// True when every right in `other` is in `self`.
@@ -93,9 +99,12 @@ pub enum RegError {
     /// ibverbs requires LOCAL_WRITE with REMOTE_WRITE or REMOTE_ATOMIC.
     #[error("REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE")]
     InvalidAccess,
-    /// The protection domain still has regions.
-    #[error("protection domain still has registered regions")]
+    /// The protection domain still has regions or memory windows.
+    #[error("protection domain still has registered regions or memory windows")]
     Busy,
+    /// No memory window with this handle (EINVAL).
+    #[error("no such memory window")]
+    NoSuchMw,
 }
 
 struct Region {
@@ -129,11 +138,20 @@ impl Hasher for KeyHasher {
 
 type KeyMap<V> = HashMap<u32, V, BuildHasherDefault<KeyHasher>>;
 
-/// The protection domains and regions of one context.
+/// What an rkey names: a region (by its lkey), or a bound memory window with what it
+/// grants, so that one lookup finds either.
+#[derive(Debug, Clone, Copy)]
+enum RemoteKey {
+    Mr(u32),
+    Mw(window::Grant),
+}
+
+/// The protection domains, regions and memory windows of one context.
 pub struct Memory {
     pds: Vec<bool>,
     by_lkey: KeyMap<Region>,
-    rkey_to_lkey: KeyMap<u32>,
+    rkeys: KeyMap<RemoteKey>,
+    windows: window::Windows,
     rng: crate::rng::Rng,
 }
 
@@ -143,7 +161,8 @@ impl Memory {
         Self {
             pds: Vec::new(),
             by_lkey: KeyMap::default(),
-            rkey_to_lkey: KeyMap::default(),
+            rkeys: KeyMap::default(),
+            windows: KeyMap::default(),
             rng: crate::rng::Rng::new(seed ^ 0x6d65_6d6f_7279),
         }
     }
@@ -154,12 +173,12 @@ impl Memory {
         PdId(self.pds.len() as u32 - 1)
     }
 
-    /// Frees a protection domain that has no regions left.
+    /// Frees a protection domain that has no regions or memory windows left.
     pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), RegError> {
         if !self.pd_exists(pd) {
             return Err(RegError::NoSuchPd);
         }
-        if self.by_lkey.values().any(|r| r.mr.pd == pd) {
+        if self.by_lkey.values().any(|r| r.mr.pd == pd) || self.pd_has_windows(pd) {
             return Err(RegError::Busy);
         }
         self.pds[pd.0 as usize] = false;
@@ -171,10 +190,16 @@ impl Memory {
         self.pds.get(pd.0 as usize).copied().unwrap_or(false)
     }
 
+    /// A key no region and no window has; its upper 24 bits name no window (a window
+    /// keeps them through every rebinding).
     fn fresh_key(&mut self) -> u32 {
         loop {
             let k = self.rng.next_u64() as u32;
-            if k != 0 && !self.by_lkey.contains_key(&k) && !self.rkey_to_lkey.contains_key(&k) {
+            if k != 0
+                && !self.by_lkey.contains_key(&k)
+                && !self.rkeys.contains_key(&k)
+                && !self.windows.contains_key(&(k >> 8))
+            {
                 return k;
             }
         }
@@ -196,7 +221,7 @@ impl Memory {
             != 0
         {
             let k = self.fresh_key();
-            self.rkey_to_lkey.insert(k, lkey);
+            self.rkeys.insert(k, RemoteKey::Mr(lkey));
             k
         } else {
             0
@@ -216,7 +241,7 @@ impl Memory {
     /// Deregisters a region: its keys stop working at once; the bytes come back.
     pub fn deregister(&mut self, lkey: u32) -> Option<Vec<u8>> {
         let r = self.by_lkey.remove(&lkey)?;
-        self.rkey_to_lkey.remove(&r.mr.rkey);
+        self.rkeys.remove(&r.mr.rkey);
         Some(r.data.into_vec())
     }
 
@@ -235,23 +260,27 @@ impl Memory {
         self.by_lkey.get_mut(&lkey).map(|r| &mut r.data[..])
     }
 
-    /// The one check for remote access (IBTA §10.6.3.2, C10-..): key valid, same PD,
-    /// `[va, va+len)` inside the region, right granted. Gives the region's lkey and the
-    /// offset of `va` in it. A zero-length access passes without a key check, as the
-    /// spec allows for zero-length RDMA.
+    /// The one check for remote access (IBTA §10.6.3.2, C10-..), for a request arriving
+    /// on QP `qpn` of `pd`: key valid, same PD, `[va, va+len)` inside the region, right
+    /// granted. Gives the region's lkey and the offset of `va` in it. The rkey may name a
+    /// region or a bound memory window (one lookup finds either): a window grants its own
+    /// rights inside its own range, and a type 2 window only to the QP it is bound to
+    /// (`window.rs`). Zero-length accesses need no key: callers do not call this for them,
+    /// as the spec allows zero-length RDMA without one.
     pub fn check_remote(
         &self,
         pd: PdId,
+        qpn: u32,
         rkey: u32,
         va: u64,
         len: u64,
         need: Access,
     ) -> Result<Span, AccessError> {
-        let lkey = *self
-            .rkey_to_lkey
-            .get(&rkey)
-            .ok_or(AccessError::BadKey(rkey))?;
-        self.check(pd, lkey, va, len, need)
+        match self.rkeys.get(&rkey) {
+            Some(RemoteKey::Mr(lkey)) => self.check(pd, *lkey, va, len, need),
+            Some(RemoteKey::Mw(g)) => g.check(pd, qpn, va, len, need),
+            None => Err(AccessError::BadKey(rkey)),
+        }
     }
 
     /// The same check for a local scatter/gather entry.
@@ -378,35 +407,35 @@ mod tests {
         assert_ne!(a.rkey, b.rkey);
         assert_ne!(b.rkey.wrapping_sub(a.rkey), 1, "keys are not sequential");
         assert!(m
-            .check_remote(pd, a.rkey, a.addr, 100, Access::REMOTE_WRITE)
+            .check_remote(pd, 0, a.rkey, a.addr, 100, Access::REMOTE_WRITE)
             .is_ok());
         assert_eq!(
-            m.check_remote(pd, a.rkey, a.addr + 1, 100, Access::REMOTE_WRITE),
+            m.check_remote(pd, 0, a.rkey, a.addr + 1, 100, Access::REMOTE_WRITE),
             Err(AccessError::OutOfBounds {
                 va: a.addr + 1,
                 len: 100
             })
         );
         assert_eq!(
-            m.check_remote(pd, a.rkey, a.addr - 1, 1, Access::REMOTE_WRITE),
+            m.check_remote(pd, 0, a.rkey, a.addr - 1, 1, Access::REMOTE_WRITE),
             Err(AccessError::OutOfBounds {
                 va: a.addr - 1,
                 len: 1
             })
         );
         assert_eq!(
-            m.check_remote(pd, a.rkey, u64::MAX, 2, Access::REMOTE_WRITE),
+            m.check_remote(pd, 0, a.rkey, u64::MAX, 2, Access::REMOTE_WRITE),
             Err(AccessError::OutOfBounds {
                 va: u64::MAX,
                 len: 2
             })
         );
         assert_eq!(
-            m.check_remote(pd, a.rkey, a.addr, 1, Access::REMOTE_READ),
+            m.check_remote(pd, 0, a.rkey, a.addr, 1, Access::REMOTE_READ),
             Err(AccessError::NoRight)
         );
         assert_eq!(
-            m.check_remote(other, a.rkey, a.addr, 1, Access::REMOTE_WRITE),
+            m.check_remote(other, 0, a.rkey, a.addr, 1, Access::REMOTE_WRITE),
             Err(AccessError::WrongPd)
         );
         assert_eq!(
@@ -416,7 +445,7 @@ mod tests {
         assert_eq!(m.dealloc_pd(pd), Err(RegError::Busy));
         assert_eq!(m.deregister(a.lkey).map(|v| v.len()), Some(100));
         assert_eq!(
-            m.check_remote(pd, a.rkey, a.addr, 1, Access::REMOTE_WRITE),
+            m.check_remote(pd, 0, a.rkey, a.addr, 1, Access::REMOTE_WRITE),
             Err(AccessError::BadKey(a.rkey))
         );
     }

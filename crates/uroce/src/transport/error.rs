@@ -28,19 +28,23 @@ pub enum VerbsError {
     /// Registration refused.
     #[error(transparent)]
     Reg(#[from] crate::mem::RegError),
+    /// The resource is in use (EBUSY): a memory region with memory windows bound to it
+    /// (IBTA §10.6.7.2.6).
+    #[error("busy: {0}")]
+    Busy(&'static str),
 }
 
 impl VerbsError {
     /// The errno ibverbs returns for the same refusal (`ibv_post_send`, `ibv_post_recv`,
     /// `ibv_create_qp`, `ibv_modify_qp`, `ibv_dealloc_pd` return it; rdma_rxe's
     /// `rxe_post_send` and `validate_send_wr`): ENOMEM for a full queue, EBUSY for a
-    /// protection domain still in use, EINVAL for everything else (a bad state, a work
+    /// protection domain or a memory region still in use, EINVAL for everything else (a bad state, a work
     /// request over one of the QP's caps, an unknown handle).
     pub fn errno(&self) -> i32 {
         use crate::mem::RegError;
         match self {
             Self::QueueFull(_) => libc::ENOMEM,
-            Self::Reg(RegError::Busy) => libc::EBUSY,
+            Self::Reg(RegError::Busy) | Self::Busy(_) => libc::EBUSY,
             Self::NoSuchQp(_)
             | Self::NoSuchCq
             | Self::BadState { .. }

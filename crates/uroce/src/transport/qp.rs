@@ -177,6 +177,11 @@ pub(crate) trait Service: Send {
     }
     /// The next request packet, in RTS.
     fn next_request(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Option<OutPacket>;
+    /// After [`Service::next_request`]: a work request the service executed itself (RC's
+    /// BIND_MW and LOCAL_INV) failed and has completed in error; the QP goes to ERR.
+    fn take_local_error(&mut self) -> Option<Fatal> {
+        None
+    }
     /// When [`Service::on_timeout`] wants to be called next, in RTS.
     fn poll_timeout(&self) -> Option<Instant> {
         None
@@ -639,13 +644,15 @@ impl Qp {
                 wr.sge = self.copy_inline(mem, wr.sge)?;
             }
         }
-        // READ and atomics write their answer into the local buffer.
-        let need = if wr.op.is_read_or_atomic() {
-            Access::LOCAL_WRITE
+        // READ and atomics write their answer into the local buffer; BIND_MW and
+        // LOCAL_INV have none (ibverbs does not look at their SGEs).
+        let local = if wr.op.is_read_or_atomic() {
+            Some((wr.sge, Access::LOCAL_WRITE))
+        } else if wr.op.is_local() {
+            None
         } else {
-            Access::NONE
+            Some((wr.sge, Access::NONE))
         };
-        let local = Some((wr.sge, need));
         let Admit::Service(span) = self.admit_send(mem, wr.wr_id, wr.op.wc_opcode(), local, wcs)?
         else {
             return Ok(());
@@ -765,6 +772,9 @@ impl Qp {
         let mut p = self.service.next_response();
         if p.is_none() && self.core.state == QpState::Rts {
             p = self.service.next_request(&mut self.core, io);
+            if self.service.take_local_error().is_some() {
+                self.enter_err(io);
+            }
         }
         if p.is_some() {
             self.core.counters.packets_sent += 1;

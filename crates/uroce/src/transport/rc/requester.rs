@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::{Fatal, Io, OutPacket, Path, QpCounters};
-use crate::mem::Span;
+use crate::mem::{BindRequest, Memory, PdId, Span};
 use crate::transport::{
     ack_timeout, rnr_timer_us, CqId, RtsAttr, SendOp, SendWr, VerbsError, WcOpcode, WcStatus,
     WorkCompletion,
@@ -57,6 +57,7 @@ impl Wqe {
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
     qpn: u32,
+    pd: PdId,
     cq: CqId,
     sq: VecDeque<Wqe>,
     /// sq[..started] have PSNs.
@@ -89,15 +90,52 @@ pub(crate) struct Requester {
     /// A READ re-request went out at this PSN: later responses beyond it are expected
     /// to be discarded, do not re-request again for each of them.
     rerequested: Option<u32>,
+    /// A local operation (BIND_MW, LOCAL_INV) failed and has just completed in error:
+    /// the QP must go to ERR ([`Requester::take_local_error`]).
+    local_error: Option<WcStatus>,
 }
 
 impl Requester {
-    pub(crate) fn new(qpn: u32, cq: CqId) -> Self {
+    pub(crate) fn new(qpn: u32, pd: PdId, cq: CqId) -> Self {
         Self {
             qpn,
+            pd,
             cq,
             ..Self::default()
         }
+    }
+
+    /// Whether a local operation that failed has completed (in order, after the requests
+    /// ahead of it): the QP then enters ERR and flushes the rest, as rdma_rxe's completer
+    /// does for a WQE its requester marked in error.
+    pub(crate) fn take_local_error(&mut self) -> Option<Fatal> {
+        self.local_error.take().map(Fatal)
+    }
+
+    /// Runs the local operations (BIND_MW, LOCAL_INV) at the head of the requests not
+    /// started yet, in order, as rdma_rxe's requester runs `rxe_do_local_ops` when it
+    /// reaches one: they take no PSN and complete in order with the rest. A fenced one
+    /// waits for the READs and atomics before it (the usual fence of a LOCAL_INV behind
+    /// a READ of the same window). `false` when the requests behind must wait: a fence,
+    /// or a local operation that failed (nothing behind it is started; it completes in
+    /// error in turn and the QP goes to ERR).
+    fn run_local_ops(&mut self, mem: &mut Memory) -> bool {
+        while let Some(w) = self.sq.get_mut(self.started) {
+            if !w.wr.op.is_local() {
+                break;
+            }
+            if w.status.is_some() || w.fence && self.rd_atomic_inflight > 0 {
+                return false;
+            }
+            w.first_psn = self.next_psn;
+            w.done = true;
+            w.status = local_op(mem, self.pd, self.qpn, w.wr.op);
+            if w.status.is_some() {
+                return false;
+            }
+            self.started += 1;
+        }
+        true
     }
 
     pub(crate) fn start(&mut self, a: RtsAttr) {
@@ -202,6 +240,17 @@ impl Requester {
                 }
             }
         } else {
+            if self
+                .sq
+                .get(self.started)
+                .is_some_and(|w| w.wr.op.is_local())
+            {
+                let go = self.run_local_ops(io.mem);
+                self.complete(io);
+                if !go {
+                    return None;
+                }
+            }
             let i = self.started;
             let w = self.sq.get(i)?;
             if w.status.is_some() {
@@ -554,6 +603,11 @@ impl Requester {
             if w.wr.signaled || status != WcStatus::Success {
                 io.wcs.push((self.cq, wc(&w, status, self.qpn)));
             }
+            if status != WcStatus::Success {
+                // Only a local operation completes here in error.
+                self.local_error = Some(status);
+                break;
+            }
         }
     }
 
@@ -620,6 +674,7 @@ impl Requester {
 fn npkts(wr: &SendWr, mtu: u32) -> u32 {
     match wr.op {
         SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
+        SendOp::BindMw { .. } | SendOp::LocalInv { .. } => 0,
         _ => wr.sge.length.div_ceil(mtu).max(1),
     }
 }
@@ -632,6 +687,37 @@ fn wc(w: &Wqe, status: WcStatus, qpn: u32) -> WorkCompletion {
         w.wr.sge.length,
         status,
     )
+}
+
+/// Executes a local operation against memory for QP `qpn` of `pd`: the status it
+/// completes with when it fails (rdma_rxe's `rxe_do_local_ops`: IBV_WC_MW_BIND_ERR for a
+/// bind, IBV_WC_LOC_QP_OP_ERR for a local invalidate), `None` on success.
+fn local_op(mem: &mut Memory, pd: PdId, qpn: u32, op: SendOp) -> Option<WcStatus> {
+    match op {
+        SendOp::BindMw {
+            mw,
+            rkey,
+            mr_lkey,
+            addr,
+            length,
+            access,
+        } => {
+            let b = BindRequest {
+                mw,
+                rkey,
+                mr_lkey,
+                addr,
+                length,
+                access,
+            };
+            mem.bind_mw(pd, qpn, &b).err().map(|_| WcStatus::MwBindErr)
+        }
+        SendOp::LocalInv { rkey } => mem
+            .invalidate(pd, None, rkey)
+            .err()
+            .map(|_| WcStatus::LocQpOpErr),
+        _ => None,
+    }
 }
 
 /// Builds the request packet of `w` at `psn`.
@@ -647,8 +733,11 @@ fn build(w: &Wqe, psn: u32, path: &Path) -> OutPacket {
     let opcode = match w.wr.op {
         SendOp::Send
         | SendOp::SendWithImm(_)
+        | SendOp::SendWithInv(_)
         | SendOp::Write { .. }
-        | SendOp::WriteWithImm { .. } => {
+        | SendOp::WriteWithImm { .. }
+        | SendOp::BindMw { .. }
+        | SendOp::LocalInv { .. } => {
             match message_packet(false, w.wr.op, k, w.npkts, mtu, w.local) {
                 Some((op, e, p)) => {
                     ext = e;
