@@ -702,3 +702,58 @@ fn local_operations_complete_in_order_with_sends() {
         WcStatus::RemAccessErr
     );
 }
+
+/// A failing local operation behind a request still waiting for its ACK completes after
+/// it, in order (rdma_rxe: the requester marks the WQE in error, the completer completes
+/// the send queue in order, then `rxe_qp_error`): SEND success, BIND_MW MW_BIND_ERR, the
+/// SEND behind it WR_FLUSH_ERR and never on the wire.
+#[test]
+fn failed_bind_behind_an_outstanding_send_completes_in_order() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let plain =
+        p.b.reg_mr(PdId(0), vec![0; 64], Access::LOCAL_WRITE)
+            .unwrap();
+    let sge = Sge {
+        addr: p.la.addr,
+        length: 64,
+        lkey: p.la.lkey,
+    };
+    p.a.post_recv(p.qa, RecvWr { wr_id: 50, sge }).unwrap();
+    let mw = p.b.alloc_mw(PdId(0), MwType::Type2).unwrap();
+    p.b.post_send(p.qb, wr(1, SendOp::Send, Sge::default(), true))
+        .unwrap();
+    let bad = bind_op(&mw, &plain, 0, 8, rw());
+    p.b.post_send(p.qb, wr(2, bad, Sge::default(), true))
+        .unwrap();
+    p.b.post_send(p.qb, wr(3, SendOp::Send, Sge::default(), true))
+        .unwrap();
+    // B's SEND goes out; its ACK is not in yet: the failed bind waits for it.
+    let mut buf = vec![0u8; 5000];
+    let n = p.b.poll_frame(p.now, &mut buf).unwrap();
+    assert!(
+        p.b.poll_frame(p.now, &mut buf).is_none(),
+        "nothing behind the bind"
+    );
+    assert!(
+        p.wcs_b().is_empty(),
+        "the bind waits for the SEND ahead of it"
+    );
+    assert_eq!(p.b.qp_state(p.qb), Some(QpState::Rts));
+    p.a.handle_frame(p.now, &buf[..n]).unwrap();
+    p.run(|_, _| 1, 10);
+    let got: Vec<_> = p
+        .wcs_b()
+        .iter()
+        .map(|w| (w.wr_id, w.opcode, w.status))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, WcOpcode::Send, WcStatus::Success),
+            (2, WcOpcode::BindMw, WcStatus::MwBindErr),
+            (3, WcOpcode::Send, WcStatus::WrFlushErr),
+        ]
+    );
+    assert_eq!(p.b.qp_state(p.qb), Some(QpState::Err));
+    assert!(p.log.iter().all(|s| s.from_a), "B sent nothing more");
+}

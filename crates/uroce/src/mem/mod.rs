@@ -5,6 +5,8 @@
 //! them back from [`Memory::deregister`]); the stack and the application reach them
 //! through the table, by key. Keys are drawn from a seeded generator, so a peer that
 //! knows one rkey learns nothing about the next (no counting from one region to another).
+//! Memory windows (`window.rs`) are rkeys of their own over part of a region; the rkey
+//! table names a region or a bound window, so one lookup finds either.
 
 #![forbid(unsafe_code)]
 
