@@ -177,8 +177,9 @@ pub(crate) trait Service: Send {
     }
     /// The next request packet, in RTS.
     fn next_request(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Option<OutPacket>;
-    /// After [`Service::next_request`]: a work request the service executed itself (RC's
-    /// BIND_MW and LOCAL_INV) failed and has completed in error; the QP goes to ERR.
+    /// After [`Service::next_request`] gave no packet: a work request the service executed
+    /// itself (RC's BIND_MW and LOCAL_INV) failed and has completed in error; the QP goes
+    /// to ERR.
     fn take_local_error(&mut self) -> Option<Fatal> {
         None
     }
@@ -772,7 +773,9 @@ impl Qp {
         let mut p = self.service.next_response();
         if p.is_none() && self.core.state == QpState::Rts {
             p = self.service.next_request(&mut self.core, io);
-            if self.service.take_local_error().is_some() {
+            // A failed local operation stops the requests (no packet): asked only then,
+            // so that a packet going out costs no call.
+            if p.is_none() && self.service.take_local_error().is_some() {
                 self.enter_err(io);
             }
         }

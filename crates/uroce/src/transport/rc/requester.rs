@@ -229,6 +229,9 @@ impl Requester {
         }
         // Report work requests that failed locally before they got PSNs.
         self.complete(io);
+        if self.local_error.is_some() {
+            return None; // the QP goes to ERR (`take_local_error`)
+        }
         let owed = self.tx_psn != self.next_psn;
         let idx = if owed {
             match (0..self.started).find(|&i| self.sq[i].contains(self.tx_psn)) {
