@@ -43,9 +43,8 @@ pub struct OutPacket {
 }
 
 /// Packet `k` of `npkts` of a SEND or RDMA WRITE message on RC (`uc` false) or UC: its
-/// opcode (FIRST / MIDDLE / LAST / ONLY, with immediate or (RC) invalidate on the last),
-/// its extension headers (RETH on the first packet of a WRITE, ImmDt or IETH on the
-/// last) and its slice of the
+/// opcode (FIRST / MIDDLE / LAST / ONLY, with immediate on the last), its extension
+/// headers (RETH on the first packet of a WRITE, ImmDt on the last) and its slice of the
 /// local buffer. `None` for READ and atomics, which are not cut into packets this way.
 pub(crate) fn message_packet(
     uc: bool,
@@ -57,16 +56,15 @@ pub(crate) fn message_packet(
 ) -> Option<(crate::wire::Opcode, ExtHeaders, Option<Span>)> {
     use crate::wire::{Opcode::*, RethRepr};
     let (first, last) = (k == 0, k + 1 == npkts);
-    let (write, imm, reth, inv) = match op {
-        SendOp::Send => (false, None, None, None),
-        SendOp::SendWithImm(i) => (false, Some(i), None, None),
-        SendOp::Write { remote_addr, rkey } => (true, None, Some((remote_addr, rkey)), None),
+    let (write, imm, reth) = match op {
+        SendOp::Send => (false, None, None),
+        SendOp::SendWithImm(i) => (false, Some(i), None),
+        SendOp::Write { remote_addr, rkey } => (true, None, Some((remote_addr, rkey))),
         SendOp::WriteWithImm {
             remote_addr,
             rkey,
             imm,
-        } => (true, Some(imm), Some((remote_addr, rkey)), None),
-        SendOp::SendWithInv(rkey) => (false, None, None, Some(rkey)),
+        } => (true, Some(imm), Some((remote_addr, rkey))),
         _ => return None,
     };
     let total = local.map_or(0, |s| s.len) as u64;
@@ -87,15 +85,11 @@ pub(crate) fn message_packet(
     }
     if last {
         ext.imm = imm;
-        ext.ieth = inv;
     }
-    // SEND with Invalidate carries the IETH on its last packet (IBTA Table 35, §9.4.1.1).
     let rc = match (write, first, last, imm.is_some()) {
-        (false, true, true, false) if inv.is_some() => RcSendOnlyInv,
         (false, true, true, false) => RcSendOnly,
         (false, true, true, true) => RcSendOnlyImm,
         (false, true, false, _) => RcSendFirst,
-        (false, false, true, false) if inv.is_some() => RcSendLastInv,
         (false, false, true, false) => RcSendLast,
         (false, false, true, true) => RcSendLastImm,
         (false, false, false, _) => RcSendMiddle,

@@ -556,6 +556,7 @@ impl Qp {
     /// rdma_rxe: the requester marks the WQE in error, the completer completes it in
     /// order and calls `rxe_qp_error`). A completion error always completes, signaled
     /// or not (`do_complete` posts any WQE whose status is not success).
+    #[inline]
     fn settle_fault(&mut self, wcs: &mut Wcs) {
         if self.fault.is_none() || self.service_send_queued() > 0 {
             return;
@@ -775,8 +776,8 @@ impl Qp {
             p = self.service.next_request(&mut self.core, io);
             // A failed local operation stops the requests (no packet): asked only then,
             // so that a packet going out costs no call.
-            if p.is_none() && self.service.take_local_error().is_some() {
-                self.enter_err(io);
+            if p.is_none() {
+                self.local_error(io);
             }
         }
         if p.is_some() {
@@ -784,6 +785,15 @@ impl Qp {
         }
         self.settle_fault(io.wcs);
         p
+    }
+
+    /// Enters ERR if a work request the service executed itself failed
+    /// ([`Service::take_local_error`]). Out of line: the send path does not carry it.
+    #[inline(never)]
+    fn local_error(&mut self, io: &mut Io<'_>) {
+        if self.service.take_local_error().is_some() {
+            self.enter_err(io);
+        }
     }
 
     /// When [`Qp::on_timeout`] wants to be called next.

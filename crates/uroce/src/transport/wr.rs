@@ -21,6 +21,10 @@ pub enum SendOp {
     Send,
     /// SEND with immediate data.
     SendWithImm(u32),
+    /// IBV_WR_SEND_WITH_INV (RC): a SEND whose last packet carries `rkey` in an IETH; the
+    /// responder invalidates that memory window when the message completes (IBTA
+    /// §9.4.1.1 and §10.6.7.2.3) and reports it in the receive completion.
+    SendWithInv(u32),
     /// RDMA WRITE to `remote_addr` under `rkey`.
     Write { remote_addr: u64, rkey: u32 },
     /// RDMA WRITE with immediate data: also consumes a receive at the peer.
@@ -44,10 +48,6 @@ pub enum SendOp {
         rkey: u32,
         add: u64,
     },
-    /// IBV_WR_SEND_WITH_INV (RC): a SEND whose last packet carries `rkey` in an IETH; the
-    /// responder invalidates that memory window when the message completes (IBTA
-    /// §9.4.1.1 and §10.6.7.2.3) and reports it in the receive completion.
-    SendWithInv(u32),
     /// IBV_WR_BIND_MW (RC): binds the type 2 window `mw` (IBTA §10.6.7.2.2; type 1
     /// windows are bound with `Context::bind_mw`). It puts nothing on the wire: the
     /// requester executes it when it reaches it in the send queue, in order with the

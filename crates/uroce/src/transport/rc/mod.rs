@@ -163,6 +163,10 @@ impl Service for RcQp {
         self.req.next_packet(&path, io, &mut core.counters)
     }
 
+    fn take_local_error(&mut self) -> Option<Fatal> {
+        self.req.take_local_error()
+    }
+
     fn poll_timeout(&self) -> Option<Instant> {
         self.req.poll_timeout()
     }
@@ -170,10 +174,6 @@ impl Service for RcQp {
     fn on_timeout(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Result<(), Fatal> {
         let r = self.req.on_timeout(io, &mut core.counters);
         self.req.take_local_error().map_or(r, Err)
-    }
-
-    fn take_local_error(&mut self) -> Option<Fatal> {
-        self.req.take_local_error()
     }
 
     fn connected(&mut self) -> Option<&mut dyn Connected> {

@@ -119,6 +119,14 @@ impl Requester {
     /// a READ of the same window). `false` when the requests behind must wait: a fence,
     /// or a local operation that failed (nothing behind it is started; it completes in
     /// error in turn and the QP goes to ERR).
+    ///
+    /// Out of line: ordinary requests pay only the test that sends them here.
+    #[inline(never)]
+    fn local_ops(&mut self, io: &mut Io<'_>) -> bool {
+        let go = self.run_local_ops(io.mem);
+        !self.complete(io) && go
+    }
+
     fn run_local_ops(&mut self, mem: &mut Memory) -> bool {
         while let Some(w) = self.sq.get_mut(self.started) {
             if !w.wr.op.is_local() {
@@ -227,10 +235,11 @@ impl Requester {
             }
             self.rnr_until = None;
         }
-        // Report work requests that failed locally before they got PSNs.
-        self.complete(io);
-        if self.local_error.is_some() {
-            return None; // the QP goes to ERR (`take_local_error`)
+        // Report work requests that failed locally before they got PSNs. A failed local
+        // operation among them stops the requester: the QP goes to ERR
+        // (`take_local_error`).
+        if self.complete(io) {
+            return None;
         }
         let owed = self.tx_psn != self.next_psn;
         let idx = if owed {
@@ -243,21 +252,15 @@ impl Requester {
                 }
             }
         } else {
-            if self
-                .sq
-                .get(self.started)
-                .is_some_and(|w| w.wr.op.is_local())
-            {
-                let go = self.run_local_ops(io.mem);
-                self.complete(io);
-                if !go {
-                    return None;
-                }
-            }
             let i = self.started;
             let w = self.sq.get(i)?;
-            if w.status.is_some() {
-                return None; // a locally failed request waits for completion in order
+            if w.wr.op.is_local() {
+                // BIND_MW, LOCAL_INV: run now, then on to what follows them; a failed
+                // one waits for its completion in order, and nothing behind it starts.
+                if !self.local_ops(io) {
+                    return None;
+                }
+                return self.next_packet(path, io, c);
             }
             let inflight = psn_diff(self.next_psn, self.una);
             if inflight > 0 && inflight as u32 >= self.inflight_limit {
@@ -589,15 +592,17 @@ impl Requester {
     ///
     /// Called before every packet goes out, where usually nothing is done: the check
     /// stays inline and the completing is out of line.
+    /// Whether a failed local operation completed (the QP must go to ERR).
     #[inline]
-    fn complete(&mut self, io: &mut Io<'_>) {
+    fn complete(&mut self, io: &mut Io<'_>) -> bool {
         if self.sq.front().is_some_and(|w| w.done) {
-            self.complete_done(io);
+            return self.complete_done(io);
         }
+        false
     }
 
     /// [`Requester::complete`] once the oldest request is done.
-    fn complete_done(&mut self, io: &mut Io<'_>) {
+    fn complete_done(&mut self, io: &mut Io<'_>) -> bool {
         while self.sq.front().is_some_and(|w| w.done) {
             let Some(w) = self.sq.pop_front() else { break };
             // Started requests are a prefix of the queue.
@@ -609,9 +614,10 @@ impl Requester {
             if status != WcStatus::Success {
                 // Only a local operation completes here in error.
                 self.local_error = Some(status);
-                break;
+                return true;
             }
         }
+        false
     }
 
     /// Completes the request holding `psn` with `status` (the oldest one if none holds
@@ -723,6 +729,30 @@ fn local_op(mem: &mut Memory, pd: PdId, qpn: u32, op: SendOp) -> Option<WcStatus
     }
 }
 
+/// Packet `k` of `npkts` of a SEND with Invalidate: a SEND's, with the last one
+/// SEND_LAST_WITH_INVALIDATE / SEND_ONLY_WITH_INVALIDATE carrying `rkey` in its IETH
+/// (IBTA Table 35, §9.4.1.1). Apart from `message_packet`, so that an ordinary SEND pays
+/// nothing for it.
+fn send_with_inv_packet(
+    rkey: u32,
+    k: u32,
+    npkts: u32,
+    mtu: u32,
+    local: Option<Span>,
+) -> (Opcode, ExtHeaders, Option<Span>) {
+    let Some((op, mut ext, payload)) = message_packet(false, SendOp::Send, k, npkts, mtu, local)
+    else {
+        return (Opcode::RcSendOnlyInv, ExtHeaders::default(), None);
+    };
+    let op = match op {
+        Opcode::RcSendOnly => Opcode::RcSendOnlyInv,
+        Opcode::RcSendLast => Opcode::RcSendLastInv,
+        other => return (other, ext, payload),
+    };
+    ext.ieth = Some(rkey);
+    (op, ext, payload)
+}
+
 /// Builds the request packet of `w` at `psn`.
 fn build(w: &Wqe, psn: u32, path: &Path) -> OutPacket {
     let mtu = path.mtu;
@@ -734,9 +764,14 @@ fn build(w: &Wqe, psn: u32, path: &Path) -> OutPacket {
     let mut payload = None;
     use Opcode::*;
     let opcode = match w.wr.op {
+        SendOp::SendWithInv(rkey) => {
+            let (op, e, p) = send_with_inv_packet(rkey, k, w.npkts, mtu, w.local);
+            ext = e;
+            payload = p;
+            op
+        }
         SendOp::Send
         | SendOp::SendWithImm(_)
-        | SendOp::SendWithInv(_)
         | SendOp::Write { .. }
         | SendOp::WriteWithImm { .. }
         | SendOp::BindMw { .. }
