@@ -38,8 +38,8 @@ impl VerbsError {
     /// The errno ibverbs returns for the same refusal (`ibv_post_send`, `ibv_post_recv`,
     /// `ibv_create_qp`, `ibv_modify_qp`, `ibv_dealloc_pd` return it; rdma_rxe's
     /// `rxe_post_send` and `validate_send_wr`): ENOMEM for a full queue, EBUSY for a
-    /// protection domain or a memory region still in use, EINVAL for everything else (a bad state, a work
-    /// request over one of the QP's caps, an unknown handle).
+    /// protection domain or a memory region still in use, EINVAL for everything else (a
+    /// bad state, a work request over one of the QP's caps, an unknown handle).
     pub fn errno(&self) -> i32 {
         use crate::mem::RegError;
         match self {

@@ -591,8 +591,8 @@ impl Requester {
     /// Pops finished work requests in order and reports them.
     ///
     /// Called before every packet goes out, where usually nothing is done: the check
-    /// stays inline and the completing is out of line.
-    /// Whether a failed local operation completed (the QP must go to ERR).
+    /// stays inline and the completing is out of line. Returns whether a failed local
+    /// operation completed (the QP must then go to ERR).
     #[inline]
     fn complete(&mut self, io: &mut Io<'_>) -> bool {
         if self.sq.front().is_some_and(|w| w.done) {

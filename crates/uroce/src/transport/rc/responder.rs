@@ -399,8 +399,8 @@ impl Responder {
                     // completes REM_INV_REQ_ERR and the QP goes to ERR. rdma_rxe still
                     // ACKs the message; uroce NAKs it Invalid Request, as it does every
                     // other request it fails, so the requester's SEND does not complete
-                    // as a success that never happened.
-                    // The opcode table gives an IETH to SEND_LAST / SEND_ONLY with Invalidate only.
+                    // as a success that never happened. (The opcode table gives an IETH
+                    // to SEND_LAST / SEND_ONLY with Invalidate only.)
                     let inv = p.ext.ieth;
                     if let Some(rkey) = inv {
                         if io.mem.invalidate(self.pd, Some(self.qpn), rkey).is_err() {
