@@ -25,6 +25,7 @@ mod transmit;
 
 pub use cq::{AsyncEvent, MAX_CQE};
 pub use receive::Received;
+pub use resources::MwBind;
 pub use transmit::Transmit;
 
 use std::collections::{BTreeMap, VecDeque};

@@ -7,11 +7,30 @@ use super::cq::Cq;
 use super::qp::Qp;
 use super::Context;
 use crate::congestion::{dcqcn, NotificationPoint, ReactionPoint};
-use crate::mem::{Access, Mr, PdId, RegError};
+use crate::mem::{inc_rkey, Access, Mr, Mw, MwType, PdId, RegError};
 use crate::transport::{
     CqId, InitAttr, Mtu, QpAttr, QpAttrMask, QpCaps, QpCounters, QpInitAttr, QpInitEx, QpState,
-    QpType, RecvWr, RtrAttr, RtsAttr, SendFlags, SendWr, UdSendWr, VerbsError, WorkCompletion,
+    QpType, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, UdSendWr, VerbsError,
+    WorkCompletion,
 };
+
+/// A type 1 memory window bind (ibv_mw_bind and its ibv_mw_bind_info), for
+/// [`Context::bind_mw`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MwBind {
+    /// Returned in the completion (IBV_WC_BIND_MW).
+    pub wr_id: u64,
+    /// Generate a completion on success (errors always complete).
+    pub signaled: bool,
+    /// The memory region (needs [`Access::MW_BIND`]); not looked at when `length` is 0.
+    pub mr_lkey: u32,
+    /// First byte granted, inside the region.
+    pub addr: u64,
+    /// Bytes granted; 0 unbinds the window.
+    pub length: u64,
+    /// REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC (writes need a LOCAL_WRITE region).
+    pub access: Access,
+}
 
 impl Context {
     /// Allocates a protection domain (ibv_alloc_pd).
@@ -86,6 +105,53 @@ impl Context {
         // deregistered; not accessed elsewhere while the stack may access it).
         let data = unsafe { crate::mem::Buffer::borrowed(addr, len) }?;
         Ok(self.mem.register_buffer(pd, data, access)?)
+    }
+
+    /// Allocates a memory window of `pd` (ibv_alloc_mw): unbound, granting nothing, with
+    /// a random rkey of its own. See `mem/window.rs` for what each type allows.
+    pub fn alloc_mw(&mut self, pd: PdId, mw_type: MwType) -> Result<Mw, VerbsError> {
+        Ok(self.mem.alloc_mw(pd, mw_type)?)
+    }
+
+    /// Deallocates a memory window (ibv_dealloc_mw), bound or not: its rkey never grants
+    /// access again. EINVAL for an unknown window.
+    pub fn dealloc_mw(&mut self, mw: &Mw) -> Result<(), VerbsError> {
+        Ok(self.mem.dealloc_mw(mw.id())?)
+    }
+
+    /// Binds a type 1 memory window through QP `qpn`'s send queue (ibv_bind_mw): as
+    /// rdma-core's rxe provider does, a BIND_MW work request with the window's next key
+    /// (`ibv_inc_rkey`) is posted, and `mw.rkey` takes that key at once; the bind happens
+    /// when the requester reaches it, in order with the send requests before it, and
+    /// completes IBV_WC_BIND_MW (if `signaled`) or IBV_WC_MW_BIND_ERR (then the QP goes to
+    /// ERR and the application must undo `mw.rkey`). Refused at once as ibverbs refuses
+    /// it (EINVAL): a window that is not type 1, or unknown; then the post-time refusals
+    /// of [`Context::post_send`]. Length 0 unbinds the window.
+    pub fn bind_mw(&mut self, qpn: u32, mw: &mut Mw, bind: MwBind) -> Result<(), VerbsError> {
+        if self.mem.mw_type(mw.id()) != Some(MwType::Type1) {
+            return Err(VerbsError::InvalidWr(
+                "bind_mw takes a type 1 window; type 2 windows are bound by a BIND_MW work request",
+            ));
+        }
+        let rkey = inc_rkey(mw.rkey);
+        let op = SendOp::BindMw {
+            mw: mw.id(),
+            rkey,
+            mr_lkey: bind.mr_lkey,
+            addr: bind.addr,
+            length: bind.length,
+            access: bind.access,
+        };
+        let wr = SendWr {
+            wr_id: bind.wr_id,
+            op,
+            sge: Sge::default(),
+            signaled: bind.signaled,
+            solicited: false,
+        };
+        self.post(qpn, wr, SendFlags::NONE)?;
+        mw.rkey = rkey;
+        Ok(())
     }
 
     /// Deregisters a region (ibv_dereg_mr): its lkey and rkey stop working at once (a
@@ -455,12 +521,27 @@ impl Context {
 
     /// [`Context::post_send`] with the `ibv_send_flags` [`SendWr`] has no field for:
     /// IBV_SEND_FENCE, IBV_SEND_INLINE (EINVAL above the QP's `max_inline_data`).
+    ///
+    /// A BIND_MW work request must name a type 2 window (EINVAL otherwise: type 1 windows
+    /// are bound with [`Context::bind_mw`]).
     pub fn post_send_with(
         &mut self,
         qpn: u32,
         wr: SendWr,
         flags: SendFlags,
     ) -> Result<(), VerbsError> {
+        if let SendOp::BindMw { mw, .. } = wr.op {
+            if self.mem.mw_type(mw) != Some(MwType::Type2) {
+                return Err(VerbsError::InvalidWr(
+                    "a BIND_MW work request binds a type 2 window (type 1: bind_mw)",
+                ));
+            }
+        }
+        self.post(qpn, wr, flags)
+    }
+
+    /// Posts a send work request on an RC or UC QP, every check made.
+    fn post(&mut self, qpn: u32, wr: SendWr, flags: SendFlags) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send(&mut self.mem, wr, flags, &mut self.wcs);
         self.route_completions();

@@ -257,11 +257,11 @@ mod tests {
         let mr = unsafe { register_in_place(&mut m, pd, mine.as_mut_ptr(), 64, Access::ALL) };
         assert_eq!((mr.addr, mr.len), (addr, 64));
         let s = m
-            .check_remote(pd, mr.rkey, addr + 60, 4, Access::REMOTE_WRITE)
+            .check_remote(pd, 0, mr.rkey, addr + 60, 4, Access::REMOTE_WRITE)
             .unwrap();
         assert!(m.copy_in(s, &[1, 2, 3, 4]));
         assert_eq!(
-            m.check_remote(pd, mr.rkey, addr + 61, 4, Access::REMOTE_WRITE),
+            m.check_remote(pd, 0, mr.rkey, addr + 61, 4, Access::REMOTE_WRITE),
             Err(AccessError::OutOfBounds {
                 va: addr + 61,
                 len: 4
@@ -273,7 +273,7 @@ mod tests {
         assert_eq!(m.deregister(mr.lkey), Ok(None), "nothing to hand back");
         assert_eq!(&mine[60..], &[1, 2, 3, 4]);
         assert_eq!(
-            m.check_remote(pd, mr.rkey, addr, 1, Access::REMOTE_WRITE),
+            m.check_remote(pd, 0, mr.rkey, addr, 1, Access::REMOTE_WRITE),
             Err(AccessError::BadKey(mr.rkey)),
             "a deregistered region's rkey grants nothing"
         );
@@ -303,7 +303,7 @@ mod tests {
             .unwrap();
         m.write(s).unwrap().copy_from_slice(&[7, 8]);
         let t = m
-            .check_remote(pd, tail.rkey, tail.addr, 2, Access::REMOTE_READ)
+            .check_remote(pd, 0, tail.rkey, tail.addr, 2, Access::REMOTE_READ)
             .unwrap();
         assert_eq!(m.read(t), Some(&[7u8, 8][..]));
         assert_eq!(

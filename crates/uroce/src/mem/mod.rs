@@ -11,6 +11,8 @@
 //! `mem` with `unsafe`. Keys come from `keys.rs`: never the same twice in a context's life
 //! (a deregistered region's rkey never names another region), and not sequential (a peer
 //! that knows one rkey cannot count to the next).
+//! Memory windows (`window.rs`) are rkeys of their own over part of a region; the rkey
+//! table names a region or a bound window, so one lookup finds either.
 
 #![deny(unsafe_code)]
 
@@ -19,6 +21,10 @@ mod keys;
 
 pub(crate) use buffer::Buffer;
 use keys::Keys;
+
+mod window;
+
+pub use window::{inc_rkey, BindError, BindRequest, InvalidateError, Mw, MwId, MwType};
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -38,7 +44,9 @@ impl Access {
     pub const REMOTE_READ: Access = Access(4);
     /// Peers may run atomics.
     pub const REMOTE_ATOMIC: Access = Access(8);
-    /// Every right.
+    /// Memory windows may be bound to the region (IBV_ACCESS_MW_BIND; IBTA C10-73).
+    pub const MW_BIND: Access = Access(16);
+    /// Every right of data access (not MW_BIND).
     pub const ALL: Access = Access(15);
 
     /// True when every right in `other` is in `self`.
@@ -105,8 +113,8 @@ pub enum RegError {
     /// ibverbs requires LOCAL_WRITE with REMOTE_WRITE or REMOTE_ATOMIC.
     #[error("REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE")]
     InvalidAccess,
-    /// The protection domain still has regions.
-    #[error("protection domain still has registered regions")]
+    /// The protection domain still has regions or memory windows.
+    #[error("protection domain still has registered regions or memory windows")]
     Busy,
     /// A region of no bytes (EINVAL: the kernel's `ib_umem_get` refuses a region of no
     /// pages).
@@ -126,6 +134,9 @@ pub enum RegError {
     /// The region is still in use and stays registered (EBUSY): the reason.
     #[error("memory region in use: {0}")]
     RegionInUse(&'static str),
+    /// No memory window with this handle (EINVAL).
+    #[error("no such memory window")]
+    NoSuchMw,
 }
 
 struct Region {
@@ -160,11 +171,20 @@ impl Hasher for KeyHasher {
 
 type KeyMap<V> = HashMap<u32, V, BuildHasherDefault<KeyHasher>>;
 
-/// The protection domains and regions of one context.
+/// What an rkey names: a region (by its lkey), or a bound memory window with what it
+/// grants, so that one lookup finds either.
+#[derive(Debug, Clone, Copy)]
+enum RemoteKey {
+    Mr(u32),
+    Mw(window::Grant),
+}
+
+/// The protection domains, regions and memory windows of one context.
 pub struct Memory {
     pds: Vec<bool>,
     by_lkey: KeyMap<Region>,
-    rkey_to_lkey: KeyMap<u32>,
+    rkeys: KeyMap<RemoteKey>,
+    windows: window::Windows,
     keys: Keys,
 }
 
@@ -174,7 +194,8 @@ impl Memory {
         Self {
             pds: Vec::new(),
             by_lkey: KeyMap::default(),
-            rkey_to_lkey: KeyMap::default(),
+            rkeys: KeyMap::default(),
+            windows: KeyMap::default(),
             keys: Keys::new(&mut crate::rng::Rng::new(seed ^ 0x6d65_6d6f_7279)),
         }
     }
@@ -185,12 +206,12 @@ impl Memory {
         PdId(self.pds.len() as u32 - 1)
     }
 
-    /// Frees a protection domain that has no regions left.
+    /// Frees a protection domain that has no regions or memory windows left.
     pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), RegError> {
         if !self.pd_exists(pd) {
             return Err(RegError::NoSuchPd);
         }
-        if self.by_lkey.values().any(|r| r.mr.pd == pd) {
+        if self.by_lkey.values().any(|r| r.mr.pd == pd) || self.pd_has_windows(pd) {
             return Err(RegError::Busy);
         }
         self.pds[pd.0 as usize] = false;
@@ -202,11 +223,16 @@ impl Memory {
         self.pds.get(pd.0 as usize).copied().unwrap_or(false)
     }
 
-    /// A key never handed out before in this context ([`keys`]); 0 is never a key.
+    /// A key never handed out before in this context ([`keys`]); 0 is never a key. Its
+    /// upper 24 bits name no window either (a window keeps them through every rebinding).
     fn fresh_key(&mut self) -> u32 {
         loop {
             let k = self.keys.next();
-            if k != 0 && !self.by_lkey.contains_key(&k) && !self.rkey_to_lkey.contains_key(&k) {
+            if k != 0
+                && !self.by_lkey.contains_key(&k)
+                && !self.rkeys.contains_key(&k)
+                && !self.windows.contains_key(&(k >> 8))
+            {
                 return k;
             }
         }
@@ -246,7 +272,7 @@ impl Memory {
             != 0
         {
             let k = self.fresh_key();
-            self.rkey_to_lkey.insert(k, lkey);
+            self.rkeys.insert(k, RemoteKey::Mr(lkey));
             k
         } else {
             0
@@ -271,6 +297,12 @@ impl Memory {
         if !self.by_lkey.contains_key(&lkey) {
             return Err(RegError::NoSuchMr(lkey));
         }
+        // IBTA §10.6.7.2.6: a region with windows bound to it cannot be deregistered.
+        if self.has_windows(lkey) {
+            return Err(RegError::RegionInUse(
+                "memory windows are bound to the region",
+            ));
+        }
         Ok(())
     }
 
@@ -282,7 +314,7 @@ impl Memory {
         self.may_deregister(lkey)?;
         let r = self.by_lkey.remove(&lkey).ok_or(RegError::NoSuchMr(lkey))?;
         if r.mr.rkey != 0 {
-            self.rkey_to_lkey.remove(&r.mr.rkey);
+            self.rkeys.remove(&r.mr.rkey);
         }
         Ok(r.data.into_vec())
     }
@@ -305,23 +337,27 @@ impl Memory {
         r.data.slice_mut(0, len)
     }
 
-    /// The one check for remote access (IBTA §10.6.3.2, C10-..): key valid, same PD,
-    /// `[va, va+len)` inside the region, right granted. Gives the region's lkey and the
-    /// offset of `va` in it. A zero-length access passes without a key check, as the
-    /// spec allows for zero-length RDMA.
+    /// The one check for remote access (IBTA §10.6.3.2, C10-..), for a request arriving
+    /// on QP `qpn` of `pd`: key valid, same PD, `[va, va+len)` inside the region, right
+    /// granted. Gives the region's lkey and the offset of `va` in it. The rkey may name a
+    /// region or a bound memory window (one lookup finds either): a window grants its own
+    /// rights inside its own range, and a type 2 window only to the QP it is bound to
+    /// (`window.rs`). Zero-length accesses need no key: callers do not call this for them,
+    /// as the spec allows zero-length RDMA without one.
     pub fn check_remote(
         &self,
         pd: PdId,
+        qpn: u32,
         rkey: u32,
         va: u64,
         len: u64,
         need: Access,
     ) -> Result<Span, AccessError> {
-        let lkey = *self
-            .rkey_to_lkey
-            .get(&rkey)
-            .ok_or(AccessError::BadKey(rkey))?;
-        self.check(pd, lkey, va, len, need)
+        match self.rkeys.get(&rkey) {
+            Some(RemoteKey::Mr(lkey)) => self.check(pd, *lkey, va, len, need),
+            Some(RemoteKey::Mw(g)) => g.check(pd, qpn, va, len, need),
+            None => Err(AccessError::BadKey(rkey)),
+        }
     }
 
     /// The same check for a local scatter/gather entry.
@@ -445,35 +481,35 @@ mod tests {
         assert_ne!(a.rkey, b.rkey);
         assert_ne!(b.rkey.wrapping_sub(a.rkey), 1, "keys are not sequential");
         assert!(m
-            .check_remote(pd, a.rkey, a.addr, 100, Access::REMOTE_WRITE)
+            .check_remote(pd, 0, a.rkey, a.addr, 100, Access::REMOTE_WRITE)
             .is_ok());
         assert_eq!(
-            m.check_remote(pd, a.rkey, a.addr + 1, 100, Access::REMOTE_WRITE),
+            m.check_remote(pd, 0, a.rkey, a.addr + 1, 100, Access::REMOTE_WRITE),
             Err(AccessError::OutOfBounds {
                 va: a.addr + 1,
                 len: 100
             })
         );
         assert_eq!(
-            m.check_remote(pd, a.rkey, a.addr - 1, 1, Access::REMOTE_WRITE),
+            m.check_remote(pd, 0, a.rkey, a.addr - 1, 1, Access::REMOTE_WRITE),
             Err(AccessError::OutOfBounds {
                 va: a.addr - 1,
                 len: 1
             })
         );
         assert_eq!(
-            m.check_remote(pd, a.rkey, u64::MAX, 2, Access::REMOTE_WRITE),
+            m.check_remote(pd, 0, a.rkey, u64::MAX, 2, Access::REMOTE_WRITE),
             Err(AccessError::OutOfBounds {
                 va: u64::MAX,
                 len: 2
             })
         );
         assert_eq!(
-            m.check_remote(pd, a.rkey, a.addr, 1, Access::REMOTE_READ),
+            m.check_remote(pd, 0, a.rkey, a.addr, 1, Access::REMOTE_READ),
             Err(AccessError::NoRight)
         );
         assert_eq!(
-            m.check_remote(other, a.rkey, a.addr, 1, Access::REMOTE_WRITE),
+            m.check_remote(other, 0, a.rkey, a.addr, 1, Access::REMOTE_WRITE),
             Err(AccessError::WrongPd)
         );
         assert_eq!(
@@ -486,7 +522,7 @@ mod tests {
             Ok(Some(100))
         );
         assert_eq!(
-            m.check_remote(pd, a.rkey, a.addr, 1, Access::REMOTE_WRITE),
+            m.check_remote(pd, 0, a.rkey, a.addr, 1, Access::REMOTE_WRITE),
             Err(AccessError::BadKey(a.rkey))
         );
     }

@@ -34,6 +34,9 @@ pub enum WcStatus {
     RetryExcErr,
     /// IBV_WC_RNR_RETRY_EXC_ERR: RNR retries exhausted.
     RnrRetryExcErr,
+    /// IBV_WC_MW_BIND_ERR: a memory window bind failed (a check of IBTA C10-72 to
+    /// C10-75).
+    MwBindErr,
 }
 
 impl WcStatus {
@@ -51,6 +54,7 @@ impl WcStatus {
             Self::RemOpErr => "REM_OP_ERR",
             Self::RetryExcErr => "RETRY_EXC_ERR",
             Self::RnrRetryExcErr => "RNR_RETRY_EXC_ERR",
+            Self::MwBindErr => "MW_BIND_ERR",
         }
     }
 }
@@ -68,6 +72,10 @@ pub enum WcOpcode {
     CompSwap,
     /// IBV_WC_FETCH_ADD.
     FetchAdd,
+    /// IBV_WC_BIND_MW.
+    BindMw,
+    /// IBV_WC_LOCAL_INV.
+    LocalInv,
     /// IBV_WC_RECV.
     Recv,
     /// IBV_WC_RECV_RDMA_WITH_IMM.
@@ -85,8 +93,8 @@ impl WcFlags {
     pub const GRH: Self = Self(1 << 0);
     /// IBV_WC_WITH_IMM: the message carried immediate data ([`WorkCompletion::imm`]).
     pub const WITH_IMM: Self = Self(1 << 1);
-    /// IBV_WC_WITH_INV: the message invalidated an rkey (SEND_WITH_INV; reserved, not
-    /// produced yet).
+    /// IBV_WC_WITH_INV: the message (a SEND with Invalidate) invalidated the rkey in
+    /// [`WorkCompletion::invalidated_rkey`].
     pub const WITH_INV: Self = Self(1 << 3);
 
     /// Whether every bit of `other` is set.
@@ -122,8 +130,11 @@ pub struct WorkCompletion {
     pub src_qp: u32,
     /// The sender's address, for receives (its GID is `::ffff:a.b.c.d` for IPv4).
     pub sender: Option<IpAddr>,
-    /// ibv_wc's `wc_flags`: WITH_IMM when `imm` is set, GRH on a UD receive.
+    /// ibv_wc's `wc_flags`: WITH_IMM when `imm` is set, WITH_INV when
+    /// `invalidated_rkey` is, GRH on a UD receive.
     pub flags: WcFlags,
+    /// The rkey a SEND with Invalidate invalidated (ibv_wc's `invalidated_rkey`).
+    pub invalidated_rkey: Option<u32>,
     /// The message's last packet had the solicited-event bit set (what a CQ armed for
     /// solicited completions only waits for; ibv_wc does not show it).
     solicited: bool,
@@ -155,8 +166,16 @@ impl WorkCompletion {
             } else {
                 WcFlags::NONE
             },
+            invalidated_rkey: None,
             solicited: false,
         }
+    }
+
+    /// This receive completes a SEND with Invalidate that invalidated `rkey`.
+    pub(crate) fn with_inv(mut self, rkey: u32) -> Self {
+        self.flags = self.flags | WcFlags::WITH_INV;
+        self.invalidated_rkey = Some(rkey);
+        self
     }
 
     /// This receive completes a message whose last packet had the solicited-event bit
@@ -196,6 +215,7 @@ impl WorkCompletion {
             src_qp: 0,
             sender: None,
             flags: WcFlags::NONE,
+            invalidated_rkey: None,
             solicited: false,
         }
     }

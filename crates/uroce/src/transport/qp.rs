@@ -196,6 +196,12 @@ pub(crate) trait Service: Send {
     }
     /// The next request packet, in RTS.
     fn next_request(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Option<OutPacket>;
+    /// After [`Service::next_request`] gave no packet: a work request the service executed
+    /// itself (RC's BIND_MW and LOCAL_INV) failed and has completed in error; the QP goes
+    /// to ERR.
+    fn take_local_error(&mut self) -> Option<Fatal> {
+        None
+    }
     /// When [`Service::on_timeout`] wants to be called next, in RTS.
     fn poll_timeout(&self) -> Option<Instant> {
         None
@@ -726,6 +732,7 @@ impl Qp {
     /// rdma_rxe never enters SQE (`rxe_qp_from_attr`: "Not possible from modify_qp"):
     /// it takes every type to ERR, which would needlessly flush the receives of a
     /// service whose receive side has nothing to do with the send that failed.
+    #[inline]
     fn settle_fault(&mut self, wcs: &mut Wcs) {
         if self.fault.is_none() || self.service_send_queued() > 0 {
             return;
@@ -821,13 +828,15 @@ impl Qp {
                 wr.sge = self.copy_inline(mem, wr.sge)?;
             }
         }
-        // READ and atomics write their answer into the local buffer.
-        let need = if wr.op.is_read_or_atomic() {
-            Access::LOCAL_WRITE
+        // READ and atomics write their answer into the local buffer; BIND_MW and
+        // LOCAL_INV have none (ibverbs does not look at their SGEs).
+        let local = if wr.op.is_read_or_atomic() {
+            Some((wr.sge, Access::LOCAL_WRITE))
+        } else if wr.op.is_local() {
+            None
         } else {
-            Access::NONE
+            Some((wr.sge, Access::NONE))
         };
-        let local = Some((wr.sge, need));
         let Admit::Service(span) = self.admit_send(mem, wr.wr_id, wr.op.wc_opcode(), local, wcs)?
         else {
             return Ok(());
@@ -948,6 +957,11 @@ impl Qp {
         let mut p = self.service.next_response();
         if p.is_none() && self.core.state.sends() {
             p = self.service.next_request(&mut self.core, io);
+            // A failed local operation stops the requests (no packet): asked only then,
+            // so that a packet going out costs no call.
+            if p.is_none() {
+                self.local_error(io);
+            }
         }
         if p.is_some() {
             self.core.counters.packets_sent += 1;
@@ -955,6 +969,15 @@ impl Qp {
         self.settle_fault(io.wcs);
         self.check_drained();
         p
+    }
+
+    /// Enters ERR if a work request the service executed itself failed
+    /// ([`Service::take_local_error`]). Out of line: the send path does not carry it.
+    #[inline(never)]
+    fn local_error(&mut self, io: &mut Io<'_>) {
+        if self.service.take_local_error().is_some() {
+            self.enter_err(io);
+        }
     }
 
     /// When [`Qp::on_timeout`] wants to be called next.

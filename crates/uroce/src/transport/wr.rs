@@ -21,6 +21,10 @@ pub enum SendOp {
     Send,
     /// SEND with immediate data.
     SendWithImm(u32),
+    /// IBV_WR_SEND_WITH_INV (RC): a SEND whose last packet carries `rkey` in an IETH; the
+    /// responder invalidates that memory window when the message completes (IBTA
+    /// §9.4.1.1 and §10.6.7.2.3) and reports it in the receive completion.
+    SendWithInv(u32),
     /// RDMA WRITE to `remote_addr` under `rkey`.
     Write { remote_addr: u64, rkey: u32 },
     /// RDMA WRITE with immediate data: also consumes a receive at the peer.
@@ -44,6 +48,26 @@ pub enum SendOp {
         rkey: u32,
         add: u64,
     },
+    /// IBV_WR_BIND_MW (RC): binds the type 2 window `mw` (IBTA §10.6.7.2.2; type 1
+    /// windows are bound with `Context::bind_mw`). It puts nothing on the wire: the
+    /// requester executes it when it reaches it in the send queue, in order with the
+    /// other requests, and it completes IBV_WC_BIND_MW, or IBV_WC_MW_BIND_ERR (the QP
+    /// then goes to ERR, as rdma_rxe's `rxe_do_local_ops` does). The window's rkey takes
+    /// the low 8 bits of `rkey` (`mem::inc_rkey` of the last one, by convention) and is
+    /// tied to this QP. `length` 0 is refused for a type 2 window; the SGE is not used.
+    BindMw {
+        mw: crate::mem::MwId,
+        rkey: u32,
+        mr_lkey: u32,
+        addr: u64,
+        length: u64,
+        access: crate::mem::Access,
+    },
+    /// IBV_WR_LOCAL_INV (RC): invalidates the type 2 window whose current rkey is `rkey`,
+    /// executed in order like `BindMw`; completes IBV_WC_LOCAL_INV, or
+    /// IBV_WC_LOC_QP_OP_ERR for a key that cannot be invalidated (rdma_rxe), the QP then
+    /// going to ERR. The SGE is not used.
+    LocalInv { rkey: u32 },
 }
 
 impl SendOp {
@@ -58,14 +82,21 @@ impl SendOp {
     pub fn is_atomic(self) -> bool {
         matches!(self, Self::CompareSwap { .. } | Self::FetchAdd { .. })
     }
+    /// True for the operations the requester executes locally, with nothing on the wire
+    /// (BIND_MW, LOCAL_INV).
+    pub fn is_local(self) -> bool {
+        matches!(self, Self::BindMw { .. } | Self::LocalInv { .. })
+    }
     /// The completion opcode.
     pub fn wc_opcode(self) -> WcOpcode {
         match self {
-            Self::Send | Self::SendWithImm(_) => WcOpcode::Send,
+            Self::Send | Self::SendWithImm(_) | Self::SendWithInv(_) => WcOpcode::Send,
             Self::Write { .. } | Self::WriteWithImm { .. } => WcOpcode::RdmaWrite,
             Self::Read { .. } => WcOpcode::RdmaRead,
             Self::CompareSwap { .. } => WcOpcode::CompSwap,
             Self::FetchAdd { .. } => WcOpcode::FetchAdd,
+            Self::BindMw { .. } => WcOpcode::BindMw,
+            Self::LocalInv { .. } => WcOpcode::LocalInv,
         }
     }
 }

@@ -58,7 +58,7 @@ impl RcQp {
     pub(crate) fn new(core: &QpCore) -> Self {
         Self {
             path: None,
-            req: Requester::new(core.qpn, core.send_cq),
+            req: Requester::new(core.qpn, core.pd, core.send_cq),
             resp: Responder::new(core.qpn, core.recv_cq, core.pd),
         }
     }
@@ -166,7 +166,8 @@ impl Service for RcQp {
             core.counters.dropped += 1;
             return Ok(());
         }
-        self.req.on_response(&path, io, p, &mut core.counters)
+        let r = self.req.on_response(&path, io, p, &mut core.counters);
+        self.req.take_local_error().map_or(r, Err)
     }
 
     fn on_misfit(
@@ -209,12 +210,17 @@ impl Service for RcQp {
         self.req.next_packet(&path, io, &mut core.counters)
     }
 
+    fn take_local_error(&mut self) -> Option<Fatal> {
+        self.req.take_local_error()
+    }
+
     fn poll_timeout(&self) -> Option<Instant> {
         self.req.poll_timeout()
     }
 
     fn on_timeout(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Result<(), Fatal> {
-        self.req.on_timeout(io, &mut core.counters)
+        let r = self.req.on_timeout(io, &mut core.counters);
+        self.req.take_local_error().map_or(r, Err)
     }
 
     fn connected(&mut self) -> Option<&mut dyn Connected> {

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::{Fatal, Io, OutPacket, Path, QpCounters};
-use crate::mem::Span;
+use crate::mem::{BindRequest, Memory, PdId, Span};
 use crate::transport::{
     ack_timeout, rnr_timer_us, CqId, RtsAttr, SendOp, SendWr, VerbsError, WcOpcode, WcStatus,
     WorkCompletion,
@@ -57,6 +57,7 @@ impl Wqe {
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
     qpn: u32,
+    pd: PdId,
     cq: CqId,
     sq: VecDeque<Wqe>,
     /// sq[..started] have PSNs.
@@ -91,15 +92,60 @@ pub(crate) struct Requester {
     rerequested: Option<u32>,
     /// SQD: no work request is started; those started go on (rdma_rxe's QP_STATE_DRAIN).
     draining: bool,
+    /// A local operation (BIND_MW, LOCAL_INV) failed and has just completed in error:
+    /// the QP must go to ERR ([`Requester::take_local_error`]).
+    local_error: Option<WcStatus>,
 }
 
 impl Requester {
-    pub(crate) fn new(qpn: u32, cq: CqId) -> Self {
+    pub(crate) fn new(qpn: u32, pd: PdId, cq: CqId) -> Self {
         Self {
             qpn,
+            pd,
             cq,
             ..Self::default()
         }
+    }
+
+    /// Whether a local operation that failed has completed (in order, after the requests
+    /// ahead of it): the QP then enters ERR and flushes the rest, as rdma_rxe's completer
+    /// does for a WQE its requester marked in error.
+    pub(crate) fn take_local_error(&mut self) -> Option<Fatal> {
+        self.local_error.take().map(Fatal)
+    }
+
+    /// Runs the local operations (BIND_MW, LOCAL_INV) at the head of the requests not
+    /// started yet, in order, as rdma_rxe's requester runs `rxe_do_local_ops` when it
+    /// reaches one: they take no PSN and complete in order with the rest. A fenced one
+    /// waits for the READs and atomics before it (the usual fence of a LOCAL_INV behind
+    /// a READ of the same window). `false` when the requests behind must wait: a fence,
+    /// or a local operation that failed (nothing behind it is started; it completes in
+    /// error in turn and the QP goes to ERR).
+    ///
+    /// Out of line: ordinary requests pay only the test that sends them here.
+    #[inline(never)]
+    fn local_ops(&mut self, io: &mut Io<'_>) -> bool {
+        let go = self.run_local_ops(io.mem);
+        !self.complete(io) && go
+    }
+
+    fn run_local_ops(&mut self, mem: &mut Memory) -> bool {
+        while let Some(w) = self.sq.get_mut(self.started) {
+            if !w.wr.op.is_local() {
+                break;
+            }
+            if w.status.is_some() || w.fence && self.rd_atomic_inflight > 0 {
+                return false;
+            }
+            w.first_psn = self.next_psn;
+            w.done = true;
+            w.status = local_op(mem, self.pd, self.qpn, w.wr.op);
+            if w.status.is_some() {
+                return false;
+            }
+            self.started += 1;
+        }
+        true
     }
 
     pub(crate) fn start(&mut self, a: RtsAttr) {
@@ -229,8 +275,12 @@ impl Requester {
             }
             self.rnr_until = None;
         }
-        // Report work requests that failed locally before they got PSNs.
-        self.complete(io);
+        // Report work requests that failed locally before they got PSNs. A failed local
+        // operation among them stops the requester: the QP goes to ERR
+        // (`take_local_error`).
+        if self.complete(io) {
+            return None;
+        }
         let owed = self.tx_psn != self.next_psn;
         let idx = if owed {
             match (0..self.started).find(|&i| self.sq[i].contains(self.tx_psn)) {
@@ -249,6 +299,14 @@ impl Requester {
             }
             if w.status.is_some() {
                 return None; // a locally failed request waits for completion in order
+            }
+            if w.wr.op.is_local() {
+                // BIND_MW, LOCAL_INV: run now, then on to what follows them; a failed
+                // one waits for its completion in order, and nothing behind it starts.
+                if !self.local_ops(io) {
+                    return None;
+                }
+                return self.next_packet(path, io, c);
             }
             let inflight = psn_diff(self.next_psn, self.una);
             if inflight > 0 && inflight as u32 >= self.inflight_limit {
@@ -579,16 +637,18 @@ impl Requester {
     /// Pops finished work requests in order and reports them.
     ///
     /// Called before every packet goes out, where usually nothing is done: the check
-    /// stays inline and the completing is out of line.
+    /// stays inline and the completing is out of line. Returns whether a failed local
+    /// operation completed (the QP must then go to ERR).
     #[inline]
-    fn complete(&mut self, io: &mut Io<'_>) {
+    fn complete(&mut self, io: &mut Io<'_>) -> bool {
         if self.sq.front().is_some_and(|w| w.done) {
-            self.complete_done(io);
+            return self.complete_done(io);
         }
+        false
     }
 
     /// [`Requester::complete`] once the oldest request is done.
-    fn complete_done(&mut self, io: &mut Io<'_>) {
+    fn complete_done(&mut self, io: &mut Io<'_>) -> bool {
         while self.sq.front().is_some_and(|w| w.done) {
             let Some(w) = self.sq.pop_front() else { break };
             // Started requests are a prefix of the queue.
@@ -597,7 +657,13 @@ impl Requester {
             if w.wr.signaled || status != WcStatus::Success {
                 io.wcs.push((self.cq, wc(&w, status, self.qpn)));
             }
+            if status != WcStatus::Success {
+                // Only a local operation completes here in error.
+                self.local_error = Some(status);
+                return true;
+            }
         }
+        false
     }
 
     /// Completes the request holding `psn` with `status` (the oldest one if none holds
@@ -663,6 +729,7 @@ impl Requester {
 fn npkts(wr: &SendWr, mtu: u32) -> u32 {
     match wr.op {
         SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
+        SendOp::BindMw { .. } | SendOp::LocalInv { .. } => 0,
         _ => wr.sge.length.div_ceil(mtu).max(1),
     }
 }
@@ -677,6 +744,61 @@ fn wc(w: &Wqe, status: WcStatus, qpn: u32) -> WorkCompletion {
     )
 }
 
+/// Executes a local operation against memory for QP `qpn` of `pd`: the status it
+/// completes with when it fails (rdma_rxe's `rxe_do_local_ops`: IBV_WC_MW_BIND_ERR for a
+/// bind, IBV_WC_LOC_QP_OP_ERR for a local invalidate), `None` on success.
+fn local_op(mem: &mut Memory, pd: PdId, qpn: u32, op: SendOp) -> Option<WcStatus> {
+    match op {
+        SendOp::BindMw {
+            mw,
+            rkey,
+            mr_lkey,
+            addr,
+            length,
+            access,
+        } => {
+            let b = BindRequest {
+                mw,
+                rkey,
+                mr_lkey,
+                addr,
+                length,
+                access,
+            };
+            mem.bind_mw(pd, qpn, &b).err().map(|_| WcStatus::MwBindErr)
+        }
+        SendOp::LocalInv { rkey } => mem
+            .invalidate(pd, None, rkey)
+            .err()
+            .map(|_| WcStatus::LocQpOpErr),
+        _ => None,
+    }
+}
+
+/// Packet `k` of `npkts` of a SEND with Invalidate: a SEND's, with the last one
+/// SEND_LAST_WITH_INVALIDATE / SEND_ONLY_WITH_INVALIDATE carrying `rkey` in its IETH
+/// (IBTA Table 35, §9.4.1.1). Apart from `message_packet`, so that an ordinary SEND pays
+/// nothing for it.
+fn send_with_inv_packet(
+    rkey: u32,
+    k: u32,
+    npkts: u32,
+    mtu: u32,
+    local: Option<Span>,
+) -> (Opcode, ExtHeaders, Option<Span>) {
+    let Some((op, mut ext, payload)) = message_packet(false, SendOp::Send, k, npkts, mtu, local)
+    else {
+        return (Opcode::RcSendOnlyInv, ExtHeaders::default(), None);
+    };
+    let op = match op {
+        Opcode::RcSendOnly => Opcode::RcSendOnlyInv,
+        Opcode::RcSendLast => Opcode::RcSendLastInv,
+        other => return (other, ext, payload),
+    };
+    ext.ieth = Some(rkey);
+    (op, ext, payload)
+}
+
 /// Builds the request packet of `w` at `psn`.
 fn build(w: &Wqe, psn: u32, path: &Path) -> OutPacket {
     let mtu = path.mtu;
@@ -688,10 +810,18 @@ fn build(w: &Wqe, psn: u32, path: &Path) -> OutPacket {
     let mut payload = None;
     use Opcode::*;
     let opcode = match w.wr.op {
+        SendOp::SendWithInv(rkey) => {
+            let (op, e, p) = send_with_inv_packet(rkey, k, w.npkts, mtu, w.local);
+            ext = e;
+            payload = p;
+            op
+        }
         SendOp::Send
         | SendOp::SendWithImm(_)
         | SendOp::Write { .. }
-        | SendOp::WriteWithImm { .. } => {
+        | SendOp::WriteWithImm { .. }
+        | SendOp::BindMw { .. }
+        | SendOp::LocalInv { .. } => {
             match message_packet(false, w.wr.op, k, w.npkts, mtu, w.local) {
                 Some((op, e, p)) => {
                     ext = e;

@@ -401,9 +401,25 @@ impl Responder {
                     }
                 }
                 if last {
+                    // SEND with Invalidate: the window the IETH names is invalidated
+                    // when the message completes (IBTA §10.6.7.2.3; rdma_rxe's
+                    // `execute` calls `invalidate_rkey` after placing the data). A key
+                    // this QP may not invalidate (unknown, a region's, a type 1 window,
+                    // a window bound to another QP) is rdma_rxe's "class J": the receive
+                    // completes REM_INV_REQ_ERR and the QP goes to ERR. rdma_rxe still
+                    // ACKs the message; uroce NAKs it Invalid Request, as it does every
+                    // other request it fails, so the requester's SEND does not complete
+                    // as a success that never happened. (The opcode table gives an IETH
+                    // to SEND_LAST / SEND_ONLY with Invalidate only.)
+                    let inv = p.ext.ieth;
+                    if let Some(rkey) = inv {
+                        if io.mem.invalidate(self.pd, Some(self.qpn), rkey).is_err() {
+                            return Verdict::Nak(NakCode::InvalidRequest);
+                        }
+                    }
                     self.cur = None;
                     self.msn = psn_add(self.msn, 1);
-                    let wc = self
+                    let mut wc = self
                         .wc(
                             rwqe.wr_id,
                             WcStatus::Success,
@@ -413,6 +429,9 @@ impl Responder {
                             path,
                         )
                         .solicited(p.bth.solicited);
+                    if let Some(rkey) = inv {
+                        wc = wc.with_inv(rkey);
+                    }
                     io.wcs.push((self.cq, wc));
                 } else {
                     self.cur = Some(InMsg::Send {
@@ -444,6 +463,7 @@ impl Responder {
                     } else {
                         match io.mem.check_remote(
                             self.pd,
+                            self.qpn,
                             reth.rkey,
                             reth.va,
                             total,
@@ -513,7 +533,8 @@ impl Responder {
                 if reads as u32 >= self.max_dest_rd_atomic {
                     return Verdict::Nak(NakCode::InvalidRequest);
                 }
-                let span = match read_span(io.mem, self.pd, reth.rkey, reth.va, reth.len) {
+                let span = match read_span(io.mem, self.pd, self.qpn, reth.rkey, reth.va, reth.len)
+                {
                     Ok(s) => s,
                     Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
                 };
@@ -553,14 +574,17 @@ impl Responder {
                 if reads as u32 >= self.max_dest_rd_atomic {
                     return Verdict::Nak(NakCode::InvalidRequest);
                 }
-                let span =
-                    match io
-                        .mem
-                        .check_remote(self.pd, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
-                    {
-                        Ok(s) => s,
-                        Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
-                    };
+                let span = match io.mem.check_remote(
+                    self.pd,
+                    self.qpn,
+                    a.rkey,
+                    a.va,
+                    8,
+                    Access::REMOTE_ATOMIC,
+                ) {
+                    Ok(s) => s,
+                    Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
+                };
                 let Some(cell) = io.mem.write(span).filter(|c| c.len() == 8) else {
                     return Verdict::Nak(NakCode::RemoteAccessError);
                 };
@@ -628,7 +652,8 @@ impl Responder {
                 {
                     return;
                 }
-                let Ok(span) = read_span(mem, self.pd, reth.rkey, reth.va, reth.len) else {
+                let Ok(span) = read_span(mem, self.pd, self.qpn, reth.rkey, reth.va, reth.len)
+                else {
                     return;
                 };
                 let npkts = (reth.len as usize).div_ceil(path.mtu as usize).max(1) as u32;
@@ -759,6 +784,7 @@ impl Responder {
 fn read_span(
     mem: &Memory,
     pd: PdId,
+    qpn: u32,
     rkey: u32,
     va: u64,
     len: u32,
@@ -766,6 +792,6 @@ fn read_span(
     if len == 0 {
         return Ok(None);
     }
-    mem.check_remote(pd, rkey, va, u64::from(len), Access::REMOTE_READ)
+    mem.check_remote(pd, qpn, rkey, va, u64::from(len), Access::REMOTE_READ)
         .map(Some)
 }

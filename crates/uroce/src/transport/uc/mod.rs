@@ -134,6 +134,7 @@ impl UcQp {
                 } else {
                     match io.mem.check_remote(
                         core.pd,
+                        core.qpn,
                         reth.rkey,
                         reth.va,
                         total,
@@ -459,6 +460,13 @@ impl Connected for UcQp {
         if op.is_read_or_atomic() {
             return Err(VerbsError::InvalidWr(
                 "UC carries SEND and RDMA WRITE only, not READ or atomics",
+            ));
+        }
+        // UC has no SEND with Invalidate opcode (IBTA Table 35); uroce runs BIND_MW and
+        // LOCAL_INV on RC only (rdma_rxe also takes BIND_MW on UC).
+        if op.is_local() || matches!(op, SendOp::SendWithInv(_)) {
+            return Err(VerbsError::InvalidWr(
+                "UC takes no SEND_WITH_INV, BIND_MW or LOCAL_INV (RC only in uroce)",
             ));
         }
         Ok(())
