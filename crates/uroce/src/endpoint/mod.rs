@@ -9,7 +9,8 @@
 //! - `resources`: the ibverbs calls (PDs, MRs, CQs, QPs, modify, post, poll);
 //! - `receive`: packets in, to their QP or the DCQCN reaction point;
 //! - `transmit`: packets out, CNPs first, QPs in turn, paced by DCQCN;
-//! - `qp`: a QP as the context holds it (the transport's QP and its reaction point).
+//! - `qp`: a QP as the context holds it (the transport's QP and its reaction point);
+//! - `srq`: shared receive queues (create, modify, post, destroy) and their events.
 
 #![forbid(unsafe_code)]
 
@@ -17,6 +18,7 @@ mod cq;
 mod qp;
 mod receive;
 mod resources;
+mod srq;
 mod transmit;
 
 pub use cq::{AsyncEvent, MAX_CQE};
@@ -32,7 +34,7 @@ use qp::Qp;
 
 use crate::congestion::{dcqcn, NotificationPoint, DEFAULT_CNP_DSCP};
 use crate::mem::Memory;
-use crate::transport::{CqId, Io, QpErrorEvent, Remote, WorkCompletion};
+use crate::transport::{CqId, Io, QpErrorEvent, Remote, Srq, SrqId, WorkCompletion};
 
 /// The local end: addresses, and the seed that makes keys and anything random repeatable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +94,8 @@ pub struct Context {
     /// Asynchronous events, for [`Context::poll_async_event`].
     async_events: VecDeque<AsyncEvent>,
     qps: BTreeMap<u32, Qp>,
+    /// Shared receive queues, by [`SrqId`]; `None` once destroyed.
+    srqs: Vec<Option<Srq>>,
     next_qpn: u32,
     qpn_stride: u32,
     np: NotificationPoint,
@@ -118,6 +122,7 @@ impl Context {
             cq_events: VecDeque::new(),
             async_events: VecDeque::new(),
             qps: BTreeMap::new(),
+            srqs: Vec::new(),
             next_qpn: 0x11,
             qpn_stride: 1,
             np: NotificationPoint::default(),
@@ -162,6 +167,10 @@ impl Context {
                         let (s, r) = qp.cqs();
                         if (s == cq || r == cq) && qp.enter_err_overrun(&mut self.wcs) {
                             self.async_events.push_back(AsyncEvent::QpFatal(qpn));
+                            if qp.take_last_wqe_reached() {
+                                let ev = AsyncEvent::QpLastWqeReached(qpn);
+                                self.async_events.push_back(ev);
+                            }
                         }
                     }
                 }
@@ -212,18 +221,28 @@ impl Context {
         for qp in self.qps.values_mut() {
             qp.rp.handle_timeout(now);
         }
-        for qp in self.qps.values_mut() {
+        for (&qpn, qp) in self.qps.iter_mut() {
             if qp.poll_timeout().is_some_and(|t| t <= now) {
                 let mut io = Io {
                     now,
                     mem: &mut self.mem,
                     wcs: &mut self.wcs,
+                    srq: srq_mut(&mut self.srqs, qp.srq()),
                 };
                 qp.on_timeout(&mut io);
+                if qp.take_last_wqe_reached() {
+                    self.async_events
+                        .push_back(AsyncEvent::QpLastWqeReached(qpn));
+                }
             }
         }
         self.route_completions();
     }
+}
+
+/// The SRQ `id` names, for the [`Io`] of a QP on it.
+fn srq_mut(srqs: &mut [Option<Srq>], id: Option<SrqId>) -> Option<&mut Srq> {
+    srqs.get_mut(id?.0 as usize)?.as_mut()
 }
 
 /// The UDP source port of a QP: fixed for its life, spread for ECMP (IBTA A17.3.1).

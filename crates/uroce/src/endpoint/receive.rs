@@ -119,15 +119,19 @@ impl Context {
         let Some(qp) = self.qps.get_mut(&m.dest_qp) else {
             return;
         };
+        let srq = qp.srq();
         let mut io = Io {
             now,
             mem: &mut self.mem,
             wcs: &mut self.wcs,
+            srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_misfit(&mut io, m);
-        if let Some(ev) = qp.take_event() {
+        let (ev, last_wqe) = (qp.take_event(), qp.take_last_wqe_reached());
+        if let Some(ev) = ev {
             self.queue_qp_event(m.dest_qp, ev);
         }
+        self.queue_srq_events(m.dest_qp, srq, last_wqe);
         self.route_completions();
     }
 
@@ -169,15 +173,19 @@ impl Context {
                 });
             }
         }
+        let srq = qp.srq();
         let mut io = Io {
             now,
             mem: &mut self.mem,
             wcs: &mut self.wcs,
+            srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_packet(&mut io, p);
-        if let Some(ev) = qp.take_event() {
+        let (ev, last_wqe) = (qp.take_event(), qp.take_last_wqe_reached());
+        if let Some(ev) = ev {
             self.queue_qp_event(p.bth.dest_qp, ev);
         }
+        self.queue_srq_events(qpn, srq, last_wqe);
         self.route_completions();
         Ok(())
     }

@@ -138,7 +138,8 @@ impl Context {
     }
 
     /// [`Context::create_qp`] with the rest of `ibv_qp_init_attr`: `max_inline_data`
-    /// (EINVAL above [`crate::transport::MAX_INLINE_DATA`]) and `sq_sig_all`.
+    /// (EINVAL above [`crate::transport::MAX_INLINE_DATA`]), `sq_sig_all`, and `srq`
+    /// (a QP that takes its receives from a shared receive queue of its PD).
     pub fn create_qp_ex(
         &mut self,
         pd: PdId,
@@ -156,6 +157,19 @@ impl Context {
         for cq in [caps.send_cq, caps.recv_cq] {
             if cq.0 as usize >= self.cqs.len() {
                 return Err(VerbsError::NoSuchCq);
+            }
+        }
+        if let Some(id) = ex.srq {
+            // The SRQ must exist and belong to the QP's PD (rdma_rxe's `rxe_qp_chk_init`
+            // and `rxe_qp_init_resp` take the SRQ; ibverbs requires the same PD).
+            match super::srq_mut(&mut self.srqs, Some(id)) {
+                Some(s) if s.pd == pd => {}
+                Some(_) => {
+                    return Err(VerbsError::InvalidWr(
+                        "the SRQ belongs to another protection domain",
+                    ))
+                }
+                None => return Err(VerbsError::NoSuchSrq),
             }
         }
         let qpn = if caps.qp_type == QpType::Gsi {
@@ -236,8 +250,11 @@ impl Context {
             now,
             mem: &mut self.mem,
             wcs: &mut self.wcs,
+            srq: super::srq_mut(&mut self.srqs, qp.srq()),
         };
         qp.enter_err(&mut io);
+        let last_wqe = qp.take_last_wqe_reached();
+        self.queue_srq_events(qpn, None, last_wqe);
         self.route_completions();
         Ok(())
     }
@@ -276,6 +293,8 @@ impl Context {
     ) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send(&mut self.mem, wr, flags, &mut self.wcs);
+        let last_wqe = qp.take_last_wqe_reached();
+        self.queue_srq_events(qpn, None, last_wqe);
         self.route_completions();
         r
     }
@@ -298,6 +317,8 @@ impl Context {
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send_ud(&mut self.mem, wr, flags, &mut self.wcs);
+        let last_wqe = qp.take_last_wqe_reached();
+        self.queue_srq_events(qpn, None, last_wqe);
         self.route_completions();
         r
     }

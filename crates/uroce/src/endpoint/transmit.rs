@@ -81,8 +81,13 @@ impl Context {
                 now,
                 mem: &mut self.mem,
                 wcs: &mut self.wcs,
+                srq: super::srq_mut(&mut self.srqs, qp.srq()),
             };
             let pkt = qp.next_packet(&mut io);
+            if qp.take_last_wqe_reached() {
+                let ev = super::AsyncEvent::QpLastWqeReached(qpn);
+                self.async_events.push_back(ev);
+            }
             self.route_completions();
             let Some(pkt) = pkt else { continue };
             self.rr_cursor = cursor;

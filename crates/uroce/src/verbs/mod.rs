@@ -11,6 +11,6 @@ pub use crate::endpoint::{
 pub use crate::mem::{Access, Mr, PdId};
 pub use crate::transport::{
     ack_timeout, rnr_timer_us, CqId, InitAttr, Mtu, QpCaps, QpCounters, QpInitEx, QpState, QpType,
-    RecvWr, Remote, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, UdSendWr, VerbsError,
-    WcFlags, WcOpcode, WcStatus, WorkCompletion, MAX_INLINE_DATA,
+    RecvWr, Remote, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, SrqAttr, SrqAttrMask, SrqId,
+    UdSendWr, VerbsError, WcFlags, WcOpcode, WcStatus, WorkCompletion, MAX_INLINE_DATA, MAX_SRQ_WR,
 };
