@@ -731,7 +731,7 @@ impl Qp {
     /// Posts a receive work request; its buffer must lie in a region of the QP's PD that
     /// grants LOCAL_WRITE. In ERR it completes at once with WR_FLUSH_ERR (to `wcs`).
     /// Refused (EINVAL) on a QP with an SRQ, which has no receive queue of its own
-    /// (rdma_rxe's `rxe_post_recv`: "qp has srq, use post_srq_recv instead").
+    /// (rdma_rxe's `rxe_post_recv` refuses it with EINVAL).
     pub(crate) fn post_recv(
         &mut self,
         mem: &Memory,
