@@ -651,3 +651,184 @@ fn uc_takes_from_the_srq_and_gives_back_a_dropped_message() {
     assert_eq!(wcs[0].byte_len, 300);
     assert_eq!(net.node(SERVER).ctx.srq_posted(srq), Some(1));
 }
+
+/// A frame from peer `from` to the server, as the hostile test throws them.
+fn hostile_frame(from: u8, bth: wire::BthRepr, ext: wire::ExtHeaders, payload: &[u8]) -> Vec<u8> {
+    let r = wire::FrameRepr {
+        eth: Some(wire::EthernetRepr {
+            dst: [2, 0, 0, 0, 0, SERVER],
+            src: [2, 0, 0, 0, 0, from],
+            vlan: None,
+            ethertype: 0x0800,
+        }),
+        ip: wire::IpRepr::V4(wire::Ipv4Repr::new(
+            Ipv4Addr::new(10, 0, 0, from),
+            Ipv4Addr::new(10, 0, 0, SERVER),
+            0,
+        )),
+        udp: wire::UdpRepr {
+            src_port: 0xc123,
+            dst_port: 4791,
+            checksum: 0,
+        },
+        bth,
+        ext,
+    };
+    let mut buf = vec![0u8; r.buffer_len(payload.len())];
+    r.emit(payload, &mut buf).unwrap();
+    buf
+}
+
+/// A hostile peer throws random well-formed packets (every supported opcode, PSNs near
+/// and far, lengths around the MTU, right and wrong Q_Keys) at an RC, a UC and a UD QP
+/// sharing one SRQ, while the application keeps the SRQ topped up. No WQE is ever lost
+/// or completed twice: at every step, completed + still in the SRQ + held by a QP for a
+/// message in progress (at most one per QP) = posted, and once every QP is in ERR,
+/// completed + still in the SRQ = posted exactly; each QP that went to ERR raised
+/// LAST_WQE_REACHED exactly once.
+#[test]
+fn hostile_packets_never_lose_or_duplicate_srq_wqes() {
+    use uroce::sim::Rng;
+    use uroce::wire::opcode::{ExtHeader, PayloadRule};
+    let mut net = Net::new(1);
+    let pd = net.node(SERVER).pd;
+    let srq = net.node(SERVER).ctx.create_srq(pd, depth(32)).unwrap();
+    let rc = net.node(SERVER).qp(QpType::Rc, Some(srq));
+    let uc = net.node(SERVER).qp(QpType::Uc, Some(srq));
+    let ud = net.node(SERVER).qp(QpType::Ud, Some(srq));
+    net.node(SERVER).connect(rc, 2, 0x77);
+    net.node(SERVER).connect(uc, 2, 0x78);
+    net.node(SERVER).ud_ready(ud);
+    let ops: Vec<wire::Opcode> = wire::Opcode::ALL
+        .iter()
+        .copied()
+        .filter(|o| o.is_supported())
+        .collect();
+    let mut r = Rng::new(0x5e9);
+    let mut posted = 0u64;
+    let mut completed = std::collections::BTreeSet::new();
+    let mut last_wqe = Vec::new();
+    let cq = net.node(SERVER).cq;
+    let mut out = vec![0u8; 5000];
+    let mut now = net.now;
+    let qps = [rc, uc, ud];
+    for i in 0..20_000u32 {
+        while net.node(SERVER).ctx.srq_posted(srq).unwrap() < 16 {
+            let wr = net.node(SERVER).recv_wr(posted % 64);
+            let wr = RecvWr {
+                wr_id: posted,
+                ..wr
+            };
+            net.node(SERVER).ctx.post_srq_recv(srq, wr).unwrap();
+            posted += 1;
+        }
+        let op = ops[r.range(0, ops.len() as u64 - 1) as usize];
+        let qp = qps[r.range(0, 2) as usize];
+        let psn = if r.chance(0.7) {
+            0x100 + r.range(0, 63) as u32
+        } else {
+            r.next_u64() as u32 & 0xff_ffff
+        };
+        let mut ext = wire::ExtHeaders::default();
+        for &h in op.headers() {
+            match h {
+                ExtHeader::Reth => {
+                    ext.reth = Some(wire::RethRepr {
+                        va: r.next_u64(),
+                        rkey: r.next_u64() as u32,
+                        len: r.range(0, 3000) as u32,
+                    })
+                }
+                ExtHeader::Deth => {
+                    ext.deth = Some(wire::DethRepr {
+                        qkey: if r.chance(0.8) { QKEY } else { 7 },
+                        src_qp: 0x79,
+                    })
+                }
+                ExtHeader::ImmDt => ext.imm = Some(r.next_u64() as u32),
+                ExtHeader::Ieth => ext.ieth = Some(r.next_u64() as u32),
+                ExtHeader::Aeth => {
+                    ext.aeth = Some(wire::AethRepr {
+                        syndrome: 0,
+                        msn: 0,
+                    })
+                }
+                ExtHeader::AtomicEth => {
+                    ext.atomic = Some(wire::AtomicEthRepr {
+                        va: 0,
+                        rkey: 0,
+                        swap_add: 0,
+                        compare: 0,
+                    })
+                }
+                ExtHeader::AtomicAckEth => {
+                    ext.atomic_ack = Some(wire::AtomicAckEthRepr { orig: 0 })
+                }
+                ExtHeader::Feth => ext.feth = Some(0),
+                ExtHeader::Rdeth | ExtHeader::CnpReserved => {}
+            }
+        }
+        let len = match op.payload() {
+            PayloadRule::None => 0,
+            PayloadRule::Exactly(n) => n,
+            PayloadRule::Any => [0usize, 1, 512, 1024, 1025, 2048][r.range(0, 5) as usize],
+        };
+        let f = hostile_frame(2, wire::BthRepr::new(op, qp, psn), ext, &vec![0xee; len]);
+        let _ = net.node(SERVER).ctx.handle_frame(now, &f);
+        while net.node(SERVER).ctx.poll_frame(now, &mut out).is_some() {}
+        if i % 50 == 0 {
+            now += std::time::Duration::from_millis(1);
+            net.node(SERVER).ctx.handle_timeout(now);
+        }
+        for wc in net.node(SERVER).ctx.poll_cq(cq, 100) {
+            if wc.opcode == WcOpcode::Send {
+                continue;
+            }
+            assert!(wc.wr_id < posted, "a completion for a WQE never posted");
+            assert!(
+                completed.insert(wc.wr_id),
+                "WQE {} completed twice",
+                wc.wr_id
+            );
+        }
+        for e in net.node(SERVER).events() {
+            if let AsyncEvent::QpLastWqeReached(q) = e {
+                last_wqe.push(q);
+            }
+        }
+        let in_srq = net.node(SERVER).ctx.srq_posted(srq).unwrap() as u64;
+        let held = posted - completed.len() as u64 - in_srq;
+        assert!(held <= 2, "{held} WQEs neither completed nor in the SRQ");
+    }
+    // The RC QP goes to ERR on its first in-sequence invalid request, mid-run.
+    assert_eq!(last_wqe, vec![rc], "LAST_WQE_REACHED of the RC QP, once");
+    assert!(
+        completed.len() > 100,
+        "only {} receives completed",
+        completed.len()
+    );
+    for q in qps {
+        net.node(SERVER).ctx.modify_qp_err(q, now).unwrap();
+    }
+    for wc in net.node(SERVER).ctx.poll_cq(cq, 100) {
+        if wc.opcode != WcOpcode::Send {
+            assert_eq!(wc.status, WcStatus::WrFlushErr);
+            assert!(
+                completed.insert(wc.wr_id),
+                "WQE {} completed twice",
+                wc.wr_id
+            );
+        }
+    }
+    for e in net.node(SERVER).events() {
+        if let AsyncEvent::QpLastWqeReached(q) = e {
+            last_wqe.push(q);
+        }
+    }
+    let in_srq = net.node(SERVER).ctx.srq_posted(srq).unwrap() as u64;
+    assert_eq!(completed.len() as u64 + in_srq, posted);
+    last_wqe.sort_unstable();
+    let mut want = qps.to_vec();
+    want.sort_unstable();
+    assert_eq!(last_wqe, want, "one LAST_WQE_REACHED per QP");
+}
