@@ -65,7 +65,10 @@ impl UcQp {
     }
 
     /// Drops the message being received (a packet of it was lost): its receive goes back
-    /// to the head of the queue it came from (the QP's, or its SRQ) for the next message.
+    /// to the head of the queue it came from (the QP's, or its SRQ) for the next message,
+    /// which overwrites what the dropped one left in it. (rdma_rxe completes a WQE taken
+    /// from an SRQ for a dropped UC message in error instead, its class E; giving it back
+    /// loses no WQE and reports nothing the application could act on.)
     fn abort_message(&mut self, core: &mut QpCore, io: &mut Io<'_>) {
         if let Some(m) = self.cur.take() {
             core.counters.uc_msg_dropped += 1;
