@@ -293,7 +293,7 @@ fn receives_are_taken_in_order_across_qps() {
     }
 }
 
-/// The limit event (IBTA §11.5.2.3; rdma_rxe's `get_srq_wqe`): armed by modify_srq, it
+/// The limit event (IBTA §11.5.2; rdma_rxe's `get_srq_wqe`): armed by modify_srq, it
 /// fires exactly once, when taking a WQE leaves fewer than `srq_limit`, then reads 0
 /// until armed again; posting does not fire it.
 #[test]
@@ -470,7 +470,7 @@ fn posting_rules() {
 }
 
 /// A QP on an SRQ that enters ERR flushes none of the SRQ's WQEs (they belong to the
-/// SRQ) and raises IBV_EVENT_QP_LAST_WQE_REACHED (IBTA §11.5.2.2; rdma_rxe's
+/// SRQ) and raises IBV_EVENT_QP_LAST_WQE_REACHED (IBTA §11.5.2; rdma_rxe's
 /// `flush_recv_queue`); the other QPs keep taking the WQEs, in order.
 #[test]
 fn qp_in_err_raises_last_wqe_and_leaves_the_srq_alone() {

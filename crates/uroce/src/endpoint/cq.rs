@@ -41,10 +41,10 @@ pub enum AsyncEvent {
     /// Error), and the QP went to ERR.
     QpAccessErr(u32),
     /// IBV_EVENT_SRQ_LIMIT_REACHED: fewer WQEs than the armed `srq_limit` are left in
-    /// this SRQ; the limit is disarmed until `modify_srq` arms it again (IBTA §11.5.2.3).
+    /// this SRQ; the limit is disarmed until `modify_srq` arms it again (IBTA §11.5.2).
     SrqLimitReached(SrqId),
     /// IBV_EVENT_QP_LAST_WQE_REACHED: this QP, on an SRQ, entered ERR and will take no
-    /// more WQEs from it (IBTA §11.5.2.2; rdma_rxe's `flush_recv_queue`).
+    /// more WQEs from it (IBTA §11.5.2; rdma_rxe's `flush_recv_queue`).
     QpLastWqeReached(u32),
     /// IBV_EVENT_PORT_ACTIVE, of this port.
     PortActive(u8),

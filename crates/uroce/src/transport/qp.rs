@@ -523,7 +523,7 @@ impl Qp {
     /// A QP on an SRQ flushes only what it took from the SRQ (the message it was
     /// receiving); the SRQ's WQEs stay for its other QPs, and entering ERR raises
     /// IBV_EVENT_QP_LAST_WQE_REACHED: no WQE of the SRQ will be consumed by this QP any
-    /// more (IBTA §10.3.1 and §11.5.2.2, "Last WQE Reached"; rdma_rxe's
+    /// more (IBTA §10.3.1 and §11.5.2, "Last WQE Reached"; rdma_rxe's
     /// `flush_recv_queue` raises it for a QP with an SRQ and leaves the SRQ alone).
     fn flush(&mut self, wcs: &mut Wcs) {
         if self.core.srq.is_some() && self.core.state != QpState::Err {

@@ -9,7 +9,7 @@
 //! - posting (`ibv_post_srq_recv`): ENOMEM when the queue is full, EINVAL for a buffer
 //!   outside a region of the SRQ's PD granting LOCAL_WRITE (as a QP's receive queue,
 //!   [`RecvBuf::check`]).
-//! - the limit (§10.2.9.2, §11.5.2.3 "SRQ Limit Reached"): armed by a non-zero
+//! - the limit (§10.2.9, §11.5.2 "SRQ Limit Reached"): armed by a non-zero
 //!   `srq_limit` (at creation, as rdma_rxe's `rxe_srq_from_init` takes it, or by
 //!   `modify_srq`), it fires once, when taking a WQE leaves fewer than `srq_limit`
 //!   posted, and disarms itself: `srq_limit` reads 0 again until it is re-armed
