@@ -21,7 +21,8 @@ enum Command {
     /// RC bandwidth / latency between two hosts, or with perftest; the server runs with no address.
     #[command(after_help = cli::perf::PERFTEST_HELP)]
     Perf(cli::perf::Args),
-    /// ibv_rc_pingpong / ibv_ud_pingpong compatible ping-pong; the server runs with no address.
+    /// ibv_rc_pingpong / ibv_ud_pingpong / ibv_srq_pingpong (--srq) compatible ping-pong; the
+    /// server runs with no address.
     Pingpong(cli::pingpong::Args),
     /// What uroce can use here: interfaces, MTUs, GIDs, backends.
     Devices,

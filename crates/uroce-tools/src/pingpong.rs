@@ -132,29 +132,36 @@ pub struct PingpongResult {
 impl PingpongResult {
     /// The two summary lines ibv_*_pingpong prints.
     pub fn summary(&self) -> [String; 2] {
-        let usec = self.secs * 1e6;
-        [
-            format!(
-                "{} bytes in {:.2} seconds = {:.2} Mbit/sec",
-                self.bytes,
-                self.secs,
-                self.bytes as f64 * 8.0 / usec.max(1e-9)
-            ),
-            format!(
-                "{} iters in {:.2} seconds = {:.2} usec/iter",
-                self.iters,
-                self.secs,
-                usec / f64::from(self.iters.max(1))
-            ),
-        ]
+        summary(self.bytes, self.secs, self.iters)
     }
+}
+
+/// The two summary lines ibv_*_pingpong (and ibv_srq_pingpong) print.
+pub(crate) fn summary(bytes: u64, secs: f64, iters: u32) -> [String; 2] {
+    let usec = secs * 1e6;
+    [
+        format!(
+            "{} bytes in {:.2} seconds = {:.2} Mbit/sec",
+            bytes,
+            secs,
+            bytes as f64 * 8.0 / usec.max(1e-9)
+        ),
+        format!(
+            "{} iters in {:.2} seconds = {:.2} usec/iter",
+            iters,
+            secs,
+            usec / f64::from(iters.max(1))
+        ),
+    ]
 }
 
 /// Stays on the link after the last completion until it has been quiet for
 /// `LINGER_QUIET` (at most `LINGER_MAX`), so that a peer whose last ACK from us was lost
 /// gets its retransmission answered: ibv_rc_pingpong waits for that ACK, and a peer
 /// retransmits only after its ACK timeout (67 ms for ibv_rc_pingpong's timeout 14).
-fn linger<B: uroce::datapath::Backend>(ep: &mut uroce::datapath::event_loop::Endpoint<B>) {
+pub(crate) fn linger<B: uroce::datapath::Backend>(
+    ep: &mut uroce::datapath::event_loop::Endpoint<B>,
+) {
     const LINGER_QUIET: Duration = Duration::from_millis(500);
     const LINGER_MAX: Duration = Duration::from_secs(3);
     let start = Instant::now();
@@ -172,7 +179,7 @@ fn linger<B: uroce::datapath::Backend>(ep: &mut uroce::datapath::event_loop::End
     }
 }
 
-fn read_exact(s: &mut TcpStream, n: usize) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn read_exact(s: &mut TcpStream, n: usize) -> anyhow::Result<Vec<u8>> {
     let mut b = vec![0u8; n];
     s.read_exact(&mut b)
         .context("Couldn't read remote address")?;
@@ -181,10 +188,28 @@ fn read_exact(s: &mut TcpStream, n: usize) -> anyhow::Result<Vec<u8>> {
 
 const GRH: u32 = 40;
 
-/// Runs one side: the server when `server` is `None`.
-pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> anyhow::Result<PingpongResult> {
+/// What both pingpongs start from: the TCP connection of the exchange, the datapath, and
+/// a context on the local address with one CQ and one PD.
+pub(crate) struct Session {
+    pub tcp: TcpStream,
+    pub backend: Box<dyn Backend + Send>,
+    pub datapath: String,
+    pub local: std::net::Ipv4Addr,
+    pub peer_ip: std::net::Ipv4Addr,
+    pub next_mac: [u8; 6],
+    pub ctx: Context,
+    pub cq: uroce::verbs::CqId,
+    pub pd: uroce::verbs::PdId,
+}
+
+/// Connects (or accepts, when `server` is `None`) the exchange's TCP connection, opens
+/// the datapath on the interface of the local address, and makes the context.
+pub(crate) fn open_session(
+    cfg: &PingpongConfig,
+    server: Option<IpAddr>,
+) -> anyhow::Result<Session> {
     uroce::datapath::catch_interrupts();
-    let mut tcp = match server {
+    let tcp = match server {
         Some(addr) => TcpStream::connect((addr, cfg.port))
             .with_context(|| format!("Couldn't connect to {addr}:{}", cfg.port))?,
         None => {
@@ -219,6 +244,32 @@ pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> anyhow::Result<Pingp
         .create_cq(uroce::verbs::MAX_CQE)
         .expect("MAX_CQE is a valid CQ depth");
     let pd = ctx.alloc_pd();
+    Ok(Session {
+        tcp,
+        backend,
+        datapath,
+        local,
+        peer_ip,
+        next_mac,
+        ctx,
+        cq,
+        pd,
+    })
+}
+
+/// Runs one side: the server when `server` is `None`.
+pub fn run(cfg: &PingpongConfig, server: Option<IpAddr>) -> anyhow::Result<PingpongResult> {
+    let Session {
+        mut tcp,
+        backend,
+        datapath,
+        local,
+        peer_ip,
+        next_mac,
+        mut ctx,
+        cq,
+        pd,
+    } = open_session(cfg, server)?;
     let qp_type = if cfg.ud { QpType::Ud } else { QpType::Rc };
     let depth = cfg.rx_depth.max(2) as usize;
     let caps = QpCaps {

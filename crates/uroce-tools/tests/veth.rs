@@ -494,6 +494,49 @@ fn pingpong_rc_and_ud_over_veth() {
     }
 }
 
+/// `uroce pingpong --srq` (ibv_srq_pingpong compatible) between the namespaces: eight RC
+/// QPs on each side whose receives come from one shared receive queue, the 256-message
+/// address exchange, over the UDP datapath.
+#[test]
+fn srq_pingpong_over_veth() {
+    if !can_run() {
+        return;
+    }
+    let pair = netns::VethPair::create("srq", 9000).unwrap();
+    let common = [
+        "pingpong",
+        "--srq",
+        "8",
+        "-n",
+        "400",
+        "-r",
+        "20",
+        "-p",
+        "18710",
+        "--backend=udp",
+    ];
+    let server = uroce_in(&pair.ns[1], &common)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let addr = pair.addrs[1].to_string();
+    let client = uroce_in(&pair.ns[0], &common).arg(&addr).output().unwrap();
+    let server = server.wait_with_output().unwrap();
+    for (who, out) in [("client", &client), ("server", &server)] {
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{who}: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("400 iters in"), "{who}: {text}");
+        let remotes = text.matches("remote address: LID 0x0000, QPN 0x").count();
+        assert_eq!(remotes, 8, "{who}: {text}");
+    }
+}
+
 /// The UDP socket backend over IPv6: two endpoints on two IPv6 addresses (in a namespace
 /// of their own), RC WRITE and SEND verified byte for byte, ECN read back from the
 /// traffic class.

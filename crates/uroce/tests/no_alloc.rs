@@ -14,8 +14,8 @@ use uroce::datapath::udp::UdpBackend;
 
 use uroce::mem::Access;
 use uroce::verbs::{
-    Context, ContextConfig, CqId, InitAttr, Mtu, QpCaps, QpType, RecvWr, Remote, RtrAttr, RtsAttr,
-    SendOp, SendWr, Sge, WorkCompletion,
+    Context, ContextConfig, CqId, InitAttr, Mtu, QpCaps, QpInitEx, QpType, RecvWr, Remote, RtrAttr,
+    RtsAttr, SendOp, SendWr, Sge, SrqAttr, WorkCompletion,
 };
 
 struct Counting;
@@ -76,9 +76,42 @@ fn ctx_at(ip: Ipv4Addr, n: u8) -> (Context, CqId, u32, uroce::mem::Mr) {
 
 #[test]
 fn steady_state_send_and_receive_do_not_allocate() {
+    steady_state(false);
+}
+
+/// The same with B's receives taken from a shared receive queue (post_srq_recv, and the
+/// responder taking its WQEs through the SRQ).
+#[test]
+fn steady_state_with_an_srq_does_not_allocate() {
+    steady_state(true);
+}
+
+fn steady_state(with_srq: bool) {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (mut a, cqa, qa, ma) = ctx(1);
-    let (mut b, cqb, qb, mb) = ctx(2);
+    let (mut b, cqb, mut qb, mb) = ctx(2);
+    let srq = with_srq.then(|| {
+        let pd = uroce::mem::PdId(0);
+        let attr = SrqAttr {
+            max_wr: 256,
+            max_sge: 1,
+            srq_limit: 0,
+        };
+        let srq = b.create_srq(pd, attr).unwrap();
+        let caps = QpCaps {
+            qp_type: QpType::Rc,
+            send_cq: cqb,
+            recv_cq: cqb,
+            max_send_wr: 256,
+            max_recv_wr: 0,
+        };
+        let ex = QpInitEx {
+            srq: Some(srq),
+            ..QpInitEx::default()
+        };
+        qb = b.create_qp_ex(pd, caps, ex).unwrap();
+        srq
+    });
     for (c, q, peer, pq) in [(&mut a, qa, 2u8, qb), (&mut b, qb, 1, qa)] {
         c.modify_qp_init(q, InitAttr::default()).unwrap();
         let remote = Remote {
@@ -126,14 +159,14 @@ fn steady_state_send_and_receive_do_not_allocate() {
                 length: 16384,
                 lkey: mb.lkey,
             };
-            b.post_recv(
-                qb,
-                RecvWr {
-                    wr_id: i,
-                    sge: rsge,
-                },
-            )
-            .unwrap();
+            let wr = RecvWr {
+                wr_id: i,
+                sge: rsge,
+            };
+            match srq {
+                Some(srq) => b.post_srq_recv(srq, wr).unwrap(),
+                None => b.post_recv(qb, wr).unwrap(),
+            }
         }
         a.post_send(
             qa,

@@ -781,6 +781,7 @@ fn query_qp_returns_what_was_set() {
     let ex = QpInitEx {
         max_inline_data: 64,
         sq_sig_all: true,
+        ..QpInitEx::default()
     };
     let p = Pair::custom_ex(
         RtsAttr {

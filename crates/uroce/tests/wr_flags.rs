@@ -116,6 +116,7 @@ fn inline_data_is_copied_at_post_time() {
     let ex = QpInitEx {
         max_inline_data: 64,
         sq_sig_all: false,
+        ..QpInitEx::default()
     };
     let mut p = pair_ex(ex);
     let la = p.la;
@@ -158,6 +159,7 @@ fn inline_slots_are_reused_in_order() {
     let ex = QpInitEx {
         max_inline_data: 32,
         sq_sig_all: true,
+        ..QpInitEx::default()
     };
     let mut p = pair_ex(ex);
     let la = p.la;
@@ -190,6 +192,7 @@ fn sq_sig_all_completes_every_request() {
         let ex = QpInitEx {
             max_inline_data: 0,
             sq_sig_all: sig_all,
+            ..QpInitEx::default()
         };
         let mut p = pair_ex(ex);
         for i in 0..3 {
@@ -291,6 +294,7 @@ fn post_errors_carry_ibverbs_errno() {
     let ex = QpInitEx {
         max_inline_data: 16,
         sq_sig_all: false,
+        ..QpInitEx::default()
     };
     let mut p = pair_ex(ex);
     // Inline over the cap: EINVAL, on READ too (checked before the flag is ignored).
@@ -369,12 +373,14 @@ fn post_errors_carry_ibverbs_errno() {
     let over = QpInitEx {
         max_inline_data: MAX_INLINE_DATA + 1,
         sq_sig_all: false,
+        ..QpInitEx::default()
     };
     let e = c.create_qp_ex(uroce::mem::PdId(0), caps, over).unwrap_err();
     assert_eq!(e.errno(), libc::EINVAL);
     let max = QpInitEx {
         max_inline_data: MAX_INLINE_DATA,
         sq_sig_all: false,
+        ..QpInitEx::default()
     };
     c.create_qp_ex(uroce::mem::PdId(0), caps, max).unwrap();
 }
@@ -386,6 +392,7 @@ fn inline_from_unknown_memory_is_refused() {
     let ex = QpInitEx {
         max_inline_data: 64,
         sq_sig_all: false,
+        ..QpInitEx::default()
     };
     let mut p = pair_ex(ex);
     let s = Sge {

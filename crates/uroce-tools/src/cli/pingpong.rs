@@ -1,4 +1,4 @@
-//! `uroce pingpong`: ibv_rc_pingpong / ibv_ud_pingpong compatible.
+//! `uroce pingpong`: ibv_rc_pingpong / ibv_ud_pingpong / ibv_srq_pingpong compatible.
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -7,13 +7,18 @@ use anyhow::{bail, Context as _};
 
 use uroce::verbs::Mtu;
 use uroce_tools::pingpong::{run, Dest, PingpongConfig};
+use uroce_tools::srq_pingpong;
 
 /// Arguments, named as ibv_*_pingpong names them.
 #[derive(clap::Args)]
 pub struct Args {
     /// UD (like ibv_ud_pingpong) instead of RC (ibv_rc_pingpong).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "srq")]
     ud: bool,
+    /// N RC QPs sharing one shared receive queue, like ibv_srq_pingpong -q N (default
+    /// 16; both ends must use the same N). Give N when the server address follows.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "16")]
+    srq: Option<u32>,
     /// TCP port of the address exchange.
     #[arg(short = 'p', long, default_value_t = 18515)]
     port: u16,
@@ -33,8 +38,8 @@ pub struct Args {
     /// of the local address (what rxe calls index 1).
     #[arg(short = 'g', long)]
     gid_idx: Option<u32>,
-    /// Validate received buffers, as ibv_*_pingpong -c does.
-    #[arg(short = 'c', long)]
+    /// Validate received buffers, as ibv_*_pingpong -c does (ibv_srq_pingpong has no -c).
+    #[arg(short = 'c', long, conflicts_with = "srq")]
     chk: bool,
     /// Sleep on CQ events (req_notify_cq) instead of polling, as ibv_*_pingpong -e does.
     #[arg(short = 'e', long)]
@@ -90,6 +95,20 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
         iface: a.iface,
         impair,
     };
+    if let Some(num_qp) = a.srq {
+        let r = srq_pingpong::run(&cfg, num_qp, a.server)?;
+        for d in &r.local {
+            show("local address: ", d);
+        }
+        for d in &r.remote {
+            show("remote address:", d);
+        }
+        for l in r.summary() {
+            println!("{l}");
+        }
+        eprintln!("(datapath: {})", r.datapath);
+        return Ok(ExitCode::SUCCESS);
+    }
     let r = run(&cfg, a.server)?;
     show("local address: ", &r.local);
     show("remote address:", &r.remote);

@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 
-use crate::transport::{CqId, WorkCompletion};
+use crate::transport::{CqId, SrqId, WorkCompletion};
 
 /// The deepest CQ [`super::Context::create_cq`] makes (mlx5's `max_cqe`, 2^22 - 1).
 pub const MAX_CQE: u32 = (1 << 22) - 1;
@@ -43,9 +43,11 @@ pub enum AsyncEvent {
     /// IBV_EVENT_SQ_DRAINED: the QP, moved RTS → SQD with IBV_QP_EN_SQD_ASYNC_NOTIFY,
     /// has no send work request in progress any more.
     SqDrained(u32),
-    /// IBV_EVENT_SRQ_LIMIT_REACHED (for the shared receive queues to come).
-    SrqLimitReached(u32),
-    /// IBV_EVENT_QP_LAST_WQE_REACHED (for QPs on a shared receive queue, to come).
+    /// IBV_EVENT_SRQ_LIMIT_REACHED: fewer WQEs than the armed `srq_limit` are left in
+    /// this SRQ; the limit is disarmed until `modify_srq` arms it again (IBTA §11.5.2).
+    SrqLimitReached(SrqId),
+    /// IBV_EVENT_QP_LAST_WQE_REACHED: this QP, on an SRQ, entered ERR and will take no
+    /// more WQEs from it (IBTA §11.5.2; rdma_rxe's `flush_recv_queue`).
     QpLastWqeReached(u32),
     /// IBV_EVENT_PORT_ACTIVE: the port's link carries frames again
     /// (`datapath::event_loop::Endpoint::watch_port` raises it from the link's state).

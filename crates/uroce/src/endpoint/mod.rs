@@ -9,7 +9,8 @@
 //! - `resources`: the ibverbs calls (PDs, MRs, CQs, QPs, modify, post, poll);
 //! - `receive`: packets in, to their QP or the DCQCN reaction point;
 //! - `transmit`: packets out, CNPs first, QPs in turn, paced by DCQCN;
-//! - `qp`: a QP as the context holds it (the transport's QP and its reaction point).
+//! - `qp`: a QP as the context holds it (the transport's QP and its reaction point);
+//! - `srq`: shared receive queues (create, modify, post, destroy) and their events.
 //!
 //! No `unsafe` here but [`Context::reg_mr_raw`], the door for registering the
 //! application's memory in place (its contract is stated there; `mem/buffer.rs` holds
@@ -21,6 +22,7 @@ mod cq;
 mod qp;
 mod receive;
 mod resources;
+mod srq;
 mod transmit;
 
 pub use cq::{AsyncEvent, MAX_CQE};
@@ -37,7 +39,7 @@ use qp::Qp;
 
 use crate::congestion::{dcqcn, NotificationPoint, DEFAULT_CNP_DSCP};
 use crate::mem::Memory;
-use crate::transport::{CqId, Io, QpErrorEvent, Remote, WorkCompletion};
+use crate::transport::{CqId, Io, QpErrorEvent, Remote, Srq, SrqId, WorkCompletion};
 
 /// The local end: addresses, and the seed that makes keys and anything random repeatable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +99,8 @@ pub struct Context {
     /// Asynchronous events, for [`Context::poll_async_event`].
     async_events: VecDeque<AsyncEvent>,
     qps: BTreeMap<u32, Qp>,
+    /// Shared receive queues, by [`SrqId`]; `None` once destroyed.
+    srqs: Vec<Option<Srq>>,
     next_qpn: u32,
     qpn_stride: u32,
     np: NotificationPoint,
@@ -123,6 +127,7 @@ impl Context {
             cq_events: VecDeque::new(),
             async_events: VecDeque::new(),
             qps: BTreeMap::new(),
+            srqs: Vec::new(),
             next_qpn: 0x11,
             qpn_stride: 1,
             np: NotificationPoint::default(),
@@ -167,6 +172,10 @@ impl Context {
                         let (s, r) = qp.cqs();
                         if (s == cq || r == cq) && qp.enter_err_overrun(&mut self.wcs) {
                             self.async_events.push_back(AsyncEvent::QpFatal(qpn));
+                            if qp.take_last_wqe_reached() {
+                                let ev = AsyncEvent::QpLastWqeReached(qpn);
+                                self.async_events.push_back(ev);
+                            }
                         }
                     }
                 }
@@ -219,10 +228,15 @@ impl Context {
                     now,
                     mem: &mut self.mem,
                     wcs: &mut self.wcs,
+                    srq: srq_mut(&mut self.srqs, qp.srq()),
                 };
                 qp.on_timeout(&mut io);
                 while let Some(ev) = qp.take_event() {
                     self.async_events.push_back(qp_event(qpn, ev));
+                }
+                if qp.take_last_wqe_reached() {
+                    self.async_events
+                        .push_back(AsyncEvent::QpLastWqeReached(qpn));
                 }
             }
         }
@@ -238,6 +252,11 @@ fn qp_event(qpn: u32, ev: QpErrorEvent) -> AsyncEvent {
         QpErrorEvent::AccessErr => AsyncEvent::QpAccessErr(qpn),
         QpErrorEvent::SqDrained => AsyncEvent::SqDrained(qpn),
     }
+}
+
+/// The SRQ `id` names, for the [`Io`] of a QP on it.
+fn srq_mut(srqs: &mut [Option<Srq>], id: Option<SrqId>) -> Option<&mut Srq> {
+    srqs.get_mut(id?.0 as usize)?.as_mut()
 }
 
 /// The UDP source port of a QP: fixed for its life, spread for ECMP (IBTA A17.3.1).

@@ -119,10 +119,12 @@ impl Context {
         let Some(qp) = self.qps.get_mut(&m.dest_qp) else {
             return;
         };
+        let srq = qp.srq();
         let mut io = Io {
             now,
             mem: &mut self.mem,
             wcs: &mut self.wcs,
+            srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_misfit(&mut io, m);
         self.take_qp_events(m.dest_qp);
@@ -167,10 +169,12 @@ impl Context {
                 });
             }
         }
+        let srq = qp.srq();
         let mut io = Io {
             now,
             mem: &mut self.mem,
             wcs: &mut self.wcs,
+            srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_packet(&mut io, p);
         self.take_qp_events(p.bth.dest_qp);

@@ -182,9 +182,10 @@ impl Context {
 
     /// Whether a work request posted and not yet completed refers to the region `lkey`:
     /// every queue that holds posted work requests is asked (the QPs' send and receive
-    /// queues). Walked at deregistration only, so the data path pays nothing for it.
+    /// queues, the SRQs). Walked at deregistration only, so the data path pays nothing for it.
     fn region_in_use(&self, lkey: u32) -> bool {
         self.qps.values().any(|q| q.refers_to(lkey))
+            || self.srqs.iter().flatten().any(|s| s.refers_to(lkey))
     }
 
     /// The bytes of a region (empty for an unknown region).
@@ -296,7 +297,8 @@ impl Context {
     }
 
     /// [`Context::create_qp`] with the rest of `ibv_qp_init_attr`: `max_inline_data`
-    /// (EINVAL above [`crate::transport::MAX_INLINE_DATA`]) and `sq_sig_all`.
+    /// (EINVAL above [`crate::transport::MAX_INLINE_DATA`]), `sq_sig_all`, and `srq`
+    /// (a QP that takes its receives from a shared receive queue of its PD).
     pub fn create_qp_ex(
         &mut self,
         pd: PdId,
@@ -314,6 +316,19 @@ impl Context {
         for cq in [caps.send_cq, caps.recv_cq] {
             if cq.0 as usize >= self.cqs.len() {
                 return Err(VerbsError::NoSuchCq);
+            }
+        }
+        if let Some(id) = ex.srq {
+            // The SRQ must exist and belong to the QP's PD (rdma_rxe's `rxe_qp_chk_init`
+            // and `rxe_qp_init_resp` take the SRQ; ibverbs requires the same PD).
+            match super::srq_mut(&mut self.srqs, Some(id)) {
+                Some(s) if s.pd == pd => {}
+                Some(_) => {
+                    return Err(VerbsError::InvalidWr(
+                        "the SRQ belongs to another protection domain",
+                    ))
+                }
+                None => return Err(VerbsError::NoSuchSrq),
             }
         }
         let qpn = if caps.qp_type == QpType::Gsi {
@@ -493,6 +508,11 @@ impl Context {
         while let Some(ev) = self.qps.get_mut(&qpn).and_then(|q| q.take_event()) {
             self.queue_qp_event(qpn, ev);
         }
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let (last_wqe, srq) = (qp.take_last_wqe_reached(), qp.srq());
+        self.queue_srq_events(qpn, srq, last_wqe);
     }
 
     /// The QP's state.
@@ -545,6 +565,7 @@ impl Context {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send(&mut self.mem, wr, flags, &mut self.wcs);
         self.route_completions();
+        self.take_qp_events(qpn);
         r
     }
 
@@ -567,6 +588,7 @@ impl Context {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send_ud(&mut self.mem, wr, flags, &mut self.wcs);
         self.route_completions();
+        self.take_qp_events(qpn);
         r
     }
 

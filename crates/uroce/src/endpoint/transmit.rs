@@ -81,6 +81,7 @@ impl Context {
                 now,
                 mem: &mut self.mem,
                 wcs: &mut self.wcs,
+                srq: super::srq_mut(&mut self.srqs, qp.srq()),
             };
             let pkt = qp.next_packet(&mut io);
             self.route_completions();

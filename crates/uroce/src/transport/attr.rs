@@ -50,6 +50,9 @@ pub struct QpInitEx {
     pub max_inline_data: u32,
     /// `sq_sig_all`: every send work request completes as if it were signaled.
     pub sq_sig_all: bool,
+    /// `srq`: the shared receive queue the QP takes its receives from (of the same PD);
+    /// `post_recv` on the QP is then refused and `max_recv_wr` is not used.
+    pub srq: Option<super::SrqId>,
 }
 
 /// Path MTU (ibv_mtu): the largest payload of one packet.

@@ -12,6 +12,12 @@ pub enum VerbsError {
     /// No CQ with this handle.
     #[error("no such completion queue")]
     NoSuchCq,
+    /// No shared receive queue with this handle.
+    #[error("no such shared receive queue")]
+    NoSuchSrq,
+    /// The resource is still in use (an SRQ with QPs on it): EBUSY.
+    #[error("resource busy: still in use")]
+    Busy,
     /// The call is not allowed in the QP's current state.
     #[error("QP {qpn:#x} is in state {state:?}: {what} not allowed")]
     BadState {
@@ -43,18 +49,19 @@ impl VerbsError {
     /// The errno ibverbs returns for the same refusal (`ibv_post_send`, `ibv_post_recv`,
     /// `ibv_create_qp`, `ibv_modify_qp`, `ibv_dealloc_pd`, `ibv_reg_mr`, `ibv_dereg_mr`
     /// return it; rdma_rxe's `rxe_post_send` and `validate_send_wr`, the kernel's
-    /// `ib_umem_get`): ENOMEM for a full queue, EBUSY for a protection domain or memory
-    /// region still in use, EFAULT for a null address to register, EINVAL for
+    /// `ib_umem_get`): ENOMEM for a full queue, EBUSY for a protection domain, memory
+    /// region or SRQ still in use, EFAULT for a null address to register, EINVAL for
     /// everything else (a bad state, a work request over one of the QP's caps, an
     /// unknown handle, a region of length 0).
     pub fn errno(&self) -> i32 {
         use crate::mem::RegError;
         match self {
             Self::QueueFull(_) => libc::ENOMEM,
-            Self::Reg(RegError::Busy | RegError::RegionInUse(_)) => libc::EBUSY,
+            Self::Reg(RegError::Busy | RegError::RegionInUse(_)) | Self::Busy => libc::EBUSY,
             Self::Reg(RegError::BadAddress) => libc::EFAULT,
             Self::NoSuchQp(_)
             | Self::NoSuchCq
+            | Self::NoSuchSrq
             | Self::BadState { .. }
             | Self::BadModify { .. }
             | Self::InvalidWr(_)

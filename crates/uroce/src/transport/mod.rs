@@ -9,6 +9,7 @@ mod counters;
 mod error;
 mod qp;
 pub mod rc;
+mod srq;
 mod transition;
 pub mod uc;
 pub mod ud;
@@ -23,9 +24,12 @@ pub use counters::QpCounters;
 pub use error::VerbsError;
 pub use qp::QpState;
 pub(crate) use qp::{Connected, Datagram, Fatal, Peer, Qp, QpCore, QpErrorEvent, Service};
+pub(crate) use srq::Srq;
+pub use srq::{SrqAttr, SrqAttrMask, SrqId, MAX_SRQ_WR};
 pub use transition::ModifyRefusal;
 pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdSendWr};
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::mem::{Access, Memory, PdId, Span};
@@ -167,11 +171,43 @@ pub(crate) fn send_buffer(
         .map_err(|_| WcStatus::LocProtErr)
 }
 
-/// What a QP is handed while it works: memory, and where completions go.
+/// What a QP is handed while it works: memory, where completions go, and the shared
+/// receive queue it takes its receives from, if it is on one.
 pub(crate) struct Io<'a> {
     pub now: Instant,
     pub mem: &'a mut Memory,
     pub wcs: &'a mut Vec<(CqId, WorkCompletion)>,
+    /// The QP's SRQ: where its receives come from instead of its own queue.
+    pub srq: Option<&'a mut Srq>,
+}
+
+impl Io<'_> {
+    /// Takes the receive WQE for a new message: from the QP's SRQ when it has one
+    /// (IBTA §10.2.9: a QP on an SRQ has no receive queue of its own), else from its
+    /// receive queue `rq`.
+    pub(crate) fn take_recv(&mut self, rq: &mut VecDeque<RecvBuf>) -> Option<RecvBuf> {
+        match self.srq.as_deref_mut() {
+            Some(srq) => srq.take(),
+            None => rq.pop_front(),
+        }
+    }
+
+    /// Whether a receive WQE waits for the next message (in the SRQ, or in `rq`).
+    pub(crate) fn has_recv(&self, rq: &VecDeque<RecvBuf>) -> bool {
+        match self.srq.as_deref() {
+            Some(srq) => !srq.is_empty(),
+            None => !rq.is_empty(),
+        }
+    }
+
+    /// Gives a WQE taken for a message that was then dropped back to the head of the
+    /// queue it came from, for the next message.
+    pub(crate) fn give_back_recv(&mut self, rq: &mut VecDeque<RecvBuf>, r: RecvBuf) {
+        match self.srq.as_deref_mut() {
+            Some(srq) => srq.give_back(r),
+            None => rq.push_front(r),
+        }
+    }
 }
 
 /// PSNs are 24 bits.

@@ -19,7 +19,7 @@ use super::transition::{self, ModifyRefusal};
 use super::{
     send_buffer, CqId, InitAttr, Io, Mtu, OutPacket, QpAttr, QpAttrMask, QpCaps, QpCounters,
     QpInitAttr, QpInitEx, QpType, RecvBuf, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr,
-    Sge, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion, MAX_INLINE_DATA,
+    Sge, SrqId, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion, MAX_INLINE_DATA,
 };
 use crate::mem::{Access, Memory, Mr, PdId, Span};
 use crate::wire::{Misfit, RocePacket};
@@ -90,8 +90,11 @@ pub(crate) struct QpCore {
     pub recv_cq: CqId,
     pub max_send_wr: usize,
     pub max_recv_wr: usize,
-    /// The receive queue: posted receives, oldest first, consumed alike by every service.
+    /// The receive queue: posted receives, oldest first, consumed alike by every service
+    /// (through [`super::Io::take_recv`]); always empty on a QP with an SRQ.
     pub rq: VecDeque<RecvBuf>,
+    /// The shared receive queue the QP takes its receives from instead (IBTA §10.2.9).
+    pub srq: Option<SrqId>,
     pub counters: QpCounters,
 }
 
@@ -327,6 +330,8 @@ pub(crate) struct Qp {
     notify_drained: bool,
     /// IBV_EVENT_SQ_DRAINED is due, for [`Qp::take_event`].
     drained_event: bool,
+    /// A QP on an SRQ entered ERR and its last WQE event is not taken yet.
+    last_wqe_reached: bool,
 }
 
 impl Qp {
@@ -346,6 +351,7 @@ impl Qp {
             max_send_wr: caps.max_send_wr,
             max_recv_wr: caps.max_recv_wr,
             rq: VecDeque::new(),
+            srq: None,
             counters: QpCounters::default(),
         };
         let service = service(&core);
@@ -364,11 +370,13 @@ impl Qp {
             drained: false,
             notify_drained: false,
             drained_event: false,
+            last_wqe_reached: false,
         }
     }
 
     /// Sets what [`QpInitEx`] holds, when the QP is created. EINVAL for a
     /// `max_inline_data` above [`MAX_INLINE_DATA`] (rdma_rxe's `rxe_qp_chk_cap`).
+    /// The context checked that `ex.srq` exists.
     pub(crate) fn set_init_ex(&mut self, ex: QpInitEx) -> Result<(), VerbsError> {
         if ex.max_inline_data > MAX_INLINE_DATA {
             return Err(VerbsError::InvalidWr(
@@ -376,7 +384,19 @@ impl Qp {
             ));
         }
         self.ex = ex;
+        self.core.srq = ex.srq;
         Ok(())
+    }
+
+    /// The shared receive queue the QP takes its receives from.
+    pub(crate) fn srq(&self) -> Option<SrqId> {
+        self.core.srq
+    }
+
+    /// Whether the QP, on an SRQ, entered ERR since the last call: the context raises
+    /// IBV_EVENT_QP_LAST_WQE_REACHED for it ([`Qp::flush`]).
+    pub(crate) fn take_last_wqe_reached(&mut self) -> bool {
+        std::mem::take(&mut self.last_wqe_reached)
     }
 
     /// The post-time checks of the flags and caps that every service shares, done before
@@ -661,7 +681,16 @@ impl Qp {
     /// [`Qp::enter_err`] with only the completions at hand. A flushed work request
     /// completes whether it was signaled or not (rdma_rxe's `flush_send_queue` completes
     /// every WQE it drains, whatever its flags).
+    ///
+    /// A QP on an SRQ flushes only what it took from the SRQ (the message it was
+    /// receiving); the SRQ's WQEs stay for its other QPs, and entering ERR raises
+    /// IBV_EVENT_QP_LAST_WQE_REACHED: no WQE of the SRQ will be consumed by this QP any
+    /// more (IBTA §10.3.1 and §11.5.2, "Last WQE Reached"; rdma_rxe's
+    /// `flush_recv_queue` raises it for a QP with an SRQ and leaves the SRQ alone).
     fn flush(&mut self, wcs: &mut Wcs) {
+        if self.core.srq.is_some() && self.core.state != QpState::Err {
+            self.last_wqe_reached = true;
+        }
         self.core.state = QpState::Err;
         self.service.set_draining(false);
         self.flush_send(wcs);
@@ -892,12 +921,19 @@ impl Qp {
 
     /// Posts a receive work request; its buffer must lie in a region of the QP's PD that
     /// grants LOCAL_WRITE. In ERR it completes at once with WR_FLUSH_ERR (to `wcs`).
+    /// Refused (EINVAL) on a QP with an SRQ, which has no receive queue of its own
+    /// (rdma_rxe's `rxe_post_recv` refuses it with EINVAL).
     pub(crate) fn post_recv(
         &mut self,
         mem: &Memory,
         wr: RecvWr,
         wcs: &mut Wcs,
     ) -> Result<(), VerbsError> {
+        if self.core.srq.is_some() {
+            return Err(VerbsError::InvalidWr(
+                "the QP takes its receives from an SRQ: use post_srq_recv",
+            ));
+        }
         if !self.core.state.takes_receives() {
             return Err(self.core.bad_state("post_recv"));
         }

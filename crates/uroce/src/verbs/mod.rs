@@ -12,6 +12,6 @@ pub use crate::mem::{inc_rkey, Access, Mr, Mw, MwId, MwType, PdId, RegError};
 pub use crate::transport::{
     ack_timeout, rnr_timer_us, CqId, InitAttr, ModifyRefusal, Mtu, QpAttr, QpAttrMask, QpCaps,
     QpCounters, QpInitAttr, QpInitEx, QpState, QpType, RecvWr, Remote, RtrAttr, RtsAttr, SendFlags,
-    SendOp, SendWr, Sge, UdSendWr, VerbsError, WcFlags, WcOpcode, WcStatus, WorkCompletion,
-    MAX_INLINE_DATA,
+    SendOp, SendWr, Sge, SrqAttr, SrqAttrMask, SrqId, UdSendWr, VerbsError, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion, MAX_INLINE_DATA, MAX_SRQ_WR,
 };

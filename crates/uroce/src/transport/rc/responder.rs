@@ -382,7 +382,7 @@ impl Responder {
             RcSendFirst | RcSendMiddle | RcSendLast | RcSendLastImm | RcSendLastInv
             | RcSendOnly | RcSendOnlyImm | RcSendOnlyInv => {
                 if self.cur.is_none() {
-                    let Some(rwqe) = rq.pop_front() else {
+                    let Some(rwqe) = io.take_recv(rq) else {
                         return Verdict::Rnr;
                     };
                     self.cur = Some(InMsg::Send { rwqe, offset: 0 });
@@ -443,7 +443,7 @@ impl Responder {
             RcWriteFirst | RcWriteMiddle | RcWriteLast | RcWriteLastImm | RcWriteOnly
             | RcWriteOnlyImm => {
                 let with_imm = matches!(op, RcWriteLastImm | RcWriteOnlyImm);
-                if with_imm && rq.is_empty() {
+                if with_imm && !io.has_recv(rq) {
                     return Verdict::Rnr; // checked before any byte is written
                 }
                 if let Some(reth) = p.ext.reth {
@@ -500,7 +500,7 @@ impl Responder {
                     self.cur = None;
                     self.msn = psn_add(self.msn, 1);
                     if with_imm {
-                        if let Some(rwqe) = rq.pop_front() {
+                        if let Some(rwqe) = io.take_recv(rq) {
                             let wc = self
                                 .wc(
                                     rwqe.wr_id,

@@ -68,12 +68,15 @@ impl UcQp {
     }
 
     /// Drops the message being received (a packet of it was lost): its receive goes back
-    /// to the head of the queue for the next message.
-    fn abort_message(&mut self, core: &mut QpCore) {
+    /// to the head of the queue it came from (the QP's, or its SRQ) for the next message,
+    /// which overwrites what the dropped one left in it. (rdma_rxe completes a WQE taken
+    /// from an SRQ for a dropped UC message in error instead, its class E; giving it back
+    /// loses no WQE and reports nothing the application could act on.)
+    fn abort_message(&mut self, core: &mut QpCore, io: &mut Io<'_>) {
         if let Some(m) = self.cur.take() {
             core.counters.uc_msg_dropped += 1;
             if let InMsg::Send { rwqe, .. } = m {
-                core.rq.push_front(rwqe);
+                io.give_back_recv(&mut core.rq, rwqe);
             }
         }
     }
@@ -112,7 +115,7 @@ impl UcQp {
         );
         if starts {
             if is_send {
-                let Some(rwqe) = core.rq.pop_front() else {
+                let Some(rwqe) = io.take_recv(&mut core.rq) else {
                     core.counters.no_recv_drop += 1;
                     return false;
                 };
@@ -211,7 +214,7 @@ impl UcQp {
                     return false;
                 }
                 let with_imm = matches!(op, UcWriteLastImm | UcWriteOnlyImm);
-                if last && with_imm && core.rq.is_empty() {
+                if last && with_imm && !io.has_recv(&core.rq) {
                     core.counters.no_recv_drop += 1;
                     return false;
                 }
@@ -225,7 +228,7 @@ impl UcQp {
                     self.cur = None;
                     core.counters.delivered += 1;
                     if with_imm {
-                        if let Some(r) = core.rq.pop_front() {
+                        if let Some(r) = io.take_recv(&mut core.rq) {
                             io.wcs.push((
                                 core.recv_cq,
                                 WorkCompletion::recv(
@@ -359,7 +362,7 @@ impl Service for UcQp {
         if d > 0 {
             // A gap: the message in progress is lost whole; only a FIRST or ONLY
             // packet starts the next one.
-            self.abort_message(core);
+            self.abort_message(core, io);
             if !starts {
                 core.counters.dropped += 1;
                 return Ok(());
@@ -367,14 +370,14 @@ impl Service for UcQp {
         }
         self.epsn = psn_add(p.bth.psn, 1);
         if starts && self.cur.is_some() {
-            self.abort_message(core); // the LAST of the previous message never came
+            self.abort_message(core, io); // the LAST of the previous message never came
         }
         if !starts && self.cur.is_none() {
             core.counters.dropped += 1; // the rest of a message already dropped
             return Ok(());
         }
         if !self.accept(core, io, p, starts) {
-            self.abort_message(core);
+            self.abort_message(core, io);
         }
         Ok(())
     }
@@ -386,14 +389,14 @@ impl Service for UcQp {
     fn on_misfit(
         &mut self,
         core: &mut QpCore,
-        _io: &mut Io<'_>,
+        io: &mut Io<'_>,
         m: &crate::wire::Misfit,
     ) -> Result<(), Fatal> {
         core.counters.dropped += 1;
         let from_peer =
             m.pkey & 0x7fff == self.pkey & 0x7fff && self.remote.is_none_or(|r| r.ip == m.ip.src());
         if m.opcode & 0xe0 == 0x20 && from_peer && psn_diff(m.psn, self.epsn) >= 0 {
-            self.abort_message(core);
+            self.abort_message(core, io);
             self.epsn = psn_add(m.psn, 1);
         }
         Ok(())

@@ -119,7 +119,7 @@ impl Service for UdQp {
             core.counters.dropped += 1;
             return Ok(());
         }
-        let Some(r) = core.rq.pop_front() else {
+        let Some(r) = io.take_recv(&mut core.rq) else {
             core.counters.no_recv_drop += 1;
             return Ok(());
         };
