@@ -127,7 +127,10 @@ impl Context {
             srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_misfit(&mut io, m);
-        self.take_qp_events(m.dest_qp);
+        let due = qp.events_due() || srq.is_some();
+        if due {
+            self.take_qp_events(m.dest_qp);
+        }
         self.route_completions();
     }
 
@@ -177,7 +180,10 @@ impl Context {
             srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_packet(&mut io, p);
-        self.take_qp_events(p.bth.dest_qp);
+        let due = qp.events_due() || srq.is_some();
+        if due {
+            self.take_qp_events(p.bth.dest_qp);
+        }
         self.route_completions();
         Ok(())
     }

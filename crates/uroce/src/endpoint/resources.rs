@@ -503,7 +503,10 @@ impl Context {
         self.modify_qp(qpn, &attr, QpAttrMask::STATE)
     }
 
-    /// Queues every affiliated asynchronous event QP `qpn` has due.
+    /// Queues every affiliated asynchronous event QP `qpn` has due, and the limit event
+    /// of its SRQ. The per-packet paths call it only when `events_due` says so (or
+    /// the QP is on an SRQ, whose limit a receive may have fired).
+    #[inline(never)]
     pub(crate) fn take_qp_events(&mut self, qpn: u32) {
         while let Some(ev) = self.qps.get_mut(&qpn).and_then(|q| q.take_event()) {
             self.queue_qp_event(qpn, ev);
@@ -564,8 +567,11 @@ impl Context {
     fn post(&mut self, qpn: u32, wr: SendWr, flags: SendFlags) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send(&mut self.mem, wr, flags, &mut self.wcs);
+        let due = qp.events_due();
         self.route_completions();
-        self.take_qp_events(qpn);
+        if due {
+            self.take_qp_events(qpn);
+        }
         r
     }
 
@@ -587,8 +593,11 @@ impl Context {
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send_ud(&mut self.mem, wr, flags, &mut self.wcs);
+        let due = qp.events_due();
         self.route_completions();
-        self.take_qp_events(qpn);
+        if due {
+            self.take_qp_events(qpn);
+        }
         r
     }
 

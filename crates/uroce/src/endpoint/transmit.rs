@@ -84,8 +84,11 @@ impl Context {
                 srq: super::srq_mut(&mut self.srqs, qp.srq()),
             };
             let pkt = qp.next_packet(&mut io);
+            let due = qp.events_due();
             self.route_completions();
-            self.take_qp_events(qpn);
+            if due {
+                self.take_qp_events(qpn);
+            }
             let Some(pkt) = pkt else { continue };
             self.rr_cursor = cursor;
             let tos = self.cfg.tos;

@@ -669,6 +669,13 @@ impl Qp {
         (self.core.send_cq, self.core.recv_cq)
     }
 
+    /// Whether an affiliated asynchronous event is due ([`Qp::take_event`], or the last
+    /// WQE reached): a flag test, so the per-packet paths ask the rest only when needed.
+    #[inline]
+    pub(crate) fn events_due(&self) -> bool {
+        self.event.is_some() || self.drained_event || self.last_wqe_reached
+    }
+
     /// The next affiliated asynchronous event due: the error raised by the last packet,
     /// then IBV_EVENT_SQ_DRAINED. Called until `None`.
     pub(crate) fn take_event(&mut self) -> Option<QpErrorEvent> {
