@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use uroce::pcap::{Frame, LinkType};
-use uroce::wire::{self, bth, ethernet, Dissection, Syndrome, WireError};
+use uroce::wire::{self, aeth, bth, ethernet, ipv6, Dissection, Syndrome, WireError};
 
 /// RETH fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -16,11 +16,99 @@ pub struct RethJson {
     pub len: u32,
 }
 
-/// AETH fields.
+/// AETH fields, the syndrome decoded (IBTA Vol. 1 §9.3.5, §9.7.5.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct AethJson {
+    /// The syndrome byte as on the wire.
     pub syndrome: u8,
     pub msn: u32,
+    /// `ACK`, `RNR_NAK`, `NAK` or `RESERVED`.
+    pub kind: &'static str,
+    /// ACK: the 5-bit credit code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credit_code: Option<u8>,
+    /// ACK: the credits it grants; absent for code 31 ("no credits": not used).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credits: Option<u32>,
+    /// RNR NAK: the 5-bit timer code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rnr_timer: Option<u8>,
+    /// RNR NAK: the minimum wait that code stands for, in microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rnr_timer_us: Option<u64>,
+    /// NAK: the 5-bit code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nak_code: Option<u8>,
+    /// NAK: the code's name (`PSN_SEQUENCE_ERROR`, `INVALID_REQUEST`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nak: Option<&'static str>,
+}
+
+impl AethJson {
+    fn new(syndrome: u8, msn: u32) -> Self {
+        let mut a = Self {
+            syndrome,
+            msn,
+            kind: "RESERVED",
+            credit_code: None,
+            credits: None,
+            rnr_timer: None,
+            rnr_timer_us: None,
+            nak_code: None,
+            nak: None,
+        };
+        match Syndrome::from_byte(syndrome) {
+            Syndrome::Ack { credits } => {
+                a.kind = "ACK";
+                a.credit_code = Some(credits);
+                a.credits = aeth::credits_from_code(credits);
+            }
+            Syndrome::RnrNak { timer } => {
+                a.kind = "RNR_NAK";
+                a.rnr_timer = Some(timer);
+                a.rnr_timer_us = Some(uroce::transport::rnr_timer_us(timer));
+            }
+            Syndrome::Nak(code) => {
+                a.kind = "NAK";
+                a.nak_code = Some(code.code());
+                a.nak = Some(code.name());
+            }
+            Syndrome::Reserved(_) => {}
+        }
+        a
+    }
+
+    /// The compact text: `ACK credits 8`, `ACK no credits`, `RNR_NAK 640us`, `NAK
+    /// PSN_SEQUENCE_ERROR`.
+    fn text(&self) -> String {
+        match self.kind {
+            "ACK" => match self.credits {
+                Some(c) => format!("ACK credits {c}"),
+                None => "ACK no credits".to_string(),
+            },
+            "RNR_NAK" => format!(
+                "RNR_NAK timer {} ({}us)",
+                self.rnr_timer.unwrap_or(0),
+                self.rnr_timer_us.unwrap_or(0)
+            ),
+            "NAK" => format!(
+                "NAK {} ({})",
+                self.nak.unwrap_or("?"),
+                self.nak_code.unwrap_or(0)
+            ),
+            _ => format!("reserved syndrome {:#04x}", self.syndrome),
+        }
+    }
+}
+
+/// The name of an ECN codepoint (RFC 3168).
+pub fn ecn_name(ecn: u8) -> &'static str {
+    match ecn & 3 {
+        0 => "Not-ECT",
+        1 => "ECT(1)",
+        2 => "ECT(0)",
+        _ => "CE",
+    }
 }
 
 /// DETH fields.
@@ -51,6 +139,40 @@ pub struct FrameRecord {
     pub error: Option<String>,
     /// The ICRC was computed and matched.
     pub icrc_ok: bool,
+    /// The stored ICRC, its 4 bytes in wire order as hex (`0x82fd002a`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub icrc: Option<String>,
+    /// When the ICRC did not match: the one the packet should carry, same form.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub icrc_computed: Option<String>,
+    /// IP source and destination addresses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub src: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dst: Option<String>,
+    /// UDP source and destination ports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sport: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dport: Option<u16>,
+    /// IP DSCP (6 bits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dscp: Option<u8>,
+    /// IP ECN: `Not-ECT`, `ECT(0)`, `ECT(1)` or `CE`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ecn: Option<&'static str>,
+    /// IPv4 identification.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip_id: Option<u16>,
+    /// IPv4 TTL or IPv6 hop limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<u8>,
+    /// IPv4: whether the header checksum verified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip_checksum_ok: Option<bool>,
+    /// IPv6: the extension headers followed to UDP, in order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ipv6_ext: Option<Vec<&'static str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub opcode: Option<u8>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -63,6 +185,17 @@ pub struct FrameRecord {
     pub ack_req: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub solicited: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migreq: Option<bool>,
+    /// BTH transport header version (0 is the only one defined).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tver: Option<u8>,
+    /// BTH reserved bits of byte 4 (after FECN, BECN), only when not zero.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resv6: Option<u8>,
+    /// BTH reserved bits of byte 8 (after AckReq), only when not zero.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resv7: Option<u8>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pkey: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -104,12 +237,28 @@ impl FrameRecord {
             ok: false,
             error: None,
             icrc_ok: false,
+            icrc: None,
+            icrc_computed: None,
+            src: None,
+            dst: None,
+            sport: None,
+            dport: None,
+            dscp: None,
+            ecn: None,
+            ip_id: None,
+            ttl: None,
+            ip_checksum_ok: None,
+            ipv6_ext: None,
             opcode: None,
             opcode_name: None,
             psn: None,
             dest_qp: None,
             ack_req: None,
             solicited: None,
+            migreq: None,
+            tver: None,
+            resv6: None,
+            resv7: None,
             pkey: None,
             fecn: None,
             becn: None,
@@ -189,7 +338,7 @@ pub fn record(index: usize, frame: &Frame<'_>) -> FrameRecord {
         }
     };
     r.to_roce_port = to_roce_port(ip);
-    fill(&mut r, &dissection, udp_payload_of(ip));
+    fill(&mut r, &dissection, udp_payload_of(ip, &dissection));
     if dissection.is_ok() && (frame.orig_len as usize) > frame.data.len() {
         r.ok = false;
         r.error = Some(format!(
@@ -201,11 +350,17 @@ pub fn record(index: usize, frame: &Frame<'_>) -> FrameRecord {
     r
 }
 
-/// True when an IP packet, however damaged, is UDP to port 4791.
+/// True when an IP packet, however damaged, is UDP to port 4791 (IPv6 extension
+/// headers followed as far as they can be).
 fn to_roce_port(ip: &[u8]) -> bool {
     let (proto, hl) = match ip.first().map(|b| b >> 4) {
         Some(4) if ip.len() > 9 => (ip[9], usize::from(ip[0] & 0x0f) * 4),
-        Some(6) if ip.len() > 6 => (ip[6], 40),
+        Some(6) if ip.len() > 6 => {
+            match ipv6::walk_extensions(ip.get(40..).unwrap_or(&[]), ip[6]) {
+                Ok(e) => (e.protocol, 40 + e.len),
+                Err(_) => (ip[6], 40),
+            }
+        }
         _ => return false,
     };
     proto == 17 && ip.get(hl + 2..hl + 4) == Some(&wire::ROCEV2_UDP_PORT.to_be_bytes()[..])
@@ -213,21 +368,48 @@ fn to_roce_port(ip: &[u8]) -> bool {
 
 /// The UDP payload of an IP packet whose UDP header could be read, for BTH fields of
 /// packets whose opcode is unknown.
-fn udp_payload_of(ip: &[u8]) -> &[u8] {
+fn udp_payload_of<'a>(ip: &'a [u8], d: &Dissection<'_>) -> &'a [u8] {
     let hl = match ip.first().map(|b| b >> 4) {
         Some(4) => usize::from(ip[0] & 0x0f) * 4,
-        Some(6) => 40,
+        Some(6) => 40 + d.ipv6_ext.map_or(0, |e| e.len),
         _ => return &[],
     };
     ip.get(hl + 8..).unwrap_or(&[])
 }
 
+/// A 32-bit ICRC value as its 4 wire bytes in hex.
+fn icrc_hex(v: u32) -> String {
+    format!("{:#010x}", v.swap_bytes())
+}
+
 fn fill(r: &mut FrameRecord, d: &Dissection<'_>, udp_payload: &[u8]) {
     r.ok = d.is_ok();
-    r.error = d.error.map(|e| e.to_string());
+    let errors: Vec<String> = d.errors().map(ToString::to_string).collect();
+    r.error = (!errors.is_empty()).then(|| errors.join("; "));
     r.icrc_ok = d.icrc_ok;
+    r.icrc = d.icrc.map(icrc_hex);
+    if !d.icrc_ok {
+        r.icrc_computed = d.icrc_computed.map(icrc_hex);
+    }
     if let Some(ip) = &d.ip {
         r.ip = Some(ip.version());
+        r.src = Some(ip.src().to_string());
+        r.dst = Some(ip.dst().to_string());
+        r.dscp = Some(ip.dscp());
+        r.ecn = Some(ecn_name(ip.ecn()));
+        r.ip_id = ip.ident();
+        r.ttl = Some(ip.ttl());
+        r.ip_checksum_ok = d.ipv4_checksum_ok;
+        r.ipv6_ext = d.ipv6_ext.map(|e| {
+            e.kinds()
+                .iter()
+                .map(|&k| ipv6::extension_name(k).unwrap_or("?"))
+                .collect()
+        });
+    }
+    if let Some(u) = &d.udp {
+        r.sport = Some(u.src_port);
+        r.dport = Some(u.dst_port);
     }
     if let (Some(ip), Some(udp)) = (&d.ip, &d.udp) {
         r.addrs = Some(match ip.src() {
@@ -265,6 +447,10 @@ fn fill(r: &mut FrameRecord, d: &Dissection<'_>, udp_payload: &[u8]) {
         r.dest_qp = Some(h.dest_qp());
         r.ack_req = Some(h.ack_req());
         r.solicited = Some(h.solicited());
+        r.migreq = Some(h.mig_req());
+        r.tver = Some(h.tver());
+        r.resv6 = Some(h.resv6()).filter(|&v| v != 0);
+        r.resv7 = Some(h.resv7()).filter(|&v| v != 0);
         r.pkey = Some(h.pkey());
         r.fecn = Some(h.fecn());
         r.becn = Some(h.becn());
@@ -279,10 +465,7 @@ fn fill(r: &mut FrameRecord, d: &Dissection<'_>, udp_payload: &[u8]) {
         rkey: x.rkey,
         len: x.len,
     });
-    r.aeth = e.aeth.map(|x| AethJson {
-        syndrome: x.syndrome,
-        msn: x.msn,
-    });
+    r.aeth = e.aeth.map(|x| AethJson::new(x.syndrome, x.msn));
     r.deth = e.deth.map(|x| DethJson {
         qkey: x.qkey,
         src_qp: x.src_qp,
@@ -304,6 +487,24 @@ pub fn human_line(r: &FrameRecord) -> String {
     let mut s = format!("{:>5} ", r.frame);
     if let Some(a) = &r.addrs {
         let _ = write!(s, "IPv{} {a} ", r.ip.unwrap_or(0));
+        if let Some(ext) = &r.ipv6_ext {
+            let _ = write!(s, "ext[{}] ", ext.join(","));
+        }
+        if let Some(id) = r.ip_id {
+            let _ = write!(s, "id {id} ");
+        }
+        if let Some(t) = r.ttl {
+            let _ = write!(s, "ttl {t} ");
+        }
+        if let Some(d) = r.dscp.filter(|&d| d != 0) {
+            let _ = write!(s, "dscp {d} ");
+        }
+        if let Some(e) = r.ecn.filter(|&e| e != "Not-ECT") {
+            let _ = write!(s, "{e} ");
+        }
+        if r.ip_checksum_ok == Some(false) {
+            s.push_str("bad-ip-csum ");
+        }
     }
     match (r.opcode, r.opcode_name) {
         (Some(_), Some(name)) => s.push_str(name),
@@ -321,12 +522,22 @@ pub fn human_line(r: &FrameRecord) -> String {
     for (flag, name) in [
         (r.ack_req, "A"),
         (r.solicited, "SE"),
+        (r.migreq, "M"),
         (r.fecn, "FECN"),
         (r.becn, "BECN"),
     ] {
         if flag == Some(true) {
             let _ = write!(s, " {name}");
         }
+    }
+    if let Some(t) = r.tver.filter(|&t| t != 0) {
+        let _ = write!(s, " tver {t}");
+    }
+    if let Some(v) = r.resv6 {
+        let _ = write!(s, " resv6 {v:#04x}");
+    }
+    if let Some(v) = r.resv7 {
+        let _ = write!(s, " resv7 {v:#04x}");
     }
     if let Some(p) = r.pkey {
         if p != 0xffff {
@@ -337,13 +548,7 @@ pub fn human_line(r: &FrameRecord) -> String {
         let _ = write!(s, " reth[va {:#x} rkey {:#x} len {}]", x.va, x.rkey, x.len);
     }
     if let Some(x) = r.aeth {
-        let kind = match Syndrome::from_byte(x.syndrome) {
-            Syndrome::Ack { credits } => format!("ACK credits {credits}"),
-            Syndrome::RnrNak { timer } => format!("RNR-NAK timer {timer}"),
-            Syndrome::Nak(code) => format!("NAK {code:?}"),
-            Syndrome::Reserved(b) => format!("reserved {b:#04x}"),
-        };
-        let _ = write!(s, " aeth[{kind} msn {}]", x.msn);
+        let _ = write!(s, " aeth[{} msn {}]", x.text(), x.msn);
     }
     if let Some(x) = r.deth {
         let _ = write!(s, " deth[qkey {:#x} src_qp {:#x}]", x.qkey, x.src_qp);
@@ -375,6 +580,9 @@ pub fn human_line(r: &FrameRecord) -> String {
     if r.ok {
         s.push_str(" icrc ok");
     } else if let Some(e) = &r.error {
+        if r.icrc_ok {
+            s.push_str(" icrc ok");
+        }
         let _ = write!(s, " !! {e}");
     }
     s.trim_end().to_string()

@@ -206,3 +206,270 @@ fn decode_reads_cnps() {
         assert_eq!(v["ok"], true);
     }
 }
+
+fn be16(b: &[u8], at: usize) -> u64 {
+    u64::from(u16::from_be_bytes([b[at], b[at + 1]]))
+}
+
+fn be24(b: &[u8], at: usize) -> u64 {
+    u64::from(u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]]))
+}
+
+/// Recomputes the ICRC of an Ethernet + IPv4 (no options) RoCEv2 frame after a test
+/// changed bytes it covers, and the IPv4 header checksum.
+fn refresh(f: &mut [u8]) {
+    f[24] = 0;
+    f[25] = 0;
+    let c = uroce::wire::ipv4::header_checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+    let n = f.len();
+    let crc = uroce::wire::icrc::compute(&f[14..34], &f[34..42], &f[42..n - 4]);
+    f[n - 4..].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn frames_of(name: &str) -> Vec<Vec<u8>> {
+    let file = std::fs::read(data(name)).unwrap();
+    Reader::new(&file)
+        .unwrap()
+        .map(|f| f.unwrap().data.to_vec())
+        .collect()
+}
+
+/// Every IPv4 RoCEv2 frame of every capture: the JSON's IP, UDP and BTH fields and the
+/// ICRC agree with a decode written here from the byte offsets of RFC 791, RFC 768 and
+/// IBTA Vol. 1 §9.2 (Ethernet 14 bytes, IPv4 20, UDP 8, then the BTH), independent of
+/// the library's parsers.
+#[test]
+fn json_fields_agree_with_a_decode_by_offsets() {
+    let mut checked = 0;
+    for name in [
+        "rc_pingpong.pcap",
+        "ud_pingpong.pcap",
+        "ib_send_bw.pcap",
+        "ib_write_bw.pcap",
+        "ib_read_bw.pcap",
+        "ib_atomic_bw.pcap",
+        "rdma_cm.pcap",
+        "rnr_nak.pcap",
+    ] {
+        let frames = frames_of(name);
+        let (code, lines, _) = decode(&["--json", &data(name)]);
+        assert_eq!(code, 0);
+        assert_eq!(lines.len(), frames.len());
+        for (f, j) in frames.iter().zip(&lines) {
+            if f[12..14] != [0x08, 0x00] || f[23] != 17 || be16(f, 36) != 4791 {
+                continue;
+            }
+            let ctx = format!("{name} frame {}", j["frame"]);
+            let ip = |at: usize| format!("{}.{}.{}.{}", f[at], f[at + 1], f[at + 2], f[at + 3]);
+            assert_eq!(j["src"], ip(26), "{ctx}");
+            assert_eq!(j["dst"], ip(30), "{ctx}");
+            assert_eq!(j["sport"], be16(f, 34), "{ctx}");
+            assert_eq!(j["dport"], 4791, "{ctx}");
+            assert_eq!(j["dscp"], u64::from(f[15] >> 2), "{ctx}");
+            let ecn = ["Not-ECT", "ECT(1)", "ECT(0)", "CE"][usize::from(f[15] & 3)];
+            assert_eq!(j["ecn"], ecn, "{ctx}");
+            assert_eq!(j["ip_id"], be16(f, 18), "{ctx}");
+            assert_eq!(j["ttl"], u64::from(f[22]), "{ctx}");
+            let n = f.len();
+            let icrc = format!(
+                "0x{:02x}{:02x}{:02x}{:02x}",
+                f[n - 4],
+                f[n - 3],
+                f[n - 2],
+                f[n - 1]
+            );
+            assert_eq!(j["icrc"], icrc, "{ctx}");
+            let bth = 42;
+            assert_eq!(j["opcode"], u64::from(f[bth]), "{ctx}");
+            assert_eq!(j["solicited"], f[bth + 1] & 0x80 != 0, "{ctx}");
+            assert_eq!(j["migreq"], f[bth + 1] & 0x40 != 0, "{ctx}");
+            assert_eq!(j["pad"], u64::from((f[bth + 1] >> 4) & 3), "{ctx}");
+            assert_eq!(j["tver"], u64::from(f[bth + 1] & 0xf), "{ctx}");
+            assert_eq!(j["pkey"], be16(f, bth + 2), "{ctx}");
+            assert_eq!(j["dest_qp"], be24(f, bth + 5), "{ctx}");
+            assert_eq!(j["ack_req"], f[bth + 8] & 0x80 != 0, "{ctx}");
+            assert_eq!(j["psn"], be24(f, bth + 9), "{ctx}");
+            assert_eq!(j["ok"], true, "{ctx}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 460 + 75 + 64, "rdma_cm.pcap has 17 IPv6 frames");
+}
+
+/// A CE-marked frame and one with a broken IPv4 header checksum, made from a real frame:
+/// the mark is shown, and the broken checksum is reported beside a complete decode.
+#[test]
+fn ce_marks_and_bad_ip_checksums() {
+    let good = frames_of("ib_write_bw.pcap")
+        .into_iter()
+        .find(|f| uroce::wire::parse(f).is_ok())
+        .unwrap();
+    let mut ce = good.clone();
+    ce[15] = (26 << 2) | 3; // DSCP 26, CE
+    refresh(&mut ce);
+    let mut bad_csum = good.clone();
+    bad_csum[24] ^= 0x5a;
+    let mut both = bad_csum.clone();
+    both[70] ^= 0x01; // a payload bit as well
+    let path = tmp("ce.pcap", &write_pcap([&ce[..], &bad_csum, &both]));
+    let (code, l, _) = decode(&["--json", &path]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        (l[0]["ecn"].clone(), l[0]["dscp"].clone()),
+        ("CE".into(), 26.into())
+    );
+    assert_eq!(l[0]["ok"], true);
+    assert_eq!(l[0]["ip_checksum_ok"], true);
+
+    assert_eq!(l[1]["ok"], false);
+    assert_eq!(l[1]["ip_checksum_ok"], false);
+    assert_eq!(
+        l[1]["icrc_ok"], true,
+        "the ICRC does not cover the checksum"
+    );
+    assert_eq!(l[1]["opcode_name"], "RC_RDMA_WRITE_FIRST");
+    assert_eq!(l[1]["reth"]["len"], 4096);
+    let e = l[1]["error"].as_str().unwrap();
+    assert!(
+        e.starts_with("bad IPv4 header checksum at offset 24"),
+        "{e}"
+    );
+    assert!(!e.contains("ICRC"), "{e}");
+
+    let e = l[2]["error"].as_str().unwrap();
+    assert!(e.contains("checksum") && e.contains("; bad ICRC"), "{e}");
+    assert_eq!(l[2]["icrc_ok"], false);
+    assert!(l[2]["icrc_computed"].is_string());
+
+    let (_, text, _) = decode(&[&path]);
+    let t0 = text[0].as_str().unwrap();
+    assert!(t0.contains(" dscp 26 CE "), "{t0}");
+    let t1 = text[1].as_str().unwrap();
+    assert!(
+        t1.contains("bad-ip-csum RC_RDMA_WRITE_FIRST") && t1.contains("icrc ok !! bad IPv4"),
+        "{t1}"
+    );
+}
+
+/// The ICRC in the "bad ICRC" message is in wire byte order: the 4 last bytes of the
+/// frame as they are.
+#[test]
+fn bad_icrc_message_shows_wire_order() {
+    let mut f = frames_of("rc_pingpong.pcap").swap_remove(9);
+    f[60] ^= 0x80;
+    let n = f.len();
+    let wire = format!(
+        "found 0x{:02x}{:02x}{:02x}{:02x} (bytes in wire order)",
+        f[n - 4],
+        f[n - 3],
+        f[n - 2],
+        f[n - 1]
+    );
+    let path = tmp("badicrc.pcap", &write_pcap([&f[..]]));
+    let (_, l, _) = decode(&["--json", &path]);
+    let e = l[0]["error"].as_str().unwrap();
+    assert!(e.contains(&wire), "{e} does not contain {wire}");
+    // The computed value, in the same order, is what a fixed frame carries.
+    let mut fixed = f.clone();
+    refresh(&mut fixed);
+    let want = format!(
+        "0x{:02x}{:02x}{:02x}{:02x}",
+        fixed[n - 4],
+        fixed[n - 3],
+        fixed[n - 2],
+        fixed[n - 1]
+    );
+    assert_eq!(l[0]["icrc_computed"], want);
+    assert!(e.contains(&format!("computed {want}")), "{e}");
+}
+
+/// AETH syndromes decoded: ACK with credits or "no credits" (code 31), RNR NAK with its
+/// timer in microseconds (IBTA Table 45: code 12 is 0.64 ms), NAK with its code's name;
+/// BTH MigReq, TVer and reserved bits shown.
+#[test]
+fn aeth_syndromes_and_bth_bits() {
+    let rnr = frames_of("rnr_nak.pcap").swap_remove(4);
+    assert_eq!(rnr[42 + 12], 0x2c, "the capture's RNR NAK, timer code 12");
+    let mut ack5 = rnr.clone();
+    ack5[54] = 5; // ACK, credit code 5: 6 credits
+    refresh(&mut ack5);
+    let mut ack31 = rnr.clone();
+    ack31[54] = 31;
+    refresh(&mut ack31);
+    let mut nak = rnr.clone();
+    nak[54] = 0x60; // NAK PSN sequence error
+    refresh(&mut nak);
+    let mut nak2 = rnr.clone();
+    nak2[54] = 0x62; // NAK remote access error
+    refresh(&mut nak2);
+    let mut bits = rnr.clone();
+    bits[43] |= 0x40 | 0x01; // MigReq, TVer 1
+    bits[46] |= 0x05; // resv6
+    bits[50] |= 0x11; // resv7
+    refresh(&mut bits);
+    let path = tmp(
+        "aeth.pcap",
+        &write_pcap([&rnr[..], &ack5, &ack31, &nak, &nak2, &bits]),
+    );
+    let (_, l, _) = decode(&["--json", &path]);
+    let a: Vec<&Value> = l.iter().map(|j| &j["aeth"]).collect();
+    assert_eq!(
+        (
+            a[0]["kind"].clone(),
+            a[0]["rnr_timer"].clone(),
+            a[0]["rnr_timer_us"].clone()
+        ),
+        ("RNR_NAK".into(), 12.into(), 640.into())
+    );
+    assert_eq!(
+        (a[1]["kind"].clone(), a[1]["credits"].clone()),
+        ("ACK".into(), 6.into())
+    );
+    assert_eq!(a[1]["credit_code"], 5);
+    assert_eq!(a[2]["kind"], "ACK");
+    assert_eq!(a[2]["credit_code"], 31);
+    assert!(a[2].get("credits").is_none());
+    assert_eq!(
+        (a[3]["kind"].clone(), a[3]["nak"].clone()),
+        ("NAK".into(), "PSN_SEQUENCE_ERROR".into())
+    );
+    assert_eq!(
+        (a[4]["nak_code"].clone(), a[4]["nak"].clone()),
+        (2.into(), "REMOTE_ACCESS_ERROR".into())
+    );
+    let b = &l[5];
+    assert_eq!(
+        (b["migreq"].clone(), b["tver"].clone()),
+        (true.into(), 1.into())
+    );
+    assert_eq!(
+        (b["resv6"].clone(), b["resv7"].clone()),
+        (5.into(), 0x11.into())
+    );
+    assert_eq!(
+        b["ok"], false,
+        "TVer 1 is not a RoCEv2 packet uroce accepts"
+    );
+    assert!(b["error"]
+        .as_str()
+        .unwrap()
+        .contains("transport header version 1"));
+    assert!(l[0].get("resv6").is_none() && l[0].get("resv7").is_none());
+
+    let (_, t, _) = decode(&[&path]);
+    let t: Vec<&str> = t.iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(
+        t[0].contains("aeth[RNR_NAK timer 12 (640us) msn 0]"),
+        "{}",
+        t[0]
+    );
+    assert!(t[1].contains("aeth[ACK credits 6 msn 0]"), "{}", t[1]);
+    assert!(t[2].contains("aeth[ACK no credits msn 0]"), "{}", t[2]);
+    assert!(
+        t[3].contains("aeth[NAK PSN_SEQUENCE_ERROR (0) msn 0]"),
+        "{}",
+        t[3]
+    );
+    assert!(t[5].contains(" M tver 1 resv6 0x05 resv7 0x11"), "{}", t[5]);
+}

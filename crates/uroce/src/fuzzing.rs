@@ -33,7 +33,13 @@ pub fn frame(data: &[u8]) {
             assert_eq!(again.payload, p.payload);
         }
         Err(e) => {
-            assert!(!d.is_ok(), "dissect accepted what parse refused: {e}");
+            // The dissector follows IPv6 extension headers, which the endpoint's parser
+            // refuses; anything else parse refuses, dissect must refuse too.
+            let ext = d.ipv6_ext.is_some_and(|x| x.count > 0);
+            assert!(
+                !d.is_ok() || ext,
+                "dissect accepted what parse refused: {e}"
+            );
             let _ = e.to_string();
         }
     }

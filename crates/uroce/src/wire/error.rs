@@ -93,8 +93,14 @@ pub enum WireError {
     /// Payload larger than the 4096-byte maximum path MTU.
     #[error("payload of {len} bytes at offset {offset} exceeds the 4096-byte maximum path MTU")]
     PayloadTooLong { len: usize, offset: usize },
-    /// The invariant CRC does not verify.
-    #[error("bad ICRC at offset {offset}: computed {computed:#010x}, found {found:#010x}")]
+    /// The invariant CRC does not verify. `computed` and `found` are CRC values (see
+    /// [`super::icrc::stored`]); the message shows both as the 4 bytes appear on the wire,
+    /// as Wireshark and tcpdump show them.
+    #[error(
+        "bad ICRC at offset {offset}: computed {:#010x}, found {:#010x} (bytes in wire order)",
+        .computed.swap_bytes(),
+        .found.swap_bytes()
+    )]
     BadIcrc {
         computed: u32,
         found: u32,

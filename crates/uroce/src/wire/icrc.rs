@@ -102,6 +102,48 @@ fn masked_hash(s: &mut [u8; SCRATCH], ip_len: usize, udp_len: usize, transport: 
     h.finalize()
 }
 
+/// [`compute`] for an IPv6 packet whose fixed header `ip_fixed` (40 bytes) is followed by
+/// extension headers `ext` before the UDP header. The ICRC's pseudo-header then covers
+/// the fixed header, masked as always, and the extension headers as they are: the whole
+/// IP header as it was sent. uroce never sends extension headers and Annex A17 does not
+/// show them; this is what the dissector uses to give a verdict on such packets.
+pub fn compute_ipv6_ext(ip_fixed: &[u8], ext: &[u8], udp_header: &[u8], transport: &[u8]) -> u32 {
+    const FIXED: usize = super::ipv6::HEADER_LEN;
+    let mut s = [0xffu8; LRH_STANDIN + FIXED];
+    let ip = &ip_fixed[..ip_fixed.len().min(FIXED)];
+    s[LRH_STANDIN..LRH_STANDIN + ip.len()].copy_from_slice(ip);
+    {
+        let ip = &mut s[LRH_STANDIN..LRH_STANDIN + ip.len()];
+        if let Some(b) = ip.first_mut() {
+            *b |= 0x0f; // low nibble of the traffic class
+        }
+        for i in [1usize, 2, 3, 7] {
+            if i < ip.len() {
+                ip[i] = 0xff; // traffic class, flow label, hop limit
+            }
+        }
+    }
+    let mut h = crc32fast::Hasher::new();
+    h.update(&s[..LRH_STANDIN + ip.len()]);
+    h.update(ext);
+    let mut t = [0xffu8; 8 + super::bth::HEADER_LEN];
+    let udp = &udp_header[..udp_header.len().min(8)];
+    t[..udp.len()].copy_from_slice(udp);
+    for i in [6usize, 7] {
+        if i < udp.len() {
+            t[i] = 0xff; // UDP checksum
+        }
+    }
+    let bth_len = transport.len().min(super::bth::HEADER_LEN);
+    t[udp.len()..udp.len() + bth_len].copy_from_slice(&transport[..bth_len]);
+    if bth_len > super::bth::RESV8A_OFFSET {
+        t[udp.len() + super::bth::RESV8A_OFFSET] = 0xff; // FECN, BECN, reserved
+    }
+    h.update(&t[..udp.len() + bth_len]);
+    h.update(&transport[bth_len..]);
+    h.finalize()
+}
+
 /// Reads the ICRC stored in the last 4 bytes of a UDP payload.
 pub fn stored(udp_payload: &[u8]) -> Option<u32> {
     let at = udp_payload.len().checked_sub(ICRC_LEN)?;
@@ -267,5 +309,31 @@ mod tests {
         }
         assert!(ident_basis(20, MAX_IDENT_TRANSPORT + 1).is_none());
         assert!(ident_basis(19, 10).is_none());
+    }
+
+    #[test]
+    fn ipv6_extension_headers_are_hashed_as_part_of_the_ip_header() {
+        let mut fixed = [0u8; 40];
+        fixed[0] = 0x60;
+        fixed[1] = 0x2a;
+        fixed[6] = 0; // hop-by-hop
+        fixed[7] = 64;
+        let ext = [17u8, 0, 1, 4, 0, 0, 0, 0, 0x44, 0, 0, 0, 0, 0, 0, 0];
+        let udp = [0xc0, 0x00, 0x12, 0xb7, 0, 40, 0x12, 0x34];
+        let transport = [7u8; 28];
+        let mut whole = fixed.to_vec();
+        whole.extend_from_slice(&ext);
+        assert_eq!(
+            compute_ipv6_ext(&fixed, &ext, &udp, &transport),
+            compute(&whole, &udp, &transport)
+        );
+        assert_eq!(
+            compute_ipv6_ext(&fixed, &[], &udp, &transport),
+            compute(&fixed, &udp, &transport)
+        );
+        assert_ne!(
+            compute_ipv6_ext(&fixed, &ext[..8], &udp, &transport),
+            compute_ipv6_ext(&fixed, &ext, &udp, &transport)
+        );
     }
 }
