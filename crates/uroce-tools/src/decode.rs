@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use uroce::pcap::{Frame, LinkType};
-use uroce::wire::{self, aeth, bth, ethernet, ipv6, Dissection, Syndrome, WireError};
+use uroce::wire::{self, aeth, bth, cm, ethernet, ipv6, mad, Dissection, Syndrome, WireError};
 
 /// RETH fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -127,6 +127,29 @@ pub struct AtomicJson {
     pub compare: u64,
 }
 
+/// The common MAD header of a UD SEND to QP 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MadJson {
+    pub base_version: u8,
+    pub mgmt_class: u8,
+    /// The class's name (`CM`, `SubnAdm`...), when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<&'static str>,
+    pub class_version: u8,
+    pub method: u8,
+    /// The method's name (`Send`, `GetResp`...), when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method_name: Option<&'static str>,
+    pub response: bool,
+    pub status: u16,
+    pub tid: u64,
+    pub attr_id: u16,
+    /// The attribute's name (`ConnectRequest`...), for the CM class.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attr: Option<&'static str>,
+    pub attr_mod: u32,
+}
+
 /// What `uroce decode` says about one frame.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FrameRecord {
@@ -222,6 +245,19 @@ pub struct FrameRecord {
     pub atomic: Option<AtomicJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub atomic_ack: Option<u64>,
+    /// UD SEND to QP 1: the MAD header.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mad: Option<MadJson>,
+    /// A CM MAD: the message and its fields (see the README).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cm: Option<serde_json::Value>,
+    /// A MAD or CM message that could not be read: what and where (offsets from the
+    /// start of the MAD). The RoCE packet itself may still be `ok`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mad_error: Option<String>,
+    /// The CM part of the human line.
+    #[serde(skip)]
+    pub cm_text: Option<String>,
     /// For the human line only.
     #[serde(skip)]
     pub addrs: Option<String>,
@@ -272,6 +308,10 @@ impl FrameRecord {
             ieth: None,
             atomic: None,
             atomic_ack: None,
+            mad: None,
+            cm: None,
+            mad_error: None,
+            cm_text: None,
             addrs: None,
             to_roce_port: false,
         }
@@ -479,6 +519,316 @@ fn fill(r: &mut FrameRecord, d: &Dissection<'_>, udp_payload: &[u8]) {
         compare: x.compare,
     });
     r.atomic_ack = e.atomic_ack.map(|x| x.orig);
+    if let (Some(b), Some(p)) = (d.bth, d.payload) {
+        let ud_send = matches!(
+            b.opcode,
+            wire::Opcode::UdSendOnly | wire::Opcode::UdSendOnlyImm
+        );
+        if ud_send && b.dest_qp == mad::GSI_QPN {
+            fill_mad(r, p);
+        }
+    }
+}
+
+/// The MAD of a UD SEND to QP 1, and its CM message.
+fn fill_mad(r: &mut FrameRecord, payload: &[u8]) {
+    let h = match mad::Header::new_checked(payload) {
+        Ok(h) => h,
+        Err(e) => {
+            r.mad_error = Some(e.to_string());
+            return;
+        }
+    };
+    let m = mad::MadRepr::parse(&h);
+    r.mad = Some(MadJson {
+        base_version: m.base_version,
+        mgmt_class: m.mgmt_class,
+        class: m.class_name(),
+        class_version: m.class_version,
+        method: m.method,
+        method_name: m.method_name(),
+        response: m.response,
+        status: m.status,
+        tid: m.tid,
+        attr_id: m.attr_id,
+        attr: m.attr_name(),
+        attr_mod: m.attr_mod,
+    });
+    if m.mgmt_class != mad::CLASS_CM {
+        return;
+    }
+    match cm::Message::parse(m.attr_id, h.data()) {
+        Ok(Some(msg)) => {
+            let (j, t) = cm_fields(&msg);
+            r.cm = Some(j);
+            r.cm_text = Some(t);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            r.mad_error = Some(e.shifted(mad::HEADER_LEN).to_string() + " (offset in the MAD)")
+        }
+    }
+}
+
+/// A CM message's fields as JSON, and its compact text.
+fn cm_fields(msg: &cm::Message<&[u8]>) -> (serde_json::Value, String) {
+    use serde_json::{Map, Value};
+    let mut j = Map::new();
+    let name = msg.attr().name();
+    j.insert("msg".into(), name.into());
+    let mut put = |k: &str, v: Value| {
+        j.insert(k.to_string(), v);
+    };
+    let sid_text = |sid: u64| match cm::rdma_cm_service(sid) {
+        Some((ps, port)) => match cm::port_space_name(ps) {
+            Some(n) => format!("sid {sid:#x} ({n} port {port})"),
+            None => format!("sid {sid:#x} (ps {ps:#06x} port {port})"),
+        },
+        None => format!("sid {sid:#x}"),
+    };
+    let t = match msg {
+        cm::Message::Req(m) => {
+            put("local_comm_id", m.local_comm_id().into());
+            put("service_id", m.service_id().into());
+            put("local_ca_guid", m.local_ca_guid().into());
+            put("local_qkey", m.local_qkey().into());
+            put("local_qpn", m.local_qpn().into());
+            put("responder_resources", m.responder_resources().into());
+            put("initiator_depth", m.initiator_depth().into());
+            put(
+                "remote_cm_response_timeout",
+                m.remote_cm_response_timeout().into(),
+            );
+            put(
+                "transport",
+                cm::transport_name(m.transport_service_type()).into(),
+            );
+            put(
+                "end_to_end_flow_control",
+                m.end_to_end_flow_control().into(),
+            );
+            put("starting_psn", m.starting_psn().into());
+            put(
+                "local_cm_response_timeout",
+                m.local_cm_response_timeout().into(),
+            );
+            put("retry_count", m.retry_count().into());
+            put("pkey", m.pkey().into());
+            put("path_mtu", m.path_mtu().into());
+            if let Some(b) = cm::mtu_bytes(m.path_mtu()) {
+                put("path_mtu_bytes", b.into());
+            }
+            put("rnr_retry_count", m.rnr_retry_count().into());
+            put("max_cm_retries", m.max_cm_retries().into());
+            put("srq", m.srq().into());
+            put(
+                "primary_local_gid",
+                m.primary_local_gid().to_string().into(),
+            );
+            put(
+                "primary_remote_gid",
+                m.primary_remote_gid().to_string().into(),
+            );
+            put("primary_flow_label", m.primary_flow_label().into());
+            put("primary_traffic_class", m.primary_traffic_class().into());
+            put("primary_hop_limit", m.primary_hop_limit().into());
+            put("primary_sl", m.primary_sl().into());
+            put(
+                "primary_local_ack_timeout",
+                m.primary_local_ack_timeout().into(),
+            );
+            format!(
+                "{name} comm {:#x} {} {} qpn {:#x} psn {} mtu {} retry {} rnr_retry {} rd_atom {}/{}",
+                m.local_comm_id(),
+                sid_text(m.service_id()),
+                cm::transport_name(m.transport_service_type()),
+                m.local_qpn(),
+                m.starting_psn(),
+                cm::mtu_bytes(m.path_mtu()).unwrap_or(0),
+                m.retry_count(),
+                m.rnr_retry_count(),
+                m.responder_resources(),
+                m.initiator_depth()
+            )
+        }
+        cm::Message::Mra(m) => {
+            put("local_comm_id", m.local_comm_id().into());
+            put("remote_comm_id", m.remote_comm_id().into());
+            put("message_mraed", m.message_mraed().into());
+            put("service_timeout", m.service_timeout().into());
+            format!(
+                "{name} comm {:#x}/{:#x} of {} timeout {}",
+                m.local_comm_id(),
+                m.remote_comm_id(),
+                ["REQ", "REP", "LAP", "?"][usize::from(m.message_mraed() & 3)],
+                m.service_timeout()
+            )
+        }
+        cm::Message::Rej(m) => {
+            put("local_comm_id", m.local_comm_id().into());
+            put("remote_comm_id", m.remote_comm_id().into());
+            put("message_rejected", m.message_rejected().into());
+            put("reason", m.reason().into());
+            if let Some(n) = cm::reject_reason_name(m.reason()) {
+                put("reason_name", n.into());
+            }
+            put("reject_info_len", m.reject_info_len().into());
+            format!(
+                "{name} comm {:#x}/{:#x} of {} reason {} ({})",
+                m.local_comm_id(),
+                m.remote_comm_id(),
+                ["REQ", "REP", "other", "?"][usize::from(m.message_rejected() & 3)],
+                m.reason(),
+                cm::reject_reason_name(m.reason()).unwrap_or("unknown")
+            )
+        }
+        cm::Message::Rep(m) => {
+            put("local_comm_id", m.local_comm_id().into());
+            put("remote_comm_id", m.remote_comm_id().into());
+            put("local_qkey", m.local_qkey().into());
+            put("local_qpn", m.local_qpn().into());
+            put("starting_psn", m.starting_psn().into());
+            put("responder_resources", m.responder_resources().into());
+            put("initiator_depth", m.initiator_depth().into());
+            put("target_ack_delay", m.target_ack_delay().into());
+            put("failover_accepted", m.failover_accepted().into());
+            put(
+                "end_to_end_flow_control",
+                m.end_to_end_flow_control().into(),
+            );
+            put("rnr_retry_count", m.rnr_retry_count().into());
+            put("srq", m.srq().into());
+            put("local_ca_guid", m.local_ca_guid().into());
+            format!(
+                "{name} comm {:#x}/{:#x} qpn {:#x} psn {} rnr_retry {} rd_atom {}/{}",
+                m.local_comm_id(),
+                m.remote_comm_id(),
+                m.local_qpn(),
+                m.starting_psn(),
+                m.rnr_retry_count(),
+                m.responder_resources(),
+                m.initiator_depth()
+            )
+        }
+        cm::Message::Rtu(m) => {
+            put("local_comm_id", m.local_comm_id().into());
+            put("remote_comm_id", m.remote_comm_id().into());
+            format!(
+                "{name} comm {:#x}/{:#x}",
+                m.local_comm_id(),
+                m.remote_comm_id()
+            )
+        }
+        cm::Message::Dreq(m) => {
+            put("local_comm_id", m.local_comm_id().into());
+            put("remote_comm_id", m.remote_comm_id().into());
+            put("remote_qpn", m.remote_qpn().into());
+            format!(
+                "{name} comm {:#x}/{:#x} qpn {:#x}",
+                m.local_comm_id(),
+                m.remote_comm_id(),
+                m.remote_qpn()
+            )
+        }
+        cm::Message::Drep(m) => {
+            put("local_comm_id", m.local_comm_id().into());
+            put("remote_comm_id", m.remote_comm_id().into());
+            format!(
+                "{name} comm {:#x}/{:#x}",
+                m.local_comm_id(),
+                m.remote_comm_id()
+            )
+        }
+        cm::Message::SidrReq(m) => {
+            put("request_id", m.request_id().into());
+            put("pkey", m.pkey().into());
+            put("service_id", m.service_id().into());
+            format!(
+                "{name} req {:#x} {}",
+                m.request_id(),
+                sid_text(m.service_id())
+            )
+        }
+        cm::Message::SidrRep(m) => {
+            put("request_id", m.request_id().into());
+            put("status", m.status().into());
+            if let Some(n) = cm::sidr_status_name(m.status()) {
+                put("status_name", n.into());
+            }
+            put("qpn", m.qpn().into());
+            put("service_id", m.service_id().into());
+            put("qkey", m.qkey().into());
+            format!(
+                "{name} req {:#x} status {} ({}) qpn {:#x} qkey {:#x}",
+                m.request_id(),
+                m.status(),
+                cm::sidr_status_name(m.status()).unwrap_or("unknown"),
+                m.qpn(),
+                m.qkey()
+            )
+        }
+        cm::Message::Lap(m) => {
+            put("local_comm_id", m.local_comm_id().into());
+            put("remote_comm_id", m.remote_comm_id().into());
+            put("remote_qpn", m.remote_qpn().into());
+            put(
+                "remote_cm_response_timeout",
+                m.remote_cm_response_timeout().into(),
+            );
+            put(
+                "alternate_local_gid",
+                m.alternate_local_gid().to_string().into(),
+            );
+            put(
+                "alternate_remote_gid",
+                m.alternate_remote_gid().to_string().into(),
+            );
+            format!(
+                "{name} comm {:#x}/{:#x} qpn {:#x} alt {} > {}",
+                m.local_comm_id(),
+                m.remote_comm_id(),
+                m.remote_qpn(),
+                m.alternate_local_gid(),
+                m.alternate_remote_gid()
+            )
+        }
+        cm::Message::Apr(m) => {
+            put("local_comm_id", m.local_comm_id().into());
+            put("remote_comm_id", m.remote_comm_id().into());
+            put("ap_status", m.ap_status().into());
+            format!(
+                "{name} comm {:#x}/{:#x} status {}",
+                m.local_comm_id(),
+                m.remote_comm_id(),
+                m.ap_status()
+            )
+        }
+    };
+    if let Some(h) = msg.rdma_cm_header() {
+        let (src, dst) = (h.src_addr(), h.dst_addr());
+        let mut ip = Map::new();
+        ip.insert("ip_version".into(), h.ip_version().into());
+        ip.insert("src_port".into(), h.src_port().into());
+        ip.insert("src".into(), src.map(|a| a.to_string()).into());
+        ip.insert("dst".into(), dst.map(|a| a.to_string()).into());
+        j.insert("rdma_cm".into(), Value::Object(ip));
+        let show = |a: Option<std::net::IpAddr>| match a {
+            Some(std::net::IpAddr::V6(a)) => format!("[{a}]"),
+            Some(a) => a.to_string(),
+            None => String::new(),
+        };
+        return (
+            Value::Object(j),
+            format!(
+                "cm[{t} rdma_cm[IPv{} {}:{} > {}]]",
+                h.ip_version(),
+                show(src),
+                h.src_port(),
+                show(dst)
+            ),
+        );
+    }
+    (Value::Object(j), format!("cm[{t}]"))
 }
 
 /// The compact human line for a record, like tcpdump's.
@@ -571,6 +921,33 @@ pub fn human_line(r: &FrameRecord) -> String {
     }
     if let Some(n) = r.payload_len {
         let _ = write!(s, " len {n}");
+    }
+    if let Some(m) = &r.mad {
+        let class = m
+            .class
+            .map_or(format!("class {:#04x}", m.mgmt_class), str::to_string);
+        let method = m.method_name.map_or(
+            format!("method {:#04x}", m.method | (u8::from(m.response) << 7)),
+            str::to_string,
+        );
+        let attr = m
+            .attr
+            .map_or(format!("attr {:#06x}", m.attr_id), str::to_string);
+        let _ = write!(
+            s,
+            " mad[{class} v{} {method} tid {:#x} {attr}",
+            m.class_version, m.tid
+        );
+        if m.status != 0 {
+            let _ = write!(s, " status {:#06x}", m.status);
+        }
+        s.push(']');
+    }
+    if let Some(c) = &r.cm_text {
+        let _ = write!(s, " {c}");
+    }
+    if let Some(e) = &r.mad_error {
+        let _ = write!(s, " mad[!! {e}]");
     }
     if let Some(p) = r.pad {
         if p != 0 {

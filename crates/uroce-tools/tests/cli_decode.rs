@@ -473,3 +473,252 @@ fn aeth_syndromes_and_bth_bits() {
     );
     assert!(t[5].contains(" M tver 1 resv6 0x05 resv7 0x11"), "{}", t[5]);
 }
+
+/// The CM exchange of `rping`, `udaddy` and a refused connect, captured from rdma_rxe:
+/// MAD header and CM fields as read by hand from the frames' bytes (offsets of IBTA Vol.
+/// 1 chapter 12), and checked against the data packets that follow them (the PSNs and
+/// QPNs the CM agreed on are the ones the RC and UD packets then carry).
+#[test]
+fn cm_messages_of_a_real_rdma_cm_exchange() {
+    let (code, l, _) = decode(&["--json", "--check", &data("rdma_cm.pcap")]);
+    assert_eq!(code, 0);
+    assert_eq!(l.len(), 92);
+    let cm_frames: Vec<usize> = l
+        .iter()
+        .filter(|j| j.get("cm").is_some())
+        .map(|j| j["frame"].as_u64().unwrap() as usize)
+        .collect();
+    assert_eq!(
+        cm_frames,
+        [1, 2, 3, 40, 41, 42, 43, 48, 49, 50, 51, 52, 65, 66, 67, 68, 69, 90, 91, 92]
+    );
+    let f = |n: usize| &l[n - 1];
+
+    let req = f(1);
+    let m = &req["mad"];
+    assert_eq!(
+        (
+            m["base_version"].clone(),
+            m["mgmt_class"].clone(),
+            m["class_version"].clone()
+        ),
+        (1.into(), 7.into(), 2.into())
+    );
+    assert_eq!(
+        (m["method"].clone(), m["method_name"].clone()),
+        (3.into(), "Send".into())
+    );
+    assert_eq!(m["tid"], 0x0000_0002_1ad9_448e_u64);
+    assert_eq!(
+        (m["attr_id"].clone(), m["attr"].clone()),
+        (0x10.into(), "ConnectRequest".into())
+    );
+    let c = &req["cm"];
+    assert_eq!(c["msg"], "REQ");
+    assert_eq!(c["local_comm_id"], 0x8e44_d91a_u32);
+    assert_eq!(
+        c["service_id"], 0x0106_1c06_u64,
+        "RDMA CM TCP port space, port 7174"
+    );
+    assert_eq!(c["local_ca_guid"], 0x5054_00ff_fe77_0012_u64);
+    assert_eq!(c["local_qpn"], 0x11);
+    assert_eq!(c["starting_psn"], 0xd6_52c1);
+    assert_eq!(
+        (c["path_mtu"].clone(), c["path_mtu_bytes"].clone()),
+        (3.into(), 1024.into())
+    );
+    assert_eq!(
+        (c["retry_count"].clone(), c["rnr_retry_count"].clone()),
+        (7.into(), 7.into())
+    );
+    assert_eq!(
+        (
+            c["responder_resources"].clone(),
+            c["initiator_depth"].clone()
+        ),
+        (1.into(), 1.into())
+    );
+    assert_eq!(c["transport"], "RC");
+    assert_eq!(c["primary_local_gid"], "::ffff:10.78.0.12");
+    let ip = &c["rdma_cm"];
+    assert_eq!(
+        (ip["ip_version"].clone(), ip["src_port"].clone()),
+        (4.into(), 0xe8b8.into())
+    );
+    assert_eq!(
+        (ip["src"].clone(), ip["dst"].clone()),
+        ("10.78.0.12".into(), "10.78.0.11".into())
+    );
+
+    let rep = &f(2)["cm"];
+    assert_eq!(rep["msg"], "REP");
+    assert_eq!(
+        (rep["local_comm_id"].clone(), rep["remote_comm_id"].clone()),
+        (0x44a2_8b16_u32.into(), 0x8e44_d91a_u32.into())
+    );
+    assert_eq!(
+        (rep["local_qpn"].clone(), rep["starting_psn"].clone()),
+        (0x11.into(), 0x78_71b3.into())
+    );
+    // The active side (10.78.0.12) sends from the REP's PSN, the passive side from the
+    // REQ's, each to the QP the other named.
+    assert_eq!(
+        (f(4)["src"].clone(), f(4)["psn"].clone()),
+        ("10.78.0.12".into(), rep["starting_psn"].clone())
+    );
+    assert_eq!(f(4)["dest_qp"], rep["local_qpn"]);
+    assert_eq!(
+        (f(6)["src"].clone(), f(6)["psn"].clone()),
+        ("10.78.0.11".into(), c["starting_psn"].clone())
+    );
+    assert_eq!(f(6)["dest_qp"], c["local_qpn"]);
+    assert_eq!(f(3)["cm"]["msg"], "RTU");
+    assert_eq!(
+        (
+            f(40)["cm"]["msg"].clone(),
+            f(40)["cm"]["remote_qpn"].clone()
+        ),
+        ("DREQ".into(), 0x11.into())
+    );
+    assert_eq!(f(41)["cm"]["msg"], "DREP");
+
+    // udaddy: SIDR in the UDP port space; the QP and Q_Key it resolves are those of the
+    // UD data that follows.
+    let sreq = &f(42)["cm"];
+    assert_eq!(
+        (sreq["msg"].clone(), sreq["service_id"].clone()),
+        ("SIDR_REQ".into(), 0x0111_1c06_u64.into())
+    );
+    assert_eq!(sreq["rdma_cm"]["ip_version"], 4);
+    let srep = &f(43)["cm"];
+    assert_eq!(
+        (
+            srep["msg"].clone(),
+            srep["status"].clone(),
+            srep["status_name"].clone()
+        ),
+        ("SIDR_REP".into(), 0.into(), "valid".into())
+    );
+    assert_eq!(srep["request_id"], sreq["request_id"]);
+    assert_eq!(f(44)["dest_qp"], srep["qpn"]);
+    assert_eq!(f(44)["deth"]["qkey"], srep["qkey"]);
+
+    // Nobody listens on port 7777: REJ of the REQ, reason 8.
+    assert_eq!(f(48)["cm"]["service_id"], 0x0106_1e61_u64);
+    let rej = &f(49)["cm"];
+    assert_eq!(
+        (
+            rej["msg"].clone(),
+            rej["reason"].clone(),
+            rej["reason_name"].clone()
+        ),
+        ("REJ".into(), 8.into(), "invalid service ID".into())
+    );
+    assert_eq!(
+        (
+            rej["message_rejected"].clone(),
+            rej["remote_comm_id"].clone()
+        ),
+        (0.into(), f(48)["cm"]["local_comm_id"].clone())
+    );
+
+    // Over IPv6 link-local addresses.
+    let ip6 = &f(50)["cm"]["rdma_cm"];
+    assert_eq!(
+        (
+            ip6["ip_version"].clone(),
+            ip6["src"].clone(),
+            ip6["dst"].clone()
+        ),
+        (
+            6.into(),
+            "fe80::5054:ff:fe77:12".into(),
+            "fe80::5054:ff:fe77:11".into()
+        )
+    );
+
+    let (_, t, _) = decode(&[&data("rdma_cm.pcap")]);
+    let t1 = t[0].as_str().unwrap();
+    assert!(
+        t1.contains("mad[CM v2 Send tid 0x21ad9448e ConnectRequest] cm[REQ comm 0x8e44d91a sid 0x1061c06 (TCP port 7174) RC qpn 0x11 psn 14045889 mtu 1024 retry 7 rnr_retry 7 rd_atom 1/1 rdma_cm[IPv4 10.78.0.12:59576 > 10.78.0.11]]"),
+        "{t1}"
+    );
+    assert!(t[48]
+        .as_str()
+        .unwrap()
+        .contains("cm[REJ comm 0x0/0x8c44d91a of REQ reason 8 (invalid service ID)]"));
+}
+
+/// A MAD too short for its CM message: the packet decodes, the MAD error says what and
+/// where, nothing else is made up.
+#[test]
+fn short_cm_message_is_reported() {
+    let frame = |payload: &[u8]| {
+        let r = FrameRepr {
+            eth: Some(EthernetRepr {
+                dst: [2, 0, 0, 0, 0, 2],
+                src: [2, 0, 0, 0, 0, 1],
+                vlan: None,
+                ethertype: 0x0800,
+            }),
+            ip: IpRepr::V4(uroce::wire::Ipv4Repr::new(
+                [10, 0, 0, 1].into(),
+                [10, 0, 0, 2].into(),
+                0,
+            )),
+            udp: UdpRepr {
+                src_port: 50000,
+                dst_port: 4791,
+                checksum: 0,
+            },
+            bth: BthRepr::new(Opcode::UdSendOnly, 1, 3),
+            ext: ExtHeaders {
+                deth: Some(DethRepr {
+                    qkey: 0x8001_0000,
+                    src_qp: 1,
+                }),
+                ..Default::default()
+            },
+        };
+        let mut f = vec![0u8; r.buffer_len(payload.len())];
+        r.emit(payload, &mut f).unwrap();
+        f
+    };
+    let mut mad = vec![0u8; 100];
+    mad[..4].copy_from_slice(&[1, 7, 2, 3]);
+    mad[16..18].copy_from_slice(&[0x00, 0x13]); // REP, which needs 36 bytes of CM data
+    let short_rep = frame(&mad[..56]);
+    let short_hdr = frame(&mad[..20]);
+    let sa = {
+        let mut m = mad.clone();
+        m[1] = 0x03; // SubnAdm: header only
+        m[3] = 0x81; // GetResp
+        frame(&m)
+    };
+    let path = tmp(
+        "shortmad.pcap",
+        &write_pcap([&short_rep[..], &short_hdr, &sa]),
+    );
+    let (code, l, _) = decode(&["--json", "--check", &path]);
+    assert_eq!(code, 0, "the RoCE packets are fine");
+    assert_eq!(l[0]["mad"]["attr"], "ConnectReply");
+    assert!(l[0].get("cm").is_none());
+    assert_eq!(
+        l[0]["mad_error"],
+        "CM REP truncated at offset 24: need 36 bytes, have 32 (offset in the MAD)"
+    );
+    assert!(l[1].get("mad").is_none());
+    assert!(l[1]["mad_error"]
+        .as_str()
+        .unwrap()
+        .starts_with("MAD header truncated at offset 0: need 24 bytes, have 20"));
+    assert_eq!(
+        (
+            l[2]["mad"]["class"].clone(),
+            l[2]["mad"]["method_name"].clone(),
+            l[2]["mad"]["response"].clone()
+        ),
+        ("SubnAdm".into(), "GetResp".into(), true.into())
+    );
+    assert!(l[2].get("cm").is_none() && l[2].get("mad_error").is_none());
+}
