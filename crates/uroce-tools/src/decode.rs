@@ -155,6 +155,12 @@ pub struct MadJson {
 pub struct FrameRecord {
     /// 1-based frame number in the capture.
     pub frame: usize,
+    /// When it was captured, nanoseconds since the epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_ns: Option<u64>,
+    /// Its length on the wire.
+    #[serde(skip)]
+    pub wire_len: usize,
     /// A well-formed RoCEv2 packet with a good ICRC.
     pub ok: bool,
     /// Why not, when not ok.
@@ -267,9 +273,12 @@ pub struct FrameRecord {
 }
 
 impl FrameRecord {
-    fn empty(frame: usize) -> Self {
+    /// A record with nothing decoded yet.
+    pub(crate) fn empty(frame: usize) -> Self {
         Self {
             frame,
+            time_ns: None,
+            wire_len: 0,
             ok: false,
             error: None,
             icrc_ok: false,
@@ -331,6 +340,8 @@ impl FrameRecord {
 /// Decodes frame number `index` (1-based) of a capture.
 pub fn record(index: usize, frame: &Frame<'_>) -> FrameRecord {
     let mut r = FrameRecord::empty(index);
+    r.time_ns = frame.ts_ns;
+    r.wire_len = frame.orig_len as usize;
     let (dissection, ip) = match frame.link {
         LinkType::Ethernet => {
             let d = wire::dissect(frame.data);
@@ -979,6 +990,7 @@ mod tests {
             link: LinkType::Ethernet,
             data: &f,
             orig_len: 42,
+            ts_ns: None,
         };
         let r = record(3, &frame);
         assert!(!r.ok && !r.icrc_ok && r.opcode.is_none());

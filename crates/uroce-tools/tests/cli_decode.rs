@@ -722,3 +722,324 @@ fn short_cm_message_is_reported() {
     );
     assert!(l[2].get("cm").is_none() && l[2].get("mad_error").is_none());
 }
+
+fn frame_numbers(lines: &[Value]) -> Vec<u64> {
+    lines.iter().map(|j| j["frame"].as_u64().unwrap()).collect()
+}
+
+/// `--qp`, `--opcode` and `--ip` keep the frames they name, with their numbers in the
+/// capture, and nothing else.
+#[test]
+fn filters() {
+    let cm = data("rdma_cm.pcap");
+    let (_, l, _) = decode(&["--json", "--qp", "0x12", &cm]);
+    assert_eq!(
+        frame_numbers(&l),
+        [44, 45, 46, 47],
+        "UD QP 0x12: to it and from it"
+    );
+    let (_, l, _) = decode(&["--json", "--opcode", "send_only_with_immediate", &cm]);
+    assert_eq!(frame_numbers(&l), [44, 45, 46, 47]);
+    let (_, l, _) = decode(&[
+        "--json",
+        "--opcode",
+        "UD_SEND_ONLY_WITH_IMMEDIATE",
+        "--qp",
+        "18",
+        &cm,
+    ]);
+    assert_eq!(frame_numbers(&l), [44, 45, 46, 47]);
+    let (_, l, _) = decode(&[
+        "--json",
+        "--ip",
+        "fe80::5054:ff:fe77:11",
+        "--opcode",
+        "0x64",
+        &cm,
+    ]);
+    assert_eq!(
+        frame_numbers(&l),
+        [50, 51, 52, 65, 66],
+        "the IPv6 CM exchange"
+    );
+    let (_, l, _) = decode(&["--json", "--ip", "10.78.0.11", "--qp", "1", &cm]);
+    assert_eq!(l.len(), 15, "CM over IPv4: 9 + 6 MADs");
+    assert!(l
+        .iter()
+        .all(|j| j["dest_qp"] == 1 && j["mad"]["mgmt_class"] == 7));
+    let (_, l, _) = decode(&[
+        "--json",
+        "--opcode",
+        "RDMA_READ_REQUEST",
+        &data("ib_read_bw.pcap"),
+    ]);
+    assert_eq!(l.len(), 20);
+    let (_, l, _) = decode(&["--opcode", "CNP", &data("rc_pingpong.pcap")]);
+    assert!(l.is_empty());
+    let (code, _, err) = decode(&["--qp", "0x1000000", &cm]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a QP number"), "{err}");
+}
+
+fn stats(path: &str) -> Vec<Value> {
+    let (code, l, _) = decode(&["--stats", "--json", path]);
+    assert_eq!(code, 0);
+    l
+}
+
+fn qp<'a>(s: &'a [Value], dst: &str, qp: u32) -> &'a Value {
+    s.iter()
+        .find(|q| q["dst"] == dst && q["qp"] == qp)
+        .unwrap_or_else(|| panic!("no QP {qp:#x} at {dst} in {s:?}"))
+}
+
+/// `--stats` on real captures: the RNR loop of rnr_nak.pcap (31 SENDs of one PSN, 30
+/// RNR NAKs: 30 retransmissions), ib_read_bw's 20 READs (20 round trips, timed by the
+/// capture), and a CE mark, a PSN sequence NAK and CNPs made by the test.
+#[test]
+fn stats_on_captures() {
+    let s = stats(&data("rnr_nak.pcap"));
+    assert_eq!(s.len(), 4);
+    let req = qp(&s, "10.78.0.11", 0x15);
+    assert_eq!(
+        (req["frames"].clone(), req["retransmissions"].clone()),
+        (31.into(), 30.into())
+    );
+    assert_eq!(
+        (req["psn_first"].clone(), req["psn_last"].clone()),
+        (5_480_991.into(), 5_480_991.into())
+    );
+    assert_eq!(req["bytes"], 31 * 74);
+    let acks = qp(&s, "10.78.0.12", 0x17);
+    assert_eq!(
+        (acks["frames"].clone(), acks["rnr_naks"].clone()),
+        (30.into(), 30.into())
+    );
+    assert_eq!(
+        (acks["retransmissions"].clone(), acks["seq_naks"].clone()),
+        (0.into(), 0.into())
+    );
+    assert!(
+        acks["psn_first"].is_null(),
+        "ACKs carry the other side's PSNs"
+    );
+
+    let s = stats(&data("ib_read_bw.pcap"));
+    let requester = qp(&s, "10.77.0.12", 0x16);
+    assert_eq!(requester["round_trips"], 20);
+    let (min, avg, max) = (
+        requester["rtt_min_us"].as_f64().unwrap(),
+        requester["rtt_avg_us"].as_f64().unwrap(),
+        requester["rtt_max_us"].as_f64().unwrap(),
+    );
+    assert!(
+        0.0 < min && min <= avg && avg <= max && max < 1e6,
+        "{min} {avg} {max}"
+    );
+    let responder = qp(&s, "10.77.0.11", 0x16);
+    assert_eq!(
+        (
+            responder["frames"].clone(),
+            responder["retransmissions"].clone()
+        ),
+        (20.into(), 0.into())
+    );
+    // The first READ: request at frame 20, first response... read the capture's own
+    // times for it and compare with the minimum, which cannot be larger.
+    let (_, l, _) = decode(&["--json", &data("ib_read_bw.pcap")]);
+    let t = |op: &str| {
+        l.iter()
+            .find(|j| j["opcode_name"] == op)
+            .map(|j| j["time_ns"].as_u64().unwrap())
+            .unwrap()
+    };
+    let first_rtt = (t("RC_RDMA_READ_RESPONSE_FIRST") - t("RC_RDMA_READ_REQUEST")) as f64 / 1000.0;
+    assert!(
+        min <= first_rtt && first_rtt <= max,
+        "{min} {first_rtt} {max}"
+    );
+
+    // Made frames: one SEND marked CE, the same SEND again (a retransmission), a NAK PSN
+    // sequence error and 3 CNPs to the sender.
+    let f = frames_of("rc_pingpong.pcap");
+    let mut send = f[9].clone();
+    send[15] |= 3;
+    refresh(&mut send);
+    let mut nak = f[10].clone();
+    assert_eq!(nak[42], 0x11, "frame 11 is the ACK of frame 10");
+    nak[54] = 0x60;
+    refresh(&mut nak);
+    let cnp = {
+        let mut c = f[10].clone();
+        c.truncate(42);
+        c.extend_from_slice(&[0x81, 0, 0xff, 0xff, 0x40, 0, 0, 0x12, 0, 0, 0, 0]);
+        c.extend_from_slice(&[0; 16 + 4]);
+        let len = (c.len() - 14) as u16;
+        c[16..18].copy_from_slice(&len.to_be_bytes());
+        c[38..40].copy_from_slice(&(len - 20).to_be_bytes());
+        refresh(&mut c);
+        c
+    };
+    let path = tmp(
+        "stats.pcap",
+        &write_pcap([&send[..], &send, &nak, &cnp, &cnp, &cnp]),
+    );
+    let s = stats(&path);
+    let to_server = qp(&s, "10.77.0.11", 0x12);
+    assert_eq!(
+        (
+            to_server["ce"].clone(),
+            to_server["retransmissions"].clone()
+        ),
+        (2.into(), 1.into())
+    );
+    let to_client = qp(&s, "10.77.0.12", 0x12);
+    assert_eq!(
+        (to_client["seq_naks"].clone(), to_client["cnps"].clone()),
+        (1.into(), 3.into())
+    );
+    assert_eq!(
+        (to_client["frames"].clone(), to_client["ce"].clone()),
+        (4.into(), 0.into())
+    );
+
+    // The table says the same.
+    let (_, t, _) = decode(&["--stats", &data("rnr_nak.pcap")]);
+    let row = t
+        .iter()
+        .map(|v| v.as_str().unwrap().split_whitespace().collect::<Vec<_>>())
+        .find(|w| w[0] == "10.78.0.11" && w[1] == "0x15")
+        .unwrap();
+    assert_eq!(&row[2..6], ["31", "2294", "5480991..5480991", "30"]);
+}
+
+/// `--plot`: one panel per QP, the retransmissions and RNR NAKs of rnr_nak.pcap marked,
+/// every mark inside its panel.
+#[test]
+fn plot_marks_retransmissions_and_naks() {
+    let svg = std::env::temp_dir().join(format!("uroce-test-{}-rnr.svg", std::process::id()));
+    let (code, l, _) = decode(&["--plot", &svg.to_string_lossy(), &data("rnr_nak.pcap")]);
+    assert_eq!(code, 0);
+    assert_eq!(l.len(), 64, "the frames are still printed");
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
+    assert_eq!(s.matches("<g>").count(), 4, "one panel per QP");
+    assert!(s.contains("10.78.0.11 QP 0x15: 31 packets, PSN 5480991..5480991"));
+    assert_eq!(
+        s.matches(r##"stroke="#d62728" stroke-width="1.5""##)
+            .count(),
+        30,
+        "retransmissions"
+    );
+    assert_eq!(s.matches(r##"fill="#ff7f0e""##).count(), 30, "RNR NAKs");
+    assert_eq!(
+        s.matches("<circle").count(),
+        2 + 1 + 1,
+        "QP 1's MADs and the first SEND"
+    );
+    let height: f64 = s
+        .split("height=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    for c in s.split("<circle ").skip(1) {
+        let cy: f64 = c
+            .split("cy=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let cx: f64 = c
+            .split("cx=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            (0.0..height).contains(&cy) && (90.0..=880.0).contains(&cx),
+            "{cx} {cy}"
+        );
+    }
+}
+
+/// `uroce decode -i IFACE -c N -w FILE`: frames injected on one end of a veth pair are
+/// read live on the other, filtered, printed, counted and saved with their times. Needs
+/// root (namespaces, AF_PACKET); skips saying so otherwise.
+#[test]
+fn live_interface_with_save() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("live_interface_with_save: skipped, not root");
+        return;
+    }
+    let pair = uroce_tools::netns::VethPair::create("dec", 1500).expect("veth pair");
+    let out = std::env::temp_dir().join(format!("uroce-test-{}-live.pcap", std::process::id()));
+    let child = Command::new("ip")
+        .args(["netns", "exec", &pair.ns[0], env!("CARGO_BIN_EXE_uroce")])
+        .args(["decode", "-i", &pair.ifaces[0], "-c", "3", "-w"])
+        .arg(&out)
+        .args(["--json", "--qp", "0x33"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let frame = ud_over_ipv6();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = {
+        let (stop, ns, iface) = (stop.clone(), pair.ns[1].clone(), pair.ifaces[1].clone());
+        let frame = frame.clone();
+        std::thread::spawn(move || {
+            uroce_tools::netns::enter(&ns).unwrap();
+            let fd =
+                uroce::net::packet_socket::packet_socket(&iface, libc::ETH_P_ALL as u16, false)
+                    .unwrap();
+            // Until the reader has its 3 frames (it may start after the first ones), at
+            // most 500 frames.
+            for _ in 0..500 {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                use std::os::fd::AsRawFd;
+                // SAFETY: `frame` is readable for its length.
+                unsafe { libc::send(fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        })
+    };
+    let o = child.wait_with_output().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    sender.join().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(frame_numbers(&lines), [1, 2, 3]);
+    for j in &lines {
+        assert_eq!(
+            (j["ok"].clone(), j["dest_qp"].clone()),
+            (true.into(), 0x33.into())
+        );
+        assert_eq!(j["ecn"], "CE");
+        assert!(j["time_ns"].as_u64().unwrap() > 1_600_000_000_000_000_000);
+    }
+    let saved = std::fs::read(&out).unwrap();
+    let frames: Vec<_> = Reader::new(&saved).unwrap().map(|f| f.unwrap()).collect();
+    assert_eq!(frames.len(), 3);
+    for (f, j) in frames.iter().zip(&lines) {
+        assert_eq!(f.data, &frame[..]);
+        assert_eq!(f.ts_ns, j["time_ns"].as_u64());
+    }
+    let _ = std::fs::remove_file(&out);
+}
