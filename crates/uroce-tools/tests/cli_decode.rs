@@ -1043,3 +1043,39 @@ fn live_interface_with_save() {
     }
     let _ = std::fs::remove_file(&out);
 }
+
+/// A lossy uroce-to-uroce RDMA WRITE run (tests/data/README.md): `--stats` finds the
+/// packets and retransmissions the client printed (`packets_sent` 167, `retransmits`
+/// 60), and the plot marks the same 60.
+#[test]
+fn stats_agree_with_uroce_counters() {
+    let path = data("uroce_write_loss.pcap");
+    let s = stats(&path);
+    let server = qp(&s, "10.214.9.2", 0x11);
+    assert_eq!(server["frames"], 167, "the client's packets_sent");
+    assert_eq!(server["retransmissions"], 60, "the client's retransmits");
+    assert_eq!(
+        (server["psn_first"].clone(), server["psn_max"].clone()),
+        (256.into(), 362.into())
+    );
+    let client = qp(&s, "10.214.9.1", 0x11);
+    assert_eq!(
+        (client["frames"].clone(), client["seq_naks"].clone()),
+        (17.into(), 3.into())
+    );
+    let svg = std::env::temp_dir().join(format!("uroce-test-{}-loss.svg", std::process::id()));
+    let (code, _, _) = decode(&["--stats", "--plot", &svg.to_string_lossy(), &path]);
+    assert_eq!(code, 0);
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(
+        s.matches(r##"stroke="#d62728" stroke-width="1.5""##)
+            .count(),
+        60
+    );
+    assert_eq!(
+        s.matches(r##"fill="#d62728""##).count(),
+        3,
+        "PSN sequence NAKs"
+    );
+    let _ = std::fs::remove_file(&svg);
+}
