@@ -1079,3 +1079,132 @@ fn stats_agree_with_uroce_counters() {
     );
     let _ = std::fs::remove_file(&svg);
 }
+
+/// The CM messages no capture here holds (MRA, LAP, APR), written by hand from IBTA's
+/// layouts (offsets after the 24-byte MAD header), decoded in JSON and text.
+#[test]
+fn mra_lap_apr_written_by_hand() {
+    let ud = |mad: &[u8]| {
+        let r = FrameRepr {
+            eth: Some(EthernetRepr {
+                dst: [2, 0, 0, 0, 0, 2],
+                src: [2, 0, 0, 0, 0, 1],
+                vlan: None,
+                ethertype: 0x0800,
+            }),
+            ip: IpRepr::V4(uroce::wire::Ipv4Repr::new(
+                [10, 0, 0, 1].into(),
+                [10, 0, 0, 2].into(),
+                0,
+            )),
+            udp: UdpRepr {
+                src_port: 50000,
+                dst_port: 4791,
+                checksum: 0,
+            },
+            bth: BthRepr::new(Opcode::UdSendOnly, 1, 3),
+            ext: ExtHeaders {
+                deth: Some(DethRepr {
+                    qkey: 0x8001_0000,
+                    src_qp: 1,
+                }),
+                ..Default::default()
+            },
+        };
+        let mut f = vec![0u8; r.buffer_len(mad.len())];
+        r.emit(mad, &mut f).unwrap();
+        f
+    };
+    let mad = |attr: u8, fill: &dyn Fn(&mut [u8])| {
+        let mut m = vec![0u8; 256];
+        m[..4].copy_from_slice(&[1, 7, 2, 3]);
+        m[8..16].copy_from_slice(&[0, 0, 0, 0, 0, 0, 0x12, 0x34]);
+        m[17] = attr;
+        fill(&mut m[24..]);
+        ud(&m)
+    };
+    let mra = mad(0x11, &|d| {
+        d[0..4].copy_from_slice(&[0, 0, 0, 0x0a]);
+        d[4..8].copy_from_slice(&[0, 0, 0, 0x0b]);
+        d[8] = 1 << 6; // MRA of a REP
+        d[9] = 23 << 3; // service timeout 23
+    });
+    let lap = mad(0x19, &|d| {
+        d[0..4].copy_from_slice(&[0, 0, 0, 0x0a]);
+        d[12..15].copy_from_slice(&[0, 0, 0x21]);
+        d[15] = 19 << 3;
+        d[24..40].copy_from_slice(&"fd00::1".parse::<Ipv6Addr>().unwrap().octets());
+        d[40..56].copy_from_slice(&"fd00::2".parse::<Ipv6Addr>().unwrap().octets());
+    });
+    let apr = mad(0x1a, &|d| d[9] = 3);
+    let sidr = mad(0x18, &|d| {
+        d[4] = 1; // service ID not supported
+        d[8..11].copy_from_slice(&[0, 0, 0x40]);
+    });
+    let path = tmp("mra.pcap", &write_pcap([&mra[..], &lap, &apr, &sidr]));
+    let (_, l, _) = decode(&["--json", "--check", &path]);
+    assert_eq!(l[0]["mad"]["attr"], "MsgRcptAck");
+    assert_eq!(l[0]["mad"]["tid"], 0x1234);
+    let c = &l[0]["cm"];
+    assert_eq!(
+        (
+            c["msg"].clone(),
+            c["message_mraed"].clone(),
+            c["service_timeout"].clone()
+        ),
+        ("MRA".into(), 1.into(), 23.into())
+    );
+    assert_eq!(
+        (c["local_comm_id"].clone(), c["remote_comm_id"].clone()),
+        (10.into(), 11.into())
+    );
+    let c = &l[1]["cm"];
+    assert_eq!(
+        (
+            c["msg"].clone(),
+            c["remote_qpn"].clone(),
+            c["remote_cm_response_timeout"].clone()
+        ),
+        ("LAP".into(), 0x21.into(), 19.into())
+    );
+    assert_eq!(
+        (
+            c["alternate_local_gid"].clone(),
+            c["alternate_remote_gid"].clone()
+        ),
+        ("fd00::1".into(), "fd00::2".into())
+    );
+    assert_eq!(
+        (l[2]["cm"]["msg"].clone(), l[2]["cm"]["ap_status"].clone()),
+        ("APR".into(), 3.into())
+    );
+    let c = &l[3]["cm"];
+    assert_eq!(
+        (
+            c["status"].clone(),
+            c["status_name"].clone(),
+            c["qpn"].clone()
+        ),
+        (1.into(), "service ID not supported".into(), 0x40.into())
+    );
+    let (_, t, _) = decode(&[&path]);
+    let t: Vec<&str> = t.iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(
+        t[0].contains(
+            "mad[CM v2 Send tid 0x1234 MsgRcptAck] cm[MRA comm 0xa/0xb of REP timeout 23]"
+        ),
+        "{}",
+        t[0]
+    );
+    assert!(
+        t[1].contains("cm[LAP comm 0xa/0x0 qpn 0x21 alt fd00::1 > fd00::2]"),
+        "{}",
+        t[1]
+    );
+    assert!(t[2].contains("cm[APR comm 0x0/0x0 status 3]"), "{}", t[2]);
+    assert!(
+        t[3].contains("cm[SIDR_REP req 0x0 status 1 (service ID not supported) qpn 0x40"),
+        "{}",
+        t[3]
+    );
+}
