@@ -14,7 +14,8 @@ Seeds:
                occurrence, files in name order), plus a TCP SYN and a TCP data frame
                (the out-of-band QP exchange on port 18515)
   ip_packet    the same frames without their 14-byte Ethernet header
-  pcap         ib_atomic_bw.pcap cut after the first ATOMIC ACKNOWLEDGE (TCP exchange,
+  pcap         rdma_cm.pcap's first 3 frames (CM REQ, REP, RTU);
+               ib_atomic_bw.pcap cut after the first ATOMIC ACKNOWLEDGE (TCP exchange,
                FETCH_ADD and ATOMIC ACKNOWLEDGE frames, under 4 KiB), and a small pcapng
                built here (SHB, IDB, EPB, SPB) holding one frame of each atomic opcode
   mad          the 256-byte MAD of the first UD SEND to QP 1 of each CM message kind in
@@ -282,6 +283,9 @@ def main():
         if "seed_" + name not in seeds["mad"]:
             add("mad", name, m)
     add("mad", "cm_req_cut_in_fixed_fields", seeds["mad"]["seed_cm_req_ipv4"][: 24 + 100])
+    # The decoder over a CM exchange: rdma_cm.pcap's REQ, REP and RTU.
+    head, records = read_pcap(os.path.join(DATA, "rdma_cm.pcap"))
+    add("pcap", "rdma_cm_req_rep_rtu", head + b"".join(r + f for r, f in records[:3]))
 
     total = 0
     for target, files in seeds.items():
