@@ -683,7 +683,11 @@ impl<T: AsRef<[u8]>> Message<T> {
             Self::SidrReq(m) => m.service_id(),
             _ => return None,
         };
-        rdma_cm_service(sid)?;
+        // The IB port space (AF_IB) carries no IP addressing header.
+        let (ps, _) = rdma_cm_service(sid)?;
+        if ps == PS_IB {
+            return None;
+        }
         let h = IpCmHeader::new_checked(self.private_data()).ok()?;
         (h.cma_version() == 0 && h.src_addr().is_some()).then_some(h)
     }
@@ -764,6 +768,10 @@ pub fn sidr_status_name(status: u8) -> Option<&'static str> {
 pub fn rdma_cm_service(service_id: u64) -> Option<(u16, u16)> {
     (service_id >> 24 == 1).then_some(((service_id >> 16) as u16, service_id as u16))
 }
+
+/// The RDMA CM port space of native InfiniBand addressing (AF_IB), whose REQs carry no
+/// IP addressing header.
+pub const PS_IB: u16 = 0x013f;
 
 /// The name of an RDMA CM port space (`0x0106` TCP, `0x0111` UDP, `0x0002` IPoIB,
 /// `0x013f` IB).
@@ -1058,6 +1066,11 @@ mod tests {
         for id in 0x10..=0x1a {
             assert!(Message::parse(id, &[][..]).is_err(), "attribute {id:#x}");
         }
+        // The IB port space: no IP header either.
+        let mut ib = d;
+        ib[13] = 0x3f;
+        let m = Message::parse(0x10, &ib[..]).unwrap().unwrap();
+        assert!(m.rdma_cm_header().is_none());
         // Not an RDMA CM service ID: no IP header read.
         let mut other = d;
         other[12] = 0x02;
