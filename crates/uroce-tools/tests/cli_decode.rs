@@ -1208,3 +1208,54 @@ fn mra_lap_apr_written_by_hand() {
         t[3]
     );
 }
+
+/// IPv6 extension headers (hop-by-hop, then destination options) are followed to UDP and
+/// named; the ICRC covers them as part of the IP header; a fragment header of a real
+/// fragment stops the decode with an error that says where.
+#[test]
+fn ipv6_extension_headers() {
+    let f = ud_over_ipv6();
+    let at = 14 + 40;
+    let mut g = f[..at].to_vec();
+    g.extend_from_slice(&[60, 0, 1, 4, 0, 0, 0, 0]); // hop-by-hop: next dest-opts, PadN
+    g.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]); // dest-opts: next UDP
+    g.extend_from_slice(&f[at..]);
+    g[20] = 0; // the fixed header's next header: hop-by-hop
+    let plen = u16::from_be_bytes([g[18], g[19]]) + 16;
+    g[18..20].copy_from_slice(&plen.to_be_bytes());
+    let udp = at + 16;
+    let n = g.len();
+    let crc = uroce::wire::icrc::compute_ipv6_ext(
+        &g[14..at],
+        &g[at..udp],
+        &g[udp..udp + 8],
+        &g[udp + 8..n - 4],
+    );
+    g[n - 4..].copy_from_slice(&crc.to_le_bytes());
+    let mut frag = g.clone();
+    frag[at + 8] = 44; // dest-opts says a fragment header follows...
+    frag[udp..udp + 8].copy_from_slice(&[17, 0, 0, 9, 0, 0, 0, 1]); // ...offset 1, M set
+    let path = tmp("v6ext.pcap", &write_pcap([&g[..], &frag]));
+    let (_, l, _) = decode(&["--json", &path]);
+    assert_eq!(l[0]["ok"], true, "{}", l[0]);
+    assert_eq!(
+        l[0]["ipv6_ext"],
+        serde_json::json!(["hop-by-hop", "dest-opts"])
+    );
+    assert_eq!(
+        (l[0]["dest_qp"].clone(), l[0]["imm"].clone()),
+        (0x33.into(), 0xdead_beef_u32.into())
+    );
+    assert_eq!(l[0]["ecn"], "CE");
+    assert_eq!(l[1]["ok"], false);
+    let e = l[1]["error"].as_str().unwrap();
+    assert!(e.starts_with("IP fragment at offset 72 "), "{e}");
+    let (_, t, _) = decode(&[&path]);
+    assert!(
+        t[0].as_str()
+            .unwrap()
+            .contains(" ext[hop-by-hop,dest-opts] ttl 64 CE UD_SEND_ONLY_WITH_IMMEDIATE"),
+        "{}",
+        t[0]
+    );
+}

@@ -41,8 +41,9 @@ pub enum WireError {
         found: u16,
         offset: usize,
     },
-    /// An IPv4 fragment; RoCEv2 packets are never fragmented.
-    #[error("IPv4 fragment at offset {offset} (MF set or fragment offset non-zero); RoCEv2 is never fragmented")]
+    /// An IPv4 fragment, or an IPv6 fragment header of a fragment; RoCEv2 packets are
+    /// never fragmented.
+    #[error("IP fragment at offset {offset} (more-fragments flag set or fragment offset non-zero); RoCEv2 is never fragmented")]
     Fragmented { offset: usize },
     /// The IP payload is not UDP (IPv6 extension headers land here too).
     #[error("not RoCEv2: IP protocol / next header {protocol} at offset {offset}, not UDP (17)")]
