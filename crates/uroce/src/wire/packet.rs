@@ -288,16 +288,33 @@ impl Dissection<'_> {
 
 struct IpLayer<'a> {
     ip: IpRepr,
+    /// The IP header; for IPv6 in the dissector, its extension headers too.
     header: &'a [u8],
-    /// IPv6 extension headers (dissector only; empty otherwise).
-    ext: &'a [u8],
-    ext_info: Option<ipv6::Extensions>,
-    /// The upper-layer protocol (after any extension headers).
-    protocol: u8,
-    /// Where the field naming `protocol` is, from the start of the IP header.
-    protocol_at: usize,
     payload: &'a [u8],
     trailer: &'a [u8],
+}
+
+impl IpLayer<'_> {
+    /// IPv6 extension headers (only the dissector keeps them in `header`).
+    fn ext(&self) -> &[u8] {
+        match self.ip {
+            IpRepr::V6(_) => self.header.get(ipv6::HEADER_LEN..).unwrap_or(&[]),
+            IpRepr::V4(_) => &[],
+        }
+    }
+
+    /// The upper-layer protocol (after any extension headers) and where the field that
+    /// names it is, from the start of the IP header.
+    fn upper_protocol(&self) -> (u8, usize) {
+        match self.ip {
+            IpRepr::V4(r) => (r.protocol, 9),
+            IpRepr::V6(r) if self.header.len() == ipv6::HEADER_LEN => (r.next_header, 6),
+            IpRepr::V6(r) => match ipv6::walk_extensions(self.ext(), r.next_header) {
+                Ok(e) => (e.protocol, ipv6::HEADER_LEN + e.protocol_at.unwrap_or(0)),
+                Err(_) => (r.next_header, 6), // walked successfully before: not reached
+            },
+        }
+    }
 }
 
 struct UdpLayer<'a> {
@@ -441,7 +458,11 @@ fn dissect_from(b: &[u8], base: usize) -> Dissection<'_> {
         }
     };
     d.ip = Some(l3.ip);
-    d.ipv6_ext = l3.ext_info;
+    if let (IpRepr::V6(r), false) = (l3.ip, l3.ext().is_empty()) {
+        // Walked once already by the IP layer, which kept only the bytes: again for the
+        // names (the dissector's path, not the endpoint's).
+        d.ipv6_ext = ipv6::walk_extensions(l3.ext(), r.next_header).ok();
+    }
     if let IpRepr::V4(_) = l3.ip {
         let r = ipv4_checksum(&l3, base);
         d.ipv4_checksum_ok = Some(r.is_ok());
@@ -535,10 +556,6 @@ fn ipv4_layer(b: &[u8], base: usize) -> Result<IpLayer<'_>, WireError> {
     Ok(IpLayer {
         ip: IpRepr::V4(Ipv4Repr::parse(&h)),
         header: &b[..hl],
-        ext: &[],
-        ext_info: None,
-        protocol: h.protocol(),
-        protocol_at: 9,
         payload: &b[hl..total],
         trailer: &b[total..],
     })
@@ -564,23 +581,17 @@ fn ipv6_layer(b: &[u8], base: usize, follow_ext: bool) -> Result<IpLayer<'_>, Wi
         });
     }
     let fixed = ipv6::HEADER_LEN;
-    let (ext_info, protocol, protocol_at) = match ipv6::extension_name(h.next_header()) {
+    let ext_len = match ipv6::extension_name(h.next_header()) {
         Some(_) if follow_ext => {
-            let e = ipv6::walk_extensions(&b[fixed..end], h.next_header())
-                .map_err(|e| e.shifted(base + fixed))?;
-            let at = fixed + e.protocol_at.unwrap_or(0);
-            (Some(e), e.protocol, at)
+            ipv6::walk_extensions(&b[fixed..end], h.next_header())
+                .map_err(|e| e.shifted(base + fixed))?
+                .len
         }
-        _ => (None, h.next_header(), 6),
+        _ => 0,
     };
-    let ext_len = ext_info.map_or(0, |e| e.len);
     Ok(IpLayer {
         ip: IpRepr::V6(Ipv6Repr::parse(&h)),
-        header: &b[..fixed],
-        ext: &b[fixed..fixed + ext_len],
-        ext_info,
-        protocol,
-        protocol_at,
+        header: &b[..fixed + ext_len],
         payload: &b[fixed + ext_len..end],
         trailer: &b[end..],
     })
@@ -602,13 +613,14 @@ fn ipv4_checksum(l3: &IpLayer<'_>, base: usize) -> Result<(), WireError> {
 }
 
 fn udp_layer<'a>(l3: &IpLayer<'a>, base: usize) -> Result<UdpLayer<'a>, WireError> {
-    if l3.protocol != ipv4::PROTO_UDP {
+    let (protocol, protocol_at) = l3.upper_protocol();
+    if protocol != ipv4::PROTO_UDP {
         return Err(WireError::NotUdp {
-            protocol: l3.protocol,
-            offset: base + l3.protocol_at,
+            protocol,
+            offset: base + protocol_at,
         });
     }
-    let at = base + l3.header.len() + l3.ext.len();
+    let at = base + l3.header.len();
     let h = udp::Header::new_checked(l3.payload).map_err(|e| e.shifted(at))?;
     if h.dst_port() != ROCEV2_UDP_PORT {
         return Err(WireError::NotRoceV2Port {
@@ -636,10 +648,13 @@ fn check_icrc(l3: &IpLayer<'_>, l4: &UdpLayer<'_>) -> Result<u32, WireError> {
     check_len("BTH and ICRC", p, bth::HEADER_LEN + ICRC_LEN, 0).map_err(|e| e.shifted(l4.base))?;
     let body = &p[..p.len() - ICRC_LEN];
     let found = icrc::stored(p).unwrap_or(0);
-    let computed = if l3.ext.is_empty() {
+    // `compute` takes headers up to IPv4's 60 bytes; longer ones are IPv6 with extension
+    // headers (the dissector's), hashed in pieces.
+    let computed = if l3.header.len() <= ipv4::MAX_HEADER_LEN {
         icrc::compute(l3.header, l4.header, body)
     } else {
-        icrc::compute_ipv6_ext(l3.header, l3.ext, l4.header, body)
+        let (fixed, ext) = l3.header.split_at(ipv6::HEADER_LEN);
+        icrc::compute_ipv6_ext(fixed, ext, l4.header, body)
     };
     if computed != found {
         return Err(WireError::BadIcrc {
