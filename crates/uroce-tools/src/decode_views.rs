@@ -196,7 +196,7 @@ impl Stats {
             return;
         };
         let ts = ts_ns.unwrap_or(0);
-        self.first_ts.get_or_insert(ts);
+        self.first_ts = Some(self.first_ts.map_or(ts, |t| t.min(ts)));
         let key = (dst.clone(), qp);
         let q = self.qps.entry(key.clone()).or_insert_with(|| QpStats {
             dst: dst.clone(),
@@ -373,7 +373,7 @@ impl Stats {
             let lo = pts.iter().map(|p| rel(p.1)).min().unwrap_or(0);
             let top = pts.iter().map(|p| rel(p.1)).max().unwrap_or(0);
             let hi = top.max(lo + 1);
-            let x = |t: u64| LEFT + (t - t0) as f64 / span * pw;
+            let x = |t: u64| LEFT + t.saturating_sub(t0) as f64 / span * pw;
             let y = |psn: u32| y0 + 20.0 + ph - (rel(psn) - lo) as f64 / (hi - lo) as f64 * ph;
             let _ = writeln!(
                 s,
@@ -467,5 +467,28 @@ mod tests {
         for no in ["SEND", "UD_SEND_ONLY", "5", "RC_SEND_ONLY_WITH_IMMEDIATE"] {
             assert!(!Filter::opcode_matches(no, &r), "{no}");
         }
+    }
+
+    /// Frames whose capture times go backwards (a merged or edited capture) are drawn
+    /// and counted, not a panic.
+    #[test]
+    fn times_out_of_order() {
+        let mut st = Stats::default();
+        for (psn, ts) in [(7u32, 50u64), (8, 10), (7, 30)] {
+            let mut r = crate::decode::FrameRecord::empty(1);
+            r.opcode = Some(4);
+            r.dest_qp = Some(0x11);
+            r.psn = Some(psn);
+            r.src = Some("10.0.0.1".into());
+            r.dst = Some("10.0.0.2".into());
+            r.ok = true;
+            st.add(&r, 60, Some(ts));
+        }
+        let q = st.qps().next().unwrap();
+        assert_eq!((q.frames, q.retransmissions), (3, 1));
+        assert_eq!((q.psn_first, q.psn_last), (Some(7), Some(7)));
+        let svg = st.svg();
+        assert_eq!(svg.matches("<circle").count(), 2);
+        assert!(!svg.contains("NaN") && !svg.contains("inf"));
     }
 }
