@@ -356,8 +356,8 @@ impl Stats {
             .map(|p| p.0)
             .max()
             .unwrap_or(t0)
-            .max(t0 + 1);
-        let span = (t_end - t0) as f64;
+            .max(t0.saturating_add(1));
+        let span = (t_end - t0).max(1) as f64;
         for (i, ((dst, qp), pts)) in panels.iter().enumerate() {
             let y0 = TOP + PANEL * i as f64;
             let (pw, ph) = (W - LEFT - 20.0, PANEL - 50.0);
