@@ -779,6 +779,12 @@ fn filters() {
     let (code, _, err) = decode(&["--qp", "0x1000000", &cm]);
     assert_eq!(code, 2);
     assert!(err.contains("not a QP number"), "{err}");
+    let (code, l, err) = decode(&["-c", "3", &cm]);
+    assert_eq!((code, l.len()), (2, 0));
+    assert!(err.contains("-w and -c go with -i IFACE"), "{err}");
+    let (code, _, err) = decode(&["-i", "no-such-if0", "-c", "1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot read interface no-such-if0"), "{err}");
 }
 
 fn stats(path: &str) -> Vec<Value> {

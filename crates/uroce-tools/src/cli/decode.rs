@@ -57,10 +57,10 @@ pub struct Args {
     interface: Option<String>,
     /// Live: also save the frames that pass the filters into this pcap file
     /// (nanosecond timestamps), as they come.
-    #[arg(short = 'w', value_name = "FILE", requires = "interface")]
+    #[arg(short = 'w', value_name = "FILE")]
     write: Option<PathBuf>,
     /// Live: stop after this many frames that pass the filters.
-    #[arg(short = 'c', long, requires = "interface")]
+    #[arg(short = 'c', long)]
     count: Option<usize>,
 }
 
@@ -109,6 +109,9 @@ impl<W: Write> Sink<W> {
 
 /// Runs the command; `Err` for a file that cannot be read at all.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if a.interface.is_none() && (a.write.is_some() || a.count.is_some()) {
+        anyhow::bail!("-w and -c go with -i IFACE (reading an interface live), not with a file");
+    }
     let stdout = std::io::stdout();
     let mut sink = Sink {
         out: BufWriter::new(stdout.lock()),

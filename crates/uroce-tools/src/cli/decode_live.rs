@@ -51,8 +51,14 @@ pub fn run(
     count: Option<usize>,
     take: &mut dyn FnMut(&FrameRecord) -> bool,
 ) -> anyhow::Result<()> {
-    let fd = packet_socket(iface, libc::ETH_P_ALL as u16, false)
-        .with_context(|| format!("cannot read {iface} (an AF_PACKET socket needs CAP_NET_RAW)"))?;
+    let fd = packet_socket(iface, libc::ETH_P_ALL as u16, false).map_err(|e| {
+        let why = if e.kind() == std::io::ErrorKind::PermissionDenied {
+            " (an AF_PACKET socket needs root or CAP_NET_RAW)"
+        } else {
+            ""
+        };
+        anyhow::anyhow!("cannot read interface {iface}{why}: {e}")
+    })?;
     let mut out = write.map(PcapOut::create).transpose()?;
     uroce::datapath::catch_interrupts();
     let mut buf = vec![0u8; 65536];
