@@ -1265,3 +1265,20 @@ fn ipv6_extension_headers() {
         t[0]
     );
 }
+
+/// One of the interop suite's lossy cases against rdma_rxe (tests/data/README.md): the
+/// retransmissions `--stats` finds are the 25 uroce printed.
+#[test]
+fn stats_agree_with_uroce_counters_against_rxe() {
+    let s = stats(&data("rxe_write_loss.pcap"));
+    let to_rxe = qp(&s, "10.78.0.11", 0x12);
+    assert_eq!(to_rxe["retransmissions"], 25, "uroce's retransmits");
+    assert_eq!(to_rxe["frames"], 10 * 4 + 25);
+    let to_uroce = qp(&s, "10.78.0.1", 0x11);
+    assert_eq!(
+        (to_uroce["frames"].clone(), to_uroce["seq_naks"].clone()),
+        (29.into(), 1.into())
+    );
+    let (code, l, _) = decode(&["--check", &data("rxe_write_loss.pcap")]);
+    assert_eq!((code, l.len()), (0, 94));
+}
