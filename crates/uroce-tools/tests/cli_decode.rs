@@ -251,6 +251,8 @@ fn json_fields_agree_with_a_decode_by_offsets() {
         "ib_atomic_bw.pcap",
         "rdma_cm.pcap",
         "rnr_nak.pcap",
+        "uroce_write_loss.pcap",
+        "rxe_write_loss.pcap",
     ] {
         let frames = frames_of(name);
         let (code, lines, _) = decode(&["--json", &data(name)]);
@@ -294,7 +296,11 @@ fn json_fields_agree_with_a_decode_by_offsets() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 460 + 75 + 64, "rdma_cm.pcap has 17 IPv6 frames");
+    assert_eq!(
+        checked,
+        460 + 75 + 64 + 184 + 94,
+        "rdma_cm.pcap has 17 IPv6 frames"
+    );
 }
 
 /// A CE-marked frame and one with a broken IPv4 header checksum, made from a real frame:
