@@ -14,9 +14,13 @@ Seeds:
                occurrence, files in name order), plus a TCP SYN and a TCP data frame
                (the out-of-band QP exchange on port 18515)
   ip_packet    the same frames without their 14-byte Ethernet header
-  pcap         ib_atomic_bw.pcap cut after the first ATOMIC ACKNOWLEDGE (TCP exchange,
+  pcap         rdma_cm.pcap's first 3 frames (CM REQ, REP, RTU);
+               ib_atomic_bw.pcap cut after the first ATOMIC ACKNOWLEDGE (TCP exchange,
                FETCH_ADD and ATOMIC ACKNOWLEDGE frames, under 4 KiB), and a small pcapng
                built here (SHB, IDB, EPB, SPB) holding one frame of each atomic opcode
+  mad          the 256-byte MAD of the first UD SEND to QP 1 of each CM message kind in
+               rdma_cm.pcap (REQ over IPv4 and over IPv6 counted apart), and a REQ cut
+               inside its fixed fields
   hdr_*        the header's bytes sliced out of real frames (layout: Ethernet 14,
                IPv4 20, UDP 8, BTH 12 at offset 42, extension headers from 54), without
                the selector byte, which the hdr_* targets prepend. The captures hold no
@@ -30,7 +34,10 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-DATA = os.path.join(ROOT, "tests", "data")
+DATA = os.path.join(ROOT, "crates", "uroce", "tests", "data")
+# Captures made for the MAD / CM decoder; only the `mad` seeds come from them, so the
+# other targets' seeds stay what they were.
+CM_CAPTURES = {"rdma_cm.pcap", "rnr_nak.pcap"}
 CORPUS = os.path.join(HERE, "corpus")
 
 ETH_LEN, IPV4_LEN, UDP_LEN, BTH_LEN = 14, 20, 8, 12
@@ -85,6 +92,7 @@ TARGETS = [
     "hdr_atomic_ack_eth",
     "hdr_grh",
     "hdr_immdt",
+    "mad",
 ]
 
 
@@ -184,7 +192,9 @@ def pcapng(frames):
 
 
 def main():
-    captures = sorted(n for n in os.listdir(DATA) if n.endswith(".pcap"))
+    captures = sorted(
+        n for n in os.listdir(DATA) if n.endswith(".pcap") and n not in CM_CAPTURES
+    )
     seeds = {t: {} for t in TARGETS}
 
     def add(target, name, data):
@@ -248,6 +258,34 @@ def main():
     add("pcap", f"ib_atomic_bw_first_{len(kept)}_frames", small)
     atomics = [next((r, f) for r, f in records if is_roce(f) and f[BTH_AT] == op) for op in (0x14, 0x12)]
     add("pcap", "pcapng_epb_spb_fetch_add_atomic_ack", pcapng(atomics))
+
+    # MADs: UD SEND ONLY (0x64) to QP 1, payload after BTH + DETH.
+    cm_names = {0x10: "req", 0x11: "mra", 0x12: "rej", 0x13: "rep", 0x14: "rtu", 0x15: "dreq",
+                0x16: "drep", 0x17: "sidr_req", 0x18: "sidr_rep", 0x19: "lap", 0x1A: "apr"}
+    _, records = read_pcap(os.path.join(DATA, "rdma_cm.pcap"))
+    for _, f in records:
+        ethertype = f[12:14]
+        if ethertype == b"\x08\x00":
+            bth = IP_AT + (f[IP_AT] & 0x0F) * 4 + UDP_LEN
+            ipv = "ipv4"
+        elif ethertype == b"\x86\xdd":
+            bth = IP_AT + 40 + UDP_LEN
+            ipv = "ipv6"
+        else:
+            continue
+        if f[bth] != 0x64 or f[bth + 5 : bth + 8] != b"\x00\x00\x01":
+            continue
+        m = f[bth + BTH_LEN + 8 : bth + BTH_LEN + 8 + 256]
+        attr = struct.unpack_from(">H", m, 16)[0]
+        name = "cm_" + cm_names.get(attr, f"attr_{attr:04x}")
+        if attr in (0x10, 0x17):
+            name += "_" + ipv
+        if "seed_" + name not in seeds["mad"]:
+            add("mad", name, m)
+    add("mad", "cm_req_cut_in_fixed_fields", seeds["mad"]["seed_cm_req_ipv4"][: 24 + 100])
+    # The decoder over a CM exchange: rdma_cm.pcap's REQ, REP and RTU.
+    head, records = read_pcap(os.path.join(DATA, "rdma_cm.pcap"))
+    add("pcap", "rdma_cm_req_rep_rtu", head + b"".join(r + f for r, f in records[:3]))
 
     total = 0
     for target, files in seeds.items():

@@ -6,9 +6,12 @@ use uroce::pcap::Reader;
 
 use crate::decode::{human_line, record};
 
-/// Capture files: reading and decoding every frame never panics; JSON is valid.
+/// Capture files: reading and decoding every frame never panics; JSON is valid; the
+/// statistics and the plot of whatever was read never panic either (frames in any
+/// order of time).
 pub fn pcap(data: &[u8]) {
     if let Ok(reader) = Reader::new(data) {
+        let mut stats = crate::decode_views::Stats::default();
         for (i, f) in reader.enumerate().take(10_000) {
             match f {
                 Ok(frame) => {
@@ -16,6 +19,7 @@ pub fn pcap(data: &[u8]) {
                     let j = r.to_json();
                     assert!(serde_json::from_str::<serde_json::Value>(&j).is_ok());
                     let _ = human_line(&r);
+                    stats.add(&r, r.wire_len, r.time_ns);
                 }
                 Err(e) => {
                     let _ = e.to_string();
@@ -23,6 +27,8 @@ pub fn pcap(data: &[u8]) {
                 }
             }
         }
+        let _ = stats.table();
+        assert!(stats.svg().ends_with("</svg>\n"));
     }
 }
 

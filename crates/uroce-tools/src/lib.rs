@@ -5,6 +5,7 @@
 
 pub mod backend;
 pub mod decode;
+pub mod decode_views;
 pub mod demo;
 #[doc(hidden)]
 pub mod fuzzing;

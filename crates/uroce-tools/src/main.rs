@@ -28,7 +28,8 @@ enum Command {
     Devices,
     /// One interface: MTU, path MTU, GIDs, backends.
     Info(cli::devices::InfoArgs),
-    /// Decode RoCEv2 frames in a pcap or pcapng capture, one line per frame.
+    /// Decode RoCEv2 frames of a pcap / pcapng capture or read live from an interface: one
+    /// line per frame, or per-QP statistics and a PSN plot.
     Decode(cli::decode::Args),
     /// Run two endpoints over a simulated lossy link and verify every operation.
     Sim(cli::sim::Args),

@@ -68,6 +68,7 @@ targets! {
     hdr_grh: "hdr_grh" => Entry::Header(10);
     hdr_immdt: "hdr_immdt" => Entry::Header(11);
     neighbour: "neighbour" => Entry::Plain(fuzzing::neighbour);
+    mad: "mad" => Entry::Plain(fuzzing::mad);
     perftest_keys: "perftest_keys" => Entry::Plain(uroce_tools::fuzzing::perftest_keys);
 }
 

@@ -5,8 +5,8 @@
 #![forbid(unsafe_code)]
 
 use crate::wire::{
-    self, bth, ethernet, immdt, ipv4, ipv6, udp, AethRepr, AtomicAckEthRepr, AtomicEthRepr,
-    BthRepr, DethRepr, EthernetRepr, GrhRepr, Ipv4Repr, Ipv6Repr, RethRepr, UdpRepr,
+    self, bth, cm, ethernet, immdt, ipv4, ipv6, mad, udp, AethRepr, AtomicAckEthRepr,
+    AtomicEthRepr, BthRepr, DethRepr, EthernetRepr, GrhRepr, Ipv4Repr, Ipv6Repr, RethRepr, UdpRepr,
 };
 
 /// Whole Ethernet frames: `parse` and `dissect` agree, and what parses re-emits and
@@ -33,7 +33,13 @@ pub fn frame(data: &[u8]) {
             assert_eq!(again.payload, p.payload);
         }
         Err(e) => {
-            assert!(!d.is_ok(), "dissect accepted what parse refused: {e}");
+            // The dissector follows IPv6 extension headers, which the endpoint's parser
+            // refuses; anything else parse refuses, dissect must refuse too.
+            let ext = d.ipv6_ext.is_some_and(|x| x.count > 0);
+            assert!(
+                !d.is_ok() || ext,
+                "dissect accepted what parse refused: {e}"
+            );
             let _ = e.to_string();
         }
     }
@@ -174,5 +180,160 @@ pub fn neighbour(data: &[u8]) {
         );
         sent += 1;
         assert!(sent < 64, "the cache keeps sending");
+    }
+}
+
+/// A MAD (the payload of a UD SEND to QP 1): the header parses and re-emits to the same
+/// representation; the CM message of its attribute ID, and the data read as every other
+/// CM message as well, yield every field without a panic; the private data never runs
+/// past a MAD's 232 bytes of CM data.
+pub fn mad(data: &[u8]) {
+    let Ok(h) = mad::Header::new_checked(data) else {
+        assert!(data.len() < mad::HEADER_LEN);
+        return;
+    };
+    let r = mad::MadRepr::parse(&h);
+    let mut out = [0u8; mad::HEADER_LEN];
+    r.emit(&mut out).expect("a parsed MAD header must re-emit");
+    let again = mad::MadRepr::parse(&mad::Header::new_checked(&out[..]).expect("reparse"));
+    assert_eq!(again, r);
+    let _ = (r.class_name(), r.method_name(), r.attr_name());
+    assert!(h.data().len() <= cm::DATA_LEN);
+    match cm::Message::parse(r.attr_id, h.data()) {
+        Ok(Some(m)) => touch_cm(&m),
+        Ok(None) => {}
+        Err(e) => {
+            let _ = e.shifted(mad::HEADER_LEN).to_string();
+        }
+    }
+    for id in 0x10..=0x1a {
+        if let Ok(Some(m)) = cm::Message::parse(id, h.data()) {
+            touch_cm(&m);
+        }
+    }
+}
+
+/// Reads every field of a CM message.
+fn touch_cm(m: &cm::Message<&[u8]>) {
+    assert!(m.private_data().len() <= cm::DATA_LEN);
+    let _ = m.attr().name();
+    if let Some(h) = m.rdma_cm_header() {
+        assert!(matches!(h.ip_version(), 4 | 6));
+        let _ = (h.src_port(), h.src_addr(), h.dst_addr(), h.cma_version());
+    }
+    match m {
+        cm::Message::Req(x) => {
+            let _ = (
+                x.local_comm_id(),
+                x.service_id(),
+                x.local_ca_guid(),
+                x.local_qkey(),
+                x.local_qpn(),
+                x.responder_resources(),
+                x.local_eecn(),
+                x.initiator_depth(),
+                x.remote_eecn(),
+                x.remote_cm_response_timeout(),
+                x.transport_service_type(),
+                x.end_to_end_flow_control(),
+            );
+            let _ = (
+                x.starting_psn(),
+                x.local_cm_response_timeout(),
+                x.retry_count(),
+                x.pkey(),
+                cm::mtu_bytes(x.path_mtu()),
+                x.rdc_exists(),
+                x.rnr_retry_count(),
+                x.max_cm_retries(),
+                x.srq(),
+                x.extended_transport_type(),
+                x.primary_local_lid(),
+                x.primary_remote_lid(),
+            );
+            let _ = (
+                x.primary_local_gid(),
+                x.primary_remote_gid(),
+                x.primary_flow_label(),
+                x.primary_packet_rate(),
+                x.primary_traffic_class(),
+                x.primary_hop_limit(),
+                x.primary_sl(),
+                x.primary_subnet_local(),
+                x.primary_local_ack_timeout(),
+                x.alternate_local_gid(),
+                x.alternate_remote_gid(),
+            );
+        }
+        cm::Message::Mra(x) => {
+            let _ = (
+                x.local_comm_id(),
+                x.remote_comm_id(),
+                x.message_mraed(),
+                x.service_timeout(),
+            );
+        }
+        cm::Message::Rej(x) => {
+            let _ = (
+                x.message_rejected(),
+                x.reject_info(),
+                cm::reject_reason_name(x.reason()),
+            );
+            assert!(x.reject_info().len() <= 72);
+        }
+        cm::Message::Rep(x) => {
+            let _ = (
+                x.local_qkey(),
+                x.local_qpn(),
+                x.local_eecn(),
+                x.starting_psn(),
+                x.responder_resources(),
+                x.initiator_depth(),
+                x.target_ack_delay(),
+                x.failover_accepted(),
+                x.end_to_end_flow_control(),
+                x.rnr_retry_count(),
+                x.srq(),
+                x.local_ca_guid(),
+            );
+        }
+        cm::Message::Rtu(x) => {
+            let _ = (x.local_comm_id(), x.remote_comm_id());
+        }
+        cm::Message::Dreq(x) => {
+            let _ = x.remote_qpn();
+        }
+        cm::Message::Drep(x) => {
+            let _ = x.remote_comm_id();
+        }
+        cm::Message::SidrReq(x) => {
+            let _ = (x.request_id(), x.pkey(), x.service_id());
+        }
+        cm::Message::SidrRep(x) => {
+            let _ = (
+                x.request_id(),
+                cm::sidr_status_name(x.status()),
+                x.additional_info_len(),
+                x.qpn(),
+                x.service_id(),
+                x.qkey(),
+            );
+        }
+        cm::Message::Lap(x) => {
+            let _ = (
+                x.remote_qpn(),
+                x.remote_cm_response_timeout(),
+                x.alternate_local_gid(),
+                x.alternate_remote_gid(),
+                x.alternate_flow_label(),
+                x.alternate_traffic_class(),
+                x.alternate_hop_limit(),
+                x.alternate_sl(),
+                x.alternate_local_ack_timeout(),
+            );
+        }
+        cm::Message::Apr(x) => {
+            let _ = (x.additional_info_len(), x.ap_status());
+        }
     }
 }

@@ -42,6 +42,9 @@ pub struct Frame<'a> {
     pub data: &'a [u8],
     /// Length of the frame on the wire.
     pub orig_len: u32,
+    /// When it was captured, in nanoseconds since the epoch (`None` for a pcapng simple
+    /// packet block, which has no time).
+    pub ts_ns: Option<u64>,
 }
 
 /// A capture file that cannot be read.
@@ -117,10 +120,13 @@ enum Format {
     Pcap {
         endian: Endian,
         link: LinkType,
+        /// Nanosecond timestamps (magic 0xa1b23c4d) rather than microseconds.
+        nanos: bool,
     },
     Pcapng {
         endian: Endian,
-        links: Vec<LinkType>,
+        /// Each interface's link type and timestamp units per second.
+        links: Vec<(LinkType, u64)>,
     },
 }
 
@@ -133,8 +139,10 @@ impl<'a> Reader<'a> {
         need("file header", data, 0, 4)?;
         let magic_le = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
         match magic_le {
-            0xa1b2_c3d4 | 0xa1b2_3c4d => Self::pcap(data, Endian::Little),
-            0xd4c3_b2a1 | 0x4d3c_b2a1 => Self::pcap(data, Endian::Big),
+            0xa1b2_c3d4 => Self::pcap(data, Endian::Little, false),
+            0xa1b2_3c4d => Self::pcap(data, Endian::Little, true),
+            0xd4c3_b2a1 => Self::pcap(data, Endian::Big, false),
+            0x4d3c_b2a1 => Self::pcap(data, Endian::Big, true),
             PCAPNG_SHB => Ok(Self {
                 data,
                 pos: 0,
@@ -148,7 +156,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn pcap(data: &'a [u8], endian: Endian) -> Result<Self, CaptureError> {
+    fn pcap(data: &'a [u8], endian: Endian, nanos: bool) -> Result<Self, CaptureError> {
         need("pcap file header", data, 0, 24)?;
         let major = endian.u16(&data[4..]);
         if major != 2 {
@@ -161,7 +169,11 @@ impl<'a> Reader<'a> {
         Ok(Self {
             data,
             pos: 24,
-            format: Format::Pcap { endian, link },
+            format: Format::Pcap {
+                endian,
+                link,
+                nanos,
+            },
             failed: false,
         })
     }
@@ -170,6 +182,7 @@ impl<'a> Reader<'a> {
         &mut self,
         endian: Endian,
         link: LinkType,
+        nanos: bool,
     ) -> Result<Option<Frame<'a>>, CaptureError> {
         let (d, at) = (self.data, self.pos);
         if at == d.len() {
@@ -186,10 +199,18 @@ impl<'a> Reader<'a> {
         }
         need("pcap record data", d, at + 16, incl)?;
         self.pos = at + 16 + incl;
+        let sec = u64::from(endian.u32(&d[at..]));
+        let frac = u64::from(endian.u32(&d[at + 4..]));
+        let frac_ns = if nanos {
+            frac
+        } else {
+            frac.saturating_mul(1000)
+        };
         Ok(Some(Frame {
             link,
             data: &d[at + 16..at + 16 + incl],
             orig_len,
+            ts_ns: Some(sec.saturating_mul(1_000_000_000).saturating_add(frac_ns)),
         }))
     }
 
@@ -240,8 +261,8 @@ impl<'a> Reader<'a> {
             }
             let body = &d[at + 8..at + blen - 4];
             self.pos = at + blen;
-            let frame = |iface: usize, caplen: usize, origlen: u32, off: usize| {
-                let link = *links.get(iface).ok_or_else(|| CaptureError::Corrupt {
+            let frame = |iface: usize, caplen: usize, origlen: u32, off: usize, ts: Option<u64>| {
+                let (link, per_sec) = *links.get(iface).ok_or_else(|| CaptureError::Corrupt {
                     offset: at,
                     why: format!("packet names interface {iface}, which no block described"),
                 })?;
@@ -251,12 +272,18 @@ impl<'a> Reader<'a> {
                         why: format!("captured length {caplen} overruns its block"),
                     });
                 }
+                let ts_ns = ts.map(|t| {
+                    let ns = u128::from(t) * 1_000_000_000 / u128::from(per_sec.max(1));
+                    u64::try_from(ns).unwrap_or(u64::MAX)
+                });
                 Ok(Some(Frame {
                     link,
                     data: &body[off..off + caplen],
                     orig_len: origlen,
+                    ts_ns,
                 }))
             };
+            let ts64 = |b: &[u8]| (u64::from(endian.u32(b)) << 32) | u64::from(endian.u32(&b[4..]));
             match btype {
                 1 => {
                     need("pcapng interface block", body, 0, 8).map_err(|_| {
@@ -265,7 +292,8 @@ impl<'a> Reader<'a> {
                             why: "interface description block too short".into(),
                         }
                     })?;
-                    links.push(LinkType::from_u32(u32::from(endian.u16(body))));
+                    let link = LinkType::from_u32(u32::from(endian.u16(body)));
+                    links.push((link, if_tsresol(endian, &body[8..])));
                 }
                 6 => {
                     if body.len() < 20 {
@@ -276,7 +304,8 @@ impl<'a> Reader<'a> {
                     }
                     let iface = endian.u32(body) as usize;
                     let caplen = endian.u32(&body[12..]) as usize;
-                    return frame(iface, caplen, endian.u32(&body[16..]), 20);
+                    let ts = ts64(&body[4..]);
+                    return frame(iface, caplen, endian.u32(&body[16..]), 20, Some(ts));
                 }
                 3 => {
                     if body.len() < 4 {
@@ -287,7 +316,7 @@ impl<'a> Reader<'a> {
                     }
                     let orig = endian.u32(body);
                     let caplen = (orig as usize).min(body.len() - 4);
-                    return frame(0, caplen, orig, 4);
+                    return frame(0, caplen, orig, 4, None);
                 }
                 2 => {
                     if body.len() < 20 {
@@ -298,12 +327,39 @@ impl<'a> Reader<'a> {
                     }
                     let iface = usize::from(endian.u16(body));
                     let caplen = endian.u32(&body[12..]) as usize;
-                    return frame(iface, caplen, endian.u32(&body[16..]), 20);
+                    let ts = ts64(&body[4..]);
+                    return frame(iface, caplen, endian.u32(&body[16..]), 20, Some(ts));
                 }
                 _ => {} // section header, statistics, name resolution, custom...: skipped
             }
         }
     }
+}
+
+/// Timestamp units per second of a pcapng interface, from its `if_tsresol` option (code
+/// 9: 10^-n seconds, or 2^-n when the top bit is set); 10^6 when it has none or it makes
+/// no sense.
+fn if_tsresol(endian: Endian, mut opts: &[u8]) -> u64 {
+    while opts.len() >= 4 {
+        let code = endian.u16(opts);
+        let len = usize::from(endian.u16(&opts[2..]));
+        if code == 0 {
+            break;
+        }
+        let value = opts.get(4..4 + len);
+        if let (9, Some(&[v])) = (code, value) {
+            let n = u32::from(v & 0x7f);
+            let per_sec = if v & 0x80 == 0 {
+                10u64.checked_pow(n)
+            } else {
+                1u64.checked_shl(n)
+            };
+            return per_sec.filter(|&p| p > 0).unwrap_or(1_000_000);
+        }
+        let padded = (len + 3) & !3;
+        opts = opts.get(4 + padded..).unwrap_or(&[]);
+    }
+    1_000_000
 }
 
 impl<'a> Iterator for Reader<'a> {
@@ -314,7 +370,11 @@ impl<'a> Iterator for Reader<'a> {
             return None;
         }
         let r = match self.format {
-            Format::Pcap { endian, link } => self.next_pcap(endian, link),
+            Format::Pcap {
+                endian,
+                link,
+                nanos,
+            } => self.next_pcap(endian, link, nanos),
             Format::Pcapng { .. } => self.next_pcapng(),
         };
         match r {
@@ -358,6 +418,23 @@ mod tests {
             .map(|f| f.unwrap().data)
             .collect();
         assert_eq!(got, frames);
+        let ts: Vec<_> = Reader::new(&file)
+            .unwrap()
+            .map(|f| f.unwrap().ts_ns)
+            .collect();
+        assert_eq!(
+            ts,
+            [Some(0), Some(1_000_000_000)],
+            "write_pcap: frame i at i s"
+        );
+        // Microsecond and nanosecond pcap: 3 s and 250 µs, or 3 s and 250 ns.
+        let mut us = file.clone();
+        us[24..32].copy_from_slice(&[3, 0, 0, 0, 0xfa, 0, 0, 0]);
+        let mut ns = us.clone();
+        ns[..4].copy_from_slice(&0xa1b2_3c4du32.to_le_bytes());
+        let first = |f: &[u8]| Reader::new(f).unwrap().next().unwrap().unwrap().ts_ns;
+        assert_eq!(first(&us), Some(3_000_250_000));
+        assert_eq!(first(&ns), Some(3_000_000_250));
         let cut = &file[..file.len() - 2];
         let r: Vec<_> = Reader::new(cut).unwrap().collect();
         assert_eq!(r.len(), 2);
@@ -405,6 +482,26 @@ mod tests {
             let frames: Vec<_> = Reader::new(&file).unwrap().map(|f| f.unwrap()).collect();
             assert_eq!(frames.len(), 1);
             assert_eq!(frames[0].data, b"hello");
+            assert_eq!(frames[0].ts_ns, Some(0));
+            // An interface with if_tsresol 9 (nanoseconds) and a packet at 2^32 + 7 units.
+            let mut idb9 = idb.clone();
+            idb9.extend_from_slice(&w16(9));
+            idb9.extend_from_slice(&w16(1));
+            idb9.extend_from_slice(&[9, 0, 0, 0]);
+            idb9.extend_from_slice(&[0; 4]); // opt_endofopt
+            let mut epb9 = Vec::new();
+            for v in [1u32, 1, 7, 5, 5] {
+                epb9.extend_from_slice(&w32(v));
+            }
+            epb9.extend_from_slice(b"hello\0\0\0");
+            let mut f9 = file.clone();
+            f9.extend(block(1, &idb9, be));
+            f9.extend(block(6, &epb9, be));
+            let t: Vec<_> = Reader::new(&f9)
+                .unwrap()
+                .map(|f| f.unwrap().ts_ns)
+                .collect();
+            assert_eq!(t, [Some(0), Some((1u64 << 32) + 7)]);
             assert_eq!(frames[0].link, LinkType::Ethernet);
             // A packet for an interface nobody described is corruption, not a panic.
             let mut bad = file.clone();

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod decode;
+pub mod decode_live;
 pub mod demo;
 pub mod devices;
 pub mod impair;

@@ -108,6 +108,18 @@ impl NakCode {
             Self::Reserved(c) => c & 0x1f,
         }
     }
+    /// The code's name as IBTA Vol. 1 Table 45 gives it, upper case with underscores
+    /// (`PSN_SEQUENCE_ERROR`...; `RESERVED` for codes 5 to 31).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::PsnSequenceError => "PSN_SEQUENCE_ERROR",
+            Self::InvalidRequest => "INVALID_REQUEST",
+            Self::RemoteAccessError => "REMOTE_ACCESS_ERROR",
+            Self::RemoteOperationalError => "REMOTE_OPERATIONAL_ERROR",
+            Self::InvalidRdRequest => "INVALID_RD_REQUEST",
+            Self::Reserved(_) => "RESERVED",
+        }
+    }
     fn from_code(c: u8) -> Self {
         match c {
             0 => Self::PsnSequenceError,
@@ -117,6 +129,21 @@ impl NakCode {
             4 => Self::InvalidRdRequest,
             c => Self::Reserved(c),
         }
+    }
+}
+
+/// The number of end-to-end credits an ACK's 5-bit credit code grants (IBTA Vol. 1
+/// §9.7.7.2, end-to-end credit codes: 0 to 4 as they are, then 1.5 and 2 times a power of two up to
+/// 32768 for code 30); `None` for code 31, "credit count not used" (the responder has an
+/// SRQ or does not do end-to-end flow control).
+pub fn credits_from_code(code: u8) -> Option<u32> {
+    match code & 0x1f {
+        31 => None,
+        c @ 0..=4 => Some(u32::from(c)),
+        // Even codes from 6 on are 2^(code/2); odd codes from 5 on are one and a half
+        // times the even code below them: 5 → 6, 6 → 8, 7 → 12, ..., 30 → 32768.
+        c if c % 2 == 0 => Some(1 << (c / 2)),
+        c => Some(3 << ((c - 1) / 2 - 1)),
     }
 }
 
@@ -194,6 +221,21 @@ impl AethRepr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credit_codes_follow_the_spec_table() {
+        let table = [
+            0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024,
+            1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
+        ];
+        for (code, want) in table.iter().enumerate() {
+            assert_eq!(credits_from_code(code as u8), Some(*want), "code {code}");
+        }
+        assert_eq!(credits_from_code(31), None);
+        assert_eq!(NakCode::from_code(0).name(), "PSN_SEQUENCE_ERROR");
+        assert_eq!(NakCode::from_code(3).name(), "REMOTE_OPERATIONAL_ERROR");
+        assert_eq!(NakCode::from_code(9).name(), "RESERVED");
+    }
 
     #[test]
     fn syndromes() {

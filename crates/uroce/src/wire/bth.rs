@@ -82,9 +82,17 @@ impl<T: AsRef<[u8]>> Header<T> {
     pub fn dest_qp(&self) -> u32 {
         be24(self.b(), field::DEST_QP)
     }
+    /// The 6 reserved bits of byte 4 (after FECN and BECN); 0 from a conforming sender.
+    pub fn resv6(&self) -> u8 {
+        self.b()[field::RESV8A] & 0x3f
+    }
     /// Acknowledge request.
     pub fn ack_req(&self) -> bool {
         self.b()[field::ACK] & 0x80 != 0
+    }
+    /// The 7 reserved bits of byte 8 (after AckReq); 0 from a conforming sender.
+    pub fn resv7(&self) -> u8 {
+        self.b()[field::ACK] & 0x7f
     }
     /// Packet sequence number (24 bits).
     pub fn psn(&self) -> u32 {
@@ -234,5 +242,17 @@ mod tests {
         assert!(r.emit(&mut b).is_err());
         r.psn = 0;
         assert!(r.emit(&mut b[..11]).is_err());
+    }
+
+    #[test]
+    fn reserved_bits_and_migreq_are_read_where_they_are() {
+        // byte 1: SE | M | pad 2 | tver 3; byte 4: FECN | resv6 0x15; byte 8: resv7 0x2a.
+        let b = [
+            0x04, 0xe3, 0xff, 0xff, 0x95, 0x00, 0x00, 0x12, 0x2a, 0x00, 0x00, 0x01,
+        ];
+        let h = Header::new_checked(&b[..]).unwrap();
+        assert!(h.solicited() && h.mig_req() && h.fecn() && !h.becn() && !h.ack_req());
+        assert_eq!((h.pad_count(), h.tver()), (2, 3));
+        assert_eq!((h.resv6(), h.resv7()), (0x15, 0x2a));
     }
 }

@@ -41,8 +41,9 @@ pub enum WireError {
         found: u16,
         offset: usize,
     },
-    /// An IPv4 fragment; RoCEv2 packets are never fragmented.
-    #[error("IPv4 fragment at offset {offset} (MF set or fragment offset non-zero); RoCEv2 is never fragmented")]
+    /// An IPv4 fragment, or an IPv6 fragment header of a fragment; RoCEv2 packets are
+    /// never fragmented.
+    #[error("IP fragment at offset {offset} (more-fragments flag set or fragment offset non-zero); RoCEv2 is never fragmented")]
     Fragmented { offset: usize },
     /// The IP payload is not UDP (IPv6 extension headers land here too).
     #[error("not RoCEv2: IP protocol / next header {protocol} at offset {offset}, not UDP (17)")]
@@ -93,8 +94,14 @@ pub enum WireError {
     /// Payload larger than the 4096-byte maximum path MTU.
     #[error("payload of {len} bytes at offset {offset} exceeds the 4096-byte maximum path MTU")]
     PayloadTooLong { len: usize, offset: usize },
-    /// The invariant CRC does not verify.
-    #[error("bad ICRC at offset {offset}: computed {computed:#010x}, found {found:#010x}")]
+    /// The invariant CRC does not verify. `computed` and `found` are CRC values (see
+    /// [`super::icrc::stored`]); the message shows both as the 4 bytes appear on the wire,
+    /// as Wireshark and tcpdump show them.
+    #[error(
+        "bad ICRC at offset {offset}: computed {:#010x}, found {:#010x} (bytes in wire order)",
+        .computed.swap_bytes(),
+        .found.swap_bytes()
+    )]
     BadIcrc {
         computed: u32,
         found: u32,

@@ -1,5 +1,6 @@
-//! IPv6 fixed header (RFC 8200). RoCEv2 over IPv6 carries UDP directly; extension headers
-//! are not accepted.
+//! IPv6 fixed header (RFC 8200). RoCEv2 over IPv6 carries UDP directly: the endpoint's
+//! parser accepts no extension headers, but [`walk_extensions`] follows them (hop-by-hop,
+//! routing, destination options, fragment, authentication) for the dissector.
 
 use std::net::Ipv6Addr;
 
@@ -144,6 +145,109 @@ impl Ipv6Repr {
     }
 }
 
+/// Next-header value of the hop-by-hop options header.
+pub const EXT_HOP_BY_HOP: u8 = 0;
+/// Next-header value of the routing header.
+pub const EXT_ROUTING: u8 = 43;
+/// Next-header value of the fragment header.
+pub const EXT_FRAGMENT: u8 = 44;
+/// Next-header value of the authentication header.
+pub const EXT_AUTH: u8 = 51;
+/// Next-header value of the destination options header.
+pub const EXT_DEST_OPTS: u8 = 60;
+
+/// Most extension headers [`walk_extensions`] follows before it gives up.
+pub const MAX_EXTENSIONS: usize = 8;
+
+/// The short name of an extension header's next-header value, `None` for a protocol.
+pub fn extension_name(next_header: u8) -> Option<&'static str> {
+    Some(match next_header {
+        EXT_HOP_BY_HOP => "hop-by-hop",
+        EXT_ROUTING => "routing",
+        EXT_FRAGMENT => "fragment",
+        EXT_AUTH => "auth",
+        EXT_DEST_OPTS => "dest-opts",
+        _ => return None,
+    })
+}
+
+/// The extension headers between the fixed IPv6 header and the upper-layer protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Extensions {
+    /// The next-header values of the extension headers, in order (`count` used).
+    pub kinds: [u8; MAX_EXTENSIONS],
+    /// How many extension headers there were.
+    pub count: u8,
+    /// Their length in bytes: where the upper-layer header starts in the payload.
+    pub len: usize,
+    /// The upper-layer protocol that follows them.
+    pub protocol: u8,
+    /// Where the last next-header field (the one naming `protocol`) is, from the start
+    /// of the payload; `None` when there are no extension headers (it is the fixed
+    /// header's).
+    pub protocol_at: Option<usize>,
+}
+
+impl Extensions {
+    /// The next-header values of the extension headers, in order.
+    pub fn kinds(&self) -> &[u8] {
+        &self.kinds[..usize::from(self.count)]
+    }
+}
+
+/// Follows the extension headers at the start of an IPv6 `payload` whose first header is
+/// `next_header` (the fixed header's field) up to the first header that is not one. A
+/// header that runs past the payload is [`WireError::Truncated`]; a fragment header of a
+/// fragment (offset or M flag set) is [`WireError::Fragmented`]; more than
+/// [`MAX_EXTENSIONS`] headers is [`WireError::BadIpLength`]. Offsets count from the start
+/// of `payload`.
+pub fn walk_extensions(payload: &[u8], next_header: u8) -> Result<Extensions, WireError> {
+    let mut e = Extensions {
+        protocol: next_header,
+        ..Default::default()
+    };
+    while let Some(name) = extension_name(e.protocol) {
+        if usize::from(e.count) == MAX_EXTENSIONS {
+            return Err(WireError::BadIpLength {
+                field: e.len,
+                offset: e.len,
+                why: "more than 8 IPv6 extension headers",
+            });
+        }
+        let at = e.len;
+        check_len(name_of(name), &payload[at.min(payload.len())..], 8, at)?;
+        let h = &payload[at..];
+        let len = match e.protocol {
+            EXT_FRAGMENT => {
+                let off_flags = be16(h, 2);
+                if off_flags & 0xfff9 != 0 {
+                    return Err(WireError::Fragmented { offset: at + 2 });
+                }
+                8
+            }
+            EXT_AUTH => (usize::from(h[1]) + 2) * 4,
+            _ => (usize::from(h[1]) + 1) * 8,
+        };
+        check_len(name_of(name), h, len, at)?;
+        e.kinds[usize::from(e.count)] = e.protocol;
+        e.count += 1;
+        e.protocol = h[0];
+        e.protocol_at = Some(at);
+        e.len += len;
+    }
+    Ok(e)
+}
+
+fn name_of(name: &'static str) -> &'static str {
+    match name {
+        "hop-by-hop" => "IPv6 hop-by-hop options header",
+        "routing" => "IPv6 routing header",
+        "fragment" => "IPv6 fragment header",
+        "auth" => "IPv6 authentication header",
+        _ => "IPv6 destination options header",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +272,55 @@ mod tests {
         assert!(matches!(
             Header::new_checked(&b[..]),
             Err(WireError::BadIpVersion { version: 4, .. })
+        ));
+    }
+
+    #[test]
+    fn extension_headers_are_followed_to_udp() {
+        // hop-by-hop (8 bytes) -> routing (24 bytes) -> dest opts (16) -> fragment (8,
+        // offset 0, M clear) -> UDP.
+        let mut p = vec![0u8; 8 + 24 + 16 + 8 + 8];
+        p[0] = EXT_ROUTING;
+        p[1] = 0;
+        p[8] = EXT_DEST_OPTS;
+        p[9] = 2;
+        p[32] = EXT_FRAGMENT;
+        p[33] = 1;
+        p[48] = 17;
+        let e = walk_extensions(&p, EXT_HOP_BY_HOP).unwrap();
+        assert_eq!(
+            e.kinds(),
+            &[EXT_HOP_BY_HOP, EXT_ROUTING, EXT_DEST_OPTS, EXT_FRAGMENT]
+        );
+        assert_eq!((e.len, e.protocol), (56, 17));
+        // No extension headers at all.
+        assert_eq!(walk_extensions(&p, 17).unwrap().len, 0);
+        // A fragment that is not the whole packet.
+        let mut f = p.clone();
+        f[51] = 0x01; // M flag
+        assert_eq!(
+            walk_extensions(&f, EXT_HOP_BY_HOP),
+            Err(WireError::Fragmented { offset: 50 })
+        );
+        // The routing header claims more than is there.
+        assert!(matches!(
+            walk_extensions(&p[..20], EXT_HOP_BY_HOP),
+            Err(WireError::Truncated {
+                offset: 8,
+                need: 24,
+                have: 12,
+                ..
+            })
+        ));
+        assert!(matches!(
+            walk_extensions(&p[..4], EXT_HOP_BY_HOP),
+            Err(WireError::Truncated { offset: 0, .. })
+        ));
+        // A chain that never ends is cut at MAX_EXTENSIONS.
+        let endless = vec![0u8; 8 * 12];
+        assert!(matches!(
+            walk_extensions(&endless, EXT_HOP_BY_HOP),
+            Err(WireError::BadIpLength { .. })
         ));
     }
 }

@@ -17,6 +17,10 @@
 //! have no `Repr` type: their value is a `u32`, read and written by [`immdt::parse`] and
 //! [`immdt::emit`]. The CNP is a BTH followed by 16 reserved bytes ([`cnp`]).
 //!
+//! Above the transport, for tools: [`mad`] (the management datagram header of a UD SEND
+//! to QP 1) and [`cm`] (the connection manager's messages and the RDMA CM IP addressing
+//! header), read-only views whose only constructor checks the length.
+//!
 //! Nothing here panics on malformed input: every parse problem is a [`WireError`] that
 //! says what and where, and every `emit` into too small a buffer is
 //! [`WireError::BufferTooSmall`]. The exception is a view made with `new_unchecked()`:
@@ -36,6 +40,7 @@ pub mod arp;
 pub mod atomic;
 pub mod bth;
 pub mod builder;
+pub mod cm;
 pub mod cnp;
 pub mod datagram;
 pub mod deth;
@@ -46,6 +51,7 @@ pub mod icrc;
 pub mod immdt;
 pub mod ipv4;
 pub mod ipv6;
+pub mod mad;
 pub mod ndp;
 pub mod opcode;
 pub mod packet;

@@ -52,6 +52,27 @@ impl IpRepr {
             Self::V6(r) => r.ecn(),
         }
     }
+    /// DSCP: the upper 6 bits of the TOS byte or traffic class.
+    pub fn dscp(&self) -> u8 {
+        match self {
+            Self::V4(r) => r.tos >> 2,
+            Self::V6(r) => r.traffic_class >> 2,
+        }
+    }
+    /// IPv4 time to live, or IPv6 hop limit.
+    pub fn ttl(&self) -> u8 {
+        match self {
+            Self::V4(r) => r.ttl,
+            Self::V6(r) => r.hop_limit,
+        }
+    }
+    /// IPv4 identification (`None` for IPv6).
+    pub fn ident(&self) -> Option<u16> {
+        match self {
+            Self::V4(r) => Some(r.ident),
+            Self::V6(_) => None,
+        }
+    }
     /// The ethertype that carries this header.
     pub fn ethertype(&self) -> u16 {
         match self {
@@ -227,10 +248,20 @@ pub struct Dissection<'a> {
     pub payload: Option<&'a [u8]>,
     /// The stored ICRC, when there were enough bytes for one.
     pub icrc: Option<u32>,
+    /// The ICRC the packet should carry, when it could be computed.
+    pub icrc_computed: Option<u32>,
     /// True when the ICRC was computed and matched.
     pub icrc_ok: bool,
+    /// IPv4 only: whether the header checksum verified.
+    pub ipv4_checksum_ok: Option<bool>,
+    /// IPv6 only, when the packet had extension headers: which, and how long.
+    pub ipv6_ext: Option<ipv6::Extensions>,
     /// The first problem found, `None` for a good RoCEv2 packet.
     pub error: Option<WireError>,
+    /// When `error` is one that leaves the structure readable (a bad IPv4 header checksum
+    /// or ICRC, [`WireError::is_integrity`]), the next problem found after it, if any:
+    /// a bad IPv4 checksum does not hide a bad ICRC or a malformed transport header.
+    pub next_error: Option<WireError>,
 }
 
 impl Dissection<'_> {
@@ -239,18 +270,51 @@ impl Dissection<'_> {
         self.error.is_none()
     }
 
+    /// The problems found, first first: `error`, then `next_error`.
+    pub fn errors(&self) -> impl Iterator<Item = &WireError> {
+        self.error.iter().chain(self.next_error.iter())
+    }
+
     fn note(&mut self, e: WireError) {
-        if self.error.is_none() {
-            self.error = Some(e);
+        match self.error {
+            None => self.error = Some(e),
+            Some(first) if first.is_integrity() && self.next_error.is_none() => {
+                self.next_error = Some(e)
+            }
+            Some(_) => {}
         }
     }
 }
 
 struct IpLayer<'a> {
     ip: IpRepr,
+    /// The IP header; for IPv6 in the dissector, its extension headers too.
     header: &'a [u8],
     payload: &'a [u8],
     trailer: &'a [u8],
+}
+
+impl IpLayer<'_> {
+    /// IPv6 extension headers (only the dissector keeps them in `header`).
+    fn ext(&self) -> &[u8] {
+        match self.ip {
+            IpRepr::V6(_) => self.header.get(ipv6::HEADER_LEN..).unwrap_or(&[]),
+            IpRepr::V4(_) => &[],
+        }
+    }
+
+    /// The upper-layer protocol (after any extension headers) and where the field that
+    /// names it is, from the start of the IP header.
+    fn upper_protocol(&self) -> (u8, usize) {
+        match self.ip {
+            IpRepr::V4(r) => (r.protocol, 9),
+            IpRepr::V6(r) if self.header.len() == ipv6::HEADER_LEN => (r.next_header, 6),
+            IpRepr::V6(r) => match ipv6::walk_extensions(self.ext(), r.next_header) {
+                Ok(e) => (e.protocol, ipv6::HEADER_LEN + e.protocol_at.unwrap_or(0)),
+                Err(_) => (r.next_header, 6), // walked successfully before: not reached
+            },
+        }
+    }
 }
 
 struct UdpLayer<'a> {
@@ -332,7 +396,7 @@ fn parse_from(b: &[u8], base: usize) -> Result<RocePacket<'_>, WireError> {
 }
 
 fn parse_layers(b: &[u8], base: usize, verify: bool) -> Result<RocePacket<'_>, WireError> {
-    let l3 = ip_layer(b, base)?;
+    let l3 = ip_layer(b, base, false)?;
     let l4 = udp_layer(&l3, base)?;
     let found = if verify {
         ipv4_checksum(&l3, base)?;
@@ -386,7 +450,7 @@ pub fn dissect_ip(packet: &[u8]) -> Dissection<'_> {
 
 fn dissect_from(b: &[u8], base: usize) -> Dissection<'_> {
     let mut d = Dissection::default();
-    let l3 = match ip_layer(b, base) {
+    let l3 = match ip_layer(b, base, true) {
         Ok(l3) => l3,
         Err(e) => {
             d.note(e);
@@ -394,8 +458,17 @@ fn dissect_from(b: &[u8], base: usize) -> Dissection<'_> {
         }
     };
     d.ip = Some(l3.ip);
-    if let Err(e) = ipv4_checksum(&l3, base) {
-        d.note(e);
+    if let (IpRepr::V6(r), false) = (l3.ip, l3.ext().is_empty()) {
+        // Walked once already by the IP layer, which kept only the bytes: again for the
+        // names (the dissector's path, not the endpoint's).
+        d.ipv6_ext = ipv6::walk_extensions(l3.ext(), r.next_header).ok();
+    }
+    if let IpRepr::V4(_) = l3.ip {
+        let r = ipv4_checksum(&l3, base);
+        d.ipv4_checksum_ok = Some(r.is_ok());
+        if let Err(e) = r {
+            d.note(e);
+        }
     }
     let l4 = match udp_layer(&l3, base) {
         Ok(l4) => l4,
@@ -408,8 +481,16 @@ fn dissect_from(b: &[u8], base: usize) -> Dissection<'_> {
     d.opcode_raw = l4.payload.first().copied();
     d.icrc = icrc::stored(l4.payload);
     match check_icrc(&l3, &l4) {
-        Ok(_) => d.icrc_ok = true,
-        Err(e) => d.note(e),
+        Ok(found) => {
+            d.icrc_ok = true;
+            d.icrc_computed = Some(found);
+        }
+        Err(e) => {
+            if let WireError::BadIcrc { computed, .. } = e {
+                d.icrc_computed = Some(computed);
+            }
+            d.note(e)
+        }
     }
     let mut t = TransportParts::default();
     let r = transport_layer(l4.payload, l4.base, &mut t);
@@ -434,11 +515,13 @@ fn ethernet_layer(frame: &[u8]) -> Result<(EthernetRepr, usize), WireError> {
     }
 }
 
-fn ip_layer(b: &[u8], base: usize) -> Result<IpLayer<'_>, WireError> {
+/// The IP layer; `follow_ext` (the dissector) follows IPv6 extension headers, which the
+/// endpoint's parser refuses (as not UDP).
+fn ip_layer(b: &[u8], base: usize, follow_ext: bool) -> Result<IpLayer<'_>, WireError> {
     check_len("IP header", b, 1, 0).map_err(|e| e.shifted(base))?;
     match b[0] >> 4 {
         4 => ipv4_layer(b, base),
-        6 => ipv6_layer(b, base),
+        6 => ipv6_layer(b, base, follow_ext),
         version => Err(WireError::BadIpVersion {
             version,
             expected: 4,
@@ -478,7 +561,7 @@ fn ipv4_layer(b: &[u8], base: usize) -> Result<IpLayer<'_>, WireError> {
     })
 }
 
-fn ipv6_layer(b: &[u8], base: usize) -> Result<IpLayer<'_>, WireError> {
+fn ipv6_layer(b: &[u8], base: usize, follow_ext: bool) -> Result<IpLayer<'_>, WireError> {
     let h = ipv6::Header::new_checked(b).map_err(|e| e.shifted(base))?;
     let plen = usize::from(h.payload_len());
     let end = ipv6::HEADER_LEN + plen;
@@ -497,10 +580,19 @@ fn ipv6_layer(b: &[u8], base: usize) -> Result<IpLayer<'_>, WireError> {
             have: b.len(),
         });
     }
+    let fixed = ipv6::HEADER_LEN;
+    let ext_len = match ipv6::extension_name(h.next_header()) {
+        Some(_) if follow_ext => {
+            ipv6::walk_extensions(&b[fixed..end], h.next_header())
+                .map_err(|e| e.shifted(base + fixed))?
+                .len
+        }
+        _ => 0,
+    };
     Ok(IpLayer {
         ip: IpRepr::V6(Ipv6Repr::parse(&h)),
-        header: &b[..ipv6::HEADER_LEN],
-        payload: &b[ipv6::HEADER_LEN..end],
+        header: &b[..fixed + ext_len],
+        payload: &b[fixed + ext_len..end],
         trailer: &b[end..],
     })
 }
@@ -521,11 +613,11 @@ fn ipv4_checksum(l3: &IpLayer<'_>, base: usize) -> Result<(), WireError> {
 }
 
 fn udp_layer<'a>(l3: &IpLayer<'a>, base: usize) -> Result<UdpLayer<'a>, WireError> {
-    if l3.ip.protocol() != ipv4::PROTO_UDP {
-        let field = if l3.ip.version() == 4 { 9 } else { 6 };
+    let (protocol, protocol_at) = l3.upper_protocol();
+    if protocol != ipv4::PROTO_UDP {
         return Err(WireError::NotUdp {
-            protocol: l3.ip.protocol(),
-            offset: base + field,
+            protocol,
+            offset: base + protocol_at,
         });
     }
     let at = base + l3.header.len();
@@ -556,7 +648,14 @@ fn check_icrc(l3: &IpLayer<'_>, l4: &UdpLayer<'_>) -> Result<u32, WireError> {
     check_len("BTH and ICRC", p, bth::HEADER_LEN + ICRC_LEN, 0).map_err(|e| e.shifted(l4.base))?;
     let body = &p[..p.len() - ICRC_LEN];
     let found = icrc::stored(p).unwrap_or(0);
-    let computed = icrc::compute(l3.header, l4.header, body);
+    // `compute` takes headers up to IPv4's 60 bytes; longer ones are IPv6 with extension
+    // headers (the dissector's), hashed in pieces.
+    let computed = if l3.header.len() <= ipv4::MAX_HEADER_LEN {
+        icrc::compute(l3.header, l4.header, body)
+    } else {
+        let (fixed, ext) = l3.header.split_at(ipv6::HEADER_LEN);
+        icrc::compute_ipv6_ext(fixed, ext, l4.header, body)
+    };
     if computed != found {
         return Err(WireError::BadIcrc {
             computed,
@@ -705,7 +804,7 @@ fn misfit(eth: Option<EthernetRepr>, ip: IpRepr, roce: &[u8]) -> Option<Misfit> 
 pub fn parse_misfit(frame: &[u8]) -> Option<Misfit> {
     let (eth, ip_off) = ethernet_layer(frame).ok()?;
     let b = &frame[ip_off..];
-    let l3 = ip_layer(b, ip_off).ok()?;
+    let l3 = ip_layer(b, ip_off, false).ok()?;
     let l4 = udp_layer(&l3, ip_off).ok()?;
     ipv4_checksum(&l3, ip_off).ok()?;
     check_icrc(&l3, &l4).ok()?;
@@ -725,4 +824,134 @@ pub fn parse_datagram_misfit(
         return None;
     }
     misfit(None, d.ip, roce)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{DethRepr, FrameRepr, Opcode};
+
+    fn frame(ip: IpRepr) -> Vec<u8> {
+        let r = FrameRepr {
+            eth: Some(EthernetRepr {
+                dst: [2, 0, 0, 0, 0, 2],
+                src: [2, 0, 0, 0, 0, 1],
+                vlan: None,
+                ethertype: ip.ethertype(),
+            }),
+            ip,
+            udp: UdpRepr {
+                src_port: 0xc000,
+                dst_port: ROCEV2_UDP_PORT,
+                checksum: 0,
+            },
+            bth: BthRepr::new(Opcode::UdSendOnly, 1, 5),
+            ext: ExtHeaders {
+                deth: Some(DethRepr {
+                    qkey: 0x8001_0000,
+                    src_qp: 1,
+                }),
+                ..Default::default()
+            },
+        };
+        let mut f = vec![0u8; r.buffer_len(16)];
+        r.emit(&[9; 16], &mut f).unwrap();
+        f
+    }
+
+    fn v4() -> Vec<u8> {
+        frame(IpRepr::V4(Ipv4Repr::new(
+            [10, 0, 0, 1].into(),
+            [10, 0, 0, 2].into(),
+            0x03,
+        )))
+    }
+
+    #[test]
+    fn a_bad_ipv4_checksum_does_not_hide_the_transport() {
+        let mut f = v4();
+        f[14 + 10] ^= 0xff; // the checksum; the ICRC masks it, so the ICRC still verifies
+        let d = dissect(&f);
+        assert!(matches!(
+            d.error,
+            Some(WireError::BadIpv4Checksum { offset: 24, .. })
+        ));
+        assert_eq!(d.next_error, None);
+        assert_eq!(d.ipv4_checksum_ok, Some(false));
+        assert!(d.icrc_ok);
+        assert_eq!(d.bth.map(|b| b.psn), Some(5));
+        assert_eq!(d.ext.deth.map(|x| x.qkey), Some(0x8001_0000));
+        assert_eq!(d.payload.map(<[u8]>::len), Some(16));
+        assert!(parse(&f).is_err());
+
+        // With a payload bit flipped as well, both problems are reported, in order.
+        f[14 + 20 + 8 + 12 + 8] ^= 1;
+        let d = dissect(&f);
+        let errors: Vec<_> = d.errors().collect();
+        assert!(matches!(errors[0], WireError::BadIpv4Checksum { .. }));
+        assert!(matches!(errors[1], WireError::BadIcrc { .. }));
+        assert!(!d.icrc_ok && d.icrc_computed != d.icrc);
+
+        // A good frame: checksum verified, ICRC computed equals the one stored.
+        let good = v4();
+        let d = dissect(&good);
+        assert_eq!(
+            (d.ipv4_checksum_ok, d.icrc_ok, d.error),
+            (Some(true), true, None)
+        );
+        assert_eq!(d.icrc_computed, d.icrc);
+    }
+
+    #[test]
+    fn ipv6_extension_headers_are_followed_by_the_dissector_only() {
+        let f = frame(IpRepr::V6(Ipv6Repr {
+            src: "fd00::1".parse().unwrap(),
+            dst: "fd00::2".parse().unwrap(),
+            traffic_class: 0,
+            flow_label: 0,
+            next_header: 17,
+            hop_limit: 64,
+        }));
+        // Insert a hop-by-hop header (8 bytes: next header UDP, length 0, PadN) and a
+        // destination options header (16 bytes) after the fixed header.
+        let at = 14 + 40;
+        let mut g = f[..at].to_vec();
+        g.extend_from_slice(&[60, 0, 1, 4, 0, 0, 0, 0]);
+        g.extend_from_slice(&[17, 1, 1, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        g.extend_from_slice(&f[at..]);
+        g[14 + 6] = ipv6::EXT_HOP_BY_HOP;
+        let plen = u16::from_be_bytes([g[18], g[19]]) + 24;
+        g[18..20].copy_from_slice(&plen.to_be_bytes());
+        let udp_at = at + 24;
+        let body = &g[udp_at + 8..g.len() - 4];
+        let crc = icrc::compute_ipv6_ext(&g[14..at], &g[at..udp_at], &g[udp_at..udp_at + 8], body);
+        let n = g.len();
+        g[n - 4..].copy_from_slice(&crc.to_le_bytes());
+
+        let d = dissect(&g);
+        assert_eq!(d.error, None, "{:?}", d.error);
+        let e = d.ipv6_ext.unwrap();
+        assert_eq!(e.kinds(), &[ipv6::EXT_HOP_BY_HOP, ipv6::EXT_DEST_OPTS]);
+        assert_eq!(d.udp.map(|u| u.src_port), Some(0xc000));
+        assert_eq!(d.bth.map(|b| b.dest_qp), Some(1));
+        assert!(d.icrc_ok);
+        // The endpoint's parser refuses them, naming the fixed header's next header.
+        assert!(matches!(
+            parse(&g),
+            Err(WireError::NotUdp {
+                protocol: 0,
+                offset: 20
+            })
+        ));
+        // A chain that ends in something other than UDP names the last next-header field.
+        let mut h = g.clone();
+        h[at + 8] = 6; // the destination options header says TCP follows
+        assert!(matches!(
+            dissect(&h).error,
+            Some(WireError::NotUdp {
+                protocol: 6,
+                offset: 62
+            })
+        ));
+    }
 }
