@@ -152,7 +152,7 @@ pub enum Payload {
     /// One range of a region.
     Span(Span),
     /// This many bytes gathered from the ranges the service that made the packet staged
-    /// in the context's staging list ([`super::Io::gather`]), in order: valid for the
+    /// in the context's staging list (`Io::gather`), in order: valid for the
     /// packet just made, which the context builds at once.
     Gathered(usize),
 }
