@@ -114,6 +114,8 @@ pub struct Context {
     /// Start of DCQCN rate state for QPs created after `enable_dcqcn`.
     epoch: Instant,
     wcs: Vec<(CqId, WorkCompletion)>,
+    /// The staging list of the packet being built ([`crate::transport::Io::gather`]).
+    gather: Vec<crate::mem::Span>,
     counters: ContextCounters,
 }
 
@@ -138,6 +140,7 @@ impl Context {
             rr_cursor: 0,
             epoch: now,
             wcs: Vec::new(),
+            gather: Vec::with_capacity(crate::transport::MAX_SGE as usize),
             counters: ContextCounters::default(),
         }
     }
@@ -228,6 +231,7 @@ impl Context {
                     now,
                     mem: &mut self.mem,
                     wcs: &mut self.wcs,
+                    gather: &mut self.gather,
                     srq: srq_mut(&mut self.srqs, qp.srq()),
                 };
                 qp.on_timeout(&mut io);

@@ -124,6 +124,7 @@ impl Context {
             now,
             mem: &mut self.mem,
             wcs: &mut self.wcs,
+            gather: &mut self.gather,
             srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_misfit(&mut io, m);
@@ -177,6 +178,7 @@ impl Context {
             now,
             mem: &mut self.mem,
             wcs: &mut self.wcs,
+            gather: &mut self.gather,
             srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_packet(&mut io, p);

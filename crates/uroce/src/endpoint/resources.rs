@@ -297,7 +297,8 @@ impl Context {
     }
 
     /// [`Context::create_qp`] with the rest of `ibv_qp_init_attr`: `max_inline_data`
-    /// (EINVAL above [`crate::transport::MAX_INLINE_DATA`]), `sq_sig_all`, and `srq`
+    /// (EINVAL above [`crate::transport::MAX_INLINE_DATA`]), `max_send_sge` and
+    /// `max_recv_sge` (EINVAL above [`crate::transport::MAX_SGE`]), `sq_sig_all`, and `srq`
     /// (a QP that takes its receives from a shared receive queue of its PD).
     pub fn create_qp_ex(
         &mut self,
@@ -308,6 +309,13 @@ impl Context {
         if ex.max_inline_data > crate::transport::MAX_INLINE_DATA {
             return Err(VerbsError::InvalidWr(
                 "max_inline_data above the device's limit (512)",
+            ));
+        }
+        let max_sge = crate::transport::MAX_SGE;
+        if ex.max_send_sge > max_sge || ex.max_recv_sge > max_sge {
+            // rdma_rxe's `rxe_qp_chk_cap`.
+            return Err(VerbsError::InvalidWr(
+                "max_send_sge or max_recv_sge above the device's limit (32)",
             ));
         }
         if !self.mem.pd_exists(pd) {
@@ -572,6 +580,77 @@ impl Context {
         if due {
             self.take_qp_events(qpn);
         }
+        r
+    }
+
+    /// [`Context::post_send_with`] with the local buffer as a scatter/gather list
+    /// (ibv_send_wr's `sg_list` / `num_sge`); `wr.sge` must be `Sge::default()` (EINVAL
+    /// otherwise: the list is the buffer, and a request naming two buffers is a
+    /// mistake). EINVAL for more entries than the QP's `max_send_sge` (rdma_rxe's
+    /// `validate_send_wr`). The message is the entries' bytes in order (its length their
+    /// sum; a zero-length entry is skipped); every entry is checked at post time as a
+    /// single SGE is, and one bad entry completes the request LOC_PROT_ERR with nothing
+    /// sent. READ responses and atomic results scatter over the entries in order;
+    /// IBV_SEND_INLINE gathers them into the inline copy.
+    pub fn post_send_sgl(
+        &mut self,
+        qpn: u32,
+        wr: SendWr,
+        sgl: &[Sge],
+        flags: SendFlags,
+    ) -> Result<(), VerbsError> {
+        if wr.sge != Sge::default() {
+            return Err(VerbsError::InvalidWr(
+                "post_send_sgl takes the buffer from the list: wr.sge must be Sge::default()",
+            ));
+        }
+        if let SendOp::BindMw { mw, .. } = wr.op {
+            if self.mem.mw_type(mw) != Some(MwType::Type2) {
+                return Err(VerbsError::InvalidWr(
+                    "a BIND_MW work request binds a type 2 window (type 1: bind_mw)",
+                ));
+            }
+        }
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let r = qp.post_send_sgl(&mut self.mem, wr, sgl, flags, &mut self.wcs);
+        self.route_completions();
+        self.take_qp_events(qpn);
+        r
+    }
+
+    /// [`Context::post_send_ud_with`] with the datagram gathered from a scatter/gather
+    /// list, as [`Context::post_send_sgl`] (`wr.sge` must be `Sge::default()`).
+    pub fn post_send_ud_sgl(
+        &mut self,
+        qpn: u32,
+        wr: UdSendWr,
+        sgl: &[Sge],
+        flags: SendFlags,
+    ) -> Result<(), VerbsError> {
+        if wr.sge != Sge::default() {
+            return Err(VerbsError::InvalidWr(
+                "post_send_ud_sgl takes the buffer from the list: wr.sge must be Sge::default()",
+            ));
+        }
+        if wr.dest.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
+            return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
+        }
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let r = qp.post_send_ud_sgl(&mut self.mem, wr, sgl, flags, &mut self.wcs);
+        self.route_completions();
+        self.take_qp_events(qpn);
+        r
+    }
+
+    /// [`Context::post_recv`] with the buffer as a scatter/gather list (ibv_recv_wr's
+    /// `sg_list` / `num_sge`): EINVAL for more entries than the QP's `max_recv_sge`
+    /// (rdma_rxe's `post_one_recv`) or for a bad entry. An incoming SEND is scattered
+    /// over the entries in order (shorter in all than the message: LOC_LEN_ERR); on UD
+    /// the 40 bytes of GRH fill the first bytes of the list.
+    pub fn post_recv_sgl(&mut self, qpn: u32, wr_id: u64, sgl: &[Sge]) -> Result<(), VerbsError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let r = qp.post_recv_sgl(&self.mem, wr_id, sgl, &mut self.wcs);
+        self.route_completions();
         r
     }
 

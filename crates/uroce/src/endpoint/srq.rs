@@ -4,12 +4,13 @@
 
 use super::{AsyncEvent, Context};
 use crate::mem::PdId;
-use crate::transport::{RecvWr, Srq, SrqAttr, SrqAttrMask, SrqId, VerbsError};
+use crate::transport::{RecvWr, Sge, Srq, SrqAttr, SrqAttrMask, SrqId, VerbsError};
 
 impl Context {
     /// Creates a shared receive queue of `pd` (ibv_create_srq): `max_wr` is rounded up to
     /// `2^k - 1` ([`Context::query_srq`] says what was granted; EINVAL for 0 or above
-    /// [`crate::transport::MAX_SRQ_WR`]), `max_sge` is at most 1, and a non-zero
+    /// [`crate::transport::MAX_SRQ_WR`]), `max_sge` is at most
+    /// [`crate::transport::MAX_SGE`] (0 granted as 1), and a non-zero
     /// `srq_limit` arms the limit at once (as rdma_rxe takes it at creation).
     pub fn create_srq(&mut self, pd: PdId, attr: SrqAttr) -> Result<SrqId, VerbsError> {
         if !self.mem.pd_exists(pd) {
@@ -36,7 +37,7 @@ impl Context {
         self.srq(srq)?.modify(attr, mask)
     }
 
-    /// The attributes of an SRQ (ibv_query_srq): the depth granted, `max_sge` 1, and the
+    /// The attributes of an SRQ (ibv_query_srq): the depth and `max_sge` granted, and the
     /// armed limit (0 when off or once it fired).
     pub fn query_srq(&self, srq: SrqId) -> Result<SrqAttr, VerbsError> {
         match self.srqs.get(srq.0 as usize) {
@@ -56,6 +57,19 @@ impl Context {
     pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> Result<(), VerbsError> {
         let s = super::srq_mut(&mut self.srqs, Some(srq)).ok_or(VerbsError::NoSuchSrq)?;
         s.post(&self.mem, wr)
+    }
+
+    /// [`Context::post_srq_recv`] with the buffer as a scatter/gather list (`sg_list` /
+    /// `num_sge`): EINVAL for more entries than the SRQ's `max_sge` or for a bad entry;
+    /// a message is scattered over the entries in order.
+    pub fn post_srq_recv_sgl(
+        &mut self,
+        srq: SrqId,
+        wr_id: u64,
+        sgl: &[Sge],
+    ) -> Result<(), VerbsError> {
+        let s = super::srq_mut(&mut self.srqs, Some(srq)).ok_or(VerbsError::NoSuchSrq)?;
+        s.post_sgl(&self.mem, wr_id, sgl)
     }
 
     /// Destroys an SRQ (ibv_destroy_srq): EBUSY while a QP is on it (rdma_rxe holds a

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::{udp_source_port, Context};
-use crate::transport::{Io, OutPacket};
+use crate::transport::{Io, OutPacket, Payload};
 use crate::wire::{self, cnp, DatagramRepr, ExtHeaders, FrameRepr, WireError};
 
 /// One datagram to send: the RoCE part is the first `len` bytes of the buffer given to
@@ -51,7 +51,7 @@ impl Context {
             let pkt = OutPacket {
                 bth: cnp::bth(job.dest_qp, job.pkey),
                 ext: ExtHeaders::default(),
-                payload: None,
+                payload: Payload::None,
                 to: job.to,
             };
             let tos = self.cnp_dscp << 2;
@@ -81,6 +81,7 @@ impl Context {
                 now,
                 mem: &mut self.mem,
                 wcs: &mut self.wcs,
+                gather: &mut self.gather,
                 srq: super::srq_mut(&mut self.srqs, qp.srq()),
             };
             let pkt = qp.next_packet(&mut io);
@@ -130,13 +131,18 @@ impl Context {
             ext: pkt.ext,
         };
         let mem = &self.mem;
-        let len = pkt.payload.map_or(0, |s| s.len);
+        let staged = &self.gather;
+        let len = pkt.payload.len();
         let built = repr.emit_roce_with(len, buf, |dst| match pkt.payload {
-            Some(s) => match mem.read(s) {
+            Payload::Span(s) => match mem.read(s) {
                 Some(src) if src.len() == dst.len() => dst.copy_from_slice(src),
                 _ => dst.fill(0), // the region went away under a queued response
             },
-            _ => dst.fill(0), // the region went away under a queued response
+            p => {
+                if !p.copy_out(mem, staged, dst) {
+                    dst.fill(0); // a region of the list went away
+                }
+            }
         });
         let Ok(n) = built else {
             self.counters.tx_dropped += 1;

@@ -42,7 +42,7 @@ pub const MAX_INLINE_DATA: u32 = 512;
 
 /// What creating a QP takes beyond [`QpCaps`] (the rest of `ibv_qp_init_attr`), given to
 /// `Context::create_qp_ex`; `Context::create_qp` takes the defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpInitEx {
     /// `cap.max_inline_data`: the most bytes an IBV_SEND_INLINE request may carry
     /// (at most [`MAX_INLINE_DATA`]; 0, the default, allows inline requests of 0 bytes
@@ -53,6 +53,26 @@ pub struct QpInitEx {
     /// `srq`: the shared receive queue the QP takes its receives from (of the same PD);
     /// `post_recv` on the QP is then refused and `max_recv_wr` is not used.
     pub srq: Option<super::SrqId>,
+    /// `cap.max_send_sge`: the most scatter/gather entries a send work request may carry
+    /// (`Context::post_send_sgl`; EINVAL beyond, as rdma_rxe's `validate_send_wr`). At
+    /// most [`super::MAX_SGE`]; 0 is granted as 1. Default 1, what `ibv_create_qp` with
+    /// `cap.max_send_sge = 1` grants: one entry per request.
+    pub max_send_sge: u32,
+    /// `cap.max_recv_sge`: the same for receive work requests (`Context::post_recv_sgl`;
+    /// rdma_rxe's `post_one_recv`). Default 1.
+    pub max_recv_sge: u32,
+}
+
+impl Default for QpInitEx {
+    fn default() -> Self {
+        Self {
+            max_inline_data: 0,
+            sq_sig_all: false,
+            srq: None,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+        }
+    }
 }
 
 /// Path MTU (ibv_mtu): the largest payload of one packet.

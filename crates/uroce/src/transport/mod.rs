@@ -9,6 +9,7 @@ mod counters;
 mod error;
 mod qp;
 pub mod rc;
+mod sgl;
 mod srq;
 mod transition;
 pub mod uc;
@@ -24,6 +25,8 @@ pub use counters::QpCounters;
 pub use error::VerbsError;
 pub use qp::QpState;
 pub(crate) use qp::{Connected, Datagram, Fatal, Peer, Qp, QpCore, QpErrorEvent, Service};
+pub(crate) use sgl::Local;
+pub use sgl::{Payload, MAX_SGE};
 pub(crate) use srq::Srq;
 pub use srq::{SrqAttr, SrqAttrMask, SrqId, MAX_SRQ_WR};
 pub use transition::ModifyRefusal;
@@ -43,7 +46,7 @@ pub struct OutPacket {
     /// Extension headers.
     pub ext: ExtHeaders,
     /// Payload, read from registered memory when the frame is built.
-    pub payload: Option<Span>,
+    pub payload: Payload,
     /// Where it goes.
     pub to: Remote,
 }
@@ -52,14 +55,16 @@ pub struct OutPacket {
 /// opcode (FIRST / MIDDLE / LAST / ONLY, with immediate on the last), its extension
 /// headers (RETH on the first packet of a WRITE, ImmDt on the last) and its slice of the
 /// local buffer. `None` for READ and atomics, which are not cut into packets this way.
+#[inline]
 pub(crate) fn message_packet(
     uc: bool,
     op: SendOp,
     k: u32,
     npkts: u32,
     mtu: u32,
-    local: Option<Span>,
-) -> Option<(crate::wire::Opcode, ExtHeaders, Option<Span>)> {
+    local: &Local,
+    staged: &mut Vec<Span>,
+) -> Option<(crate::wire::Opcode, ExtHeaders, Payload)> {
     use crate::wire::{Opcode::*, RethRepr};
     let (first, last) = (k == 0, k + 1 == npkts);
     let (write, imm, reth) = match op {
@@ -73,14 +78,13 @@ pub(crate) fn message_packet(
         } => (true, Some(imm), Some((remote_addr, rkey))),
         _ => return None,
     };
-    let total = local.map_or(0, |s| s.len) as u64;
+    let total = local.len() as u64;
     let off = u64::from(k) * u64::from(mtu);
-    let payload = local.map(|s| {
-        s.sub(
-            off as usize,
-            (total.saturating_sub(off)).min(u64::from(mtu)) as usize,
-        )
-    });
+    let payload = local.payload(
+        off as usize,
+        (total.saturating_sub(off)).min(u64::from(mtu)) as usize,
+        staged,
+    );
     let mut ext = ExtHeaders::default();
     if first {
         ext.reth = reth.map(|(va, rkey)| RethRepr {
@@ -116,59 +120,36 @@ pub(crate) fn message_packet(
 }
 
 /// A posted receive, its buffer checked when it was posted.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct RecvBuf {
     pub wr_id: u64,
-    pub span: Option<Span>,
+    /// Where the message goes, scattered over the entries in order.
+    pub local: Local,
+    /// The sum of the entries' lengths.
     pub len: u32,
 }
 
 impl RecvBuf {
-    /// Checks a receive work request: its buffer must lie inside a region of `pd` that
-    /// grants LOCAL_WRITE (a zero-length buffer needs no region).
-    pub(crate) fn check(mem: &Memory, pd: PdId, wr: RecvWr) -> Result<Self, VerbsError> {
-        let span = if wr.sge.length == 0 {
-            None
-        } else {
-            let len = u64::from(wr.sge.length);
-            let s = mem
-                .check_local(pd, wr.sge.lkey, wr.sge.addr, len, Access::LOCAL_WRITE)
-                .map_err(|_| {
-                    VerbsError::InvalidWr(
-                        "receive buffer outside its region or without LOCAL_WRITE",
-                    )
-                })?;
-            Some(s)
-        };
-        Ok(Self {
-            wr_id: wr.wr_id,
-            span,
-            len: wr.sge.length,
-        })
+    /// Checks a receive work request: every entry must lie inside a region of `pd` that
+    /// grants LOCAL_WRITE (a zero-length entry needs no region); EINVAL otherwise, as
+    /// ibverbs refuses the post. The caller checked the count against the cap.
+    pub(crate) fn check_sgl(
+        mem: &Memory,
+        pd: PdId,
+        wr_id: u64,
+        sgl: &[Sge],
+    ) -> Result<Self, VerbsError> {
+        let len = sgl::total_len(sgl)?;
+        let local = sgl::resolve(mem, pd, sgl, Access::LOCAL_WRITE).map_err(|_| {
+            VerbsError::InvalidWr("receive buffer outside its region or without LOCAL_WRITE")
+        })?;
+        Ok(Self { wr_id, local, len })
     }
 
     /// Whether its buffer is in the region `lkey`.
     pub(crate) fn refers_to(&self, lkey: u32) -> bool {
-        self.span.is_some_and(|s| s.lkey == lkey)
+        self.local.refers_to(lkey)
     }
-}
-
-/// The local buffer of a send work request, checked when it is posted: `Ok(None)` when
-/// it is empty, `Err(LOC_PROT_ERR)` when it lies outside a region of `pd` granting `need`.
-/// The error completes the work request in error (IBV_WC_LOC_PROT_ERR) rather than
-/// failing the post, as a NIC does.
-pub(crate) fn send_buffer(
-    mem: &Memory,
-    pd: PdId,
-    sge: Sge,
-    need: Access,
-) -> Result<Option<Span>, WcStatus> {
-    if sge.length == 0 {
-        return Ok(None);
-    }
-    mem.check_local(pd, sge.lkey, sge.addr, u64::from(sge.length), need)
-        .map(Some)
-        .map_err(|_| WcStatus::LocProtErr)
 }
 
 /// What a QP is handed while it works: memory, where completions go, and the shared
@@ -179,6 +160,10 @@ pub(crate) struct Io<'a> {
     pub wcs: &'a mut Vec<(CqId, WorkCompletion)>,
     /// The QP's SRQ: where its receives come from instead of its own queue.
     pub srq: Option<&'a mut Srq>,
+    /// The context's staging list: the pieces of a [`Payload::Gathered`] packet, written
+    /// by the service that makes it and read when the context builds it, at once. Its
+    /// room for [`MAX_SGE`] pieces is reserved when the context is made.
+    pub gather: &'a mut Vec<Span>,
 }
 
 impl Io<'_> {

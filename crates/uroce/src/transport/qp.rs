@@ -17,11 +17,11 @@ use std::time::Instant;
 
 use super::transition::{self, ModifyRefusal};
 use super::{
-    send_buffer, CqId, InitAttr, Io, Mtu, OutPacket, QpAttr, QpAttrMask, QpCaps, QpCounters,
+    sgl, CqId, InitAttr, Io, Local, Mtu, OutPacket, QpAttr, QpAttrMask, QpCaps, QpCounters,
     QpInitAttr, QpInitEx, QpType, RecvBuf, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr,
-    Sge, SrqId, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion, MAX_INLINE_DATA,
+    Sge, SrqId, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion, MAX_INLINE_DATA, MAX_SGE,
 };
-use crate::mem::{Access, Memory, Mr, PdId, Span};
+use crate::mem::{Access, Memory, Mr, PdId};
 use crate::wire::{Misfit, RocePacket};
 
 /// QP state (ibv_qp_state).
@@ -262,7 +262,7 @@ pub(crate) trait Connected {
     /// Queues a send work request; the shell checked the state, the queue depth and the
     /// request (`check_wr`), copied inline data, and resolved the local buffer to `local`
     /// (`None` when empty). `flags` carries IBV_SEND_FENCE.
-    fn post_send(&mut self, core: &QpCore, wr: SendWr, flags: SendFlags, local: Option<Span>);
+    fn post_send(&mut self, core: &QpCore, wr: SendWr, flags: SendFlags, local: Local);
 }
 
 /// What the datagram service (UD) adds: an MTU at INIT → RTR, and an address handle on
@@ -275,13 +275,14 @@ pub(crate) trait Datagram {
     /// Queues a datagram; the shell checked the state and the queue depth and resolved the
     /// local buffer to `local` (`None` when empty, or when the datagram is longer than the
     /// MTU and so never sent).
-    fn post_send(&mut self, core: &QpCore, wr: UdSendWr, local: Option<Span>);
+    fn post_send(&mut self, core: &QpCore, wr: UdSendWr, local: Local);
 }
 
 /// What the shell decided for a send work request at post time.
 enum Admit {
-    /// On to the service, with its local buffer resolved (`None`: empty or not checked).
-    Service(Option<Span>),
+    /// On to the service, with its local buffer resolved (empty when it has none or it
+    /// was not checked).
+    Service(Local),
     /// Completed here (WR_FLUSH_ERR, a local fault) or waiting behind a local fault.
     Settled,
 }
@@ -377,12 +378,23 @@ impl Qp {
     /// Sets what [`QpInitEx`] holds, when the QP is created. EINVAL for a
     /// `max_inline_data` above [`MAX_INLINE_DATA`] (rdma_rxe's `rxe_qp_chk_cap`).
     /// The context checked that `ex.srq` exists.
-    pub(crate) fn set_init_ex(&mut self, ex: QpInitEx) -> Result<(), VerbsError> {
+    ///
+    /// `max_send_sge` / `max_recv_sge`: EINVAL above [`MAX_SGE`] (`rxe_qp_chk_cap`); 0 is
+    /// granted as 1, so that a request of one entry is always possible ([`Qp::query`]
+    /// reports the caps granted, as `ibv_create_qp` writes them back into `cap`).
+    pub(crate) fn set_init_ex(&mut self, mut ex: QpInitEx) -> Result<(), VerbsError> {
         if ex.max_inline_data > MAX_INLINE_DATA {
             return Err(VerbsError::InvalidWr(
                 "max_inline_data above the device's limit (512)",
             ));
         }
+        if ex.max_send_sge > MAX_SGE || ex.max_recv_sge > MAX_SGE {
+            return Err(VerbsError::InvalidWr(
+                "max_send_sge or max_recv_sge above the device's limit (32)",
+            ));
+        }
+        ex.max_send_sge = ex.max_send_sge.max(1);
+        ex.max_recv_sge = ex.max_recv_sge.max(1);
         self.ex = ex;
         self.core.srq = ex.srq;
         Ok(())
@@ -411,23 +423,35 @@ impl Qp {
         Ok(())
     }
 
-    /// Copies the inline data `sge` names into the next slot of the QP's inline pool and
-    /// gives the SGE of that copy, which the request then sends from: the application
-    /// may change or free its buffer as soon as the post returns. The source is found by
-    /// address alone ([`Memory::find`]), its lkey unread, as ibverbs does. The caller
-    /// checked the length against `max_inline_data` and that the queue has room: with
-    /// at most `max_send_wr` requests outstanding and completions in order, the slot
-    /// taken `max_send_wr` inline requests ago is free again.
-    fn copy_inline(&mut self, mem: &mut Memory, sge: Sge) -> Result<Sge, VerbsError> {
-        if sge.length == 0 {
-            return Ok(sge);
+    /// Copies the inline data the entries of `sgl` name, gathered in order, into the
+    /// next slot of the QP's inline pool and gives the SGE of that copy, which the
+    /// request then sends from: the application may change or free its buffers as soon
+    /// as the post returns. Each source is found by address alone ([`Memory::find`]),
+    /// its lkey unread, as ibverbs does (rdma_rxe's `copy_inline_data_to_wqe` walks the
+    /// SGEs by address). The caller checked the total length `len` against
+    /// `max_inline_data` and that the queue has room: with at most `max_send_wr`
+    /// requests outstanding and completions in order, the slot taken `max_send_wr`
+    /// inline requests ago is free again.
+    fn copy_inline(&mut self, mem: &mut Memory, sgl: &[Sge], len: u32) -> Result<Sge, VerbsError> {
+        if len == 0 {
+            return Ok(Sge::default());
         }
-        let len = sge.length as usize;
-        let src = mem
-            .find(sge.addr, u64::from(sge.length))
-            .ok_or(VerbsError::InvalidWr(
-                "inline data outside every registered region",
-            ))?;
+        let len = len as usize;
+        let mut tmp = [0u8; MAX_INLINE_DATA as usize];
+        let mut at = 0;
+        for sge in sgl.iter().filter(|s| s.length > 0) {
+            let n = sge.length as usize;
+            let src = mem
+                .find(sge.addr, u64::from(sge.length))
+                .ok_or(VerbsError::InvalidWr(
+                    "inline data outside every registered region",
+                ))?;
+            let data = mem
+                .read(src)
+                .ok_or(VerbsError::InvalidWr("inline data's region went away"))?;
+            tmp[at..at + n].copy_from_slice(data);
+            at += n;
+        }
         let slot_len = self.ex.max_inline_data as usize;
         let slots = self.core.max_send_wr.max(1);
         let pool = match self.inline_pool {
@@ -440,11 +464,6 @@ impl Qp {
         };
         let offset = (self.inline_seq % slots as u64) as usize * slot_len;
         self.inline_seq += 1;
-        let mut tmp = [0u8; MAX_INLINE_DATA as usize];
-        let data = mem
-            .read(src)
-            .ok_or(VerbsError::InvalidWr("inline data's region went away"))?;
-        tmp[..len].copy_from_slice(data);
         let dst = crate::mem::Span {
             lkey: pool.lkey,
             offset,
@@ -455,7 +474,7 @@ impl Qp {
         }
         Ok(Sge {
             addr: pool.addr + offset as u64,
-            length: sge.length,
+            length: len as u32,
             lkey: pool.lkey,
         })
     }
@@ -798,7 +817,7 @@ impl Qp {
         mem: &Memory,
         wr_id: u64,
         opcode: WcOpcode,
-        local: Option<(Sge, Access)>,
+        local: Option<(&[Sge], Access)>,
         wcs: &mut Wcs,
     ) -> Result<Admit, VerbsError> {
         let queued = self.send_queued();
@@ -812,10 +831,10 @@ impl Qp {
             self.behind_fault.push_back((wr_id, opcode));
             return Ok(Admit::Settled);
         }
-        let Some((sge, need)) = local else {
-            return Ok(Admit::Service(None));
+        let Some((list, need)) = local else {
+            return Ok(Admit::Service(Local::Empty));
         };
-        match send_buffer(mem, self.core.pd, sge, need) {
+        match sgl::send_local(mem, self.core.pd, list, need) {
             Ok(span) => Ok(Admit::Service(span)),
             Err(status) => {
                 self.fault = Some(LocalFault {
@@ -840,7 +859,24 @@ impl Qp {
     pub(crate) fn post_send(
         &mut self,
         mem: &mut Memory,
+        wr: SendWr,
+        flags: SendFlags,
+        wcs: &mut Wcs,
+    ) -> Result<(), VerbsError> {
+        let sge = wr.sge;
+        self.post_send_sgl(mem, wr, &[sge], flags, wcs)
+    }
+
+    /// [`Qp::post_send`] with the local buffer as the scatter/gather list `list`
+    /// (`wr.sge` is replaced): EINVAL for more entries than the QP's `max_send_sge`
+    /// (rdma_rxe's `validate_send_wr`); the message is the entries' bytes in order, each
+    /// entry checked at post time as a single one is (a bad one: LOC_PROT_ERR, nothing
+    /// sent); inline data is gathered from every entry.
+    pub(crate) fn post_send_sgl(
+        &mut self,
+        mem: &mut Memory,
         mut wr: SendWr,
+        list: &[Sge],
         flags: SendFlags,
         wcs: &mut Wcs,
     ) -> Result<(), VerbsError> {
@@ -849,36 +885,57 @@ impl Qp {
         };
         self.core.may_post_send()?;
         service.check_op(wr.op)?;
-        if wr.sge.length > 1 << 31 {
+        sgl::check_count(
+            list,
+            self.ex.max_send_sge,
+            "more SGEs than the QP's max_send_sge",
+        )?;
+        let len = sgl::total_len(list)?;
+        if list.len() != 1 {
+            // The services read the message length from `wr.sge.length`.
+            wr.sge = Sge {
+                length: len,
+                ..Sge::default()
+            };
+        }
+        if len > 1 << 31 {
             return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
         }
+        let Some(service) = self.service.connected() else {
+            return Err(VerbsError::InvalidWr("a UD QP takes post_send_ud"));
+        };
         service.check_wr(&wr)?;
-        self.check_flags(wr.sge.length, flags)?;
+        self.check_flags(len, flags)?;
         if self.ex.sq_sig_all {
             wr.signaled = true;
         }
+        let inline;
+        let mut list = list;
         if flags.contains(SendFlags::INLINE) && !wr.op.is_read_or_atomic() {
             let queued = self.send_queued();
             self.core.send_room(queued)?;
             if self.reaches_service() {
-                wr.sge = self.copy_inline(mem, wr.sge)?;
+                wr.sge = self.copy_inline(mem, list, len)?;
+                inline = [wr.sge];
+                list = &inline;
             }
         }
         // READ and atomics write their answer into the local buffer; BIND_MW and
         // LOCAL_INV have none (ibverbs does not look at their SGEs).
         let local = if wr.op.is_read_or_atomic() {
-            Some((wr.sge, Access::LOCAL_WRITE))
+            Some((list, Access::LOCAL_WRITE))
         } else if wr.op.is_local() {
             None
         } else {
-            Some((wr.sge, Access::NONE))
+            Some((list, Access::NONE))
         };
-        let Admit::Service(span) = self.admit_send(mem, wr.wr_id, wr.op.wc_opcode(), local, wcs)?
+        let Admit::Service(local) =
+            self.admit_send(mem, wr.wr_id, wr.op.wc_opcode(), local, wcs)?
         else {
             return Ok(());
         };
         if let Some(service) = self.service.connected() {
-            service.post_send(&self.core, wr, flags, span);
+            service.post_send(&self.core, wr, flags, local);
         }
         Ok(())
     }
@@ -896,7 +953,21 @@ impl Qp {
     pub(crate) fn post_send_ud(
         &mut self,
         mem: &mut Memory,
+        wr: UdSendWr,
+        flags: SendFlags,
+        wcs: &mut Wcs,
+    ) -> Result<(), VerbsError> {
+        let sge = wr.sge;
+        self.post_send_ud_sgl(mem, wr, &[sge], flags, wcs)
+    }
+
+    /// [`Qp::post_send_ud`] with the datagram's bytes gathered from the entries of
+    /// `list` in order (`wr.sge` is replaced); EINVAL above `max_send_sge`.
+    pub(crate) fn post_send_ud_sgl(
+        &mut self,
+        mem: &mut Memory,
         mut wr: UdSendWr,
+        list: &[Sge],
         flags: SendFlags,
         wcs: &mut Wcs,
     ) -> Result<(), VerbsError> {
@@ -904,24 +975,41 @@ impl Qp {
             return Err(VerbsError::InvalidWr("post_send_ud is for UD QPs"));
         }
         self.core.may_post_send()?;
-        self.check_flags(wr.sge.length, flags)?;
+        sgl::check_count(
+            list,
+            self.ex.max_send_sge,
+            "more SGEs than the QP's max_send_sge",
+        )?;
+        let len = sgl::total_len(list)?;
+        if list.len() != 1 {
+            // The service reads the datagram's length from `wr.sge.length`.
+            wr.sge = Sge {
+                length: len,
+                ..Sge::default()
+            };
+        }
+        self.check_flags(len, flags)?;
         if self.ex.sq_sig_all {
             wr.signaled = true;
         }
-        if flags.contains(SendFlags::INLINE) && wr.sge.length <= self.ud_mtu {
+        let inline;
+        let mut list = list;
+        if flags.contains(SendFlags::INLINE) && len <= self.ud_mtu {
             let queued = self.send_queued();
             self.core.send_room(queued)?;
             if self.reaches_service() {
-                wr.sge = self.copy_inline(mem, wr.sge)?;
+                wr.sge = self.copy_inline(mem, list, len)?;
+                inline = [wr.sge];
+                list = &inline;
             }
         }
-        let local = (wr.sge.length <= self.ud_mtu).then_some((wr.sge, Access::NONE));
-        let Admit::Service(span) = self.admit_send(mem, wr.wr_id, WcOpcode::Send, local, wcs)?
+        let local = (len <= self.ud_mtu).then_some((list, Access::NONE));
+        let Admit::Service(local) = self.admit_send(mem, wr.wr_id, WcOpcode::Send, local, wcs)?
         else {
             return Ok(());
         };
         if let Some(service) = self.service.datagram() {
-            service.post_send(&self.core, wr, span);
+            service.post_send(&self.core, wr, local);
         }
         Ok(())
     }
@@ -936,6 +1024,19 @@ impl Qp {
         wr: RecvWr,
         wcs: &mut Wcs,
     ) -> Result<(), VerbsError> {
+        self.post_recv_sgl(mem, wr.wr_id, &[wr.sge], wcs)
+    }
+
+    /// [`Qp::post_recv`] with the buffer as the scatter/gather list `list`: EINVAL for
+    /// more entries than the QP's `max_recv_sge` (rdma_rxe's `post_one_recv`) or for a
+    /// bad entry; a message is scattered over the entries in order.
+    pub(crate) fn post_recv_sgl(
+        &mut self,
+        mem: &Memory,
+        wr_id: u64,
+        list: &[Sge],
+        wcs: &mut Wcs,
+    ) -> Result<(), VerbsError> {
         if self.core.srq.is_some() {
             return Err(VerbsError::InvalidWr(
                 "the QP takes its receives from an SRQ: use post_srq_recv",
@@ -947,7 +1048,12 @@ impl Qp {
         if self.core.rq.len() >= self.core.max_recv_wr {
             return Err(VerbsError::QueueFull("receive"));
         }
-        let r = RecvBuf::check(mem, self.core.pd, wr)?;
+        sgl::check_count(
+            list,
+            self.ex.max_recv_sge,
+            "more SGEs than the QP's max_recv_sge",
+        )?;
+        let r = RecvBuf::check_sgl(mem, self.core.pd, wr_id, list)?;
         if self.core.state == QpState::Err {
             let peer = self.service.peer();
             let status = WcStatus::WrFlushErr;

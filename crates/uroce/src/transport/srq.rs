@@ -5,7 +5,9 @@
 //! Rules, and where they come from:
 //! - depth: `max_wr` is rounded up to a power of two minus one (`2^k - 1 >= max_wr`), as
 //!   rdma_rxe's `rxe_queue_init` sizes its queues; at most [`MAX_SRQ_WR`] (its
-//!   `RXE_MAX_SRQ_WR`), at least 1; `max_sge` is 1 (a [`RecvWr`] has one SGE).
+//!   `RXE_MAX_SRQ_WR`), at least 1; `max_sge` at most [`super::MAX_SGE`] (EINVAL
+//!   beyond, `rxe_srq_chk_init`), 0 granted as 1; a work request with more entries is
+//!   refused with EINVAL (`post_one_recv`).
 //! - posting (`ibv_post_srq_recv`): ENOMEM when the queue is full, EINVAL for a buffer
 //!   outside a region of the SRQ's PD granting LOCAL_WRITE (as a QP's receive queue,
 //!   [`RecvBuf::check`]).
@@ -36,7 +38,8 @@ pub const MAX_SRQ_WR: u32 = 0x4000;
 pub struct SrqAttr {
     /// Receive work requests the queue holds (rounded up when granted).
     pub max_wr: u32,
-    /// Scatter entries per receive work request: 0 or 1 (1 is granted).
+    /// Scatter entries per receive work request: at most [`super::MAX_SGE`] (0 is
+    /// granted as 1).
     pub max_sge: u32,
     /// The limit: when taking a WQE leaves fewer posted, the SRQ raises
     /// `AsyncEvent::SrqLimitReached` once; 0 is off.
@@ -72,6 +75,8 @@ pub(crate) struct Srq {
     pub pd: PdId,
     q: VecDeque<RecvBuf>,
     max_wr: u32,
+    /// Scatter entries per work request, as granted.
+    max_sge: u32,
     /// The armed limit; 0 when off or fired.
     limit: u32,
     /// The limit fired and its event is not taken yet.
@@ -92,9 +97,9 @@ impl Srq {
     pub(crate) fn new(pd: PdId, a: SrqAttr) -> Result<Self, VerbsError> {
         let max_wr = Self::round(a.max_wr)
             .ok_or(VerbsError::InvalidWr("SRQ max_wr 0 or above MAX_SRQ_WR"))?;
-        if a.max_sge > 1 {
+        if a.max_sge > super::MAX_SGE {
             return Err(VerbsError::InvalidWr(
-                "SRQ max_sge above 1 (a receive work request has one SGE)",
+                "SRQ max_sge above the device's limit (32)",
             ));
         }
         if a.srq_limit > max_wr {
@@ -104,17 +109,18 @@ impl Srq {
             pd,
             q: VecDeque::with_capacity(max_wr as usize),
             max_wr,
+            max_sge: a.max_sge.max(1),
             limit: a.srq_limit,
             limit_reached: false,
         })
     }
 
-    /// The attributes as `query_srq` gives them: the depth granted, one SGE, and the
+    /// The attributes as `query_srq` gives them: the depth and entries granted, and the
     /// limit (0 once it fired).
     pub(crate) fn attr(&self) -> SrqAttr {
         SrqAttr {
             max_wr: self.max_wr,
-            max_sge: 1,
+            max_sge: self.max_sge,
             srq_limit: self.limit,
         }
     }
@@ -155,10 +161,22 @@ impl Srq {
     /// ibv_post_srq_recv: ENOMEM when full, EINVAL for a buffer outside a region of the
     /// SRQ's PD granting LOCAL_WRITE.
     pub(crate) fn post(&mut self, mem: &Memory, wr: RecvWr) -> Result<(), VerbsError> {
+        self.post_sgl(mem, wr.wr_id, &[wr.sge])
+    }
+
+    /// [`Srq::post`] with a scatter/gather list: EINVAL for more entries than
+    /// `max_sge` (rdma_rxe's `post_one_recv`).
+    pub(crate) fn post_sgl(
+        &mut self,
+        mem: &Memory,
+        wr_id: u64,
+        list: &[super::Sge],
+    ) -> Result<(), VerbsError> {
         if self.q.len() >= self.max_wr as usize {
             return Err(VerbsError::QueueFull("shared receive"));
         }
-        let r = RecvBuf::check(mem, self.pd, wr)?;
+        super::sgl::check_count(list, self.max_sge, "more SGEs than the SRQ's max_sge")?;
+        let r = RecvBuf::check_sgl(mem, self.pd, wr_id, list)?;
         self.q.push_back(r);
         Ok(())
     }

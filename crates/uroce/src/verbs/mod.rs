@@ -13,5 +13,5 @@ pub use crate::transport::{
     ack_timeout, rnr_timer_us, CqId, InitAttr, ModifyRefusal, Mtu, QpAttr, QpAttrMask, QpCaps,
     QpCounters, QpInitAttr, QpInitEx, QpState, QpType, RecvWr, Remote, RtrAttr, RtsAttr, SendFlags,
     SendOp, SendWr, Sge, SrqAttr, SrqAttrMask, SrqId, UdSendWr, VerbsError, WcFlags, WcOpcode,
-    WcStatus, WorkCompletion, MAX_INLINE_DATA, MAX_SRQ_WR,
+    WcStatus, WorkCompletion, MAX_INLINE_DATA, MAX_SGE, MAX_SRQ_WR,
 };

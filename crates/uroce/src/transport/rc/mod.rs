@@ -12,7 +12,7 @@ mod responder;
 
 use std::time::Instant;
 
-use crate::mem::Span;
+use crate::transport::Local;
 use crate::transport::{
     Connected, Fatal, InitAttr, Peer, QpAttr, QpAttrMask, QpCore, QpErrorEvent, QpState, RecvBuf,
     Remote, RtrAttr, RtsAttr, SendFlags, SendWr, Service, VerbsError, WcOpcode,
@@ -193,6 +193,11 @@ impl Service for RcQp {
     }
 
     fn next_response(&mut self) -> Option<OutPacket> {
+        // Asked before every request packet: nothing queued is the common answer, and
+        // costs no call.
+        if !self.resp.has_response() {
+            return None;
+        }
         let path = self.path?;
         self.resp.next_packet(&path)
     }
@@ -252,7 +257,7 @@ impl Connected for RcQp {
         Requester::check(wr, self.mtu())
     }
 
-    fn post_send(&mut self, _core: &QpCore, wr: SendWr, flags: SendFlags, local: Option<Span>) {
+    fn post_send(&mut self, _core: &QpCore, wr: SendWr, flags: SendFlags, local: Local) {
         let mtu = self.mtu();
         let fence = flags.contains(SendFlags::FENCE);
         self.req.post(wr, fence, mtu, local);

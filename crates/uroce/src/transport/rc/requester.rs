@@ -11,7 +11,7 @@ use crate::transport::{
     ack_timeout, rnr_timer_us, CqId, RtsAttr, SendOp, SendWr, VerbsError, WcOpcode, WcStatus,
     WorkCompletion,
 };
-use crate::transport::{message_packet, psn_add, psn_diff};
+use crate::transport::{message_packet, psn_add, psn_diff, Local, Payload};
 use crate::wire::{
     AtomicEthRepr, BthRepr, ExtHeaders, NakCode, Opcode, RethRepr, RocePacket, Syndrome,
 };
@@ -29,7 +29,8 @@ const ACKREQ_EVERY: i32 = 32;
 #[derive(Debug, Clone)]
 struct Wqe {
     wr: SendWr,
-    local: Option<Span>,
+    /// The local buffer: its length is `wr.sge.length`.
+    local: Local,
     /// IBV_SEND_FENCE: not started while a READ or atomic before it is outstanding.
     fence: bool,
     first_psn: u32,
@@ -201,9 +202,7 @@ impl Requester {
     /// Whether a work request not yet completed (sent or not, READ responses pending or
     /// not) has its local buffer in the region `lkey`.
     pub(crate) fn refers_to(&self, lkey: u32) -> bool {
-        self.sq
-            .iter()
-            .any(|w| w.local.is_some_and(|s| s.lkey == lkey))
+        self.sq.iter().any(|w| w.local.refers_to(lkey))
     }
 
     /// Refuses a work request ibverbs refuses at post time (EINVAL): longer than a
@@ -229,7 +228,7 @@ impl Requester {
 
     /// Queues a work request the QP shell admitted: it passed [`Requester::check`]
     /// (through the service's `check_wr`) and its local buffer resolved to `local`.
-    pub(crate) fn post(&mut self, wr: SendWr, fence: bool, mtu: u32, local: Option<Span>) {
+    pub(crate) fn post(&mut self, wr: SendWr, fence: bool, mtu: u32, local: Local) {
         let npkts = npkts(&wr, mtu);
         self.sq.push_back(Wqe {
             wr,
@@ -338,7 +337,7 @@ impl Requester {
         };
         let psn = self.tx_psn;
         let w = &self.sq[idx];
-        let mut pkt = build(w, psn, path);
+        let mut pkt = build(w, psn, path, io.gather);
         // READ and atomic requests carry their whole PSN range in one packet.
         self.tx_psn = if w.wr.op.is_read_or_atomic() {
             w.end_psn()
@@ -459,9 +458,12 @@ impl Requester {
                     c.dropped += 1;
                     return Ok(());
                 }
-                if let (Some(span), Some(ack)) = (w.local, p.ext.atomic_ack) {
+                if let Some(ack) = p.ext.atomic_ack {
+                    // The original value scatters over the local entries (8 bytes in
+                    // all, checked at post time), as rdma_rxe's completer copies it.
                     let orig = ack.orig.to_le_bytes();
-                    if !io.mem.copy_in(span, &orig[..span.len.min(8)]) {
+                    let n = w.local.len().min(8);
+                    if !w.local.copy_in(io.mem, 0, &orig[..n]) {
                         // The result buffer was deregistered under the request.
                         return self.fail_at(psn, WcStatus::LocProtErr, io);
                     }
@@ -529,14 +531,11 @@ impl Requester {
             let first = w.first_psn;
             return self.fail_at(first, WcStatus::BadRespErr, io);
         }
-        if let Some(span) = w.local {
-            if !io
-                .mem
-                .copy_in(span.sub(offset as usize, len as usize), p.payload)
-            {
-                let first = w.first_psn;
-                return self.fail_at(first, WcStatus::LocProtErr, io);
-            }
+        // The response scatters over the local entries from its offset in the message
+        // (rdma_rxe's `read_reply` → `copy_data`), so a re-request resumes mid-list.
+        if !w.local.copy_in(io.mem, offset as usize, p.payload) {
+            let first = w.first_psn;
+            return self.fail_at(first, WcStatus::LocProtErr, io);
         }
         let w = &mut self.sq[i];
         w.next_resp = psn_add(psn, 1);
@@ -784,11 +783,13 @@ fn send_with_inv_packet(
     k: u32,
     npkts: u32,
     mtu: u32,
-    local: Option<Span>,
-) -> (Opcode, ExtHeaders, Option<Span>) {
-    let Some((op, mut ext, payload)) = message_packet(false, SendOp::Send, k, npkts, mtu, local)
+    local: &Local,
+    staged: &mut Vec<Span>,
+) -> (Opcode, ExtHeaders, Payload) {
+    let Some((op, mut ext, payload)) =
+        message_packet(false, SendOp::Send, k, npkts, mtu, local, staged)
     else {
-        return (Opcode::RcSendOnlyInv, ExtHeaders::default(), None);
+        return (Opcode::RcSendOnlyInv, ExtHeaders::default(), Payload::None);
     };
     let op = match op {
         Opcode::RcSendOnly => Opcode::RcSendOnlyInv,
@@ -800,18 +801,18 @@ fn send_with_inv_packet(
 }
 
 /// Builds the request packet of `w` at `psn`.
-fn build(w: &Wqe, psn: u32, path: &Path) -> OutPacket {
+fn build(w: &Wqe, psn: u32, path: &Path, staged: &mut Vec<Span>) -> OutPacket {
     let mtu = path.mtu;
     let k = psn_diff(psn, w.first_psn).max(0) as u32;
     let offset = u64::from(k) * u64::from(mtu);
     let total = u64::from(w.wr.sge.length);
     let last = k + 1 == w.npkts;
     let mut ext = ExtHeaders::default();
-    let mut payload = None;
+    let mut payload = Payload::None;
     use Opcode::*;
     let opcode = match w.wr.op {
         SendOp::SendWithInv(rkey) => {
-            let (op, e, p) = send_with_inv_packet(rkey, k, w.npkts, mtu, w.local);
+            let (op, e, p) = send_with_inv_packet(rkey, k, w.npkts, mtu, &w.local, staged);
             ext = e;
             payload = p;
             op
@@ -822,7 +823,7 @@ fn build(w: &Wqe, psn: u32, path: &Path) -> OutPacket {
         | SendOp::WriteWithImm { .. }
         | SendOp::BindMw { .. }
         | SendOp::LocalInv { .. } => {
-            match message_packet(false, w.wr.op, k, w.npkts, mtu, w.local) {
+            match message_packet(false, w.wr.op, k, w.npkts, mtu, &w.local, staged) {
                 Some((op, e, p)) => {
                     ext = e;
                     payload = p;

@@ -17,7 +17,7 @@ use crate::wire::{
 /// Credit count sent in ACKs: 31 means "no end-to-end credits" (§9.7.7.2.5).
 const NO_CREDITS: u8 = 31;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum InMsg {
     Send {
         rwqe: RecvBuf,
@@ -302,8 +302,10 @@ impl Responder {
     /// the rest of the receive queue is flushed when the QP enters ERR.
     /// Whether a receive took the error.
     fn fail_receiving(&mut self, path: &Path, io: &mut Io<'_>, status: WcStatus) -> bool {
-        if let Some(InMsg::Send { rwqe, .. }) = self.cur {
-            self.cur = None;
+        if !matches!(self.cur, Some(InMsg::Send { .. })) {
+            return false;
+        }
+        if let Some(InMsg::Send { rwqe, .. }) = self.cur.take() {
             let wc = self.wc(rwqe.wr_id, status, WcOpcode::Recv, 0, None, path);
             io.wcs.push((self.cq, wc));
             return true;
@@ -387,18 +389,19 @@ impl Responder {
                     };
                     self.cur = Some(InMsg::Send { rwqe, offset: 0 });
                 }
-                let Some(InMsg::Send { rwqe, offset }) = self.cur else {
+                let Some(InMsg::Send { rwqe, offset }) = &self.cur else {
                     return Verdict::Nak(NakCode::InvalidRequest);
                 };
+                let (offset, wr_id) = (*offset, rwqe.wr_id);
                 let end = offset as usize + len;
                 if end > rwqe.len as usize {
-                    return Verdict::LenErr(rwqe);
+                    return Verdict::LenErr(rwqe.clone());
                 }
-                if let Some(span) = rwqe.span {
-                    if !io.mem.copy_in(span.sub(offset as usize, len), p.payload) {
-                        // The receive buffer was deregistered after it was posted.
-                        return Verdict::Nak(NakCode::RemoteOperationalError);
-                    }
+                // Scattered over the receive's entries in order (rdma_rxe's `send_data_in`
+                // → `copy_data`).
+                if !rwqe.local.copy_in(io.mem, offset as usize, p.payload) {
+                    // The receive buffer was deregistered after it was posted.
+                    return Verdict::Nak(NakCode::RemoteOperationalError);
                 }
                 if last {
                     // SEND with Invalidate: the window the IETH names is invalidated
@@ -421,7 +424,7 @@ impl Responder {
                     self.msn = psn_add(self.msn, 1);
                     let mut wc = self
                         .wc(
-                            rwqe.wr_id,
+                            wr_id,
                             WcStatus::Success,
                             WcOpcode::Recv,
                             end as u32,
@@ -433,11 +436,8 @@ impl Responder {
                         wc = wc.with_inv(rkey);
                     }
                     io.wcs.push((self.cq, wc));
-                } else {
-                    self.cur = Some(InMsg::Send {
-                        rwqe,
-                        offset: end as u32,
-                    });
+                } else if let Some(InMsg::Send { offset, .. }) = &mut self.cur {
+                    *offset = end as u32;
                 }
             }
             RcWriteFirst | RcWriteMiddle | RcWriteLast | RcWriteLastImm | RcWriteOnly
@@ -697,7 +697,14 @@ impl Responder {
         }
     }
 
+    /// Whether a response waits to be sent.
+    #[inline]
+    pub(crate) fn has_response(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// The next response packet.
+    #[inline(never)]
     pub(crate) fn next_packet(&mut self, path: &Path) -> Option<OutPacket> {
         let r = self.out.front_mut()?;
         let mut ext = ExtHeaders::default();
@@ -757,14 +764,14 @@ impl Responder {
         Some(OutPacket {
             bth,
             ext,
-            payload,
+            payload: payload.into(),
             to: path.remote,
         })
     }
 
     /// Whether the receive a SEND is being placed in has its buffer in the region `lkey`.
     pub(crate) fn refers_to(&self, lkey: u32) -> bool {
-        matches!(self.cur, Some(InMsg::Send { rwqe, .. }) if rwqe.refers_to(lkey))
+        matches!(&self.cur, Some(InMsg::Send { rwqe, .. }) if rwqe.refers_to(lkey))
     }
 
     /// QP to ERR: takes out the receive a SEND is being placed in, to be flushed ahead

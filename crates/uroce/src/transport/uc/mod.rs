@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 
 use crate::mem::{Access, Span};
+use crate::transport::Local;
 use crate::transport::{message_packet, psn_add, psn_diff, Io, OutPacket, RecvBuf};
 use crate::transport::{
     Connected, Fatal, InitAttr, Peer, QpAttr, QpAttrMask, QpCore, Remote, RtrAttr, RtsAttr,
@@ -14,16 +15,16 @@ use crate::transport::{
 };
 use crate::wire::{BthRepr, Opcode, RocePacket, TransportKind};
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Wqe {
     wr: SendWr,
-    span: Option<Span>,
+    span: Local,
     npkts: u32,
     sent: u32,
     status: Option<WcStatus>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum InMsg {
     Send {
         rwqe: RecvBuf,
@@ -157,30 +158,31 @@ impl UcQp {
                 });
             }
         }
-        match self.cur {
+        let peer = self.peer();
+        match &mut self.cur {
             Some(InMsg::Send { rwqe, offset }) if is_send => {
-                let end = offset + len;
+                let (wr_id, start) = (rwqe.wr_id, *offset);
+                let end = start + len;
                 if end > rwqe.len as usize {
                     self.cur = None;
                     io.wcs.push((
                         core.recv_cq,
                         WorkCompletion::recv(
                             core.qpn,
-                            rwqe.wr_id,
+                            wr_id,
                             WcStatus::LocLenErr,
                             WcOpcode::Recv,
                             0,
                             None,
-                            self.peer(),
+                            peer,
                         ),
                     ));
                     return true;
                 }
-                if let Some(s) = rwqe.span {
-                    if !io.mem.copy_in(s.sub(offset, len), p.payload) {
-                        core.counters.dropped += 1;
-                        return false;
-                    }
+                // Scattered over the receive's entries in order.
+                if !rwqe.local.copy_in(io.mem, start, p.payload) {
+                    core.counters.dropped += 1;
+                    return false;
                 }
                 if last {
                     self.cur = None;
@@ -189,17 +191,17 @@ impl UcQp {
                         core.recv_cq,
                         WorkCompletion::recv(
                             core.qpn,
-                            rwqe.wr_id,
+                            wr_id,
                             WcStatus::Success,
                             WcOpcode::Recv,
                             end as u32,
                             p.ext.imm,
-                            self.peer(),
+                            peer,
                         )
                         .solicited(p.bth.solicited),
                     ));
                 } else {
-                    self.cur = Some(InMsg::Send { rwqe, offset: end });
+                    *offset = end;
                 }
                 true
             }
@@ -208,6 +210,7 @@ impl UcQp {
                 offset,
                 total,
             }) if !is_send => {
+                let (span, offset, total) = (*span, *offset, *total);
                 let end = offset + len as u64;
                 if end > total || (last && end != total) {
                     core.counters.dropped += 1;
@@ -238,7 +241,7 @@ impl UcQp {
                                     WcOpcode::RecvRdmaWithImm,
                                     total as u32,
                                     p.ext.imm,
-                                    self.peer(),
+                                    peer,
                                 )
                                 .solicited(p.bth.solicited),
                             ));
@@ -312,12 +315,8 @@ impl Service for UcQp {
     }
 
     fn refers_to(&self, lkey: u32) -> bool {
-        let receiving = matches!(self.cur, Some(InMsg::Send { rwqe, .. }) if rwqe.refers_to(lkey));
-        receiving
-            || self
-                .sq
-                .iter()
-                .any(|w| w.span.is_some_and(|s| s.lkey == lkey))
+        let receiving = matches!(&self.cur, Some(InMsg::Send { rwqe, .. }) if rwqe.refers_to(lkey));
+        receiving || self.sq.iter().any(|w| w.span.refers_to(lkey))
     }
 
     fn take_receiving(&mut self) -> Option<RecvBuf> {
@@ -419,7 +418,7 @@ impl Service for UcQp {
             let k = w.sent;
             let last = k + 1 == w.npkts;
             let Some((opcode, ext, payload)) =
-                message_packet(true, w.wr.op, k, w.npkts, self.mtu, w.span)
+                message_packet(true, w.wr.op, k, w.npkts, self.mtu, &w.span, io.gather)
             else {
                 self.sq.pop_front();
                 continue;
@@ -479,7 +478,7 @@ impl Connected for UcQp {
         self.sq.len()
     }
 
-    fn post_send(&mut self, _core: &QpCore, wr: SendWr, _flags: SendFlags, local: Option<Span>) {
+    fn post_send(&mut self, _core: &QpCore, wr: SendWr, _flags: SendFlags, local: Local) {
         // The shell refused messages longer than 2^31 bytes and resolved the buffer.
         let npkts = wr.sge.length.div_ceil(self.mtu).max(1);
         self.sq.push_back(Wqe {

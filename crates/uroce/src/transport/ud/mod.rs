@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use crate::mem::Span;
+use crate::transport::Local;
 use crate::transport::{psn_add, Io, OutPacket};
 use crate::transport::{
     Datagram, Fatal, InitAttr, Mtu, Peer, QpAttr, QpAttrMask, QpCore, RtsAttr, Service, UdSendWr,
@@ -17,10 +17,10 @@ pub const GSI_QKEY: u32 = 0x8001_0000;
 /// Bytes of GRH at the start of every UD receive buffer.
 pub const GRH_LEN: usize = grh::HEADER_LEN;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Wqe {
     wr: UdSendWr,
-    span: Option<Span>,
+    span: Local,
     status: Option<WcStatus>,
 }
 
@@ -92,9 +92,7 @@ impl Service for UdQp {
     }
 
     fn refers_to(&self, lkey: u32) -> bool {
-        self.sq
-            .iter()
-            .any(|w| w.span.is_some_and(|s| s.lkey == lkey))
+        self.sq.iter().any(|w| w.span.refers_to(lkey))
     }
 
     /// A received datagram (ICRC verified), in RTR or RTS.
@@ -143,14 +141,25 @@ impl Service for UdQp {
             ));
             return Ok(());
         }
-        if let Some(span) = r.span {
-            let placed = io.mem.write(span).is_some_and(|buf| {
+        let placed = match &r.local {
+            Local::Empty => true,
+            Local::One(span) => io.mem.write(*span).is_some_and(|buf| {
                 grh::ud_receive_grh(&p.ip, p.ip_header, buf).is_ok()
                     && buf
                         .get_mut(GRH_LEN..GRH_LEN + len)
                         .map(|d| d.copy_from_slice(p.payload))
                         .is_some()
-            });
+            }),
+            // Over several entries: the 40 bytes of GRH first, then the payload, both
+            // scattered in order (ibverbs' UD receive layout, whatever the entries).
+            many => {
+                let mut g = [0u8; GRH_LEN];
+                grh::ud_receive_grh(&p.ip, p.ip_header, &mut g).is_ok()
+                    && many.copy_in(io.mem, 0, &g)
+                    && many.copy_in(io.mem, GRH_LEN, p.payload)
+            }
+        };
+        {
             if !placed {
                 // The receive buffer was deregistered after it was posted.
                 core.counters.dropped += 1;
@@ -228,7 +237,7 @@ impl Service for UdQp {
             return Some(OutPacket {
                 bth,
                 ext,
-                payload: w.span,
+                payload: w.span.payload(0, w.span.len(), io.gather),
                 to: w.wr.dest,
             });
         }
@@ -249,7 +258,7 @@ impl Datagram for UdQp {
         self.sq.len()
     }
 
-    fn post_send(&mut self, _core: &QpCore, wr: UdSendWr, local: Option<Span>) {
+    fn post_send(&mut self, _core: &QpCore, wr: UdSendWr, local: Local) {
         // A datagram is one packet: longer than the path MTU is a local length error
         // (IBV_WC_LOC_LEN_ERR), reported in order like any other completion; the shell
         // resolved the buffer of the others.
