@@ -5,9 +5,21 @@
 #   the UDP backend, at path MTU 2048 and 4096; then 8-byte WRITE latency on both.
 #   raw/udp is the most AF_XDP/UDP could be: RC WRITE over AF_XDP cannot beat raw frames.
 # Usage: scripts/bench-datapath.sh [ROUNDS] [SECONDS]     (default 2 rounds of 3 s)
+#        scripts/bench-datapath.sh --bulk [ROUNDS] [SECONDS]
+#   --bulk: bulk throughput against kernel TCP instead, each round in one go: iperf3 (one
+#   TCP stream), then `uroce perf write` of 64 KiB messages (path MTU 4096, one QP) over
+#   the UDP backend with GSO/GRO and with them off (UROCE_UDP_GSO=0), and over the UDP
+#   backend of UROCE_BIN_BASE when set (a build to compare with, e.g. main's); Gb/s, the
+#   ratio to TCP, CPU-seconds of each end (user + system, /usr/bin/time) and per GB; then
+#   the medians of the ratios.
 #   UROCE_BIN=path/to/uroce runs another build (for before/after comparisons) instead of
 #   building this checkout's.
 set -euo pipefail
+BULK=0
+if [ "${1:-}" = "--bulk" ]; then
+  BULK=1
+  shift
+fi
 ROUNDS=${1:-2}
 DUR=${2:-3}
 cd "$(dirname "$0")/.."
@@ -42,6 +54,79 @@ one() {
 }
 
 field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+
+# cpu FILE: user + system seconds that /usr/bin/time wrote to FILE
+cpu() { python3 -c "import sys; u,s=open('$1').read().split()[-2:]; print(float(u)+float(s))"; }
+
+# bulk_uroce BIN [ENV=VAL]: "Gb/s client_cpu server_cpu" of a 64 KiB RC WRITE run over UDP
+bulk_uroce() {
+  local bin=$1 envs=${2:-UROCE_NOTHING=1} t1 t2 out
+  t1=$(mktemp) t2=$(mktemp)
+  ip netns exec "$Z" env "$envs" /usr/bin/time -f '%U %S' -o "$t2" \
+    "$bin" perf write --backend udp -m 4096 --port 18778 >/dev/null 2>&1 &
+  local sp=$!
+  sleep 0.5
+  out=$(ip netns exec "$A" env "$envs" /usr/bin/time -f '%U %S' -o "$t1" \
+    "$bin" perf write 10.99.0.2 --backend udp -m 4096 --size 65536 --port 18778 \
+    --duration "$DUR" --json 2>/dev/null | field bw_gbps)
+  wait $sp || true
+  echo "$out $(cpu "$t1") $(cpu "$t2")"
+  rm -f "$t1" "$t2"
+}
+
+# bulk_tcp: "Gb/s client_cpu server_cpu" of one iperf3 TCP stream
+bulk_tcp() {
+  local t1 t2 out
+  t1=$(mktemp) t2=$(mktemp)
+  ip netns exec "$Z" /usr/bin/time -f '%U %S' -o "$t2" iperf3 -s -1 -p 18779 >/dev/null 2>&1 &
+  local sp=$!
+  sleep 0.5
+  out=$(ip netns exec "$A" /usr/bin/time -f '%U %S' -o "$t1" \
+    iperf3 -c 10.99.0.2 -p 18779 -t "$DUR" -J 2>/dev/null |
+    python3 -c "import json,sys; print(json.load(sys.stdin)['end']['sum_received']['bits_per_second']/1e9)")
+  wait $sp || true
+  echo "$out $(cpu "$t1") $(cpu "$t2")"
+  rm -f "$t1" "$t2"
+}
+
+if [ $BULK -eq 1 ]; then
+  command -v iperf3 >/dev/null || { echo "iperf3 is missing (scripts/setup.sh --bench)" >&2; exit 1; }
+  rows=$(mktemp)
+  echo "round  what             Gb/s  x TCP  CPU-s client/server  CPU-s per GB client/server"
+  for r in $(seq "$ROUNDS"); do
+    runs=("tcp:$(bulk_tcp)" "udp-gso:$(bulk_uroce "$B")" "udp-nogso:$(bulk_uroce "$B" UROCE_UDP_GSO=0)")
+    if [ -n "${UROCE_BIN_BASE:-}" ]; then
+      runs+=("udp-base:$(bulk_uroce "$UROCE_BIN_BASE")")
+    fi
+    for run in "${runs[@]}"; do echo "$r ${run%%:*} ${run#*:}" >>"$rows"; done
+    python3 - "$rows" "$r" "$DUR" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if l.split()[0] == sys.argv[2]]
+dur = float(sys.argv[3])
+tcp = float(rows[0][2])
+for r, what, g, c, s in rows:
+    g, c, s = float(g), float(c), float(s)
+    gb = g * dur / 8
+    print(f"{r:>5}  {what:<12} {g:8.2f}  {g / tcp:5.2f}  {c:6.2f} / {s:6.2f}       {c / gb:6.3f} / {s / gb:6.3f}")
+PY
+  done
+  python3 - "$rows" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+rounds = sorted({r[0] for r in rows})
+whats = [w for w in dict.fromkeys(r[1] for r in rows) if w != "tcp"]
+for w in whats:
+    ratios = []
+    for rd in rounds:
+        t = [float(r[2]) for r in rows if r[0] == rd and r[1] == "tcp"]
+        u = [float(r[2]) for r in rows if r[0] == rd and r[1] == w]
+        if t and u:
+            ratios.append(u[0] / t[0])
+    print(f"median {w:<12} x TCP {statistics.median(ratios):.2f}  (rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
+PY
+  rm -f "$rows"
+  exit 0
+fi
 
 echo "round mtu  raw_xdp_gbps write_xdp_gbps write_udp_gbps  xdp/raw  xdp/udp  raw/udp"
 rows=$(mktemp)

@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # Installs what uroce's demo and tests need beyond the Rust toolchain: iproute2 (`ip`,
-# `tc`) for network namespaces and veth pairs. With --interop, also the rxe interop guest
-# (scripts/interop/install.sh: qemu, debootstrap, a cached guest image; a failure there is
-# reported and the interop test then says why it skips). Idempotent; needs root only when
-# something is missing.
+# `tc`) for network namespaces and veth pairs, ethtool (the veth test of UDP GSO on the
+# wire turns the veth's segmentation offload off). With --interop, also the rxe interop
+# guest (scripts/interop/install.sh: qemu, debootstrap, a cached guest image; a failure
+# there is reported and the interop test then says why it skips). With --bench, also
+# iperf3 (scripts/bench-datapath.sh --bulk measures kernel TCP beside uroce). Idempotent;
+# needs root only when something is missing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 interop=0
-[ "${1:-}" = "--interop" ] && interop=1
+bench=0
+for a in "$@"; do
+    [ "$a" = "--interop" ] && interop=1
+    [ "$a" = "--bench" ] && bench=1
+done
 
 need=()
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v tc >/dev/null 2>&1 || need+=(iproute2)
+command -v ethtool >/dev/null 2>&1 || [ -x /usr/sbin/ethtool ] || need+=(ethtool)
+if [ $bench -eq 1 ]; then
+    command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then

@@ -434,6 +434,67 @@ fn perf_dscp_source_ports_and_ecn_on_the_wire() {
     assert!(ports.len() >= 3, "{ports:x?}");
 }
 
+/// UDP GSO on the wire: with the client's veth made to segment in software (as for a NIC
+/// without UDP segmentation offload, or the tap to a VM), the kernel cuts each GSO send
+/// into datagrams and numbers their IPv4 identification 0, 1, 2...; every RoCE frame
+/// captured on the client's end (its WRITEs, the server's ACKs) must still carry a good
+/// ICRC, which covers the identification, and numbered frames must be among them.
+#[test]
+fn gso_segments_on_the_wire_carry_good_icrcs() {
+    use uroce_tools::live_capture::Capture;
+    if !can_run() {
+        return;
+    }
+    let pair = netns::VethPair::create("gso", 9000).unwrap();
+    let off = Command::new("ip")
+        .args(["netns", "exec", &pair.ns[0], "ethtool", "-K"])
+        .args([pair.ifaces[0].as_str(), "tx-udp-segmentation", "off"])
+        .status();
+    if !off.is_ok_and(|s| s.success()) {
+        eprintln!(
+            "SKIP: ethtool cannot turn off tx-udp-segmentation (scripts/setup.sh installs ethtool)"
+        );
+        return;
+    }
+    let flags = ["--backend=udp", "--port", "18602"];
+    let cap = Capture::start(Some(pair.ns[0].clone()), pair.ifaces[0].clone(), false).unwrap();
+    let mut server = perf_server(&pair, &flags);
+    let addr = pair.addrs[1].to_string();
+    let out = uroce_in(&pair.ns[0], &["perf", "write", &addr])
+        .args(flags)
+        .args(["--duration", "0.3", "--size", "65536", "--json"])
+        .output()
+        .unwrap();
+    let _ = server.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["retransmits"].as_u64(), Some(0), "{v}");
+    let frames = cap.stop().unwrap();
+    let (mut roce, mut numbered, mut full) = (0, 0, 0);
+    for f in &frames {
+        if wire::dissect(f).udp.is_none() {
+            continue;
+        }
+        let p = wire::parse(f).unwrap_or_else(|e| panic!("a frame on the veth: {e}"));
+        let wire::IpRepr::V4(ip) = p.ip else {
+            continue;
+        };
+        roce += 1;
+        numbered += usize::from(ip.ident != 0);
+        full += usize::from(p.payload.len() == 4096);
+    }
+    assert!(roce > 1000, "only {roce} RoCE frames captured");
+    assert!(full > 1000, "only {full} full-size frames");
+    assert!(
+        numbered > full / 2,
+        "{numbered} of {roce} frames numbered: no GSO send was segmented"
+    );
+}
+
 /// `uroce pingpong` (ibv_rc_pingpong / ibv_ud_pingpong compatible) between the namespaces,
 /// RC and UD, over each datapath, with buffer validation.
 #[test]

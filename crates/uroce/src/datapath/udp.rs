@@ -17,16 +17,34 @@
 //! so nothing the socket hides is covered; zero UDP checksums (RoCEv2 senders use them)
 //! are accepted with UDP_NO_CHECK6_RX.
 //!
-//! Frames are batched: `send_with` queues up to 32 datagrams that `flush` hands over with
-//! one `sendmmsg` per run of the same source port, and `receive` takes up to 32 datagrams
-//! with one `recvmmsg`.
+//! Frames are batched: `send_with` queues up to 64 datagrams that `flush` hands over with
+//! one `sendmmsg` per run of the same source port. Within it, a run of datagrams to the
+//! same destination and QP with the same TOS and size (the last may be shorter) is one
+//! message with UDP_SEGMENT (GSO): the kernel cuts it back into those datagrams, once
+//! for up to 64 KiB instead of once per packet, or hands it whole to a device that
+//! segments. Each segment is still one RoCE packet with its own BTH and ICRC. The kernel
+//! numbers the IPv4 identification of a GSO send's segments 0, 1, 2... (the first gets
+//! the 0 of an unconnected socket with DF), and the ICRC covers it: before the send, the
+//! ICRC of segment k is moved to identification k (CRC-32 is affine, so that is an XOR of
+//! a per-length constant, [`crate::wire::icrc::ident_basis`], no pass over the bytes).
+//! Where the kernel refuses a GSO send (EIO from a device without checksum offload,
+//! EINVAL or ENOPROTOOPT from a kernel without UDP_SEGMENT, before 4.18) the backend
+//! sends datagram by datagram from then on. `receive` takes up to 32 datagrams with one
+//! `recvmmsg`; with UDP_GRO on the receive socket (Linux 5.0 and later; not on steered
+//! sockets, whose packets of two QPs could be coalesced) one datagram may hold a run of
+//! packets, split back by the segment size the kernel reports in a control message, each
+//! handed up as its own `Received::Datagram` from the receive buffer, no copy, and what
+//! the caller's budget leaves is handed up by the next call. `UROCE_UDP_GSO=0` in the
+//! environment turns both off (comparisons, odd kernels).
 //!
-//! A peer whose IPv4 identification is not 0 (rdma_rxe numbers its packets)
+//! A peer whose IPv4 identification is not 0 (rdma_rxe numbers its packets, and GSO
+//! segments are numbered, ours included)
 //! sends an ICRC over a field the socket does not show: the identification is solved for
 //! from the ICRC ([`crate::wire::icrc::solve_ident`]) and put into the datagram's header.
-//! Such a peer's packets keep 16 of the ICRC's 32 bits of protection (a damaged packet
-//! passes with odds of 1 in 65536 instead of 1 in 4 billion); the AF_XDP backend sees the
-//! real header and keeps all 32.
+//! Every IPv4 packet is checked so (one CRC pass before the context's own), since any
+//! peer's packets may come numbered. Such packets keep 16 of the ICRC's 32 bits of
+//! protection (a damaged packet passes with odds of 1 in 65536 instead of 1 in 4
+//! billion); the AF_XDP backend sees the real header and keeps all 32.
 
 use std::collections::HashMap;
 use std::io;
@@ -42,19 +60,31 @@ pub struct UdpBackend {
     local: IpAddr,
     rx: UdpSocket,
     tx: HashMap<u16, UdpSocket>,
-    /// Queued datagrams: `BATCH` slots of `MAX_FRAME` bytes, each UDP payload at the start
-    /// of its slot, with its length, source port, destination and TOS.
+    /// Queued datagrams: `TX_BATCH` slots of `MAX_FRAME` bytes, each UDP payload at the
+    /// start of its slot, with its length, source port, destination and TOS.
     txbuf: Vec<u8>,
     txq: Vec<Queued>,
-    /// Receive slots, and the control-message space of each.
+    /// Receive slots of `rx_slot` bytes (a whole coalesced datagram with GRO), the
+    /// control-message space of each, what `recvmmsg` said of each, how many it filled
+    /// and the next packet to hand up (slot, offset).
     rxbuf: Vec<u8>,
+    rx_slot: usize,
     rxcmsg: Vec<[u64; 8]>,
+    rxmeta: [RxMeta; RX_BATCH],
+    rx_have: usize,
+    rx_at: (usize, usize),
+    /// Runs of datagrams go to the kernel as one GSO send (UDP_SEGMENT) while this holds;
+    /// it stops holding for good when the kernel refuses one.
+    gso: bool,
+    /// Why GSO was turned off: the errno of the refused send, if that was it.
+    pub gso_disabled_by: Option<i32>,
+    /// The receive socket has UDP_GRO on: the kernel may hand up several packets as one
+    /// datagram.
+    gro: bool,
+    /// Received datagrams that came coalesced (with a UDP_GRO segment size).
+    pub gro_datagrams: u64,
     /// Datagrams the kernel refused (counted, the transport retransmits).
     pub send_failures: u64,
-    /// Peers seen so far: how many of their packets fit identification 0 (up to
-    /// `ZERO_ID_PEER`, then they are taken to send 0 always), or `NUMBERING`.
-    /// At most `MAX_PEERS` entries: a flood of spoofed sources does not grow it.
-    numbering: HashMap<IpAddr, u8>,
     /// ICRC bases for the identification, by transport length: each length's is computed
     /// once (17 CRC passes) and kept, at most one per length up to
     /// [`wire::icrc::MAX_IDENT_TRANSPORT`], so datagrams of ever new lengths cannot make
@@ -139,19 +169,28 @@ struct Queued {
     dst: SocketAddr,
     /// TOS (IPv4) or traffic class (IPv6) byte.
     tos: u8,
+    /// The BTH's destination QP: one GSO send goes to one QP (a steered receiver hands
+    /// a coalesced datagram to the loop of its first packet's QP).
+    dest_qp: u32,
+    /// The IPv4 identification the stored ICRC covers (0 as the context wrote it).
+    ident: u16,
 }
 
-/// Packets that fit identification 0 before a peer is taken to send 0 always (a
-/// numbering peer's identification is 0 by chance once in 65536 packets).
-const ZERO_ID_PEER: u8 = 8;
-/// A peer that numbers its identification.
-const NUMBERING: u8 = u8::MAX;
-/// Peers whose identification habit is remembered; past that, new peers are checked
-/// packet by packet (a CRC pass each, as verification costs anyway).
-const MAX_PEERS: usize = 4096;
+/// Datagrams queued before `send_with` hands them to the kernel: enough for four GSO
+/// sends of 4 KiB packets.
+const TX_BATCH: usize = 64;
+/// Receive slots per `recvmmsg`: without GRO one packet each, with it up to 64 KiB.
+const RX_BATCH: usize = 32;
+/// Bytes of a receive slot with GRO: the largest UDP payload.
+const GRO_SLOT: usize = 1 << 16;
+/// Receive slots with GRO (1 MiB in all).
+const GRO_SLOTS: usize = 16;
 
-/// Datagrams per `sendmmsg` / `recvmmsg`.
-const BATCH: usize = 32;
+/// Whether GSO and GRO are tried (`UROCE_UDP_GSO=0` in the environment turns both off,
+/// for comparisons; read once per backend, not per packet).
+fn offloads_wanted() -> bool {
+    std::env::var_os("UROCE_UDP_GSO").is_none_or(|v| v != "0")
+}
 
 /// Refuses an unspecified or multicast local address (see [`UdpBackend::bind`]).
 fn check_local(local: IpAddr) -> io::Result<()> {
@@ -231,20 +270,44 @@ impl UdpBackend {
         if setsockopt_int(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, big).is_err() {
             let _ = setsockopt_int(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, big);
         }
+        // GRO: the kernel may hand up a run of packets of one flow as one datagram with
+        // the segment size in a control message. Not on steered sockets: packets of two
+        // QPs sharing a source port would be coalesced and reach the first one's loop.
+        let gro = offloads_wanted()
+            && !shared_ports
+            && setsockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1).is_ok();
+        let (slot, slots) = if gro {
+            (GRO_SLOT, GRO_SLOTS)
+        } else {
+            (MAX_FRAME, RX_BATCH)
+        };
         Ok(Self {
             local,
             rx,
             tx: HashMap::new(),
-            txbuf: vec![0; BATCH * MAX_FRAME],
-            txq: Vec::with_capacity(BATCH),
-            rxbuf: vec![0; BATCH * MAX_FRAME],
-            rxcmsg: vec![[0; 8]; BATCH],
+            txbuf: vec![0; TX_BATCH * MAX_FRAME],
+            txq: Vec::with_capacity(TX_BATCH),
+            rxbuf: vec![0; slots * slot],
+            rx_slot: slot,
+            rxcmsg: vec![[0; 8]; RX_BATCH],
+            rxmeta: [RxMeta::default(); RX_BATCH],
+            rx_have: 0,
+            rx_at: (0, 0),
+            gso: offloads_wanted(),
+            gso_disabled_by: None,
+            gro,
+            gro_datagrams: 0,
             send_failures: 0,
-            numbering: HashMap::new(),
             bases: HashMap::new(),
             idents_recovered: 0,
             shared_ports,
         })
+    }
+
+    /// Whether runs of datagrams still go as GSO sends, and whether received datagrams
+    /// may come coalesced (GRO).
+    pub fn offloads(&self) -> (bool, bool) {
+        (self.gso, self.gro)
     }
 
     fn socket_for(&mut self, sport: u16) -> io::Result<&UdpSocket> {
@@ -281,8 +344,110 @@ impl UdpBackend {
     }
 }
 
+/// Most UDP payload bytes one GSO send may carry: the IP datagram stays within 65535
+/// bytes (IPv4: 20-byte header, IPv6: 40, and 8 of UDP).
+fn gso_max_bytes(v4: bool) -> usize {
+    if v4 {
+        65535 - 20 - 8
+    } else {
+        65535 - 40 - 8
+    }
+}
+
+/// Most segments the kernel takes in one GSO send (UDP_MAX_SEGMENTS, linux/udp.h).
+const GSO_MAX_SEGMENTS: usize = 64;
+
+/// How many of the datagrams at the start of `q` (at least one) go in one send: a run of
+/// datagrams to the same destination and QP, from the same source port, with the same
+/// TOS, all of the first one's size except the last, which may be shorter, at most
+/// `max_segments` of them and `max_bytes` in all. One GSO send carries such a run: the
+/// kernel cuts it back into datagrams of the first one's size.
+fn gso_run(q: &[Queued], max_segments: usize, max_bytes: usize) -> usize {
+    let Some(first) = q.first() else {
+        return 0;
+    };
+    let mut n = 1;
+    let mut bytes = first.len;
+    for d in &q[1..] {
+        if n == max_segments
+            || bytes + d.len > max_bytes
+            || d.sport != first.sport
+            || d.dst != first.dst
+            || d.tos != first.tos
+            || d.dest_qp != first.dest_qp
+            || d.len > first.len
+        {
+            break;
+        }
+        n += 1;
+        bytes += d.len;
+        if d.len < first.len {
+            break; // a shorter datagram ends the run
+        }
+    }
+    n
+}
+
+/// The ICRC change that moving an IPv4 packet of `transport_len` bytes (BTH to ICRC)
+/// from identification `from` to `to` makes (CRC-32 is affine, so it is the XOR of each
+/// changed bit's effect); 0 when the length is beyond what the bases cover.
+fn ident_delta(
+    bases: &mut HashMap<usize, [u32; 16]>,
+    transport_len: usize,
+    from: u16,
+    to: u16,
+) -> Option<u32> {
+    let diff = from ^ to;
+    if diff == 0 {
+        return Some(0);
+    }
+    let basis = basis(bases, transport_len)?;
+    Some(
+        (0..16)
+            .filter(|j| diff & (1 << j) != 0)
+            .fold(0, |acc, j| acc ^ basis[j]),
+    )
+}
+
+/// The identification basis for a transport section of `len` bytes, computed once and
+/// kept.
+fn basis(bases: &mut HashMap<usize, [u32; 16]>, len: usize) -> Option<[u32; 16]> {
+    match bases.get(&len) {
+        Some(b) => Some(*b),
+        None => {
+            let b = wire::icrc::ident_basis(20, len)?;
+            bases.insert(len, b);
+            Some(b)
+        }
+    }
+}
+
 impl UdpBackend {
-    /// Sends the queued datagrams: one `sendmmsg` per run of the same source port.
+    /// Makes the ICRC of queued datagram `i` cover identification `id` (rewriting the
+    /// stored ICRC in place); false when it cannot (a length beyond the bases).
+    fn set_ident(&mut self, i: usize, id: u16) -> bool {
+        let q = self.txq[i];
+        if !q.dst.is_ipv4() || q.ident == id {
+            return true;
+        }
+        if q.len < wire::ICRC_LEN {
+            return false;
+        }
+        let Some(d) = ident_delta(&mut self.bases, q.len - wire::ICRC_LEN, q.ident, id) else {
+            return false;
+        };
+        let at = q.start + q.len - wire::ICRC_LEN;
+        let icrc = wire::icrc::stored(&self.txbuf[q.start..q.start + q.len]).unwrap_or(0) ^ d;
+        let mut b = [0u8; 4];
+        wire::icrc::store(icrc, &mut b);
+        self.txbuf[at..at + 4].copy_from_slice(&b);
+        self.txq[i].ident = id;
+        true
+    }
+
+    /// Sends the queued datagrams: one `sendmmsg` per run of the same source port, each
+    /// message of it a GSO send of a run of datagrams ([`gso_run`]) while the kernel
+    /// takes them, or one datagram.
     fn send_queued(&mut self) -> io::Result<()> {
         let mut i = 0;
         while i < self.txq.len() {
@@ -302,50 +467,94 @@ impl UdpBackend {
                     continue;
                 }
             };
-            let mut names = [zeroed_sockaddr(); BATCH];
-            let mut lens = [0 as libc::socklen_t; BATCH];
-            let mut iovs = [libc::iovec {
-                iov_base: std::ptr::null_mut(),
-                iov_len: 0,
-            }; BATCH];
-            // SAFETY: mmsghdr is plain data; all-zero is valid.
-            let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-            let mut ctrl = [[0u64; 4]; BATCH];
-            for (k, q) in self.txq[i..i + run].iter().enumerate() {
-                lens[k] = to_sockaddr(q.dst, &mut names[k]);
-                iovs[k].iov_base = self.txbuf[q.start..].as_mut_ptr().cast();
-                iovs[k].iov_len = q.len;
-                let h = &mut msgs[k].msg_hdr;
-                h.msg_name = (&mut names[k] as *mut libc::sockaddr_in6).cast();
-                h.msg_namelen = lens[k];
-                h.msg_iov = &mut iovs[k];
-                h.msg_iovlen = 1;
-                put_tos(h, &mut ctrl[k], q.dst.is_ipv4(), q.tos);
+            let end = i + run;
+            while i < end {
+                i += self.send_some(fd, i, end);
             }
-            let mut sent = 0;
-            while sent < run {
-                // SAFETY: `msgs[sent..run]` point at live addresses and queued bytes.
-                let r = unsafe {
-                    libc::sendmmsg(
-                        fd,
-                        msgs[sent..].as_mut_ptr(),
-                        (run - sent) as u32,
-                        libc::MSG_DONTWAIT,
-                    )
-                };
-                if r <= 0 {
-                    // The kernel refused this datagram (full buffer, too big): count it
-                    // and go on; RC retransmits, UD loses it as a datagram may be lost.
-                    self.send_failures += 1;
-                    sent += 1;
-                } else {
-                    sent += r as usize;
-                }
-            }
-            i += run;
         }
         self.txq.clear();
         Ok(())
+    }
+
+    /// One `sendmmsg` of queued datagrams `from..end` (one source port): returns how many
+    /// datagrams it dealt with (sent or counted as failed), at least one.
+    fn send_some(&mut self, fd: i32, from: usize, end: usize) -> usize {
+        let v4 = self.local.is_ipv4();
+        let mut names = [zeroed_sockaddr(); TX_BATCH];
+        let mut iovs = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; TX_BATCH];
+        // SAFETY: mmsghdr is plain data; all-zero is valid.
+        let mut msgs: [libc::mmsghdr; TX_BATCH] = unsafe { std::mem::zeroed() };
+        let mut ctrl = [[0u64; 6]; TX_BATCH];
+        // Datagrams in each message.
+        let mut counts = [0usize; TX_BATCH];
+        let mut nmsg = 0;
+        let mut at = from;
+        while at < end {
+            let n = if self.gso {
+                gso_run(&self.txq[at..end], GSO_MAX_SEGMENTS, gso_max_bytes(v4))
+            } else {
+                1
+            };
+            // Segment k of a GSO send leaves with identification k (the kernel numbers
+            // them from the 0 an unconnected socket with DF gives): each ICRC must
+            // cover its own. A single datagram leaves with 0.
+            let mut n_ok = n;
+            for k in 0..n {
+                let id = if n > 1 { k as u16 } else { 0 };
+                if !self.set_ident(at + k, id) {
+                    n_ok = k.max(1);
+                    break;
+                }
+            }
+            let n = n_ok;
+            let q = self.txq[at];
+            let m = nmsg;
+            for k in 0..n {
+                let d = self.txq[at + k];
+                iovs[at - from + k].iov_base = self.txbuf[d.start..].as_mut_ptr().cast();
+                iovs[at - from + k].iov_len = d.len;
+            }
+            let len = to_sockaddr(q.dst, &mut names[m]);
+            let h = &mut msgs[m].msg_hdr;
+            h.msg_name = (&mut names[m] as *mut libc::sockaddr_in6).cast();
+            h.msg_namelen = len;
+            h.msg_iov = &mut iovs[at - from];
+            h.msg_iovlen = n;
+            put_cmsgs(h, &mut ctrl[m], v4, q.tos, (n > 1).then_some(q.len as u16));
+            counts[m] = n;
+            nmsg += 1;
+            at += n;
+        }
+        // SAFETY: `msgs[..nmsg]` point at live addresses, control messages and queued
+        // bytes, all alive for the call.
+        let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), nmsg as u32, libc::MSG_DONTWAIT) };
+        if r > 0 {
+            return counts[..r as usize].iter().sum();
+        }
+        let e = io::Error::last_os_error();
+        if counts[0] > 1 {
+            // The kernel refused a GSO send: EIO where the device has no checksum
+            // offload, EINVAL / ENOPROTOOPT where UDP_SEGMENT is unknown or the segment
+            // does not fit the path. From now on this backend sends datagram by datagram;
+            // this run goes again (`set_ident` puts its ICRCs back to identification 0).
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT | libc::EMSGSIZE)
+            ) {
+                self.gso = false;
+                self.gso_disabled_by = e.raw_os_error();
+                return 0; // the run goes again, datagram by datagram
+            }
+            self.send_failures += counts[0] as u64;
+            return counts[0];
+        }
+        // The kernel refused this datagram (full buffer, too big): count it and go on;
+        // RC retransmits, UD loses it as a datagram may be lost.
+        self.send_failures += 1;
+        1
     }
 }
 
@@ -362,7 +571,7 @@ impl Backend for UdpBackend {
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
     ) -> io::Result<bool> {
-        if self.txq.len() == BATCH {
+        if self.txq.len() == TX_BATCH {
             self.send_queued()?;
         }
         let start = self.txq.len() * MAX_FRAME;
@@ -385,6 +594,10 @@ impl Backend for UdpBackend {
             sport: t.datagram.udp.src_port,
             dst: SocketAddr::new(dst, t.datagram.udp.dst_port),
             tos: t.datagram.tos(),
+            dest_qp: self.txbuf[start..]
+                .get(5..8)
+                .map_or(0, |b| u32::from_be_bytes([0, b[0], b[1], b[2]])),
+            ident: 0,
         });
         Ok(true)
     }
@@ -401,6 +614,11 @@ impl Backend for UdpBackend {
     ) -> io::Result<usize> {
         if max == 0 {
             return Ok(0);
+        }
+        let mut handled = self.hand_up(max, handle);
+        if handled > 0 {
+            // Segments of a coalesced datagram were left from the last call.
+            return Ok(handled);
         }
         let fd = self.rx.as_raw_fd();
         let mut pfd = libc::pollfd {
@@ -423,18 +641,22 @@ impl Backend for UdpBackend {
         if r == 0 {
             return Ok(0);
         }
-        let want = max.min(BATCH);
-        let mut names = [zeroed_sockaddr(); BATCH];
+        let slot = self.rx_slot;
+        let slots = self.rxbuf.len() / slot;
+        // Without GRO a datagram is one packet: no more than `max` are taken. With GRO
+        // one may hold many; what `max` leaves is handed up by the next call.
+        let want = if self.gro { slots } else { max.min(slots) };
+        let mut names = [zeroed_sockaddr(); RX_BATCH];
         let mut iovs = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
-        }; BATCH];
+        }; RX_BATCH];
         // SAFETY: mmsghdr is plain data; all-zero is valid.
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+        let mut msgs: [libc::mmsghdr; RX_BATCH] = unsafe { std::mem::zeroed() };
         for k in 0..want {
-            let slot = &mut self.rxbuf[k * MAX_FRAME..(k + 1) * MAX_FRAME];
-            iovs[k].iov_base = slot.as_mut_ptr().cast();
-            iovs[k].iov_len = slot.len();
+            let buf = &mut self.rxbuf[k * slot..(k + 1) * slot];
+            iovs[k].iov_base = buf.as_mut_ptr().cast();
+            iovs[k].iov_len = buf.len();
             let h = &mut msgs[k].msg_hdr;
             h.msg_name = (&mut names[k] as *mut libc::sockaddr_in6).cast();
             h.msg_namelen = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
@@ -464,35 +686,84 @@ impl Backend for UdpBackend {
                 Err(e)
             };
         }
-        let mut handled = 0;
         for k in 0..got as usize {
-            let n = msgs[k].msg_len as usize;
-            let tos = read_tos(&msgs[k].msg_hdr);
-            let Some(from) = from_sockaddr(&names[k]) else {
+            let h = &msgs[k].msg_hdr;
+            let len = msgs[k].msg_len as usize;
+            let (tos, seg) = read_cmsgs(h);
+            self.rxmeta[k] = RxMeta {
+                from: from_sockaddr(&names[k]),
+                len,
+                seg: seg.map_or(len, usize::from),
+                tos,
+            };
+            if seg.is_some() {
+                self.gro_datagrams += 1;
+            }
+        }
+        self.rx_have = got as usize;
+        self.rx_at = (0, 0);
+        handled += self.hand_up(max, handle);
+        Ok(handled)
+    }
+}
+
+/// What `recvmmsg` said of one receive slot: the sender, the bytes, the size of each
+/// packet in it (the UDP_GRO control message's, else the whole), the TOS.
+#[derive(Debug, Clone, Copy, Default)]
+struct RxMeta {
+    from: Option<SocketAddr>,
+    len: usize,
+    seg: usize,
+    tos: u8,
+}
+
+/// The next packet of a received datagram of `len` bytes coalesced from packets of `seg`
+/// bytes (the last may be shorter), starting at `at`: its offset and length, or `None`
+/// past the end. A datagram without GRO is one packet (`seg` = `len`).
+fn next_segment(len: usize, seg: usize, at: usize) -> Option<(usize, usize)> {
+    if at >= len {
+        return None;
+    }
+    let seg = if seg == 0 { len } else { seg };
+    Some((at, seg.min(len - at)))
+}
+
+impl UdpBackend {
+    /// Hands up to `max` received packets, from where the last call left off, to
+    /// `handle`; returns how many.
+    fn hand_up(&mut self, max: usize, handle: &mut dyn FnMut(Received<'_>)) -> usize {
+        let mut handled = 0;
+        while handled < max && self.rx_at.0 < self.rx_have {
+            let (k, at) = self.rx_at;
+            let m = self.rxmeta[k];
+            let Some((off, n)) = next_segment(m.len, m.seg, at) else {
+                self.rx_at = (k + 1, 0);
                 continue;
             };
-            let Some(mut datagram) = DatagramRepr::roce(from.ip(), self.local, from.port(), tos)
+            self.rx_at = (k, off + n);
+            let Some(from) = m.from else {
+                continue;
+            };
+            let Some(mut datagram) = DatagramRepr::roce(from.ip(), self.local, from.port(), m.tos)
             else {
                 continue; // a datagram of the other IP version
             };
-            let base = k * MAX_FRAME;
+            let base = k * self.rx_slot + off;
             let roce = &self.rxbuf[base..base + n];
-            let seen = self.numbering.get(&from.ip()).copied().unwrap_or(0);
-            if datagram.ip.version() == 4 && (seen < ZERO_ID_PEER || seen == NUMBERING) && n >= 16 {
-                // Unknown peer, or one that numbers its packets: does ID 0 fit the ICRC?
+            if datagram.ip.version() == 4 && n >= 16 {
+                // Does identification 0 fit the ICRC? Else solve for the one that does:
+                // a peer may number its packets (rdma_rxe), and segments of a GSO send
+                // leave numbered (ours included), so every IPv4 packet is looked at.
                 let transport = &roce[..n - wire::ICRC_LEN];
                 let stored = wire::icrc::stored(roce).unwrap_or(0);
                 let zero = datagram.icrc(transport).unwrap_or(0);
-                if zero == stored {
-                    if seen != NUMBERING {
-                        remember(&mut self.numbering, from.ip(), seen + 1);
+                if zero != stored {
+                    if let Some(id) = ident(&mut self.bases, transport.len(), zero ^ stored) {
+                        if let IpRepr::V4(ip) = &mut datagram.ip {
+                            ip.ident = id;
+                        }
+                        self.idents_recovered += 1;
                     }
-                } else if let Some(id) = ident(&mut self.bases, transport.len(), zero ^ stored) {
-                    if let IpRepr::V4(ip) = &mut datagram.ip {
-                        ip.ident = id;
-                    }
-                    remember(&mut self.numbering, from.ip(), NUMBERING);
-                    self.idents_recovered += 1;
                 }
             }
             handle(Received::Datagram {
@@ -501,15 +772,7 @@ impl Backend for UdpBackend {
             });
             handled += 1;
         }
-        Ok(handled)
-    }
-}
-
-/// Records what is known of `peer`'s identification, while the table has room (an
-/// entry already there is always updated).
-fn remember(numbering: &mut HashMap<IpAddr, u8>, peer: IpAddr, v: u8) {
-    if numbering.len() < MAX_PEERS || numbering.contains_key(&peer) {
-        numbering.insert(peer, v);
+        handled
     }
 }
 
@@ -517,40 +780,48 @@ fn remember(numbering: &mut HashMap<IpAddr, u8>, peer: IpAddr, v: u8) {
 /// identification 0) to nothing, for a transport section of `len` bytes; each length's
 /// basis is computed once and kept in `bases`.
 fn ident(bases: &mut HashMap<usize, [u32; 16]>, len: usize, delta: u32) -> Option<u16> {
-    let basis = match bases.get(&len) {
-        Some(b) => *b,
-        None => {
-            let b = wire::icrc::ident_basis(20, len)?;
-            bases.insert(len, b);
-            b
-        }
-    };
+    let basis = basis(bases, len)?;
     wire::icrc::solve_ident(&basis, delta)
 }
 
 /// Accept IPv6 UDP datagrams with a zero checksum (linux/udp.h).
 const UDP_NO_CHECK6_RX: i32 = 102;
 
-/// Attaches the TOS (IPv4) or traffic class (IPv6) byte to one datagram as a control
-/// message in `space`, which must outlive the `sendmmsg` call.
-fn put_tos(h: &mut libc::msghdr, space: &mut [u64; 4], v4: bool, tos: u8) {
+/// UDP_SEGMENT and UDP_GRO (linux/udp.h), at level SOL_UDP.
+const UDP_SEGMENT: i32 = 103;
+const UDP_GRO: i32 = 104;
+
+/// Attaches the TOS (IPv4) or traffic class (IPv6) byte to one message as a control
+/// message in `space`, which must outlive the `sendmmsg` call, and for a GSO send the
+/// segment size (UDP_SEGMENT).
+fn put_cmsgs(h: &mut libc::msghdr, space: &mut [u64; 6], v4: bool, tos: u8, gso: Option<u16>) {
     let (level, kind) = if v4 {
         (libc::IPPROTO_IP, libc::IP_TOS)
     } else {
         (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
     };
     let int = std::mem::size_of::<libc::c_int>() as u32;
+    let short = std::mem::size_of::<u16>() as u32;
     h.msg_control = space.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE / CMSG_LEN only compute sizes; `space` (32 bytes, 8-aligned)
-    // holds one header and an int, so CMSG_FIRSTHDR points inside it and the writes
-    // stay in it.
+    // SAFETY: CMSG_SPACE / CMSG_LEN only compute sizes; `space` (48 bytes, 8-aligned)
+    // holds two headers with an int and a u16 (24 bytes each on 64-bit Linux), so
+    // CMSG_FIRSTHDR / CMSG_NXTHDR point inside it and the writes stay in it.
     unsafe {
-        h.msg_controllen = libc::CMSG_SPACE(int) as usize;
+        h.msg_controllen =
+            libc::CMSG_SPACE(int) as usize + gso.map_or(0, |_| libc::CMSG_SPACE(short) as usize);
+        debug_assert!(h.msg_controllen <= std::mem::size_of_val(space));
         let c = libc::CMSG_FIRSTHDR(h);
         (*c).cmsg_level = level;
         (*c).cmsg_type = kind;
         (*c).cmsg_len = libc::CMSG_LEN(int) as usize;
         std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), i32::from(tos));
+        if let Some(size) = gso {
+            let c = libc::CMSG_NXTHDR(h, c);
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(short) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), size);
+        }
     }
 }
 
@@ -618,23 +889,29 @@ fn from_sockaddr(s: &libc::sockaddr_in6) -> Option<SocketAddr> {
 }
 
 /// The TOS byte from an IP_TOS control message, or the traffic class from an
-/// IPV6_TCLASS one; 0 if there is none.
-fn read_tos(msg: &libc::msghdr) -> u8 {
+/// IPV6_TCLASS one (0 if there is none), and the segment size of a coalesced datagram
+/// from a UDP_GRO one.
+fn read_cmsgs(msg: &libc::msghdr) -> (u8, Option<u16>) {
+    let (mut tos, mut seg) = (0, None);
     // SAFETY: walking the control buffer with the libc CMSG macros, which stay inside
     // `msg_controllen` bytes of the buffer recvmsg filled.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(msg);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS {
-                return *libc::CMSG_DATA(c);
-            }
-            if (*c).cmsg_level == libc::IPPROTO_IPV6 && (*c).cmsg_type == libc::IPV6_TCLASS {
-                return (libc::CMSG_DATA(c) as *const i32).read_unaligned() as u8;
+            let (level, kind) = ((*c).cmsg_level, (*c).cmsg_type);
+            if level == libc::IPPROTO_IP && kind == libc::IP_TOS {
+                tos = *libc::CMSG_DATA(c);
+            } else if level == libc::IPPROTO_IPV6 && kind == libc::IPV6_TCLASS {
+                tos = (libc::CMSG_DATA(c) as *const i32).read_unaligned() as u8;
+            } else if level == libc::SOL_UDP && kind == UDP_GRO {
+                // The kernel writes an int holding the segment size.
+                let v = (libc::CMSG_DATA(c) as *const i32).read_unaligned();
+                seg = u16::try_from(v).ok().filter(|&s| s > 0);
             }
             c = libc::CMSG_NXTHDR(msg, c);
         }
     }
-    0
+    (tos, seg)
 }
 
 /// SO_MEMINFO (asm-generic/socket.h) and the index of the drop count in its answer
@@ -777,13 +1054,6 @@ mod tests {
             ident(&mut bases, wire::icrc::MAX_IDENT_TRANSPORT + 4, 1),
             None
         );
-        let mut peers = HashMap::new();
-        for i in 0..(MAX_PEERS as u32 + 100) {
-            remember(&mut peers, IpAddr::V4(Ipv4Addr::from(i)), 1);
-        }
-        assert_eq!(peers.len(), MAX_PEERS);
-        remember(&mut peers, IpAddr::V4(Ipv4Addr::from(0)), NUMBERING);
-        assert_eq!(peers[&IpAddr::V4(Ipv4Addr::from(0))], NUMBERING);
     }
 
     /// Each datagram keeps its own TOS byte inside one batch (ECT data, DSCP 48 CNPs,
@@ -806,6 +1076,8 @@ mod tests {
 
     /// Datagrams the receive socket drops for want of buffer space are counted (every
     /// datagram sent is either received or counted), and say so through `rx_overruns`.
+    /// The kernel counts what it drops as it had it: a GSO send that reached the socket
+    /// whole (loopback) is one drop for all its packets.
     #[test]
     fn receive_overflows_are_counted() {
         let (a, b) = (Ipv4Addr::new(127, 0, 77, 1), Ipv4Addr::new(127, 0, 77, 2));
@@ -826,8 +1098,18 @@ mod tests {
             .unwrap()
             > 0
         {}
-        assert!(rx.rx_overruns() > 0, "{received} of {sent} received");
-        assert_eq!(received + rx.rx_overruns(), sent);
+        let drops = rx.rx_overruns();
+        assert!(drops > 0, "{received} of {sent} received");
+        if tx.offloads().0 {
+            // Runs of at most 16 packets of 4024 bytes (65507 / 4024).
+            assert!(received + drops <= sent, "{received} + {drops} of {sent}");
+            assert!(
+                received + 16 * drops >= sent,
+                "{received} + 16 x {drops} of {sent}"
+            );
+        } else {
+            assert_eq!(received + drops, sent);
+        }
     }
 
     /// Reordering on receive swaps neighbours, loses nothing and never hands up more
@@ -854,5 +1136,200 @@ mod tests {
             assert!(swapped > 0, "max {max}: nothing was reordered");
         }
         assert!(rx.stats().reordered > 5, "{:?}", rx.stats());
+    }
+
+    /// A queued datagram of `len` bytes from `sport` to `dst`, QP `qp`.
+    fn q(len: usize, sport: u16, dst: u8, qp: u32) -> Queued {
+        Queued {
+            start: 0,
+            len,
+            sport,
+            dst: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, dst)), 4791),
+            tos: 0,
+            dest_qp: qp,
+            ident: 0,
+        }
+    }
+
+    /// Interleaved datagrams to two peers never share a GSO send: each run is one.
+    #[test]
+    fn runs_do_not_mix_peers() {
+        let v: Vec<Queued> = (0..8)
+            .map(|i| q(4112, 0xc000, 1 + (i % 2) as u8, 5))
+            .collect();
+        let mut at = 0;
+        while at < v.len() {
+            assert_eq!(gso_run(&v[at..], 64, 65507), 1, "at {at}");
+            at += 1;
+        }
+        // Two QPs behind one address and port do not share one either.
+        let w = [q(4112, 0xc000, 1, 5), q(4112, 0xc000, 1, 6)];
+        assert_eq!(gso_run(&w, 64, 65507), 1);
+        // Nor two TOS bytes (an ECT data packet and a DSCP 48 CNP).
+        let mut x = [q(4112, 0xc000, 1, 5), q(4112, 0xc000, 1, 5)];
+        x[1].tos = 0xc0;
+        assert_eq!(gso_run(&x, 64, 65507), 1);
+    }
+
+    /// A run keeps the first datagram's size; only its last may be shorter, and a longer
+    /// datagram, a shorter one's successor or the byte and segment limits end it.
+    #[test]
+    fn runs_never_mix_sizes_but_the_last() {
+        let same =
+            |n: usize, len: usize| -> Vec<Queued> { (0..n).map(|_| q(len, 7, 1, 5)).collect() };
+        let mut v = same(5, 4112);
+        v.push(q(1000, 7, 1, 5));
+        v.push(q(1000, 7, 1, 5));
+        assert_eq!(gso_run(&v, 64, 65507), 6, "five full and the short one");
+        assert_eq!(gso_run(&v[6..], 64, 65507), 1);
+        let mut w = same(3, 1000);
+        w.push(q(4112, 7, 1, 5));
+        assert_eq!(
+            gso_run(&w, 64, 65507),
+            3,
+            "a longer datagram starts a new run"
+        );
+        // 15 packets of 4112 bytes fit in 65507, 16 do not.
+        assert_eq!(gso_run(&same(40, 4112), 64, 65507), 15);
+        assert_eq!(gso_run(&same(100, 100), 64, 65507), 64);
+        assert_eq!(gso_run(&same(1, 100), 64, 65507), 1);
+        assert_eq!(gso_run(&[], 64, 65507), 0);
+    }
+
+    /// A coalesced datagram of N full segments and a short last one splits back into
+    /// its packets; one without a segment size is one packet.
+    #[test]
+    fn gro_datagrams_split_by_segment_size() {
+        let split = |len: usize, seg: usize| {
+            let mut out = Vec::new();
+            let mut at = 0;
+            while let Some((off, n)) = next_segment(len, seg, at) {
+                out.push((off, n));
+                at = off + n;
+            }
+            out
+        };
+        assert_eq!(
+            split(3 * 4112 + 60, 4112),
+            vec![(0, 4112), (4112, 4112), (8224, 4112), (12336, 60)]
+        );
+        assert_eq!(split(2 * 500, 500), vec![(0, 500), (500, 500)]);
+        assert_eq!(split(700, 700), vec![(0, 700)]);
+        assert_eq!(split(700, 0), vec![(0, 700)]);
+        assert_eq!(split(0, 700), vec![]);
+    }
+
+    /// The control messages of a received datagram: the TOS alone (no UDP_GRO: one
+    /// packet), or with UDP_GRO's segment size.
+    #[test]
+    fn gro_segment_size_is_read_from_the_control_message() {
+        let mut space = [0u64; 6];
+        // SAFETY: msghdr is plain data; all-zero is valid.
+        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+        put_cmsgs(&mut h, &mut space, true, 0x02, None);
+        assert_eq!(read_cmsgs(&h), (0x02, None));
+        // The kernel's UDP_GRO message holds an int; UDP_SEGMENT's (what put_cmsgs
+        // writes) a u16: write the int over it.
+        put_cmsgs(&mut h, &mut space, true, 0xc1, Some(4112));
+        // SAFETY: the second header put_cmsgs wrote, inside `space`.
+        unsafe {
+            let c = libc::CMSG_NXTHDR(&h, libc::CMSG_FIRSTHDR(&h));
+            (*c).cmsg_type = UDP_GRO;
+            (*c).cmsg_len = libc::CMSG_LEN(4) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), 4112);
+        }
+        assert_eq!(read_cmsgs(&h), (0xc1, Some(4112)));
+    }
+
+    /// Rewriting a queued datagram's ICRC for identification k and back: the ICRC
+    /// matches the packet with that identification.
+    #[test]
+    fn ident_delta_moves_the_icrc_to_the_identification() {
+        let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let repr = frame(a, b, 0, 9);
+        let mut buf = [0u8; 600];
+        let t = transmit(&repr, &[3; 500], &mut buf);
+        let roce = &buf[..t.len];
+        let body = &roce[..t.len - 4];
+        let mut bases = HashMap::new();
+        for id in [1u16, 2, 7, 0x8000, 0xffff] {
+            let mut d = t.datagram;
+            if let IpRepr::V4(ip) = &mut d.ip {
+                ip.ident = id;
+            }
+            let want = d.icrc(body).unwrap();
+            let got = wire::icrc::stored(roce).unwrap()
+                ^ ident_delta(&mut bases, body.len(), 0, id).unwrap();
+            assert_eq!(got, want, "id {id}");
+        }
+        assert_eq!(ident_delta(&mut bases, body.len(), 5, 5), Some(0));
+    }
+
+    /// Runs to one peer leave as GSO sends and come back coalesced (loopback has both
+    /// offloads): every packet is handed up alone, in order, with a good ICRC (the
+    /// identification of each segment solved for), and the budget holds.
+    #[test]
+    fn gso_sends_and_gro_receives_keep_every_packet() {
+        let (a, b) = (Ipv4Addr::new(127, 0, 78, 1), Ipv4Addr::new(127, 0, 78, 2));
+        let mut tx = UdpBackend::bind(a).unwrap();
+        let mut rx = UdpBackend::bind(b).unwrap();
+        let n = 40;
+        for i in 0..n {
+            let repr = frame(a, b, 0, i);
+            let len = if i == 19 { 300 } else { 1000 };
+            tx.send_with(&mut |buf| Some(transmit(&repr, &vec![i as u8; len], buf)))
+                .unwrap();
+        }
+        tx.flush().unwrap();
+        assert_eq!(tx.send_failures, 0);
+        for max in [7, 64] {
+            if max == 64 {
+                for i in 0..n {
+                    let repr = frame(a, b, 0, i);
+                    tx.send_with(&mut |buf| Some(transmit(&repr, &[1; 1000], buf)))
+                        .unwrap();
+                }
+                tx.flush().unwrap();
+            }
+            let got = receive_all(&mut rx, n as usize, max);
+            let psns: Vec<u32> = got.iter().map(|g| g.0).collect();
+            assert_eq!(psns, (0..n).collect::<Vec<_>>(), "max {max}");
+        }
+        if tx.offloads().0 && rx.offloads().1 {
+            assert!(rx.gro_datagrams > 0, "nothing came coalesced");
+            assert!(rx.idents_recovered > 0, "no segment was numbered");
+        }
+    }
+
+    /// Where the kernel refuses a GSO send (here: a socket without UDP checksums, EINVAL;
+    /// a device without checksum offload gives EIO), the backend turns GSO off and sends
+    /// the same datagrams one by one, their ICRCs back to identification 0.
+    #[test]
+    fn a_refused_gso_send_falls_back_to_single_datagrams() {
+        let (a, b) = (Ipv4Addr::new(127, 0, 79, 1), Ipv4Addr::new(127, 0, 79, 2));
+        let mut tx = UdpBackend::bind(a).unwrap();
+        let mut rx = UdpBackend::bind(b).unwrap();
+        if !tx.offloads().0 {
+            return;
+        }
+        let sport = frame(a, b, 0, 0).udp.src_port;
+        let fd = tx.socket_for(sport).unwrap().as_raw_fd();
+        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_NO_CHECK, 1).unwrap();
+        for i in 0..20 {
+            let repr = frame(a, b, 0, i);
+            tx.send_with(&mut |buf| Some(transmit(&repr, &[5; 700], buf)))
+                .unwrap();
+        }
+        tx.flush().unwrap();
+        assert!(!tx.offloads().0);
+        assert_eq!(tx.gso_disabled_by, Some(libc::EINVAL));
+        assert_eq!(tx.send_failures, 0);
+        let got = receive_all(&mut rx, 20, 64);
+        let psns: Vec<u32> = got.iter().map(|g| g.0).collect();
+        assert_eq!(psns, (0..20).collect::<Vec<_>>());
+        assert_eq!(
+            rx.idents_recovered, 0,
+            "every datagram left with identification 0"
+        );
     }
 }
