@@ -58,7 +58,8 @@ field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])
 # cpu FILE: user + system seconds that /usr/bin/time wrote to FILE
 cpu() { python3 -c "import sys; u,s=open('$1').read().split()[-2:]; print(float(u)+float(s))"; }
 
-# bulk_uroce BIN [ENV=VAL]: "Gb/s client_cpu server_cpu" of a 64 KiB RC WRITE run over UDP
+# bulk_uroce BIN [ENV=VAL]: "Gb/s client_cpu server_cpu retransmits" of a 64 KiB RC WRITE
+# run over UDP
 bulk_uroce() {
   local bin=$1 envs=${2:-UROCE_NOTHING=1} t1 t2 out
   t1=$(mktemp) t2=$(mktemp)
@@ -68,9 +69,10 @@ bulk_uroce() {
   sleep 0.5
   out=$(ip netns exec "$A" env "$envs" /usr/bin/time -f '%U %S' -o "$t1" \
     "$bin" perf write 10.99.0.2 --backend udp -m 4096 --size 65536 --port 18778 \
-    --duration "$DUR" --json 2>/dev/null | field bw_gbps)
+    --duration "$DUR" --json 2>/dev/null |
+    python3 -c "import json,sys; v=json.loads(sys.stdin.read()); print(v['bw_gbps'], v['retransmits'])")
   wait $sp || true
-  echo "$out $(cpu "$t1") $(cpu "$t2")"
+  echo "${out% *} $(cpu "$t1") $(cpu "$t2") ${out#* }"
   rm -f "$t1" "$t2"
 }
 
@@ -85,14 +87,14 @@ bulk_tcp() {
     iperf3 -c 10.99.0.2 -p 18779 -t "$DUR" -J 2>/dev/null |
     python3 -c "import json,sys; print(json.load(sys.stdin)['end']['sum_received']['bits_per_second']/1e9)")
   wait $sp || true
-  echo "$out $(cpu "$t1") $(cpu "$t2")"
+  echo "$out $(cpu "$t1") $(cpu "$t2") -"
   rm -f "$t1" "$t2"
 }
 
 if [ $BULK -eq 1 ]; then
   command -v iperf3 >/dev/null || { echo "iperf3 is missing (scripts/setup.sh --bench)" >&2; exit 1; }
   rows=$(mktemp)
-  echo "round  what             Gb/s  x TCP  CPU-s client/server  CPU-s per GB client/server"
+  echo "round  what             Gb/s  x TCP  CPU-s client/server  CPU-s per GB client/server  retransmits"
   for r in $(seq "$ROUNDS"); do
     runs=("tcp:$(bulk_tcp)" "udp-gso:$(bulk_uroce "$B")" "udp-nogso:$(bulk_uroce "$B" UROCE_UDP_GSO=0)")
     if [ -n "${UROCE_BIN_BASE:-}" ]; then
@@ -104,10 +106,10 @@ import sys
 rows = [l.split() for l in open(sys.argv[1]) if l.split()[0] == sys.argv[2]]
 dur = float(sys.argv[3])
 tcp = float(rows[0][2])
-for r, what, g, c, s in rows:
+for r, what, g, c, s, rx in rows:
     g, c, s = float(g), float(c), float(s)
     gb = g * dur / 8
-    print(f"{r:>5}  {what:<12} {g:8.2f}  {g / tcp:5.2f}  {c:6.2f} / {s:6.2f}       {c / gb:6.3f} / {s / gb:6.3f}")
+    print(f"{r:>5}  {what:<12} {g:8.2f}  {g / tcp:5.2f}  {c:6.2f} / {s:6.2f}       {c / gb:6.3f} / {s / gb:6.3f}  {rx:>11}")
 PY
   done
   python3 - "$rows" <<'PY'
