@@ -1,0 +1,37 @@
+//! Links the cdylib as Debian 12's libibverbs.so.1 is linked: soname `libibverbs.so.1`,
+//! the version nodes of `abi/libibverbs.map`, and a `libibverbs.so.1` symbolic link
+//! next to `libibverbs.so` in the target directory, so `LD_LIBRARY_PATH=target/<profile>`
+//! is all a program needs.
+//!
+//! rustc hands the linker a version script of its own for a cdylib (one anonymous node
+//! listing every `#[no_mangle]` symbol). rust-lld, rustc's default linker on
+//! x86_64-unknown-linux-gnu since 1.90, merges the two scripts; GNU ld refuses to (an
+//! anonymous node cannot be combined with named ones). So every exported name is bound
+//! to its node by a `.symver` directive in the object (src/exports.rs), which wins over
+//! either script, and the script here only defines the nodes.
+use std::path::PathBuf;
+
+fn main() {
+    let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let map = dir.join("abi/libibverbs.map");
+    println!("cargo:rerun-if-changed={}", map.display());
+    println!("cargo:rerun-if-changed=build.rs");
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+        map.display()
+    );
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libibverbs.so.1");
+    // Calls between our own exports bind inside the library, as libibverbs' do.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic");
+
+    // OUT_DIR is <target>/<profile>/build/<pkg>-<hash>/out.
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    if let Some(profile_dir) = out.ancestors().nth(3) {
+        let link = profile_dir.join("libibverbs.so.1");
+        if std::fs::symlink_metadata(&link).is_err() {
+            if let Err(e) = std::os::unix::fs::symlink("libibverbs.so", &link) {
+                println!("cargo:warning=could not create {}: {e}", link.display());
+            }
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! The C structures of `<infiniband/verbs.h>` (the next commit).

@@ -1,0 +1,1 @@
+//! Devices: one per usable interface (the next commits).
