@@ -33,6 +33,7 @@ macro_rules! default_version {
         ));
     };
 }
+pub(crate) use default_version;
 
 macro_rules! stub_ret {
     (ptr) => { *mut c_void };
@@ -165,6 +166,7 @@ unsupported! {
     ibv_detach_mcast: errno @@ "IBVERBS_1.1";
     ibv_get_async_event: minus1 @@ "IBVERBS_1.1";
     ibv_get_cq_event: minus1 @@ "IBVERBS_1.1";
+    ibv_get_device_index: minus1 @@ "IBVERBS_1.9";
     ibv_get_pkey_index: minus1 @@ "IBVERBS_1.5";
     ibv_get_sysfs_path: ptr @@ "IBVERBS_1.0";
     ibv_import_device: ptr @@ "IBVERBS_1.10";
@@ -191,23 +193,6 @@ unsupported! {
     ibv_unimport_dm: void @@ "IBVERBS_1.13";
     ibv_unimport_mr: void @@ "IBVERBS_1.10";
     ibv_unimport_pd: void @@ "IBVERBS_1.10";
-}
-
-// Devices (src/device.rs takes these over).
-unsupported! {
-    _ibv_query_gid_ex: errno @@ "IBVERBS_1.11";
-    ibv_close_device: minus1 @@ "IBVERBS_1.1";
-    ibv_free_device_list: void @@ "IBVERBS_1.1";
-    ibv_get_device_guid: zero_u64 @@ "IBVERBS_1.1";
-    ibv_get_device_index: minus1 @@ "IBVERBS_1.9";
-    ibv_get_device_list: ptr @@ "IBVERBS_1.1";
-    ibv_get_device_name: ptr @@ "IBVERBS_1.1";
-    ibv_open_device: ptr @@ "IBVERBS_1.1";
-    ibv_query_device: errno @@ "IBVERBS_1.1";
-    ibv_query_gid: minus1 @@ "IBVERBS_1.1";
-    ibv_query_gid_type: minus1 @@ "IBVERBS_PRIVATE_34";
-    ibv_query_pkey: minus1 @@ "IBVERBS_1.1";
-    ibv_query_port: errno @@ "IBVERBS_1.1";
 }
 
 // The provider interface (IBVERBS_PRIVATE_34): libmlx5, libefa and the other providers
