@@ -13,13 +13,14 @@
 //! `verbs_context`s, known to a registry so that closing one twice, or a pointer that is
 //! not one, is refused instead of freeing memory that is not ours.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_void};
 use std::net::IpAddr;
 use std::sync::{Mutex, MutexGuard};
 
 use libc::{EINVAL, ENODATA, ENODEV};
 use uroce::net::addresses::{self, InterfaceInfo, OperState};
+use uroce::verbs::{ContextConfig, CqId, Mr, PdId};
 
 use crate::abi::{
     self, ibv_context, ibv_device, ibv_device_attr, ibv_gid, ibv_port_attr, verbs_context,
@@ -150,6 +151,31 @@ fn device(dev: *const ibv_device) -> Option<&'static Device> {
 struct Context {
     vctx: verbs_context,
     device: &'static Device,
+    inner: Mutex<Inner>,
+}
+
+/// What an open device holds: uroce's context and the C objects handed out, by address.
+pub(crate) struct Inner {
+    pub uroce: uroce::verbs::Context,
+    pub pds: HashMap<usize, PdId>,
+    pub mrs: HashMap<usize, Mr>,
+    pub cqs: HashMap<usize, CqId>,
+}
+
+/// Runs `f` on the state of the open context `ctx`; None if `ctx` is not one. The
+/// context cannot be closed meanwhile (the registry stays locked), so one verb runs at a
+/// time: thread safe, not yet concurrent.
+pub(crate) fn with_inner<R>(ctx: *mut ibv_context, f: impl FnOnce(&mut Inner) -> R) -> Option<R> {
+    let p = context_ptr_of(ctx);
+    let contexts = lock(&CONTEXTS);
+    if !contexts.as_ref().is_some_and(|s| s.contains(&(p as usize))) {
+        return None;
+    }
+    // SAFETY: `p` is registered, so it is a live Box<Context> from `open`, and it stays
+    // so while `contexts` is held; only the `inner` field is referenced.
+    let inner = unsafe { &(*p).inner };
+    let mut guard = lock(inner);
+    Some(f(&mut guard))
 }
 
 fn context_ptr_of(ctx: *mut ibv_context) -> *mut Context {
@@ -185,7 +211,7 @@ fn open(device: &'static Device) -> *mut ibv_context {
         bind_mw: None,
         dealloc_mw: None,
         _compat_create_cq: None,
-        poll_cq: Some(no_poll_cq),
+        poll_cq: Some(crate::resources::poll_cq),
         req_notify_cq: Some(no_req_notify_cq),
         _compat_cq_event: None,
         _compat_resize_cq: None,
@@ -260,7 +286,35 @@ fn open(device: &'static Device) -> *mut ibv_context {
             abi_compat: abi::VERBS_ABI_IS_EXTENDED,
         },
     };
-    let p = Box::into_raw(Box::new(Context { vctx, device }));
+    let ip = live_info(device)
+        .ok()
+        .and_then(|i| {
+            let v4 = i.addrs.iter().find(|a| a.0.is_ipv4()).or(i.addrs.first());
+            v4.map(|a| a.0)
+        })
+        .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()).rotate_left(32);
+    let cfg = ContextConfig {
+        mac: device.mac,
+        ip,
+        seed,
+        udp_sport_base: 0xc000,
+        tos: 0,
+    };
+    let inner = Mutex::new(Inner {
+        uroce: uroce::verbs::Context::new(cfg, std::time::Instant::now()),
+        pds: HashMap::new(),
+        mrs: HashMap::new(),
+        cqs: HashMap::new(),
+    });
+    let p = Box::into_raw(Box::new(Context {
+        vctx,
+        device,
+        inner,
+    }));
     lock(&CONTEXTS)
         .get_or_insert_with(HashSet::new)
         .insert(p as usize);
@@ -398,10 +452,6 @@ fn live_info(device: &Device) -> Result<InterfaceInfo, c_int> {
 }
 
 // The context's data-path operations before QPs exist: nothing can be posted or polled.
-
-unsafe extern "C" fn no_poll_cq(_cq: *mut abi::ibv_cq, _n: c_int, _wc: *mut abi::ibv_wc) -> c_int {
-    -1
-}
 
 unsafe extern "C" fn no_req_notify_cq(_cq: *mut abi::ibv_cq, _solicited: c_int) -> c_int {
     libc::EOPNOTSUPP

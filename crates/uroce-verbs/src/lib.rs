@@ -11,6 +11,8 @@
 //!   libibverbs documents for an unsupported verb (NULL with errno `EOPNOTSUPP`, or the
 //!   error code), and provider registration calls are accepted and ignored.
 //! - [`device`]: the devices (one per usable interface) and their ports and GIDs.
+//! - `resources`: protection domains, memory regions over the application's memory,
+//!   completion queues.
 //!
 //! The library never prints, never exits, never forks and never runs a program: what it
 //! knows of the host it asks the kernel over rtnetlink (`uroce::net`).
@@ -21,4 +23,5 @@
 pub mod abi;
 pub mod device;
 mod exports;
+mod resources;
 mod util;
