@@ -14,15 +14,20 @@ pub fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The cdylib cargo built for this test run (`libibverbs.so`).
+/// The cdylib cargo built for this test run (`libibverbs.so`): `cargo test` leaves it in
+/// `target/<profile>/deps/` (only `cargo build` copies it up to `target/<profile>/`, where
+/// an older one may lie), so that one is taken first.
 pub fn built_library() -> PathBuf {
-    let lib = profile_dir().join("libibverbs.so");
-    assert!(
-        lib.exists(),
-        "{} is missing: cargo builds it with the crate",
-        lib.display()
-    );
-    lib
+    let dir = profile_dir();
+    let lib = [dir.join("deps/libibverbs.so"), dir.join("libibverbs.so")]
+        .into_iter()
+        .find(|p| p.exists());
+    lib.unwrap_or_else(|| {
+        panic!(
+            "no libibverbs.so in {} or its deps/: cargo builds it with the crate",
+            dir.display()
+        )
+    })
 }
 
 /// A fresh directory holding `libibverbs.so.1` (a link to the built library), for
