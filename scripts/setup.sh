@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs what uroce's demo and tests need beyond the Rust toolchain: iproute2 (`ip`,
 # `tc`) for network namespaces and veth pairs, ethtool (the veth test of UDP GSO on the
-# wire turns the veth's segmentation offload off). With --interop, also the rxe interop
-# guest (scripts/interop/install.sh: qemu, debootstrap, a cached guest image; a failure
-# there is reported and the interop test then says why it skips). With --bench, also
-# iperf3 (scripts/bench-datapath.sh --bulk measures kernel TCP beside uroce). Idempotent;
-# needs root only when something is missing.
+# wire turns the veth's segmentation offload off); for crates/uroce-verbs (the drop-in
+# libibverbs.so.1) the distro's libibverbs-dev (<infiniband/verbs.h>, for the ABI layout
+# test), ibverbs-utils (ibv_devinfo, ibv_devices) and ibverbs-providers (libmlx5, libefa),
+# which its tests run against the built library. With --interop, also the rxe interop guest
+# (scripts/interop/install.sh: qemu, debootstrap, a cached guest image; a failure there is
+# reported and the interop test then says why it skips). With --bench, also iperf3
+# (scripts/bench-datapath.sh --bulk measures kernel TCP beside uroce). Idempotent; needs
+# root only when something is missing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 interop=0
@@ -22,11 +25,15 @@ command -v ethtool >/dev/null 2>&1 || [ -x /usr/sbin/ethtool ] || need+=(ethtool
 if [ $bench -eq 1 ]; then
     command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
 fi
+[ -f /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+command -v ibv_devinfo >/dev/null 2>&1 || need+=(ibverbs-utils)
+[ -e /usr/lib/x86_64-linux-gnu/libmlx5.so.1 ] || need+=(ibverbs-providers)
 
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "scripts/setup.sh: missing ${need[*]}; run this script as root to install (apt-get)." >&2
-        echo "Without it, 'uroce demo' runs both endpoints on loopback and the veth tests skip." >&2
+        echo "Without it, 'uroce demo' runs both endpoints on loopback and the veth tests skip;" >&2
+        echo "uroce-verbs' ABI, ibv_devinfo and provider tests skip without the ibverbs packages." >&2
     else
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -q

@@ -241,6 +241,39 @@ fn dereg_under_a_receive_being_filled_is_ebusy() {
     drop(p);
 }
 
+/// READ responses the responder has queued and not sent yet read from the region: EBUSY
+/// until they are out. (Were it let go, the responses would have nothing to carry; a
+/// region deregistered under them must never send the peer other bytes, or zeros, as its
+/// READ's data.)
+#[test]
+fn dereg_under_queued_read_responses_is_ebusy() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    for (i, b) in p.b.mr_bytes_mut(&p.rb)[..4096].iter_mut().enumerate() {
+        *b = (i % 253) as u8 | 1;
+    }
+    let la = p.la;
+    let read = SendOp::Read {
+        remote_addr: p.rb.addr,
+        rkey: p.rb.rkey,
+    };
+    post(&mut p, 1, read, sge(&la, 0, 4096)); // 4 responses at MTU 1024
+    let mut buf = vec![0u8; 5000];
+    let n = p.a.poll_frame(p.now, &mut buf).unwrap();
+    p.b.handle_frame(p.now, &buf[..n]).unwrap(); // B queues the responses
+    let rb = p.rb;
+    let e = p.b.dereg_mr(&rb).unwrap_err();
+    assert_eq!(e.errno(), libc::EBUSY, "{e}");
+    p.run(|_, _| 1, 10);
+    let wa = p.wcs_a();
+    assert_eq!((wa[0].wr_id, wa[0].status), (1, WcStatus::Success));
+    let got = p.a.mr_bytes(&la)[..4096].to_vec();
+    assert_eq!(got, p.b.mr_bytes(&rb)[..4096].to_vec());
+    assert!(
+        p.b.dereg_mr(&rb).is_ok(),
+        "every response sent: the region may go"
+    );
+}
+
 /// `ibv_dereg_mr` of a region that is not registered: EINVAL, not a panic; the owned
 /// form hands its bytes back once, and only once.
 #[test]

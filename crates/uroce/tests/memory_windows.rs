@@ -761,3 +761,27 @@ fn failed_bind_behind_an_outstanding_send_completes_in_order() {
     assert_eq!(p.b.qp_state(p.qb), Some(QpState::Err));
     assert!(p.log.iter().all(|s| s.from_a), "B sent nothing more");
 }
+
+/// A QP moved to RESET keeps none of its type 2 windows' bindings: brought up again
+/// (perhaps towards another peer), the old rkey must grant nothing. Unbound, the window
+/// no longer holds its region, which may then be deregistered.
+#[test]
+fn reset_unbinds_the_qps_type2_windows() {
+    use uroce::verbs::{QpAttr, QpAttrMask, QpState};
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let mr = window_mr(&mut p);
+    let mw = p.b.alloc_mw(PdId(0), MwType::Type2).unwrap();
+    let qb = p.qb;
+    let rkey = bind_type2(&mut p, qb, &mw, &mr, 0, 64);
+    assert_eq!(write_through(&mut p, rkey, mr.addr, 8), WcStatus::Success);
+    assert_eq!(p.b.dereg_mr(&mr).unwrap_err().errno(), libc::EBUSY);
+    let reset = QpAttr {
+        qp_state: QpState::Reset,
+        ..QpAttr::default()
+    };
+    p.b.modify_qp(qb, &reset, QpAttrMask::STATE).unwrap();
+    assert!(
+        p.b.dereg_mr(&mr).is_ok(),
+        "the window no longer holds the region"
+    );
+}

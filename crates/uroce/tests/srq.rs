@@ -861,3 +861,53 @@ fn region_of_a_posted_srq_wqe_is_busy() {
     assert_eq!(b.ctx.dereg_mr(&mr).unwrap_err().errno(), libc::EBUSY);
     assert!(b.ctx.dereg_mr(&idle).is_ok());
 }
+
+/// A QP on an SRQ moved to RESET in the middle of a message gives the WQE it was filling
+/// back to the SRQ (it is the SRQ's, not the QP's to drop): the next message, on another
+/// QP, lands in it. (rdma_rxe drops it with the QP's state; uroce loses no WQE of a
+/// shared queue.)
+#[test]
+fn reset_mid_message_gives_the_wqe_back_to_the_srq() {
+    use uroce::verbs::{QpAttr, QpAttrMask};
+    let (mut net, srq, ours, theirs) = rc_setup(2, depth(8));
+    let mut big = net.node(SERVER).recv_wr(0);
+    big.sge.length = 4096;
+    net.node(SERVER).ctx.post_srq_recv(srq, big).unwrap();
+    let next = net.node(SERVER).recv_wr(8);
+    net.node(SERVER).ctx.post_srq_recv(srq, next).unwrap();
+    // A 3000-byte SEND: only its FIRST reaches the server, which takes WQE 0 for it.
+    net.node(2).send(theirs[0], 1, 0x11, 3000);
+    let mut buf = vec![0u8; 5000];
+    let now = net.now;
+    let n = net.node(2).ctx.poll_frame(now, &mut buf).unwrap();
+    net.node(SERVER).ctx.handle_frame(now, &buf[..n]).unwrap();
+    assert_eq!(net.node(SERVER).ctx.srq_posted(srq), Some(1));
+    let reset = QpAttr {
+        qp_state: QpState::Reset,
+        ..QpAttr::default()
+    };
+    net.node(SERVER)
+        .ctx
+        .modify_qp(ours[0], &reset, QpAttrMask::STATE)
+        .unwrap();
+    assert_eq!(
+        net.node(SERVER).ctx.srq_posted(srq),
+        Some(2),
+        "WQE 0 is back"
+    );
+    let cq = net.node(SERVER).cq;
+    assert!(
+        net.node(SERVER).ctx.poll_cq(cq, 10).is_empty(),
+        "RESET completes nothing"
+    );
+    net.node(3).send(theirs[1], 2, 0x22, 32);
+    net.run(0);
+    let wcs = net.node(SERVER).ctx.poll_cq(cq, 10);
+    assert_eq!(
+        wcs.iter()
+            .map(|w| (w.wr_id, w.qp_num, w.status))
+            .collect::<Vec<_>>(),
+        vec![(0, ours[1], WcStatus::Success)],
+        "the message on the other QP lands in the WQE given back"
+    );
+}

@@ -405,6 +405,16 @@ impl Context {
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.modify(attr, mask, &mut self.wcs);
+        if r.is_ok() && qp.state() == QpState::Reset {
+            // What the QP held outside itself: the SRQ receive it was filling goes back to
+            // the SRQ, and the type 2 windows bound to it are unbound.
+            if let Some(w) = qp.take_srq_return() {
+                if let Some(srq) = super::srq_mut(&mut self.srqs, qp.srq()) {
+                    srq.give_back(w);
+                }
+            }
+            self.mem.unbind_qp_windows(qpn);
+        }
         self.route_completions();
         self.take_qp_events(qpn);
         r

@@ -133,18 +133,18 @@ impl Context {
         let mem = &self.mem;
         let staged = &self.gather;
         let len = pkt.payload.len();
+        let mut whole = true;
         let built = repr.emit_roce_with(len, buf, |dst| match pkt.payload {
             Payload::Span(s) => match mem.read(s) {
                 Some(src) if src.len() == dst.len() => dst.copy_from_slice(src),
-                _ => dst.fill(0), // the region went away under a queued response
+                _ => whole = false,
             },
-            p => {
-                if !p.copy_out(mem, staged, dst) {
-                    dst.fill(0); // a region of the list went away
-                }
-            }
+            p => whole = p.copy_out(mem, staged, dst),
         });
-        let Ok(n) = built else {
+        // A payload whose region went away is not sent, never sent as something else:
+        // `dereg_mr` refuses a region a queued packet reads from (EBUSY), so this is a
+        // last line of defence; the peer's retransmission then meets the key check.
+        let (Ok(n), true) = (built, whole) else {
             self.counters.tx_dropped += 1;
             return None;
         };

@@ -185,8 +185,14 @@ pub struct Memory {
     by_lkey: KeyMap<Region>,
     rkeys: KeyMap<RemoteKey>,
     windows: window::Windows,
+    /// The ids of deallocated windows, never given to a window again (a peer may still
+    /// hold one of their rkeys).
+    retired_windows: KeyMap<()>,
     keys: Keys,
 }
+
+/// The top bit of every window rkey, clear in every region key.
+const WINDOW_KEY: u32 = 1 << 31;
 
 impl Memory {
     /// An empty table whose keys come from `seed`.
@@ -196,6 +202,7 @@ impl Memory {
             by_lkey: KeyMap::default(),
             rkeys: KeyMap::default(),
             windows: KeyMap::default(),
+            retired_windows: KeyMap::default(),
             keys: Keys::new(&mut crate::rng::Rng::new(seed ^ 0x6d65_6d6f_7279)),
         }
     }
@@ -223,15 +230,17 @@ impl Memory {
         self.pds.get(pd.0 as usize).copied().unwrap_or(false)
     }
 
-    /// A key never handed out before in this context ([`keys`]); 0 is never a key. Its
-    /// upper 24 bits name no window either (a window keeps them through every rebinding).
+    /// A region key never handed out before in this context ([`keys`]); 0 is never a
+    /// key. Region keys have the top bit clear and window rkeys have it set
+    /// ([`WINDOW_KEY`]), so no key of a region can ever be one of a window's, whatever
+    /// key byte the application binds a window with.
     fn fresh_key(&mut self) -> u32 {
         loop {
             let k = self.keys.next();
             if k != 0
+                && k & WINDOW_KEY == 0
                 && !self.by_lkey.contains_key(&k)
                 && !self.rkeys.contains_key(&k)
-                && !self.windows.contains_key(&(k >> 8))
             {
                 return k;
             }

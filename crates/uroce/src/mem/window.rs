@@ -194,13 +194,16 @@ impl Memory {
         if !self.pd_exists(pd) {
             return Err(RegError::NoSuchPd);
         }
+        // The top bit marks a window's key (region keys never have it), and a window id
+        // is never used twice: no rkey a peer may still hold, of a region or of an earlier
+        // window with any key byte, ever names this window.
         let rkey = loop {
             let k = self.keys.next();
             let id = k >> 8;
-            let taken = self.windows.contains_key(&id)
-                || self.by_lkey.keys().any(|&l| l >> 8 == id)
-                || self.rkeys.keys().any(|&r| r >> 8 == id);
-            if id != 0 && !taken {
+            if k & super::WINDOW_KEY != 0
+                && !self.windows.contains_key(&id)
+                && !self.retired_windows.contains_key(&id)
+            {
                 break k;
             }
         };
@@ -221,6 +224,7 @@ impl Memory {
         if w.grant.is_some() {
             self.rkeys.remove(&w.rkey);
         }
+        self.retired_windows.insert(mw.0, ());
         Ok(())
     }
 
@@ -304,6 +308,18 @@ impl Memory {
         }
         self.windows.insert(b.mw.0, Window { rkey, grant, ..w });
         Ok(rkey)
+    }
+
+    /// Unbinds every type 2 window bound to QP `qpn`, which went to RESET: brought up
+    /// again, perhaps towards another peer, it must not carry the old bindings' grants
+    /// (their rkeys never grant access again, as after an invalidation).
+    pub fn unbind_qp_windows(&mut self, qpn: u32) {
+        for w in self.windows.values_mut() {
+            if w.grant.is_some_and(|g| g.qpn == Some(qpn)) {
+                w.grant = None;
+                self.rkeys.remove(&w.rkey);
+            }
+        }
     }
 
     /// Invalidates the type 2 window whose current rkey is `rkey`: LOCAL_INV posted on a QP
@@ -563,5 +579,52 @@ mod tests {
         for k in [mr.lkey, mr.rkey] {
             assert!(k >> 8 != a.id().0 && k >> 8 != b.id().0);
         }
+    }
+
+    /// No key a peer may hold ever names something else later: region keys and window
+    /// rkeys are told apart by their top bit (whatever key byte a bind uses), and a
+    /// deallocated window's id is never given to a new window.
+    #[test]
+    fn window_keys_never_collide_with_region_keys_or_old_windows() {
+        let (mut m, pd, _) = setup();
+        let mut ids = std::collections::HashSet::new();
+        for _ in 0..2000 {
+            let w = m.alloc_mw(pd, MwType::Type2).unwrap();
+            assert_ne!(w.rkey & super::super::WINDOW_KEY, 0);
+            assert!(ids.insert(w.id().0), "window id {:#x} used twice", w.id().0);
+            m.dealloc_mw(w.id()).unwrap();
+            let r = m
+                .register(pd, vec![0; 8], Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                .unwrap();
+            assert_eq!(r.rkey & super::super::WINDOW_KEY, 0);
+            assert_eq!(r.lkey & super::super::WINDOW_KEY, 0);
+            m.deregister(r.lkey).unwrap();
+        }
+    }
+
+    /// RESET of a QP unbinds the type 2 windows bound to it, and only those.
+    #[test]
+    fn unbind_qp_windows_takes_only_that_qps_grants() {
+        let (mut m, pd, mr) = setup();
+        let mine = m.alloc_mw(pd, MwType::Type2).unwrap();
+        let other = m.alloc_mw(pd, MwType::Type2).unwrap();
+        let bind = |mw: &Mw| BindRequest {
+            mw: mw.id(),
+            rkey: inc_rkey(mw.rkey),
+            mr_lkey: mr.lkey,
+            addr: mr.addr,
+            length: 16,
+            access: Access::REMOTE_WRITE,
+        };
+        let k1 = m.bind_mw(pd, QP, &bind(&mine)).unwrap();
+        let k2 = m.bind_mw(pd, QP + 1, &bind(&other)).unwrap();
+        m.unbind_qp_windows(QP);
+        let w = Access::REMOTE_WRITE;
+        assert!(m.check_remote(pd, QP, k1, mr.addr, 8, w).is_err());
+        assert!(m.check_remote(pd, QP + 1, k2, mr.addr, 8, w).is_ok());
+        assert!(
+            m.has_windows(mr.lkey),
+            "the other QP's window still holds the region"
+        );
     }
 }

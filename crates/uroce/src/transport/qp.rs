@@ -333,6 +333,9 @@ pub(crate) struct Qp {
     drained_event: bool,
     /// A QP on an SRQ entered ERR and its last WQE event is not taken yet.
     last_wqe_reached: bool,
+    /// A QP on an SRQ went to RESET while filling a receive it took from the SRQ: the
+    /// WQE, for the context to give back to the SRQ ([`Qp::take_srq_return`]).
+    srq_return: Option<RecvBuf>,
 }
 
 impl Qp {
@@ -372,6 +375,7 @@ impl Qp {
             notify_drained: false,
             drained_event: false,
             last_wqe_reached: false,
+            srq_return: None,
         }
     }
 
@@ -403,6 +407,11 @@ impl Qp {
     /// The shared receive queue the QP takes its receives from.
     pub(crate) fn srq(&self) -> Option<SrqId> {
         self.core.srq
+    }
+
+    /// The SRQ receive the QP was filling when it went to RESET, to give back to its SRQ.
+    pub(crate) fn take_srq_return(&mut self) -> Option<RecvBuf> {
+        self.srq_return.take()
     }
 
     /// Whether the QP, on an SRQ, entered ERR since the last call: the context raises
@@ -650,7 +659,15 @@ impl Qp {
     /// queues emptied without completions, every attribute forgotten (rdma_rxe's
     /// `rxe_qp_reset` empties the queues and clears what the modifies set). The counters
     /// and the inline pool stay.
+    ///
+    /// A receive being filled goes with the receive queue when it is the QP's own; one
+    /// taken from an SRQ belongs to the SRQ and is kept for the context to give back
+    /// ([`Qp::take_srq_return`]), so no WQE of a shared queue is lost.
     fn reset(&mut self) {
+        let receiving = self.service.take_receiving();
+        if self.core.srq.is_some() {
+            self.srq_return = receiving;
+        }
         self.service.reset(&self.core);
         self.core.rq.clear();
         self.core.state = QpState::Reset;

@@ -107,7 +107,9 @@ impl Srq {
         }
         Ok(Self {
             pd,
-            q: VecDeque::with_capacity(max_wr as usize),
+            // One above the depth: a WQE given back (`give_back`) while the application
+            // has refilled the queue to `max_wr` takes its place back without allocating.
+            q: VecDeque::with_capacity(max_wr as usize + 1),
             max_wr,
             max_sge: a.max_sge.max(1),
             limit: a.srq_limit,
@@ -152,6 +154,9 @@ impl Srq {
         };
         if limit > max_wr {
             return Err(VerbsError::InvalidWr("srq_limit above the SRQ's depth"));
+        }
+        if max_wr as usize + 1 > self.q.capacity() {
+            self.q.reserve(max_wr as usize + 1 - self.q.len());
         }
         self.max_wr = max_wr;
         self.limit = limit;
@@ -198,7 +203,10 @@ impl Srq {
     }
 
     /// Gives a WQE taken for a message that was then dropped back to the head of the
-    /// queue, for the next message (the UC resynchronisation; no event).
+    /// queue, for the next message (the UC resynchronisation; no event). The queue may
+    /// then hold `max_wr + 1` WQEs for a while (the application refilled it meanwhile):
+    /// it has the room, and posting waits until it is below `max_wr` again. rdma_rxe
+    /// completes such a WQE in error instead; giving it back loses nothing.
     pub(crate) fn give_back(&mut self, r: RecvBuf) {
         self.q.push_front(r);
     }

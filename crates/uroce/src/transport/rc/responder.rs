@@ -769,9 +769,14 @@ impl Responder {
         })
     }
 
-    /// Whether the receive a SEND is being placed in has its buffer in the region `lkey`.
+    /// Whether the receive a SEND is being placed in, or a READ response not sent yet,
+    /// has its buffer in the region `lkey` (`dereg_mr` is EBUSY while one does).
     pub(crate) fn refers_to(&self, lkey: u32) -> bool {
         matches!(&self.cur, Some(InMsg::Send { rwqe, .. }) if rwqe.refers_to(lkey))
+            || self
+                .out
+                .iter()
+                .any(|r| matches!(r, Resp::Read { span: Some(s), .. } if s.lkey == lkey))
     }
 
     /// QP to ERR: takes out the receive a SEND is being placed in, to be flushed ahead

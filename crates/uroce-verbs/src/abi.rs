@@ -1,0 +1,589 @@
+//! The C structures of `<infiniband/verbs.h>` (rdma-core 44, x86-64), written by hand
+//! from the header's declarations: same fields, same order, same types, so the same
+//! layout. tests/abi_layout.rs compiles a C program against the distro's header and
+//! compares `sizeof` and `offsetof` of every field this library reads or writes.
+//!
+//! C enums are `c_int` / `c_uint` here (their storage); anonymous unions of two 32-bit
+//! members are one `u32` named after the first member. Function pointer fields the
+//! library never sets are [`Op`].
+#![allow(non_camel_case_types, non_snake_case)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+use libc::{pthread_cond_t, pthread_mutex_t};
+
+/// A function pointer this library leaves NULL (the inline wrappers in verbs.h then
+/// answer EOPNOTSUPP themselves).
+pub type Op = Option<unsafe extern "C" fn()>;
+
+/// `union ibv_gid`: 16 bytes, network order; the `global` view is two `__be64`, which
+/// gives the union (and every structure holding one) 8-byte alignment.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ibv_gid {
+    pub raw: [u8; 16],
+}
+
+/// `struct ibv_gid_entry`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_gid_entry {
+    pub gid: ibv_gid,
+    pub gid_index: u32,
+    pub port_num: u32,
+    pub gid_type: u32,
+    pub ndev_ifindex: u32,
+}
+
+/// `struct _ibv_device_ops` (obsolete, kept for layout).
+#[repr(C)]
+pub struct _ibv_device_ops {
+    pub _dummy1: Op,
+    pub _dummy2: Op,
+}
+
+pub const IBV_SYSFS_NAME_MAX: usize = 64;
+pub const IBV_SYSFS_PATH_MAX: usize = 256;
+
+/// `struct ibv_device`.
+#[repr(C)]
+pub struct ibv_device {
+    pub _ops: _ibv_device_ops,
+    pub node_type: c_int,
+    pub transport_type: c_int,
+    pub name: [c_char; IBV_SYSFS_NAME_MAX],
+    pub dev_name: [c_char; IBV_SYSFS_NAME_MAX],
+    pub dev_path: [c_char; IBV_SYSFS_PATH_MAX],
+    pub ibdev_path: [c_char; IBV_SYSFS_PATH_MAX],
+}
+
+/// `struct ibv_context_ops`: the data path the inline verbs (`ibv_post_send`,
+/// `ibv_post_recv`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_post_srq_recv`) call through.
+#[repr(C)]
+pub struct ibv_context_ops {
+    pub _compat_query_device: Op,
+    pub _compat_query_port: Op,
+    pub _compat_alloc_pd: Op,
+    pub _compat_dealloc_pd: Op,
+    pub _compat_reg_mr: Op,
+    pub _compat_rereg_mr: Op,
+    pub _compat_dereg_mr: Op,
+    pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, c_int) -> *mut c_void>,
+    pub bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut c_void, *mut c_void) -> c_int>,
+    pub dealloc_mw: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+    pub _compat_create_cq: Op,
+    pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int>,
+    pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
+    pub _compat_cq_event: Op,
+    pub _compat_resize_cq: Op,
+    pub _compat_destroy_cq: Op,
+    pub _compat_create_srq: Op,
+    pub _compat_modify_srq: Op,
+    pub _compat_query_srq: Op,
+    pub _compat_destroy_srq: Op,
+    pub post_srq_recv: Option<
+        unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int,
+    >,
+    pub _compat_create_qp: Op,
+    pub _compat_query_qp: Op,
+    pub _compat_modify_qp: Op,
+    pub _compat_destroy_qp: Op,
+    pub post_send:
+        Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int>,
+    pub post_recv:
+        Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int>,
+    pub _compat_create_ah: Op,
+    pub _compat_destroy_ah: Op,
+    pub _compat_attach_mcast: Op,
+    pub _compat_detach_mcast: Op,
+    pub _compat_async_event: Op,
+}
+
+/// `struct ibv_context`.
+#[repr(C)]
+pub struct ibv_context {
+    pub device: *mut ibv_device,
+    pub ops: ibv_context_ops,
+    pub cmd_fd: c_int,
+    pub async_fd: c_int,
+    pub num_comp_vectors: c_int,
+    pub mutex: pthread_mutex_t,
+    /// `__VERBS_ABI_IS_EXTENDED` (all ones) says a [`verbs_context`] is in front.
+    pub abi_compat: *mut c_void,
+}
+
+/// `__VERBS_ABI_IS_EXTENDED`.
+pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
+
+/// `struct verbs_context`: the extended operations, in front of the `ibv_context`
+/// (`verbs_get_ctx` subtracts `offsetof(struct verbs_context, context)`); `sz` says how
+/// much of it exists, counted back from `context`.
+#[repr(C)]
+pub struct verbs_context {
+    pub query_port:
+        Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int>,
+    pub advise_mr: Op,
+    pub alloc_null_mr: Op,
+    pub read_counters: Op,
+    pub attach_counters_point_flow: Op,
+    pub create_counters: Op,
+    pub destroy_counters: Op,
+    pub reg_dm_mr: Op,
+    pub alloc_dm: Op,
+    pub free_dm: Op,
+    pub modify_flow_action_esp: Op,
+    pub destroy_flow_action: Op,
+    pub create_flow_action_esp: Op,
+    pub modify_qp_rate_limit: Op,
+    pub alloc_parent_domain: Op,
+    pub dealloc_td: Op,
+    pub alloc_td: Op,
+    pub modify_cq: Op,
+    pub post_srq_ops: Op,
+    pub destroy_rwq_ind_table: Op,
+    pub create_rwq_ind_table: Op,
+    pub destroy_wq: Op,
+    pub modify_wq: Op,
+    pub create_wq: Op,
+    pub query_rt_values: Op,
+    pub create_cq_ex: Op,
+    pub priv_: *mut c_void,
+    pub query_device_ex: Option<
+        unsafe extern "C" fn(
+            *mut ibv_context,
+            *const c_void,
+            *mut ibv_device_attr_ex,
+            usize,
+        ) -> c_int,
+    >,
+    pub ibv_destroy_flow: Op,
+    pub ABI_placeholder2: Op,
+    pub ibv_create_flow: Op,
+    pub ABI_placeholder1: Op,
+    pub open_qp: Op,
+    pub create_qp_ex: Op,
+    pub get_srq_num: Op,
+    pub create_srq_ex: Op,
+    pub open_xrcd: Op,
+    pub close_xrcd: Op,
+    pub _ABI_placeholder3: u64,
+    pub sz: usize,
+    pub context: ibv_context,
+}
+
+/// `struct ibv_device_attr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr {
+    pub fw_ver: [c_char; 64],
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: c_int,
+    pub max_qp_wr: c_int,
+    pub device_cap_flags: c_uint,
+    pub max_sge: c_int,
+    pub max_sge_rd: c_int,
+    pub max_cq: c_int,
+    pub max_cqe: c_int,
+    pub max_mr: c_int,
+    pub max_pd: c_int,
+    pub max_qp_rd_atom: c_int,
+    pub max_ee_rd_atom: c_int,
+    pub max_res_rd_atom: c_int,
+    pub max_qp_init_rd_atom: c_int,
+    pub max_ee_init_rd_atom: c_int,
+    pub atomic_cap: c_int,
+    pub max_ee: c_int,
+    pub max_rdd: c_int,
+    pub max_mw: c_int,
+    pub max_raw_ipv6_qp: c_int,
+    pub max_raw_ethy_qp: c_int,
+    pub max_mcast_grp: c_int,
+    pub max_mcast_qp_attach: c_int,
+    pub max_total_mcast_qp_attach: c_int,
+    pub max_ah: c_int,
+    pub max_fmr: c_int,
+    pub max_map_per_fmr: c_int,
+    pub max_srq: c_int,
+    pub max_srq_wr: c_int,
+    pub max_srq_sge: c_int,
+    pub max_pkeys: u16,
+    pub local_ca_ack_delay: u8,
+    pub phys_port_cnt: u8,
+}
+
+/// `struct ibv_device_attr_ex`: this library fills `orig_attr` and
+/// `phys_port_cnt_ex` and leaves the extended capabilities (ODP, TSO, RSS, packet
+/// pacing, tag matching, CQ moderation, device memory, PCI atomics) zero, which says
+/// "not supported"; they are bytes here.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr_ex {
+    pub orig_attr: ibv_device_attr,
+    pub comp_mask: u32,
+    pub _extended: [u8; 160],
+    pub phys_port_cnt_ex: u32,
+}
+
+/// `struct ibv_port_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_port_attr {
+    pub state: c_int,
+    pub max_mtu: c_int,
+    pub active_mtu: c_int,
+    pub gid_tbl_len: c_int,
+    pub port_cap_flags: u32,
+    pub max_msg_sz: u32,
+    pub bad_pkey_cntr: u32,
+    pub qkey_viol_cntr: u32,
+    pub pkey_tbl_len: u16,
+    pub lid: u16,
+    pub sm_lid: u16,
+    pub lmc: u8,
+    pub max_vl_num: u8,
+    pub sm_sl: u8,
+    pub subnet_timeout: u8,
+    pub init_type_reply: u8,
+    pub active_width: u8,
+    pub active_speed: u8,
+    pub phys_state: u8,
+    pub link_layer: u8,
+    pub flags: u8,
+    pub port_cap_flags2: u16,
+}
+
+/// The size of `struct _compat_ibv_port_attr`, what the exported `ibv_query_port` may
+/// write (everything of [`ibv_port_attr`] before `port_cap_flags2`).
+pub const COMPAT_PORT_ATTR_SIZE: usize = 48;
+
+/// `struct ibv_pd`.
+#[repr(C)]
+pub struct ibv_pd {
+    pub context: *mut ibv_context,
+    pub handle: u32,
+}
+
+/// `struct ibv_mr`.
+#[repr(C)]
+pub struct ibv_mr {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub addr: *mut c_void,
+    pub length: usize,
+    pub handle: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+/// `struct ibv_comp_channel`.
+#[repr(C)]
+pub struct ibv_comp_channel {
+    pub context: *mut ibv_context,
+    pub fd: c_int,
+    pub refcnt: c_int,
+}
+
+/// `struct ibv_cq`.
+#[repr(C)]
+pub struct ibv_cq {
+    pub context: *mut ibv_context,
+    pub channel: *mut ibv_comp_channel,
+    pub cq_context: *mut c_void,
+    pub handle: u32,
+    pub cqe: c_int,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub comp_events_completed: u32,
+    pub async_events_completed: u32,
+}
+
+/// `struct ibv_srq`.
+#[repr(C)]
+pub struct ibv_srq {
+    pub context: *mut ibv_context,
+    pub srq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub events_completed: u32,
+}
+
+/// `struct ibv_qp`.
+#[repr(C)]
+pub struct ibv_qp {
+    pub context: *mut ibv_context,
+    pub qp_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub handle: u32,
+    pub qp_num: u32,
+    pub state: c_int,
+    pub qp_type: c_int,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub events_completed: u32,
+}
+
+/// `struct ibv_ah`.
+#[repr(C)]
+pub struct ibv_ah {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+}
+
+/// `struct ibv_global_route`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_global_route {
+    pub dgid: ibv_gid,
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+}
+
+/// `struct ibv_ah_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_ah_attr {
+    pub grh: ibv_global_route,
+    pub dlid: u16,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+}
+
+/// `struct ibv_sge`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// `wr.rdma` of `struct ibv_send_wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr_rdma {
+    pub remote_addr: u64,
+    pub rkey: u32,
+}
+
+/// `wr.atomic` of `struct ibv_send_wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr_atomic {
+    pub remote_addr: u64,
+    pub compare_add: u64,
+    pub swap: u64,
+    pub rkey: u32,
+}
+
+/// `wr.ud` of `struct ibv_send_wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr_ud {
+    pub ah: *mut ibv_ah,
+    pub remote_qpn: u32,
+    pub remote_qkey: u32,
+}
+
+/// The `wr` union of `struct ibv_send_wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_send_wr_wr {
+    pub rdma: ibv_send_wr_rdma,
+    pub atomic: ibv_send_wr_atomic,
+    pub ud: ibv_send_wr_ud,
+}
+
+/// `struct ibv_mw_bind_info`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind_info {
+    pub mr: *mut ibv_mr,
+    pub addr: u64,
+    pub length: u64,
+    pub mw_access_flags: c_uint,
+}
+
+/// `bind_mw` of `struct ibv_send_wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr_bind_mw {
+    pub mw: *mut c_void,
+    pub rkey: u32,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+/// `tso` of `struct ibv_send_wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr_tso {
+    pub hdr: *mut c_void,
+    pub hdr_sz: u16,
+    pub mss: u16,
+}
+
+/// The last, anonymous union of `struct ibv_send_wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_send_wr_ext {
+    pub bind_mw: ibv_send_wr_bind_mw,
+    pub tso: ibv_send_wr_tso,
+}
+
+/// `struct ibv_send_wr`. `imm_data` is the anonymous union of `imm_data` (network
+/// order) and `invalidate_rkey`; `qp_type` holds `xrc.remote_srqn`; `ext` is the
+/// anonymous `bind_mw` / `tso` union.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr {
+    pub wr_id: u64,
+    pub next: *mut ibv_send_wr,
+    pub sg_list: *mut ibv_sge,
+    pub num_sge: c_int,
+    pub opcode: c_int,
+    pub send_flags: c_uint,
+    pub imm_data: u32,
+    pub wr: ibv_send_wr_wr,
+    pub qp_type: u32,
+    pub ext: ibv_send_wr_ext,
+}
+
+/// `struct ibv_recv_wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_recv_wr {
+    pub wr_id: u64,
+    pub next: *mut ibv_recv_wr,
+    pub sg_list: *mut ibv_sge,
+    pub num_sge: c_int,
+}
+
+/// `struct ibv_wc`. `imm_data` is the anonymous union of `imm_data` (network order)
+/// and `invalidated_rkey`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_wc {
+    pub wr_id: u64,
+    pub status: c_int,
+    pub opcode: c_int,
+    pub vendor_err: u32,
+    pub byte_len: u32,
+    pub imm_data: u32,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    pub wc_flags: c_uint,
+    pub pkey_index: u16,
+    pub slid: u16,
+    pub sl: u8,
+    pub dlid_path_bits: u8,
+}
+
+/// `struct ibv_qp_cap`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_qp_cap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+/// `struct ibv_qp_init_attr`.
+#[repr(C)]
+pub struct ibv_qp_init_attr {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+}
+
+/// `struct ibv_qp_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_qp_attr {
+    pub qp_state: c_int,
+    pub cur_qp_state: c_int,
+    pub path_mtu: c_int,
+    pub path_mig_state: c_int,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: c_uint,
+    pub cap: ibv_qp_cap,
+    pub ah_attr: ibv_ah_attr,
+    pub alt_ah_attr: ibv_ah_attr,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub en_sqd_async_notify: u8,
+    pub sq_draining: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub rate_limit: u32,
+}
+
+/// `struct ibv_srq_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_srq_attr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+/// The `element` union of `struct ibv_async_event`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_async_event_element {
+    pub cq: *mut ibv_cq,
+    pub qp: *mut ibv_qp,
+    pub srq: *mut ibv_srq,
+    pub wq: *mut c_void,
+    pub port_num: c_int,
+}
+
+/// `struct ibv_async_event`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_async_event {
+    pub element: ibv_async_event_element,
+    pub event_type: c_int,
+}
+
+// Constants this library uses.
+pub const IBV_NODE_CA: c_int = 1;
+pub const IBV_TRANSPORT_IB: c_int = 0;
+pub const IBV_PORT_DOWN: c_int = 1;
+pub const IBV_PORT_ACTIVE: c_int = 4;
+pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
+pub const IBV_ATOMIC_HCA: c_int = 1;
+pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
+/// `IBV_GID_TYPE_SYSFS_ROCE_V2` (rdma-core's driver.h), what `ibv_query_gid_type` answers.
+pub const IBV_GID_TYPE_SYSFS_ROCE_V2: c_int = 1;

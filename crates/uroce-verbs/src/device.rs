@@ -1,0 +1,908 @@
+//! Devices: one per usable interface, their contexts, ports and GID tables.
+//!
+//! A device is an Ethernet interface (one with a MAC address) of the calling thread's
+//! network namespace, named `uroce_<interface>`. `UROCE_IFACES` (a comma-separated list
+//! of interface names) limits the list to those interfaces. The port is read live from
+//! the kernel at every query (rtnetlink, `uroce::net::addresses`): state from the link's
+//! operational state, active MTU from the interface MTU, link layer Ethernet; the GID
+//! table holds one RoCE v2 GID per address of the interface: IPv6 link-local first, then
+//! IPv4 (as `::ffff:a.b.c.d`), then the other IPv6 addresses, at most [`GID_TABLE_LEN`].
+//!
+//! A device lives for the rest of the process once listed (a program may keep an opened
+//! device after `ibv_free_device_list`); listing again reuses it. Contexts are boxed
+//! `verbs_context`s, known to a registry so that closing one twice, or a pointer that is
+//! not one, is refused instead of freeing memory that is not ours.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_char, c_int, c_void};
+use std::net::IpAddr;
+use std::sync::{Mutex, MutexGuard};
+
+use libc::{EINVAL, ENODATA, ENODEV};
+use uroce::net::addresses::{self, InterfaceInfo, OperState};
+use uroce::verbs::{ContextConfig, CqId, Mr, PdId};
+
+use crate::abi::{
+    self, ibv_context, ibv_device, ibv_device_attr, ibv_gid, ibv_port_attr, verbs_context,
+};
+use crate::util::set_errno;
+
+/// Entries in a port's GID table (`gid_tbl_len`).
+pub const GID_TABLE_LEN: usize = 16;
+
+/// The environment variable that selects interfaces.
+pub const IFACES_ENV: &str = "UROCE_IFACES";
+
+/// A listed device: the C `ibv_device` first, so a `*mut ibv_device` is a `*mut Device`.
+#[repr(C)]
+pub struct Device {
+    dev: ibv_device,
+    iface: String,
+    ifindex: u32,
+    mac: [u8; 6],
+}
+
+impl Device {
+    /// The interface this device is.
+    pub fn iface(&self) -> &str {
+        &self.iface
+    }
+
+    /// The node GUID, EUI-64 from the MAC, in network order as `__be64` holds it.
+    pub fn guid(&self) -> u64 {
+        u64::from_ne_bytes(eui64(self.mac))
+    }
+}
+
+fn eui64(m: [u8; 6]) -> [u8; 8] {
+    [m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]
+}
+
+/// Raw pointers to leaked, never freed devices; shared between threads only for reading.
+struct Devices(Vec<*mut Device>);
+// SAFETY: the devices are never mutated after creation nor freed, so their addresses may
+// be shared between threads; the Vec itself is behind the Mutex.
+unsafe impl Send for Devices {}
+
+static DEVICES: Mutex<Devices> = Mutex::new(Devices(Vec::new()));
+static CONTEXTS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn copy_name(dst: &mut [c_char], s: &str) {
+    let room = dst.len().saturating_sub(1);
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(room)) {
+        *d = b as c_char;
+    }
+}
+
+/// Whether `info` becomes a device under the selection `selected` (`UROCE_IFACES`).
+pub fn usable(info: &InterfaceInfo, selected: Option<&str>) -> bool {
+    if info.mac.is_none() {
+        return false;
+    }
+    match selected {
+        Some(list) => list.split(',').map(str::trim).any(|n| n == info.name),
+        None => true,
+    }
+}
+
+/// The devices of the calling thread's namespace now, creating those not seen before.
+pub fn list() -> Result<Vec<*mut Device>, c_int> {
+    let infos = addresses::interfaces().map_err(|_| ENODEV)?;
+    let selected = std::env::var(IFACES_ENV).ok();
+    let mut devices = lock(&DEVICES);
+    let mut out = Vec::new();
+    for info in infos.iter().filter(|i| usable(i, selected.as_deref())) {
+        let Some(mac) = info.mac else { continue };
+        let known = devices.0.iter().copied().find(|&d| {
+            // SAFETY: every pointer in DEVICES is a leaked, live, never mutated Device.
+            let d = unsafe { &*d };
+            d.iface == info.name && d.ifindex == info.index && d.mac == mac
+        });
+        let dev = known.unwrap_or_else(|| {
+            let mut dev = ibv_device {
+                _ops: abi::_ibv_device_ops {
+                    _dummy1: None,
+                    _dummy2: None,
+                },
+                node_type: abi::IBV_NODE_CA,
+                transport_type: abi::IBV_TRANSPORT_IB,
+                name: [0; abi::IBV_SYSFS_NAME_MAX],
+                dev_name: [0; abi::IBV_SYSFS_NAME_MAX],
+                dev_path: [0; abi::IBV_SYSFS_PATH_MAX],
+                ibdev_path: [0; abi::IBV_SYSFS_PATH_MAX],
+            };
+            let name = format!("uroce_{}", info.name);
+            copy_name(&mut dev.name, &name);
+            copy_name(&mut dev.dev_name, &name);
+            let d = Box::into_raw(Box::new(Device {
+                dev,
+                iface: info.name.clone(),
+                ifindex: info.index,
+                mac,
+            }));
+            devices.0.push(d);
+            d
+        });
+        out.push(dev);
+    }
+    Ok(out)
+}
+
+/// The device behind `dev` if it is one of ours.
+fn device(dev: *const ibv_device) -> Option<&'static Device> {
+    let devices = lock(&DEVICES);
+    devices
+        .0
+        .iter()
+        .copied()
+        .find(|&d| d.cast_const().cast::<ibv_device>() == dev)
+        .map(|d| {
+            // SAFETY: `d` is a leaked Device that lives (unchanged) for the rest of the process.
+            unsafe { &*d }
+        })
+}
+
+/// An open device: the `verbs_context` (with the `ibv_context` at its end) first.
+#[repr(C)]
+struct Context {
+    vctx: verbs_context,
+    device: &'static Device,
+    inner: Mutex<Inner>,
+}
+
+/// What an open device holds: uroce's context and the C objects handed out, by address.
+pub(crate) struct Inner {
+    pub uroce: uroce::verbs::Context,
+    pub pds: HashMap<usize, PdId>,
+    pub mrs: HashMap<usize, Mr>,
+    pub cqs: HashMap<usize, CqId>,
+}
+
+/// Runs `f` on the state of the open context `ctx`; None if `ctx` is not one. The
+/// context cannot be closed meanwhile (the registry stays locked), so one verb runs at a
+/// time: thread safe, not yet concurrent.
+pub(crate) fn with_inner<R>(ctx: *mut ibv_context, f: impl FnOnce(&mut Inner) -> R) -> Option<R> {
+    let p = context_ptr_of(ctx);
+    let contexts = lock(&CONTEXTS);
+    if !contexts.as_ref().is_some_and(|s| s.contains(&(p as usize))) {
+        return None;
+    }
+    // SAFETY: `p` is registered, so it is a live Box<Context> from `open`, and it stays
+    // so while `contexts` is held; only the `inner` field is referenced.
+    let inner = unsafe { &(*p).inner };
+    let mut guard = lock(inner);
+    Some(f(&mut guard))
+}
+
+fn context_ptr_of(ctx: *mut ibv_context) -> *mut Context {
+    ctx.cast::<u8>()
+        .wrapping_sub(std::mem::offset_of!(verbs_context, context))
+        .cast()
+}
+
+/// The open context behind `ctx`, if it is one of ours.
+fn context(ctx: *mut ibv_context) -> Option<&'static Device> {
+    let p = context_ptr_of(ctx);
+    if !lock(&CONTEXTS)
+        .as_ref()
+        .is_some_and(|s| s.contains(&(p as usize)))
+    {
+        return None;
+    }
+    // SAFETY: `p` is registered, so it is a live Box<Context> leaked by open_device and
+    // not yet closed; `device` is never written after creation.
+    Some(unsafe { (*p).device })
+}
+
+fn open(device: &'static Device) -> *mut ibv_context {
+    let ops = abi::ibv_context_ops {
+        _compat_query_device: None,
+        _compat_query_port: None,
+        _compat_alloc_pd: None,
+        _compat_dealloc_pd: None,
+        _compat_reg_mr: None,
+        _compat_rereg_mr: None,
+        _compat_dereg_mr: None,
+        alloc_mw: None,
+        bind_mw: None,
+        dealloc_mw: None,
+        _compat_create_cq: None,
+        poll_cq: Some(crate::resources::poll_cq),
+        req_notify_cq: Some(no_req_notify_cq),
+        _compat_cq_event: None,
+        _compat_resize_cq: None,
+        _compat_destroy_cq: None,
+        _compat_create_srq: None,
+        _compat_modify_srq: None,
+        _compat_query_srq: None,
+        _compat_destroy_srq: None,
+        post_srq_recv: Some(no_post_srq_recv),
+        _compat_create_qp: None,
+        _compat_query_qp: None,
+        _compat_modify_qp: None,
+        _compat_destroy_qp: None,
+        post_send: Some(no_post_send),
+        post_recv: Some(no_post_recv),
+        _compat_create_ah: None,
+        _compat_destroy_ah: None,
+        _compat_attach_mcast: None,
+        _compat_detach_mcast: None,
+        _compat_async_event: None,
+    };
+    // SAFETY: pthread_mutex_t all zeros is PTHREAD_MUTEX_INITIALIZER in glibc.
+    let mutex: libc::pthread_mutex_t = unsafe { std::mem::zeroed() };
+    let vctx = verbs_context {
+        query_port: Some(query_port_ex),
+        advise_mr: None,
+        alloc_null_mr: None,
+        read_counters: None,
+        attach_counters_point_flow: None,
+        create_counters: None,
+        destroy_counters: None,
+        reg_dm_mr: None,
+        alloc_dm: None,
+        free_dm: None,
+        modify_flow_action_esp: None,
+        destroy_flow_action: None,
+        create_flow_action_esp: None,
+        modify_qp_rate_limit: None,
+        alloc_parent_domain: None,
+        dealloc_td: None,
+        alloc_td: None,
+        modify_cq: None,
+        post_srq_ops: None,
+        destroy_rwq_ind_table: None,
+        create_rwq_ind_table: None,
+        destroy_wq: None,
+        modify_wq: None,
+        create_wq: None,
+        query_rt_values: None,
+        create_cq_ex: None,
+        priv_: std::ptr::null_mut(),
+        query_device_ex: Some(query_device_ex),
+        ibv_destroy_flow: None,
+        ABI_placeholder2: None,
+        ibv_create_flow: None,
+        ABI_placeholder1: None,
+        open_qp: None,
+        create_qp_ex: None,
+        get_srq_num: None,
+        create_srq_ex: None,
+        open_xrcd: None,
+        close_xrcd: None,
+        _ABI_placeholder3: 0,
+        sz: std::mem::size_of::<verbs_context>(),
+        context: ibv_context {
+            device: (&device.dev as *const ibv_device).cast_mut(),
+            ops,
+            cmd_fd: -1,
+            async_fd: -1,
+            num_comp_vectors: 1,
+            mutex,
+            abi_compat: abi::VERBS_ABI_IS_EXTENDED,
+        },
+    };
+    let ip = live_info(device)
+        .ok()
+        .and_then(|i| {
+            let v4 = i.addrs.iter().find(|a| a.0.is_ipv4()).or(i.addrs.first());
+            v4.map(|a| a.0)
+        })
+        .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()).rotate_left(32);
+    let cfg = ContextConfig {
+        mac: device.mac,
+        ip,
+        seed,
+        udp_sport_base: 0xc000,
+        tos: 0,
+    };
+    let inner = Mutex::new(Inner {
+        uroce: uroce::verbs::Context::new(cfg, std::time::Instant::now()),
+        pds: HashMap::new(),
+        mrs: HashMap::new(),
+        cqs: HashMap::new(),
+    });
+    let p = Box::into_raw(Box::new(Context {
+        vctx,
+        device,
+        inner,
+    }));
+    lock(&CONTEXTS)
+        .get_or_insert_with(HashSet::new)
+        .insert(p as usize);
+    // SAFETY: `p` is the live allocation just made; the field is inside it.
+    unsafe { &raw mut (*p).vctx.context }
+}
+
+fn close(ctx: *mut ibv_context) -> bool {
+    let p = context_ptr_of(ctx);
+    if !lock(&CONTEXTS)
+        .as_mut()
+        .is_some_and(|s| s.remove(&(p as usize)))
+    {
+        return false;
+    }
+    // SAFETY: `p` was registered, so it came from Box::into_raw in `open` and is freed
+    // once: it has just left the registry.
+    drop(unsafe { Box::from_raw(p) });
+    true
+}
+
+/// `IBV_MTU_*` for an interface MTU: the largest IB MTU a RoCE v2 packet with its
+/// headers (IPv6 40, UDP 8, BTH 12, the largest extension headers 28, ICRC 4) fits in.
+pub fn active_mtu(if_mtu: u32) -> c_int {
+    let room = if_mtu.saturating_sub(92);
+    match room {
+        4096.. => 5,
+        2048..=4095 => 4,
+        1024..=2047 => 3,
+        512..=1023 => 2,
+        _ => 1,
+    }
+}
+
+/// The GID table of an interface, in the order the module docs give.
+pub fn gids(info: &InterfaceInfo) -> Vec<ibv_gid> {
+    let mut ordered: Vec<IpAddr> = Vec::new();
+    let v6 = |a: &IpAddr| matches!(a, IpAddr::V6(_));
+    let link_local = |a: &IpAddr| matches!(a, IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80);
+    ordered.extend(info.addrs.iter().map(|a| a.0).filter(link_local));
+    ordered.extend(info.addrs.iter().map(|a| a.0).filter(|a| !v6(a)));
+    ordered.extend(
+        info.addrs
+            .iter()
+            .map(|a| a.0)
+            .filter(|a| v6(a) && !link_local(a)),
+    );
+    ordered
+        .into_iter()
+        .take(GID_TABLE_LEN)
+        .map(|a| {
+            let raw = match a {
+                IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+                IpAddr::V6(v) => v.octets(),
+            };
+            ibv_gid { raw }
+        })
+        .collect()
+}
+
+fn port_attr(info: &InterfaceInfo) -> ibv_port_attr {
+    let active = info.up && matches!(info.oper_state, OperState::Up | OperState::Unknown);
+    ibv_port_attr {
+        state: if active {
+            abi::IBV_PORT_ACTIVE
+        } else {
+            abi::IBV_PORT_DOWN
+        },
+        max_mtu: 5,
+        active_mtu: active_mtu(info.mtu),
+        gid_tbl_len: GID_TABLE_LEN as c_int,
+        // IBV_PORT_IP_BASED_GIDS.
+        port_cap_flags: 1 << 26,
+        max_msg_sz: 1 << 31,
+        pkey_tbl_len: 1,
+        max_vl_num: 1,
+        active_width: 1,
+        active_speed: 1,
+        // LINK_UP or DISABLED.
+        phys_state: if active { 5 } else { 3 },
+        link_layer: abi::IBV_LINK_LAYER_ETHERNET,
+        ..Default::default()
+    }
+}
+
+fn device_attr(device: &Device) -> ibv_device_attr {
+    let mut fw_ver = [0 as c_char; 64];
+    copy_name(&mut fw_ver, concat!("uroce ", env!("CARGO_PKG_VERSION")));
+    ibv_device_attr {
+        fw_ver,
+        node_guid: device.guid(),
+        sys_image_guid: device.guid(),
+        max_mr_size: u64::MAX,
+        page_size_cap: 0xffff_f000,
+        vendor_id: 0,
+        vendor_part_id: 0,
+        hw_ver: 0,
+        max_qp: 1 << 16,
+        max_qp_wr: 1 << 14,
+        device_cap_flags: 0,
+        max_sge: uroce::transport::MAX_SGE as c_int,
+        max_sge_rd: uroce::transport::MAX_SGE as c_int,
+        max_cq: 1 << 16,
+        max_cqe: uroce::endpoint::MAX_CQE as c_int,
+        max_mr: 1 << 16,
+        max_pd: 1 << 16,
+        max_qp_rd_atom: 16,
+        max_ee_rd_atom: 0,
+        max_res_rd_atom: 0,
+        max_qp_init_rd_atom: 16,
+        max_ee_init_rd_atom: 0,
+        atomic_cap: abi::IBV_ATOMIC_HCA,
+        max_ee: 0,
+        max_rdd: 0,
+        max_mw: 1 << 16,
+        max_raw_ipv6_qp: 0,
+        max_raw_ethy_qp: 0,
+        max_mcast_grp: 0,
+        max_mcast_qp_attach: 0,
+        max_total_mcast_qp_attach: 0,
+        max_ah: 1 << 16,
+        max_fmr: 0,
+        max_map_per_fmr: 0,
+        max_srq: 1 << 16,
+        max_srq_wr: uroce::transport::MAX_SRQ_WR as c_int,
+        max_srq_sge: uroce::transport::MAX_SGE as c_int,
+        max_pkeys: 1,
+        local_ca_ack_delay: 15,
+        phys_port_cnt: 1,
+    }
+}
+
+fn live_info(device: &Device) -> Result<InterfaceInfo, c_int> {
+    addresses::interface_info(&device.iface).map_err(|_| ENODEV)
+}
+
+// The context's data-path operations before QPs exist: nothing can be posted or polled.
+
+unsafe extern "C" fn no_req_notify_cq(_cq: *mut abi::ibv_cq, _solicited: c_int) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+unsafe extern "C" fn no_post_send(
+    _qp: *mut abi::ibv_qp,
+    wr: *mut abi::ibv_send_wr,
+    bad: *mut *mut abi::ibv_send_wr,
+) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: the caller passes a writable `bad_wr` pointer (verbs.h).
+        unsafe { *bad = wr };
+    }
+    libc::EOPNOTSUPP
+}
+
+unsafe extern "C" fn no_post_recv(
+    _qp: *mut abi::ibv_qp,
+    wr: *mut abi::ibv_recv_wr,
+    bad: *mut *mut abi::ibv_recv_wr,
+) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: the caller passes a writable `bad_wr` pointer (verbs.h).
+        unsafe { *bad = wr };
+    }
+    libc::EOPNOTSUPP
+}
+
+unsafe extern "C" fn no_post_srq_recv(
+    _srq: *mut abi::ibv_srq,
+    wr: *mut abi::ibv_recv_wr,
+    bad: *mut *mut abi::ibv_recv_wr,
+) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: the caller passes a writable `bad_wr` pointer (verbs.h).
+        unsafe { *bad = wr };
+    }
+    libc::EOPNOTSUPP
+}
+
+/// Writes the first `len` bytes of `value` to `dst`.
+///
+/// # Safety
+/// `dst` must be valid for writes of `len` bytes.
+unsafe fn write_prefix<T: Copy>(dst: *mut c_void, value: &T, len: usize) {
+    let n = len.min(std::mem::size_of::<T>());
+    // SAFETY: `value` has size_of::<T>() ≥ n readable bytes; the caller promises `dst`
+    // has `len` ≥ n writable bytes; they cannot overlap (`value` is our local).
+    unsafe { std::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), dst.cast::<u8>(), n) };
+}
+
+/// `verbs_context.query_port`, what the inline `ibv_query_port` calls.
+unsafe extern "C" fn query_port_ex(
+    ctx: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+    len: usize,
+) -> c_int {
+    let Some(device) = context(ctx) else {
+        return EINVAL;
+    };
+    if port != 1 || attr.is_null() {
+        return EINVAL;
+    }
+    match live_info(device) {
+        // SAFETY: `attr` points at `len` writable bytes (verbs.h passes sizeof).
+        Ok(info) => unsafe {
+            write_prefix(attr.cast(), &port_attr(&info), len);
+            0
+        },
+        Err(e) => e,
+    }
+}
+
+/// `verbs_context.query_device_ex`, what the inline `ibv_query_device_ex` calls.
+unsafe extern "C" fn query_device_ex(
+    ctx: *mut ibv_context,
+    input: *const c_void,
+    attr: *mut abi::ibv_device_attr_ex,
+    len: usize,
+) -> c_int {
+    let Some(device) = context(ctx) else {
+        return EINVAL;
+    };
+    if attr.is_null() {
+        return EINVAL;
+    }
+    // SAFETY: a non-NULL `input` points at a `struct ibv_query_device_ex_input` (a u32).
+    if !input.is_null() && unsafe { *input.cast::<u32>() } != 0 {
+        return EINVAL;
+    }
+    // SAFETY: all zeros is a valid ibv_device_attr_ex (integers and byte arrays).
+    let mut ex: abi::ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+    ex.orig_attr = device_attr(device);
+    ex.phys_port_cnt_ex = 1;
+    // SAFETY: `attr` points at `len` writable bytes.
+    unsafe {
+        std::ptr::write_bytes(attr.cast::<u8>(), 0, len);
+        write_prefix(attr.cast(), &ex, len);
+    }
+    0
+}
+
+// The exported entry points.
+
+/// `ibv_get_device_list`.
+///
+/// # Safety
+/// `num_devices` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
+    let devices = match list() {
+        Ok(d) => d,
+        Err(e) => {
+            set_errno(e);
+            return std::ptr::null_mut();
+        }
+    };
+    // SAFETY: calloc of n+1 pointers; the last stays NULL as the list's end.
+    let arr = unsafe { libc::calloc(devices.len() + 1, std::mem::size_of::<*mut ibv_device>()) }
+        .cast::<*mut ibv_device>();
+    if arr.is_null() {
+        set_errno(libc::ENOMEM);
+        return std::ptr::null_mut();
+    }
+    for (i, d) in devices.iter().enumerate() {
+        // SAFETY: i < n, inside the allocation.
+        unsafe { *arr.add(i) = d.cast() };
+    }
+    if !num_devices.is_null() {
+        // SAFETY: the caller passes NULL or a writable int.
+        unsafe { *num_devices = devices.len() as c_int };
+    }
+    arr
+}
+crate::exports::default_version!(ibv_get_device_list, "IBVERBS_1.1");
+
+/// `ibv_free_device_list`: the array goes; the devices stay (see the module docs).
+///
+/// # Safety
+/// `list` is NULL or came from [`ibv_get_device_list`] and is freed once.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    // SAFETY: the list was allocated with calloc by ibv_get_device_list.
+    unsafe { libc::free(list.cast()) };
+}
+crate::exports::default_version!(ibv_free_device_list, "IBVERBS_1.1");
+
+/// `ibv_get_device_name`.
+#[no_mangle]
+pub extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
+    match device(dev) {
+        Some(d) => d.dev.name.as_ptr(),
+        None => {
+            set_errno(EINVAL);
+            std::ptr::null()
+        }
+    }
+}
+crate::exports::default_version!(ibv_get_device_name, "IBVERBS_1.1");
+
+/// `ibv_get_device_guid`.
+#[no_mangle]
+pub extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
+    device(dev).map_or(0, Device::guid)
+}
+crate::exports::default_version!(ibv_get_device_guid, "IBVERBS_1.1");
+
+/// `ibv_open_device`.
+#[no_mangle]
+pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
+    match device(dev) {
+        Some(d) => open(d),
+        None => {
+            set_errno(ENODEV);
+            std::ptr::null_mut()
+        }
+    }
+}
+crate::exports::default_version!(ibv_open_device, "IBVERBS_1.1");
+
+/// `ibv_close_device`: 0, or -1 with errno EINVAL for a context that is not open.
+#[no_mangle]
+pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
+    if close(ctx) {
+        0
+    } else {
+        set_errno(EINVAL);
+        -1
+    }
+}
+crate::exports::default_version!(ibv_close_device, "IBVERBS_1.1");
+
+/// `ibv_query_device`.
+///
+/// # Safety
+/// `attr` is NULL or points at a writable `struct ibv_device_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_device(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_device_attr,
+) -> c_int {
+    let Some(device) = context(ctx) else {
+        return EINVAL;
+    };
+    if attr.is_null() {
+        return EINVAL;
+    }
+    // SAFETY: `attr` points at a writable ibv_device_attr.
+    unsafe { attr.write(device_attr(device)) };
+    0
+}
+crate::exports::default_version!(ibv_query_device, "IBVERBS_1.1");
+
+/// `ibv_query_port` as exported (`struct _compat_ibv_port_attr`, without
+/// `port_cap_flags2`); the inline `ibv_query_port` of verbs.h calls `query_port_ex`.
+///
+/// # Safety
+/// `attr` is NULL or points at a writable `struct _compat_ibv_port_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_port(
+    ctx: *mut ibv_context,
+    port: u8,
+    attr: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded with the compat structure's size.
+    unsafe { query_port_ex(ctx, port, attr.cast(), abi::COMPAT_PORT_ATTR_SIZE) }
+}
+crate::exports::default_version!(ibv_query_port, "IBVERBS_1.1");
+
+fn gid_at(ctx: *mut ibv_context, port: u32, index: c_int) -> Result<Option<ibv_gid>, c_int> {
+    let device = context(ctx).ok_or(EINVAL)?;
+    if port != 1 {
+        return Err(EINVAL);
+    }
+    let index = usize::try_from(index).map_err(|_| EINVAL)?;
+    if index >= GID_TABLE_LEN {
+        return Err(EINVAL);
+    }
+    let info = live_info(device)?;
+    Ok(gids(&info).get(index).copied())
+}
+
+/// `ibv_query_gid`: 0 (an unused entry reads as zeros), or -1 with errno.
+///
+/// # Safety
+/// `gid` is NULL or points at a writable `union ibv_gid`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid(
+    ctx: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    if gid.is_null() {
+        set_errno(EINVAL);
+        return -1;
+    }
+    match gid_at(ctx, u32::from(port), index) {
+        Ok(g) => {
+            // SAFETY: `gid` points at a writable ibv_gid.
+            unsafe { gid.write(g.unwrap_or_default()) };
+            0
+        }
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+crate::exports::default_version!(ibv_query_gid, "IBVERBS_1.1");
+
+/// `ibv_query_gid_type` (rdma-core's driver.h): `IBV_GID_TYPE_SYSFS_ROCE_V2` for a used
+/// entry; 0, or -1 with errno.
+///
+/// # Safety
+/// `gid_type` is NULL or points at a writable int.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    ctx: *mut ibv_context,
+    port: u8,
+    index: u32,
+    gid_type: *mut c_int,
+) -> c_int {
+    let result = match gid_at(ctx, u32::from(port), c_int::try_from(index).unwrap_or(-1)) {
+        Ok(Some(_)) if !gid_type.is_null() => {
+            // SAFETY: `gid_type` points at a writable int.
+            unsafe { gid_type.write(abi::IBV_GID_TYPE_SYSFS_ROCE_V2) };
+            return 0;
+        }
+        Ok(Some(_)) => EINVAL,
+        Ok(None) => ENODATA,
+        Err(e) => e,
+    };
+    set_errno(result);
+    -1
+}
+crate::exports::default_version!(ibv_query_gid_type, "IBVERBS_PRIVATE_34");
+
+/// `_ibv_query_gid_ex` (behind the inline `ibv_query_gid_ex`): 0 or an errno value
+/// (ENODATA for an unused entry).
+///
+/// # Safety
+/// `entry` is NULL or points at `entry_size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    ctx: *mut ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut abi::ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    if entry.is_null() || flags != 0 || entry_size < std::mem::size_of::<abi::ibv_gid_entry>() {
+        return EINVAL;
+    }
+    let Some(device) = context(ctx) else {
+        return EINVAL;
+    };
+    match gid_at(ctx, port, c_int::try_from(index).unwrap_or(-1)) {
+        Ok(Some(gid)) => {
+            let e = abi::ibv_gid_entry {
+                gid,
+                gid_index: index,
+                port_num: port,
+                gid_type: abi::IBV_GID_TYPE_ROCE_V2,
+                ndev_ifindex: device.ifindex,
+            };
+            // SAFETY: `entry` has at least size_of::<ibv_gid_entry>() writable bytes.
+            unsafe { entry.write(e) };
+            0
+        }
+        Ok(None) => ENODATA,
+        Err(e) => e,
+    }
+}
+crate::exports::default_version!(_ibv_query_gid_ex, "IBVERBS_1.11");
+
+/// `ibv_query_pkey`: the one P_Key, 0xffff, at index 0; 0, or -1 with errno.
+///
+/// # Safety
+/// `pkey` is NULL or points at a writable `__be16`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_pkey(
+    ctx: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    if context(ctx).is_none() || port != 1 || index != 0 || pkey.is_null() {
+        set_errno(EINVAL);
+        return -1;
+    }
+    // SAFETY: `pkey` points at a writable u16.
+    unsafe { pkey.write(0xffff) };
+    0
+}
+crate::exports::default_version!(ibv_query_pkey, "IBVERBS_1.1");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    fn info(addrs: &[IpAddr]) -> InterfaceInfo {
+        InterfaceInfo {
+            name: "veth0".into(),
+            index: 7,
+            mac: Some([2, 0, 0, 0, 0, 1]),
+            mtu: 1500,
+            up: true,
+            oper_state: OperState::Up,
+            addrs: addrs.iter().map(|&a| (a, 24)).collect(),
+            connected: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn active_mtu_leaves_room_for_the_headers() {
+        assert_eq!(active_mtu(1500), 3);
+        assert_eq!(active_mtu(9000), 5);
+        assert_eq!(active_mtu(4096), 4);
+        assert_eq!(active_mtu(4188), 5);
+        assert_eq!(active_mtu(2140), 4);
+        assert_eq!(active_mtu(576), 1);
+        assert_eq!(active_mtu(0), 1);
+    }
+
+    #[test]
+    fn gid_table_order_link_local_then_ipv4_then_ipv6() {
+        let v4 = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+        let global: IpAddr = "fd00::2".parse::<Ipv6Addr>().unwrap().into();
+        let ll: IpAddr = "fe80::1".parse::<Ipv6Addr>().unwrap().into();
+        let table = gids(&info(&[global, v4, ll]));
+        let as_ip = |g: &ibv_gid| Ipv6Addr::from(g.raw);
+        assert_eq!(
+            table.iter().map(as_ip).collect::<Vec<_>>(),
+            vec![
+                "fe80::1".parse::<Ipv6Addr>().unwrap(),
+                "::ffff:10.0.0.1".parse().unwrap(),
+                "fd00::2".parse().unwrap()
+            ]
+        );
+        let many: Vec<IpAddr> = (0..40)
+            .map(|i| IpAddr::V4(Ipv4Addr::new(10, 0, 0, i)))
+            .collect();
+        assert_eq!(gids(&info(&many)).len(), GID_TABLE_LEN);
+    }
+
+    #[test]
+    fn port_follows_the_link() {
+        let mut i = info(&[]);
+        assert_eq!(port_attr(&i).state, abi::IBV_PORT_ACTIVE);
+        assert_eq!(port_attr(&i).link_layer, abi::IBV_LINK_LAYER_ETHERNET);
+        i.oper_state = OperState::LowerLayerDown;
+        assert_eq!(port_attr(&i).state, abi::IBV_PORT_DOWN);
+        i.oper_state = OperState::Up;
+        i.up = false;
+        assert_eq!(port_attr(&i).state, abi::IBV_PORT_DOWN);
+    }
+
+    #[test]
+    fn selection_and_ethernet_only() {
+        let mut i = info(&[]);
+        assert!(usable(&i, None));
+        assert!(usable(&i, Some("eth0, veth0")));
+        assert!(!usable(&i, Some("eth0")));
+        i.mac = None;
+        assert!(!usable(&i, None));
+    }
+
+    #[test]
+    fn guid_is_eui64_of_the_mac_in_network_order() {
+        let d = Device {
+            // SAFETY: all zeros is a valid ibv_device (integers, NULL options, byte arrays).
+            dev: unsafe { std::mem::zeroed() },
+            iface: "x".into(),
+            ifindex: 1,
+            mac: [0x00, 0x11, 0x22, 0x33, 0x44, 0x55],
+        };
+        assert_eq!(u64::from_be(d.guid()), 0x0211_22ff_fe33_4455);
+    }
+
+    #[test]
+    fn unknown_pointers_are_refused() {
+        let mut bogus = [0u8; 1024];
+        let ctx = bogus.as_mut_ptr().wrapping_add(512).cast::<ibv_context>();
+        assert_eq!(ibv_close_device(ctx), -1);
+        assert!(ibv_open_device(bogus.as_mut_ptr().cast()).is_null());
+        assert!(ibv_get_device_name(bogus.as_mut_ptr().cast()).is_null());
+        assert_eq!(ibv_get_device_guid(bogus.as_mut_ptr().cast()), 0);
+    }
+}

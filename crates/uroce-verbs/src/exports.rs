@@ -1,0 +1,360 @@
+//! Every symbol Debian 12's libibverbs exports, bound to its version node.
+//!
+//! A name with a default version (`ibv_alloc_pd@@IBVERBS_1.1`) is a `#[no_mangle]`
+//! function of that name and a `.symver NAME, NAME@@NODE` directive ([`default_version!`]).
+//! An older, non-default version (`ibv_alloc_pd@IBVERBS_1.0`, the ABI of libibverbs 1.0,
+//! whose structures differ) is a private function made global and given that version by
+//! `.symver` ([`compat!`]); those all answer "unsupported". See build.rs for why the
+//! versions live in the object and not only in the version script.
+//!
+//! An entry point uroce does not implement yet answers as libibverbs documents an
+//! unsupported verb: a pointer-returning call returns NULL with errno `EOPNOTSUPP`; a call
+//! documented to return an errno value returns `EOPNOTSUPP`; one documented to return -1
+//! and set errno does that. They take no arguments here: under the x86-64 System V
+//! calling convention a callee may ignore the arguments its caller passes.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::AtomicBool;
+
+use libc::EOPNOTSUPP;
+
+use crate::util::{self, set_errno};
+
+/// Binds the `#[no_mangle]` function `$name` to the default version `$name@@$node`.
+macro_rules! default_version {
+    ($name:ident, $node:literal) => {
+        core::arch::global_asm!(concat!(
+            ".symver ",
+            stringify!($name),
+            ", ",
+            stringify!($name),
+            "@@",
+            $node
+        ));
+    };
+}
+pub(crate) use default_version;
+
+macro_rules! stub_ret {
+    (ptr) => { *mut c_void };
+    (errno) => { c_int };
+    (minus1) => { c_int };
+    (neg_isize) => { isize };
+    (zero) => { c_int };
+    (zero_u64) => { u64 };
+    (void) => { () };
+}
+
+macro_rules! stub_body {
+    (ptr) => {{
+        set_errno(EOPNOTSUPP);
+        std::ptr::null_mut()
+    }};
+    (errno) => {
+        EOPNOTSUPP
+    };
+    (minus1) => {{
+        set_errno(EOPNOTSUPP);
+        -1
+    }};
+    (neg_isize) => {
+        -(EOPNOTSUPP as isize)
+    };
+    (zero) => {
+        0
+    };
+    (zero_u64) => {
+        0
+    };
+    (void) => {
+        ()
+    };
+}
+
+/// Exported, not implemented: `name: kind @@ "NODE";`.
+macro_rules! unsupported {
+    ($($name:ident : $kind:ident @@ $node:literal;)*) => { $(
+        #[no_mangle]
+        pub extern "C" fn $name() -> stub_ret!($kind) {
+            stub_body!($kind)
+        }
+        default_version!($name, $node);
+    )* };
+}
+
+/// A non-default version, unsupported: `name: kind @ "NODE";`.
+macro_rules! compat {
+    ($($name:ident : $kind:ident @ $node:literal;)*) => { $(
+        #[allow(non_snake_case)]
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            extern "C" fn compat() -> stub_ret!($kind) {
+                stub_body!($kind)
+            }
+            core::arch::global_asm!(
+                ".globl {0}",
+                concat!(".symver {0}, ", stringify!($name), "@", $node),
+                sym compat
+            );
+        }
+    )* };
+}
+
+// The libibverbs 1.0 ABI (and ibv_register_driver, the provider interface before
+// rdma-core): never implemented.
+mod compat {
+    use super::*;
+    compat! {
+    ibv_ack_async_event: void @ "IBVERBS_1.0";
+    ibv_ack_cq_events: void @ "IBVERBS_1.0";
+    ibv_alloc_pd: ptr @ "IBVERBS_1.0";
+    ibv_attach_mcast: errno @ "IBVERBS_1.0";
+    ibv_close_device: minus1 @ "IBVERBS_1.0";
+    ibv_create_ah: ptr @ "IBVERBS_1.0";
+    ibv_create_cq: ptr @ "IBVERBS_1.0";
+    ibv_create_qp: ptr @ "IBVERBS_1.0";
+    ibv_create_srq: ptr @ "IBVERBS_1.0";
+    ibv_dealloc_pd: errno @ "IBVERBS_1.0";
+    ibv_dereg_mr: errno @ "IBVERBS_1.0";
+    ibv_destroy_ah: errno @ "IBVERBS_1.0";
+    ibv_destroy_cq: errno @ "IBVERBS_1.0";
+    ibv_destroy_qp: errno @ "IBVERBS_1.0";
+    ibv_destroy_srq: errno @ "IBVERBS_1.0";
+    ibv_detach_mcast: errno @ "IBVERBS_1.0";
+    ibv_free_device_list: void @ "IBVERBS_1.0";
+    ibv_get_async_event: minus1 @ "IBVERBS_1.0";
+    ibv_get_cq_event: minus1 @ "IBVERBS_1.0";
+    ibv_get_device_guid: zero_u64 @ "IBVERBS_1.0";
+    ibv_get_device_list: ptr @ "IBVERBS_1.0";
+    ibv_get_device_name: ptr @ "IBVERBS_1.0";
+    ibv_modify_qp: errno @ "IBVERBS_1.0";
+    ibv_modify_srq: errno @ "IBVERBS_1.0";
+    ibv_open_device: ptr @ "IBVERBS_1.0";
+    ibv_query_device: errno @ "IBVERBS_1.0";
+    ibv_query_gid: minus1 @ "IBVERBS_1.0";
+    ibv_query_pkey: minus1 @ "IBVERBS_1.0";
+    ibv_query_port: errno @ "IBVERBS_1.0";
+    ibv_query_qp: errno @ "IBVERBS_1.0";
+    ibv_query_srq: errno @ "IBVERBS_1.0";
+    ibv_reg_mr: ptr @ "IBVERBS_1.0";
+    ibv_resize_cq: errno @ "IBVERBS_1.0";
+    ibv_register_driver: void @ "IBVERBS_1.1";
+    }
+}
+
+// The verbs uroce does not implement yet.
+unsupported! {
+    _ibv_query_gid_table: neg_isize @@ "IBVERBS_1.11";
+    ibv_ack_async_event: void @@ "IBVERBS_1.1";
+    ibv_ack_cq_events: void @@ "IBVERBS_1.1";
+    ibv_attach_mcast: errno @@ "IBVERBS_1.1";
+    ibv_create_ah: ptr @@ "IBVERBS_1.1";
+    ibv_create_ah_from_wc: ptr @@ "IBVERBS_1.1";
+    ibv_create_comp_channel: ptr @@ "IBVERBS_1.0";
+    ibv_create_qp: ptr @@ "IBVERBS_1.1";
+    ibv_create_srq: ptr @@ "IBVERBS_1.1";
+    ibv_destroy_ah: errno @@ "IBVERBS_1.1";
+    ibv_destroy_comp_channel: errno @@ "IBVERBS_1.0";
+    ibv_destroy_qp: errno @@ "IBVERBS_1.1";
+    ibv_destroy_srq: errno @@ "IBVERBS_1.1";
+    ibv_detach_mcast: errno @@ "IBVERBS_1.1";
+    ibv_get_async_event: minus1 @@ "IBVERBS_1.1";
+    ibv_get_cq_event: minus1 @@ "IBVERBS_1.1";
+    ibv_get_device_index: minus1 @@ "IBVERBS_1.9";
+    ibv_get_pkey_index: minus1 @@ "IBVERBS_1.5";
+    ibv_get_sysfs_path: ptr @@ "IBVERBS_1.0";
+    ibv_import_device: ptr @@ "IBVERBS_1.10";
+    ibv_import_dm: ptr @@ "IBVERBS_1.13";
+    ibv_import_mr: ptr @@ "IBVERBS_1.10";
+    ibv_import_pd: ptr @@ "IBVERBS_1.10";
+    ibv_init_ah_from_wc: minus1 @@ "IBVERBS_1.1";
+    ibv_modify_qp: errno @@ "IBVERBS_1.1";
+    ibv_modify_srq: errno @@ "IBVERBS_1.1";
+    ibv_qp_to_qp_ex: ptr @@ "IBVERBS_1.6";
+    ibv_query_ece: errno @@ "IBVERBS_1.10";
+    ibv_query_qp: errno @@ "IBVERBS_1.1";
+    ibv_query_qp_data_in_order: zero @@ "IBVERBS_1.14";
+    ibv_query_srq: errno @@ "IBVERBS_1.1";
+    ibv_read_sysfs_file: minus1 @@ "IBVERBS_1.0";
+    ibv_reg_dmabuf_mr: ptr @@ "IBVERBS_1.12";
+    ibv_rereg_mr: errno @@ "IBVERBS_1.1";
+    ibv_resize_cq: errno @@ "IBVERBS_1.1";
+    ibv_resolve_eth_l2_from_gid: errno @@ "IBVERBS_1.1";
+    ibv_set_ece: errno @@ "IBVERBS_1.10";
+    ibv_unimport_dm: void @@ "IBVERBS_1.13";
+    ibv_unimport_mr: void @@ "IBVERBS_1.10";
+    ibv_unimport_pd: void @@ "IBVERBS_1.10";
+}
+
+// The provider interface (IBVERBS_PRIVATE_34): libmlx5, libefa and the other providers
+// import these. Registration is accepted and ignored (uroce is the only "provider"); the
+// kernel command calls, which only a provider's own device would reach, are unsupported.
+unsupported! {
+    __ioctl_final_num_attrs: zero @@ "IBVERBS_PRIVATE_34";
+    __verbs_log: void @@ "IBVERBS_PRIVATE_34";
+    _verbs_init_and_alloc_context: ptr @@ "IBVERBS_PRIVATE_34";
+    execute_ioctl: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_advise_mr: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_alloc_dm: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_alloc_mw: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_alloc_pd: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_attach_mcast: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_close_xrcd: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_create_ah: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_create_counters: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_create_cq: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_create_cq_ex: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_create_flow: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_create_flow_action_esp: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_create_qp: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_create_qp_ex2: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_create_qp_ex: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_create_rwq_ind_table: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_create_srq: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_create_srq_ex: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_create_wq: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_dealloc_mw: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_dealloc_pd: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_dereg_mr: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_destroy_ah: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_destroy_counters: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_destroy_cq: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_destroy_flow: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_destroy_flow_action: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_destroy_qp: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_destroy_rwq_ind_table: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_destroy_srq: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_destroy_wq: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_detach_mcast: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_free_dm: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_get_context: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_modify_cq: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_modify_flow_action_esp: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_modify_qp: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_modify_qp_ex: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_modify_srq: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_modify_wq: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_open_qp: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_open_xrcd: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_poll_cq: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_post_recv: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_post_send: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_post_srq_recv: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_query_context: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_query_device_any: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_query_mr: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_query_port: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_query_qp: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_query_srq: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_read_counters: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_reg_dm_mr: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_reg_dmabuf_mr: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_reg_mr: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_req_notify_cq: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_rereg_mr: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_cmd_resize_cq: errno @@ "IBVERBS_PRIVATE_34";
+    ibv_copy_ah_attr_from_kern: void @@ "IBVERBS_1.1";
+    ibv_copy_path_rec_from_kern: void @@ "IBVERBS_1.0";
+    ibv_copy_path_rec_to_kern: void @@ "IBVERBS_1.0";
+    ibv_copy_qp_attr_from_kern: void @@ "IBVERBS_1.0";
+    ibv_read_ibdev_sysfs_file: minus1 @@ "IBVERBS_PRIVATE_34";
+    verbs_init_cq: void @@ "IBVERBS_PRIVATE_34";
+    verbs_open_device: ptr @@ "IBVERBS_PRIVATE_34";
+    verbs_register_driver_34: void @@ "IBVERBS_PRIVATE_34";
+    verbs_set_ops: void @@ "IBVERBS_PRIVATE_34";
+    verbs_uninit_context: void @@ "IBVERBS_PRIVATE_34";
+}
+
+/// Read by providers; uroce has no device to disassociate.
+#[no_mangle]
+pub static verbs_allow_disassociate_destroy: AtomicBool = AtomicBool::new(false);
+default_version!(verbs_allow_disassociate_destroy, "IBVERBS_PRIVATE_34");
+
+// Fork: uroce pins nothing and no device reaches the memory, so fork needs no care.
+
+/// `ibv_fork_init`: nothing to prepare.
+#[no_mangle]
+pub extern "C" fn ibv_fork_init() -> c_int {
+    0
+}
+default_version!(ibv_fork_init, "IBVERBS_1.1");
+
+/// `ibv_is_fork_initialized`: `IBV_FORK_UNNEEDED`.
+#[no_mangle]
+pub extern "C" fn ibv_is_fork_initialized() -> c_int {
+    2
+}
+default_version!(ibv_is_fork_initialized, "IBVERBS_1.13");
+
+/// `ibv_dontfork_range`: nothing to protect.
+#[no_mangle]
+pub extern "C" fn ibv_dontfork_range(_base: *mut c_void, _size: usize) -> c_int {
+    0
+}
+default_version!(ibv_dontfork_range, "IBVERBS_1.1");
+
+/// `ibv_dofork_range`: nothing to release.
+#[no_mangle]
+pub extern "C" fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
+    0
+}
+default_version!(ibv_dofork_range, "IBVERBS_1.1");
+
+// Rates and names: answered without a device.
+
+/// `ibv_rate_to_mult`.
+#[no_mangle]
+pub extern "C" fn ibv_rate_to_mult(rate: c_int) -> c_int {
+    util::rate_to_mult(rate)
+}
+default_version!(ibv_rate_to_mult, "IBVERBS_1.0");
+
+/// `mult_to_ibv_rate`.
+#[no_mangle]
+pub extern "C" fn mult_to_ibv_rate(mult: c_int) -> c_int {
+    util::mult_to_rate(mult)
+}
+default_version!(mult_to_ibv_rate, "IBVERBS_1.0");
+
+/// `ibv_rate_to_mbps`.
+#[no_mangle]
+pub extern "C" fn ibv_rate_to_mbps(rate: c_int) -> c_int {
+    util::rate_to_mbps(rate)
+}
+default_version!(ibv_rate_to_mbps, "IBVERBS_1.1");
+
+/// `mbps_to_ibv_rate`.
+#[no_mangle]
+pub extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
+    util::mbps_to_rate(mbps)
+}
+default_version!(mbps_to_ibv_rate, "IBVERBS_1.1");
+
+/// `ibv_node_type_str`.
+#[no_mangle]
+pub extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
+    util::node_type_str(node_type)
+}
+default_version!(ibv_node_type_str, "IBVERBS_1.1");
+
+/// `ibv_port_state_str`.
+#[no_mangle]
+pub extern "C" fn ibv_port_state_str(state: c_int) -> *const c_char {
+    util::port_state_str(state)
+}
+default_version!(ibv_port_state_str, "IBVERBS_1.1");
+
+/// `ibv_event_type_str`.
+#[no_mangle]
+pub extern "C" fn ibv_event_type_str(event: c_int) -> *const c_char {
+    util::event_type_str(event)
+}
+default_version!(ibv_event_type_str, "IBVERBS_1.1");
+
+/// `ibv_wc_status_str`.
+#[no_mangle]
+pub extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
+    util::wc_status_str(status)
+}
+default_version!(ibv_wc_status_str, "IBVERBS_1.1");

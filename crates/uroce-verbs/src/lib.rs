@@ -1,0 +1,27 @@
+//! A drop-in `libibverbs.so.1` on uroce (issue 15).
+//!
+//! `cargo build` links this crate as `target/<profile>/libibverbs.so` with soname
+//! `libibverbs.so.1` and every symbol, with its version node, that Debian 12's
+//! libibverbs (rdma-core 44) exports (`abi/libibverbs.map`, `abi/libibverbs.symbols`);
+//! build.rs puts a `libibverbs.so.1` link next to it. An unmodified ibverbs program run
+//! with `LD_LIBRARY_PATH=target/<profile>` finds uroce's devices instead of the kernel's.
+//!
+//! - [`abi`]: the C structures as `<infiniband/verbs.h>` lays them out, hand written.
+//! - `exports`: the exported entry points; those not implemented yet answer as
+//!   libibverbs documents for an unsupported verb (NULL with errno `EOPNOTSUPP`, or the
+//!   error code), and provider registration calls are accepted and ignored.
+//! - [`device`]: the devices (one per usable interface) and their ports and GIDs.
+//! - `resources`: protection domains, memory regions over the application's memory,
+//!   completion queues.
+//!
+//! The library never prints, never exits, never forks and never runs a program: what it
+//! knows of the host it asks the kernel over rtnetlink (`uroce::net`).
+//!
+//! `unsafe` is confined to the C ABI: each exported function that takes a pointer is an
+//! `unsafe extern "C" fn` whose contract is the one `verbs.h` states for it.
+
+pub mod abi;
+pub mod device;
+mod exports;
+mod resources;
+mod util;

@@ -1,0 +1,360 @@
+//! Protection domains, memory regions over the application's own memory, and completion
+//! queues: the C objects (`ibv_pd`, `ibv_mr`, `ibv_cq`) are boxes handed to the program,
+//! each known to its context by address (so a pointer that is not one of ours, or one
+//! already destroyed, is refused with EINVAL instead of being freed) and to [`OWNERS`]
+//! (object → context), so a verb finds its context without reading the object.
+//!
+//! `ibv_reg_mr` registers the caller's buffer in place (`Context::reg_mr_raw`): the
+//! region's address is the buffer's, and the stack will read and write it there, as a
+//! NIC does. The C contract is the safety contract: the memory stays valid until
+//! `ibv_dereg_mr` succeeds.
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::Mutex;
+
+use libc::{EBUSY, EINVAL, EOPNOTSUPP};
+use uroce::verbs::Access;
+
+use crate::abi::{ibv_comp_channel, ibv_context, ibv_cq, ibv_mr, ibv_pd, ibv_wc};
+use crate::device::with_inner;
+use crate::exports::default_version;
+use crate::util::set_errno;
+
+/// Object address → the `ibv_context` it belongs to.
+static OWNERS: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+
+fn owners() -> std::sync::MutexGuard<'static, Option<HashMap<usize, usize>>> {
+    OWNERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn owner_of<T>(obj: *const T) -> Option<*mut ibv_context> {
+    owners()
+        .as_ref()
+        .and_then(|m| m.get(&(obj as usize)))
+        .map(|&c| c as *mut ibv_context)
+}
+
+fn own<T>(obj: *const T, ctx: *mut ibv_context) {
+    owners()
+        .get_or_insert_with(HashMap::new)
+        .insert(obj as usize, ctx as usize);
+}
+
+fn disown<T>(obj: *const T) {
+    if let Some(m) = owners().as_mut() {
+        m.remove(&(obj as usize));
+    }
+}
+
+fn null_with<T>(errno: c_int) -> *mut T {
+    set_errno(errno);
+    std::ptr::null_mut()
+}
+
+// ibv_access_flags.
+const ACCESS_DATA: c_uint = 0x1f; // LOCAL_WRITE .. MW_BIND, uroce's Access bits
+const ACCESS_ZERO_BASED: c_uint = 1 << 5;
+const ACCESS_ON_DEMAND: c_uint = 1 << 6;
+const ACCESS_HUGETLB: c_uint = 1 << 7;
+/// IBV_ACCESS_OPTIONAL_RANGE: hints a provider may ignore (relaxed ordering).
+const ACCESS_OPTIONAL: c_uint = 0x3ff0_0000;
+
+/// uroce's rights for ibverbs' access flags, or the errno ibverbs gives: EOPNOTSUPP for
+/// zero-based and on-demand regions, EINVAL for unknown bits.
+pub fn access_of(flags: c_uint) -> Result<Access, c_int> {
+    if flags & (ACCESS_ZERO_BASED | ACCESS_ON_DEMAND) != 0 {
+        return Err(EOPNOTSUPP);
+    }
+    if flags & !(ACCESS_DATA | ACCESS_HUGETLB | ACCESS_OPTIONAL) != 0 {
+        return Err(EINVAL);
+    }
+    let bits = [
+        (1, Access::LOCAL_WRITE),
+        (2, Access::REMOTE_WRITE),
+        (4, Access::REMOTE_READ),
+        (8, Access::REMOTE_ATOMIC),
+        (16, Access::MW_BIND),
+    ];
+    Ok(bits
+        .iter()
+        .filter(|(b, _)| flags & b != 0)
+        .fold(Access::NONE, |a, (_, r)| a | *r))
+}
+
+/// `ibv_alloc_pd`.
+#[no_mangle]
+pub extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    let made = with_inner(ctx, |inner| {
+        let id = inner.uroce.alloc_pd();
+        let pd = Box::into_raw(Box::new(ibv_pd {
+            context: ctx,
+            handle: id.0,
+        }));
+        inner.pds.insert(pd as usize, id);
+        pd
+    });
+    match made {
+        Some(pd) => {
+            own(pd, ctx);
+            pd
+        }
+        None => null_with(EINVAL),
+    }
+}
+default_version!(ibv_alloc_pd, "IBVERBS_1.1");
+
+/// `ibv_dealloc_pd`: 0, EBUSY while a memory region of this library still uses it,
+/// EINVAL for an unknown PD.
+#[no_mangle]
+pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    let Some(ctx) = owner_of(pd) else {
+        return EINVAL;
+    };
+    let r = with_inner(ctx, |inner| {
+        let Some(&id) = inner.pds.get(&(pd as usize)) else {
+            return EINVAL;
+        };
+        if inner.mrs.values().any(|m| m.pd == id) {
+            return EBUSY;
+        }
+        inner.pds.remove(&(pd as usize));
+        // SAFETY: `pd` was registered, so it came from Box::into_raw in ibv_alloc_pd and
+        // is freed once: it has just left the registry.
+        drop(unsafe { Box::from_raw(pd) });
+        0
+    })
+    .unwrap_or(EINVAL);
+    if r == 0 {
+        disown(pd);
+    }
+    r
+}
+default_version!(ibv_dealloc_pd, "IBVERBS_1.1");
+
+fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint) -> *mut ibv_mr {
+    let Some(ctx) = owner_of(pd) else {
+        return null_with(EINVAL);
+    };
+    if iova != addr as u64 {
+        // uroce's region address is the buffer's own.
+        return null_with(EOPNOTSUPP);
+    }
+    let rights = match access_of(access) {
+        Ok(a) => a,
+        Err(e) => return null_with(e),
+    };
+    let made = with_inner(ctx, |inner| {
+        let Some(&id) = inner.pds.get(&(pd as usize)) else {
+            return Err(EINVAL);
+        };
+        // SAFETY: ibv_reg_mr's contract is reg_mr_raw's: the caller's `len` bytes at
+        // `addr` stay valid for reads and writes until ibv_dereg_mr succeeds, and the
+        // stack reaches them only during calls into this context (under its lock).
+        let mr = unsafe { inner.uroce.reg_mr_raw(id, addr.cast(), len, rights) }
+            .map_err(|e| e.errno())?;
+        let c = Box::into_raw(Box::new(ibv_mr {
+            context: ctx,
+            pd,
+            addr,
+            length: len,
+            handle: mr.lkey,
+            lkey: mr.lkey,
+            rkey: mr.rkey,
+        }));
+        inner.mrs.insert(c as usize, mr);
+        Ok(c)
+    });
+    match made {
+        Some(Ok(mr)) => {
+            own(mr, ctx);
+            mr
+        }
+        Some(Err(e)) => null_with(e),
+        None => null_with(EINVAL),
+    }
+}
+
+/// `ibv_reg_mr`: the caller's memory, in place.
+///
+/// # Safety
+/// `addr` is valid for reads and writes of `len` bytes until `ibv_dereg_mr` succeeds.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    reg(pd, addr, len, addr as u64, access as c_uint)
+}
+default_version!(ibv_reg_mr, "IBVERBS_1.1");
+
+/// `ibv_reg_mr_iova`: only `iova == addr` (EOPNOTSUPP otherwise).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    reg(pd, addr, len, iova, access as c_uint)
+}
+default_version!(ibv_reg_mr_iova, "IBVERBS_1.7");
+
+/// `ibv_reg_mr_iova2` (what the `ibv_reg_mr` macro calls with optional access flags).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    reg(pd, addr, len, iova, access)
+}
+default_version!(ibv_reg_mr_iova2, "IBVERBS_1.8");
+
+/// `ibv_dereg_mr`: 0, or the errno (EBUSY while in use, EINVAL for an unknown region).
+#[no_mangle]
+pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    let Some(ctx) = owner_of(mr) else {
+        return EINVAL;
+    };
+    let r = with_inner(ctx, |inner| {
+        let Some(m) = inner.mrs.get(&(mr as usize)).copied() else {
+            return EINVAL;
+        };
+        if let Err(e) = inner.uroce.dereg_mr(&m) {
+            return e.errno();
+        }
+        inner.mrs.remove(&(mr as usize));
+        // SAFETY: `mr` was registered, so it came from Box::into_raw in `reg` and is
+        // freed once: it has just left the registry.
+        drop(unsafe { Box::from_raw(mr) });
+        0
+    })
+    .unwrap_or(EINVAL);
+    if r == 0 {
+        disown(mr);
+    }
+    r
+}
+default_version!(ibv_dereg_mr, "IBVERBS_1.1");
+
+/// `ibv_create_cq`: at least `cqe` entries (`cq->cqe` says how many: 2^k - 1). EINVAL
+/// for `cqe` < 1 or above the maximum, or a completion vector other than 0; a
+/// completion channel is not supported yet (EOPNOTSUPP).
+#[no_mangle]
+pub extern "C" fn ibv_create_cq(
+    ctx: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    if !channel.is_null() {
+        return null_with(EOPNOTSUPP);
+    }
+    let (Ok(cqe), 0) = (u32::try_from(cqe), comp_vector) else {
+        return null_with(EINVAL);
+    };
+    let made = with_inner(ctx, |inner| {
+        let id = inner.uroce.create_cq(cqe).map_err(|e| e.errno())?;
+        let depth = inner.uroce.cq_depth(id).unwrap_or(cqe);
+        // SAFETY: all zeros is PTHREAD_MUTEX_INITIALIZER / PTHREAD_COND_INITIALIZER in
+        // glibc, and a valid value for every other field (NULL pointers, zero counts).
+        let mut c: ibv_cq = unsafe { std::mem::zeroed() };
+        c.context = ctx;
+        c.cq_context = cq_context;
+        c.handle = id.0;
+        c.cqe = c_int::try_from(depth).unwrap_or(c_int::MAX);
+        let c = Box::into_raw(Box::new(c));
+        inner.cqs.insert(c as usize, id);
+        Ok(c)
+    });
+    match made {
+        Some(Ok(cq)) => {
+            own(cq, ctx);
+            cq
+        }
+        Some(Err(e)) => null_with(e),
+        None => null_with(EINVAL),
+    }
+}
+default_version!(ibv_create_cq, "IBVERBS_1.1");
+
+/// `ibv_destroy_cq`: 0, or EINVAL for an unknown CQ. (No QP can use a CQ yet, so EBUSY
+/// does not arise.)
+#[no_mangle]
+pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    let Some(ctx) = owner_of(cq) else {
+        return EINVAL;
+    };
+    let r = with_inner(ctx, |inner| {
+        if inner.cqs.remove(&(cq as usize)).is_none() {
+            return EINVAL;
+        }
+        // SAFETY: `cq` was registered, so it came from Box::into_raw in ibv_create_cq and
+        // is freed once: it has just left the registry.
+        drop(unsafe { Box::from_raw(cq) });
+        0
+    })
+    .unwrap_or(EINVAL);
+    if r == 0 {
+        disown(cq);
+    }
+    r
+}
+default_version!(ibv_destroy_cq, "IBVERBS_1.1");
+
+/// `ibv_context_ops.poll_cq` (the inline `ibv_poll_cq`): no completion can exist before
+/// QPs do, so 0 for a CQ of ours, -1 for anything else.
+pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, _n: c_int, _wc: *mut ibv_wc) -> c_int {
+    let Some(ctx) = owner_of(cq) else { return -1 };
+    with_inner(ctx, |inner| {
+        if inner.cqs.contains_key(&(cq as usize)) {
+            0
+        } else {
+            -1
+        }
+    })
+    .unwrap_or(-1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_flags() {
+        assert_eq!(access_of(0), Ok(Access::NONE));
+        assert_eq!(access_of(1 | 2 | 4 | 8), Ok(Access::ALL));
+        assert_eq!(access_of(16), Ok(Access::MW_BIND));
+        assert_eq!(access_of(1 | (1 << 20)), Ok(Access::LOCAL_WRITE));
+        assert_eq!(access_of(1 << 7), Ok(Access::NONE));
+        assert_eq!(access_of(1 << 5), Err(EOPNOTSUPP));
+        assert_eq!(access_of(1 << 6), Err(EOPNOTSUPP));
+        assert_eq!(access_of(1 << 8), Err(EINVAL));
+    }
+
+    #[test]
+    fn unknown_objects_are_refused() {
+        let mut junk = [0u64; 16];
+        let p = junk.as_mut_ptr();
+        assert_eq!(ibv_dealloc_pd(p.cast()), EINVAL);
+        assert_eq!(ibv_dereg_mr(p.cast()), EINVAL);
+        assert_eq!(ibv_destroy_cq(p.cast()), EINVAL);
+        assert!(ibv_alloc_pd(p.cast()).is_null());
+        assert!(
+            ibv_create_cq(p.cast(), 1, std::ptr::null_mut(), std::ptr::null_mut(), 0).is_null()
+        );
+    }
+}

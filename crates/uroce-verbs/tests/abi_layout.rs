@@ -1,0 +1,170 @@
+//! The hand-written `#[repr(C)]` structures have the layout of the distro's
+//! `<infiniband/verbs.h>`: a C program compiled against the header prints `sizeof` and
+//! `offsetof` of every field the library reads or writes, and Rust's `size_of` /
+//! `offset_of!` must agree. Skips (saying so) without gcc or the header
+//! (`apt-get install libibverbs-dev`).
+
+mod common;
+
+use std::mem::{offset_of, size_of};
+use std::path::Path;
+
+use ibverbs::abi;
+
+struct Entry {
+    c: String,
+    rust: usize,
+}
+
+macro_rules! cname {
+    ($($rf:ident).+) => {
+        stringify!($($rf).+).replace(' ', "")
+    };
+    ($($rf:ident).+ => $cf:literal) => {
+        $cf.to_string()
+    };
+}
+
+macro_rules! layout {
+    ($($kw:tt $ty:ident { $($($rf:ident).+ $(=> $cf:literal)?),* $(,)? })*) => {{
+        let mut v: Vec<Entry> = Vec::new();
+        $(
+            v.push(Entry {
+                c: format!("sizeof({} {})", stringify!($kw), stringify!($ty)),
+                rust: size_of::<abi::$ty>(),
+            });
+            $(
+                v.push(Entry {
+                    c: format!(
+                        "offsetof({} {}, {})",
+                        stringify!($kw),
+                        stringify!($ty),
+                        cname!($($rf).+ $(=> $cf)?)
+                    ),
+                    rust: offset_of!(abi::$ty, $($rf).+),
+                });
+            )*
+        )*
+        v
+    }};
+}
+
+fn entries() -> Vec<Entry> {
+    layout! {
+        union ibv_gid { raw }
+        struct ibv_gid_entry { gid, gid_index, port_num, gid_type, ndev_ifindex }
+        struct ibv_device { _ops, node_type, transport_type, name, dev_name, dev_path, ibdev_path }
+        struct ibv_context_ops {
+            _compat_query_device, alloc_mw, bind_mw, dealloc_mw, poll_cq, req_notify_cq,
+            post_srq_recv, post_send, post_recv, _compat_async_event
+        }
+        struct ibv_context { device, ops, cmd_fd, async_fd, num_comp_vectors, mutex, abi_compat }
+        struct verbs_context {
+            query_port, advise_mr, create_cq_ex, priv_ => "priv", query_device_ex,
+            ibv_destroy_flow, ibv_create_flow, open_qp, create_qp_ex, get_srq_num,
+            create_srq_ex, open_xrcd, close_xrcd, _ABI_placeholder3, sz, context
+        }
+        struct ibv_device_attr {
+            fw_ver, node_guid, sys_image_guid, max_mr_size, page_size_cap, vendor_id,
+            vendor_part_id, hw_ver, max_qp, max_qp_wr, device_cap_flags, max_sge, max_sge_rd,
+            max_cq, max_cqe, max_mr, max_pd, max_qp_rd_atom, max_ee_rd_atom, max_res_rd_atom,
+            max_qp_init_rd_atom, max_ee_init_rd_atom, atomic_cap, max_ee, max_rdd, max_mw,
+            max_raw_ipv6_qp, max_raw_ethy_qp, max_mcast_grp, max_mcast_qp_attach,
+            max_total_mcast_qp_attach, max_ah, max_fmr, max_map_per_fmr, max_srq, max_srq_wr,
+            max_srq_sge, max_pkeys, local_ca_ack_delay, phys_port_cnt
+        }
+        struct ibv_device_attr_ex { orig_attr, comp_mask, phys_port_cnt_ex }
+        struct ibv_port_attr {
+            state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz,
+            bad_pkey_cntr, qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl,
+            subnet_timeout, init_type_reply, active_width, active_speed, phys_state,
+            link_layer, flags, port_cap_flags2
+        }
+        struct ibv_pd { context, handle }
+        struct ibv_mr { context, pd, addr, length, handle, lkey, rkey }
+        struct ibv_comp_channel { context, fd, refcnt }
+        struct ibv_cq {
+            context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed,
+            async_events_completed
+        }
+        struct ibv_srq { context, srq_context, pd, handle, mutex, cond, events_completed }
+        struct ibv_qp {
+            context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type,
+            mutex, cond, events_completed
+        }
+        struct ibv_ah { context, pd, handle }
+        struct ibv_global_route { dgid, flow_label, sgid_index, hop_limit, traffic_class }
+        struct ibv_ah_attr { grh, dlid, sl, src_path_bits, static_rate, is_global, port_num }
+        struct ibv_sge { addr, length, lkey }
+        struct ibv_send_wr {
+            wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data,
+            wr.rdma.remote_addr, wr.rdma.rkey, wr.atomic.remote_addr, wr.atomic.compare_add,
+            wr.atomic.swap, wr.atomic.rkey, wr.ud.ah, wr.ud.remote_qpn, wr.ud.remote_qkey,
+            qp_type => "qp_type.xrc.remote_srqn",
+            ext.bind_mw.mw => "bind_mw.mw", ext.bind_mw.rkey => "bind_mw.rkey",
+            ext.bind_mw.bind_info => "bind_mw.bind_info", ext.tso.hdr => "tso.hdr",
+            ext.tso.hdr_sz => "tso.hdr_sz", ext.tso.mss => "tso.mss"
+        }
+        struct ibv_recv_wr { wr_id, next, sg_list, num_sge }
+        struct ibv_wc {
+            wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num, src_qp, wc_flags,
+            pkey_index, slid, sl, dlid_path_bits
+        }
+        struct ibv_qp_cap { max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data }
+        struct ibv_qp_init_attr { qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all }
+        struct ibv_qp_attr {
+            qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn,
+            dest_qp_num, qp_access_flags, cap, ah_attr, alt_ah_attr, pkey_index,
+            alt_pkey_index, en_sqd_async_notify, sq_draining, max_rd_atomic,
+            max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry,
+            alt_port_num, alt_timeout, rate_limit
+        }
+        struct ibv_srq_attr { max_wr, max_sge, srq_limit }
+        struct ibv_mw_bind_info { mr, addr, length, mw_access_flags }
+        struct ibv_async_event {
+            element.cq, element.qp, element.srq, element.wq, element.port_num, event_type
+        }
+    }
+}
+
+#[test]
+fn rust_layout_matches_the_distro_header() {
+    let header = Path::new("/usr/include/infiniband/verbs.h");
+    if !header.exists() {
+        eprintln!(
+            "SKIP: {} is missing (apt-get install libibverbs-dev)",
+            header.display()
+        );
+        return;
+    }
+    let entries = entries();
+    let mut c = String::from("#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\nint main(void) {\n");
+    for e in &entries {
+        c.push_str(&format!("    printf(\"%zu\\n\", (size_t)({}));\n", e.c));
+    }
+    c.push_str("    return 0;\n}\n");
+    let dir = std::env::temp_dir().join(format!("uroce-verbs-abi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(exe) = common::compile_c(&dir, "layout", &c, &[]) else {
+        return;
+    };
+    let out = std::process::Command::new(&exe)
+        .output()
+        .expect("run layout program");
+    assert!(out.status.success());
+    let values: Vec<usize> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(values.len(), entries.len());
+    let wrong: Vec<String> = entries
+        .iter()
+        .zip(&values)
+        .filter(|(e, c)| e.rust != **c)
+        .map(|(e, c)| format!("{}: C {c}, Rust {}", e.c, e.rust))
+        .collect();
+    assert!(wrong.is_empty(), "layout differs:\n{}", wrong.join("\n"));
+    eprintln!("{} sizes and offsets agree", entries.len());
+    let _ = std::fs::remove_dir_all(&dir);
+}
