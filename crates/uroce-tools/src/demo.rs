@@ -287,6 +287,20 @@ pub fn run(cfg: &DemoConfig) -> anyhow::Result<DemoReport> {
             pair.netem(i, &args).context("tc netem")?;
         }
     }
+    if let (Some(p), true) = (&pair, cfg.capture) {
+        // The UDP backend sends runs of packets as UDP GSO, which crosses a veth whole:
+        // have the kernel cut them at the sending end, as a NIC puts them on a wire, so
+        // the capture holds every frame (best effort: without ethtool it may hold 64 KiB
+        // GSO packets, which do not decode as one RoCE frame).
+        for i in 0..2 {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "exec", &p.ns[i], "ethtool", "-K", &p.ifaces[i]])
+                .args(["tx-udp-segmentation", "off"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
     let capture = match (&pair, cfg.capture) {
         (Some(p), true) => Some(
             // On the server's end, which then uses the UDP backend: AF_XDP sends bypass
