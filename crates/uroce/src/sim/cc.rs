@@ -139,6 +139,13 @@ pub fn run(cfg: &CcConfig) -> CcResult {
     let ns = |d: Duration| d.as_nanos() as u64;
     let at = |t: u64| t0 + Duration::from_nanos(t);
     let ser = (cfg.packet_bytes as f64 * 8e9 / cfg.line_rate_bps) as u64;
+    // The bottleneck port serialises at exactly the line rate: its clock runs in
+    // picoseconds and each departure is scheduled at the nanosecond after the packet's
+    // last bit (`ser` alone, truncated to whole nanoseconds, would let it send 1% over
+    // the line rate for 1086-byte packets at 100 Gb/s: 86 ns for 86.88).
+    let ser_ps = (cfg.packet_bytes as f64 * 8e12 / cfg.line_rate_bps).round() as u64;
+    let mut port_ps: u64 = 0;
+    let depart_at = |ps: u64| ps.div_ceil(1000);
     let prop = ns(cfg.prop_delay);
     let end = ns(cfg.duration);
     let n = cfg.flows.max(1);
@@ -229,7 +236,8 @@ pub fn run(cfg: &CcConfig) -> CcResult {
                 max_q = max_q.max(qbytes);
                 if !busy {
                     busy = true;
-                    push(&mut q, t + ser, Ev::Depart);
+                    port_ps = t * 1000 + ser_ps;
+                    push(&mut q, depart_at(port_ps), Ev::Depart);
                 }
                 if let Some(pfc) = cfg.pfc {
                     if qbytes > pfc.xoff_bytes && !paused && !pause_pending {
@@ -246,7 +254,8 @@ pub fn run(cfg: &CcConfig) -> CcResult {
                 if queue.is_empty() {
                     busy = false;
                 } else {
-                    push(&mut q, t + ser, Ev::Depart);
+                    port_ps += ser_ps;
+                    push(&mut q, depart_at(port_ps), Ev::Depart);
                 }
                 if let Some(pfc) = cfg.pfc {
                     if paused && qbytes < pfc.xon_bytes && !pause_pending {
