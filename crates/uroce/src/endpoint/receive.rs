@@ -128,7 +128,8 @@ impl Context {
             srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_misfit(&mut io, m);
-        let due = qp.events_due() || srq.is_some();
+        let due = qp.events_due()
+            || super::srq_mut(&mut self.srqs, srq).is_some_and(|s| s.limit_reached());
         if due {
             self.take_qp_events(m.dest_qp);
         }
@@ -182,7 +183,8 @@ impl Context {
             srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_packet(&mut io, p);
-        let due = qp.events_due() || srq.is_some();
+        let due = qp.events_due()
+            || super::srq_mut(&mut self.srqs, srq).is_some_and(|s| s.limit_reached());
         if due {
             self.take_qp_events(p.bth.dest_qp);
         }

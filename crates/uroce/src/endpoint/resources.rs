@@ -522,8 +522,8 @@ impl Context {
     }
 
     /// Queues every affiliated asynchronous event QP `qpn` has due, and the limit event
-    /// of its SRQ. The per-packet paths call it only when `events_due` says so (or
-    /// the QP is on an SRQ, whose limit a receive may have fired).
+    /// of its SRQ. The per-packet paths call it only when `events_due` says so, or the
+    /// QP's SRQ says its limit fired.
     #[inline(never)]
     pub(crate) fn take_qp_events(&mut self, qpn: u32) {
         while let Some(ev) = self.qps.get_mut(&qpn).and_then(|q| q.take_event()) {

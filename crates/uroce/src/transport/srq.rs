@@ -217,6 +217,12 @@ impl Srq {
     }
 
     /// Whether the limit fired since the last call.
+    /// Whether the limit fired and its event is not taken yet (a flag test, for the
+    /// per-packet path).
+    pub(crate) fn limit_reached(&self) -> bool {
+        self.limit_reached
+    }
+
     pub(crate) fn take_limit_reached(&mut self) -> bool {
         std::mem::take(&mut self.limit_reached)
     }
