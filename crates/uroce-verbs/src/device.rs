@@ -457,16 +457,25 @@ unsafe extern "C" fn no_req_notify_cq(_cq: *mut abi::ibv_cq, _solicited: c_int) 
     libc::EOPNOTSUPP
 }
 
-unsafe extern "C" fn no_post_send(
-    _qp: *mut abi::ibv_qp,
-    wr: *mut abi::ibv_send_wr,
-    bad: *mut *mut abi::ibv_send_wr,
-) -> c_int {
+/// Refuses a list of work requests: the first one is the one that failed (`*bad`).
+///
+/// # Safety
+/// `bad` is null or writable, as verbs.h has it.
+unsafe fn refuse_list<W>(wr: *mut W, bad: *mut *mut W) -> c_int {
     if !bad.is_null() {
         // SAFETY: the caller passes a writable `bad_wr` pointer (verbs.h).
         unsafe { *bad = wr };
     }
     libc::EOPNOTSUPP
+}
+
+unsafe extern "C" fn no_post_send(
+    _qp: *mut abi::ibv_qp,
+    wr: *mut abi::ibv_send_wr,
+    bad: *mut *mut abi::ibv_send_wr,
+) -> c_int {
+    // SAFETY: `bad` as the caller of this op passes it.
+    unsafe { refuse_list(wr, bad) }
 }
 
 unsafe extern "C" fn no_post_recv(
@@ -474,11 +483,8 @@ unsafe extern "C" fn no_post_recv(
     wr: *mut abi::ibv_recv_wr,
     bad: *mut *mut abi::ibv_recv_wr,
 ) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: the caller passes a writable `bad_wr` pointer (verbs.h).
-        unsafe { *bad = wr };
-    }
-    libc::EOPNOTSUPP
+    // SAFETY: `bad` as the caller of this op passes it.
+    unsafe { refuse_list(wr, bad) }
 }
 
 unsafe extern "C" fn no_post_srq_recv(
@@ -486,11 +492,8 @@ unsafe extern "C" fn no_post_srq_recv(
     wr: *mut abi::ibv_recv_wr,
     bad: *mut *mut abi::ibv_recv_wr,
 ) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: the caller passes a writable `bad_wr` pointer (verbs.h).
-        unsafe { *bad = wr };
-    }
-    libc::EOPNOTSUPP
+    // SAFETY: `bad` as the caller of this op passes it.
+    unsafe { refuse_list(wr, bad) }
 }
 
 /// Writes the first `len` bytes of `value` to `dst`.
