@@ -13,18 +13,20 @@
 //! `verbs_context`s, known to a registry so that closing one twice, or a pointer that is
 //! not one, is refused instead of freeing memory that is not ours.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_void};
 use std::net::IpAddr;
-use std::sync::{Mutex, MutexGuard};
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use libc::{EINVAL, ENODATA, ENODEV};
 use uroce::net::addresses::{self, InterfaceInfo, OperState};
-use uroce::verbs::{ContextConfig, CqId, Mr, PdId};
+use uroce::verbs::ContextConfig;
 
 use crate::abi::{
     self, ibv_context, ibv_device, ibv_device_attr, ibv_gid, ibv_port_attr, verbs_context,
 };
+use crate::engine::{Inner, Shared};
 use crate::util::set_errno;
 
 /// Entries in a port's GID table (`gid_tbl_len`).
@@ -46,6 +48,11 @@ impl Device {
     /// The interface this device is.
     pub fn iface(&self) -> &str {
         &self.iface
+    }
+
+    /// The interface's MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
     }
 
     /// The node GUID, EUI-64 from the MAC, in network order as `__be64` holds it.
@@ -151,30 +158,29 @@ fn device(dev: *const ibv_device) -> Option<&'static Device> {
 struct Context {
     vctx: verbs_context,
     device: &'static Device,
-    inner: Mutex<Inner>,
+    shared: Arc<Shared>,
 }
 
-/// What an open device holds: uroce's context and the C objects handed out, by address.
-pub(crate) struct Inner {
-    pub uroce: uroce::verbs::Context,
-    pub pds: HashMap<usize, PdId>,
-    pub mrs: HashMap<usize, Mr>,
-    pub cqs: HashMap<usize, CqId>,
-}
-
-/// Runs `f` on the state of the open context `ctx`; None if `ctx` is not one. The
-/// context cannot be closed meanwhile (the registry stays locked), so one verb runs at a
-/// time: thread safe, not yet concurrent.
-pub(crate) fn with_inner<R>(ctx: *mut ibv_context, f: impl FnOnce(&mut Inner) -> R) -> Option<R> {
+/// The state of the open context `ctx`, if it is one. A verb holds it (not the
+/// registry) while it runs, so verbs on different contexts do not wait for each other
+/// and closing a context while another thread is in a verb on it frees nothing that verb
+/// still uses.
+pub(crate) fn shared_of(ctx: *mut ibv_context) -> Option<Arc<Shared>> {
     let p = context_ptr_of(ctx);
     let contexts = lock(&CONTEXTS);
     if !contexts.as_ref().is_some_and(|s| s.contains(&(p as usize))) {
         return None;
     }
     // SAFETY: `p` is registered, so it is a live Box<Context> from `open`, and it stays
-    // so while `contexts` is held; only the `inner` field is referenced.
-    let inner = unsafe { &(*p).inner };
-    let mut guard = lock(inner);
+    // so while `contexts` is held; only the `shared` field is read.
+    Some(unsafe { (*p).shared.clone() })
+}
+
+/// Runs `f` on the state of the open context `ctx` (locked: one verb at a time per
+/// context); None if `ctx` is not one.
+pub(crate) fn with_inner<R>(ctx: *mut ibv_context, f: impl FnOnce(&mut Inner) -> R) -> Option<R> {
+    let shared = shared_of(ctx)?;
+    let mut guard = shared.lock();
     Some(f(&mut guard))
 }
 
@@ -211,8 +217,8 @@ fn open(device: &'static Device) -> *mut ibv_context {
         bind_mw: None,
         dealloc_mw: None,
         _compat_create_cq: None,
-        poll_cq: Some(crate::resources::poll_cq),
-        req_notify_cq: Some(no_req_notify_cq),
+        poll_cq: Some(crate::cq::poll_cq),
+        req_notify_cq: Some(crate::cq::req_notify_cq),
         _compat_cq_event: None,
         _compat_resize_cq: None,
         _compat_destroy_cq: None,
@@ -220,13 +226,13 @@ fn open(device: &'static Device) -> *mut ibv_context {
         _compat_modify_srq: None,
         _compat_query_srq: None,
         _compat_destroy_srq: None,
-        post_srq_recv: Some(no_post_srq_recv),
+        post_srq_recv: Some(crate::srq::post_srq_recv),
         _compat_create_qp: None,
         _compat_query_qp: None,
         _compat_modify_qp: None,
         _compat_destroy_qp: None,
-        post_send: Some(no_post_send),
-        post_recv: Some(no_post_recv),
+        post_send: Some(crate::qp::post_send),
+        post_recv: Some(crate::qp::post_recv),
         _compat_create_ah: None,
         _compat_destroy_ah: None,
         _compat_attach_mcast: None,
@@ -304,16 +310,22 @@ fn open(device: &'static Device) -> *mut ibv_context {
         udp_sport_base: 0xc000,
         tos: 0,
     };
-    let inner = Mutex::new(Inner {
-        uroce: uroce::verbs::Context::new(cfg, std::time::Instant::now()),
-        pds: HashMap::new(),
-        mrs: HashMap::new(),
-        cqs: HashMap::new(),
-    });
+    let shared = match Shared::new(
+        uroce::verbs::Context::new(cfg, std::time::Instant::now()),
+        device,
+    ) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
+            return std::ptr::null_mut();
+        }
+    };
+    let mut vctx = vctx;
+    vctx.context.async_fd = shared.async_fd.as_raw_fd();
     let p = Box::into_raw(Box::new(Context {
         vctx,
         device,
-        inner,
+        shared,
     }));
     lock(&CONTEXTS)
         .get_or_insert_with(HashSet::new)
@@ -332,7 +344,9 @@ fn close(ctx: *mut ibv_context) -> bool {
     }
     // SAFETY: `p` was registered, so it came from Box::into_raw in `open` and is freed
     // once: it has just left the registry.
-    drop(unsafe { Box::from_raw(p) });
+    let c = unsafe { Box::from_raw(p) };
+    c.shared.stop();
+    drop(c);
     true
 }
 
@@ -449,51 +463,6 @@ fn device_attr(device: &Device) -> ibv_device_attr {
 
 fn live_info(device: &Device) -> Result<InterfaceInfo, c_int> {
     addresses::interface_info(&device.iface).map_err(|_| ENODEV)
-}
-
-// The context's data-path operations before QPs exist: nothing can be posted or polled.
-
-unsafe extern "C" fn no_req_notify_cq(_cq: *mut abi::ibv_cq, _solicited: c_int) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-/// Refuses a list of work requests: the first one is the one that failed (`*bad`).
-///
-/// # Safety
-/// `bad` is null or writable, as verbs.h has it.
-unsafe fn refuse_list<W>(wr: *mut W, bad: *mut *mut W) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: the caller passes a writable `bad_wr` pointer (verbs.h).
-        unsafe { *bad = wr };
-    }
-    libc::EOPNOTSUPP
-}
-
-unsafe extern "C" fn no_post_send(
-    _qp: *mut abi::ibv_qp,
-    wr: *mut abi::ibv_send_wr,
-    bad: *mut *mut abi::ibv_send_wr,
-) -> c_int {
-    // SAFETY: `bad` as the caller of this op passes it.
-    unsafe { refuse_list(wr, bad) }
-}
-
-unsafe extern "C" fn no_post_recv(
-    _qp: *mut abi::ibv_qp,
-    wr: *mut abi::ibv_recv_wr,
-    bad: *mut *mut abi::ibv_recv_wr,
-) -> c_int {
-    // SAFETY: `bad` as the caller of this op passes it.
-    unsafe { refuse_list(wr, bad) }
-}
-
-unsafe extern "C" fn no_post_srq_recv(
-    _srq: *mut abi::ibv_srq,
-    wr: *mut abi::ibv_recv_wr,
-    bad: *mut *mut abi::ibv_recv_wr,
-) -> c_int {
-    // SAFETY: `bad` as the caller of this op passes it.
-    unsafe { refuse_list(wr, bad) }
 }
 
 /// Writes the first `len` bytes of `value` to `dst`.

@@ -146,21 +146,8 @@ mod compat {
 // The verbs uroce does not implement yet.
 unsupported! {
     _ibv_query_gid_table: neg_isize @@ "IBVERBS_1.11";
-    ibv_ack_async_event: void @@ "IBVERBS_1.1";
-    ibv_ack_cq_events: void @@ "IBVERBS_1.1";
     ibv_attach_mcast: errno @@ "IBVERBS_1.1";
-    ibv_create_ah: ptr @@ "IBVERBS_1.1";
-    ibv_create_ah_from_wc: ptr @@ "IBVERBS_1.1";
-    ibv_create_comp_channel: ptr @@ "IBVERBS_1.0";
-    ibv_create_qp: ptr @@ "IBVERBS_1.1";
-    ibv_create_srq: ptr @@ "IBVERBS_1.1";
-    ibv_destroy_ah: errno @@ "IBVERBS_1.1";
-    ibv_destroy_comp_channel: errno @@ "IBVERBS_1.0";
-    ibv_destroy_qp: errno @@ "IBVERBS_1.1";
-    ibv_destroy_srq: errno @@ "IBVERBS_1.1";
     ibv_detach_mcast: errno @@ "IBVERBS_1.1";
-    ibv_get_async_event: minus1 @@ "IBVERBS_1.1";
-    ibv_get_cq_event: minus1 @@ "IBVERBS_1.1";
     ibv_get_device_index: minus1 @@ "IBVERBS_1.9";
     ibv_get_pkey_index: minus1 @@ "IBVERBS_1.5";
     ibv_get_sysfs_path: ptr @@ "IBVERBS_1.0";
@@ -168,14 +155,9 @@ unsupported! {
     ibv_import_dm: ptr @@ "IBVERBS_1.13";
     ibv_import_mr: ptr @@ "IBVERBS_1.10";
     ibv_import_pd: ptr @@ "IBVERBS_1.10";
-    ibv_init_ah_from_wc: minus1 @@ "IBVERBS_1.1";
-    ibv_modify_qp: errno @@ "IBVERBS_1.1";
-    ibv_modify_srq: errno @@ "IBVERBS_1.1";
     ibv_qp_to_qp_ex: ptr @@ "IBVERBS_1.6";
     ibv_query_ece: errno @@ "IBVERBS_1.10";
-    ibv_query_qp: errno @@ "IBVERBS_1.1";
     ibv_query_qp_data_in_order: zero @@ "IBVERBS_1.14";
-    ibv_query_srq: errno @@ "IBVERBS_1.1";
     ibv_read_sysfs_file: minus1 @@ "IBVERBS_1.0";
     ibv_reg_dmabuf_mr: ptr @@ "IBVERBS_1.12";
     ibv_rereg_mr: errno @@ "IBVERBS_1.1";

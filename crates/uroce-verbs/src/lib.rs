@@ -11,8 +11,12 @@
 //!   libibverbs documents for an unsupported verb (NULL with errno `EOPNOTSUPP`, or the
 //!   error code), and provider registration calls are accepted and ignored.
 //! - [`device`]: the devices (one per usable interface) and their ports and GIDs.
-//! - `resources`: protection domains, memory regions over the application's memory,
-//!   completion queues.
+//! - `resources`: protection domains, memory regions over the application's memory.
+//! - `cq`: completion queues, completion channels, the asynchronous event queue.
+//! - `qp`: queue pairs, their state changes and the posting operations; `ah` address
+//!   handles; `srq` shared receive queues.
+//! - `engine`: the progress engine of an open device: uroce's context, its datapath
+//!   (AF_XDP or the UDP backend, `UROCE_BACKEND`) and the thread that drives it.
 //!
 //! The library never prints, never exits, never forks and never runs a program: what it
 //! knows of the host it asks the kernel over rtnetlink (`uroce::net`).
@@ -21,7 +25,12 @@
 //! `unsafe extern "C" fn` whose contract is the one `verbs.h` states for it.
 
 pub mod abi;
+mod ah;
+mod cq;
 pub mod device;
+mod engine;
 mod exports;
+mod qp;
 mod resources;
+mod srq;
 mod util;

@@ -1,5 +1,5 @@
-//! Protection domains, memory regions over the application's own memory, and completion
-//! queues: the C objects (`ibv_pd`, `ibv_mr`, `ibv_cq`) are boxes handed to the program,
+//! Protection domains and memory regions over the application's own memory: the C
+//! objects (`ibv_pd`, `ibv_mr`, and in the other modules `ibv_cq`, `ibv_qp`...) are boxes handed to the program,
 //! each known to its context by address (so a pointer that is not one of ours, or one
 //! already destroyed, is refused with EINVAL instead of being freed) and to [`OWNERS`]
 //! (object → context), so a verb finds its context without reading the object.
@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use libc::{EBUSY, EINVAL, EOPNOTSUPP};
 use uroce::verbs::Access;
 
-use crate::abi::{ibv_comp_channel, ibv_context, ibv_cq, ibv_mr, ibv_pd, ibv_wc};
+use crate::abi::{ibv_context, ibv_mr, ibv_pd};
 use crate::device::with_inner;
 use crate::exports::default_version;
 use crate::util::set_errno;
@@ -28,26 +28,26 @@ fn owners() -> std::sync::MutexGuard<'static, Option<HashMap<usize, usize>>> {
     OWNERS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn owner_of<T>(obj: *const T) -> Option<*mut ibv_context> {
+pub(crate) fn owner_of<T>(obj: *const T) -> Option<*mut ibv_context> {
     owners()
         .as_ref()
         .and_then(|m| m.get(&(obj as usize)))
         .map(|&c| c as *mut ibv_context)
 }
 
-fn own<T>(obj: *const T, ctx: *mut ibv_context) {
+pub(crate) fn own<T>(obj: *const T, ctx: *mut ibv_context) {
     owners()
         .get_or_insert_with(HashMap::new)
         .insert(obj as usize, ctx as usize);
 }
 
-fn disown<T>(obj: *const T) {
+pub(crate) fn disown<T>(obj: *const T) {
     if let Some(m) = owners().as_mut() {
         m.remove(&(obj as usize));
     }
 }
 
-fn null_with<T>(errno: c_int) -> *mut T {
+pub(crate) fn null_with<T>(errno: c_int) -> *mut T {
     set_errno(errno);
     std::ptr::null_mut()
 }
@@ -82,6 +82,20 @@ pub fn access_of(flags: c_uint) -> Result<Access, c_int> {
         .fold(Access::NONE, |a, (_, r)| a | *r))
 }
 
+/// ibverbs' access flags for uroce's rights (what `ibv_query_qp` reports).
+pub fn access_bits(a: Access) -> c_uint {
+    [
+        (1, Access::LOCAL_WRITE),
+        (2, Access::REMOTE_WRITE),
+        (4, Access::REMOTE_READ),
+        (8, Access::REMOTE_ATOMIC),
+        (16, Access::MW_BIND),
+    ]
+    .iter()
+    .filter(|(_, r)| a.contains(*r))
+    .fold(0, |b, (bit, _)| b | bit)
+}
+
 /// `ibv_alloc_pd`.
 #[no_mangle]
 pub extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
@@ -104,7 +118,7 @@ pub extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
 }
 default_version!(ibv_alloc_pd, "IBVERBS_1.1");
 
-/// `ibv_dealloc_pd`: 0, EBUSY while a memory region of this library still uses it,
+/// `ibv_dealloc_pd`: 0, EBUSY while a memory region, QP, SRQ or address handle uses it,
 /// EINVAL for an unknown PD.
 #[no_mangle]
 pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
@@ -115,7 +129,12 @@ pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
         let Some(&id) = inner.pds.get(&(pd as usize)) else {
             return EINVAL;
         };
-        if inner.mrs.values().any(|m| m.pd == id) {
+        let p = pd as usize;
+        if inner.mrs.values().any(|m| m.pd == id)
+            || inner.qps.values().any(|q| q.pd == p)
+            || inner.ahs.values().any(|a| a.pd == p)
+            || inner.srqs.values().any(|s| s.pd == p)
+        {
             return EBUSY;
         }
         inner.pds.remove(&(pd as usize));
@@ -249,86 +268,6 @@ pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
 }
 default_version!(ibv_dereg_mr, "IBVERBS_1.1");
 
-/// `ibv_create_cq`: at least `cqe` entries (`cq->cqe` says how many: 2^k - 1). EINVAL
-/// for `cqe` < 1 or above the maximum, or a completion vector other than 0; a
-/// completion channel is not supported yet (EOPNOTSUPP).
-#[no_mangle]
-pub extern "C" fn ibv_create_cq(
-    ctx: *mut ibv_context,
-    cqe: c_int,
-    cq_context: *mut c_void,
-    channel: *mut ibv_comp_channel,
-    comp_vector: c_int,
-) -> *mut ibv_cq {
-    if !channel.is_null() {
-        return null_with(EOPNOTSUPP);
-    }
-    let (Ok(cqe), 0) = (u32::try_from(cqe), comp_vector) else {
-        return null_with(EINVAL);
-    };
-    let made = with_inner(ctx, |inner| {
-        let id = inner.uroce.create_cq(cqe).map_err(|e| e.errno())?;
-        let depth = inner.uroce.cq_depth(id).unwrap_or(cqe);
-        // SAFETY: all zeros is PTHREAD_MUTEX_INITIALIZER / PTHREAD_COND_INITIALIZER in
-        // glibc, and a valid value for every other field (NULL pointers, zero counts).
-        let mut c: ibv_cq = unsafe { std::mem::zeroed() };
-        c.context = ctx;
-        c.cq_context = cq_context;
-        c.handle = id.0;
-        c.cqe = c_int::try_from(depth).unwrap_or(c_int::MAX);
-        let c = Box::into_raw(Box::new(c));
-        inner.cqs.insert(c as usize, id);
-        Ok(c)
-    });
-    match made {
-        Some(Ok(cq)) => {
-            own(cq, ctx);
-            cq
-        }
-        Some(Err(e)) => null_with(e),
-        None => null_with(EINVAL),
-    }
-}
-default_version!(ibv_create_cq, "IBVERBS_1.1");
-
-/// `ibv_destroy_cq`: 0, or EINVAL for an unknown CQ. (No QP can use a CQ yet, so EBUSY
-/// does not arise.)
-#[no_mangle]
-pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    let Some(ctx) = owner_of(cq) else {
-        return EINVAL;
-    };
-    let r = with_inner(ctx, |inner| {
-        if inner.cqs.remove(&(cq as usize)).is_none() {
-            return EINVAL;
-        }
-        // SAFETY: `cq` was registered, so it came from Box::into_raw in ibv_create_cq and
-        // is freed once: it has just left the registry.
-        drop(unsafe { Box::from_raw(cq) });
-        0
-    })
-    .unwrap_or(EINVAL);
-    if r == 0 {
-        disown(cq);
-    }
-    r
-}
-default_version!(ibv_destroy_cq, "IBVERBS_1.1");
-
-/// `ibv_context_ops.poll_cq` (the inline `ibv_poll_cq`): no completion can exist before
-/// QPs do, so 0 for a CQ of ours, -1 for anything else.
-pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, _n: c_int, _wc: *mut ibv_wc) -> c_int {
-    let Some(ctx) = owner_of(cq) else { return -1 };
-    with_inner(ctx, |inner| {
-        if inner.cqs.contains_key(&(cq as usize)) {
-            0
-        } else {
-            -1
-        }
-    })
-    .unwrap_or(-1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,6 +282,9 @@ mod tests {
         assert_eq!(access_of(1 << 5), Err(EOPNOTSUPP));
         assert_eq!(access_of(1 << 6), Err(EOPNOTSUPP));
         assert_eq!(access_of(1 << 8), Err(EINVAL));
+        for bits in 0..32 {
+            assert_eq!(access_bits(access_of(bits).unwrap()), bits);
+        }
     }
 
     #[test]
@@ -351,10 +293,6 @@ mod tests {
         let p = junk.as_mut_ptr();
         assert_eq!(ibv_dealloc_pd(p.cast()), EINVAL);
         assert_eq!(ibv_dereg_mr(p.cast()), EINVAL);
-        assert_eq!(ibv_destroy_cq(p.cast()), EINVAL);
         assert!(ibv_alloc_pd(p.cast()).is_null());
-        assert!(
-            ibv_create_cq(p.cast(), 1, std::ptr::null_mut(), std::ptr::null_mut(), 0).is_null()
-        );
     }
 }

@@ -181,16 +181,25 @@ int main(void) {
     CHECK(ibv_query_pkey(ctx, 1, 0, &pkey) == 0 && pkey == 0xffff);
     CHECK(ibv_query_pkey(ctx, 1, 1, &pkey) == -1);
 
-    /* Not implemented yet: clean failures, never a crash. */
+    /* Bad input: clean failures, never a crash. */
     struct ibv_pd *pd = ibv_alloc_pd(ctx);
     CHECK(pd);
     struct ibv_qp_init_attr qpa;
     memset(&qpa, 0, sizeof qpa);
     qpa.qp_type = IBV_QPT_RC;
     errno = 0;
-    CHECK(ibv_create_qp(pd, &qpa) == NULL && errno == EOPNOTSUPP);
+    CHECK(ibv_create_qp(pd, &qpa) == NULL && errno == EINVAL); /* no CQs */
+    struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+    CHECK(ch && ch->fd >= 0 && ch->context == ctx);
+    struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, ch, 0);
+    CHECK(cq && cq->channel == ch && cq->cqe >= 4);
+    CHECK(ibv_destroy_comp_channel(ch) == EBUSY);
+    qpa.send_cq = qpa.recv_cq = cq;
+    qpa.qp_type = IBV_QPT_RAW_PACKET;
     errno = 0;
-    CHECK(ibv_create_comp_channel(ctx) == NULL && errno == EOPNOTSUPP);
+    CHECK(ibv_create_qp(pd, &qpa) == NULL && errno == EOPNOTSUPP);
+    CHECK(ibv_destroy_cq(cq) == 0);
+    CHECK(ibv_destroy_comp_channel(ch) == 0);
     CHECK(ibv_dealloc_pd(pd) == 0);
     CHECK(ibv_fork_init() == 0);
     CHECK(strcmp(ibv_wc_status_str(IBV_WC_SUCCESS), "success") == 0);

@@ -103,6 +103,10 @@ impl<B: Backend> Backend for Impaired<B> {
         self.inner.needs_link_addresses()
     }
 
+    fn wait_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.inner.wait_fds()
+    }
+
     fn rx_overruns(&self) -> u64 {
         self.inner.rx_overruns()
     }

@@ -75,6 +75,15 @@ pub trait Backend {
         handle: &mut dyn FnMut(Received<'_>),
     ) -> io::Result<usize>;
 
+    /// The descriptors that become readable when [`Backend::receive`] has packets to hand
+    /// up, for a loop that waits on them with other descriptors (`poll(2)`); empty when
+    /// the backend cannot say (the loop then polls `receive` with a short timeout).
+    /// Packets a backend holds already (GRO segments left from the last call) do not
+    /// make them readable: call `receive` until it returns 0 before waiting.
+    fn wait_fds(&self) -> Vec<std::os::fd::RawFd> {
+        Vec::new()
+    }
+
     /// Whether the Ethernet addresses of sent frames matter (AF_XDP: yes; the UDP
     /// backend lets the kernel build the link header).
     fn needs_link_addresses(&self) -> bool {
@@ -119,6 +128,9 @@ pub trait Backend {
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
+    fn wait_fds(&self) -> Vec<std::os::fd::RawFd> {
+        (**self).wait_fds()
+    }
     fn needs_link_addresses(&self) -> bool {
         (**self).needs_link_addresses()
     }

@@ -566,6 +566,10 @@ impl Backend for UdpBackend {
         false
     }
 
+    fn wait_fds(&self) -> Vec<std::os::fd::RawFd> {
+        vec![self.rx.as_raw_fd()]
+    }
+
     fn rx_overruns(&self) -> u64 {
         socket_drops(self.rx.as_raw_fd())
     }

@@ -420,6 +420,30 @@ impl Context {
         r
     }
 
+    /// The destroy verb (ibv_destroy_qp): the QP goes with every work request it held,
+    /// without completions (ibverbs: a destroyed QP's outstanding requests are not
+    /// reported; completions already in a CQ stay there). The receive it was filling from
+    /// an SRQ goes back to the SRQ, its type 2 windows are unbound, and its QPN is not
+    /// given out again before the QPN space wraps. Packets for it afterwards count as
+    /// `rx_unknown_qp`.
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
+        let mut qp = self.qps.remove(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let reset = QpAttr {
+            qp_state: QpState::Reset,
+            ..QpAttr::default()
+        };
+        // RESET empties the queues without completions; from any state it is legal.
+        let mut flushed = Vec::new();
+        let _ = qp.modify(&reset, QpAttrMask::STATE, &mut flushed);
+        if let Some(w) = qp.take_srq_return() {
+            if let Some(srq) = super::srq_mut(&mut self.srqs, qp.srq()) {
+                srq.give_back(w);
+            }
+        }
+        self.mem.unbind_qp_windows(qpn);
+        Ok(())
+    }
+
     /// The query verb (ibv_query_qp): the QP's state and attributes as set, and what it
     /// was created with.
     pub fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpInitAttr), VerbsError> {

@@ -322,6 +322,16 @@ impl QpAttrMask {
     pub fn bits(self) -> u32 {
         self.0
     }
+
+    /// The mask of raw IBV_QP_* bits, or the bits uroce does not take (IBV_QP_ALT_PATH,
+    /// IBV_QP_PATH_MIG_STATE, IBV_QP_CAP, IBV_QP_RATE_LIMIT and unknown ones) as `Err`.
+    pub fn from_bits(bits: u32) -> Result<QpAttrMask, u32> {
+        let known = Self::NAMES.iter().fold(0, |a, (b, _)| a | b.0);
+        match bits & !known {
+            0 => Ok(QpAttrMask(bits)),
+            other => Err(other),
+        }
+    }
 }
 
 impl std::ops::BitOr for QpAttrMask {

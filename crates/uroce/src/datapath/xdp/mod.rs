@@ -607,6 +607,10 @@ impl Socket {
 }
 
 impl Backend for XdpBackend {
+    fn wait_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.socks.iter().map(|s| s.fd.as_raw_fd()).collect()
+    }
+
     fn send_with(
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,

@@ -1,0 +1,198 @@
+//! Address handles for UD: `ibv_create_ah`, `ibv_destroy_ah`, and the two that build one
+//! from a received datagram, `ibv_init_ah_from_wc` and `ibv_create_ah_from_wc`.
+//!
+//! An address handle is where a datagram goes: the IP address of its GID and the next
+//! hop's MAC address, resolved when it is created ([`crate::qp::remote_of`]). A UD
+//! receive's first 40 bytes hold the GRH; over RoCE v2 with IPv4 they hold the IPv4
+//! header in their last 20 bytes (as rdma_rxe and ConnectX write it), over IPv6 the IPv6
+//! header: the sender's address is read from whichever it is.
+
+use std::ffi::c_int;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use libc::EINVAL;
+use uroce::verbs::Remote;
+
+use crate::abi::{ibv_ah, ibv_ah_attr, ibv_context, ibv_pd, ibv_wc};
+use crate::device::{shared_of, with_inner};
+use crate::exports::default_version;
+use crate::qp::{gid_of, remote_of};
+use crate::resources::{disown, null_with, own, owner_of};
+use crate::util::set_errno;
+
+/// An address handle handed out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AhEntry {
+    pub remote: Remote,
+    pub pd: usize,
+}
+
+/// `IBV_WC_GRH`.
+const WC_GRH: u32 = 1;
+
+/// The sender's address in a received GRH area (40 bytes): an IPv6 header (version 6
+/// in its first nibble), or an IPv4 header in bytes 20..40.
+pub fn sender_of(grh: &[u8; 40]) -> Option<IpAddr> {
+    if grh[0] >> 4 == 6 {
+        let src: [u8; 16] = grh[8..24].try_into().ok()?;
+        return Some(IpAddr::V6(Ipv6Addr::from(src)));
+    }
+    if grh[20] >> 4 == 4 {
+        let src: [u8; 4] = grh[32..36].try_into().ok()?;
+        return Some(IpAddr::V4(Ipv4Addr::from(src)));
+    }
+    None
+}
+
+/// `ibv_create_ah`: NULL with errno EINVAL for an address without a GRH or of the other
+/// IP version, EHOSTUNREACH when the next hop's MAC address cannot be found.
+///
+/// # Safety
+/// `attr` points at a readable `struct ibv_ah_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    let Some(ctx) = owner_of(pd) else {
+        return null_with(EINVAL);
+    };
+    if attr.is_null() {
+        return null_with(EINVAL);
+    }
+    // SAFETY: the caller's readable ibv_ah_attr.
+    let a = unsafe { *attr };
+    let Some(shared) = shared_of(ctx) else {
+        return null_with(EINVAL);
+    };
+    let mut g = shared.lock();
+    let made = (|| {
+        let inner = &mut *g;
+        if !inner.pds.contains_key(&(pd as usize)) {
+            return Err(EINVAL);
+        }
+        shared.start(inner)?;
+        let remote = remote_of(inner, &a)?;
+        let ah = Box::into_raw(Box::new(ibv_ah {
+            context: ctx,
+            pd,
+            handle: 0,
+        }));
+        inner.ahs.insert(
+            ah as usize,
+            AhEntry {
+                remote,
+                pd: pd as usize,
+            },
+        );
+        Ok(ah)
+    })();
+    drop(g);
+    match made {
+        Ok(ah) => {
+            own(ah, ctx);
+            ah
+        }
+        Err(e) => null_with(e),
+    }
+}
+default_version!(ibv_create_ah, "IBVERBS_1.1");
+
+/// `ibv_destroy_ah`: 0, or EINVAL for an unknown handle.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    let Some(ctx) = owner_of(ah) else {
+        return EINVAL;
+    };
+    let r = with_inner(ctx, |inner| {
+        if inner.ahs.remove(&(ah as usize)).is_none() {
+            return EINVAL;
+        }
+        // SAFETY: registered, so from Box::into_raw in ibv_create_ah, freed once.
+        drop(unsafe { Box::from_raw(ah) });
+        0
+    })
+    .unwrap_or(EINVAL);
+    if r == 0 {
+        disown(ah);
+    }
+    r
+}
+default_version!(ibv_destroy_ah, "IBVERBS_1.1");
+
+/// `ibv_init_ah_from_wc`: the address vector that answers the sender of a UD receive;
+/// 0, or -1 with errno EINVAL (no GRH in the completion, an unreadable GRH).
+///
+/// # Safety
+/// `wc` and `grh` (40 bytes) are readable, `ah_attr` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    ctx: *mut ibv_context,
+    port_num: u8,
+    wc: *mut ibv_wc,
+    grh: *mut u8,
+    ah_attr: *mut ibv_ah_attr,
+) -> c_int {
+    if shared_of(ctx).is_none() || wc.is_null() || grh.is_null() || ah_attr.is_null() {
+        set_errno(EINVAL);
+        return -1;
+    }
+    // SAFETY: the caller's completion and 40-byte GRH area.
+    let (w, g) = unsafe { (*wc, grh.cast::<[u8; 40]>().read()) };
+    let sender = (w.wc_flags & WC_GRH != 0).then(|| sender_of(&g)).flatten();
+    let Some(ip) = sender else {
+        set_errno(EINVAL);
+        return -1;
+    };
+    let mut a = ibv_ah_attr {
+        is_global: 1,
+        port_num,
+        ..Default::default()
+    };
+    a.grh.dgid = gid_of(ip);
+    a.grh.hop_limit = 64;
+    // SAFETY: the caller's writable ibv_ah_attr.
+    unsafe { ah_attr.write(a) };
+    0
+}
+default_version!(ibv_init_ah_from_wc, "IBVERBS_1.1");
+
+/// `ibv_create_ah_from_wc`: [`ibv_init_ah_from_wc`] then [`ibv_create_ah`].
+///
+/// # Safety
+/// As [`ibv_init_ah_from_wc`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut u8,
+    port_num: u8,
+) -> *mut ibv_ah {
+    let Some(ctx) = owner_of(pd) else {
+        return null_with(EINVAL);
+    };
+    let mut a = ibv_ah_attr::default();
+    // SAFETY: forwarded as the caller passed them; `a` is a live local.
+    unsafe {
+        if ibv_init_ah_from_wc(ctx, port_num, wc, grh, &mut a) != 0 {
+            return std::ptr::null_mut();
+        }
+        ibv_create_ah(pd, &mut a)
+    }
+}
+default_version!(ibv_create_ah_from_wc, "IBVERBS_1.1");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sender_from_an_ipv4_or_ipv6_grh() {
+        let mut g = [0u8; 40];
+        assert_eq!(sender_of(&g), None);
+        g[20] = 0x45;
+        g[32..36].copy_from_slice(&[10, 0, 0, 7]);
+        assert_eq!(sender_of(&g), Some("10.0.0.7".parse().unwrap()));
+        let mut g = [0u8; 40];
+        g[0] = 0x60;
+        g[8..24].copy_from_slice(&"fd00::7".parse::<Ipv6Addr>().unwrap().octets());
+        assert_eq!(sender_of(&g), Some("fd00::7".parse().unwrap()));
+    }
+}

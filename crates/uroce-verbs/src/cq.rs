@@ -1,0 +1,417 @@
+//! Completion queues, completion channels and the asynchronous event queue.
+//!
+//! - `ibv_poll_cq` (inline, through `ibv_context_ops.poll_cq`) converts uroce's completions
+//!   to `struct ibv_wc`; an empty CQ first takes what the datapath received, so a program
+//!   that spins on it needs no other thread to make progress.
+//! - A completion channel is a semaphore eventfd (one count per completion event) and the
+//!   queue of CQs whose events wait: `ibv_get_cq_event` blocks on the fd (or fails with
+//!   EAGAIN when the program made it non-blocking, as with libibverbs), then takes the
+//!   oldest event. `ibv_ack_cq_events` acknowledges them; a CQ with events not
+//!   acknowledged cannot be destroyed (EBUSY, where libibverbs would wait for ever).
+//! - The context's `async_fd` is another semaphore eventfd counting the events queued for
+//!   `ibv_get_async_event`.
+
+use std::ffi::{c_int, c_void};
+use std::os::fd::AsRawFd;
+
+use libc::{EBUSY, EINVAL};
+use uroce::verbs::{WcOpcode, WcStatus, WorkCompletion};
+
+use crate::abi::{ibv_async_event, ibv_comp_channel, ibv_context, ibv_cq, ibv_wc};
+use crate::device::{shared_of, with_inner};
+use crate::engine::{self, ChannelEntry, CqEntry};
+use crate::exports::default_version;
+use crate::resources::{disown, null_with, own, owner_of};
+use crate::util::set_errno;
+
+/// `ibv_create_comp_channel`: a channel whose `fd` becomes readable with each completion
+/// event of the CQs created on it.
+#[no_mangle]
+pub extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
+    let made = with_inner(ctx, |inner| {
+        let fd = engine::semaphore().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+        let ch = Box::into_raw(Box::new(ibv_comp_channel {
+            context: ctx,
+            fd: fd.as_raw_fd(),
+            refcnt: 0,
+        }));
+        inner.channels.insert(
+            ch as usize,
+            ChannelEntry {
+                fd,
+                events: Default::default(),
+            },
+        );
+        Ok(ch)
+    });
+    match made {
+        Some(Ok(ch)) => {
+            own(ch, ctx);
+            ch
+        }
+        Some(Err(e)) => null_with(e),
+        None => null_with(EINVAL),
+    }
+}
+default_version!(ibv_create_comp_channel, "IBVERBS_1.0");
+
+/// `ibv_destroy_comp_channel`: 0, EBUSY while a CQ uses it, EINVAL for an unknown one.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    let Some(ctx) = owner_of(channel) else {
+        return EINVAL;
+    };
+    let r = with_inner(ctx, |inner| {
+        let c = channel as usize;
+        if !inner.channels.contains_key(&c) {
+            return EINVAL;
+        }
+        if inner.cqs.values().any(|e| e.channel == c) {
+            return EBUSY;
+        }
+        inner.channels.remove(&c);
+        // SAFETY: registered, so from Box::into_raw in ibv_create_comp_channel, freed
+        // once: it has just left the registry.
+        drop(unsafe { Box::from_raw(channel) });
+        0
+    })
+    .unwrap_or(EINVAL);
+    if r == 0 {
+        disown(channel);
+    }
+    r
+}
+default_version!(ibv_destroy_comp_channel, "IBVERBS_1.0");
+
+/// `ibv_create_cq`: at least `cqe` entries (`cq->cqe` says how many: 2^k - 1). EINVAL
+/// for `cqe` < 1 or above the maximum, a completion vector other than 0, or a channel
+/// of another context.
+#[no_mangle]
+pub extern "C" fn ibv_create_cq(
+    ctx: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    let (Ok(cqe), 0) = (u32::try_from(cqe), comp_vector) else {
+        return null_with(EINVAL);
+    };
+    let made = with_inner(ctx, |inner| {
+        let ch = channel as usize;
+        if !channel.is_null() && !inner.channels.contains_key(&ch) {
+            return Err(EINVAL);
+        }
+        let id = inner.uroce.create_cq(cqe).map_err(|e| e.errno())?;
+        let depth = inner.uroce.cq_depth(id).unwrap_or(cqe);
+        // SAFETY: all zeros is PTHREAD_MUTEX_INITIALIZER / PTHREAD_COND_INITIALIZER in
+        // glibc, and a valid value for every other field (NULL pointers, zero counts).
+        let mut c: ibv_cq = unsafe { std::mem::zeroed() };
+        c.context = ctx;
+        c.channel = channel;
+        c.cq_context = cq_context;
+        c.handle = id.0;
+        c.cqe = c_int::try_from(depth).unwrap_or(c_int::MAX);
+        let c = Box::into_raw(Box::new(c));
+        inner.cqs.insert(c as usize, CqEntry { id, channel: ch });
+        inner.cq_by_id.insert(id.0, c as usize);
+        if !channel.is_null() {
+            // SAFETY: a registered channel is a live Box from ibv_create_comp_channel;
+            // its refcnt is written under the context's lock only.
+            unsafe { (*channel).refcnt += 1 };
+        }
+        Ok(c)
+    });
+    match made {
+        Some(Ok(cq)) => {
+            own(cq, ctx);
+            cq
+        }
+        Some(Err(e)) => null_with(e),
+        None => null_with(EINVAL),
+    }
+}
+default_version!(ibv_create_cq, "IBVERBS_1.1");
+
+/// `ibv_destroy_cq`: 0; EBUSY while a QP uses it or completion events of it are not
+/// acknowledged; EINVAL for an unknown CQ.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    let Some(ctx) = owner_of(cq) else {
+        return EINVAL;
+    };
+    let r = with_inner(ctx, |inner| {
+        let c = cq as usize;
+        let Some(e) = inner.cqs.get(&c).copied() else {
+            return EINVAL;
+        };
+        if inner.qps.values().any(|q| q.send_cq == c || q.recv_cq == c) {
+            return EBUSY;
+        }
+        let pending = inner
+            .channels
+            .get(&e.channel)
+            .is_some_and(|ch| ch.events.contains(&c));
+        if pending || inner.uroce.cq_events_unacked(e.id) > 0 {
+            return EBUSY;
+        }
+        inner.cqs.remove(&c);
+        inner.cq_by_id.remove(&e.id.0);
+        // SAFETY: registered, so from Box::into_raw in ibv_create_cq, freed once: it
+        // has just left the registry. Its channel (registered while the CQ uses it) is
+        // live.
+        unsafe {
+            if !(*cq).channel.is_null() {
+                (*(*cq).channel).refcnt -= 1;
+            }
+            drop(Box::from_raw(cq));
+        }
+        0
+    })
+    .unwrap_or(EINVAL);
+    if r == 0 {
+        disown(cq);
+    }
+    r
+}
+default_version!(ibv_destroy_cq, "IBVERBS_1.1");
+
+/// `IBV_WC_*` status values.
+fn status_of(s: WcStatus) -> c_int {
+    match s {
+        WcStatus::Success => 0,
+        WcStatus::LocLenErr => 1,
+        WcStatus::LocQpOpErr => 2,
+        WcStatus::LocProtErr => 4,
+        WcStatus::WrFlushErr => 5,
+        WcStatus::MwBindErr => 6,
+        WcStatus::BadRespErr => 7,
+        WcStatus::RemInvReqErr => 9,
+        WcStatus::RemAccessErr => 10,
+        WcStatus::RemOpErr => 11,
+        WcStatus::RetryExcErr => 12,
+        WcStatus::RnrRetryExcErr => 13,
+    }
+}
+
+/// `IBV_WC_*` opcode values.
+fn opcode_of(o: WcOpcode) -> c_int {
+    match o {
+        WcOpcode::Send => 0,
+        WcOpcode::RdmaWrite => 1,
+        WcOpcode::RdmaRead => 2,
+        WcOpcode::CompSwap => 3,
+        WcOpcode::FetchAdd => 4,
+        WcOpcode::BindMw => 5,
+        WcOpcode::LocalInv => 6,
+        WcOpcode::Recv => 128,
+        WcOpcode::RecvRdmaWithImm => 129,
+    }
+}
+
+/// A completion as `struct ibv_wc`: immediate data in network order, the invalidated
+/// rkey in the same union when IBV_WC_WITH_INV is set.
+pub fn wc_of(w: &WorkCompletion) -> ibv_wc {
+    ibv_wc {
+        wr_id: w.wr_id,
+        status: status_of(w.status),
+        opcode: opcode_of(w.opcode),
+        vendor_err: 0,
+        byte_len: w.byte_len,
+        imm_data: match (w.imm, w.invalidated_rkey) {
+            (_, Some(rkey)) => rkey,
+            (Some(imm), None) => imm.to_be(),
+            (None, None) => 0,
+        },
+        qp_num: w.qp_num,
+        src_qp: w.src_qp,
+        wc_flags: w.flags.0,
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    }
+}
+
+/// `ibv_context_ops.poll_cq` (the inline `ibv_poll_cq`): up to `n` completions into
+/// `wc`, their number, or -1 for a CQ that is not one of ours.
+pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    let Ok(n) = usize::try_from(n) else { return -1 };
+    if cq.is_null() || (wc.is_null() && n > 0) {
+        return -1;
+    }
+    // SAFETY: the inline ibv_poll_cq read `cq->context` already to find this function.
+    let Some(shared) = shared_of(unsafe { (*cq).context }) else {
+        return -1;
+    };
+    let mut g = shared.lock();
+    let Some(e) = g.cqs.get(&(cq as usize)).copied() else {
+        return -1;
+    };
+    let inner = &mut *g;
+    inner.wcs.clear();
+    let mut got = inner.uroce.poll_cq_into(e.id, n, &mut inner.wcs);
+    if got == 0 && n > 0 && inner.started() {
+        inner.pump(true);
+        got = inner.uroce.poll_cq_into(e.id, n, &mut inner.wcs);
+    }
+    for (i, w) in inner.wcs.iter().enumerate() {
+        // SAFETY: the caller's array holds `n` entries and i < got <= n.
+        unsafe { wc.add(i).write(wc_of(w)) };
+    }
+    got as c_int
+}
+
+/// `ibv_context_ops.req_notify_cq` (the inline `ibv_req_notify_cq`): 0 or the errno.
+pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    if cq.is_null() {
+        return EINVAL;
+    }
+    // SAFETY: the inline ibv_req_notify_cq read `cq->context` already.
+    with_inner(unsafe { (*cq).context }, |inner| {
+        let Some(e) = inner.cqs.get(&(cq as usize)).copied() else {
+            return EINVAL;
+        };
+        match inner.uroce.req_notify_cq(e.id, solicited_only != 0) {
+            Ok(()) => 0,
+            Err(e) => e.errno(),
+        }
+    })
+    .unwrap_or(EINVAL)
+}
+
+/// `ibv_get_cq_event`: waits for the channel's next completion event (unless its fd was
+/// made non-blocking: then -1 with errno EAGAIN when there is none); 0 with the CQ and
+/// its `cq_context`, or -1 with errno.
+///
+/// # Safety
+/// `cq` and `cq_context` are writable, as verbs.h has them.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    let Some(ctx) = owner_of(channel) else {
+        set_errno(EINVAL);
+        return -1;
+    };
+    // SAFETY: a registered channel is live; its fd is ours until it is destroyed.
+    let fd = unsafe { (*channel).fd };
+    if let Err(e) = engine::take_one(fd) {
+        set_errno(e);
+        return -1;
+    }
+    let got = with_inner(ctx, |inner| {
+        inner
+            .channels
+            .get_mut(&(channel as usize))
+            .and_then(|ch| ch.events.pop_front())
+    })
+    .flatten();
+    let Some(c) = got else {
+        set_errno(EINVAL);
+        return -1;
+    };
+    let c = c as *mut ibv_cq;
+    // SAFETY: `c` is a live CQ (it cannot be destroyed while its event is not
+    // acknowledged); the out-pointers are the caller's.
+    unsafe {
+        if !cq.is_null() {
+            *cq = c;
+        }
+        if !cq_context.is_null() {
+            *cq_context = (*c).cq_context;
+        }
+    }
+    0
+}
+default_version!(ibv_get_cq_event, "IBVERBS_1.1");
+
+/// `ibv_ack_cq_events`: acknowledges `nevents` events of `cq` taken with
+/// `ibv_get_cq_event`.
+#[no_mangle]
+pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: u32) {
+    let Some(ctx) = owner_of(cq) else { return };
+    with_inner(ctx, |inner| {
+        if let Some(e) = inner.cqs.get(&(cq as usize)).copied() {
+            inner.uroce.ack_cq_events(e.id, nevents);
+            // SAFETY: a registered CQ is live; the count is written under the lock.
+            unsafe {
+                (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents)
+            };
+        }
+    });
+}
+default_version!(ibv_ack_cq_events, "IBVERBS_1.1");
+
+/// `ibv_get_async_event`: waits for the context's next asynchronous event (non-blocking
+/// if the program made `async_fd` so); 0, or -1 with errno.
+///
+/// # Safety
+/// `event` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_async_event(
+    ctx: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> c_int {
+    let Some(shared) = shared_of(ctx) else {
+        set_errno(EINVAL);
+        return -1;
+    };
+    if event.is_null() {
+        set_errno(EINVAL);
+        return -1;
+    }
+    if let Err(e) = engine::take_one(shared.async_fd.as_raw_fd()) {
+        set_errno(e);
+        return -1;
+    }
+    let got = shared.lock().async_events.pop_front();
+    match got {
+        Some(engine::AsyncEntry(ev)) => {
+            // SAFETY: `event` is the caller's writable ibv_async_event.
+            unsafe { event.write(ev) };
+            0
+        }
+        None => {
+            set_errno(libc::EAGAIN);
+            -1
+        }
+    }
+}
+default_version!(ibv_get_async_event, "IBVERBS_1.1");
+
+/// `ibv_ack_async_event`: nothing to release (uroce's objects do not wait for it).
+#[no_mangle]
+pub extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}
+default_version!(ibv_ack_async_event, "IBVERBS_1.1");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_objects_are_refused() {
+        let mut junk = [0u64; 16];
+        let p = junk.as_mut_ptr();
+        assert_eq!(ibv_destroy_cq(p.cast()), EINVAL);
+        assert_eq!(ibv_destroy_comp_channel(p.cast()), EINVAL);
+        assert!(
+            ibv_create_cq(p.cast(), 1, std::ptr::null_mut(), std::ptr::null_mut(), 0).is_null()
+        );
+        assert!(ibv_create_comp_channel(p.cast()).is_null());
+    }
+
+    #[test]
+    fn wc_carries_imm_in_network_order_and_inv_rkey_as_is() {
+        let mut w = WorkCompletion::send(7, 0x12, WcOpcode::Recv, 100, WcStatus::Success);
+        w.imm = Some(0x0102_0304);
+        let c = wc_of(&w);
+        assert_eq!(c.imm_data.to_ne_bytes(), [1, 2, 3, 4]);
+        assert_eq!((c.opcode, c.status, c.byte_len), (128, 0, 100));
+        assert_eq!((c.qp_num, c.wr_id), (7, 0x12));
+        w.invalidated_rkey = Some(0xabcd);
+        assert_eq!(wc_of(&w).imm_data, 0xabcd);
+    }
+}

@@ -1,0 +1,451 @@
+//! The progress engine of an open device: uroce's sans-IO context, the datapath under it,
+//! and the thread that moves packets when the program does not call in.
+//!
+//! Everything an open device holds is one [`Inner`] behind one mutex in [`Shared`]: every
+//! verb takes it, so every entry point is thread safe as ibverbs promises. Packets move
+//! in two ways, as a NIC's doorbell and its interrupt:
+//! - the program's own calls: a post hands what it made sendable to the datapath before
+//!   it returns, and a poll of an empty CQ first takes what the datapath received (no
+//!   thread hand-off on the busy-polling path perftest and pingpong use);
+//! - the progress thread, started with the datapath at the first QP: it sleeps in
+//!   `poll(2)` on the datapath's descriptors, a wake-up eventfd and the next timer
+//!   (retransmission, RNR, ACK coalescing), and runs the same pump when one fires, so a
+//!   program blocked in `ibv_get_cq_event` still gets its completions.
+//!
+//! The datapath is opened lazily (listing and querying devices, as `ibv_devinfo` does,
+//! opens none): `UROCE_BACKEND` = `auto` (default: AF_XDP on the device's interface
+//! where the process may set it up, else the UDP backend), `xdp` or `udp`.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_int;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use uroce::datapath::udp::UdpBackend;
+use uroce::datapath::xdp::XdpBackend;
+use uroce::datapath::Backend;
+use uroce::verbs::{AsyncEvent, CqId, Mr, Mtu, PdId, SrqId, WorkCompletion};
+
+use crate::abi::{ibv_async_event, ibv_async_event_element, ibv_cq, ibv_qp, ibv_srq};
+use crate::device::Device;
+
+/// The environment variable that picks the datapath.
+pub const BACKEND_ENV: &str = "UROCE_BACKEND";
+
+/// The longest the progress thread sleeps without looking at the datapath: frames an
+/// AF_XDP ring has not taken yet and packets a backend holds back are retried this often.
+const MAX_SLEEP: Duration = Duration::from_millis(5);
+
+/// A CQ handed out: uroce's id and the completion channel it reports to (0: none).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CqEntry {
+    pub id: CqId,
+    pub channel: usize,
+}
+
+/// A QP handed out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QpEntry {
+    pub qpn: u32,
+    pub pd: usize,
+    pub send_cq: usize,
+    pub recv_cq: usize,
+    pub srq: usize,
+    /// A UD QP (its sends name an address handle).
+    pub ud: bool,
+}
+
+/// An SRQ handed out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SrqEntry {
+    pub id: SrqId,
+    pub pd: usize,
+}
+
+/// A completion channel: its eventfd (a semaphore: one count per event) and the CQs whose
+/// events wait to be taken by `ibv_get_cq_event`, in order.
+pub(crate) struct ChannelEntry {
+    pub fd: OwnedFd,
+    pub events: VecDeque<usize>,
+}
+
+/// A queued asynchronous event, as `ibv_get_async_event` hands it out.
+#[derive(Clone, Copy)]
+pub(crate) struct AsyncEntry(pub ibv_async_event);
+
+// SAFETY: the event's pointer is only an address handed back to the program (which owns
+// the object); this library never dereferences it, so it may move between threads.
+unsafe impl Send for AsyncEntry {}
+
+/// The datapath of an open device and the thread that drives it.
+struct Datapath {
+    backend: Box<dyn Backend + Send>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What an open device holds: uroce's context and the C objects handed out, by address.
+pub(crate) struct Inner {
+    pub uroce: uroce::verbs::Context,
+    pub device: &'static Device,
+    pub pds: HashMap<usize, PdId>,
+    pub mrs: HashMap<usize, Mr>,
+    pub cqs: HashMap<usize, CqEntry>,
+    /// uroce's CQ id → the `ibv_cq`.
+    pub cq_by_id: HashMap<u32, usize>,
+    pub qps: HashMap<usize, QpEntry>,
+    /// QPN → the `ibv_qp`.
+    pub qp_by_qpn: HashMap<u32, usize>,
+    pub srqs: HashMap<usize, SrqEntry>,
+    /// Address handles: the `ibv_ah` → where its datagrams go.
+    pub ahs: HashMap<usize, crate::ah::AhEntry>,
+    pub channels: HashMap<usize, ChannelEntry>,
+    /// Asynchronous events for `ibv_get_async_event`, in order; the async fd counts them.
+    pub async_events: VecDeque<AsyncEntry>,
+    /// Scratch for polled completions (no allocation per poll once grown).
+    pub wcs: Vec<WorkCompletion>,
+    datapath: Option<Datapath>,
+    /// The context's async fd (owned by [`Shared`]), counted up per queued event.
+    async_fd: RawFd,
+    /// When the progress thread wakes next on its own (its timer), to know whether a
+    /// post brought a timer forward.
+    sleep_until: Option<Instant>,
+    /// What the datapath is, for `uroce run -v` and errors.
+    pub datapath_what: String,
+}
+
+/// An open device's state, shared by the program's threads and the progress thread.
+pub(crate) struct Shared {
+    inner: Mutex<Inner>,
+    /// Written to wake the progress thread early.
+    wake: OwnedFd,
+    /// The context's `async_fd`: a semaphore eventfd counting queued async events.
+    pub async_fd: OwnedFd,
+    stop: AtomicBool,
+}
+
+fn eventfd(flags: c_int) -> std::io::Result<OwnedFd> {
+    // SAFETY: eventfd takes no pointers; a negative return is an error, checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one to an eventfd's counter (readable from then on).
+pub(crate) fn signal(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 to an eventfd we own; a full counter
+    // (EAGAIN) is readable already, so the result is not needed.
+    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// A new semaphore eventfd (each read takes one count), blocking as a channel's fd is
+/// (the program may set O_NONBLOCK on it).
+pub(crate) fn semaphore() -> std::io::Result<OwnedFd> {
+    eventfd(libc::EFD_SEMAPHORE)
+}
+
+/// Takes one count from a semaphore eventfd, blocking unless the program made the fd
+/// non-blocking; `Err` with the errno (EAGAIN when non-blocking and nothing is there).
+pub(crate) fn take_one(fd: RawFd) -> Result<(), c_int> {
+    let mut n: u64 = 0;
+    loop {
+        // SAFETY: reads 8 bytes into a live u64 from an eventfd.
+        let r = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
+        if r == 8 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+impl Shared {
+    /// The state of a newly opened device.
+    pub fn new(uroce: uroce::verbs::Context, device: &'static Device) -> std::io::Result<Self> {
+        let async_fd = semaphore()?;
+        Ok(Self {
+            inner: Mutex::new(Inner {
+                async_fd: async_fd.as_raw_fd(),
+                uroce,
+                device,
+                pds: HashMap::new(),
+                mrs: HashMap::new(),
+                cqs: HashMap::new(),
+                cq_by_id: HashMap::new(),
+                qps: HashMap::new(),
+                qp_by_qpn: HashMap::new(),
+                srqs: HashMap::new(),
+                ahs: HashMap::new(),
+                channels: HashMap::new(),
+                async_events: VecDeque::new(),
+                wcs: Vec::with_capacity(64),
+                datapath: None,
+                sleep_until: None,
+                datapath_what: String::new(),
+            }),
+            wake: eventfd(libc::EFD_NONBLOCK)?,
+            async_fd,
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// The state, locked.
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes the progress thread if a post brought the next timer before its wake-up.
+    pub fn after_post(&self, inner: &Inner) {
+        if inner.datapath.is_none() {
+            return;
+        }
+        let next = inner.uroce.poll_timeout();
+        if next.is_some() && (inner.sleep_until.is_none() || next < inner.sleep_until) {
+            signal(self.wake.as_raw_fd());
+        }
+    }
+
+    /// Opens the datapath and starts the progress thread, once; the errno when neither
+    /// AF_XDP nor the UDP backend can be had.
+    pub fn start(self: &Arc<Self>, inner: &mut Inner) -> Result<(), c_int> {
+        if inner.datapath.is_some() {
+            return Ok(());
+        }
+        let (backend, what) = open_backend(inner)?;
+        inner.datapath_what = what;
+        let me = self.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("uroce-{}", inner.device.iface()))
+            .spawn(move || me.run())
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EAGAIN))?;
+        inner.datapath = Some(Datapath {
+            backend,
+            thread: Some(thread),
+        });
+        Ok(())
+    }
+
+    /// Stops the progress thread (the device is being closed).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        signal(self.wake.as_raw_fd());
+        let thread = self.lock().datapath.as_mut().and_then(|d| d.thread.take());
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+
+    /// The progress thread.
+    fn run(&self) {
+        let fds = {
+            let g = self.lock();
+            g.datapath
+                .as_ref()
+                .map(|d| d.backend.wait_fds())
+                .unwrap_or_default()
+        };
+        let mut pfds: Vec<libc::pollfd> = std::iter::once(self.wake.as_raw_fd())
+            .chain(fds)
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        while !self.stop.load(Ordering::Acquire) {
+            let wait = {
+                let mut g = self.lock();
+                g.pump(true);
+                let now = Instant::now();
+                let next = g.uroce.poll_timeout();
+                g.sleep_until = next;
+                next.map_or(MAX_SLEEP, |t| {
+                    t.saturating_duration_since(now).min(MAX_SLEEP)
+                })
+            };
+            if wait.is_zero() {
+                continue;
+            }
+            let ms = wait.as_micros().div_ceil(1000) as c_int;
+            for p in pfds.iter_mut() {
+                p.revents = 0;
+            }
+            // SAFETY: `pfds` is a live array of pollfds for descriptors this device owns
+            // (the backend's outlive the thread: `stop` joins before they close).
+            unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+            if pfds[0].revents != 0 {
+                let mut n: u64 = 0;
+                // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
+                let _ = unsafe { libc::read(pfds[0].fd, (&mut n as *mut u64).cast(), 8) };
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Whether the datapath is open.
+    pub fn started(&self) -> bool {
+        self.datapath.is_some()
+    }
+
+    /// Moves packets: everything sendable to the datapath; with `receive`, everything
+    /// received to the context, due timers, and what that made sendable; then completion
+    /// and asynchronous events to their channels.
+    pub fn pump(&mut self, receive: bool) {
+        let Inner {
+            uroce, datapath, ..
+        } = self;
+        if let Some(d) = datapath.as_mut() {
+            let now = Instant::now();
+            transmit(uroce, d.backend.as_mut(), now);
+            if receive {
+                // Bounded, so a flood cannot hold the lock forever.
+                for _ in 0..16 {
+                    let got = d
+                        .backend
+                        .receive(Duration::ZERO, 64, &mut |r| {
+                            let _ = uroce.handle_received(now, r);
+                        })
+                        .unwrap_or(0);
+                    if got == 0 {
+                        break;
+                    }
+                }
+                uroce.handle_timeout(Instant::now());
+                transmit(uroce, d.backend.as_mut(), now);
+            }
+        }
+        if self.uroce.has_events() {
+            self.dispatch_events();
+        }
+    }
+
+    /// Hands completion events to their channels and asynchronous events to the async fd.
+    fn dispatch_events(&mut self) {
+        while let Some(cq) = self.uroce.poll_cq_event() {
+            let channel = self
+                .cq_by_id
+                .get(&cq.0)
+                .and_then(|c| self.cqs.get(c).map(|e| (*c, e.channel)));
+            match channel.and_then(|(c, ch)| self.channels.get_mut(&ch).map(|e| (c, e))) {
+                Some((c, ch)) => {
+                    ch.events.push_back(c);
+                    signal(ch.fd.as_raw_fd());
+                }
+                // A CQ without a channel cannot be waited on: the event goes.
+                None => self.uroce.ack_cq_events(cq, 1),
+            }
+        }
+        while let Some(ev) = self.uroce.poll_async_event() {
+            if let Some(e) = self.async_event(ev) {
+                self.async_events.push_back(AsyncEntry(e));
+                signal(self.async_fd);
+            }
+        }
+    }
+
+    /// The C form of an asynchronous event, when its object is still handed out.
+    fn async_event(&self, ev: AsyncEvent) -> Option<ibv_async_event> {
+        let qp = |qpn: u32| {
+            self.qp_by_qpn.get(&qpn).map(|&q| ibv_async_event_element {
+                qp: q as *mut ibv_qp,
+            })
+        };
+        let (element, event_type) = match ev {
+            AsyncEvent::CqErr(cq) => (
+                ibv_async_event_element {
+                    cq: *self.cq_by_id.get(&cq.0)? as *mut ibv_cq,
+                },
+                0,
+            ),
+            AsyncEvent::QpFatal(q) => (qp(q)?, 1),
+            AsyncEvent::QpReqErr(q) => (qp(q)?, 2),
+            AsyncEvent::QpAccessErr(q) => (qp(q)?, 3),
+            AsyncEvent::SqDrained(q) => (qp(q)?, 5),
+            AsyncEvent::PortActive(p) => (
+                ibv_async_event_element {
+                    port_num: c_int::from(p),
+                },
+                9,
+            ),
+            AsyncEvent::PortErr(p) => (
+                ibv_async_event_element {
+                    port_num: c_int::from(p),
+                },
+                10,
+            ),
+            AsyncEvent::SrqLimitReached(s) => (
+                ibv_async_event_element {
+                    srq: self.srqs.iter().find(|(_, e)| e.id == s).map(|(&p, _)| p)?
+                        as *mut ibv_srq,
+                },
+                15,
+            ),
+            AsyncEvent::QpLastWqeReached(q) => (qp(q)?, 16),
+        };
+        Some(ibv_async_event {
+            element,
+            event_type,
+        })
+    }
+
+    /// The datapath, for resolving a peer's MAC address on its path.
+    pub fn backend(&mut self) -> Option<&mut (dyn Backend + Send + 'static)> {
+        self.datapath.as_mut().map(|d| d.backend.as_mut())
+    }
+}
+
+/// Hands every sendable packet to the backend, then to the kernel.
+fn transmit(uroce: &mut uroce::verbs::Context, backend: &mut dyn Backend, now: Instant) {
+    while let Ok(true) = backend.send_with(&mut |buf| uroce.poll_transmit(now, buf)) {}
+    let _ = backend.flush();
+}
+
+/// Bytes of a frame above the path MTU's payload: every header uroce may put around it.
+const FRAME_OVERHEAD: u32 = 100;
+
+/// The datapath `UROCE_BACKEND` asks for on the device's interface.
+fn open_backend(inner: &Inner) -> Result<(Box<dyn Backend + Send>, String), c_int> {
+    let choice = std::env::var(BACKEND_ENV).unwrap_or_else(|_| "auto".into());
+    let iface = inner.device.iface();
+    let local = inner.uroce.config().ip;
+    let mtu = uroce::net::addresses::interface_info(iface)
+        .ok()
+        .and_then(|i| Mtu::fitting(i.mtu))
+        .unwrap_or(Mtu::M1024);
+    let xdp = match choice.as_str() {
+        "udp" => None,
+        "auto" | "xdp" => Some(XdpBackend::open(
+            iface,
+            2,
+            mtu.bytes() + FRAME_OVERHEAD,
+            uroce::transport::rc::MAX_INFLIGHT_PSNS,
+        )),
+        _ => return Err(libc::EINVAL),
+    };
+    match xdp {
+        Some(Ok(b)) => {
+            let what = format!("AF_XDP on {iface} ({})", b.mode());
+            Ok((Box::new(b), what))
+        }
+        Some(Err(e)) if choice == "xdp" => Err(e.raw_os_error().unwrap_or(libc::EPERM)),
+        other => {
+            let u = UdpBackend::bind(local).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+            let what = match other {
+                Some(Err(e)) => format!("UDP backend on {local} (AF_XDP not possible: {e})"),
+                _ => format!("UDP backend on {local}"),
+            };
+            Ok((Box::new(u), what))
+        }
+    }
+}

@@ -1,0 +1,784 @@
+//! Queue pairs: `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_destroy_qp`, and
+//! the posting operations of `ibv_context_ops` (the inline `ibv_post_send` and
+//! `ibv_post_recv`), converted to uroce's verbs.
+//!
+//! The first QP of a context opens its datapath and starts its progress thread
+//! ([`crate::engine`]). A post hands what it made sendable to the datapath before it
+//! returns. Peer addresses come from the address vector's GID (RoCE v2: an IPv4-mapped
+//! or IPv6 address; `is_global` must be set, as RoCE has no LIDs); over AF_XDP the next
+//! hop's MAC address is resolved from the kernel's tables (netlink), else by ARP / NDP on
+//! the datapath, never by running a program.
+
+use std::ffi::{c_int, c_uint};
+use std::net::{IpAddr, Ipv6Addr};
+
+use libc::{EINVAL, EOPNOTSUPP};
+use uroce::verbs::{
+    Mtu, QpAttr, QpAttrMask, QpCaps, QpInitEx, QpState, QpType, RecvWr, Remote, SendFlags, SendOp,
+    SendWr, Sge, UdSendWr, MAX_SGE,
+};
+
+use crate::abi::{
+    ibv_ah_attr, ibv_gid, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_init_attr, ibv_recv_wr,
+    ibv_send_wr, ibv_sge,
+};
+use crate::device::{shared_of, with_inner};
+use crate::engine::{Inner, QpEntry};
+use crate::exports::default_version;
+use crate::resources::{access_of, disown, null_with, own, owner_of};
+
+// enum ibv_qp_type.
+const IBV_QPT_RC: c_int = 2;
+const IBV_QPT_UC: c_int = 3;
+const IBV_QPT_UD: c_int = 4;
+
+// enum ibv_wr_opcode.
+const WR_RDMA_WRITE: c_int = 0;
+const WR_RDMA_WRITE_WITH_IMM: c_int = 1;
+const WR_SEND: c_int = 2;
+const WR_SEND_WITH_IMM: c_int = 3;
+const WR_RDMA_READ: c_int = 4;
+const WR_ATOMIC_CMP_AND_SWP: c_int = 5;
+const WR_ATOMIC_FETCH_AND_ADD: c_int = 6;
+const WR_LOCAL_INV: c_int = 7;
+const WR_SEND_WITH_INV: c_int = 9;
+
+// enum ibv_send_flags.
+const SEND_FENCE: c_uint = 1;
+const SEND_SIGNALED: c_uint = 2;
+const SEND_SOLICITED: c_uint = 4;
+const SEND_INLINE: c_uint = 8;
+
+/// uroce's QP type for `enum ibv_qp_type`; EOPNOTSUPP for raw packet, XRC and driver QPs.
+fn qp_type_of(t: c_int) -> Result<QpType, c_int> {
+    match t {
+        IBV_QPT_RC => Ok(QpType::Rc),
+        IBV_QPT_UC => Ok(QpType::Uc),
+        IBV_QPT_UD => Ok(QpType::Ud),
+        8..=10 | 0xff => Err(EOPNOTSUPP),
+        _ => Err(EINVAL),
+    }
+}
+
+/// `enum ibv_qp_state` → uroce's.
+fn state_of(s: c_int) -> Result<QpState, c_int> {
+    Ok(match s {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        4 => QpState::Sqd,
+        5 => QpState::Sqe,
+        6 => QpState::Err,
+        _ => return Err(EINVAL),
+    })
+}
+
+/// uroce's state → `enum ibv_qp_state`.
+fn state_code(s: QpState) -> c_int {
+    match s {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::Rtr => 2,
+        QpState::Rts => 3,
+        QpState::Sqd => 4,
+        QpState::Sqe => 5,
+        QpState::Err => 6,
+    }
+}
+
+/// `enum ibv_mtu` (1 = 256 ... 5 = 4096).
+fn mtu_of(m: c_int) -> Result<Mtu, c_int> {
+    u32::try_from(m)
+        .ok()
+        .filter(|m| (1..=5).contains(m))
+        .and_then(|m| Mtu::from_bytes(128 << m))
+        .ok_or(EINVAL)
+}
+
+fn mtu_code(m: Mtu) -> c_int {
+    (m.bytes() / 256).trailing_zeros() as c_int + 1
+}
+
+/// The peer's IP address in an address vector's GID; RoCE v2 needs the GRH (EINVAL
+/// without `is_global`).
+pub(crate) fn ip_of(ah: &ibv_ah_attr) -> Result<IpAddr, c_int> {
+    if ah.is_global == 0 {
+        return Err(EINVAL);
+    }
+    let gid = Ipv6Addr::from(ah.grh.dgid.raw);
+    Ok(gid.to_ipv4_mapped().map_or(IpAddr::V6(gid), IpAddr::V4))
+}
+
+/// The GID of an IP address (IPv4-mapped for IPv4).
+pub(crate) fn gid_of(ip: IpAddr) -> ibv_gid {
+    let raw = match ip {
+        IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+        IpAddr::V6(v) => v.octets(),
+    };
+    ibv_gid { raw }
+}
+
+/// Where packets to `ah`'s GID go: the IP address and the next hop's MAC address (our
+/// own for our own address; zeros where the datapath lets the kernel build the link
+/// header). Opens the datapath if it is not open yet; EHOSTUNREACH when the MAC cannot
+/// be found.
+pub(crate) fn remote_of(inner: &mut Inner, ah: &ibv_ah_attr) -> Result<Remote, c_int> {
+    let ip = ip_of(ah)?;
+    let local = inner.uroce.config().ip;
+    if ip.is_ipv4() != local.is_ipv4() {
+        return Err(EINVAL);
+    }
+    let (iface, mac) = (inner.device.iface(), inner.device.mac());
+    if ip == local {
+        return Ok(Remote { ip, mac });
+    }
+    let Some(backend) = inner.backend() else {
+        return Err(EINVAL);
+    };
+    if !backend.needs_link_addresses() {
+        return Ok(Remote { ip, mac: [0; 6] });
+    }
+    let r = uroce::net::resolve::resolve(
+        iface,
+        mac,
+        local,
+        ip,
+        &mut |f| backend.send(f),
+        uroce::net::neighbours::GIVE_UP,
+    )
+    .map_err(|_| libc::EHOSTUNREACH)?;
+    Ok(Remote { ip, mac: r.mac })
+}
+
+/// Reads a C array of `n` SGEs into `out`; EINVAL for a negative count or more than
+/// [`MAX_SGE`].
+///
+/// # Safety
+/// `list` points at `n` readable `ibv_sge`s when `n` > 0.
+unsafe fn sges(
+    list: *const ibv_sge,
+    n: c_int,
+    out: &mut [Sge; MAX_SGE as usize],
+) -> Result<&[Sge], c_int> {
+    let n = usize::try_from(n).map_err(|_| EINVAL)?;
+    if n > out.len() || (n > 0 && list.is_null()) {
+        return Err(EINVAL);
+    }
+    for (i, o) in out.iter_mut().take(n).enumerate() {
+        // SAFETY: i < n entries, as the caller promises.
+        let s = unsafe { list.add(i).read() };
+        *o = Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        };
+    }
+    Ok(&out[..n])
+}
+
+/// `ibv_create_qp`: a QP in RESET; `attr->cap` is updated with what was granted. EINVAL
+/// for CQs or an SRQ not of the PD's context; EOPNOTSUPP for raw packet and XRC QPs.
+///
+/// # Safety
+/// `attr` points at a readable and writable `struct ibv_qp_init_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    let Some(ctx) = owner_of(pd) else {
+        return null_with(EINVAL);
+    };
+    if attr.is_null() {
+        return null_with(EINVAL);
+    }
+    // SAFETY: `attr` is the caller's readable ibv_qp_init_attr.
+    let a = unsafe { &mut *attr };
+    let Some(shared) = shared_of(ctx) else {
+        return null_with(EINVAL);
+    };
+    let mut g = shared.lock();
+    let made = (|| {
+        let inner = &mut *g;
+        let qp_type = qp_type_of(a.qp_type)?;
+        let pd_id = *inner.pds.get(&(pd as usize)).ok_or(EINVAL)?;
+        let send_cq = inner.cqs.get(&(a.send_cq as usize)).ok_or(EINVAL)?.id;
+        let recv_cq = inner.cqs.get(&(a.recv_cq as usize)).ok_or(EINVAL)?.id;
+        let srq = match a.srq.is_null() {
+            true => None,
+            false => Some(inner.srqs.get(&(a.srq as usize)).ok_or(EINVAL)?.id),
+        };
+        shared.start(inner)?;
+        let caps = QpCaps {
+            qp_type,
+            send_cq,
+            recv_cq,
+            max_send_wr: a.cap.max_send_wr.max(1) as usize,
+            max_recv_wr: a.cap.max_recv_wr.max(1) as usize,
+        };
+        let ex = QpInitEx {
+            max_inline_data: a.cap.max_inline_data,
+            sq_sig_all: a.sq_sig_all != 0,
+            srq,
+            max_send_sge: a.cap.max_send_sge,
+            max_recv_sge: a.cap.max_recv_sge,
+        };
+        let qpn = inner
+            .uroce
+            .create_qp_ex(pd_id, caps, ex)
+            .map_err(|e| e.errno())?;
+        let granted = inner.uroce.query_qp(qpn).map(|(_, i)| i).ok();
+        if let Some(i) = granted {
+            a.cap = ibv_qp_cap {
+                max_send_wr: i.caps.max_send_wr as u32,
+                max_recv_wr: if srq.is_some() {
+                    0
+                } else {
+                    i.caps.max_recv_wr as u32
+                },
+                max_send_sge: i.ex.max_send_sge.max(1),
+                max_recv_sge: i.ex.max_recv_sge.max(1),
+                max_inline_data: i.ex.max_inline_data,
+            };
+        }
+        // SAFETY: all zeros is PTHREAD_MUTEX_INITIALIZER / PTHREAD_COND_INITIALIZER in
+        // glibc and a valid value for every other field.
+        let mut q: ibv_qp = unsafe { std::mem::zeroed() };
+        q.context = ctx;
+        q.qp_context = a.qp_context;
+        q.pd = pd;
+        q.send_cq = a.send_cq;
+        q.recv_cq = a.recv_cq;
+        q.srq = a.srq;
+        q.handle = qpn;
+        q.qp_num = qpn;
+        q.state = 0;
+        q.qp_type = a.qp_type;
+        let q = Box::into_raw(Box::new(q));
+        inner.qps.insert(
+            q as usize,
+            QpEntry {
+                qpn,
+                pd: pd as usize,
+                send_cq: a.send_cq as usize,
+                recv_cq: a.recv_cq as usize,
+                srq: a.srq as usize,
+                ud: qp_type == QpType::Ud,
+            },
+        );
+        inner.qp_by_qpn.insert(qpn, q as usize);
+        Ok(q)
+    })();
+    drop(g);
+    match made {
+        Ok(q) => {
+            own(q, ctx);
+            q
+        }
+        Err(e) => null_with(e),
+    }
+}
+default_version!(ibv_create_qp, "IBVERBS_1.1");
+
+/// uroce's attributes for a C `ibv_qp_attr` under `mask`.
+fn attr_of(inner: &mut Inner, c: &ibv_qp_attr, mask: QpAttrMask) -> Result<QpAttr, c_int> {
+    type M = QpAttrMask;
+    let mut a = QpAttr::default();
+    if mask.contains(M::STATE) {
+        a.qp_state = state_of(c.qp_state)?;
+    }
+    if mask.contains(M::CUR_STATE) {
+        a.cur_qp_state = state_of(c.cur_qp_state)?;
+    }
+    a.en_sqd_async_notify = c.en_sqd_async_notify != 0;
+    if mask.contains(M::ACCESS_FLAGS) {
+        a.qp_access_flags = access_of(c.qp_access_flags)?;
+    }
+    if mask.contains(M::PKEY_INDEX) && c.pkey_index != 0 {
+        return Err(EINVAL);
+    }
+    a.port_num = c.port_num;
+    a.qkey = c.qkey;
+    if mask.contains(M::AV) {
+        a.ah_attr = remote_of(inner, &c.ah_attr)?;
+    }
+    if mask.contains(M::PATH_MTU) {
+        a.path_mtu = mtu_of(c.path_mtu)?;
+    }
+    a.dest_qp_num = c.dest_qp_num;
+    a.rq_psn = c.rq_psn;
+    a.sq_psn = c.sq_psn;
+    a.max_rd_atomic = c.max_rd_atomic;
+    a.max_dest_rd_atomic = c.max_dest_rd_atomic;
+    a.min_rnr_timer = c.min_rnr_timer;
+    a.timeout = c.timeout;
+    a.retry_cnt = c.retry_cnt;
+    a.rnr_retry = c.rnr_retry;
+    Ok(a)
+}
+
+/// The path MTU of the device's port now (from the interface MTU), for UD QPs.
+fn port_mtu(inner: &Inner) -> Mtu {
+    uroce::net::addresses::interface_info(inner.device.iface())
+        .ok()
+        .and_then(|i| Mtu::fitting(i.mtu))
+        .unwrap_or(Mtu::M1024)
+}
+
+/// `ibv_modify_qp`: 0, or the errno ibverbs gives: EINVAL for a change the QP state
+/// table does not allow, a required attribute missing or one not allowed, EOPNOTSUPP for
+/// attributes uroce does not have (alternate path, path migration, rate limit),
+/// EHOSTUNREACH when the peer's MAC address cannot be found.
+///
+/// # Safety
+/// `attr` points at a readable `struct ibv_qp_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    let Some(ctx) = owner_of(qp) else {
+        return EINVAL;
+    };
+    if attr.is_null() {
+        return EINVAL;
+    }
+    let mask = match QpAttrMask::from_bits(mask as u32) {
+        Ok(m) => m,
+        Err(_) => return EOPNOTSUPP,
+    };
+    // SAFETY: `attr` is the caller's readable ibv_qp_attr.
+    let c = unsafe { *attr };
+    with_inner(ctx, |inner| {
+        let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
+            return EINVAL;
+        };
+        let mut mask = mask;
+        let mut a = match attr_of(inner, &c, mask) {
+            Ok(a) => a,
+            Err(e) => return e,
+        };
+        let now = inner.uroce.qp_state(e.qpn);
+        let ud_rtr = e.ud && a.qp_state == QpState::Rtr && now == Some(QpState::Init);
+        if ud_rtr && !mask.contains(QpAttrMask::PATH_MTU) {
+            // ibverbs has no path MTU for UD: the port's.
+            a.path_mtu = port_mtu(inner);
+            mask |= QpAttrMask::PATH_MTU;
+        }
+        match inner.uroce.modify_qp(e.qpn, &a, mask) {
+            Ok(()) => {
+                if let Some(s) = inner.uroce.qp_state(e.qpn) {
+                    // SAFETY: a registered QP is a live Box; `state` is written under
+                    // the context's lock.
+                    unsafe { (*qp).state = state_code(s) };
+                }
+                inner.pump(false);
+                0
+            }
+            Err(e) => e.errno(),
+        }
+    })
+    .unwrap_or(EINVAL)
+}
+default_version!(ibv_modify_qp, "IBVERBS_1.1");
+
+/// `ibv_query_qp`: the QP's attributes (all of them, whatever `mask` asks) and what it
+/// was created with.
+///
+/// # Safety
+/// `attr` and `init_attr` point at writable structures.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    let Some(ctx) = owner_of(qp) else {
+        return EINVAL;
+    };
+    if attr.is_null() || init_attr.is_null() {
+        return EINVAL;
+    }
+    with_inner(ctx, |inner| {
+        let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
+            return EINVAL;
+        };
+        let Ok((a, i)) = inner.uroce.query_qp(e.qpn) else {
+            return EINVAL;
+        };
+        let cap = ibv_qp_cap {
+            max_send_wr: i.caps.max_send_wr as u32,
+            max_recv_wr: if e.srq != 0 {
+                0
+            } else {
+                i.caps.max_recv_wr as u32
+            },
+            max_send_sge: i.ex.max_send_sge.max(1),
+            max_recv_sge: i.ex.max_recv_sge.max(1),
+            max_inline_data: i.ex.max_inline_data,
+        };
+        let mut ah = ibv_ah_attr {
+            is_global: 1,
+            port_num: 1,
+            ..Default::default()
+        };
+        ah.grh.dgid = gid_of(a.ah_attr.ip);
+        ah.grh.hop_limit = 64;
+        let c = ibv_qp_attr {
+            qp_state: state_code(a.qp_state),
+            cur_qp_state: state_code(a.qp_state),
+            path_mtu: mtu_code(a.path_mtu),
+            path_mig_state: 0,
+            qkey: a.qkey,
+            rq_psn: a.rq_psn,
+            sq_psn: a.sq_psn,
+            dest_qp_num: a.dest_qp_num,
+            qp_access_flags: crate::resources::access_bits(a.qp_access_flags),
+            cap,
+            ah_attr: ah,
+            alt_ah_attr: Default::default(),
+            pkey_index: 0,
+            alt_pkey_index: 0,
+            en_sqd_async_notify: u8::from(a.en_sqd_async_notify),
+            sq_draining: u8::from(a.sq_draining),
+            max_rd_atomic: a.max_rd_atomic,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            port_num: 1,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            alt_port_num: 0,
+            alt_timeout: 0,
+            rate_limit: 0,
+        };
+        // SAFETY: `qp` is a live Box (registered); the out-pointers are the caller's.
+        unsafe {
+            attr.write(c);
+            let q = &*qp;
+            init_attr.write(ibv_qp_init_attr {
+                qp_context: q.qp_context,
+                send_cq: q.send_cq,
+                recv_cq: q.recv_cq,
+                srq: q.srq,
+                cap,
+                qp_type: q.qp_type,
+                sq_sig_all: c_int::from(i.ex.sq_sig_all),
+            });
+        }
+        0
+    })
+    .unwrap_or(EINVAL)
+}
+default_version!(ibv_query_qp, "IBVERBS_1.1");
+
+/// `ibv_destroy_qp`: 0 or EINVAL for an unknown QP.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    let Some(ctx) = owner_of(qp) else {
+        return EINVAL;
+    };
+    let r = with_inner(ctx, |inner| {
+        let Some(e) = inner.qps.remove(&(qp as usize)) else {
+            return EINVAL;
+        };
+        inner.qp_by_qpn.remove(&e.qpn);
+        let _ = inner.uroce.destroy_qp(e.qpn);
+        // SAFETY: registered, so from Box::into_raw in ibv_create_qp, freed once: it
+        // has just left the registry.
+        drop(unsafe { Box::from_raw(qp) });
+        0
+    })
+    .unwrap_or(EINVAL);
+    if r == 0 {
+        disown(qp);
+    }
+    r
+}
+default_version!(ibv_destroy_qp, "IBVERBS_1.1");
+
+/// Posts one send work request.
+///
+/// # Safety
+/// `w.sg_list` points at `w.num_sge` readable SGEs.
+unsafe fn post_one_send(inner: &mut Inner, e: QpEntry, w: &ibv_send_wr) -> Result<(), c_int> {
+    let mut buf = [Sge::default(); MAX_SGE as usize];
+    // SAFETY: as this function's contract.
+    let list = unsafe { sges(w.sg_list, w.num_sge, &mut buf)? };
+    let f = w.send_flags;
+    let mut flags = SendFlags::NONE;
+    if f & SEND_FENCE != 0 {
+        flags = flags | SendFlags::FENCE;
+    }
+    if f & SEND_INLINE != 0 {
+        flags = flags | SendFlags::INLINE;
+    }
+    let signaled = f & SEND_SIGNALED != 0;
+    let solicited = f & SEND_SOLICITED != 0;
+    let one = (list.len() <= 1).then(|| list.first().copied().unwrap_or_default());
+    let r = if e.ud {
+        let imm = match w.opcode {
+            WR_SEND => None,
+            WR_SEND_WITH_IMM => Some(u32::from_be(w.imm_data)),
+            _ => return Err(EINVAL),
+        };
+        // SAFETY: a UD work request's `wr` union holds `ud`.
+        let ud = unsafe { w.wr.ud };
+        let dest = inner.ahs.get(&(ud.ah as usize)).ok_or(EINVAL)?.remote;
+        let wr = UdSendWr {
+            wr_id: w.wr_id,
+            dest,
+            remote_qpn: ud.remote_qpn,
+            remote_qkey: ud.remote_qkey,
+            sge: one.unwrap_or_default(),
+            imm,
+            signaled,
+            solicited,
+        };
+        match one {
+            Some(_) => inner.uroce.post_send_ud_with(e.qpn, wr, flags),
+            None => inner.uroce.post_send_ud_sgl(e.qpn, wr, list, flags),
+        }
+    } else {
+        // SAFETY: the `wr` union is read as the opcode says it is filled.
+        let op = unsafe {
+            match w.opcode {
+                WR_SEND => SendOp::Send,
+                WR_SEND_WITH_IMM => SendOp::SendWithImm(u32::from_be(w.imm_data)),
+                WR_SEND_WITH_INV => SendOp::SendWithInv(w.imm_data),
+                WR_RDMA_WRITE => SendOp::Write {
+                    remote_addr: w.wr.rdma.remote_addr,
+                    rkey: w.wr.rdma.rkey,
+                },
+                WR_RDMA_WRITE_WITH_IMM => SendOp::WriteWithImm {
+                    remote_addr: w.wr.rdma.remote_addr,
+                    rkey: w.wr.rdma.rkey,
+                    imm: u32::from_be(w.imm_data),
+                },
+                WR_RDMA_READ => SendOp::Read {
+                    remote_addr: w.wr.rdma.remote_addr,
+                    rkey: w.wr.rdma.rkey,
+                },
+                WR_ATOMIC_CMP_AND_SWP => SendOp::CompareSwap {
+                    remote_addr: w.wr.atomic.remote_addr,
+                    rkey: w.wr.atomic.rkey,
+                    compare: w.wr.atomic.compare_add,
+                    swap: w.wr.atomic.swap,
+                },
+                WR_ATOMIC_FETCH_AND_ADD => SendOp::FetchAdd {
+                    remote_addr: w.wr.atomic.remote_addr,
+                    rkey: w.wr.atomic.rkey,
+                    add: w.wr.atomic.compare_add,
+                },
+                WR_LOCAL_INV => SendOp::LocalInv { rkey: w.imm_data },
+                // BIND_MW (memory windows are not in this library yet), TSO, driver.
+                8 | 10 | 11 => return Err(EOPNOTSUPP),
+                _ => return Err(EINVAL),
+            }
+        };
+        let wr = SendWr {
+            wr_id: w.wr_id,
+            op,
+            sge: one.unwrap_or_default(),
+            signaled,
+            solicited,
+        };
+        match one {
+            Some(_) => inner.uroce.post_send_with(e.qpn, wr, flags),
+            None => inner.uroce.post_send_sgl(e.qpn, wr, list, flags),
+        }
+    };
+    r.map_err(|e| e.errno())
+}
+
+/// Walks a C list of work requests, posting each with `one`; on the first failure sets
+/// `*bad` to it and returns its errno. Then hands what became sendable to the datapath.
+///
+/// # Safety
+/// `wr` is a valid list (`next`-linked, NULL-terminated); `bad` is NULL or writable.
+unsafe fn post_list<W>(
+    inner: &mut Inner,
+    mut wr: *mut W,
+    bad: *mut *mut W,
+    next: impl Fn(&W) -> *mut W,
+    mut one: impl FnMut(&mut Inner, &W) -> Result<(), c_int>,
+) -> c_int {
+    let mut r = 0;
+    while !wr.is_null() {
+        // SAFETY: a list node, as the caller promises.
+        let w = unsafe { &*wr };
+        if let Err(e) = one(inner, w) {
+            if !bad.is_null() {
+                // SAFETY: `bad` is writable.
+                unsafe { *bad = wr };
+            }
+            r = e;
+            break;
+        }
+        wr = next(w);
+    }
+    inner.pump(false);
+    r
+}
+
+/// `ibv_context_ops.post_send` (the inline `ibv_post_send`): 0, or the errno of the
+/// first request refused with `*bad` pointing at it (the ones before it are posted).
+pub(crate) unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    if qp.is_null() {
+        return EINVAL;
+    }
+    // SAFETY: the inline ibv_post_send read `qp->context` already.
+    let Some(shared) = shared_of(unsafe { (*qp).context }) else {
+        return EINVAL;
+    };
+    let mut g = shared.lock();
+    let Some(e) = g.qps.get(&(qp as usize)).copied() else {
+        return EINVAL;
+    };
+    // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
+    let r = unsafe {
+        post_list(
+            &mut g,
+            wr,
+            bad,
+            |w| w.next,
+            |inner, w| post_one_send(inner, e, w),
+        )
+    };
+    shared.after_post(&g);
+    r
+}
+
+/// Posts one receive work request on a QP.
+///
+/// # Safety
+/// `w.sg_list` points at `w.num_sge` readable SGEs.
+unsafe fn post_one_recv(inner: &mut Inner, qpn: u32, w: &ibv_recv_wr) -> Result<(), c_int> {
+    let mut buf = [Sge::default(); MAX_SGE as usize];
+    // SAFETY: as this function's contract.
+    let list = unsafe { sges(w.sg_list, w.num_sge, &mut buf)? };
+    let r = match list {
+        [] | [_] => inner.uroce.post_recv(
+            qpn,
+            RecvWr {
+                wr_id: w.wr_id,
+                sge: list.first().copied().unwrap_or_default(),
+            },
+        ),
+        _ => inner.uroce.post_recv_sgl(qpn, w.wr_id, list),
+    };
+    r.map_err(|e| e.errno())
+}
+
+/// `ibv_context_ops.post_recv` (the inline `ibv_post_recv`), as [`post_send`].
+pub(crate) unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    if qp.is_null() {
+        return EINVAL;
+    }
+    // SAFETY: the inline ibv_post_recv read `qp->context` already.
+    let Some(shared) = shared_of(unsafe { (*qp).context }) else {
+        return EINVAL;
+    };
+    let mut g = shared.lock();
+    let Some(e) = g.qps.get(&(qp as usize)).copied() else {
+        return EINVAL;
+    };
+    // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
+    unsafe {
+        post_list(
+            &mut g,
+            wr,
+            bad,
+            |w| w.next,
+            |inner, w| post_one_recv(inner, e.qpn, w),
+        )
+    }
+}
+
+/// Reads a receive list for an SRQ (shared with [`crate::srq`]).
+///
+/// # Safety
+/// As [`post_list`].
+pub(crate) unsafe fn post_recv_list(
+    inner: &mut Inner,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    mut one: impl FnMut(&mut Inner, u64, &[Sge]) -> Result<(), c_int>,
+) -> c_int {
+    // SAFETY: as this function's contract.
+    unsafe {
+        post_list(
+            inner,
+            wr,
+            bad,
+            |w| w.next,
+            |inner, w| {
+                let mut buf = [Sge::default(); MAX_SGE as usize];
+                let list = sges(w.sg_list, w.num_sge, &mut buf)?;
+                one(inner, w.wr_id, list)
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtu_codes_round_trip() {
+        for (code, bytes) in [(1, 256), (2, 512), (3, 1024), (4, 2048), (5, 4096)] {
+            let m = mtu_of(code).unwrap();
+            assert_eq!(m.bytes(), bytes);
+            assert_eq!(mtu_code(m), code);
+        }
+        assert_eq!(mtu_of(0), Err(EINVAL));
+        assert_eq!(mtu_of(6), Err(EINVAL));
+    }
+
+    #[test]
+    fn states_round_trip_and_qp_types() {
+        for s in 0..=6 {
+            assert_eq!(state_code(state_of(s).unwrap()), s);
+        }
+        assert_eq!(state_of(7), Err(EINVAL));
+        assert_eq!(qp_type_of(2), Ok(QpType::Rc));
+        assert_eq!(qp_type_of(4), Ok(QpType::Ud));
+        assert_eq!(qp_type_of(8), Err(EOPNOTSUPP));
+        assert_eq!(qp_type_of(1), Err(EINVAL));
+    }
+
+    #[test]
+    fn gid_gives_the_ip_and_needs_the_grh() {
+        let mut ah = ibv_ah_attr::default();
+        ah.grh.dgid = gid_of("10.0.0.2".parse().unwrap());
+        assert_eq!(ip_of(&ah), Err(EINVAL), "RoCE needs is_global");
+        ah.is_global = 1;
+        assert_eq!(ip_of(&ah), Ok("10.0.0.2".parse().unwrap()));
+        ah.grh.dgid = gid_of("fd00::2".parse().unwrap());
+        assert_eq!(ip_of(&ah), Ok("fd00::2".parse().unwrap()));
+    }
+
+    #[test]
+    fn unknown_qps_are_refused() {
+        let mut junk = [0u64; 16];
+        let p = junk.as_mut_ptr();
+        assert_eq!(ibv_destroy_qp(p.cast()), EINVAL);
+        // SAFETY: the attributes are live locals; the pointers are refused before use.
+        unsafe {
+            let mut a = ibv_qp_attr::default();
+            assert_eq!(ibv_modify_qp(p.cast(), &mut a, 1), EINVAL);
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Shared receive queues: `ibv_create_srq`, `ibv_modify_srq`, `ibv_query_srq`,
+//! `ibv_destroy_srq`, and `ibv_context_ops.post_srq_recv` (the inline
+//! `ibv_post_srq_recv`), on uroce's SRQs (limit event, EBUSY while a QP uses one).
+
+use std::ffi::{c_int, c_void};
+
+use libc::EINVAL;
+use uroce::verbs::{RecvWr, SrqAttr, SrqAttrMask};
+
+use crate::abi::{ibv_pd, ibv_recv_wr, ibv_srq, ibv_srq_attr};
+use crate::device::{shared_of, with_inner};
+use crate::engine::SrqEntry;
+use crate::exports::default_version;
+use crate::resources::{disown, null_with, own, owner_of};
+
+/// `struct ibv_srq_init_attr`.
+#[repr(C)]
+pub struct ibv_srq_init_attr {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+}
+
+fn attr_of(a: &ibv_srq_attr) -> SrqAttr {
+    SrqAttr {
+        max_wr: a.max_wr,
+        max_sge: a.max_sge,
+        srq_limit: a.srq_limit,
+    }
+}
+
+/// `ibv_create_srq`: `attr->attr` is updated with what was granted.
+///
+/// # Safety
+/// `attr` points at a readable and writable `struct ibv_srq_init_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    let Some(ctx) = owner_of(pd) else {
+        return null_with(EINVAL);
+    };
+    if attr.is_null() {
+        return null_with(EINVAL);
+    }
+    // SAFETY: the caller's ibv_srq_init_attr.
+    let a = unsafe { &mut *attr };
+    let made = with_inner(ctx, |inner| {
+        let pd_id = *inner.pds.get(&(pd as usize)).ok_or(EINVAL)?;
+        let id = inner
+            .uroce
+            .create_srq(pd_id, attr_of(&a.attr))
+            .map_err(|e| e.errno())?;
+        if let Ok(g) = inner.uroce.query_srq(id) {
+            a.attr = ibv_srq_attr {
+                max_wr: g.max_wr,
+                max_sge: g.max_sge,
+                srq_limit: g.srq_limit,
+            };
+        }
+        // SAFETY: all zeros is the pthread initialisers in glibc and valid elsewhere.
+        let mut s: ibv_srq = unsafe { std::mem::zeroed() };
+        s.context = ctx;
+        s.srq_context = a.srq_context;
+        s.pd = pd;
+        s.handle = id.0;
+        let s = Box::into_raw(Box::new(s));
+        inner.srqs.insert(
+            s as usize,
+            SrqEntry {
+                id,
+                pd: pd as usize,
+            },
+        );
+        Ok(s)
+    });
+    match made {
+        Some(Ok(s)) => {
+            own(s, ctx);
+            s
+        }
+        Some(Err(e)) => null_with(e),
+        None => null_with(EINVAL),
+    }
+}
+default_version!(ibv_create_srq, "IBVERBS_1.1");
+
+/// `ibv_modify_srq`: IBV_SRQ_MAX_WR (resize) and IBV_SRQ_LIMIT (arm); 0 or the errno.
+///
+/// # Safety
+/// `attr` points at a readable `struct ibv_srq_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_srq(
+    srq: *mut ibv_srq,
+    attr: *mut ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
+    let Some(ctx) = owner_of(srq) else {
+        return EINVAL;
+    };
+    if attr.is_null() || mask & !3 != 0 {
+        return EINVAL;
+    }
+    // SAFETY: the caller's readable ibv_srq_attr.
+    let a = attr_of(unsafe { &*attr });
+    let mut m = SrqAttrMask::default();
+    if mask & 1 != 0 {
+        m = m | SrqAttrMask::MAX_WR;
+    }
+    if mask & 2 != 0 {
+        m = m | SrqAttrMask::LIMIT;
+    }
+    with_inner(ctx, |inner| {
+        let Some(e) = inner.srqs.get(&(srq as usize)).copied() else {
+            return EINVAL;
+        };
+        match inner.uroce.modify_srq(e.id, a, m) {
+            Ok(()) => 0,
+            Err(e) => e.errno(),
+        }
+    })
+    .unwrap_or(EINVAL)
+}
+default_version!(ibv_modify_srq, "IBVERBS_1.1");
+
+/// `ibv_query_srq`.
+///
+/// # Safety
+/// `attr` points at a writable `struct ibv_srq_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    let Some(ctx) = owner_of(srq) else {
+        return EINVAL;
+    };
+    if attr.is_null() {
+        return EINVAL;
+    }
+    with_inner(ctx, |inner| {
+        let Some(e) = inner.srqs.get(&(srq as usize)).copied() else {
+            return EINVAL;
+        };
+        match inner.uroce.query_srq(e.id) {
+            Ok(g) => {
+                // SAFETY: the caller's writable ibv_srq_attr.
+                unsafe {
+                    attr.write(ibv_srq_attr {
+                        max_wr: g.max_wr,
+                        max_sge: g.max_sge,
+                        srq_limit: g.srq_limit,
+                    })
+                };
+                0
+            }
+            Err(e) => e.errno(),
+        }
+    })
+    .unwrap_or(EINVAL)
+}
+default_version!(ibv_query_srq, "IBVERBS_1.1");
+
+/// `ibv_destroy_srq`: 0, EBUSY while a QP uses it, EINVAL for an unknown one.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    let Some(ctx) = owner_of(srq) else {
+        return EINVAL;
+    };
+    let r = with_inner(ctx, |inner| {
+        let Some(e) = inner.srqs.get(&(srq as usize)).copied() else {
+            return EINVAL;
+        };
+        if let Err(e) = inner.uroce.destroy_srq(e.id) {
+            return e.errno();
+        }
+        inner.srqs.remove(&(srq as usize));
+        // SAFETY: registered, so from Box::into_raw in ibv_create_srq, freed once.
+        drop(unsafe { Box::from_raw(srq) });
+        0
+    })
+    .unwrap_or(EINVAL);
+    if r == 0 {
+        disown(srq);
+    }
+    r
+}
+default_version!(ibv_destroy_srq, "IBVERBS_1.1");
+
+/// `ibv_context_ops.post_srq_recv` (the inline `ibv_post_srq_recv`): 0, or the errno of
+/// the first request refused with `*bad` pointing at it.
+pub(crate) unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    if srq.is_null() {
+        return EINVAL;
+    }
+    // SAFETY: the inline ibv_post_srq_recv read `srq->context` already.
+    let Some(shared) = shared_of(unsafe { (*srq).context }) else {
+        return EINVAL;
+    };
+    let mut g = shared.lock();
+    let Some(e) = g.srqs.get(&(srq as usize)).copied() else {
+        return EINVAL;
+    };
+    // SAFETY: the list and `bad` are the caller's.
+    unsafe {
+        crate::qp::post_recv_list(&mut g, wr, bad, |inner, wr_id, list| {
+            let r = match list {
+                [] | [_] => inner.uroce.post_srq_recv(
+                    e.id,
+                    RecvWr {
+                        wr_id,
+                        sge: list.first().copied().unwrap_or_default(),
+                    },
+                ),
+                _ => inner.uroce.post_srq_recv_sgl(e.id, wr_id, list),
+            };
+            r.map_err(|e| e.errno())
+        })
+    }
+}
