@@ -5,8 +5,12 @@
 //! of interface names) limits the list to those interfaces. The port is read live from
 //! the kernel at every query (rtnetlink, `uroce::net::addresses`): state from the link's
 //! operational state, active MTU from the interface MTU, link layer Ethernet; the GID
-//! table holds one RoCE v2 GID per address of the interface: IPv6 link-local first, then
-//! IPv4 (as `::ffff:a.b.c.d`), then the other IPv6 addresses, at most [`GID_TABLE_LEN`].
+//! table holds at index 0 the default GID (IBTA §4.1.1: the link-local prefix fe80::/64
+//! with the port's EUI-64, what the kernel assigns to the interface in the default
+//! address mode), always, so that the indexes after it do not move while the kernel is
+//! still bringing up IPv6; then one RoCE v2 GID per address of the interface: IPv4 (as
+//! `::ffff:a.b.c.d`, the first at index 1, what `-g 1` names in rdma-core's examples and
+//! perftest), then the other IPv6 addresses, at most [`GID_TABLE_LEN`].
 //!
 //! A device lives for the rest of the process once listed (a program may keep an opened
 //! device after `ibv_free_device_list`); listing again reuses it. Contexts are boxed
@@ -366,16 +370,19 @@ pub fn active_mtu(if_mtu: u32) -> c_int {
 /// The GID table of an interface, in the order the module docs give.
 pub fn gids(info: &InterfaceInfo) -> Vec<ibv_gid> {
     let mut ordered: Vec<IpAddr> = Vec::new();
-    let v6 = |a: &IpAddr| matches!(a, IpAddr::V6(_));
-    let link_local = |a: &IpAddr| matches!(a, IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80);
-    ordered.extend(info.addrs.iter().map(|a| a.0).filter(link_local));
-    ordered.extend(info.addrs.iter().map(|a| a.0).filter(|a| !v6(a)));
-    ordered.extend(
-        info.addrs
-            .iter()
-            .map(|a| a.0)
-            .filter(|a| v6(a) && !link_local(a)),
-    );
+    if let Some(mac) = info.mac {
+        let mut g = [0u8; 16];
+        g[0] = 0xfe;
+        g[1] = 0x80;
+        g[8..].copy_from_slice(&eui64(mac));
+        ordered.push(IpAddr::V6(std::net::Ipv6Addr::from(g)));
+    }
+    ordered.extend(info.addrs.iter().map(|a| a.0).filter(IpAddr::is_ipv4));
+    for a in info.addrs.iter().map(|a| a.0).filter(IpAddr::is_ipv6) {
+        if !ordered.contains(&a) {
+            ordered.push(a);
+        }
+    }
     ordered
         .into_iter()
         .take(GID_TABLE_LEN)
@@ -814,19 +821,27 @@ mod tests {
     }
 
     #[test]
-    fn gid_table_order_link_local_then_ipv4_then_ipv6() {
+    fn gid_table_default_gid_then_ipv4_then_ipv6() {
         let v4 = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
         let global: IpAddr = "fd00::2".parse::<Ipv6Addr>().unwrap().into();
         let ll: IpAddr = "fe80::1".parse::<Ipv6Addr>().unwrap().into();
-        let table = gids(&info(&[global, v4, ll]));
+        let eui: IpAddr = "fe80::ff:fe00:1".parse::<Ipv6Addr>().unwrap().into();
         let as_ip = |g: &ibv_gid| Ipv6Addr::from(g.raw);
+        let table = gids(&info(&[global, v4, ll, eui]));
         assert_eq!(
             table.iter().map(as_ip).collect::<Vec<_>>(),
             vec![
-                "fe80::1".parse::<Ipv6Addr>().unwrap(),
+                "fe80::ff:fe00:1".parse::<Ipv6Addr>().unwrap(),
                 "::ffff:10.0.0.1".parse().unwrap(),
-                "fd00::2".parse().unwrap()
+                "fd00::2".parse().unwrap(),
+                "fe80::1".parse().unwrap(),
             ]
+        );
+        // Before the kernel has brought IPv6 up, the IPv4 GID is at index 1 all the same.
+        let early = gids(&info(&[v4]));
+        assert_eq!(
+            as_ip(&early[1]),
+            "::ffff:10.0.0.1".parse::<Ipv6Addr>().unwrap()
         );
         let many: Vec<IpAddr> = (0..40)
             .map(|i| IpAddr::V4(Ipv4Addr::new(10, 0, 0, i)))

@@ -7,28 +7,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
+use common::{in_ns, text};
 use uroce_tools::netns::{self, VethPair};
-
-fn in_ns(ns: &str, lib_dir: &Path, env: &[(&str, &str)], program: &[&str]) -> Output {
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", ns])
-        .args(program)
-        .env("LD_LIBRARY_PATH", lib_dir);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("ip netns exec")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn ready() -> bool {
     if let Err(e) = netns::check_privileges() {
@@ -54,7 +36,9 @@ fn ibv_devinfo_and_ibv_devices_show_the_veth() {
     let (ns, iface) = (&pair.ns[0], &pair.ifaces[0]);
     let dev = format!("uroce_{iface}");
 
-    let list = in_ns(ns, &lib, &[], &["ibv_devinfo", "-l"]);
+    let list = in_ns(ns, &lib, &[], &["ibv_devinfo", "-l"])
+        .output()
+        .expect("ip netns exec");
     let out = text(&list);
     assert!(list.status.success(), "{out}");
     assert!(
@@ -62,7 +46,9 @@ fn ibv_devinfo_and_ibv_devices_show_the_veth() {
         "{out}"
     );
 
-    let info = in_ns(ns, &lib, &[], &["ibv_devinfo", "-v"]);
+    let info = in_ns(ns, &lib, &[], &["ibv_devinfo", "-v"])
+        .output()
+        .expect("ip netns exec");
     let out = text(&info);
     assert!(info.status.success(), "{out}");
     let mac = pair.mac(0).expect("mac");
@@ -96,7 +82,9 @@ fn ibv_devinfo_and_ibv_devices_show_the_veth() {
         .unwrap();
     assert!(gid_line.trim_start().starts_with("GID["), "{gid_line}");
 
-    let devices = in_ns(ns, &lib, &[], &["ibv_devices"]);
+    let devices = in_ns(ns, &lib, &[], &["ibv_devices"])
+        .output()
+        .expect("ip netns exec");
     let out = text(&devices);
     assert!(devices.status.success(), "{out}");
     let line = out
@@ -111,7 +99,9 @@ fn ibv_devinfo_and_ibv_devices_show_the_veth() {
         .status()
         .unwrap();
     assert!(down.success());
-    let info = in_ns(ns, &lib, &[], &["ibv_devinfo"]);
+    let info = in_ns(ns, &lib, &[], &["ibv_devinfo"])
+        .output()
+        .expect("ip netns exec");
     assert!(
         text(&info).contains("state:\t\t\tPORT_DOWN (1)\n"),
         "{}",
@@ -124,7 +114,9 @@ fn ibv_devinfo_and_ibv_devices_show_the_veth() {
         &lib,
         &[("UROCE_IFACES", "nosuch0,nosuch1")],
         &["ibv_devinfo", "-l"],
-    );
+    )
+    .output()
+    .expect("ip netns exec");
     assert!(text(&none).contains("0 HCAs found:"), "{}", text(&none));
     drop(pair);
     let _ = std::fs::remove_dir_all(&lib);
@@ -223,7 +215,9 @@ fn device_verbs_from_c() {
     let pair = VethPair::create("vdc", 1500).expect("veth pair");
     let (ns, iface) = (&pair.ns[0], &pair.ifaces[0]);
     let exe = exe.to_str().unwrap().to_string();
-    let run = in_ns(ns, &lib, &[], &[&exe]);
+    let run = in_ns(ns, &lib, &[], &[&exe])
+        .output()
+        .expect("ip netns exec");
     let out = text(&run);
     assert!(run.status.success(), "{out}");
     assert!(out.contains(&format!("name uroce_{iface}\n")), "{out}");

@@ -77,3 +77,24 @@ pub fn run_on_library(lib_dir: &Path, exe: &Path, args: &[&str]) -> std::process
         .output()
         .expect("run program")
 }
+
+/// Runs `program` in network namespace `ns` on the library in `lib_dir`, with `env`.
+pub fn in_ns(ns: &str, lib_dir: &Path, env: &[(&str, &str)], program: &[&str]) -> Command {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns])
+        .args(program)
+        .env("LD_LIBRARY_PATH", lib_dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// Standard output and error of a finished program, as text.
+pub fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
