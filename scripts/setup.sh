@@ -3,8 +3,9 @@
 # `tc`) for network namespaces and veth pairs, ethtool (the veth test of UDP GSO on the
 # wire turns the veth's segmentation offload off); for crates/uroce-verbs (the drop-in
 # libibverbs.so.1) the distro's libibverbs-dev (<infiniband/verbs.h>, for the ABI layout
-# test), ibverbs-utils (ibv_devinfo, ibv_devices) and ibverbs-providers (libmlx5, libefa),
-# which its tests run against the built library. With --interop, also the rxe interop guest
+# test), ibverbs-utils (ibv_devinfo, ibv_devices, ibv_*_pingpong), ibverbs-providers
+# (libmlx5, libefa) and perftest (ib_write_bw ... ib_atomic_lat), which its tests run
+# unmodified against the built library. With --interop, also the rxe interop guest
 # (scripts/interop/install.sh: qemu, debootstrap, a cached guest image; a failure there is
 # reported and the interop test then says why it skips). With --bench, also iperf3
 # (scripts/bench-datapath.sh --bulk measures kernel TCP beside uroce). Idempotent; needs
@@ -28,6 +29,7 @@ fi
 [ -f /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 command -v ibv_devinfo >/dev/null 2>&1 || need+=(ibverbs-utils)
 [ -e /usr/lib/x86_64-linux-gnu/libmlx5.so.1 ] || need+=(ibverbs-providers)
+command -v ib_write_bw >/dev/null 2>&1 || need+=(perftest)
 
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
