@@ -31,6 +31,7 @@ use uroce::verbs::{AsyncEvent, CqId, Mr, Mtu, PdId, SrqId, WorkCompletion};
 
 use crate::abi::{ibv_async_event, ibv_async_event_element, ibv_cq, ibv_qp, ibv_srq};
 use crate::device::Device;
+use crate::loopback::Loopback;
 
 /// The environment variable that picks the datapath.
 pub const BACKEND_ENV: &str = "UROCE_BACKEND";
@@ -82,7 +83,7 @@ unsafe impl Send for AsyncEntry {}
 
 /// The datapath of an open device and the thread that drives it.
 struct Datapath {
-    backend: Box<dyn Backend + Send>,
+    backend: Loopback,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -222,6 +223,7 @@ impl Shared {
             return Ok(());
         }
         let (backend, what) = open_backend(inner)?;
+        let backend = Loopback::new(backend, inner.uroce.config().ip);
         inner.datapath_what = what;
         let me = self.clone();
         let thread = std::thread::Builder::new()
@@ -307,22 +309,26 @@ impl Inner {
         } = self;
         if let Some(d) = datapath.as_mut() {
             let now = Instant::now();
-            transmit(uroce, d.backend.as_mut(), now);
+            let receive = receive || d.backend.pending();
             if receive {
-                // Bounded, so a flood cannot hold the lock forever.
-                for _ in 0..16 {
-                    let got = d
-                        .backend
-                        .receive(Duration::ZERO, 64, &mut |r| {
-                            let _ = uroce.handle_received(now, r);
-                        })
-                        .unwrap_or(0);
-                    if got == 0 {
-                        break;
-                    }
+                uroce.handle_timeout(now);
+            }
+            // Bounded, so a flood cannot hold the lock for ever. A round ends with a
+            // receive that found nothing, so nothing sent to ourselves is left waiting.
+            for _ in 0..32 {
+                transmit(uroce, &mut d.backend, now);
+                if !receive {
+                    break;
                 }
-                uroce.handle_timeout(Instant::now());
-                transmit(uroce, d.backend.as_mut(), now);
+                let got = d
+                    .backend
+                    .receive(Duration::ZERO, 64, &mut |r| {
+                        let _ = uroce.handle_received(now, r);
+                    })
+                    .unwrap_or(0);
+                if got == 0 {
+                    break;
+                }
             }
         }
         if self.uroce.has_events() {
@@ -400,8 +406,8 @@ impl Inner {
     }
 
     /// The datapath, for resolving a peer's MAC address on its path.
-    pub fn backend(&mut self) -> Option<&mut (dyn Backend + Send + 'static)> {
-        self.datapath.as_mut().map(|d| d.backend.as_mut())
+    pub fn backend(&mut self) -> Option<&mut Loopback> {
+        self.datapath.as_mut().map(|d| &mut d.backend)
     }
 }
 

@@ -30,6 +30,7 @@ mod cq;
 pub mod device;
 mod engine;
 mod exports;
+mod loopback;
 mod qp;
 mod resources;
 mod srq;

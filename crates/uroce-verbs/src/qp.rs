@@ -13,6 +13,7 @@ use std::ffi::{c_int, c_uint};
 use std::net::{IpAddr, Ipv6Addr};
 
 use libc::{EINVAL, EOPNOTSUPP};
+use uroce::datapath::Backend;
 use uroce::verbs::{
     Mtu, QpAttr, QpAttrMask, QpCaps, QpInitEx, QpState, QpType, RecvWr, Remote, SendFlags, SendOp,
     SendWr, Sge, UdSendWr, MAX_SGE,

@@ -1,0 +1,120 @@
+//! Packets to the device's own address, delivered locally, as rdma_rxe delivers them:
+//! a program whose QPs talk to each other through one device and GID works over every
+//! datapath. The UDP backend needs nothing (the kernel loops a datagram to our own
+//! address back to our socket); a backend that builds Ethernet frames (AF_XDP) would put
+//! them on the wire, where nothing sends them back, so [`Loopback`] takes them out of its
+//! sends and hands them to its receives, as the datagrams they are.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use uroce::datapath::{Backend, Received, Transmit};
+use uroce::wire::DatagramRepr;
+
+/// Most datagrams waiting for local delivery; past it, sends to ourselves are lost as on a
+/// congested link (RC retransmits).
+const DEPTH: usize = 4096;
+
+/// A backend with local delivery of what goes to `local`.
+pub struct Loopback {
+    inner: Box<dyn Backend + Send>,
+    local: IpAddr,
+    queue: VecDeque<(DatagramRepr, Vec<u8>)>,
+    /// Buffers of datagrams delivered, for the next ones (no allocation once warm).
+    spare: Vec<Vec<u8>>,
+}
+
+impl Loopback {
+    /// Wraps `inner`, delivering datagrams to `local` locally.
+    pub fn new(inner: Box<dyn Backend + Send>, local: IpAddr) -> Self {
+        Self {
+            inner,
+            local,
+            queue: VecDeque::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// Whether datagrams wait for local delivery.
+    pub fn pending(&self) -> bool {
+        !self.queue.is_empty()
+    }
+}
+
+impl Backend for Loopback {
+    fn send_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+    ) -> io::Result<bool> {
+        let Self {
+            inner,
+            local,
+            queue,
+            spare,
+        } = self;
+        let mut looped = false;
+        let sent = inner.send_with(&mut |buf| {
+            let t = build(buf)?;
+            if t.datagram.dst() != *local {
+                return Some(t);
+            }
+            if queue.len() < DEPTH {
+                let mut b = spare.pop().unwrap_or_default();
+                b.clear();
+                b.extend_from_slice(&buf[..t.len]);
+                queue.push_back((t.datagram, b));
+            }
+            looped = true;
+            None
+        })?;
+        Ok(sent || looped)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+
+    fn receive(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        handle: &mut dyn FnMut(Received<'_>),
+    ) -> io::Result<usize> {
+        let mut n = 0;
+        while n < max {
+            let Some((datagram, roce)) = self.queue.pop_front() else {
+                break;
+            };
+            handle(Received::Datagram {
+                datagram: &datagram,
+                roce: &roce,
+            });
+            self.spare.push(roce);
+            n += 1;
+        }
+        let wait = if n > 0 { Duration::ZERO } else { timeout };
+        Ok(n + self.inner.receive(wait, max - n, handle)?)
+    }
+
+    fn needs_link_addresses(&self) -> bool {
+        self.inner.needs_link_addresses()
+    }
+
+    fn wait_fds(&self) -> Vec<RawFd> {
+        self.inner.wait_fds()
+    }
+
+    fn rx_overruns(&self) -> u64 {
+        self.inner.rx_overruns()
+    }
+
+    fn send_frame_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> io::Result<bool> {
+        self.inner.send_frame_with(build)
+    }
+}
