@@ -24,6 +24,9 @@ enum Command {
     /// ibv_rc_pingpong / ibv_ud_pingpong / ibv_srq_pingpong (--srq) compatible ping-pong; the
     /// server runs with no address.
     Pingpong(cli::pingpong::Args),
+    /// Start an unmodified ibverbs program (ibv_rc_pingpong, perftest, your own) on uroce's
+    /// libibverbs.so.1: `uroce run [--iface IF] [--backend B] -- PROGRAM ARGS...`.
+    Run(cli::run::Args),
     /// What uroce can use here: interfaces, MTUs, GIDs, backends.
     Devices,
     /// One interface: MTU, path MTU, GIDs, backends.
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         Command::Perf(a) => cli::perf::run_cmd(a),
         Command::Lossy(a) => cli::lossy::run(a),
         Command::Pingpong(a) => cli::pingpong::run_cmd(a),
+        Command::Run(a) => cli::run::run_cmd(a),
         Command::Sim(a) => cli::sim::run_cmd(a),
         Command::SimCc(a) => cli::simcc::run_cmd(a),
     };

@@ -123,3 +123,99 @@ fn distro_pingpongs_over_udp() {
 fn distro_pingpongs_over_af_xdp() {
     suite("xdp", 18700);
 }
+
+/// `uroce run` sets the library path and the device selection: `ibv_devinfo -l` in a
+/// namespace lists exactly the device of the interface asked for, and `ibv_rc_pingpong`
+/// started through it runs at both ends.
+#[test]
+fn uroce_run_starts_unmodified_programs() {
+    if !ready() {
+        return;
+    }
+    let uroce = common::profile_dir().join("uroce");
+    if !uroce.exists() {
+        eprintln!(
+            "SKIP: {} is not built (cargo test at the root builds it)",
+            uroce.display()
+        );
+        return;
+    }
+    let lib = common::library_dir("run");
+    let pair = VethPair::create("run", 1500).expect("veth pair");
+    let uroce = uroce.to_str().unwrap();
+    let env = [("UROCE_LIBDIR", lib.to_str().unwrap())];
+    let iface = &pair.ifaces[0];
+    let list = in_ns(
+        &pair.ns[0],
+        Path::new("/nonexistent"),
+        &env,
+        &[uroce, "run", "--iface", iface, "--", "ibv_devinfo", "-l"],
+    )
+    .output()
+    .expect("uroce run");
+    let out = text(&list);
+    assert!(list.status.success(), "{out}");
+    assert!(
+        out.contains("1 HCA found:") && out.contains(&format!("uroce_{iface}")),
+        "{out}"
+    );
+    let srv = in_ns(
+        &pair.ns[0],
+        Path::new("/nonexistent"),
+        &env,
+        &[
+            uroce,
+            "run",
+            "--backend",
+            "udp",
+            "--",
+            "timeout",
+            "30",
+            "ibv_rc_pingpong",
+            "-g",
+            "1",
+            "-p",
+            "18590",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("server");
+    let addr = pair.addrs[0].to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let cli = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let o = in_ns(
+            &pair.ns[1],
+            Path::new("/nonexistent"),
+            &env,
+            &[
+                uroce,
+                "run",
+                "--backend",
+                "udp",
+                "--",
+                "timeout",
+                "30",
+                "ibv_rc_pingpong",
+                "-g",
+                "1",
+                "-p",
+                "18590",
+                &addr,
+            ],
+        )
+        .output()
+        .expect("client");
+        if !text(&o).contains("Couldn't connect") || Instant::now() > deadline {
+            break o;
+        }
+    };
+    let srv = srv.wait_with_output().expect("server");
+    let what = format!("-- server:\n{}\n-- client:\n{}", text(&srv), text(&cli));
+    assert!(srv.status.success() && cli.status.success(), "{what}");
+    assert!(text(&cli).contains(" iters in "), "{what}");
+    drop(pair);
+    let _ = std::fs::remove_dir_all(&lib);
+}

@@ -8,6 +8,7 @@ pub mod impair;
 pub mod lossy;
 pub mod perf;
 pub mod pingpong;
+pub mod run;
 pub mod sim;
 pub mod simcc;
 pub mod traffic;

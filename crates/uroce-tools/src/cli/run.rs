@@ -1,0 +1,107 @@
+//! `uroce run [--iface IF] [--backend B] -- PROGRAM ARGS...`: starts an unmodified ibverbs
+//! program on uroce's `libibverbs.so.1` (crates/uroce-verbs).
+//!
+//! It sets what a user could set by hand and then becomes the program (exec, so signals
+//! and the exit status are the program's own):
+//! - `LD_LIBRARY_PATH`: the directory holding uroce's `libibverbs.so.1`, in front of what
+//!   was there: `$UROCE_LIBDIR` if set, else the directory of this `uroce` binary (`cargo
+//!   build` puts the library and a `libibverbs.so.1` link next to it), else its `deps/`
+//!   (where `cargo test` leaves it; a `uroce-run/` directory beside the binary then holds
+//!   the `libibverbs.so.1` link);
+//! - `UROCE_IFACES`: the interfaces that become devices (`--iface`, comma-separated);
+//! - `UROCE_BACKEND`: the datapath (`--backend`: auto, xdp, udp).
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context as _};
+
+/// Arguments of `uroce run`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Interfaces that become devices (`uroce_<iface>`), comma-separated; default: every
+    /// Ethernet interface of the namespace.
+    #[arg(long)]
+    iface: Option<String>,
+    /// Datapath: auto (AF_XDP where the process may set it up, else UDP), xdp or udp.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "udp"])]
+    backend: String,
+    /// The program and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    program: Vec<OsString>,
+}
+
+/// The directory to put on `LD_LIBRARY_PATH` for the library next to the binary `exe`.
+pub fn library_dir(exe: &Path) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("UROCE_LIBDIR") {
+        let dir = PathBuf::from(dir);
+        if !dir.join("libibverbs.so.1").exists() {
+            bail!("UROCE_LIBDIR={} holds no libibverbs.so.1", dir.display());
+        }
+        return Ok(dir);
+    }
+    let here = exe.parent().context("the uroce binary's directory")?;
+    // `exists` follows the link: a link left by an earlier build with no library is no use.
+    if here.join("libibverbs.so.1").exists() {
+        return Ok(here.to_path_buf());
+    }
+    let built = here.join("deps/libibverbs.so");
+    if built.exists() {
+        let dir = here.join("uroce-run");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let link = dir.join("libibverbs.so.1");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&built, &link)
+            .with_context(|| format!("linking {}", link.display()))?;
+        return Ok(dir);
+    }
+    bail!(
+        "no libibverbs.so.1 next to {} (build it with `cargo build --release`, which builds \
+         crates/uroce-verbs, or point UROCE_LIBDIR at its directory)",
+        exe.display()
+    )
+}
+
+/// Runs `uroce run`: only returns on failure to start the program.
+pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
+    let exe = std::env::current_exe().context("finding the uroce binary")?;
+    let dir = library_dir(&exe)?;
+    let mut path = OsString::from(dir.as_os_str());
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    let mut cmd = std::process::Command::new(&a.program[0]);
+    cmd.args(&a.program[1..])
+        .env("LD_LIBRARY_PATH", path)
+        .env("UROCE_BACKEND", &a.backend);
+    if let Some(i) = &a.iface {
+        cmd.env("UROCE_IFACES", i);
+    }
+    let e = cmd.exec();
+    bail!("starting {}: {e}", a.program[0].to_string_lossy())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_library_next_to_the_binary_or_in_deps() {
+        let root = std::env::temp_dir().join(format!("uroce-run-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("deps")).unwrap();
+        let exe = root.join("uroce");
+        assert!(library_dir(&exe).is_err(), "no library anywhere");
+        std::fs::write(root.join("deps/libibverbs.so"), b"").unwrap();
+        let dir = library_dir(&exe).unwrap();
+        assert_eq!(dir, root.join("uroce-run"));
+        assert!(dir.join("libibverbs.so.1").exists());
+        std::fs::write(root.join("libibverbs.so"), b"").unwrap();
+        std::os::unix::fs::symlink("libibverbs.so", root.join("libibverbs.so.1")).unwrap();
+        assert_eq!(library_dir(&exe).unwrap(), root);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
