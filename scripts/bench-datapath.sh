@@ -12,12 +12,22 @@
 #   backend of UROCE_BIN_BASE when set (a build to compare with, e.g. main's); Gb/s, the
 #   ratio to TCP, CPU-seconds of each end (user + system, /usr/bin/time) and per GB; then
 #   the medians of the ratios.
+#        scripts/bench-datapath.sh --verbs [ROUNDS] [SECONDS]
+#   --verbs: what the drop-in libibverbs.so.1 costs: perftest's unmodified ib_write_bw at
+#   both ends on uroce's library (target/release/libibverbs.so.1) against `uroce perf
+#   write` at both ends (uroce's own loop), 64 KiB messages, path MTU 4096, over the UDP
+#   backend and over AF_XDP, each round in one go; Gb/s, the ratio library/native, and
+#   the medians of the ratios.
 #   UROCE_BIN=path/to/uroce runs another build (for before/after comparisons) instead of
 #   building this checkout's.
 set -euo pipefail
 BULK=0
+VERBS=0
 if [ "${1:-}" = "--bulk" ]; then
   BULK=1
+  shift
+elif [ "${1:-}" = "--verbs" ]; then
+  VERBS=1
   shift
 fi
 ROUNDS=${1:-2}
@@ -90,6 +100,54 @@ bulk_tcp() {
   echo "$out $(cpu "$t1") $(cpu "$t2") -"
   rm -f "$t1" "$t2"
 }
+
+# verbs_native BACKEND: Gb/s of `uroce perf write` at both ends, 64 KiB, path MTU 4096
+verbs_native() {
+  ip netns exec "$Z" "$B" perf write --backend "$1" -m 4096 --port 18780 >/dev/null 2>&1 &
+  local sp=$!
+  sleep 0.5
+  ip netns exec "$A" "$B" perf write 10.99.0.2 --backend "$1" -m 4096 --size 65536 \
+    --port 18780 --duration "$DUR" --json 2>/dev/null | field bw_gbps
+  wait $sp || true
+}
+
+# verbs_library BACKEND: Gb/s of perftest's ib_write_bw at both ends on uroce's library
+verbs_library() {
+  local lib=$PWD/target/release flags
+  flags="-x 1 -F -m 4096 -s 65536 -D $DUR --report_gbits -p 18781"
+  ip netns exec "$Z" env LD_LIBRARY_PATH="$lib" UROCE_BACKEND="$1" \
+    ib_write_bw -d uroce_ub$$b $flags >/dev/null 2>&1 &
+  local sp=$!
+  sleep 0.7
+  ip netns exec "$A" env LD_LIBRARY_PATH="$lib" UROCE_BACKEND="$1" \
+    ib_write_bw -d uroce_ub$$a $flags 10.99.0.2 2>/dev/null |
+    awk '/#bytes/ { getline; print $4 }'
+  wait $sp || true
+}
+
+if [ $VERBS -eq 1 ]; then
+  command -v ib_write_bw >/dev/null || { echo "perftest is missing (scripts/setup.sh)" >&2; exit 1; }
+  [ -e target/release/libibverbs.so.1 ] || { echo "target/release/libibverbs.so.1 is missing (cargo build --release)" >&2; exit 1; }
+  rows=$(mktemp)
+  echo "round  backend  native Gb/s  library Gb/s  library/native"
+  for r in $(seq "$ROUNDS"); do
+    for be in udp xdp; do
+      n=$(verbs_native "$be")
+      l=$(verbs_library "$be")
+      echo "$be $n $l" >>"$rows"
+      python3 -c "n,l=float('$n'),float('$l'); print(f'{$r:5d}  {\"$be\":<7}  {n:11.2f}  {l:12.2f}  {l/n:14.2f}')"
+    done
+  done
+  python3 - "$rows" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+for be in ("udp", "xdp"):
+    rs = [float(l) / float(n) for b, n, l in rows if b == be]
+    print(f"median {be}: library/native {statistics.median(rs):.2f}  (rounds: {', '.join(f'{x:.2f}' for x in rs)})")
+PY
+  rm -f "$rows"
+  exit 0
+fi
 
 if [ $BULK -eq 1 ]; then
   command -v iperf3 >/dev/null || { echo "iperf3 is missing (scripts/setup.sh --bench)" >&2; exit 1; }

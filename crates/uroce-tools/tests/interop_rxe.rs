@@ -584,6 +584,151 @@ fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
     }
 }
 
+/// The distro's own pingpong and perftest binaries on this host, unmodified, on uroce's
+/// libibverbs.so.1 (`uroce run`, which finds the library cargo built next to the uroce
+/// binary), against the same binaries on rxe in the guest, both directions; one case with
+/// loss on the path. Skipped (saying so) when the library or the host's tools are not
+/// there. `UROCE_INTEROP_ONLY=libibverbs` runs only these.
+fn verbs_library_cases(peer: &Peer, rows: &mut Vec<Row>) {
+    let rxe = "10.77.0.11";
+    let probe = peer.uroce(&["run", "--", "true"]);
+    if !probe.status.success() {
+        eprintln!("SKIP: uroce's libibverbs.so.1 cases: {}", text(&probe));
+        return;
+    }
+    // (tool, its flags on both ends, path MTU, backend, loss each way, what says it
+    // finished); ibv_ud_pingpong and perftest take the port's MTU (4096 at link MTU 9000).
+    let cases: [(&str, &str, u32, &str, &str, &str); 6] = [
+        (
+            "ibv_rc_pingpong",
+            "-g 1 -s 4000 -n 20 -c",
+            1024,
+            "xdp",
+            "0",
+            "20 iters in",
+        ),
+        (
+            "ibv_ud_pingpong",
+            "-g 1 -s 512 -n 20 -c",
+            4096,
+            "udp",
+            "0",
+            "20 iters in",
+        ),
+        (
+            "ib_write_bw",
+            "-x 1 -F -s 65536 -n 50",
+            4096,
+            "xdp",
+            "0",
+            "#bytes",
+        ),
+        (
+            "ib_read_bw",
+            "-x 1 -F -s 8192 -n 50",
+            4096,
+            "xdp",
+            "0.05",
+            "#bytes",
+        ),
+        (
+            "ib_send_lat",
+            "-x 1 -F -s 2 -n 50",
+            4096,
+            "udp",
+            "0",
+            "#bytes",
+        ),
+        ("ib_atomic_bw", "-x 1 -F -n 50", 4096, "xdp", "0", "#bytes"),
+    ];
+    for (tool, flags, mtu, backend, drop, done) in cases {
+        let name = format!("{tool} on libibverbs.so.1");
+        if !wanted(&name) || !Path::new("/usr/bin").join(tool).exists() {
+            continue;
+        }
+        let _loss = (drop != "0").then(|| PathLoss::start(drop));
+        let extra = format!(
+            "host's {tool} on uroce's libibverbs.so.1, {backend}{}",
+            if drop == "0" {
+                ""
+            } else {
+                ", 5% loss each way"
+            }
+        );
+        let host = |addr: Option<&str>| {
+            let mut v: Vec<String> = [
+                "run",
+                "--iface",
+                "roce-host",
+                "--backend",
+                backend,
+                "--",
+                "timeout",
+                "100",
+                tool,
+                "-d",
+                "uroce_roce-host",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            v.extend(flags.split(' ').map(String::from));
+            v.extend(addr.map(String::from));
+            v
+        };
+        // rxe serves, the host's tool on uroce is the client.
+        peer.guest_bg(&format!(
+            "timeout 100 {tool} -d rxe0 {flags} > /tmp/srv.log 2>&1; echo EXIT=$? >> /tmp/srv.log"
+        ));
+        std::thread::sleep(Duration::from_millis(2500));
+        let args = host(Some(rxe));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut o = peer.uroce(&args);
+        for _ in 0..10 {
+            if o.status.success() || !text(&o).contains("onnect") {
+                break;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+            o = peer.uroce(&args);
+        }
+        let mut srv = String::new();
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(500));
+            srv = text(&peer.guest("cat /tmp/srv.log"));
+            if srv.contains("EXIT=") {
+                break;
+            }
+        }
+        let pass = o.status.success() && text(&o).contains(done) && srv.contains("EXIT=0");
+        rows.push(Row {
+            tool: name.clone(),
+            op: tool.into(),
+            direction: "rxe server, uroce client",
+            mtu,
+            extra: extra.clone(),
+            pass,
+            detail: format!("uroce: {}\nrxe: {srv}", text(&o)),
+        });
+        // The host's tool on uroce serves, rxe is the client.
+        let args = host(None);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let server = peer.uroce_bg(&args);
+        std::thread::sleep(Duration::from_secs(2));
+        let g = peer.guest(&format!("timeout 100 {tool} -d rxe0 {flags} 10.77.0.1"));
+        let s = server.wait_with_output().unwrap();
+        let pass = g.status.success() && text(&g).contains(done) && s.status.success();
+        rows.push(Row {
+            tool: name,
+            op: tool.into(),
+            direction: "uroce server, rxe client",
+            mtu,
+            extra,
+            pass,
+            detail: format!("uroce: {}\nrxe: {}", text(&s), text(&g)),
+        });
+    }
+}
+
 /// The whole suite against one boot of the guest (link MTU 9000, so rxe's port MTU is
 /// 4096 and both 1024 and 4096 are reached with -m); every RoCE frame either side put on
 /// the wire is captured and must decode with a good ICRC.
@@ -620,6 +765,7 @@ fn rxe_interop_suite() {
     pingpong_cases(&peer, &mut rows);
     srq_pingpong_cases(&peer, &mut rows);
     perftest_cases(&peer, &mut rows);
+    verbs_library_cases(&peer, &mut rows);
     // SAFETY: signalling our own child.
     unsafe { libc::kill(cap.id() as i32, libc::SIGINT) };
     let _ = cap.wait();

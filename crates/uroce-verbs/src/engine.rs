@@ -417,6 +417,20 @@ fn transmit(uroce: &mut uroce::verbs::Context, backend: &mut dyn Backend, now: I
     let _ = backend.flush();
 }
 
+/// The errno of a datapath's failure to open: the OS error where there is one, else one
+/// for its kind (the backends add context to the message, which drops the raw errno).
+fn errno_of(e: &std::io::Error) -> c_int {
+    use std::io::ErrorKind as K;
+    e.raw_os_error().unwrap_or(match e.kind() {
+        K::AddrInUse => libc::EADDRINUSE,
+        K::AddrNotAvailable => libc::EADDRNOTAVAIL,
+        K::PermissionDenied => libc::EPERM,
+        K::NotFound => libc::ENODEV,
+        K::Unsupported => libc::EOPNOTSUPP,
+        _ => libc::EIO,
+    })
+}
+
 /// Bytes of a frame above the path MTU's payload: every header uroce may put around it.
 const FRAME_OVERHEAD: u32 = 100;
 
@@ -444,9 +458,9 @@ fn open_backend(inner: &Inner) -> Result<(Box<dyn Backend + Send>, String), c_in
             let what = format!("AF_XDP on {iface} ({})", b.mode());
             Ok((Box::new(b), what))
         }
-        Some(Err(e)) if choice == "xdp" => Err(e.raw_os_error().unwrap_or(libc::EPERM)),
+        Some(Err(e)) if choice == "xdp" => Err(errno_of(&e)),
         other => {
-            let u = UdpBackend::bind(local).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+            let u = UdpBackend::bind(local).map_err(|e| errno_of(&e))?;
             let what = match other {
                 Some(Err(e)) => format!("UDP backend on {local} (AF_XDP not possible: {e})"),
                 _ => format!("UDP backend on {local}"),
