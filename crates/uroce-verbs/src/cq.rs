@@ -253,6 +253,7 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_
     let mut got = inner.uroce.poll_cq_into(e.id, n, &mut inner.wcs);
     if got == 0 && n > 0 && inner.started() {
         inner.pump(true);
+        inner.app_pumped = Some(std::time::Instant::now());
         got = inner.uroce.poll_cq_into(e.id, n, &mut inner.wcs);
     }
     for (i, w) in inner.wcs.iter().enumerate() {

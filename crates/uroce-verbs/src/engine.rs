@@ -40,6 +40,12 @@ pub const BACKEND_ENV: &str = "UROCE_BACKEND";
 /// AF_XDP ring has not taken yet and packets a backend holds back are retried this often.
 const MAX_SLEEP: Duration = Duration::from_millis(5);
 
+/// How long after the program last polled an empty CQ the progress thread leaves the
+/// datapath to it: a program that polls moves its own packets (fewer context switches,
+/// no lock contention on a machine with few cores); one that stops polling (it sleeps on
+/// a completion channel, or spins on memory) gets the thread back within this time.
+const APP_ACTIVE: Duration = Duration::from_millis(1);
+
 /// A CQ handed out: uroce's id and the completion channel it reports to (0: none).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CqEntry {
@@ -113,8 +119,10 @@ pub(crate) struct Inner {
     /// When the progress thread wakes next on its own (its timer), to know whether a
     /// post brought a timer forward.
     sleep_until: Option<Instant>,
-    /// What the datapath is, for `uroce run -v` and errors.
+    /// What the datapath is, for errors.
     pub datapath_what: String,
+    /// When the program last moved packets itself (a poll of an empty CQ).
+    pub app_pumped: Option<Instant>,
 }
 
 /// An open device's state, shared by the program's threads and the progress thread.
@@ -193,6 +201,7 @@ impl Shared {
                 datapath: None,
                 sleep_until: None,
                 datapath_what: String::new(),
+                app_pumped: None,
             }),
             wake: eventfd(libc::EFD_NONBLOCK)?,
             async_fd,
@@ -207,7 +216,10 @@ impl Shared {
 
     /// Wakes the progress thread if a post brought the next timer before its wake-up.
     pub fn after_post(&self, inner: &Inner) {
-        if inner.datapath.is_none() {
+        let polling = inner.app_pumped.is_some_and(|t| t.elapsed() < APP_ACTIVE);
+        if inner.datapath.is_none() || polling {
+            // A program that polls runs the timers itself; if it stops, the thread is
+            // back within APP_ACTIVE.
             return;
         }
         let next = inner.uroce.poll_timeout();
@@ -265,15 +277,26 @@ impl Shared {
             })
             .collect();
         while !self.stop.load(Ordering::Acquire) {
-            let wait = {
+            let (wait, watch) = {
                 let mut g = self.lock();
-                g.pump(true);
                 let now = Instant::now();
-                let next = g.uroce.poll_timeout();
-                g.sleep_until = next;
-                next.map_or(MAX_SLEEP, |t| {
-                    t.saturating_duration_since(now).min(MAX_SLEEP)
-                })
+                match g.app_pumped.map(|t| now.saturating_duration_since(t)) {
+                    // The program is polling: it moves the packets itself. Stay out of
+                    // its way (no lock, no CPU) until it stops for a while.
+                    Some(since) if since < APP_ACTIVE => {
+                        g.sleep_until = Some(now + (APP_ACTIVE - since));
+                        (APP_ACTIVE - since, 1)
+                    }
+                    _ => {
+                        g.pump(true);
+                        let next = g.uroce.poll_timeout();
+                        g.sleep_until = next;
+                        let wait = next.map_or(MAX_SLEEP, |t| {
+                            t.saturating_duration_since(now).min(MAX_SLEEP)
+                        });
+                        (wait, pfds.len())
+                    }
+                }
             };
             if wait.is_zero() {
                 continue;
@@ -283,8 +306,9 @@ impl Shared {
                 p.revents = 0;
             }
             // SAFETY: `pfds` is a live array of pollfds for descriptors this device owns
-            // (the backend's outlive the thread: `stop` joins before they close).
-            unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+            // (the backend's outlive the thread: `stop` joins before they close); `watch`
+            // is at most its length.
+            unsafe { libc::poll(pfds.as_mut_ptr(), watch as libc::nfds_t, ms) };
             if pfds[0].revents != 0 {
                 let mut n: u64 = 0;
                 // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
