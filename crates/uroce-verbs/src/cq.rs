@@ -6,8 +6,9 @@
 //! - A completion channel is a semaphore eventfd (one count per completion event) and the
 //!   queue of CQs whose events wait: `ibv_get_cq_event` blocks on the fd (or fails with
 //!   EAGAIN when the program made it non-blocking, as with libibverbs), then takes the
-//!   oldest event. `ibv_ack_cq_events` acknowledges them; a CQ with events not
-//!   acknowledged cannot be destroyed (EBUSY, where libibverbs would wait for ever).
+//!   oldest event. `ibv_ack_cq_events` acknowledges them; a CQ with events taken and not
+//!   acknowledged cannot be destroyed (EBUSY, where libibverbs would wait for ever);
+//!   events not taken yet go with it.
 //! - The context's `async_fd` is another semaphore eventfd counting the events queued for
 //!   `ibv_get_async_event`.
 
@@ -133,8 +134,8 @@ pub extern "C" fn ibv_create_cq(
 }
 default_version!(ibv_create_cq, "IBVERBS_1.1");
 
-/// `ibv_destroy_cq`: 0; EBUSY while a QP uses it or completion events of it are not
-/// acknowledged; EINVAL for an unknown CQ.
+/// `ibv_destroy_cq`: 0; EBUSY while a QP uses it or completion events of it taken with
+/// `ibv_get_cq_event` are not acknowledged; EINVAL for an unknown CQ.
 #[no_mangle]
 pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     let Some(ctx) = owner_of(cq) else {
@@ -148,11 +149,16 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         if inner.qps.values().any(|q| q.send_cq == c || q.recv_cq == c) {
             return EBUSY;
         }
-        let pending = inner
-            .channels
-            .get(&e.channel)
-            .is_some_and(|ch| ch.events.contains(&c));
-        if pending || inner.uroce.cq_events_unacked(e.id) > 0 {
+        // Events delivered to the channel and not taken yet go with the CQ (as the
+        // kernel drops them); those taken and not acknowledged keep it (libibverbs would
+        // wait for them for ever: EBUSY instead).
+        let pending = inner.channels.get(&e.channel).map_or(0, |ch| {
+            ch.events
+                .iter()
+                .filter(|&&(p, id)| p == c && id == e.id.0)
+                .count()
+        });
+        if inner.uroce.cq_events_unacked(e.id) as usize > pending {
             return EBUSY;
         }
         inner.cqs.remove(&c);
@@ -299,33 +305,43 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     };
     // SAFETY: a registered channel is live; its fd is ours until it is destroyed.
     let fd = unsafe { (*channel).fd };
-    if let Err(e) = engine::take_one(fd) {
-        set_errno(e);
-        return -1;
-    }
-    let got = with_inner(ctx, |inner| {
-        inner
-            .channels
-            .get_mut(&(channel as usize))
-            .and_then(|ch| ch.events.pop_front())
-    })
-    .flatten();
-    let Some(c) = got else {
-        set_errno(EINVAL);
-        return -1;
-    };
-    let c = c as *mut ibv_cq;
-    // SAFETY: `c` is a live CQ (it cannot be destroyed while its event is not
-    // acknowledged); the out-pointers are the caller's.
-    unsafe {
-        if !cq.is_null() {
-            *cq = c;
+    loop {
+        if let Err(e) = engine::take_one(fd) {
+            set_errno(e);
+            return -1;
         }
-        if !cq_context.is_null() {
-            *cq_context = (*c).cq_context;
+        // The oldest event, unless its CQ was destroyed since (then the next one).
+        let got = with_inner(ctx, |inner| {
+            let (c, id) = inner
+                .channels
+                .get_mut(&(channel as usize))?
+                .events
+                .pop_front()?;
+            let live = inner.cqs.get(&c).is_some_and(|e| e.id.0 == id);
+            // SAFETY: a registered CQ is a live Box; read under the lock.
+            Some(live.then(|| (c, unsafe { (*(c as *mut ibv_cq)).cq_context })))
+        })
+        .flatten();
+        match got {
+            Some(Some((c, context))) => {
+                // SAFETY: the out-pointers are the caller's, as verbs.h has them.
+                unsafe {
+                    if !cq.is_null() {
+                        *cq = c as *mut ibv_cq;
+                    }
+                    if !cq_context.is_null() {
+                        *cq_context = context;
+                    }
+                }
+                return 0;
+            }
+            Some(None) => continue,
+            None => {
+                set_errno(EINVAL);
+                return -1;
+            }
         }
     }
-    0
 }
 default_version!(ibv_get_cq_event, "IBVERBS_1.1");
 

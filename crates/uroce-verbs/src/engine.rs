@@ -73,10 +73,12 @@ pub(crate) struct SrqEntry {
 }
 
 /// A completion channel: its eventfd (a semaphore: one count per event) and the CQs whose
-/// events wait to be taken by `ibv_get_cq_event`, in order.
+/// events wait to be taken by `ibv_get_cq_event`, in order, each with uroce's id of the
+/// CQ (never reused, so an event of a destroyed CQ is told from one of a new CQ at the
+/// same address).
 pub(crate) struct ChannelEntry {
     pub fd: OwnedFd,
-    pub events: VecDeque<usize>,
+    pub events: VecDeque<(usize, u32)>,
 }
 
 /// A queued asynchronous event, as `ibv_get_async_event` hands it out.
@@ -369,7 +371,7 @@ impl Inner {
                 .and_then(|c| self.cqs.get(c).map(|e| (*c, e.channel)));
             match channel.and_then(|(c, ch)| self.channels.get_mut(&ch).map(|e| (c, e))) {
                 Some((c, ch)) => {
-                    ch.events.push_back(c);
+                    ch.events.push_back((c, cq.0));
                     signal(ch.fd.as_raw_fd());
                 }
                 // A CQ without a channel cannot be waited on: the event goes.

@@ -6,6 +6,9 @@
 //!   fetch-and-add and compare-and-swap, with the data checked in the program's own
 //!   buffers; two UD QPs exchanging a datagram through an address handle, the GRH in the
 //!   receive and `ibv_create_ah_from_wc` answering it;
+//! - a completion channel: the event of an armed CQ with its `cq_context`; a CQ with an
+//!   event taken and not acknowledged is EBUSY to destroy, one with an event not taken
+//!   is destroyed;
 //! - bad input: a post on a QP before RTS fails with EINVAL, an unknown lkey completes
 //!   IBV_WC_LOC_PROT_ERR (and the QP is in ERR), an SGE past its MR too, destroying a CQ
 //!   or a PD still in use is EBUSY, a change the QP state table does not allow is EINVAL.
@@ -31,16 +34,18 @@ const PROGRAM: &str = r#"
 
 static struct ibv_cq *cq;
 
-static struct ibv_wc wait_wc(void) {
+static struct ibv_wc wait_on(struct ibv_cq *on) {
     struct ibv_wc wc;
     for (long i = 0; i < 200000000; i++) {
-        int n = ibv_poll_cq(cq, 1, &wc);
+        int n = ibv_poll_cq(on, 1, &wc);
         CHECK(n >= 0);
         if (n == 1) return wc;
     }
     printf("FAIL: no completion\n");
     exit(1);
 }
+
+static struct ibv_wc wait_wc(void) { return wait_on(cq); }
 
 static void to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid) {
     struct ibv_qp_attr a;
@@ -63,15 +68,17 @@ static void to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid) {
     CHECK(qp->state == IBV_QPS_RTS);
 }
 
-static struct ibv_qp *rc_qp(struct ibv_pd *pd) {
+static struct ibv_qp *rc_qp_on(struct ibv_pd *pd, struct ibv_cq *on) {
     struct ibv_qp_init_attr ia;
     memset(&ia, 0, sizeof ia);
-    ia.send_cq = cq; ia.recv_cq = cq; ia.qp_type = IBV_QPT_RC;
+    ia.send_cq = on; ia.recv_cq = on; ia.qp_type = IBV_QPT_RC;
     ia.cap.max_send_wr = 16; ia.cap.max_recv_wr = 16; ia.cap.max_send_sge = 2; ia.cap.max_recv_sge = 2;
     struct ibv_qp *qp = ibv_create_qp(pd, &ia);
     CHECK(qp && qp->state == IBV_QPS_RESET && ia.cap.max_recv_sge >= 2);
     return qp;
 }
+
+static struct ibv_qp *rc_qp(struct ibv_pd *pd) { return rc_qp_on(pd, cq); }
 
 int main(void) {
     struct ibv_device **list = ibv_get_device_list(NULL);
@@ -228,6 +235,38 @@ int main(void) {
         }
     }
     CHECK(ibv_destroy_ah(ah) == 0);
+
+    /* A completion channel: an event taken and not acknowledged keeps its CQ (EBUSY);
+       one not taken goes with it. */
+    struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+    CHECK(ch);
+    struct ibv_cq *ecq = ibv_create_cq(ctx, 16, (void *)0x1234, ch, 0);
+    CHECK(ecq);
+    struct ibv_qp *e1 = rc_qp_on(pd, ecq), *e2 = rc_qp_on(pd, ecq);
+    to_rts(e1, e2->qp_num, gid);
+    to_rts(e2, e1->qp_num, gid);
+    sge = (struct ibv_sge){ (uintptr_t)a_buf, 64, a_mr->lkey };
+    memset(&wr, 0, sizeof wr);
+    wr.sg_list = &sge; wr.num_sge = 1; wr.opcode = IBV_WR_RDMA_WRITE; wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = (uintptr_t)b_buf; wr.wr.rdma.rkey = b_mr->rkey;
+    CHECK(ibv_req_notify_cq(ecq, 0) == 0);
+    wr.wr_id = 30;
+    CHECK(ibv_post_send(e1, &wr, &bad) == 0);
+    struct ibv_cq *ev_cq = NULL; void *ev_ctx = NULL;
+    CHECK(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == ecq && ev_ctx == (void *)0x1234);
+    wc = wait_on(ecq);
+    CHECK(wc.wr_id == 30 && wc.status == IBV_WC_SUCCESS);
+    CHECK(ibv_req_notify_cq(ecq, 0) == 0);
+    wr.wr_id = 31;
+    CHECK(ibv_post_send(e1, &wr, &bad) == 0);
+    wc = wait_on(ecq);
+    CHECK(wc.wr_id == 31 && wc.status == IBV_WC_SUCCESS);
+    CHECK(ibv_destroy_qp(e1) == 0 && ibv_destroy_qp(e2) == 0);
+    CHECK(ibv_destroy_cq(ecq) == EBUSY);
+    CHECK(ibv_destroy_comp_channel(ch) == EBUSY);
+    ibv_ack_cq_events(ecq, 1);
+    CHECK(ibv_destroy_cq(ecq) == 0);
+    CHECK(ibv_destroy_comp_channel(ch) == 0);
 
     struct ibv_qp *all[6] = { a, b, c, d, u1, u2 };
     for (int i = 0; i < 6; i++) CHECK(ibv_destroy_qp(all[i]) == 0);
