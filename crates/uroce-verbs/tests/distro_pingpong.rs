@@ -219,3 +219,165 @@ fn uroce_run_starts_unmodified_programs() {
     drop(pair);
     let _ = std::fs::remove_dir_all(&lib);
 }
+
+/// Mixed: the distro's `ibv_rc_pingpong` on the library against `uroce pingpong` (uroce's
+/// own loop, no library), and perftest's `ib_write_bw` on the library against `uroce perf
+/// write`, each way.
+#[test]
+fn library_against_uroce_tools() {
+    if !ready() {
+        return;
+    }
+    let uroce = common::profile_dir().join("uroce");
+    if !uroce.exists() {
+        eprintln!(
+            "SKIP: {} is not built (cargo test at the root builds it)",
+            uroce.display()
+        );
+        return;
+    }
+    let uroce = uroce.to_str().unwrap().to_string();
+    let lib = common::library_dir("mixed");
+    let pair = VethPair::create("mix", 9000).expect("veth pair");
+    let addr = pair.addrs[0].to_string();
+    let d = |i: usize| format!("uroce_{}", pair.ifaces[i]);
+    let (d0, d1) = (d(0), d(1));
+    let env = [("UROCE_BACKEND", "udp")];
+    // (server, client), each with its own address argument last for the client.
+    let pp_lib = |dev: &str, port: &str| -> Vec<String> {
+        [
+            "timeout",
+            "30",
+            "ibv_rc_pingpong",
+            "-d",
+            dev,
+            "-g",
+            "1",
+            "-p",
+            port,
+            "-s",
+            "4096",
+            "-n",
+            "100",
+            "-c",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let pp_tool = |port: &str| -> Vec<String> {
+        [
+            &uroce,
+            "pingpong",
+            "--backend",
+            "udp",
+            "-p",
+            port,
+            "-s",
+            "4096",
+            "-n",
+            "100",
+            "-c",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let bw_lib = |dev: &str, port: &str| -> Vec<String> {
+        [
+            "timeout",
+            "30",
+            "ib_write_bw",
+            "-d",
+            dev,
+            "-x",
+            "1",
+            "-F",
+            "-p",
+            port,
+            "-s",
+            "65536",
+            "-n",
+            "200",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let bw_tool = |port: &str| -> Vec<String> {
+        [
+            &uroce,
+            "perf",
+            "write",
+            "--backend",
+            "udp",
+            "-p",
+            port,
+            "-s",
+            "65536",
+            "-n",
+            "200",
+            "-m",
+            "4096",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let runs: Vec<(&str, Vec<String>, Vec<String>)> = vec![
+        (
+            "ibv_rc_pingpong server, uroce pingpong client",
+            pp_lib(&d0, "18601"),
+            pp_tool("18601"),
+        ),
+        (
+            "uroce pingpong server, ibv_rc_pingpong client",
+            pp_tool("18602"),
+            pp_lib(&d1, "18602"),
+        ),
+        (
+            "ib_write_bw server, uroce perf client",
+            bw_lib(&d0, "18603"),
+            {
+                let mut v = bw_tool("18603");
+                v.push("--perftest".into());
+                v
+            },
+        ),
+        (
+            "uroce perf server, ib_write_bw client",
+            bw_tool("18604"),
+            bw_lib(&d1, "18604"),
+        ),
+    ];
+    for (what, server, mut client) in runs {
+        client.push(addr.clone());
+        let s: Vec<&str> = server.iter().map(String::as_str).collect();
+        let c: Vec<&str> = client.iter().map(String::as_str).collect();
+        let srv = in_ns(&pair.ns[0], &lib, &env, &s)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let cli = loop {
+            std::thread::sleep(Duration::from_millis(500));
+            let o = in_ns(&pair.ns[1], &lib, &env, &c).output().expect("client");
+            let t = text(&o);
+            let refused = t.contains("onnect") && !o.status.success();
+            if !refused || Instant::now() > deadline {
+                break o;
+            }
+        };
+        let srv = srv.wait_with_output().expect("server");
+        let out = format!(
+            "{what}\n-- server:\n{}\n-- client:\n{}",
+            text(&srv),
+            text(&cli)
+        );
+        assert!(srv.status.success() && cli.status.success(), "{out}");
+        eprintln!("ok: {what}");
+    }
+    drop(pair);
+    let _ = std::fs::remove_dir_all(&lib);
+}
