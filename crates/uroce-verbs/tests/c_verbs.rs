@@ -9,6 +9,8 @@
 //! - a completion channel: the event of an armed CQ with its `cq_context`; a CQ with an
 //!   event taken and not acknowledged is EBUSY to destroy, one with an event not taken
 //!   is destroyed;
+//! - the async event fd: a WRITE under a wrong rkey completes REM_ACCESS_ERR and the
+//!   responder's QP reports IBV_EVENT_QP_ACCESS_ERR;
 //! - bad input: a post on a QP before RTS fails with EINVAL, an unknown lkey completes
 //!   IBV_WC_LOC_PROT_ERR (and the QP is in ERR), an SGE past its MR too, destroying a CQ
 //!   or a PD still in use is EBUSY, a change the QP state table does not allow is EINVAL.
@@ -29,6 +31,7 @@ const PROGRAM: &str = r#"
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <poll.h>
 
 #define CHECK(c) do { if (!(c)) { printf("FAIL line %d: %s (errno %d)\n", __LINE__, #c, errno); exit(1); } } while (0)
 
@@ -267,6 +270,23 @@ int main(void) {
     ibv_ack_cq_events(ecq, 1);
     CHECK(ibv_destroy_cq(ecq) == 0);
     CHECK(ibv_destroy_comp_channel(ch) == 0);
+
+    /* A WRITE under a wrong rkey: REM_ACCESS_ERR at the requester, and the responder's
+       QP reports IBV_EVENT_QP_ACCESS_ERR on the context's async fd. */
+    struct ibv_qp *f1 = rc_qp(pd), *f2 = rc_qp(pd);
+    to_rts(f1, f2->qp_num, gid);
+    to_rts(f2, f1->qp_num, gid);
+    wr.wr_id = 40; wr.wr.rdma.rkey = b_mr->rkey ^ 0x100;
+    CHECK(ibv_post_send(f1, &wr, &bad) == 0);
+    wc = wait_wc();
+    CHECK(wc.wr_id == 40 && wc.status == IBV_WC_REM_ACCESS_ERR);
+    struct pollfd pfd = { .fd = ctx->async_fd, .events = POLLIN };
+    CHECK(poll(&pfd, 1, 5000) == 1);
+    struct ibv_async_event ev;
+    CHECK(ibv_get_async_event(ctx, &ev) == 0);
+    CHECK(ev.event_type == IBV_EVENT_QP_ACCESS_ERR && ev.element.qp == f2);
+    ibv_ack_async_event(&ev);
+    CHECK(ibv_destroy_qp(f1) == 0 && ibv_destroy_qp(f2) == 0);
 
     struct ibv_qp *all[6] = { a, b, c, d, u1, u2 };
     for (int i = 0; i < 6; i++) CHECK(ibv_destroy_qp(all[i]) == 0);
