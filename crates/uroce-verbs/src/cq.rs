@@ -259,9 +259,9 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_
     let mut got = inner.uroce.poll_cq_into(e.id, n, &mut inner.wcs);
     if got == 0 && n > 0 && inner.started() {
         inner.pump(true);
-        inner.app_pumped = Some(std::time::Instant::now());
         got = inner.uroce.poll_cq_into(e.id, n, &mut inner.wcs);
     }
+    shared.app_polled();
     for (i, w) in inner.wcs.iter().enumerate() {
         // SAFETY: the caller's array holds `n` entries and i < got <= n.
         unsafe { wc.add(i).write(wc_of(w)) };

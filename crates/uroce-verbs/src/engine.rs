@@ -19,7 +19,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -40,7 +40,7 @@ pub const BACKEND_ENV: &str = "UROCE_BACKEND";
 /// AF_XDP ring has not taken yet and packets a backend holds back are retried this often.
 const MAX_SLEEP: Duration = Duration::from_millis(5);
 
-/// How long after the program last polled an empty CQ the progress thread leaves the
+/// How long after the program last polled a CQ or posted the progress thread leaves the
 /// datapath to it: a program that polls moves its own packets (fewer context switches,
 /// no lock contention on a machine with few cores); one that stops polling (it sleeps on
 /// a completion channel, or spins on memory) gets the thread back within this time.
@@ -123,8 +123,6 @@ pub(crate) struct Inner {
     sleep_until: Option<Instant>,
     /// What the datapath is, for errors.
     pub datapath_what: String,
-    /// When the program last moved packets itself (a poll of an empty CQ).
-    pub app_pumped: Option<Instant>,
 }
 
 /// An open device's state, shared by the program's threads and the progress thread.
@@ -135,6 +133,11 @@ pub(crate) struct Shared {
     /// The context's `async_fd`: a semaphore eventfd counting queued async events.
     pub async_fd: OwnedFd,
     stop: AtomicBool,
+    /// Start of the clock of `app_polled`.
+    epoch: Instant,
+    /// When the program last polled a CQ (an empty poll moves packets), in nanoseconds
+    /// since `epoch`; 0 for never. Atomic, so the progress thread looks without the lock.
+    app_polled: AtomicU64,
 }
 
 fn eventfd(flags: c_int) -> std::io::Result<OwnedFd> {
@@ -203,11 +206,12 @@ impl Shared {
                 datapath: None,
                 sleep_until: None,
                 datapath_what: String::new(),
-                app_pumped: None,
             }),
             wake: eventfd(libc::EFD_NONBLOCK)?,
             async_fd,
             stop: AtomicBool::new(false),
+            epoch: Instant::now(),
+            app_polled: AtomicU64::new(0),
         })
     }
 
@@ -216,9 +220,26 @@ impl Shared {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The program has just polled a CQ (an empty one moves the packets itself).
+    pub fn app_polled(&self) {
+        let ns = self.epoch.elapsed().as_nanos().max(1) as u64;
+        self.app_polled.store(ns, Ordering::Relaxed);
+    }
+
+    /// How long ago the program last polled a CQ, if it did.
+    fn since_app_polled(&self) -> Option<Duration> {
+        let at = self.app_polled.load(Ordering::Relaxed);
+        (at != 0).then(|| {
+            let now = self.epoch.elapsed().as_nanos() as u64;
+            Duration::from_nanos(now.saturating_sub(at))
+        })
+    }
+
     /// Wakes the progress thread if a post brought the next timer before its wake-up.
     pub fn after_post(&self, inner: &Inner) {
-        let polling = inner.app_pumped.is_some_and(|t| t.elapsed() < APP_ACTIVE);
+        let polling = self.since_app_polled().is_some_and(|d| d < APP_ACTIVE);
+        // A program posting is at work too: the thread stays away while it is.
+        self.app_polled();
         if inner.datapath.is_none() || polling {
             // A program that polls runs the timers itself; if it stops, the thread is
             // back within APP_ACTIVE.
@@ -279,25 +300,20 @@ impl Shared {
             })
             .collect();
         while !self.stop.load(Ordering::Acquire) {
-            let (wait, watch) = {
-                let mut g = self.lock();
-                let now = Instant::now();
-                match g.app_pumped.map(|t| now.saturating_duration_since(t)) {
-                    // The program is polling: it moves the packets itself. Stay out of
-                    // its way (no lock, no CPU) until it stops for a while.
-                    Some(since) if since < APP_ACTIVE => {
-                        g.sleep_until = Some(now + (APP_ACTIVE - since));
-                        (APP_ACTIVE - since, 1)
-                    }
-                    _ => {
-                        g.pump(true);
-                        let next = g.uroce.poll_timeout();
-                        g.sleep_until = next;
-                        let wait = next.map_or(MAX_SLEEP, |t| {
-                            t.saturating_duration_since(now).min(MAX_SLEEP)
-                        });
-                        (wait, pfds.len())
-                    }
+            let (wait, watch) = match self.since_app_polled() {
+                // The program is polling: it moves the packets itself. Stay out of its
+                // way (no lock, no CPU) until it stops for a while.
+                Some(since) if since < APP_ACTIVE => (APP_ACTIVE - since, 1),
+                _ => {
+                    let mut g = self.lock();
+                    g.pump(true);
+                    let now = Instant::now();
+                    let next = g.uroce.poll_timeout();
+                    g.sleep_until = next;
+                    let wait = next.map_or(MAX_SLEEP, |t| {
+                        t.saturating_duration_since(now).min(MAX_SLEEP)
+                    });
+                    (wait, pfds.len())
                 }
             };
             if wait.is_zero() {
