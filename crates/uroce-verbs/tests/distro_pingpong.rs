@@ -126,7 +126,9 @@ fn distro_pingpongs_over_af_xdp() {
 
 /// `uroce run` sets the library path and the device selection: `ibv_devinfo -l` in a
 /// namespace lists exactly the device of the interface asked for, and `ibv_rc_pingpong`
-/// started through it runs at both ends.
+/// started through it runs at both ends as an ordinary user (uid 65534, no
+/// capabilities), where `uroce run` says which capabilities AF_XDP lacks and the library
+/// takes the UDP backend.
 #[test]
 fn uroce_run_starts_unmodified_programs() {
     if !ready() {
@@ -164,10 +166,13 @@ fn uroce_run_starts_unmodified_programs() {
         Path::new("/nonexistent"),
         &env,
         &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
             uroce,
             "run",
-            "--backend",
-            "udp",
             "--",
             "timeout",
             "30",
@@ -191,10 +196,13 @@ fn uroce_run_starts_unmodified_programs() {
             Path::new("/nonexistent"),
             &env,
             &[
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
                 uroce,
                 "run",
-                "--backend",
-                "udp",
                 "--",
                 "timeout",
                 "30",
@@ -216,6 +224,10 @@ fn uroce_run_starts_unmodified_programs() {
     let what = format!("-- server:\n{}\n-- client:\n{}", text(&srv), text(&cli));
     assert!(srv.status.success() && cli.status.success(), "{what}");
     assert!(text(&cli).contains(" iters in "), "{what}");
+    assert!(
+        text(&cli).contains("uroce run: AF_XDP needs CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF"),
+        "{what}"
+    );
     drop(pair);
     let _ = std::fs::remove_dir_all(&lib);
 }

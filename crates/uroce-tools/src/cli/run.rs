@@ -64,8 +64,40 @@ pub fn library_dir(exe: &Path) -> anyhow::Result<PathBuf> {
     )
 }
 
+/// The capabilities AF_XDP needs (attaching the XDP program, the socket, ARP on the
+/// datapath) that the effective set `cap_eff` (as /proc/self/status shows it) lacks.
+pub fn missing_for_xdp(cap_eff: u64) -> Vec<&'static str> {
+    [(12, "CAP_NET_ADMIN"), (13, "CAP_NET_RAW"), (39, "CAP_BPF")]
+        .into_iter()
+        .filter(|(bit, _)| cap_eff & (1u64 << bit) == 0)
+        .map(|(_, name)| name)
+        .collect()
+}
+
+/// This process's effective capabilities.
+fn cap_eff() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
+    u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
+}
+
 /// Runs `uroce run`: only returns on failure to start the program.
 pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
+    // The library never prints: say here why `auto` will take the UDP backend.
+    let missing = cap_eff().map(missing_for_xdp).unwrap_or_default();
+    if !missing.is_empty() {
+        match a.backend.as_str() {
+            "auto" => eprintln!(
+                "uroce run: AF_XDP needs {} (run as root or grant them): the UDP backend",
+                missing.join(", ")
+            ),
+            "xdp" => bail!(
+                "--backend xdp needs {}; run as root, grant them, or use --backend udp",
+                missing.join(", ")
+            ),
+            _ => {}
+        }
+    }
     let exe = std::env::current_exe().context("finding the uroce binary")?;
     let dir = library_dir(&exe)?;
     let mut path = OsString::from(dir.as_os_str());
@@ -87,6 +119,21 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_the_capabilities_af_xdp_lacks() {
+        assert!(missing_for_xdp(u64::MAX).is_empty());
+        assert_eq!(
+            missing_for_xdp(0),
+            vec!["CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_BPF"]
+        );
+        // A root shell in CI: 0x000001ffffffffff.
+        assert!(missing_for_xdp(0x1ff_ffff_ffff).is_empty());
+        assert_eq!(
+            missing_for_xdp(1 << 12 | 1 << 13),
+            vec!["CAP_NET_ADMIN", "CAP_BPF"][1..].to_vec()
+        );
+    }
 
     #[test]
     fn finds_the_library_next_to_the_binary_or_in_deps() {
