@@ -15,9 +15,10 @@
 #        scripts/bench-datapath.sh --verbs [ROUNDS] [SECONDS]
 #   --verbs: what the drop-in libibverbs.so.1 costs: perftest's unmodified ib_write_bw at
 #   both ends on uroce's library (target/release/libibverbs.so.1) against `uroce perf
-#   write` at both ends (uroce's own loop), 64 KiB messages, path MTU 4096, over the UDP
-#   backend and over AF_XDP, each round in one go; Gb/s, the ratio library/native, and
-#   the medians of the ratios.
+#   write` at both ends (uroce's own loop), the same number of 64 KiB messages (SECONDS x
+#   15000), path MTU 4096, over the UDP backend and over AF_XDP, each round in one go;
+#   Gb/s and CPU-seconds per GB (both ends, /usr/bin/time), the ratios library/native,
+#   and the medians of the ratios.
 #   UROCE_BIN=path/to/uroce runs another build (for before/after comparisons) instead of
 #   building this checkout's.
 set -euo pipefail
@@ -101,49 +102,73 @@ bulk_tcp() {
   rm -f "$t1" "$t2"
 }
 
-# verbs_native BACKEND: Gb/s of `uroce perf write` at both ends, 64 KiB, path MTU 4096
+# verbs_native BACKEND: "Gb/s client_cpu server_cpu" of `uroce perf write` at both ends,
+# VERBS_N messages of 64 KiB, path MTU 4096
 verbs_native() {
-  ip netns exec "$Z" "$B" perf write --backend "$1" -m 4096 --port 18780 >/dev/null 2>&1 &
+  local t1 t2 g
+  t1=$(mktemp) t2=$(mktemp)
+  ip netns exec "$Z" /usr/bin/time -f '%U %S' -o "$t2" \
+    "$B" perf write --backend "$1" -m 4096 --port 18780 >/dev/null 2>&1 &
   local sp=$!
   sleep 0.5
-  ip netns exec "$A" "$B" perf write 10.99.0.2 --backend "$1" -m 4096 --size 65536 \
-    --port 18780 --duration "$DUR" --json 2>/dev/null | field bw_gbps
+  g=$(ip netns exec "$A" /usr/bin/time -f '%U %S' -o "$t1" "$B" perf write 10.99.0.2 \
+    --backend "$1" -m 4096 --size 65536 -n "$VERBS_N" --port 18780 --json 2>/dev/null |
+    field bw_gbps)
   wait $sp || true
+  echo "$g $(cpu "$t1") $(cpu "$t2")"
+  rm -f "$t1" "$t2"
 }
 
-# verbs_library BACKEND: Gb/s of perftest's ib_write_bw at both ends on uroce's library
+# verbs_library BACKEND: the same for perftest's ib_write_bw at both ends on uroce's
+# library (the server's CPU includes its wait for the client: both start together)
 verbs_library() {
-  local lib=$PWD/target/release flags
-  flags="-x 1 -F -m 4096 -s 65536 -D $DUR --report_gbits -p 18781"
+  local lib=$PWD/target/release flags t1 t2 g
+  t1=$(mktemp) t2=$(mktemp)
+  flags="-x 1 -F -m 4096 -s 65536 -n $VERBS_N --report_gbits -p 18781"
   ip netns exec "$Z" env LD_LIBRARY_PATH="$lib" UROCE_BACKEND="$1" \
-    ib_write_bw -d uroce_ub$$b $flags >/dev/null 2>&1 &
+    /usr/bin/time -f '%U %S' -o "$t2" ib_write_bw -d uroce_ub$$b $flags >/dev/null 2>&1 &
   local sp=$!
   sleep 0.7
-  ip netns exec "$A" env LD_LIBRARY_PATH="$lib" UROCE_BACKEND="$1" \
-    ib_write_bw -d uroce_ub$$a $flags 10.99.0.2 2>/dev/null |
-    awk '/#bytes/ { getline; print $4 }'
+  g=$(ip netns exec "$A" env LD_LIBRARY_PATH="$lib" UROCE_BACKEND="$1" \
+    /usr/bin/time -f '%U %S' -o "$t1" ib_write_bw -d uroce_ub$$a $flags 10.99.0.2 2>/dev/null |
+    awk '/#bytes/ { getline; print $4 }')
   wait $sp || true
+  echo "$g $(cpu "$t1") $(cpu "$t2")"
+  rm -f "$t1" "$t2"
 }
 
 if [ $VERBS -eq 1 ]; then
   command -v ib_write_bw >/dev/null || { echo "perftest is missing (scripts/setup.sh)" >&2; exit 1; }
   [ -e target/release/libibverbs.so.1 ] || { echo "target/release/libibverbs.so.1 is missing (cargo build --release)" >&2; exit 1; }
+  # As many messages as DUR seconds at about 8 Gb/s.
+  VERBS_N=$((DUR * 15000))
   rows=$(mktemp)
-  echo "round  backend  native Gb/s  library Gb/s  library/native"
+  echo "round  backend  native Gb/s  library Gb/s  library/native  CPU-s per GB native (client+server)  library  library/native"
   for r in $(seq "$ROUNDS"); do
     for be in udp xdp; do
       n=$(verbs_native "$be")
       l=$(verbs_library "$be")
       echo "$be $n $l" >>"$rows"
-      python3 -c "n,l=float('$n'),float('$l'); print(f'{$r:5d}  {\"$be\":<7}  {n:11.2f}  {l:12.2f}  {l/n:14.2f}')"
+      python3 - "$r" "$be" "$VERBS_N" $n $l <<'PY'
+import sys
+r, be, n_msgs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ng, nc, ns, lg, lc, ls = map(float, sys.argv[4:10])
+gb = n_msgs * 65536 / 1e9
+nat, lib = (nc + ns) / gb, (lc + ls) / gb
+print(f"{r:>5}  {be:<7}  {ng:11.2f}  {lg:12.2f}  {lg / ng:14.2f}  {nat:36.3f}  {lib:7.3f}  {lib / nat:14.2f}")
+PY
     done
   done
   python3 - "$rows" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 for be in ("udp", "xdp"):
-    rs = [float(l) / float(n) for b, n, l in rows if b == be]
-    print(f"median {be}: library/native {statistics.median(rs):.2f}  (rounds: {', '.join(f'{x:.2f}' for x in rs)})")
+    rs = [(float(r[4]) / float(r[1]), (float(r[5]) + float(r[6])) / (float(r[2]) + float(r[3])))
+          for r in rows if r[0] == be]
+    bw = [x for x, _ in rs]
+    cpu = [y for _, y in rs]
+    print(f"median {be}: library/native Gb/s {statistics.median(bw):.2f}  (rounds: {', '.join(f'{x:.2f}' for x in bw)});"
+          f" CPU per GB {statistics.median(cpu):.2f}  (rounds: {', '.join(f'{x:.2f}' for x in cpu)})")
 PY
   rm -f "$rows"
   exit 0

@@ -36,6 +36,9 @@ use crate::util::set_errno;
 /// Entries in a port's GID table (`gid_tbl_len`).
 pub const GID_TABLE_LEN: usize = 16;
 
+/// The deepest send or receive queue a QP may ask for (`max_qp_wr`).
+pub const MAX_QP_WR: u32 = 1 << 14;
+
 /// The environment variable that selects interfaces.
 pub const IFACES_ENV: &str = "UROCE_IFACES";
 
@@ -434,7 +437,7 @@ fn device_attr(device: &Device) -> ibv_device_attr {
         vendor_part_id: 0,
         hw_ver: 0,
         max_qp: 1 << 16,
-        max_qp_wr: 1 << 14,
+        max_qp_wr: MAX_QP_WR as c_int,
         device_cap_flags: 0,
         max_sge: uroce::transport::MAX_SGE as c_int,
         max_sge_rd: uroce::transport::MAX_SGE as c_int,

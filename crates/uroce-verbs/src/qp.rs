@@ -210,6 +210,11 @@ pub unsafe extern "C" fn ibv_create_qp(
             true => None,
             false => Some(inner.srqs.get(&(a.srq as usize)).ok_or(EINVAL)?.id),
         };
+        // The device's limits (ibv_query_device's max_qp_wr, as rdma_rxe's rxe_qp_chk_cap).
+        let max_wr = crate::device::MAX_QP_WR;
+        if a.cap.max_send_wr > max_wr || (srq.is_none() && a.cap.max_recv_wr > max_wr) {
+            return Err(EINVAL);
+        }
         shared.start(inner)?;
         let caps = QpCaps {
             qp_type,

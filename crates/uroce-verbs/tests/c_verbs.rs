@@ -11,7 +11,8 @@
 //!   is destroyed;
 //! - the async event fd: a WRITE under a wrong rkey completes REM_ACCESS_ERR and the
 //!   responder's QP reports IBV_EVENT_QP_ACCESS_ERR;
-//! - bad input: a post on a QP before RTS fails with EINVAL, an unknown lkey completes
+//! - bad input: a QP deeper than `max_qp_wr` is EINVAL, a post on a QP before RTS fails
+//!   with EINVAL, an unknown lkey completes
 //!   IBV_WC_LOC_PROT_ERR (and the QP is in ERR), an SGE past its MR too, destroying a CQ
 //!   or a PD still in use is EBUSY, a change the QP state table does not allow is EINVAL.
 //!
@@ -100,6 +101,15 @@ int main(void) {
     CHECK(a_mr && b_mr);
 
     struct ibv_qp *a = rc_qp(pd), *b = rc_qp(pd);
+    /* Deeper than ibv_query_device's max_qp_wr: EINVAL. */
+    struct ibv_device_attr dattr;
+    CHECK(ibv_query_device(ctx, &dattr) == 0);
+    struct ibv_qp_init_attr deep;
+    memset(&deep, 0, sizeof deep);
+    deep.send_cq = cq; deep.recv_cq = cq; deep.qp_type = IBV_QPT_RC;
+    deep.cap.max_send_wr = dattr.max_qp_wr + 1; deep.cap.max_recv_wr = 1;
+    errno = 0;
+    CHECK(ibv_create_qp(pd, &deep) == NULL && errno == EINVAL);
     /* Posting before RTS: EINVAL and bad_wr names the request. */
     struct ibv_sge sge = { (uintptr_t)a_buf, 16, a_mr->lkey };
     struct ibv_send_wr wr, *bad = NULL;
