@@ -68,9 +68,9 @@ pub struct ibv_context_ops {
     pub _compat_reg_mr: Op,
     pub _compat_rereg_mr: Op,
     pub _compat_dereg_mr: Op,
-    pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, c_int) -> *mut c_void>,
-    pub bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut c_void, *mut c_void) -> c_int>,
-    pub dealloc_mw: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+    pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, c_int) -> *mut ibv_mw>,
+    pub bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int>,
+    pub dealloc_mw: Option<unsafe extern "C" fn(*mut ibv_mw) -> c_int>,
     pub _compat_create_cq: Op,
     pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int>,
     pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
@@ -420,11 +420,30 @@ pub struct ibv_mw_bind_info {
     pub mw_access_flags: c_uint,
 }
 
+/// `struct ibv_mw`.
+#[repr(C)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    pub type_: c_int,
+}
+
+/// `struct ibv_mw_bind`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind {
+    pub wr_id: u64,
+    pub send_flags: c_uint,
+    pub bind_info: ibv_mw_bind_info,
+}
+
 /// `bind_mw` of `struct ibv_send_wr`.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ibv_send_wr_bind_mw {
-    pub mw: *mut c_void,
+    pub mw: *mut ibv_mw,
     pub rkey: u32,
     pub bind_info: ibv_mw_bind_info,
 }

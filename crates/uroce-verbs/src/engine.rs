@@ -108,6 +108,8 @@ pub(crate) struct Inner {
     /// QPN → the `ibv_qp`.
     pub qp_by_qpn: HashMap<u32, usize>,
     pub srqs: HashMap<usize, SrqEntry>,
+    /// Memory windows: the `ibv_mw` → uroce's window (its current rkey) and its PD.
+    pub mws: HashMap<usize, (uroce::verbs::Mw, usize)>,
     /// Address handles: the `ibv_ah` → where its datagrams go.
     pub ahs: HashMap<usize, crate::ah::AhEntry>,
     pub channels: HashMap<usize, ChannelEntry>,
@@ -199,6 +201,7 @@ impl Shared {
                 qps: HashMap::new(),
                 qp_by_qpn: HashMap::new(),
                 srqs: HashMap::new(),
+                mws: HashMap::new(),
                 ahs: HashMap::new(),
                 channels: HashMap::new(),
                 async_events: VecDeque::new(),

@@ -14,7 +14,7 @@
 //! - `resources`: protection domains, memory regions over the application's memory.
 //! - `cq`: completion queues, completion channels, the asynchronous event queue.
 //! - `qp`: queue pairs, their state changes and the posting operations; `ah` address
-//!   handles; `srq` shared receive queues.
+//!   handles; `srq` shared receive queues; `mw` memory windows.
 //! - `engine`: the progress engine of an open device: uroce's context, its datapath
 //!   (AF_XDP or the UDP backend, `UROCE_BACKEND`) and the thread that drives it.
 //!
@@ -31,6 +31,7 @@ pub mod device;
 mod engine;
 mod exports;
 mod loopback;
+mod mw;
 mod qp;
 mod resources;
 mod srq;

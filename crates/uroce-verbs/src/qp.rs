@@ -42,6 +42,7 @@ const WR_RDMA_READ: c_int = 4;
 const WR_ATOMIC_CMP_AND_SWP: c_int = 5;
 const WR_ATOMIC_FETCH_AND_ADD: c_int = 6;
 const WR_LOCAL_INV: c_int = 7;
+const WR_BIND_MW: c_int = 8;
 const WR_SEND_WITH_INV: c_int = 9;
 
 // enum ibv_send_flags.
@@ -580,8 +581,26 @@ unsafe fn post_one_send(inner: &mut Inner, e: QpEntry, w: &ibv_send_wr) -> Resul
                     add: w.wr.atomic.compare_add,
                 },
                 WR_LOCAL_INV => SendOp::LocalInv { rkey: w.imm_data },
-                // BIND_MW (memory windows are not in this library yet), TSO, driver.
-                8 | 10 | 11 => return Err(EOPNOTSUPP),
+                WR_BIND_MW => {
+                    let b = w.ext.bind_mw;
+                    let (mw, _) = *inner.mws.get(&(b.mw as usize)).ok_or(EINVAL)?;
+                    let info = b.bind_info;
+                    let mr_lkey = match inner.mrs.get(&(info.mr as usize)) {
+                        Some(m) => m.lkey,
+                        None if info.length == 0 => 0,
+                        None => return Err(EINVAL),
+                    };
+                    SendOp::BindMw {
+                        mw: mw.id(),
+                        rkey: b.rkey,
+                        mr_lkey,
+                        addr: info.addr,
+                        length: info.length,
+                        access: access_of(info.mw_access_flags)?,
+                    }
+                }
+                // TSO, driver.
+                10 | 11 => return Err(EOPNOTSUPP),
                 _ => return Err(EINVAL),
             }
         };

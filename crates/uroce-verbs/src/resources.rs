@@ -118,8 +118,8 @@ pub extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
 }
 default_version!(ibv_alloc_pd, "IBVERBS_1.1");
 
-/// `ibv_dealloc_pd`: 0, EBUSY while a memory region, QP, SRQ or address handle uses it,
-/// EINVAL for an unknown PD.
+/// `ibv_dealloc_pd`: 0, EBUSY while a memory region, QP, SRQ, address handle or memory
+/// window uses it, EINVAL for an unknown PD.
 #[no_mangle]
 pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     let Some(ctx) = owner_of(pd) else {
@@ -134,6 +134,7 @@ pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
             || inner.qps.values().any(|q| q.pd == p)
             || inner.ahs.values().any(|a| a.pd == p)
             || inner.srqs.values().any(|s| s.pd == p)
+            || inner.mws.values().any(|m| m.1 == p)
         {
             return EBUSY;
         }

@@ -121,6 +121,8 @@ fn entries() -> Vec<Entry> {
         }
         struct ibv_srq_attr { max_wr, max_sge, srq_limit }
         struct ibv_mw_bind_info { mr, addr, length, mw_access_flags }
+        struct ibv_mw { context, pd, rkey, handle, type_ => "type" }
+        struct ibv_mw_bind { wr_id, send_flags, bind_info }
         struct ibv_async_event {
             element.cq, element.qp, element.srq, element.wq, element.port_num, event_type
         }

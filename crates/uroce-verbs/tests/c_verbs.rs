@@ -6,6 +6,8 @@
 //!   fetch-and-add and compare-and-swap, with the data checked in the program's own
 //!   buffers; two UD QPs exchanging a datagram through an address handle, the GRH in the
 //!   receive and `ibv_create_ah_from_wc` answering it;
+//! - memory windows: a type 1 window bound with `ibv_bind_mw` and a type 2 window bound by
+//!   an IBV_WR_BIND_MW work request each grant a WRITE through their rkey; LOCAL_INV;
 //! - a completion channel: the event of an armed CQ with its `cq_context`; a CQ with an
 //!   event taken and not acknowledged is EBUSY to destroy, one with an event not taken
 //!   is destroyed;
@@ -96,7 +98,8 @@ int main(void) {
     cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
     CHECK(cq);
     char *a_buf = calloc(1, 8192), *b_buf = calloc(1, 8192);
-    int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
     struct ibv_mr *a_mr = ibv_reg_mr(pd, a_buf, 8192, access), *b_mr = ibv_reg_mr(pd, b_buf, 8192, access);
     CHECK(a_mr && b_mr);
 
@@ -178,6 +181,49 @@ int main(void) {
     CHECK(ibv_post_send(a, &wr, &bad) == 0);
     wc = wait_wc();
     CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_COMP_SWAP && *orig == 42 && *target == 7);
+
+    /* Memory windows: a type 1 window bound with ibv_bind_mw grants a WRITE through its
+       rkey; a type 2 window is bound by a BIND_MW work request, then invalidated. */
+    struct ibv_mw *mw1 = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+    CHECK(mw1 && mw1->type == IBV_MW_TYPE_1 && mw1->pd == pd);
+    struct ibv_mw_bind mb;
+    memset(&mb, 0, sizeof mb);
+    mb.wr_id = 50; mb.send_flags = IBV_SEND_SIGNALED;
+    mb.bind_info.mr = b_mr; mb.bind_info.addr = (uintptr_t)b_buf + 2048; mb.bind_info.length = 1024;
+    mb.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    uint32_t old_rkey = mw1->rkey;
+    CHECK(ibv_bind_mw(b, mw1, &mb) == 0 && mw1->rkey != old_rkey);
+    wc = wait_wc();
+    CHECK(wc.wr_id == 50 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_BIND_MW);
+    memset(a_buf, 0x5c, 512);
+    sge = (struct ibv_sge){ (uintptr_t)a_buf, 512, a_mr->lkey };
+    wr.opcode = IBV_WR_RDMA_WRITE; wr.wr_id = 51; wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = (uintptr_t)b_buf + 2048; wr.wr.rdma.rkey = mw1->rkey;
+    CHECK(ibv_post_send(a, &wr, &bad) == 0);
+    wc = wait_wc();
+    CHECK(wc.wr_id == 51 && wc.status == IBV_WC_SUCCESS);
+    CHECK((unsigned char)b_buf[2048] == 0x5c && (unsigned char)b_buf[2559] == 0x5c);
+    struct ibv_mw *mw2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+    CHECK(mw2 && mw2->type == IBV_MW_TYPE_2);
+    struct ibv_send_wr bw, *bbad;
+    memset(&bw, 0, sizeof bw);
+    bw.wr_id = 52; bw.opcode = IBV_WR_BIND_MW; bw.send_flags = IBV_SEND_SIGNALED;
+    bw.bind_mw.mw = mw2; bw.bind_mw.rkey = ibv_inc_rkey(mw2->rkey);
+    bw.bind_mw.bind_info = mb.bind_info;
+    CHECK(ibv_post_send(b, &bw, &bbad) == 0);
+    wc = wait_wc();
+    CHECK(wc.wr_id == 52 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_BIND_MW);
+    wr.wr_id = 53; wr.wr.rdma.rkey = bw.bind_mw.rkey;
+    CHECK(ibv_post_send(a, &wr, &bad) == 0);
+    wc = wait_wc();
+    CHECK(wc.wr_id == 53 && wc.status == IBV_WC_SUCCESS);
+    memset(&bw, 0, sizeof bw);
+    bw.wr_id = 54; bw.opcode = IBV_WR_LOCAL_INV; bw.send_flags = IBV_SEND_SIGNALED;
+    bw.invalidate_rkey = wr.wr.rdma.rkey;
+    CHECK(ibv_post_send(b, &bw, &bbad) == 0);
+    wc = wait_wc();
+    CHECK(wc.wr_id == 54 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_LOCAL_INV);
+    CHECK(ibv_dealloc_mw(mw1) == 0 && ibv_dealloc_mw(mw2) == 0);
 
     /* In use: the CQ and the PD cannot go. */
     CHECK(ibv_destroy_cq(cq) == EBUSY);
