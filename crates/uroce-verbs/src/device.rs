@@ -57,6 +57,11 @@ impl Device {
         &self.iface
     }
 
+    /// The interface's index.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
     /// The interface's MAC address.
     pub fn mac(&self) -> [u8; 6] {
         self.mac
@@ -438,7 +443,9 @@ fn device_attr(device: &Device) -> ibv_device_attr {
         hw_ver: 0,
         max_qp: 1 << 16,
         max_qp_wr: MAX_QP_WR as c_int,
-        device_cap_flags: 0,
+        // What uroce does: SYS_IMAGE_GUID, RC_RNR_NAK_GEN, SRQ_RESIZE, CURR_QP_STATE_MOD,
+        // PORT_ACTIVE_EVENT (the link is watched once the datapath runs), MEM_WINDOW.
+        device_cap_flags: (1 << 11) | (1 << 12) | (1 << 13) | (1 << 7) | (1 << 10) | (1 << 17),
         max_sge: uroce::transport::MAX_SGE as c_int,
         max_sge_rd: uroce::transport::MAX_SGE as c_int,
         max_cq: 1 << 16,

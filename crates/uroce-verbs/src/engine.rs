@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use uroce::datapath::udp::UdpBackend;
 use uroce::datapath::xdp::XdpBackend;
 use uroce::datapath::Backend;
+use uroce::net::link_watch::LinkWatch;
 use uroce::verbs::{AsyncEvent, CqId, Mr, Mtu, PdId, SrqId, WorkCompletion};
 
 use crate::abi::{ibv_async_event, ibv_async_event_element, ibv_cq, ibv_qp, ibv_srq};
@@ -39,6 +40,10 @@ pub const BACKEND_ENV: &str = "UROCE_BACKEND";
 /// The longest the progress thread sleeps without looking at the datapath: frames an
 /// AF_XDP ring has not taken yet and packets a backend holds back are retried this often.
 const MAX_SLEEP: Duration = Duration::from_millis(5);
+
+/// How often the progress thread reads the link's state changes (one non-blocking
+/// system call), as `datapath::event_loop::Endpoint::watch_port` does.
+const PORT_CHECK: Duration = Duration::from_millis(50);
 
 /// How long after the program last polled a CQ or posted the progress thread leaves the
 /// datapath to it: a program that polls moves its own packets (fewer context switches,
@@ -285,6 +290,17 @@ impl Shared {
         }
     }
 
+    /// Queues IBV_EVENT_PORT_ACTIVE (`up`) or IBV_EVENT_PORT_ERR for port 1.
+    fn port_event(&self, up: bool) {
+        let mut g = self.lock();
+        g.uroce.push_async_event(if up {
+            AsyncEvent::PortActive(1)
+        } else {
+            AsyncEvent::PortErr(1)
+        });
+        g.pump(false);
+    }
+
     /// The progress thread.
     fn run(&self) {
         let fds = {
@@ -294,6 +310,14 @@ impl Shared {
                 .map(|d| d.backend.wait_fds())
                 .unwrap_or_default()
         };
+        // The port's events (IBV_EVENT_PORT_ERR / PORT_ACTIVE) follow the interface's link,
+        // read from rtnetlink every PORT_CHECK; without a netlink socket there are none.
+        let ifindex = self.lock().device.ifindex();
+        let mut link = LinkWatch::new(ifindex).ok();
+        if link.as_ref().is_some_and(|l| !l.is_up()) {
+            self.port_event(false);
+        }
+        let mut next_port_check = Instant::now() + PORT_CHECK;
         let mut pfds: Vec<libc::pollfd> = std::iter::once(self.wake.as_raw_fd())
             .chain(fds)
             .map(|fd| libc::pollfd {
@@ -303,6 +327,12 @@ impl Shared {
             })
             .collect();
         while !self.stop.load(Ordering::Acquire) {
+            if Instant::now() >= next_port_check {
+                next_port_check = Instant::now() + PORT_CHECK;
+                if let Some(Ok(Some(up))) = link.as_mut().map(LinkWatch::poll) {
+                    self.port_event(up);
+                }
+            }
             let (wait, watch) = match self.since_app_polled() {
                 // The program is polling: it moves the packets itself. Stay out of its
                 // way (no lock, no CPU) until it stops for a while.

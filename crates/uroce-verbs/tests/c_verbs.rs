@@ -398,3 +398,97 @@ fn loopback_and_bad_input_over_udp() {
 fn loopback_and_bad_input_over_af_xdp() {
     suite("xdp");
 }
+
+const PORT_PROGRAM: &str = r#"
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(c) do { if (!(c)) { printf("FAIL line %d: %s (errno %d)\n", __LINE__, #c, errno); exit(1); } } while (0)
+
+int main(void) {
+    struct ibv_device **list = ibv_get_device_list(NULL);
+    CHECK(list && list[0]);
+    struct ibv_context *ctx = ibv_open_device(list[0]);
+    CHECK(ctx);
+    struct ibv_device_attr attr;
+    CHECK(ibv_query_device(ctx, &attr) == 0 && (attr.device_cap_flags & IBV_DEVICE_PORT_ACTIVE_EVENT));
+    struct ibv_pd *pd = ibv_alloc_pd(ctx);
+    struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+    struct ibv_qp_init_attr ia;
+    memset(&ia, 0, sizeof ia);
+    ia.send_cq = cq; ia.recv_cq = cq; ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = 1; ia.cap.max_recv_wr = 1; ia.cap.max_send_sge = 1; ia.cap.max_recv_sge = 1;
+    struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+    CHECK(qp);
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) {
+        struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
+        CHECK(poll(&p, 1, 20000) == 1);
+        struct ibv_async_event ev;
+        CHECK(ibv_get_async_event(ctx, &ev) == 0);
+        printf("event %s port %d\n", ibv_event_type_str(ev.event_type), ev.element.port_num);
+        fflush(stdout);
+        ibv_ack_async_event(&ev);
+        if (ev.event_type == IBV_EVENT_PORT_ACTIVE) break;
+    }
+    CHECK(ibv_destroy_qp(qp) == 0 && ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0);
+    CHECK(ibv_close_device(ctx) == 0);
+    printf("ok\n");
+    return 0;
+}
+"#;
+
+/// The async event fd reports the port: with a QP open (the datapath running), taking the
+/// veth's peer end down gives IBV_EVENT_PORT_ERR on port 1, bringing it up
+/// IBV_EVENT_PORT_ACTIVE, and nothing else in between.
+#[test]
+fn port_events_follow_the_link() {
+    use std::io::BufRead;
+    if let Err(e) = netns::check_privileges() {
+        eprintln!("SKIP: {e}");
+        return;
+    }
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        eprintln!("SKIP: <infiniband/verbs.h> is missing (apt-get install libibverbs-dev)");
+        return;
+    }
+    let lib = common::library_dir("port");
+    let Some(exe) = common::compile_c(&lib, "port", PORT_PROGRAM, &["-libverbs"]) else {
+        return;
+    };
+    let pair = VethPair::create("cvp", 1500).expect("veth pair");
+    let exe = exe.to_str().unwrap().to_string();
+    let mut child = in_ns(
+        &pair.ns[0],
+        &lib,
+        &[("UROCE_BACKEND", "udp")],
+        &["timeout", "60", &exe],
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .expect("ip netns exec");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().and_then(Result::ok).unwrap_or_default();
+    let link = |state: &str| {
+        let ok = std::process::Command::new("ip")
+            .args(["-n", &pair.ns[1], "link", "set", &pair.ifaces[1], state])
+            .status()
+            .expect("ip link")
+            .success();
+        assert!(ok, "ip link set {state}");
+    };
+    assert_eq!(next(), "ready");
+    link("down");
+    assert_eq!(next(), "event port error port 1");
+    link("up");
+    assert_eq!(next(), "event port active port 1");
+    assert_eq!(next(), "ok");
+    assert!(child.wait().unwrap().success());
+    drop(pair);
+    let _ = std::fs::remove_dir_all(&lib);
+}
