@@ -62,14 +62,17 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
     let Some(shared) = shared_of(ctx) else {
         return null_with(EINVAL);
     };
+    // Where it goes first, without the lock (it may take an ARP exchange).
+    let remote = match remote_of(&shared, &a) {
+        Ok(r) => r,
+        Err(e) => return null_with(e),
+    };
     let mut g = shared.lock();
     let made = (|| {
         let inner = &mut *g;
         if !inner.pds.contains_key(&(pd as usize)) {
             return Err(EINVAL);
         }
-        shared.start(inner)?;
-        let remote = remote_of(inner, &a)?;
         let ah = Box::into_raw(Box::new(ibv_ah {
             context: ctx,
             pd,
@@ -82,16 +85,11 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
                 pd: pd as usize,
             },
         );
+        own(ah, ctx);
         Ok(ah)
     })();
     drop(g);
-    match made {
-        Ok(ah) => {
-            own(ah, ctx);
-            ah
-        }
-        Err(e) => null_with(e),
-    }
+    made.unwrap_or_else(null_with)
 }
 default_version!(ibv_create_ah, "IBVERBS_1.1");
 
@@ -101,19 +99,16 @@ pub extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     let Some(ctx) = owner_of(ah) else {
         return EINVAL;
     };
-    let r = with_inner(ctx, |inner| {
+    with_inner(ctx, |inner| {
         if inner.ahs.remove(&(ah as usize)).is_none() {
             return EINVAL;
         }
+        disown(ah);
         // SAFETY: registered, so from Box::into_raw in ibv_create_ah, freed once.
         drop(unsafe { Box::from_raw(ah) });
         0
     })
-    .unwrap_or(EINVAL);
-    if r == 0 {
-        disown(ah);
-    }
-    r
+    .unwrap_or(EINVAL)
 }
 default_version!(ibv_destroy_ah, "IBVERBS_1.1");
 
@@ -130,14 +125,28 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     grh: *mut u8,
     ah_attr: *mut ibv_ah_attr,
 ) -> c_int {
-    if shared_of(ctx).is_none() || wc.is_null() || grh.is_null() || ah_attr.is_null() {
+    let Some(shared) = shared_of(ctx) else {
+        set_errno(EINVAL);
+        return -1;
+    };
+    if wc.is_null() || grh.is_null() || ah_attr.is_null() {
         set_errno(EINVAL);
         return -1;
     }
+    // Our own GID, the one the answer goes from (rdma-core looks up the GRH's
+    // destination GID in the table; uroce receives on its one address).
+    let (device, local) = {
+        let g = shared.lock();
+        (g.device, g.uroce.config().ip)
+    };
+    let own = gid_of(local).raw;
+    let sgid_index = uroce::net::addresses::interface_info(device.iface())
+        .ok()
+        .and_then(|i| crate::device::gids(&i).iter().position(|g| g.raw == own));
     // SAFETY: the caller's completion and 40-byte GRH area.
     let (w, g) = unsafe { (*wc, grh.cast::<[u8; 40]>().read()) };
     let sender = (w.wc_flags & WC_GRH != 0).then(|| sender_of(&g)).flatten();
-    let Some(ip) = sender else {
+    let (Some(ip), Some(sgid_index)) = (sender, sgid_index) else {
         set_errno(EINVAL);
         return -1;
     };
@@ -147,6 +156,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         ..Default::default()
     };
     a.grh.dgid = gid_of(ip);
+    a.grh.sgid_index = sgid_index as u8;
     a.grh.hop_limit = 64;
     // SAFETY: the caller's writable ibv_ah_attr.
     unsafe { ah_attr.write(a) };

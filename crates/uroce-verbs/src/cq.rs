@@ -1,8 +1,9 @@
 //! Completion queues, completion channels and the asynchronous event queue.
 //!
 //! - `ibv_poll_cq` (inline, through `ibv_context_ops.poll_cq`) converts uroce's completions
-//!   to `struct ibv_wc`; an empty CQ first takes what the datapath received, so a program
-//!   that spins on it needs no other thread to make progress.
+//!   to `struct ibv_wc`; a poll that finds fewer than it asked for first takes what the
+//!   datapath received, so a program that spins on it needs no other thread to make
+//!   progress.
 //! - A completion channel is a semaphore eventfd (one count per completion event) and the
 //!   queue of CQs whose events wait: `ibv_get_cq_event` blocks on the fd (or fails with
 //!   EAGAIN when the program made it non-blocking, as with libibverbs), then takes the
@@ -43,13 +44,11 @@ pub extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_com
                 events: Default::default(),
             },
         );
+        own(ch, ctx);
         Ok(ch)
     });
     match made {
-        Some(Ok(ch)) => {
-            own(ch, ctx);
-            ch
-        }
+        Some(Ok(ch)) => ch,
         Some(Err(e)) => null_with(e),
         None => null_with(EINVAL),
     }
@@ -62,7 +61,7 @@ pub extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_
     let Some(ctx) = owner_of(channel) else {
         return EINVAL;
     };
-    let r = with_inner(ctx, |inner| {
+    with_inner(ctx, |inner| {
         let c = channel as usize;
         if !inner.channels.contains_key(&c) {
             return EINVAL;
@@ -71,16 +70,13 @@ pub extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_
             return EBUSY;
         }
         inner.channels.remove(&c);
+        disown(channel);
         // SAFETY: registered, so from Box::into_raw in ibv_create_comp_channel, freed
         // once: it has just left the registry.
         drop(unsafe { Box::from_raw(channel) });
         0
     })
-    .unwrap_or(EINVAL);
-    if r == 0 {
-        disown(channel);
-    }
-    r
+    .unwrap_or(EINVAL)
 }
 default_version!(ibv_destroy_comp_channel, "IBVERBS_1.0");
 
@@ -121,13 +117,11 @@ pub extern "C" fn ibv_create_cq(
             // its refcnt is written under the context's lock only.
             unsafe { (*channel).refcnt += 1 };
         }
+        own(c, ctx);
         Ok(c)
     });
     match made {
-        Some(Ok(cq)) => {
-            own(cq, ctx);
-            cq
-        }
+        Some(Ok(cq)) => cq,
         Some(Err(e)) => null_with(e),
         None => null_with(EINVAL),
     }
@@ -141,7 +135,7 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     let Some(ctx) = owner_of(cq) else {
         return EINVAL;
     };
-    let r = with_inner(ctx, |inner| {
+    with_inner(ctx, |inner| {
         let c = cq as usize;
         let Some(e) = inner.cqs.get(&c).copied() else {
             return EINVAL;
@@ -163,6 +157,8 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         }
         inner.cqs.remove(&c);
         inner.cq_by_id.remove(&e.id.0);
+        inner.forget_async_events_of(c);
+        disown(cq);
         // SAFETY: registered, so from Box::into_raw in ibv_create_cq, freed once: it
         // has just left the registry. Its channel (registered while the CQ uses it) is
         // live.
@@ -174,11 +170,7 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         }
         0
     })
-    .unwrap_or(EINVAL);
-    if r == 0 {
-        disown(cq);
-    }
-    r
+    .unwrap_or(EINVAL)
 }
 default_version!(ibv_destroy_cq, "IBVERBS_1.1");
 
@@ -257,9 +249,9 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_
     let inner = &mut *g;
     inner.wcs.clear();
     let mut got = inner.uroce.poll_cq_into(e.id, n, &mut inner.wcs);
-    if got == 0 && n > 0 && inner.started() {
+    if got < n && inner.started() {
         inner.pump(true);
-        got = inner.uroce.poll_cq_into(e.id, n, &mut inner.wcs);
+        got += inner.uroce.poll_cq_into(e.id, n - got, &mut inner.wcs);
     }
     shared.app_polled();
     for (i, w) in inner.wcs.iter().enumerate() {
@@ -305,6 +297,9 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     };
     // SAFETY: a registered channel is live; its fd is ours until it is destroyed.
     let fd = unsafe { (*channel).fd };
+    if let Some(shared) = shared_of(ctx) {
+        shared.app_waits();
+    }
     loop {
         if let Err(e) = engine::take_one(fd) {
             set_errno(e);
@@ -380,20 +375,25 @@ pub unsafe extern "C" fn ibv_get_async_event(
         set_errno(EINVAL);
         return -1;
     }
-    if let Err(e) = engine::take_one(shared.async_fd.as_raw_fd()) {
-        set_errno(e);
-        return -1;
-    }
-    let got = shared.lock().async_events.pop_front();
-    match got {
-        Some(engine::AsyncEntry(ev)) => {
-            // SAFETY: `event` is the caller's writable ibv_async_event.
-            unsafe { event.write(ev) };
-            0
+    shared.app_waits();
+    loop {
+        if let Err(e) = engine::take_one(shared.async_fd.as_raw_fd()) {
+            set_errno(e);
+            return -1;
         }
-        None => {
-            set_errno(libc::EAGAIN);
-            -1
+        let got = shared.lock().async_events.pop_front();
+        match got {
+            // Its object was destroyed since: the next one.
+            Some(engine::AsyncEntry(ev)) if ev.event_type == engine::FORGOTTEN => continue,
+            Some(engine::AsyncEntry(ev)) => {
+                // SAFETY: `event` is the caller's writable ibv_async_event.
+                unsafe { event.write(ev) };
+                return 0;
+            }
+            None => {
+                set_errno(libc::EAGAIN);
+                return -1;
+            }
         }
     }
 }

@@ -86,6 +86,9 @@ pub(crate) struct ChannelEntry {
     pub events: VecDeque<(usize, u32)>,
 }
 
+/// The event type of a queued asynchronous event whose object was destroyed.
+pub(crate) const FORGOTTEN: c_int = -1;
+
 /// A queued asynchronous event, as `ibv_get_async_event` hands it out.
 #[derive(Clone, Copy)]
 pub(crate) struct AsyncEntry(pub ibv_async_event);
@@ -113,6 +116,9 @@ pub(crate) struct Inner {
     /// QPN → the `ibv_qp`.
     pub qp_by_qpn: HashMap<u32, usize>,
     pub srqs: HashMap<usize, SrqEntry>,
+    /// Where IBV_SEND_INLINE data is gathered from the program's pointers (`qp::post`),
+    /// a region of its own PD, registered at the first inline post.
+    pub inline_stage: Option<Mr>,
     /// Memory windows: the `ibv_mw` → uroce's window (its current rkey) and its PD.
     pub mws: HashMap<usize, (uroce::verbs::Mw, usize)>,
     /// Address handles: the `ibv_ah` → where its datagrams go.
@@ -207,6 +213,7 @@ impl Shared {
                 qp_by_qpn: HashMap::new(),
                 srqs: HashMap::new(),
                 mws: HashMap::new(),
+                inline_stage: None,
                 ahs: HashMap::new(),
                 channels: HashMap::new(),
                 async_events: VecDeque::new(),
@@ -232,6 +239,13 @@ impl Shared {
     pub fn app_polled(&self) {
         let ns = self.epoch.elapsed().as_nanos().max(1) as u64;
         self.app_polled.store(ns, Ordering::Relaxed);
+    }
+
+    /// The program is about to block waiting for an event (`ibv_get_cq_event`,
+    /// `ibv_get_async_event`): the progress thread takes over at once.
+    pub fn app_waits(&self) {
+        self.app_polled.store(0, Ordering::Relaxed);
+        signal(self.wake.as_raw_fd());
     }
 
     /// How long ago the program last polled a CQ, if it did.
@@ -318,6 +332,7 @@ impl Shared {
             self.port_event(false);
         }
         let mut next_port_check = Instant::now() + PORT_CHECK;
+        let mut last_pump = Instant::now();
         let mut pfds: Vec<libc::pollfd> = std::iter::once(self.wake.as_raw_fd())
             .chain(fds)
             .map(|fd| libc::pollfd {
@@ -333,14 +348,20 @@ impl Shared {
                     self.port_event(up);
                 }
             }
+            let idle = last_pump.elapsed();
             let (wait, watch) = match self.since_app_polled() {
-                // The program is polling: it moves the packets itself. Stay out of its
-                // way (no lock, no CPU) until it stops for a while.
-                Some(since) if since < APP_ACTIVE => (APP_ACTIVE - since, 1),
+                // The program is polling or posting: it moves the packets itself. Stay out
+                // of its way (no lock, no CPU), but pump at least every APP_ACTIVE, so
+                // what nobody else takes (another thread's receives, timers) waits no
+                // longer than that.
+                Some(since) if since < APP_ACTIVE && idle < APP_ACTIVE => {
+                    ((APP_ACTIVE - since).min(APP_ACTIVE - idle), 1)
+                }
                 _ => {
                     let mut g = self.lock();
                     g.pump(true);
-                    let now = Instant::now();
+                    last_pump = Instant::now();
+                    let now = last_pump;
                     let next = g.uroce.poll_timeout();
                     g.sleep_until = next;
                     let wait = next.map_or(MAX_SLEEP, |t| {
@@ -478,6 +499,23 @@ impl Inner {
             element,
             event_type,
         })
+    }
+
+    /// Drops the queued asynchronous events of an object being destroyed (a QP, CQ or
+    /// SRQ at address `obj`), as the kernel does, so that no event hands the program a
+    /// freed object; the async fd keeps their counts, which `ibv_get_async_event` skips.
+    pub fn forget_async_events_of(&mut self, obj: usize) {
+        for e in self.async_events.iter_mut() {
+            // Port events (9, 10) carry a port number, every other type a pointer.
+            if !matches!(e.0.event_type, 9 | 10 | FORGOTTEN) {
+                // SAFETY: the element of these event types is a pointer; every pointer
+                // member of the union has the same size and place.
+                let p = unsafe { e.0.element.qp } as usize;
+                if p == obj {
+                    e.0.event_type = FORGOTTEN;
+                }
+            }
+        }
     }
 
     /// The datapath, for resolving a peer's MAC address on its path.

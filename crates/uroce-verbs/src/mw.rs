@@ -51,7 +51,6 @@ pub(crate) unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, mw_type: c_int) -> *mu
         type_: mw_type,
     }));
     g.mws.insert(c as usize, (mw, pd as usize));
-    drop(g);
     own(c, ctx);
     c
 }
@@ -72,11 +71,12 @@ pub(crate) unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
         return e.errno();
     }
     g.mws.remove(&(mw as usize));
-    drop(g);
     disown(mw);
     // SAFETY: registered, so from Box::into_raw in alloc_mw, freed once: it has just left
-    // the registry.
+    // the registry (under the context's lock, so a new object at this address is owned
+    // only after).
     drop(unsafe { Box::from_raw(mw) });
+    drop(g);
     0
 }
 

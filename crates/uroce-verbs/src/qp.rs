@@ -11,12 +11,13 @@
 
 use std::ffi::{c_int, c_uint};
 use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Arc;
 
 use libc::{EINVAL, EOPNOTSUPP};
 use uroce::datapath::Backend;
 use uroce::verbs::{
-    Mtu, QpAttr, QpAttrMask, QpCaps, QpInitEx, QpState, QpType, RecvWr, Remote, SendFlags, SendOp,
-    SendWr, Sge, UdSendWr, MAX_SGE,
+    Access, Mtu, QpAttr, QpAttrMask, QpCaps, QpInitEx, QpState, QpType, RecvWr, Remote, SendFlags,
+    SendOp, SendWr, Sge, UdSendWr, MAX_INLINE_DATA, MAX_SGE,
 };
 
 use crate::abi::{
@@ -24,7 +25,7 @@ use crate::abi::{
     ibv_send_wr, ibv_sge,
 };
 use crate::device::{shared_of, with_inner};
-use crate::engine::{Inner, QpEntry};
+use crate::engine::{Inner, QpEntry, Shared};
 use crate::exports::default_version;
 use crate::resources::{access_of, disown, null_with, own, owner_of};
 
@@ -123,30 +124,48 @@ pub(crate) fn gid_of(ip: IpAddr) -> ibv_gid {
 
 /// Where packets to `ah`'s GID go: the IP address and the next hop's MAC address (our
 /// own for our own address; zeros where the datapath lets the kernel build the link
-/// header). Opens the datapath if it is not open yet; EHOSTUNREACH when the MAC cannot
-/// be found.
-pub(crate) fn remote_of(inner: &mut Inner, ah: &ibv_ah_attr) -> Result<Remote, c_int> {
+/// header). Opens the datapath if it is not open yet. EINVAL when the source GID
+/// (`grh.sgid_index`) is not the device's address the context sends from, or the
+/// destination is of the other IP version; EHOSTUNREACH when the MAC cannot be found.
+/// Called without the context's lock: finding a MAC may take an ARP exchange (up to
+/// `neighbours::GIVE_UP`), during which the context's other verbs and its progress
+/// thread go on; each ARP frame takes the lock only to be sent.
+pub(crate) fn remote_of(shared: &Arc<Shared>, ah: &ibv_ah_attr) -> Result<Remote, c_int> {
     let ip = ip_of(ah)?;
-    let local = inner.uroce.config().ip;
+    let (device, local, needs_l2) = {
+        let mut g = shared.lock();
+        shared.start(&mut g)?;
+        let needs = g.backend().is_some_and(|b| b.needs_link_addresses());
+        (g.device, g.uroce.config().ip, needs)
+    };
     if ip.is_ipv4() != local.is_ipv4() {
         return Err(EINVAL);
     }
-    let (iface, mac) = (inner.device.iface(), inner.device.mac());
+    // The source GID must be the one this context sends from (uroce has one address
+    // per context, the device's first IPv4 address, else its first address).
+    let info = uroce::net::addresses::interface_info(device.iface()).map_err(|_| libc::ENODEV)?;
+    let sgid = crate::device::gids(&info)
+        .get(usize::from(ah.grh.sgid_index))
+        .map(|g| g.raw);
+    if sgid != Some(gid_of(local).raw) {
+        return Err(EINVAL);
+    }
+    let mac = device.mac();
     if ip == local {
         return Ok(Remote { ip, mac });
     }
-    let Some(backend) = inner.backend() else {
-        return Err(EINVAL);
-    };
-    if !backend.needs_link_addresses() {
+    if !needs_l2 {
         return Ok(Remote { ip, mac: [0; 6] });
     }
     let r = uroce::net::resolve::resolve(
-        iface,
+        device.iface(),
         mac,
         local,
         ip,
-        &mut |f| backend.send(f),
+        &mut |f| match shared.lock().backend() {
+            Some(b) => b.send(f),
+            None => Err(std::io::Error::other("the datapath is closed")),
+        },
         uroce::net::neighbours::GIVE_UP,
     )
     .map_err(|_| libc::EHOSTUNREACH)?;
@@ -275,21 +294,19 @@ pub unsafe extern "C" fn ibv_create_qp(
             },
         );
         inner.qp_by_qpn.insert(qpn, q as usize);
+        own(q, ctx);
         Ok(q)
     })();
     drop(g);
     match made {
-        Ok(q) => {
-            own(q, ctx);
-            q
-        }
+        Ok(q) => q,
         Err(e) => null_with(e),
     }
 }
 default_version!(ibv_create_qp, "IBVERBS_1.1");
 
 /// uroce's attributes for a C `ibv_qp_attr` under `mask`.
-fn attr_of(inner: &mut Inner, c: &ibv_qp_attr, mask: QpAttrMask) -> Result<QpAttr, c_int> {
+fn attr_of(c: &ibv_qp_attr, mask: QpAttrMask, remote: Option<Remote>) -> Result<QpAttr, c_int> {
     type M = QpAttrMask;
     let mut a = QpAttr::default();
     if mask.contains(M::STATE) {
@@ -307,8 +324,8 @@ fn attr_of(inner: &mut Inner, c: &ibv_qp_attr, mask: QpAttrMask) -> Result<QpAtt
     }
     a.port_num = c.port_num;
     a.qkey = c.qkey;
-    if mask.contains(M::AV) {
-        a.ah_attr = remote_of(inner, &c.ah_attr)?;
+    if let Some(r) = remote {
+        a.ah_attr = r;
     }
     if mask.contains(M::PATH_MTU) {
         a.path_mtu = mtu_of(c.path_mtu)?;
@@ -325,11 +342,12 @@ fn attr_of(inner: &mut Inner, c: &ibv_qp_attr, mask: QpAttrMask) -> Result<QpAtt
     Ok(a)
 }
 
-/// The path MTU of the device's port now (from the interface MTU), for UD QPs.
+/// The path MTU of the device's port now: its `active_mtu` (from the interface MTU), for
+/// UD QPs.
 fn port_mtu(inner: &Inner) -> Mtu {
     uroce::net::addresses::interface_info(inner.device.iface())
         .ok()
-        .and_then(|i| Mtu::fitting(i.mtu))
+        .and_then(|i| mtu_of(crate::device::active_mtu(i.mtu)).ok())
         .unwrap_or(Mtu::M1024)
 }
 
@@ -358,12 +376,25 @@ pub unsafe extern "C" fn ibv_modify_qp(
     };
     // SAFETY: `attr` is the caller's readable ibv_qp_attr.
     let c = unsafe { *attr };
-    with_inner(ctx, |inner| {
+    let Some(shared) = shared_of(ctx) else {
+        return EINVAL;
+    };
+    // The peer's address first, without the lock (it may take an ARP exchange).
+    let remote = match mask.contains(QpAttrMask::AV) {
+        true => match remote_of(&shared, &c.ah_attr) {
+            Ok(r) => Some(r),
+            Err(e) => return e,
+        },
+        false => None,
+    };
+    let mut g = shared.lock();
+    let inner = &mut *g;
+    {
         let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
             return EINVAL;
         };
         let mut mask = mask;
-        let mut a = match attr_of(inner, &c, mask) {
+        let mut a = match attr_of(&c, mask, remote) {
             Ok(a) => a,
             Err(e) => return e,
         };
@@ -386,8 +417,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
             }
             Err(e) => e.errno(),
         }
-    })
-    .unwrap_or(EINVAL)
+    }
 }
 default_version!(ibv_modify_qp, "IBVERBS_1.1");
 
@@ -462,8 +492,10 @@ pub unsafe extern "C" fn ibv_query_qp(
             alt_timeout: 0,
             rate_limit: 0,
         };
-        // SAFETY: `qp` is a live Box (registered); the out-pointers are the caller's.
+        // SAFETY: `qp` is a live Box (registered; `state` is written under the lock, as
+        // rdma-core's ibv_query_qp does); the out-pointers are the caller's.
         unsafe {
+            (*qp).state = state_code(a.qp_state);
             attr.write(c);
             let q = &*qp;
             init_attr.write(ibv_qp_init_attr {
@@ -488,24 +520,66 @@ pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     let Some(ctx) = owner_of(qp) else {
         return EINVAL;
     };
-    let r = with_inner(ctx, |inner| {
+    with_inner(ctx, |inner| {
         let Some(e) = inner.qps.remove(&(qp as usize)) else {
             return EINVAL;
         };
         inner.qp_by_qpn.remove(&e.qpn);
         let _ = inner.uroce.destroy_qp(e.qpn);
+        inner.forget_async_events_of(qp as usize);
+        disown(qp);
         // SAFETY: registered, so from Box::into_raw in ibv_create_qp, freed once: it
         // has just left the registry.
         drop(unsafe { Box::from_raw(qp) });
         0
     })
-    .unwrap_or(EINVAL);
-    if r == 0 {
-        disown(qp);
-    }
-    r
+    .unwrap_or(EINVAL)
 }
 default_version!(ibv_destroy_qp, "IBVERBS_1.1");
+
+/// Gathers the bytes an IBV_SEND_INLINE request names into the context's inline staging
+/// region and gives the one SGE over them: ibverbs reads inline data from the SGEs'
+/// addresses at post time, registered or not (mlx5 and rdma_rxe copy it with `memcpy`,
+/// their lkeys unread). uroce then copies it into the QP's inline pool as it posts, so
+/// the staging region is free again when the post returns. EINVAL above the device's
+/// `max_inline_data` (512; the QP's own limit is checked by uroce).
+///
+/// # Safety
+/// Every SGE of `list` names `length` readable bytes at `addr`.
+unsafe fn stage_inline(inner: &mut Inner, list: &[Sge]) -> Result<Sge, c_int> {
+    let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
+    if total > u64::from(MAX_INLINE_DATA) {
+        return Err(EINVAL);
+    }
+    let stage = match inner.inline_stage {
+        Some(mr) => mr,
+        None => {
+            let pd = inner.uroce.alloc_pd();
+            let mr = inner
+                .uroce
+                .reg_mr(pd, vec![0; MAX_INLINE_DATA as usize], Access::NONE)
+                .map_err(|e| e.errno())?;
+            inner.inline_stage = Some(mr);
+            mr
+        }
+    };
+    let dst = inner.uroce.mr_bytes_mut(&stage);
+    let mut at = 0;
+    for s in list.iter().filter(|s| s.length > 0) {
+        let n = s.length as usize;
+        // SAFETY: the caller's bytes, readable as this function's contract says; `dst`
+        // is our own region of MAX_INLINE_DATA bytes and at + n <= total <= that.
+        unsafe {
+            std::ptr::copy_nonoverlapping(s.addr as *const u8, dst[at..at + n].as_mut_ptr(), n)
+        };
+        at += n;
+    }
+    Ok(Sge {
+        addr: stage.addr,
+        length: at as u32,
+        lkey: stage.lkey,
+    })
+}
 
 /// Posts one send work request.
 ///
@@ -525,6 +599,18 @@ unsafe fn post_one_send(inner: &mut Inner, e: QpEntry, w: &ibv_send_wr) -> Resul
     }
     let signaled = f & SEND_SIGNALED != 0;
     let solicited = f & SEND_SOLICITED != 0;
+    let carries_data = matches!(
+        w.opcode,
+        WR_SEND | WR_SEND_WITH_IMM | WR_SEND_WITH_INV | WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM
+    );
+    let staged;
+    let list = if f & SEND_INLINE != 0 && carries_data {
+        // SAFETY: IBV_SEND_INLINE's contract: the SGEs name readable bytes now.
+        staged = unsafe { stage_inline(inner, list)? };
+        std::slice::from_ref(&staged)
+    } else {
+        list
+    };
     let one = (list.len() <= 1).then(|| list.first().copied().unwrap_or_default());
     let r = if e.ud {
         let imm = match w.opcode {
@@ -619,6 +705,18 @@ unsafe fn post_one_send(inner: &mut Inner, e: QpEntry, w: &ibv_send_wr) -> Resul
     r.map_err(|e| e.errno())
 }
 
+/// Refuses a whole list: `*bad` is its first request; EINVAL.
+///
+/// # Safety
+/// `bad` is NULL or writable.
+pub(crate) unsafe fn refuse<W>(wr: *mut W, bad: *mut *mut W) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: as this function's contract.
+        unsafe { *bad = wr };
+    }
+    EINVAL
+}
+
 /// Walks a C list of work requests, posting each with `one`; on the first failure sets
 /// `*bad` to it and returns its errno. Then hands what became sendable to the datapath.
 ///
@@ -656,16 +754,18 @@ pub(crate) unsafe extern "C" fn post_send(
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
+    // SAFETY: `bad` is NULL or writable, as verbs.h has it.
+    let refuse = || unsafe { refuse(wr, bad) };
     if qp.is_null() {
-        return EINVAL;
+        return refuse();
     }
     // SAFETY: the inline ibv_post_send read `qp->context` already.
     let Some(shared) = shared_of(unsafe { (*qp).context }) else {
-        return EINVAL;
+        return refuse();
     };
     let mut g = shared.lock();
     let Some(e) = g.qps.get(&(qp as usize)).copied() else {
-        return EINVAL;
+        return refuse();
     };
     // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
     let r = unsafe {
@@ -708,16 +808,18 @@ pub(crate) unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
+    // SAFETY: `bad` is NULL or writable, as verbs.h has it.
+    let refuse = || unsafe { refuse(wr, bad) };
     if qp.is_null() {
-        return EINVAL;
+        return refuse();
     }
     // SAFETY: the inline ibv_post_recv read `qp->context` already.
     let Some(shared) = shared_of(unsafe { (*qp).context }) else {
-        return EINVAL;
+        return refuse();
     };
     let mut g = shared.lock();
     let Some(e) = g.qps.get(&(qp as usize)).copied() else {
-        return EINVAL;
+        return refuse();
     };
     // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
     unsafe {

@@ -106,15 +106,10 @@ pub extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
             handle: id.0,
         }));
         inner.pds.insert(pd as usize, id);
+        own(pd, ctx);
         pd
     });
-    match made {
-        Some(pd) => {
-            own(pd, ctx);
-            pd
-        }
-        None => null_with(EINVAL),
-    }
+    made.unwrap_or_else(|| null_with(EINVAL))
 }
 default_version!(ibv_alloc_pd, "IBVERBS_1.1");
 
@@ -125,7 +120,7 @@ pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     let Some(ctx) = owner_of(pd) else {
         return EINVAL;
     };
-    let r = with_inner(ctx, |inner| {
+    with_inner(ctx, |inner| {
         let Some(&id) = inner.pds.get(&(pd as usize)) else {
             return EINVAL;
         };
@@ -139,16 +134,13 @@ pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
             return EBUSY;
         }
         inner.pds.remove(&(pd as usize));
+        disown(pd);
         // SAFETY: `pd` was registered, so it came from Box::into_raw in ibv_alloc_pd and
         // is freed once: it has just left the registry.
         drop(unsafe { Box::from_raw(pd) });
         0
     })
-    .unwrap_or(EINVAL);
-    if r == 0 {
-        disown(pd);
-    }
-    r
+    .unwrap_or(EINVAL)
 }
 default_version!(ibv_dealloc_pd, "IBVERBS_1.1");
 
@@ -168,9 +160,18 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint
         let Some(&id) = inner.pds.get(&(pd as usize)) else {
             return Err(EINVAL);
         };
-        // SAFETY: ibv_reg_mr's contract is reg_mr_raw's: the caller's `len` bytes at
-        // `addr` stay valid for reads and writes until ibv_dereg_mr succeeds, and the
-        // stack reaches them only during calls into this context (under its lock).
+        // SAFETY: ibv_reg_mr's contract gives reg_mr_raw's first and last conditions:
+        // the caller's `len` bytes at `addr` stay valid for reads and writes until
+        // ibv_dereg_mr succeeds. The stack reaches them only during calls into this
+        // context (under its lock, on the program's threads or the progress thread).
+        // The second condition, no other access meanwhile, is one a C program may break
+        // where ibverbs allows it, as with a NIC's DMA: reading a buffer while a peer's
+        // WRITE lands in it (perftest's `ib_write_lat` polls its receive buffer), or
+        // filling one part of a region while a receive lands in another. The stack
+        // copies with plain loads and stores; such a program reads bytes that are not
+        // settled yet, which ibverbs also leaves unspecified, but in Rust's memory model
+        // the overlap with a live slice is a data race this library cannot rule out
+        // (see the README's limits).
         let mr = unsafe { inner.uroce.reg_mr_raw(id, addr.cast(), len, rights) }
             .map_err(|e| e.errno())?;
         let c = Box::into_raw(Box::new(ibv_mr {
@@ -183,13 +184,11 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint
             rkey: mr.rkey,
         }));
         inner.mrs.insert(c as usize, mr);
+        own(c, ctx);
         Ok(c)
     });
     match made {
-        Some(Ok(mr)) => {
-            own(mr, ctx);
-            mr
-        }
+        Some(Ok(mr)) => mr,
         Some(Err(e)) => null_with(e),
         None => null_with(EINVAL),
     }
@@ -248,7 +247,7 @@ pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     let Some(ctx) = owner_of(mr) else {
         return EINVAL;
     };
-    let r = with_inner(ctx, |inner| {
+    with_inner(ctx, |inner| {
         let Some(m) = inner.mrs.get(&(mr as usize)).copied() else {
             return EINVAL;
         };
@@ -256,16 +255,13 @@ pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
             return e.errno();
         }
         inner.mrs.remove(&(mr as usize));
+        disown(mr);
         // SAFETY: `mr` was registered, so it came from Box::into_raw in `reg` and is
         // freed once: it has just left the registry.
         drop(unsafe { Box::from_raw(mr) });
         0
     })
-    .unwrap_or(EINVAL);
-    if r == 0 {
-        disown(mr);
-    }
-    r
+    .unwrap_or(EINVAL)
 }
 default_version!(ibv_dereg_mr, "IBVERBS_1.1");
 

@@ -72,13 +72,11 @@ pub unsafe extern "C" fn ibv_create_srq(
                 pd: pd as usize,
             },
         );
+        own(s, ctx);
         Ok(s)
     });
     match made {
-        Some(Ok(s)) => {
-            own(s, ctx);
-            s
-        }
+        Some(Ok(s)) => s,
         Some(Err(e)) => null_with(e),
         None => null_with(EINVAL),
     }
@@ -164,7 +162,7 @@ pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     let Some(ctx) = owner_of(srq) else {
         return EINVAL;
     };
-    let r = with_inner(ctx, |inner| {
+    with_inner(ctx, |inner| {
         let Some(e) = inner.srqs.get(&(srq as usize)).copied() else {
             return EINVAL;
         };
@@ -172,15 +170,13 @@ pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
             return e.errno();
         }
         inner.srqs.remove(&(srq as usize));
+        inner.forget_async_events_of(srq as usize);
+        disown(srq);
         // SAFETY: registered, so from Box::into_raw in ibv_create_srq, freed once.
         drop(unsafe { Box::from_raw(srq) });
         0
     })
-    .unwrap_or(EINVAL);
-    if r == 0 {
-        disown(srq);
-    }
-    r
+    .unwrap_or(EINVAL)
 }
 default_version!(ibv_destroy_srq, "IBVERBS_1.1");
 
@@ -191,16 +187,18 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
+    // SAFETY: `bad` is NULL or writable, as verbs.h has it.
+    let refuse = || unsafe { crate::qp::refuse(wr, bad) };
     if srq.is_null() {
-        return EINVAL;
+        return refuse();
     }
     // SAFETY: the inline ibv_post_srq_recv read `srq->context` already.
     let Some(shared) = shared_of(unsafe { (*srq).context }) else {
-        return EINVAL;
+        return refuse();
     };
     let mut g = shared.lock();
     let Some(e) = g.srqs.get(&(srq as usize)).copied() else {
-        return EINVAL;
+        return refuse();
     };
     // SAFETY: the list and `bad` are the caller's.
     unsafe {

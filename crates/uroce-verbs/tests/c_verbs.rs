@@ -6,6 +6,7 @@
 //!   fetch-and-add and compare-and-swap, with the data checked in the program's own
 //!   buffers; two UD QPs exchanging a datagram through an address handle, the GRH in the
 //!   receive and `ibv_create_ah_from_wc` answering it;
+//! - IBV_SEND_INLINE from a stack buffer that is not registered (lkeys ignored);
 //! - memory windows: a type 1 window bound with `ibv_bind_mw` and a type 2 window bound by
 //!   an IBV_WR_BIND_MW work request each grant a WRITE through their rkey; LOCAL_INV;
 //! - a completion channel: the event of an armed CQ with its `cq_context`; a CQ with an
@@ -13,7 +14,8 @@
 //!   is destroyed;
 //! - the async event fd: a WRITE under a wrong rkey completes REM_ACCESS_ERR and the
 //!   responder's QP reports IBV_EVENT_QP_ACCESS_ERR;
-//! - bad input: a QP deeper than `max_qp_wr` is EINVAL, a post on a QP before RTS fails
+//! - bad input: a QP deeper than `max_qp_wr` is EINVAL, an address vector whose source
+//!   GID is not the device's address the context sends from is EINVAL, a post on a QP before RTS fails
 //!   with EINVAL, an unknown lkey completes
 //!   IBV_WC_LOC_PROT_ERR (and the QP is in ERR), an SGE past its MR too, destroying a CQ
 //!   or a PD still in use is EBUSY, a change the QP state table does not allow is EINVAL.
@@ -53,19 +55,29 @@ static struct ibv_wc wait_on(struct ibv_cq *on) {
 
 static struct ibv_wc wait_wc(void) { return wait_on(cq); }
 
-static void to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid) {
+static void to_init(struct ibv_qp *qp) {
     struct ibv_qp_attr a;
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_INIT; a.pkey_index = 0; a.port_num = 1;
     a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
     CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
+}
+
+static int to_rtr(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid, int sgid_index) {
+    struct ibv_qp_attr a;
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = dest; a.rq_psn = 7;
     a.max_dest_rd_atomic = 4; a.min_rnr_timer = 1;
-    a.ah_attr.is_global = 1; a.ah_attr.grh.dgid = gid; a.ah_attr.grh.sgid_index = 1;
+    a.ah_attr.is_global = 1; a.ah_attr.grh.dgid = gid; a.ah_attr.grh.sgid_index = sgid_index;
     a.ah_attr.grh.hop_limit = 1; a.ah_attr.port_num = 1;
-    CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                        IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                         IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+static void to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid) {
+    struct ibv_qp_attr a;
+    to_init(qp);
+    CHECK(to_rtr(qp, dest, gid, 1) == 0);
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_RTS; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7; a.sq_psn = 7;
     a.max_rd_atomic = 4;
@@ -124,6 +136,12 @@ int main(void) {
     memset(&bogus, 0, sizeof bogus);
     bogus.qp_state = IBV_QPS_RTR;
     CHECK(ibv_modify_qp(a, &bogus, IBV_QP_STATE) == EINVAL);
+    /* The source GID must be the device's address this context sends from: index 0
+       (the default fe80:: GID) is not. */
+    struct ibv_qp *g0 = rc_qp(pd);
+    to_init(g0);
+    CHECK(to_rtr(g0, b->qp_num, gid, 0) == EINVAL);
+    CHECK(ibv_destroy_qp(g0) == 0);
     to_rts(a, b->qp_num, gid);
     to_rts(b, a->qp_num, gid);
 
@@ -181,6 +199,30 @@ int main(void) {
     CHECK(ibv_post_send(a, &wr, &bad) == 0);
     wc = wait_wc();
     CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_COMP_SWAP && *orig == 42 && *target == 7);
+
+    /* IBV_SEND_INLINE from memory that is not registered (a stack buffer, two SGEs, one
+       with a bogus lkey, as ibverbs ignores it): the bytes are taken at post time. */
+    struct ibv_qp_init_attr ii;
+    memset(&ii, 0, sizeof ii);
+    ii.send_cq = cq; ii.recv_cq = cq; ii.qp_type = IBV_QPT_RC;
+    ii.cap.max_send_wr = 4; ii.cap.max_recv_wr = 4; ii.cap.max_send_sge = 2; ii.cap.max_recv_sge = 1;
+    ii.cap.max_inline_data = 64;
+    struct ibv_qp *h1 = ibv_create_qp(pd, &ii), *h2 = ibv_create_qp(pd, &ii);
+    CHECK(h1 && h2 && ii.cap.max_inline_data >= 64);
+    to_rts(h1, h2->qp_num, gid);
+    to_rts(h2, h1->qp_num, gid);
+    char stackbuf[48], expect[48];
+    for (int i = 0; i < 48; i++) stackbuf[i] = expect[i] = (char)('A' + i % 26);
+    struct ibv_sge isg[2] = { { (uintptr_t)stackbuf, 20, 0 }, { (uintptr_t)stackbuf + 20, 28, 0xdead } };
+    wr.sg_list = isg; wr.num_sge = 2; wr.opcode = IBV_WR_RDMA_WRITE; wr.wr_id = 60;
+    wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    wr.wr.rdma.remote_addr = (uintptr_t)b_buf + 3000; wr.wr.rdma.rkey = b_mr->rkey;
+    CHECK(ibv_post_send(h1, &wr, &bad) == 0);
+    memset(stackbuf, 0, sizeof stackbuf);
+    wc = wait_wc();
+    CHECK(wc.wr_id == 60 && wc.status == IBV_WC_SUCCESS && memcmp(b_buf + 3000, expect, 48) == 0);
+    CHECK(ibv_destroy_qp(h1) == 0 && ibv_destroy_qp(h2) == 0);
+    wr.sg_list = &sge; wr.num_sge = 1;
 
     /* Memory windows: a type 1 window bound with ibv_bind_mw grants a WRITE through its
        rkey; a type 2 window is bound by a BIND_MW work request, then invalidated. */
