@@ -89,7 +89,7 @@ fn suite(backend: &str, base_port: u16) {
         return;
     }
     let lib = common::library_dir(&format!("pp-{backend}"));
-    let pair = VethPair::create(&format!("pp{}", &backend[..1]), 9000).expect("veth pair");
+    let pair = common::veth(&format!("pp{}", &backend[..1]), 9000);
     let cases: [(&str, &[&str]); 15] = [
         ("ibv_rc_pingpong", &["-n", "200"]),
         ("ibv_rc_pingpong", &["-e", "-n", "200"]),
@@ -143,7 +143,7 @@ fn uroce_run_starts_unmodified_programs() {
         return;
     }
     let lib = common::library_dir("run");
-    let pair = VethPair::create("run", 1500).expect("veth pair");
+    let pair = common::veth("run", 1500);
     let uroce = uroce.to_str().unwrap();
     let env = [("UROCE_LIBDIR", lib.to_str().unwrap())];
     let iface = &pair.ifaces[0];
@@ -250,7 +250,7 @@ fn library_against_uroce_tools() {
     }
     let uroce = uroce.to_str().unwrap().to_string();
     let lib = common::library_dir("mixed");
-    let pair = VethPair::create("mix", 9000).expect("veth pair");
+    let pair = common::veth("mix", 9000);
     let addr = pair.addrs[0].to_string();
     let d = |i: usize| format!("uroce_{}", pair.ifaces[i]);
     let (d0, d1) = (d(0), d(1));
