@@ -415,6 +415,7 @@ impl Context {
             }
             self.mem.unbind_qp_windows(qpn);
         }
+        self.sched.touch(qpn, qp);
         self.route_completions();
         self.take_qp_events(qpn);
         r
@@ -585,6 +586,7 @@ impl Context {
     fn post(&mut self, qpn: u32, wr: SendWr, flags: SendFlags) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send(&mut self.mem, wr, flags, &mut self.wcs);
+        self.sched.touch(qpn, qp);
         let due = qp.events_due();
         self.route_completions();
         if due {
@@ -623,6 +625,7 @@ impl Context {
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send_sgl(&mut self.mem, wr, sgl, flags, &mut self.wcs);
+        self.sched.touch(qpn, qp);
         self.route_completions();
         self.take_qp_events(qpn);
         r
@@ -647,6 +650,7 @@ impl Context {
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send_ud_sgl(&mut self.mem, wr, sgl, flags, &mut self.wcs);
+        self.sched.touch(qpn, qp);
         self.route_completions();
         self.take_qp_events(qpn);
         r
@@ -682,6 +686,7 @@ impl Context {
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send_ud(&mut self.mem, wr, flags, &mut self.wcs);
+        self.sched.touch(qpn, qp);
         let due = qp.events_due();
         self.route_completions();
         if due {
