@@ -12,6 +12,7 @@
 //! - `schedule`: the ready list of QPs that may have a packet to send, and the heap of
 //!   their timers, so that no call walks every QP;
 //! - `qp`: a QP as the context holds it (the transport's QP and its reaction point);
+//! - `table`: the QPs by QPN, in constant time;
 //! - `srq`: shared receive queues (create, modify, post, destroy) and their events.
 //!
 //! No `unsafe` here but [`Context::reg_mr_raw`], the door for registering the
@@ -26,6 +27,7 @@ mod receive;
 mod resources;
 mod schedule;
 mod srq;
+mod table;
 mod transmit;
 
 pub use cq::{AsyncEvent, MAX_CQE};
@@ -33,13 +35,13 @@ pub use receive::Received;
 pub use resources::MwBind;
 pub use transmit::Transmit;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Instant;
 
 use cq::{Cq, Offer};
-use qp::Qp;
 use schedule::Schedule;
+use table::QpTable;
 
 use crate::congestion::{dcqcn, NotificationPoint, DEFAULT_CNP_DSCP};
 use crate::mem::Memory;
@@ -102,7 +104,7 @@ pub struct Context {
     cq_events: VecDeque<CqId>,
     /// Asynchronous events, for [`Context::poll_async_event`].
     async_events: VecDeque<AsyncEvent>,
-    qps: BTreeMap<u32, Qp>,
+    qps: QpTable,
     /// Shared receive queues, by [`SrqId`]; `None` once destroyed.
     srqs: Vec<Option<Srq>>,
     next_qpn: u32,
@@ -131,7 +133,7 @@ impl Context {
             cqs: Vec::new(),
             cq_events: VecDeque::new(),
             async_events: VecDeque::new(),
-            qps: BTreeMap::new(),
+            qps: QpTable::default(),
             srqs: Vec::new(),
             next_qpn: 0x11,
             qpn_stride: 1,

@@ -286,9 +286,11 @@ impl Context {
         self.qpn_stride = stride.max(1);
     }
 
-    /// The QPNs of every QP.
+    /// The QPNs of every QP, in increasing order.
     pub fn qpns(&self) -> impl Iterator<Item = u32> + '_ {
-        self.qps.keys().copied()
+        let mut v: Vec<u32> = self.qps.keys().copied().collect();
+        v.sort_unstable();
+        v.into_iter()
     }
 
     /// Creates a QP in RESET (ibv_create_qp); returns its QPN. A `Gsi` QP is QP1.

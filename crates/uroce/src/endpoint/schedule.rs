@@ -147,3 +147,91 @@ impl Schedule {
         self.timers.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::time::Instant;
+
+    use crate::congestion::dcqcn::Params;
+    use crate::mem::Access;
+    use crate::verbs::{
+        Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, Remote, RtrAttr, RtsAttr, SendOp,
+        SendWr, Sge,
+    };
+
+    /// A paced QP leaves a stale retransmission entry behind at every packet (its
+    /// pacer's release comes first); `tidy` keeps the heap within twice the QPs plus 64
+    /// however many packets go out, and every packet still goes out.
+    #[test]
+    fn stale_timer_entries_stay_bounded() {
+        let t0 = Instant::now();
+        let mut c = Context::new(
+            ContextConfig {
+                mac: [2, 0, 0, 0, 0, 1],
+                ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                seed: 1,
+                udp_sport_base: 0xc000,
+                tos: 0,
+            },
+            t0,
+        );
+        c.enable_dcqcn(Params::paper(40e9), t0);
+        let cq = c.create_cq(63).unwrap();
+        let pd = c.alloc_pd();
+        let caps = QpCaps {
+            qp_type: QpType::Rc,
+            send_cq: cq,
+            recv_cq: cq,
+            max_send_wr: 4,
+            max_recv_wr: 4,
+        };
+        let q = c.create_qp(pd, caps).unwrap();
+        c.modify_qp_init(q, InitAttr::default()).unwrap();
+        let rtr = RtrAttr {
+            remote: Remote {
+                ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+                mac: [2, 0, 0, 0, 0, 2],
+            },
+            dest_qpn: 0x99,
+            rq_psn: 0,
+            path_mtu: Mtu::M1024,
+            max_dest_rd_atomic: 4,
+            min_rnr_timer: 1,
+        };
+        c.modify_qp_rtr(q, rtr).unwrap();
+        c.modify_qp_rts(q, RtsAttr::default()).unwrap();
+        let mr = c.reg_mr(pd, vec![1; 1 << 20], Access::LOCAL_WRITE).unwrap();
+        let wr = SendWr {
+            wr_id: 1,
+            op: SendOp::Write {
+                remote_addr: 0,
+                rkey: 1,
+            },
+            sge: Sge {
+                addr: mr.addr,
+                length: 1 << 20,
+                lkey: mr.lkey,
+            },
+            signaled: true,
+            solicited: false,
+        };
+        c.post_send(q, wr).unwrap();
+        c.qps.get_mut(&q).unwrap().rp.on_cnp(t0); // half rate: paced from now on
+        let mut buf = vec![0u8; 2048];
+        let (mut now, mut sent, mut most) = (t0, 0, 0);
+        while sent < 1024 {
+            while c.poll_frame(now, &mut buf).is_some() {
+                sent += 1;
+            }
+            most = most.max(c.sched.timers_len());
+            now = c.poll_timeout().expect("the pacer's release").max(now);
+            c.handle_timeout(now);
+        }
+        assert!(most <= 2 + 64, "{most} entries for one QP");
+        assert!(
+            most > 2,
+            "stale entries were left ({most}): the bound is tested"
+        );
+    }
+}
