@@ -269,6 +269,7 @@ impl Context {
     }
 
     /// Drops the stale entries of the timer heap (`schedule.rs`).
+    #[inline]
     fn tidy_timers(&mut self) {
         let qps = &self.qps;
         self.sched.tidy(qps.len(), |t, qpn| {

@@ -99,8 +99,12 @@ impl Context {
             let tos = self.cfg.tos;
             if let Some(t) = self.emit(qpn, &pkt, tos, buf) {
                 if let Some(qp) = self.qps.get_mut(&qpn) {
-                    qp.rp.on_sent(now, t.frame_len());
-                    self.sched.rearm(qpn, qp);
+                    if qp.rp.dcqcn.is_some() {
+                        // The byte counter may have raised the rate (and ended the
+                        // increase timer): its next time.
+                        qp.rp.on_sent(now, t.frame_len());
+                        self.sched.rearm(qpn, qp);
+                    }
                 }
                 self.tidy_timers();
                 return Some(t);
