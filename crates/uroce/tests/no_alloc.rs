@@ -352,3 +352,92 @@ fn endpoints_over_the_udp_backend_do_not_allocate() {
         "{allocs} allocations in 200 messages through Endpoint and the UDP backend"
     );
 }
+
+/// 4 KiB WRITEs spread over 1,000 QP pairs in turn, the clock moving 50 µs per message so
+/// that retransmission timers come due and fire early (moved later by the ACKs) as they
+/// do in a loop: after two rounds over every QP, neither the ready list nor the timer heap
+/// nor the QP lookup allocates.
+#[test]
+fn many_qps_in_turn_do_not_allocate() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const N: usize = 1_000;
+    let (mut a, cqa, qa0, ma) = ctx(1);
+    let (mut b, cqb, qb0, mb) = ctx(2);
+    let caps = |cq| QpCaps {
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        max_send_wr: 16,
+        max_recv_wr: 16,
+    };
+    let pd = uroce::mem::PdId(0);
+    let mut qas = vec![qa0];
+    let mut qbs = vec![qb0];
+    for _ in 1..N {
+        qas.push(a.create_qp(pd, caps(cqa)).unwrap());
+        qbs.push(b.create_qp(pd, caps(cqb)).unwrap());
+    }
+    for (c, mine, theirs, peer) in [(&mut a, &qas, &qbs, 2u8), (&mut b, &qbs, &qas, 1)] {
+        let remote = Remote {
+            ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, peer)),
+            mac: [2, 0, 0, 0, 0, peer],
+        };
+        for (&q, &dest_qpn) in mine.iter().zip(theirs) {
+            c.modify_qp_init(q, InitAttr::default()).unwrap();
+            let rtr = RtrAttr {
+                remote,
+                dest_qpn,
+                rq_psn: 0,
+                path_mtu: Mtu::M4096,
+                max_dest_rd_atomic: 4,
+                min_rnr_timer: 1,
+            };
+            c.modify_qp_rtr(q, rtr).unwrap();
+            c.modify_qp_rts(q, RtsAttr::default()).unwrap();
+        }
+    }
+    let mut now = Instant::now();
+    let mut buf = vec![0u8; 4096 + 256];
+    let mut wcs: Vec<WorkCompletion> = Vec::with_capacity(64);
+    let mut send = |a: &mut Context, b: &mut Context, i: usize, now: Instant| {
+        let wr = SendWr {
+            wr_id: i as u64,
+            op: SendOp::Write {
+                remote_addr: mb.addr,
+                rkey: mb.rkey,
+            },
+            sge: Sge {
+                addr: ma.addr,
+                length: 4096,
+                lkey: ma.lkey,
+            },
+            signaled: true,
+            solicited: false,
+        };
+        a.post_send(qas[i % N], wr).unwrap();
+        let n = a.poll_frame(now, &mut buf).unwrap();
+        b.handle_frame(now, &buf[..n]).unwrap();
+        let n = b.poll_frame(now, &mut buf).unwrap();
+        a.handle_frame(now, &buf[..n]).unwrap();
+        assert!(a.poll_frame(now, &mut buf).is_none());
+        a.poll_cq_into(cqa, 16, &mut wcs);
+        assert_eq!(wcs.len(), 1);
+        wcs.clear();
+        for c in [a, b] {
+            if c.poll_timeout().is_some_and(|t| t <= now) {
+                c.handle_timeout(now);
+            }
+        }
+    };
+    for i in 0..2 * N {
+        send(&mut a, &mut b, i, now);
+        now += Duration::from_micros(50);
+    }
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for i in 2 * N..5 * N {
+        send(&mut a, &mut b, i, now);
+        now += Duration::from_micros(50);
+    }
+    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    assert_eq!(allocs, 0, "{allocs} allocations in {} messages", 3 * N);
+}

@@ -63,7 +63,9 @@ pub struct Args {
     /// Latency: one operation at a time; report p50 / p99 / p99.9 of post-to-completion.
     #[arg(long)]
     lat: bool,
-    /// QPs, driven by one loop; messages go to them in turn (uroce peers only).
+    /// QPs, driven by one loop; messages go to them in turn (uroce peers only; up to
+    /// 65,536). 32 messages in flight per QP, at most 1 MiB of them in all (never fewer
+    /// than 32).
     #[arg(long, default_value_t = 1)]
     qps: u32,
     /// Datapath: auto (AF_XDP where possible, else UDP), xdp or udp.
@@ -94,8 +96,12 @@ pub struct Args {
 
 /// Runs server or client.
 pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
-    if a.qps == 0 || a.qps > 64 {
-        bail!("--qps {} is out of range 1..=64", a.qps);
+    if a.qps == 0 || a.qps > uroce_tools::perf::MAX_QPS {
+        bail!(
+            "--qps {} is out of range 1..={}",
+            a.qps,
+            uroce_tools::perf::MAX_QPS
+        );
     }
     if a.threads == 0 || a.threads > 64 {
         bail!("--threads {} is out of range 1..=64", a.threads);

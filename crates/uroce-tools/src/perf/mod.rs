@@ -28,6 +28,23 @@ pub use exchange::accept_one;
 use exchange::{read_json, Hello};
 use setup::{connect, send_hello, setup, WINDOW};
 
+/// Most QPs `--qps` takes. An idle QP costs under 2 KiB and the loop's per-packet cost
+/// does not depend on how many there are.
+pub const MAX_QPS: u32 = 65_536;
+
+/// Messages in flight in all, over every QP: `WINDOW` per QP, at most [`MAX_INFLIGHT_BYTES`]
+/// of them in all but never fewer than `WINDOW` (one QP's). Spread over many QPs, each
+/// message is acknowledged on its own, and a window of `WINDOW` per QP would put
+/// megabytes on the wire at once (10,000 QPs: 320,000 messages) for the receiver's
+/// socket or ring to drop, and every QP to retransmit at the same timeout.
+fn window_for(qps: usize, size: u32) -> usize {
+    let by_bytes = (MAX_INFLIGHT_BYTES / size.max(1) as usize).max(WINDOW);
+    (WINDOW * qps).min(by_bytes)
+}
+
+/// Bytes of messages in flight at most when several QPs share the window.
+const MAX_INFLIGHT_BYTES: usize = 1 << 20;
+
 /// The operation measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -216,8 +233,11 @@ pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> anyhow::Result<String> {
     };
     let mut posted = 0u64;
     if cfg.op == PerfOp::Send {
+        // Enough receives on each QP for its share of the client's window, four times
+        // over, and at least 8.
+        let per_qp = (4 * window_for(s.qps.len(), cfg.size) / s.qps.len()).clamp(8, WINDOW * 4);
         for &qp in &s.qps {
-            for _ in 0..WINDOW * 4 {
+            for _ in 0..per_qp {
                 post_recv(&mut s.ep.ctx, qp, posted)?;
                 posted += 1;
             }
@@ -276,7 +296,11 @@ pub fn client(
     let qps = s.qps.clone();
     let size = cfg.size;
     let slot = u64::from(size.max(8));
-    let window = if cfg.latency { 1 } else { WINDOW * qps.len() };
+    let window = if cfg.latency {
+        1
+    } else {
+        window_for(qps.len(), size)
+    };
     let mut inflight = 0usize;
     let mut next = 0u64;
     let mut done = 0u64;

@@ -31,9 +31,20 @@ pub(super) struct Setup {
 pub(super) const WINDOW: usize = 32;
 
 pub(super) fn setup(cfg: &PerfConfig, local: IpAddr) -> anyhow::Result<Setup> {
+    // The UDP backend sends each QP's datagrams from the QP's own source port, through a
+    // socket of its own: a descriptor per QP, beyond the usual limit of 1024.
+    let want = u64::from(cfg.qps) + 256;
+    let files = raise_open_files(want);
     let link = local_link(cfg.iface.as_deref(), local)?;
     let iface = link.iface.clone();
     let (backend, datapath) = open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.impair)?;
+    if datapath.starts_with("UDP") && files < want {
+        bail!(
+            "--qps {} over the UDP backend needs a socket per QP (its UDP source port): \
+             the open-files limit is {files}, raise it to {want} (ulimit -n), or use AF_XDP",
+            cfg.qps
+        );
+    }
     let mac = link.mac_for(&*backend)?;
     let mut ctx = cfg.traffic.context(&iface, mac, local, seed_of(local))?;
     let (cq, qps, mr) = rc_resources(&mut ctx, cfg.qps, cfg.size)?;
@@ -46,6 +57,30 @@ pub(super) fn setup(cfg: &PerfConfig, local: IpAddr) -> anyhow::Result<Setup> {
         iface,
         local,
     })
+}
+
+/// Raises the soft limit on open files (RLIMIT_NOFILE) towards `want`, as far as the hard
+/// limit allows; returns the soft limit now in force.
+fn raise_open_files(want: u64) -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limits into `r`, a valid rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return 0;
+    }
+    if r.rlim_cur < want {
+        let raised = libc::rlimit {
+            rlim_cur: want.min(r.rlim_max),
+            rlim_max: r.rlim_max,
+        };
+        // SAFETY: setrlimit reads `raised`, a valid rlimit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return raised.rlim_cur;
+        }
+    }
+    r.rlim_cur
 }
 
 /// What one perf loop needs in `ctx`: a CQ, `qps` RC QPs in INIT on it, and a region

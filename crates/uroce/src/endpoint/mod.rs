@@ -9,7 +9,10 @@
 //! - `resources`: the ibverbs calls (PDs, MRs, CQs, QPs, modify, post, poll);
 //! - `receive`: packets in, to their QP or the DCQCN reaction point;
 //! - `transmit`: packets out, CNPs first, QPs in turn, paced by DCQCN;
+//! - `schedule`: the ready list of QPs that may have a packet to send, and the heap of
+//!   their timers, so that no call walks every QP;
 //! - `qp`: a QP as the context holds it (the transport's QP and its reaction point);
+//! - `table`: the QPs by QPN, in constant time;
 //! - `srq`: shared receive queues (create, modify, post, destroy) and their events.
 //!
 //! No `unsafe` here but [`Context::reg_mr_raw`], the door for registering the
@@ -22,7 +25,9 @@ mod cq;
 mod qp;
 mod receive;
 mod resources;
+mod schedule;
 mod srq;
+mod table;
 mod transmit;
 
 pub use cq::{AsyncEvent, MAX_CQE};
@@ -30,12 +35,13 @@ pub use receive::Received;
 pub use resources::MwBind;
 pub use transmit::Transmit;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Instant;
 
 use cq::{Cq, Offer};
-use qp::Qp;
+use schedule::Schedule;
+use table::QpTable;
 
 use crate::congestion::{dcqcn, NotificationPoint, DEFAULT_CNP_DSCP};
 use crate::mem::Memory;
@@ -98,7 +104,7 @@ pub struct Context {
     cq_events: VecDeque<CqId>,
     /// Asynchronous events, for [`Context::poll_async_event`].
     async_events: VecDeque<AsyncEvent>,
-    qps: BTreeMap<u32, Qp>,
+    qps: QpTable,
     /// Shared receive queues, by [`SrqId`]; `None` once destroyed.
     srqs: Vec<Option<Srq>>,
     next_qpn: u32,
@@ -108,9 +114,8 @@ pub struct Context {
     cnps: VecDeque<CnpJob>,
     /// DCQCN parameters, when on.
     dcqcn: Option<dcqcn::Params>,
-    /// QPs whose packets the rate limiter held back in the last `poll_transmit`.
-    held: Vec<u32>,
-    rr_cursor: u32,
+    /// The QPs that may have a packet to send, and the QPs' timers.
+    sched: Schedule,
     /// Start of DCQCN rate state for QPs created after `enable_dcqcn`.
     epoch: Instant,
     wcs: Vec<(CqId, WorkCompletion)>,
@@ -128,7 +133,7 @@ impl Context {
             cqs: Vec::new(),
             cq_events: VecDeque::new(),
             async_events: VecDeque::new(),
-            qps: BTreeMap::new(),
+            qps: QpTable::default(),
             srqs: Vec::new(),
             next_qpn: 0x11,
             qpn_stride: 1,
@@ -136,8 +141,7 @@ impl Context {
             cnp_dscp: DEFAULT_CNP_DSCP,
             cnps: VecDeque::new(),
             dcqcn: None,
-            held: Vec::new(),
-            rr_cursor: 0,
+            sched: Schedule::default(),
             epoch: now,
             wcs: Vec::new(),
             gather: Vec::with_capacity(crate::transport::MAX_SGE as usize),
@@ -174,6 +178,7 @@ impl Context {
                     for (&qpn, qp) in self.qps.iter_mut() {
                         let (s, r) = qp.cqs();
                         if (s == cq || r == cq) && qp.enter_err_overrun(&mut self.wcs) {
+                            self.sched.touch(qpn, qp);
                             self.async_events.push_back(AsyncEvent::QpFatal(qpn));
                             if qp.take_last_wqe_reached() {
                                 let ev = AsyncEvent::QpLastWqeReached(qpn);
@@ -210,22 +215,31 @@ impl Context {
         self.async_events.push_back(ev);
     }
 
-    /// The earliest time [`Context::handle_timeout`] has work to do.
+    /// The earliest time [`Context::handle_timeout`] has work to do: the top of the
+    /// timer heap (`schedule.rs`), without looking at the QPs. It may be early, by at most
+    /// one timer period of one QP, when a QP's timer moved later since it was set (an
+    /// ACK re-armed the retransmission timer); never late.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let qps = self.qps.values().filter_map(|q| q.poll_timeout());
-        let rps = self
-            .qps
-            .iter()
-            .filter_map(|(qpn, q)| q.rp.poll_timeout(self.held.contains(qpn)));
-        qps.chain(rps).min()
+        self.sched.next_timer()
     }
 
-    /// Runs the timers that are due at `now`.
+    /// Runs the timers that are due at `now`: the QPs whose entry in the timer heap is
+    /// due, and only those. Each one's rate limiter moves on (DCQCN's increase timer, the
+    /// release of a packet it held back), its transport's timers that are due fire
+    /// (retransmission, the end of an RNR wait), and it goes on the ready list.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for qp in self.qps.values_mut() {
+        while let Some((t, qpn)) = self.sched.pop_due(now) {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            if qp.sched.timer != Some(t) {
+                continue; // stale: the QP has an earlier entry, already handled
+            }
+            qp.sched.timer = None;
             qp.rp.handle_timeout(now);
-        }
-        for (&qpn, qp) in self.qps.iter_mut() {
+            if qp.sched.held && qp.rp.can_send(now) {
+                qp.sched.held = false;
+            }
             if qp.poll_timeout().is_some_and(|t| t <= now) {
                 let mut io = Io {
                     now,
@@ -243,8 +257,24 @@ impl Context {
                         .push_back(AsyncEvent::QpLastWqeReached(qpn));
                 }
             }
+            // Released, retransmitting, or early: ask it for a packet, and set its
+            // next time.
+            if !qp.sched.held {
+                self.sched.wake(qpn, qp);
+            }
+            self.sched.rearm(qpn, qp);
         }
         self.route_completions();
+        self.tidy_timers();
+    }
+
+    /// Drops the stale entries of the timer heap (`schedule.rs`).
+    #[inline]
+    fn tidy_timers(&mut self) {
+        let qps = &self.qps;
+        self.sched.tidy(qps.len(), |t, qpn| {
+            qps.get(&qpn).is_some_and(|q| q.sched.timer == Some(t))
+        });
     }
 }
 

@@ -1,8 +1,10 @@
 //! A queue pair as the context holds it: the transport's QP (its state, queues and
-//! service, [`crate::transport`]'s shell) and the reaction point its packets wait for.
+//! service, [`crate::transport`]'s shell), the reaction point its packets wait for, and
+//! its place in the context's schedule (`schedule.rs`).
 
 use std::ops::{Deref, DerefMut};
 
+use super::schedule::QpSched;
 use crate::congestion::ReactionPoint;
 use crate::mem::PdId;
 use crate::transport::rc::RcQp;
@@ -10,11 +12,13 @@ use crate::transport::uc::UcQp;
 use crate::transport::ud::UdQp;
 use crate::transport::{self, QpCaps, QpType, Service};
 
-/// One QP: its transport QP, and the reaction point its packets wait for. It derefs to
-/// the transport QP, which the context drives.
+/// One QP: its transport QP, the reaction point its packets wait for, and its place in
+/// the ready list and the timer heap. It derefs to the transport QP, which the context
+/// drives.
 pub(crate) struct Qp {
     qp: transport::Qp,
     pub(crate) rp: ReactionPoint,
+    pub(crate) sched: QpSched,
 }
 
 impl Qp {
@@ -27,7 +31,11 @@ impl Qp {
                 QpType::Ud | QpType::Gsi => Box::new(UdQp::new(core)),
             }
         });
-        Self { qp, rp }
+        Self {
+            qp,
+            rp,
+            sched: QpSched::default(),
+        }
     }
 }
 

@@ -128,6 +128,7 @@ impl Context {
             srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_misfit(&mut io, m);
+        self.sched.touch(m.dest_qp, qp);
         let due = qp.events_due()
             || super::srq_mut(&mut self.srqs, srq).is_some_and(|s| s.limit_reached());
         if due {
@@ -149,6 +150,7 @@ impl Context {
                 Some(qp) => {
                     qp.counters_mut().rp_cnp_handled += 1;
                     qp.rp.on_cnp(now);
+                    self.sched.rearm(qpn, qp);
                 }
                 None => self.counters.rx_cnp_unknown_qp += 1,
             }
@@ -183,6 +185,7 @@ impl Context {
             srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_packet(&mut io, p);
+        self.sched.touch(qpn, qp);
         let due = qp.events_due()
             || super::srq_mut(&mut self.srqs, srq).is_some_and(|s| s.limit_reached());
         if due {

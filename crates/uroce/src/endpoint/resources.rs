@@ -286,9 +286,11 @@ impl Context {
         self.qpn_stride = stride.max(1);
     }
 
-    /// The QPNs of every QP.
+    /// The QPNs of every QP, in increasing order.
     pub fn qpns(&self) -> impl Iterator<Item = u32> + '_ {
-        self.qps.keys().copied()
+        let mut v: Vec<u32> = self.qps.keys().copied().collect();
+        v.sort_unstable();
+        v.into_iter()
     }
 
     /// Creates a QP in RESET (ibv_create_qp); returns its QPN. A `Gsi` QP is QP1.
@@ -415,6 +417,7 @@ impl Context {
             }
             self.mem.unbind_qp_windows(qpn);
         }
+        self.sched.touch(qpn, qp);
         self.route_completions();
         self.take_qp_events(qpn);
         r
@@ -609,6 +612,7 @@ impl Context {
     fn post(&mut self, qpn: u32, wr: SendWr, flags: SendFlags) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send(&mut self.mem, wr, flags, &mut self.wcs);
+        self.sched.touch(qpn, qp);
         let due = qp.events_due();
         self.route_completions();
         if due {
@@ -647,6 +651,7 @@ impl Context {
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send_sgl(&mut self.mem, wr, sgl, flags, &mut self.wcs);
+        self.sched.touch(qpn, qp);
         self.route_completions();
         self.take_qp_events(qpn);
         r
@@ -671,6 +676,7 @@ impl Context {
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send_ud_sgl(&mut self.mem, wr, sgl, flags, &mut self.wcs);
+        self.sched.touch(qpn, qp);
         self.route_completions();
         self.take_qp_events(qpn);
         r
@@ -706,6 +712,7 @@ impl Context {
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send_ud(&mut self.mem, wr, flags, &mut self.wcs);
+        self.sched.touch(qpn, qp);
         let due = qp.events_due();
         self.route_completions();
         if due {

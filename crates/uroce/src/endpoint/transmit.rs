@@ -59,24 +59,24 @@ impl Context {
                 return Some(t);
             }
         }
-        self.held.clear();
-        let mut cursor = self.rr_cursor;
-        for _ in 0..self.qps.len() {
-            // QPs take turns, starting after the one that sent last (no allocation).
-            let next = self
-                .qps
-                .range(cursor..)
-                .next()
-                .or_else(|| self.qps.iter().next());
-            let Some((&qpn, _)) = next else { break };
-            cursor = qpn.wrapping_add(1);
+        // Only the QPs on the ready list are asked, each at most once, starting with the
+        // one that became ready first; one that sends goes back to the tail (round
+        // robin), one with nothing to send or held back by its rate limiter leaves.
+        for _ in 0..self.sched.ready_len() {
+            let Some(qpn) = self.sched.pop_ready() else {
+                break;
+            };
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
             if !qp.rp.can_send(now) {
-                self.held.push(qpn);
+                // Back when the pacer lets it go: a timer (`handle_timeout`).
+                qp.sched.ready = false;
+                qp.sched.held = true;
+                self.sched.rearm(qpn, qp);
                 continue;
             }
+            qp.sched.held = false;
             let mut io = Io {
                 now,
                 mem: &mut self.mem,
@@ -86,20 +86,31 @@ impl Context {
             };
             let pkt = qp.next_packet(&mut io);
             let due = qp.events_due();
+            match pkt {
+                Some(_) => self.sched.requeue(qpn),
+                None => qp.sched.ready = false,
+            }
+            self.sched.rearm(qpn, qp);
             self.route_completions();
             if due {
                 self.take_qp_events(qpn);
             }
             let Some(pkt) = pkt else { continue };
-            self.rr_cursor = cursor;
             let tos = self.cfg.tos;
             if let Some(t) = self.emit(qpn, &pkt, tos, buf) {
                 if let Some(qp) = self.qps.get_mut(&qpn) {
-                    qp.rp.on_sent(now, t.frame_len());
+                    if qp.rp.dcqcn.is_some() {
+                        // The byte counter may have raised the rate (and ended the
+                        // increase timer): its next time.
+                        qp.rp.on_sent(now, t.frame_len());
+                        self.sched.rearm(qpn, qp);
+                    }
                 }
+                self.tidy_timers();
                 return Some(t);
             }
         }
+        self.tidy_timers();
         None
     }
 

@@ -1,0 +1,237 @@
+//! Which QPs the context visits, so that the cost of a packet, a timer or a call to
+//! [`super::Context::poll_timeout`] does not grow with the number of QPs:
+//!
+//! - the **ready list**: the QPs that may have a packet to send, in the order they became
+//!   ready. A QP enters it when something may have given it a packet (a post, a received
+//!   packet, a modify, a timer) and leaves it when asked for a packet and it has none, or
+//!   when its DCQCN rate limiter holds it back. `poll_transmit` takes the QP at the head
+//!   and, when it sent, puts it back at the tail: the round robin between busy QPs that
+//!   walking every QP in turn gave, with idle QPs never visited. Being ready wrongly costs
+//!   one question answered "nothing".
+//! - the **timers**: a binary heap of (due time, QPN), one valid entry per QP whose
+//!   transport (retransmission, RNR wait) or reaction point (rate increase, the release
+//!   of a packet the pacer held back) has a time. An entry is pushed when a QP's next
+//!   time comes earlier than the one it has in the heap; the entry it replaces stays,
+//!   stale (its time is not the QP's [`QpSched::timer`] any more), and is dropped when it
+//!   reaches the top or when stale entries outnumber the QPs (`tidy`). A time that moves
+//!   later (an ACK re-arming the retransmission timer) pushes nothing: the entry fires
+//!   early once, finds nothing due, and is pushed again at the QP's real time. So an ACK
+//!   costs a comparison, and [`super::Context::poll_timeout`] may say a time up to one
+//!   timer period early for a QP, never late.
+//!
+//! The heap and the list grow with the QPs and never per packet: once they have held
+//! every QP, nothing here allocates.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Instant;
+
+use super::qp::Qp;
+
+/// A QP's place in the schedule, kept in the QP.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct QpSched {
+    /// In the ready list.
+    pub ready: bool,
+    /// Its rate limiter held a packet back: off the ready list until the pacer lets it go
+    /// (its timer then includes that time).
+    pub held: bool,
+    /// The time of its valid entry in the timer heap.
+    pub timer: Option<Instant>,
+}
+
+/// The ready list and the timer heap of a context.
+#[derive(Debug, Default)]
+pub(crate) struct Schedule {
+    ready: VecDeque<u32>,
+    timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// Entries were pushed or popped since the last `tidy`: a stale one may be on top.
+    moved: bool,
+}
+
+impl Schedule {
+    /// Puts QP `qpn` on the ready list, at the tail, unless it is there.
+    #[inline]
+    pub(crate) fn wake(&mut self, qpn: u32, qp: &mut Qp) {
+        if !qp.sched.ready {
+            qp.sched.ready = true;
+            self.ready.push_back(qpn);
+        }
+    }
+
+    /// Makes sure QP `qpn`'s next time is in the heap: pushes it when it comes before
+    /// the time the QP has there (or it has none).
+    #[inline]
+    pub(crate) fn rearm(&mut self, qpn: u32, qp: &mut Qp) {
+        let rp = qp.rp.poll_timeout(qp.sched.held);
+        let due = match (qp.poll_timeout(), rp) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(t) => t,
+                None => return,
+            },
+        };
+        if qp.sched.timer.is_none_or(|t| due < t) {
+            qp.sched.timer = Some(due);
+            self.timers.push(Reverse((due, qpn)));
+            self.moved = true;
+        }
+    }
+
+    /// [`Schedule::wake`] and [`Schedule::rearm`]: after anything that may have given
+    /// the QP a packet to send or moved its timers.
+    #[inline]
+    pub(crate) fn touch(&mut self, qpn: u32, qp: &mut Qp) {
+        self.wake(qpn, qp);
+        self.rearm(qpn, qp);
+    }
+
+    /// QPs on the ready list.
+    pub(crate) fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// Takes the QP at the head of the ready list (its `ready` flag is the caller's to
+    /// clear, or the QP goes back with [`Schedule::requeue`]).
+    #[inline]
+    pub(crate) fn pop_ready(&mut self) -> Option<u32> {
+        self.ready.pop_front()
+    }
+
+    /// Puts a QP taken with [`Schedule::pop_ready`] back at the tail.
+    #[inline]
+    pub(crate) fn requeue(&mut self, qpn: u32) {
+        self.ready.push_back(qpn);
+    }
+
+    /// The time at the top of the heap (possibly of an entry that turns out early).
+    pub(crate) fn next_timer(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Takes the entry at the top of the heap if it is due at `now`.
+    #[inline]
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Instant, u32)> {
+        match self.timers.peek() {
+            Some(Reverse((t, _))) if *t <= now => {
+                self.moved = true;
+                self.timers.pop().map(|Reverse(e)| e)
+            }
+            _ => None,
+        }
+    }
+
+    /// Drops stale entries: those at the top of the heap (so that `next_timer` says a
+    /// time some QP has), and all of them once they outnumber the QPs (in place, without
+    /// allocating). `valid` says whether an entry is a QP's current one. Nothing to do,
+    /// and nothing looked at, when the heap did not change since the last call.
+    #[inline]
+    pub(crate) fn tidy(&mut self, qps: usize, valid: impl Fn(Instant, u32) -> bool) {
+        if !std::mem::take(&mut self.moved) {
+            return;
+        }
+        if self.timers.len() > 2 * qps + 64 {
+            self.timers.retain(|Reverse((t, q))| valid(*t, *q));
+        }
+        while let Some(Reverse((t, q))) = self.timers.peek() {
+            if valid(*t, *q) {
+                break;
+            }
+            self.timers.pop();
+        }
+    }
+
+    /// Entries in the timer heap, stale ones included.
+    #[cfg(test)]
+    pub(crate) fn timers_len(&self) -> usize {
+        self.timers.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::time::Instant;
+
+    use crate::congestion::dcqcn::Params;
+    use crate::mem::Access;
+    use crate::verbs::{
+        Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, Remote, RtrAttr, RtsAttr, SendOp,
+        SendWr, Sge,
+    };
+
+    /// A paced QP leaves a stale retransmission entry behind at every packet (its
+    /// pacer's release comes first); `tidy` keeps the heap within twice the QPs plus 64
+    /// however many packets go out, and every packet still goes out.
+    #[test]
+    fn stale_timer_entries_stay_bounded() {
+        let t0 = Instant::now();
+        let mut c = Context::new(
+            ContextConfig {
+                mac: [2, 0, 0, 0, 0, 1],
+                ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                seed: 1,
+                udp_sport_base: 0xc000,
+                tos: 0,
+            },
+            t0,
+        );
+        c.enable_dcqcn(Params::paper(40e9), t0);
+        let cq = c.create_cq(63).unwrap();
+        let pd = c.alloc_pd();
+        let caps = QpCaps {
+            qp_type: QpType::Rc,
+            send_cq: cq,
+            recv_cq: cq,
+            max_send_wr: 4,
+            max_recv_wr: 4,
+        };
+        let q = c.create_qp(pd, caps).unwrap();
+        c.modify_qp_init(q, InitAttr::default()).unwrap();
+        let rtr = RtrAttr {
+            remote: Remote {
+                ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+                mac: [2, 0, 0, 0, 0, 2],
+            },
+            dest_qpn: 0x99,
+            rq_psn: 0,
+            path_mtu: Mtu::M1024,
+            max_dest_rd_atomic: 4,
+            min_rnr_timer: 1,
+        };
+        c.modify_qp_rtr(q, rtr).unwrap();
+        c.modify_qp_rts(q, RtsAttr::default()).unwrap();
+        let mr = c.reg_mr(pd, vec![1; 1 << 20], Access::LOCAL_WRITE).unwrap();
+        let wr = SendWr {
+            wr_id: 1,
+            op: SendOp::Write {
+                remote_addr: 0,
+                rkey: 1,
+            },
+            sge: Sge {
+                addr: mr.addr,
+                length: 1 << 20,
+                lkey: mr.lkey,
+            },
+            signaled: true,
+            solicited: false,
+        };
+        c.post_send(q, wr).unwrap();
+        c.qps.get_mut(&q).unwrap().rp.on_cnp(t0); // half rate: paced from now on
+        let mut buf = vec![0u8; 2048];
+        let (mut now, mut sent, mut most) = (t0, 0, 0);
+        while sent < 1024 {
+            while c.poll_frame(now, &mut buf).is_some() {
+                sent += 1;
+            }
+            most = most.max(c.sched.timers_len());
+            now = c.poll_timeout().expect("the pacer's release").max(now);
+            c.handle_timeout(now);
+        }
+        assert!(most <= 2 + 64, "{most} entries for one QP");
+        assert!(
+            most > 2,
+            "stale entries were left ({most}): the bound is tested"
+        );
+    }
+}
