@@ -747,6 +747,21 @@ unsafe fn post_list<W>(
     r
 }
 
+/// The context and the entry of a QP handed out, for the posting ops; None for NULL or a
+/// QP that is not one of ours (now).
+///
+/// # Safety
+/// `qp` is NULL or readable (the inline wrappers of verbs.h read `qp->context` already).
+unsafe fn qp_of(qp: *mut ibv_qp) -> Option<(Arc<Shared>, QpEntry)> {
+    if qp.is_null() {
+        return None;
+    }
+    // SAFETY: as this function's contract.
+    let shared = shared_of(unsafe { (*qp).context })?;
+    let e = shared.lock().qps.get(&(qp as usize)).copied()?;
+    Some((shared, e))
+}
+
 /// `ibv_context_ops.post_send` (the inline `ibv_post_send`): 0, or the errno of the
 /// first request refused with `*bad` pointing at it (the ones before it are posted).
 pub(crate) unsafe extern "C" fn post_send(
@@ -754,19 +769,12 @@ pub(crate) unsafe extern "C" fn post_send(
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
-    // SAFETY: `bad` is NULL or writable, as verbs.h has it.
-    let refuse = || unsafe { refuse(wr, bad) };
-    if qp.is_null() {
-        return refuse();
-    }
-    // SAFETY: the inline ibv_post_send read `qp->context` already.
-    let Some(shared) = shared_of(unsafe { (*qp).context }) else {
-        return refuse();
+    // SAFETY: `qp` and `bad` as the inline ibv_post_send passes them.
+    let Some((shared, e)) = (unsafe { qp_of(qp) }) else {
+        // SAFETY: as above.
+        return unsafe { refuse(wr, bad) };
     };
     let mut g = shared.lock();
-    let Some(e) = g.qps.get(&(qp as usize)).copied() else {
-        return refuse();
-    };
     // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
     let r = unsafe {
         post_list(
@@ -808,19 +816,12 @@ pub(crate) unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    // SAFETY: `bad` is NULL or writable, as verbs.h has it.
-    let refuse = || unsafe { refuse(wr, bad) };
-    if qp.is_null() {
-        return refuse();
-    }
-    // SAFETY: the inline ibv_post_recv read `qp->context` already.
-    let Some(shared) = shared_of(unsafe { (*qp).context }) else {
-        return refuse();
+    // SAFETY: `qp` and `bad` as the inline ibv_post_recv passes them.
+    let Some((shared, e)) = (unsafe { qp_of(qp) }) else {
+        // SAFETY: as above.
+        return unsafe { refuse(wr, bad) };
     };
     let mut g = shared.lock();
-    let Some(e) = g.qps.get(&(qp as usize)).copied() else {
-        return refuse();
-    };
     // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
     unsafe {
         post_list(
