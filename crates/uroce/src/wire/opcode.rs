@@ -243,6 +243,64 @@ opcodes! {
     Cnp = 0x81, Cnp, "CNP", [CNP_RESV], NONE;
 }
 
+/// What the receive path needs of an opcode byte, in one lookup of [`OP_TABLE`]: the
+/// opcode, whether uroce handles its transport (not RD), how long its extension headers
+/// are, and its payload rule. The same facts as [`Opcode::headers`], [`Opcode::payload`]
+/// and [`Opcode::transport`], laid out so that parsing a packet does not walk four
+/// `match`es (see `wire::fastpath`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OpInfo {
+    /// The opcode, `None` for an unknown or reserved value.
+    pub opcode: Option<Opcode>,
+    /// True for opcodes of a transport uroce implements (RC, UC, UD, CNP).
+    pub supported: bool,
+    /// The extension headers, in wire order ([`Opcode::headers`]).
+    pub headers: &'static [ExtHeader],
+    /// Total length of the extension headers.
+    pub ext_len: u8,
+    /// The payload rule.
+    pub payload: PayloadRule,
+}
+
+const fn op_info(v: u8) -> OpInfo {
+    match Opcode::from_u8(v) {
+        None => OpInfo {
+            opcode: None,
+            supported: false,
+            headers: &[],
+            ext_len: 0,
+            payload: PayloadRule::None,
+        },
+        Some(op) => {
+            let hdrs = op.headers();
+            let mut len = 0;
+            let mut i = 0;
+            while i < hdrs.len() {
+                len += hdrs[i].wire_len();
+                i += 1;
+            }
+            OpInfo {
+                opcode: Some(op),
+                supported: op.is_supported(),
+                headers: hdrs,
+                ext_len: len as u8,
+                payload: op.payload(),
+            }
+        }
+    }
+}
+
+/// [`OpInfo`] of every opcode byte, built at compile time from the table above.
+pub(crate) static OP_TABLE: [OpInfo; 256] = {
+    let mut t = [op_info(0xff); 256];
+    let mut v = 0;
+    while v < 256 {
+        t[v] = op_info(v as u8);
+        v += 1;
+    }
+    t
+};
+
 impl Opcode {
     /// The opcode's numeric value.
     pub const fn value(self) -> u8 {
@@ -322,6 +380,24 @@ impl std::fmt::Display for Opcode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The receive path's table says what the opcode's own methods say, for every byte.
+    #[test]
+    fn the_op_table_agrees_with_the_opcodes() {
+        for v in 0..=255u8 {
+            let t = OP_TABLE[usize::from(v)];
+            assert_eq!(t.opcode, Opcode::from_u8(v));
+            match Opcode::from_u8(v) {
+                None => assert!(!t.supported),
+                Some(op) => {
+                    assert_eq!(t.supported, op.is_supported());
+                    assert_eq!(t.headers, op.headers());
+                    assert_eq!(usize::from(t.ext_len), op.headers_len());
+                    assert_eq!(t.payload, op.payload());
+                }
+            }
+        }
+    }
 
     #[test]
     fn every_value_round_trips_and_unknown_is_none() {
