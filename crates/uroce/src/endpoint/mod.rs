@@ -108,6 +108,8 @@ pub struct Context {
     cnps: VecDeque<CnpJob>,
     /// DCQCN parameters, when on.
     dcqcn: Option<dcqcn::Params>,
+    /// Bytes in flight per QP ([`Context::set_inflight_budget`]).
+    inflight_budget: Option<u64>,
     /// QPs whose packets the rate limiter held back in the last `poll_transmit`.
     held: Vec<u32>,
     rr_cursor: u32,
@@ -136,6 +138,7 @@ impl Context {
             cnp_dscp: DEFAULT_CNP_DSCP,
             cnps: VecDeque::new(),
             dcqcn: None,
+            inflight_budget: None,
             held: Vec::new(),
             rr_cursor: 0,
             epoch: now,

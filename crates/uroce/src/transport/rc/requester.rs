@@ -86,6 +86,9 @@ pub(crate) struct Requester {
     /// halves on each loss episode and grows by one per window acknowledged (AIMD).
     inflight_limit: u32,
     inflight_credit: u32,
+    /// The most PSNs the limit may reach: what the receiver can hold
+    /// ([`Requester::set_inflight_cap`]); 0 for [`MAX_INFLIGHT_PSNS`].
+    inflight_cap: u32,
     /// No further halving until `una` passes this PSN (one cut per loss episode).
     recover: Option<u32>,
     /// A READ re-request went out at this PSN: later responses beyond it are expected
@@ -156,7 +159,7 @@ impl Requester {
         self.tx_psn = psn;
         self.last_ackreq = psn;
         self.sent_hw = psn;
-        self.inflight_limit = MAX_INFLIGHT_PSNS;
+        self.inflight_limit = self.cap();
         self.max_rd_atomic = u32::from(a.max_rd_atomic.max(1));
         self.timeout = ack_timeout(a.timeout);
         self.retry_cnt = a.retry_cnt.min(7);
@@ -592,7 +595,7 @@ impl Requester {
             self.inflight_credit += advanced;
             if self.inflight_credit >= self.inflight_limit {
                 self.inflight_credit = 0;
-                self.inflight_limit = (self.inflight_limit + 1).min(MAX_INFLIGHT_PSNS);
+                self.inflight_limit = (self.inflight_limit + 1).min(self.cap());
             }
             if self.recover.is_some_and(|r| psn_diff(una, r) >= 0) {
                 self.recover = None;
@@ -610,6 +613,22 @@ impl Requester {
     fn spend_retry(&mut self) {
         if self.retry_cnt != 7 {
             self.retry_left = self.retry_left.saturating_sub(1);
+        }
+    }
+
+    /// Bounds the PSNs in flight to `cap` (at least [`MIN_INFLIGHT_PSNS`], at most
+    /// [`MAX_INFLIGHT_PSNS`]; `None` for the latter): what the receiver's buffer holds, so
+    /// that a clean path loses nothing to its overflow (the window still halves on a loss
+    /// and grows back up to this).
+    pub(crate) fn set_inflight_cap(&mut self, cap: Option<u32>) {
+        self.inflight_cap = cap.map_or(0, |c| c.clamp(MIN_INFLIGHT_PSNS, MAX_INFLIGHT_PSNS));
+        self.inflight_limit = self.inflight_limit.min(self.cap());
+    }
+
+    fn cap(&self) -> u32 {
+        match self.inflight_cap {
+            0 => MAX_INFLIGHT_PSNS,
+            c => c,
         }
     }
 
