@@ -45,8 +45,18 @@ fn demo_unprivileged(rcvbuf: Option<u32>) -> String {
     text
 }
 
-/// The RC recovery line's client retransmits and server out-of-sequence requests.
-fn rc_recovery(text: &str) -> (u64, u64) {
+/// The RC recovery line: client retransmits, sequence NAKs and ACK timeouts, server
+/// out-of-sequence requests, and the frames each kernel dropped.
+#[derive(Debug, PartialEq, Eq)]
+struct Recovery {
+    retransmits: u64,
+    seq_naks: u64,
+    ack_timeouts: u64,
+    out_of_sequence: u64,
+    dropped: (u64, u64),
+}
+
+fn rc_recovery(text: &str) -> Recovery {
     let line = text
         .lines()
         .find(|l| l.contains("RC recovery:"))
@@ -56,35 +66,56 @@ fn rc_recovery(text: &str) -> (u64, u64) {
         line[..at]
             .split_whitespace()
             .last()
+            .and_then(|n| n.trim_end_matches(',').parse().ok())
+            .unwrap_or_else(|| panic!("{what}: {line}"))
+    };
+    let after = |what: &str| -> u64 {
+        let at = line.find(what).unwrap_or_else(|| panic!("{what}: {line}")) + what.len();
+        line[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .find(|w| !w.is_empty())
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("{what}: {line}"))
     };
-    (
-        number_before(" retransmits"),
-        number_before(" out-of-sequence"),
-    )
+    Recovery {
+        retransmits: number_before(" retransmits"),
+        seq_naks: number_before(" sequence NAKs"),
+        ack_timeouts: number_before(" ACK timeouts"),
+        out_of_sequence: number_before(" out-of-sequence"),
+        dropped: (after("receive buffers: client "), after(", server ")),
+    }
+}
+
+/// Nothing was lost: no frame dropped by a kernel, nothing out of sequence, no sequence
+/// NAK, and no retransmission but after an ACK timeout (a machine so loaded that neither
+/// end ran for the 16 ms of the demo's timeout: not a loss; the test runs on a shared
+/// 2-core machine).
+fn assert_nothing_lost(text: &str) {
+    let r = rc_recovery(text);
+    assert_eq!(
+        (r.dropped, r.out_of_sequence, r.seq_naks),
+        ((0, 0), 0, 0),
+        "{r:?}\n{text}"
+    );
+    assert!(r.retransmits == 0 || r.ack_timeouts > 0, "{r:?}\n{text}");
 }
 
 /// With the receive buffer this machine grants an unprivileged process: everything
-/// verified, no retransmission, no frame dropped by either kernel. Then with the receive
-/// buffer of a stock kernel's `net.core.rmem_max` (212992 bytes, which the kernel
-/// doubles): the RC window shrinks to fit it and RC still sends nothing twice. (The UD
-/// phase sends its 64 datagrams in one burst, which such a buffer may not hold: UD has no
-/// window, so only RC is checked there.) One test, as two demos cannot share the
-/// loopback addresses at once.
+/// verified, nothing lost. Then with the receive buffer of a stock kernel's
+/// `net.core.rmem_max` (212992 bytes, which the kernel doubles): the RC window shrinks to
+/// fit it and RC still loses nothing. (The UD phase sends its 64 datagrams in one burst,
+/// which such a buffer may not hold: UD has no window, so only RC is checked there, and
+/// the server's kernel drops are UD's.) One test, as two demos cannot share the loopback
+/// addresses at once.
 #[test]
 fn unprivileged_demo_on_a_clean_path_loses_nothing() {
     let text = demo_unprivileged(None);
     assert!(text.contains("result: OK"), "{text}");
-    assert_eq!(rc_recovery(&text), (0, 0), "{text}");
-    assert!(
-        text.contains(
-            "frames dropped by the kernel for want of receive buffers: client 0, server 0"
-        ),
-        "{text}"
-    );
+    assert_nothing_lost(&text);
 
     let text = demo_unprivileged(Some(212_992));
-    assert_eq!(rc_recovery(&text), (0, 0), "{text}");
+    let r = rc_recovery(&text);
+    assert_eq!((r.out_of_sequence, r.seq_naks), (0, 0), "{r:?}\n{text}");
+    assert!(r.retransmits == 0 || r.ack_timeouts > 0, "{r:?}\n{text}");
     assert!(text.contains("data verified: WRITE and READ"), "{text}");
 }
