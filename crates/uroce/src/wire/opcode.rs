@@ -245,7 +245,7 @@ opcodes! {
 
 /// What the receive path needs of an opcode byte, in one lookup of [`OP_TABLE`]: the
 /// opcode, whether uroce handles its transport (not RD), how long its extension headers
-/// are, and its payload rule. The same facts as [`Opcode::headers`], [`Opcode::payload`]
+/// are, which of the common sets they are, and its payload rule as bounds. The same facts as [`Opcode::headers`], [`Opcode::payload`]
 /// and [`Opcode::transport`], laid out so that parsing a packet does not walk four
 /// `match`es (see `wire::fastpath`).
 #[derive(Debug, Clone, Copy)]
@@ -258,8 +258,45 @@ pub(crate) struct OpInfo {
     pub headers: &'static [ExtHeader],
     /// Total length of the extension headers.
     pub ext_len: u8,
-    /// The payload rule.
-    pub payload: PayloadRule,
+    /// Which extension headers, as one of the common sets (a jump table's index).
+    pub shape: ExtShape,
+    /// The payload rule as bounds on the bytes after the extension headers (payload and
+    /// pad): at least `min_rest`, at most `max_rest`, and a pad count other than 0 only
+    /// where `pad_ok`.
+    pub min_rest: u16,
+    pub max_rest: u16,
+    pub pad_ok: bool,
+}
+
+/// The extension headers of an opcode, as one of the sets the receive path meets most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExtShape {
+    /// None.
+    Bare,
+    /// RETH.
+    Reth,
+    /// AETH.
+    Aeth,
+    /// ImmDt.
+    Imm,
+    /// RETH, ImmDt.
+    RethImm,
+    /// DETH.
+    Deth,
+    /// Any other set.
+    Other,
+}
+
+const fn ext_shape(h: &[ExtHeader]) -> ExtShape {
+    match h {
+        [] => ExtShape::Bare,
+        [ExtHeader::Reth] => ExtShape::Reth,
+        [ExtHeader::Aeth] => ExtShape::Aeth,
+        [ExtHeader::ImmDt] => ExtShape::Imm,
+        [ExtHeader::Reth, ExtHeader::ImmDt] => ExtShape::RethImm,
+        [ExtHeader::Deth] => ExtShape::Deth,
+        _ => ExtShape::Other,
+    }
 }
 
 const fn op_info(v: u8) -> OpInfo {
@@ -269,7 +306,10 @@ const fn op_info(v: u8) -> OpInfo {
             supported: false,
             headers: &[],
             ext_len: 0,
-            payload: PayloadRule::None,
+            shape: ExtShape::Other,
+            min_rest: 0,
+            max_rest: 0,
+            pad_ok: false,
         },
         Some(op) => {
             let hdrs = op.headers();
@@ -284,7 +324,17 @@ const fn op_info(v: u8) -> OpInfo {
                 supported: op.is_supported(),
                 headers: hdrs,
                 ext_len: len as u8,
-                payload: op.payload(),
+                shape: ext_shape(hdrs),
+                min_rest: match op.payload() {
+                    PayloadRule::Exactly(n) => n as u16,
+                    _ => 0,
+                },
+                max_rest: match op.payload() {
+                    PayloadRule::None => 0,
+                    PayloadRule::Exactly(n) => n as u16,
+                    PayloadRule::Any => super::MAX_PAYLOAD as u16,
+                },
+                pad_ok: matches!(op.payload(), PayloadRule::Any),
             }
         }
     }
@@ -393,7 +443,13 @@ mod tests {
                     assert_eq!(t.supported, op.is_supported());
                     assert_eq!(t.headers, op.headers());
                     assert_eq!(usize::from(t.ext_len), op.headers_len());
-                    assert_eq!(t.payload, op.payload());
+                    assert_eq!(t.shape, ext_shape(op.headers()));
+                    let bounds = (t.min_rest, t.max_rest, t.pad_ok);
+                    match op.payload() {
+                        PayloadRule::None => assert_eq!(bounds, (0, 0, false)),
+                        PayloadRule::Exactly(n) => assert_eq!(bounds, (n as u16, n as u16, false)),
+                        PayloadRule::Any => assert_eq!(bounds, (0, 4096, true)),
+                    }
                 }
             }
         }
