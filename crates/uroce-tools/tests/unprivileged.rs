@@ -100,22 +100,17 @@ fn assert_nothing_lost(text: &str) {
     assert!(r.retransmits == 0 || r.ack_timeouts > 0, "{r:?}\n{text}");
 }
 
-/// With the receive buffer this machine grants an unprivileged process: everything
-/// verified, nothing lost. Then with the receive buffer of a stock kernel's
-/// `net.core.rmem_max` (212992 bytes, which the kernel doubles): the RC window shrinks to
-/// fit it and RC still loses nothing. (The UD phase sends its 64 datagrams in one burst,
-/// which such a buffer may not hold: UD has no window, so only RC is checked there, and
-/// the server's kernel drops are UD's.) One test, as two demos cannot share the loopback
-/// addresses at once.
+/// With the receive buffer this machine grants an unprivileged process, then with that
+/// of a stock kernel's `net.core.rmem_max` (212992 bytes, which the kernel doubles: the
+/// RC window shrinks to fit it, and the demo keeps no more UD datagrams in flight than it
+/// holds): everything verified, nothing lost. One test, as two demos cannot share the
+/// loopback addresses at once.
 #[test]
 fn unprivileged_demo_on_a_clean_path_loses_nothing() {
-    let text = demo_unprivileged(None);
-    assert!(text.contains("result: OK"), "{text}");
-    assert_nothing_lost(&text);
-
-    let text = demo_unprivileged(Some(212_992));
-    let r = rc_recovery(&text);
-    assert_eq!((r.out_of_sequence, r.seq_naks), (0, 0), "{r:?}\n{text}");
-    assert!(r.retransmits == 0 || r.ack_timeouts > 0, "{r:?}\n{text}");
-    assert!(text.contains("data verified: WRITE and READ"), "{text}");
+    for rcvbuf in [None, Some(212_992)] {
+        let text = demo_unprivileged(rcvbuf);
+        assert!(text.contains("result: OK"), "{rcvbuf:?}\n{text}");
+        assert!(text.contains("64/64 UD datagrams"), "{text}");
+        assert_nothing_lost(&text);
+    }
 }

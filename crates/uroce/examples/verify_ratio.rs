@@ -82,7 +82,11 @@ fn main() {
                     black_box(parse(black_box(&f)).map(|p| p.payload.len()).ok());
                 }),
                 batch(n, &mut || {
-                    black_box(icrc::compute_v4(black_box(ip), black_box(udp), black_box(body)));
+                    black_box(icrc::compute_v4(
+                        black_box(ip),
+                        black_box(udp),
+                        black_box(body),
+                    ));
                 }),
                 batch(n, &mut || {
                     black_box(parse_headers(black_box(&f)).map(|p| p.bth.psn).ok());
