@@ -284,6 +284,12 @@ impl Requester {
             return None;
         }
         let owed = self.tx_psn != self.next_psn;
+        // The window holds packets, not only messages: a message longer than what is left
+        // of it goes out as ACKs open it (what the receiver can hold is the bound,
+        // `set_inflight_cap`), not all at once behind a window that had one PSN free.
+        if owed && psn_diff(self.tx_psn, self.una) >= self.inflight_limit as i32 {
+            return None;
+        }
         let idx = if owed {
             match (0..self.started).find(|&i| self.sq[i].contains(self.tx_psn)) {
                 Some(i) => i,
@@ -350,8 +356,10 @@ impl Requester {
         let last_of_message = self.tx_psn == w.end_psn();
         let resent = psn_diff(psn, self.sent_hw) < 0;
         // AckReq on every resent packet: after a loss, each one that gets through
-        // should move `una` (and reset the retry counter) as soon as possible.
-        if last_of_message || resent || psn_diff(psn, self.last_ackreq) >= ACKREQ_EVERY {
+        // should move `una` (and reset the retry counter) as soon as possible. And on the
+        // packet that fills the window: nothing more goes until it is acknowledged.
+        let fills = psn_diff(self.tx_psn, self.una) >= self.inflight_limit as i32;
+        if last_of_message || resent || fills || psn_diff(psn, self.last_ackreq) >= ACKREQ_EVERY {
             pkt.bth.ack_req = true;
         }
         if pkt.bth.ack_req {
