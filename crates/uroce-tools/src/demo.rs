@@ -3,7 +3,8 @@
 //! with every byte checked. Everything it makes is removed when it ends, also on Ctrl-C.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
@@ -257,6 +258,13 @@ struct Plan {
     impair: Impairment,
 }
 
+/// What the server thread is told while it runs: when to stop, and where to count the UD
+/// datagrams it has taken (the client's credit).
+struct Control {
+    stop: mpsc::Receiver<()>,
+    ud_taken: Arc<AtomicUsize>,
+}
+
 /// What the server thread reports.
 struct Served {
     sends_ok: usize,
@@ -333,7 +341,11 @@ pub fn run(cfg: &DemoConfig) -> anyhow::Result<DemoReport> {
     let (to_client, from_server) = mpsc::channel::<Info>();
     let (to_server, from_client) = mpsc::channel::<Info>();
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    // UD datagrams the server has taken: the client keeps no more in flight than the
+    // server's receive buffer holds (UD has no window of its own).
+    let ud_taken = Arc::new(AtomicUsize::new(0));
     let (pa, pb) = (place_a.clone(), place_b.clone());
+    let taken = ud_taken.clone();
     let server = std::thread::spawn(move || -> anyhow::Result<Served> {
         enter(ns_b.as_deref())?;
         serve(
@@ -343,14 +355,17 @@ pub fn run(cfg: &DemoConfig) -> anyhow::Result<DemoReport> {
             server_choice,
             to_client,
             from_client,
-            stop_rx,
+            Control {
+                stop: stop_rx,
+                ud_taken: taken,
+            },
         )
     });
     let (pa, pb) = (place_a, place_b);
     let choice = cfg.backend;
     let client = std::thread::spawn(move || -> anyhow::Result<Driven> {
         enter(ns_a.as_deref())?;
-        drive(&plan, &pa, &pb, choice, from_server, to_server)
+        drive(&plan, &pa, &pb, choice, from_server, to_server, &ud_taken)
     });
     let client_result = client
         .join()
@@ -485,8 +500,9 @@ fn serve(
     choice: BackendChoice,
     to_client: mpsc::Sender<Info>,
     from_client: mpsc::Receiver<Info>,
-    stop: mpsc::Receiver<()>,
+    control: Control,
 ) -> anyhow::Result<Served> {
+    let Control { stop, ud_taken } = control;
     let (n, size, ud_size) = (plan.n, plan.size, plan.ud_size);
     // The RC region, then n receive slots for the SENDs, then n for UD datagrams.
     let send_base = plan.region;
@@ -530,6 +546,9 @@ fn serve(
     let deadline = Instant::now() + PHASE_LIMIT * 6;
     s.ep.run_until(deadline, |ctx| {
         for wc in ctx.poll_cq(cq, 64) {
+            if wc.wr_id >> 32 == 1 {
+                ud_taken.fetch_add(1, Ordering::Relaxed);
+            }
             let Some(k) = wc.imm.map(|v| v as usize) else {
                 continue;
             };
@@ -577,6 +596,7 @@ fn drive(
     choice: BackendChoice,
     from_server: mpsc::Receiver<Info>,
     to_server: mpsc::Sender<Info>,
+    ud_taken: &AtomicUsize,
 ) -> anyhow::Result<Driven> {
     let (mut s, what) = side(me, 1, plan.region + 8, plan.impair, choice, plan.mtu)?;
     let theirs = from_server.recv()?;
@@ -591,7 +611,7 @@ fn drive(
     connect(&mut s, peer, theirs.rc_qpn, plan.mtu)?;
     let mut lines = vec![format!("client datapath: {what}")];
     rc_phases(&mut s, plan, &theirs, &mut lines)?;
-    ud_phase(&mut s, plan, peer, &theirs, &mut lines)?;
+    ud_phase(&mut s, plan, peer, &theirs, ud_taken, &mut lines)?;
     Ok(Driven {
         lines,
         rc: s.ep.ctx.qp_counters(s.rc).unwrap_or_default(),
@@ -711,9 +731,19 @@ fn ud_phase(
     plan: &Plan,
     peer: &Place,
     theirs: &Info,
+    ud_taken: &AtomicUsize,
     lines: &mut Vec<String>,
 ) -> anyhow::Result<()> {
     let (n, ud_size) = (plan.n, plan.ud_size);
+    // No more datagrams in flight than the receiver's buffer holds, taking the server's
+    // to be like ours (an unprivileged process's may hold a few dozen): what the server
+    // has taken says how many may go. Datagrams a lossy path loses are written off when
+    // the server takes nothing for a while.
+    let window =
+        s.ep.backend_mut()
+            .rx_capacity()
+            .map_or(n, |c| (c / u64::from(ud_size.max(1))).max(4) as usize);
+    let (mut written_off, mut last_taken, mut since) = (0, 0, Instant::now());
     let sz = plan.size as usize;
     let mr = s.mr;
     for i in 0..n {
@@ -731,7 +761,13 @@ fn ud_phase(
     let mut next = 0;
     let mut sent = 0;
     s.ep.run_until(t + PHASE_LIMIT, |ctx| {
-        while next < n {
+        let taken = ud_taken.load(Ordering::Relaxed);
+        if taken != last_taken {
+            (last_taken, since) = (taken, Instant::now());
+        } else if since.elapsed() > Duration::from_millis(20) {
+            written_off = next - taken;
+        }
+        while next < n && next - (taken + written_off).min(next) < window {
             let wr = UdSendWr {
                 wr_id: next as u64,
                 dest,

@@ -421,3 +421,38 @@ fn a_bad_icrc_is_dropped_and_recovered_by_retransmission() {
     p.run(|_, _| 1, 10);
     assert_eq!(p.wcs_a()[0].status, WcStatus::Success);
 }
+
+/// `Context::set_inflight_budget`: a requester keeps no more bytes in flight (in packets
+/// of its path MTU) than the budget, present QPs and those created later alike, and
+/// sends the rest as ACKs come back; without a budget a 64-packet WRITE goes out whole.
+#[test]
+fn the_inflight_budget_bounds_the_window() {
+    for budget in [None, Some(16 * 1024), Some(100)] {
+        let mut p = Pair::new(RtsAttr::default(), all());
+        p.a.set_inflight_budget(budget);
+        let op = write_op(&p, 0);
+        p.post(1, op, 64 * 1024); // 64 packets of the 1024-byte path MTU
+        let burst = drain(&mut p.a, p.now).len();
+        let want = match budget {
+            None => 64,
+            Some(b) => (b / 1024).max(8) as usize, // never below 8 packets
+        };
+        assert_eq!(burst, want, "{budget:?}");
+        // B never answers here: A sends nothing more until ACKs come.
+        assert!(drain(&mut p.a, p.now).is_empty(), "{budget:?}");
+    }
+    // The whole message still gets there under a budget, as ACKs open the window.
+    let mut p = Pair::new(RtsAttr::default(), all());
+    p.a.set_inflight_budget(Some(16 * 1024));
+    let op = write_op(&p, 0);
+    p.post(1, op, 64 * 1024);
+    p.run(|_, _| 1, 0);
+    let wcs = p.wcs_a();
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs[0].status, WcStatus::Success);
+    assert_eq!(p.sent(true, Opcode::RcWriteMiddle).len(), 62);
+    assert_eq!(
+        p.b.mr_bytes(&p.rb)[..64 * 1024],
+        p.a.mr_bytes(&p.la)[..64 * 1024]
+    );
+}

@@ -36,7 +36,15 @@ pub struct Endpoint<B: Backend> {
 
 impl<B: Backend> Endpoint<B> {
     /// Joins a context and a backend.
-    pub fn new(ctx: Context, backend: B) -> Self {
+    ///
+    /// Each RC QP's window is bounded by what the backend's receive path holds
+    /// ([`Backend::rx_capacity`], [`Context::set_inflight_budget`]), the peer's taken to
+    /// be like ours: so a clean path loses nothing to a receive buffer overflowing, even
+    /// where an unprivileged process cannot have a big one.
+    pub fn new(mut ctx: Context, backend: B) -> Self {
+        if let Some(bytes) = backend.rx_capacity() {
+            ctx.set_inflight_budget(Some(bytes));
+        }
         Self {
             ctx,
             backend,

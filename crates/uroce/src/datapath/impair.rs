@@ -111,6 +111,10 @@ impl<B: Backend> Backend for Impaired<B> {
         self.inner.rx_overruns()
     }
 
+    fn rx_capacity(&self) -> Option<u64> {
+        self.inner.rx_capacity()
+    }
+
     fn receive(
         &mut self,
         timeout: Duration,
@@ -156,7 +160,7 @@ struct Impairer {
     /// its datagram addressing when it came from a UDP socket.
     held: Vec<u8>,
     held_len: Option<usize>,
-    held_datagram: Option<DatagramRepr>,
+    held_datagram: Option<(DatagramRepr, Option<u32>)>,
     /// A later frame has been handed up: the held one goes next.
     overtaken: bool,
     stats: ImpairStats,
@@ -205,7 +209,11 @@ impl Impairer {
         }
         let (frame, datagram) = match r {
             Received::Frame(f) => (f, None),
-            Received::Datagram { datagram, roce } => (roce, Some(*datagram)),
+            Received::Datagram {
+                datagram,
+                roce,
+                icrc,
+            } => (roce, Some((*datagram, icrc))),
         };
         if self.rng.chance(self.cfg.drop) {
             self.stats.dropped += 1;
@@ -235,9 +243,10 @@ impl Impairer {
                 }
                 let bytes = &self.held[..n];
                 match &self.held_datagram {
-                    Some(datagram) => handle(Received::Datagram {
+                    Some((datagram, icrc)) => handle(Received::Datagram {
                         datagram,
                         roce: bytes,
+                        icrc: *icrc,
                     }),
                     None => handle(Received::Frame(bytes)),
                 }

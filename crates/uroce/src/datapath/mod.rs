@@ -96,6 +96,14 @@ pub trait Backend {
         0
     }
 
+    /// Bytes of packets this backend's receive path holds queued before it overflows and
+    /// drops (the UDP backend: from the socket buffer the kernel granted), `None` when it
+    /// does not know or its bound is the transport's own. [`event_loop::Endpoint::new`]
+    /// bounds each RC QP's window by it ([`crate::verbs::Context::set_inflight_budget`]).
+    fn rx_capacity(&self) -> Option<u64> {
+        None
+    }
+
     /// Sends one whole link-layer frame now (copied); see [`Backend::send_frame_with`].
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         if frame.len() > MAX_FRAME {
@@ -136,6 +144,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn rx_overruns(&self) -> u64 {
         (**self).rx_overruns()
+    }
+    fn rx_capacity(&self) -> Option<u64> {
+        (**self).rx_capacity()
     }
     fn send_with(
         &mut self,

@@ -41,10 +41,12 @@
 //! segments are numbered, ours included)
 //! sends an ICRC over a field the socket does not show: the identification is solved for
 //! from the ICRC ([`crate::wire::icrc::solve_ident`]) and put into the datagram's header.
-//! Every IPv4 packet is checked so (one CRC pass before the context's own), since any
-//! peer's packets may come numbered. Such packets keep 16 of the ICRC's 32 bits of
-//! protection (a damaged packet passes with odds of 1 in 65536 instead of 1 in 4
-//! billion); the AF_XDP backend sees the real header and keeps all 32.
+//! Every IPv4 packet is checked so, since any peer's packets may come numbered. Packets
+//! whose identification was solved for keep 16 of the ICRC's 32 bits of protection (a
+//! damaged packet passes with odds of 1 in 65536 instead of 1 in 4 billion); the AF_XDP
+//! backend sees the real header and keeps all 32. That check is the one CRC pass over a
+//! packet's bytes: the ICRC found is handed up with it (`Received::Datagram::icrc`) and
+//! the context compares it with the stored one rather than hashing the bytes again.
 
 use std::collections::HashMap;
 use std::io;
@@ -64,6 +66,10 @@ pub struct UdpBackend {
     /// start of its slot, with its length, source port, destination and TOS.
     txbuf: Vec<u8>,
     txq: Vec<Queued>,
+    /// The first of `txq` not yet handed to the kernel (after a full send buffer).
+    tx_next: usize,
+    /// Times the kernel had no room for queued datagrams (they waited, none was lost).
+    pub tx_blocked: u64,
     /// Receive slots of `rx_slot` bytes (a whole coalesced datagram with GRO), the
     /// control-message space of each, what `recvmmsg` said of each, how many it filled
     /// and the next packet to hand up (slot, offset).
@@ -94,6 +100,9 @@ pub struct UdpBackend {
     pub idents_recovered: u64,
     /// Several loops' backends share this address: source-port sockets too.
     shared_ports: bool,
+    /// What [`Backend::rx_capacity`] says: a quarter of the receive buffer the kernel
+    /// granted (see `with_socket`).
+    rx_capacity: u64,
 }
 
 /// A UDP socket bound to `addr` with SO_REUSEPORT set before the bind.
@@ -224,6 +233,19 @@ fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> 
     }
 }
 
+fn getsockopt_int(fd: i32, level: i32, name: i32) -> io::Result<i32> {
+    let mut value: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: `fd` is an open socket owned by the caller; the kernel writes at most `len`
+    // bytes into the live c_int on the stack.
+    let r = unsafe { libc::getsockopt(fd, level, name, (&mut value as *mut i32).cast(), &mut len) };
+    if r == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 impl UdpBackend {
     /// Binds port 4791 on `local`, which must be a unicast address of this host: the ICRC
     /// of every received datagram covers its destination address, so an unspecified one
@@ -265,11 +287,25 @@ impl UdpBackend {
             setsockopt_int(fd, libc::IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)?;
         }
         // A deep receive buffer: bursts of a full send window must not overflow it (as
-        // root the limit in net.core.rmem_max does not apply).
-        let big = 16 << 20;
-        if setsockopt_int(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, big).is_err() {
-            let _ = setsockopt_int(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, big);
+        // root the limit in net.core.rmem_max does not apply; without root it does, and
+        // the window is made to fit what was granted). UROCE_UDP_RCVBUF=<bytes> asks for
+        // less (tests: an unprivileged process's buffer on a machine where rmem_max is
+        // generous).
+        let big = std::env::var("UROCE_UDP_RCVBUF")
+            .ok()
+            .and_then(|v| v.parse::<i32>().ok())
+            .unwrap_or(16 << 20);
+        let forced = std::env::var_os("UROCE_UDP_RCVBUF").is_none()
+            && setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, big).is_ok();
+        if !forced {
+            let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, big);
         }
+        // The kernel reports twice what it granted (socket(7): the other half is its
+        // bookkeeping) and charges each queued packet its buffer's true size, up to twice
+        // the packet's bytes for one of a path MTU in a buffer of its own: a quarter of
+        // the figure is what packets may take.
+        let rx_capacity = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)
+            .map_or(0, |v| u64::try_from(v).unwrap_or(0) / 4);
         // GRO: the kernel may hand up a run of packets of one flow as one datagram with
         // the segment size in a control message. Not on steered sockets: packets of two
         // QPs sharing a source port would be coalesced and reach the first one's loop.
@@ -287,6 +323,8 @@ impl UdpBackend {
             tx: HashMap::new(),
             txbuf: vec![0; TX_BATCH * MAX_FRAME],
             txq: Vec::with_capacity(TX_BATCH),
+            tx_next: 0,
+            tx_blocked: 0,
             rxbuf: vec![0; slots * slot],
             rx_slot: slot,
             rxcmsg: vec![[0; 8]; RX_BATCH],
@@ -301,6 +339,7 @@ impl UdpBackend {
             bases: HashMap::new(),
             idents_recovered: 0,
             shared_ports,
+            rx_capacity,
         })
     }
 
@@ -451,8 +490,13 @@ impl UdpBackend {
     /// Sends the queued datagrams: one `sendmmsg` per run of the same source port, each
     /// message of it a GSO send of a run of datagrams ([`gso_run`]) while the kernel
     /// takes them, or one datagram.
+    ///
+    /// When the kernel has no room (a full socket send buffer: EAGAIN, or ENOBUFS), what
+    /// is left stays queued, from `tx_next`, for the next call: nothing is lost on a
+    /// clean path (before, those datagrams were counted as sent and dropped, and RC had
+    /// to retransmit them).
     fn send_queued(&mut self) -> io::Result<()> {
-        let mut i = 0;
+        let mut i = self.tx_next;
         while i < self.txq.len() {
             let sport = self.txq[i].sport;
             let run = self.txq[i..]
@@ -472,16 +516,25 @@ impl UdpBackend {
             };
             let end = i + run;
             while i < end {
-                i += self.send_some(fd, i, end);
+                match self.send_some(fd, i, end) {
+                    Some(n) => i += n,
+                    None => {
+                        self.tx_next = i;
+                        self.tx_blocked += 1;
+                        return Ok(());
+                    }
+                }
             }
         }
         self.txq.clear();
+        self.tx_next = 0;
         Ok(())
     }
 
     /// One `sendmmsg` of queued datagrams `from..end` (one source port): returns how many
-    /// datagrams it dealt with (sent or counted as failed), at least one.
-    fn send_some(&mut self, fd: i32, from: usize, end: usize) -> usize {
+    /// datagrams it dealt with (sent or counted as failed), `None` when the kernel had no
+    /// room for the first (they stay queued).
+    fn send_some(&mut self, fd: i32, from: usize, end: usize) -> Option<usize> {
         let v4 = self.local.is_ipv4();
         let mut names = [zeroed_sockaddr(); TX_BATCH];
         let mut iovs = [libc::iovec {
@@ -535,9 +588,12 @@ impl UdpBackend {
         // bytes, all alive for the call.
         let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), nmsg as u32, libc::MSG_DONTWAIT) };
         if r > 0 {
-            return counts[..r as usize].iter().sum();
+            return Some(counts[..r as usize].iter().sum());
         }
         let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) {
+            return None;
+        }
         if counts[0] > 1 {
             // The kernel refused a GSO send: EIO where the device has no checksum
             // offload, EINVAL / ENOPROTOOPT where UDP_SEGMENT is unknown or the segment
@@ -549,15 +605,15 @@ impl UdpBackend {
             ) {
                 self.gso = false;
                 self.gso_disabled_by = e.raw_os_error();
-                return 0; // the run goes again, datagram by datagram
+                return Some(0); // the run goes again, datagram by datagram
             }
             self.send_failures += counts[0] as u64;
-            return counts[0];
+            return Some(counts[0]);
         }
-        // The kernel refused this datagram (full buffer, too big): count it and go on;
-        // RC retransmits, UD loses it as a datagram may be lost.
+        // The kernel refused this datagram (too big, no route): count it and go on; RC
+        // retransmits, UD loses it as a datagram may be lost.
         self.send_failures += 1;
-        1
+        Some(1)
     }
 }
 
@@ -574,12 +630,20 @@ impl Backend for UdpBackend {
         socket_drops(self.rx.as_raw_fd())
     }
 
+    fn rx_capacity(&self) -> Option<u64> {
+        Some(self.rx_capacity)
+    }
+
     fn send_with(
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
     ) -> io::Result<bool> {
         if self.txq.len() == TX_BATCH {
             self.send_queued()?;
+            if !self.txq.is_empty() {
+                // The kernel has no room for what is queued: build nothing more now.
+                return Err(io::Error::from(io::ErrorKind::WouldBlock));
+            }
         }
         let start = self.txq.len() * MAX_FRAME;
         let Some(t) = build(&mut self.txbuf[start..start + MAX_FRAME]) else {
@@ -757,6 +821,9 @@ impl UdpBackend {
             };
             let base = k * self.rx_slot + off;
             let roce = &self.rxbuf[base..base + n];
+            // The ICRC under the headers handed up, when computed here: the context then
+            // compares it with the stored one and does not hash the bytes again.
+            let mut icrc = None;
             if datagram.ip.version() == 4 && n >= 16 {
                 // Does identification 0 fit the ICRC? Else solve for the one that does:
                 // a peer may number its packets (rdma_rxe), and segments of a GSO send
@@ -764,6 +831,7 @@ impl UdpBackend {
                 let transport = &roce[..n - wire::ICRC_LEN];
                 let stored = wire::icrc::stored(roce).unwrap_or(0);
                 let zero = datagram.icrc(transport).unwrap_or(0);
+                icrc = Some(zero);
                 if zero != stored {
                     // Segment j of a coalesced GSO send most likely left with
                     // identification j: try that (a few XORs) before solving.
@@ -779,12 +847,15 @@ impl UdpBackend {
                             ip.ident = id;
                         }
                         self.idents_recovered += 1;
+                        // Found so that identification `id` moves `zero` onto `stored`.
+                        icrc = Some(stored);
                     }
                 }
             }
             handle(Received::Datagram {
                 datagram: &datagram,
                 roce,
+                icrc,
             });
             handled += 1;
         }
@@ -1018,11 +1089,18 @@ mod tests {
             let before = got.len();
             let k = rx
                 .receive(Duration::from_millis(50), max, &mut |r| {
-                    let Received::Datagram { datagram, roce } = r else {
+                    let Received::Datagram {
+                        datagram,
+                        roce,
+                        icrc,
+                    } = r
+                    else {
                         panic!("a UDP backend hands up datagrams")
                     };
                     let h = datagram.header_bytes(roce.len()).unwrap();
                     let p = wire::parse_datagram(datagram, &h, roce).unwrap();
+                    // The ICRC the backend computed is the one the headers give.
+                    assert_eq!(icrc, Some(p.icrc));
                     let IpRepr::V4(ip) = p.ip else {
                         panic!("not IPv4")
                     };

@@ -116,6 +116,8 @@ pub struct Context {
     dcqcn: Option<dcqcn::Params>,
     /// The QPs that may have a packet to send, and the QPs' timers.
     sched: Schedule,
+    /// Bytes in flight per QP ([`Context::set_inflight_budget`]).
+    inflight_budget: Option<u64>,
     /// Start of DCQCN rate state for QPs created after `enable_dcqcn`.
     epoch: Instant,
     wcs: Vec<(CqId, WorkCompletion)>,
@@ -142,6 +144,7 @@ impl Context {
             cnps: VecDeque::new(),
             dcqcn: None,
             sched: Schedule::default(),
+            inflight_budget: None,
             epoch: now,
             wcs: Vec::new(),
             gather: Vec::with_capacity(crate::transport::MAX_SGE as usize),

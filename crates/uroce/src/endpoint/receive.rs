@@ -23,6 +23,12 @@ pub enum Received<'a> {
         datagram: &'a DatagramRepr,
         /// BTH to ICRC.
         roce: &'a [u8],
+        /// The ICRC of `roce` under `datagram`'s headers, when the backend computed it
+        /// already (the UDP backend does, to find the IPv4 identification, see
+        /// [`crate::datapath::udp`]): the context compares it with the ICRC stored in
+        /// `roce` instead of hashing the bytes a second time. `None`: the context
+        /// computes it.
+        icrc: Option<u32>,
     },
 }
 
@@ -69,9 +75,22 @@ impl Context {
         datagram: &DatagramRepr,
         roce: &[u8],
     ) -> Result<(), WireError> {
+        self.handle_datagram_with(now, datagram, roce, None)
+    }
+
+    /// [`Context::handle_datagram`] with the ICRC the backend already computed over
+    /// these headers and bytes, if it did (see [`Received::Datagram`]).
+    fn handle_datagram_with(
+        &mut self,
+        now: Instant,
+        datagram: &DatagramRepr,
+        roce: &[u8],
+        icrc: Option<u32>,
+    ) -> Result<(), WireError> {
         self.counters.rx_frames += 1;
         let parsed = datagram.header_bytes(roce.len()).and_then(|h| {
-            wire::parse_datagram(datagram, &h, roce).map(|p| self.handle_packet(now, &p))
+            wire::parse_datagram_computed(datagram, &h, roce, icrc)
+                .map(|p| self.handle_packet(now, &p))
         });
         match parsed {
             Ok(r) => r,
@@ -94,7 +113,11 @@ impl Context {
     pub fn handle_received(&mut self, now: Instant, r: Received<'_>) -> Result<(), WireError> {
         match r {
             Received::Frame(f) => self.handle_frame(now, f),
-            Received::Datagram { datagram, roce } => self.handle_datagram(now, datagram, roce),
+            Received::Datagram {
+                datagram,
+                roce,
+                icrc,
+            } => self.handle_datagram_with(now, datagram, roce, icrc),
         }
     }
 

@@ -357,8 +357,25 @@ impl Context {
         }
         let mut qp = Qp::new(qpn, pd, &caps, rp);
         qp.set_init_ex(ex)?;
+        qp.set_inflight_budget(self.inflight_budget);
         self.qps.insert(qpn, qp);
         Ok(qpn)
+    }
+
+    /// Bounds what each RC QP, present and future, keeps in flight to `bytes` (in packets
+    /// of its path MTU, at least 8): what the peer can hold queued before its receive
+    /// path takes them. A receiver whose buffer overflows drops what does not fit and
+    /// the sender retransmits everything behind the first loss (go-back-N, IBTA
+    /// §9.7.5.1.1 PSN sequence errors), on a path that lost nothing itself; a window no
+    /// bigger than the buffer keeps a clean path clean. `None`: the transport's own bound
+    /// ([`crate::transport::rc::MAX_INFLIGHT_PSNS`]). [`crate::datapath::Backend::rx_capacity`]
+    /// says what a backend's receive buffer holds; `Endpoint::new` applies it, taking the
+    /// peer's to be like ours.
+    pub fn set_inflight_budget(&mut self, bytes: Option<u64>) {
+        self.inflight_budget = bytes;
+        for qp in self.qps.values_mut() {
+            qp.set_inflight_budget(bytes);
+        }
     }
 
     /// Turns DCQCN on for every QP, present and future: data packets carry ECT(0), the

@@ -173,6 +173,10 @@ pub(crate) trait Service: Send {
     fn send_in_progress(&self) -> bool {
         false
     }
+    /// Bounds the bytes of requests (packets of the path MTU) in flight to what the
+    /// peer's receive buffer is taken to hold, `None` for no bound but the transport's
+    /// own (RC; the other services have no window).
+    fn set_inflight_budget(&mut self, _bytes: Option<u64>) {}
     /// RTR → RTS: the first PSN to send, and (RC) the retry and timer attributes.
     fn rts(&mut self, a: &RtsAttr);
     /// The peer of a connected QP once in RTR; `None` for UD.
@@ -339,6 +343,13 @@ pub(crate) struct Qp {
 }
 
 impl Qp {
+    /// Bounds the bytes this QP keeps in flight to what the peer's receive buffer is
+    /// taken to hold (see [`crate::verbs::Context::set_inflight_budget`]); kept across
+    /// RESET.
+    pub(crate) fn set_inflight_budget(&mut self, bytes: Option<u64>) {
+        self.service.set_inflight_budget(bytes);
+    }
+
     /// A QP in RESET. `service` makes the transport's part from the shell's.
     pub(crate) fn new(
         qpn: u32,
@@ -541,6 +552,8 @@ impl Qp {
     /// - INIT → INIT, RTS → RTS, SQD → SQD: the attributes named change.
     ///
     /// Completions made here (flushes) go to `wcs`.
+    ///
+    /// (See [`Qp::set_inflight_budget`] for the one setting not an attribute.)
     pub(crate) fn modify(
         &mut self,
         a: &QpAttr,

@@ -28,6 +28,13 @@ const SCRATCH: usize = LRH_STANDIN + ipv4::MAX_HEADER_LEN + 8 + super::bth::HEAD
 /// UDP header (8 bytes) and its transport bytes from the BTH up to, not including, the
 /// ICRC. Inputs need not be valid; short inputs are hashed as they are.
 pub fn compute(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> u32 {
+    if ip_header.len() == ipv4::MIN_HEADER_LEN
+        && udp_header.len() == 8
+        && transport.len() >= super::bth::HEADER_LEN
+        && ip_header[0] == 0x45
+    {
+        return compute_v4(ip_header, udp_header, transport);
+    }
     let mut s = [0xffu8; SCRATCH];
     let ip = &ip_header[..ip_header.len().min(ipv4::MAX_HEADER_LEN)];
     s[LRH_STANDIN..LRH_STANDIN + ip.len()].copy_from_slice(ip);
@@ -56,6 +63,56 @@ pub fn compute_for(ip: &IpRepr, udp: &UdpRepr, transport: &[u8]) -> Result<u32, 
         transport,
     ))
 }
+
+/// [`compute`] for the common case, a 20-byte IPv4 header (no options), with the masks
+/// at fixed offsets: what the receive path's fast parser (`wire::fastpath`) uses. Other
+/// headers go to [`compute`].
+///
+/// The masked pseudo-header is 48 bytes, hashed on their own (crc32fast takes a byte
+/// table to anything under 128 bytes, which for 48 bytes has a shorter latency than its
+/// carry-less multiplication path, measured), then the rest of the packet in place; a
+/// packet of up to 256 bytes in all is copied behind the pseudo-header and hashed in one
+/// go (a 64-byte RDMA WRITE: 35 ns as two pieces, 26 as one, on the development machine).
+#[inline]
+pub fn compute_v4(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> u32 {
+    const IP: usize = LRH_STANDIN;
+    const UDP: usize = IP + ipv4::MIN_HEADER_LEN;
+    const BTH: usize = UDP + 8;
+    const END: usize = BTH + super::bth::HEADER_LEN;
+    let (Ok(ip), Ok(udp), Some((bth, rest))) = (
+        <&[u8; ipv4::MIN_HEADER_LEN]>::try_from(ip_header),
+        <&[u8; 8]>::try_from(udp_header),
+        transport.split_first_chunk::<{ super::bth::HEADER_LEN }>(),
+    ) else {
+        return compute(ip_header, udp_header, transport);
+    };
+    if ip[0] != 0x45 {
+        return compute(ip_header, udp_header, transport);
+    }
+    let mut s = [0xffu8; SHORT];
+    s[IP..UDP].copy_from_slice(ip);
+    s[UDP..BTH].copy_from_slice(udp);
+    s[BTH..END].copy_from_slice(bth);
+    for i in [IP + 1, IP + 8, IP + 10, IP + 11, UDP + 6, UDP + 7] {
+        s[i] = 0xff; // TOS, TTL, IPv4 header checksum; UDP checksum
+    }
+    s[BTH + super::bth::RESV8A_OFFSET] = 0xff; // FECN, BECN, reserved
+    let mut h = crc32fast::Hasher::new();
+    if let Some(tail) = s.get_mut(END..END + rest.len()) {
+        // A short packet: all of it in one buffer, one pass (with carry-less
+        // multiplication from 128 bytes on).
+        tail.copy_from_slice(rest);
+        h.update(&s[..END + rest.len()]);
+    } else {
+        h.update(&s[..END]);
+        h.update(rest);
+    }
+    h.finalize()
+}
+
+/// [`compute_v4`] copies a packet whose pseudo-header and transport section fit in this
+/// many bytes whole into its scratch buffer.
+const SHORT: usize = 256;
 
 /// Masks the IP header (`ip_len` bytes after the LRH stand-in) and the UDP header
 /// (`udp_len` bytes after it) in `s`, appends the masked BTH and hashes everything with
@@ -326,6 +383,32 @@ mod tests {
         }
         assert!(ident_basis(20, MAX_IDENT_TRANSPORT + 1).is_none());
         assert!(ident_basis(19, 10).is_none());
+    }
+
+    /// `compute_v4`, by either of its paths (one buffer for short packets, two pieces for
+    /// long ones), is the CRC of the whole masked pseudo-packet, for every length around
+    /// the switch-over and up to a 4 KiB payload with extension headers; `compute` goes
+    /// through it for such headers.
+    #[test]
+    fn compute_v4_is_the_crc_of_the_masked_whole() {
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[9] = 17;
+        ip[1] = 0x03;
+        let udp = [0xc0, 0x00, 0x12, 0xb7, 0, 60, 0x12, 0x34];
+        let t: Vec<u8> = (0..4200u32).map(|i| (i * 131 + i / 7) as u8).collect();
+        for n in (12..600).chain([4108, 4124, 4136, 4199]) {
+            let mut whole = vec![0xffu8; 8];
+            whole.extend_from_slice(&ip);
+            whole.extend_from_slice(&udp);
+            whole.extend_from_slice(&t[..n]);
+            for i in [8 + 1, 8 + 8, 8 + 10, 8 + 11, 28 + 6, 28 + 7, 36 + 4] {
+                whole[i] = 0xff;
+            }
+            let want = crc32_bitwise(&whole);
+            assert_eq!(compute_v4(&ip, &udp, &t[..n]), want, "{n}");
+            assert_eq!(compute(&ip, &udp, &t[..n]), want, "{n}");
+        }
     }
 
     #[test]

@@ -46,6 +46,7 @@ pub mod datagram;
 pub mod deth;
 mod error;
 pub mod ethernet;
+mod fastpath;
 pub mod grh;
 pub mod icrc;
 pub mod immdt;
@@ -71,8 +72,8 @@ pub use ipv4::Ipv4Repr;
 pub use ipv6::Ipv6Repr;
 pub use opcode::{ExtHeader, Opcode, TransportKind};
 pub use packet::{
-    dissect, dissect_ip, parse, parse_datagram, parse_datagram_misfit, parse_headers, parse_ip,
-    parse_misfit, Dissection, ExtHeaders, IpRepr, Misfit, RocePacket,
+    dissect, dissect_ip, parse, parse_datagram, parse_datagram_computed, parse_datagram_misfit,
+    parse_headers, parse_ip, parse_misfit, Dissection, ExtHeaders, IpRepr, Misfit, RocePacket,
 };
 pub use reth::RethRepr;
 pub use udp::UdpRepr;

@@ -243,6 +243,114 @@ opcodes! {
     Cnp = 0x81, Cnp, "CNP", [CNP_RESV], NONE;
 }
 
+/// What the receive path needs of an opcode byte, in one lookup of [`OP_TABLE`]: the
+/// opcode, whether uroce handles its transport (not RD), how long its extension headers
+/// are, which of the common sets they are, and its payload rule as bounds. The same facts as [`Opcode::headers`], [`Opcode::payload`]
+/// and [`Opcode::transport`], laid out so that parsing a packet does not walk four
+/// `match`es (see `wire::fastpath`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OpInfo {
+    /// The opcode, `None` for an unknown or reserved value.
+    pub opcode: Option<Opcode>,
+    /// True for opcodes of a transport uroce implements (RC, UC, UD, CNP).
+    pub supported: bool,
+    /// The extension headers, in wire order ([`Opcode::headers`]).
+    pub headers: &'static [ExtHeader],
+    /// Total length of the extension headers.
+    pub ext_len: u8,
+    /// Which extension headers, as one of the common sets (a jump table's index).
+    pub shape: ExtShape,
+    /// The payload rule as bounds on the bytes after the extension headers (payload and
+    /// pad): at least `min_rest`, at most `max_rest`, and a pad count other than 0 only
+    /// where `pad_ok`.
+    pub min_rest: u16,
+    pub max_rest: u16,
+    pub pad_ok: bool,
+}
+
+/// The extension headers of an opcode, as one of the sets the receive path meets most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExtShape {
+    /// None.
+    Bare,
+    /// RETH.
+    Reth,
+    /// AETH.
+    Aeth,
+    /// ImmDt.
+    Imm,
+    /// RETH, ImmDt.
+    RethImm,
+    /// DETH.
+    Deth,
+    /// Any other set.
+    Other,
+}
+
+const fn ext_shape(h: &[ExtHeader]) -> ExtShape {
+    match h {
+        [] => ExtShape::Bare,
+        [ExtHeader::Reth] => ExtShape::Reth,
+        [ExtHeader::Aeth] => ExtShape::Aeth,
+        [ExtHeader::ImmDt] => ExtShape::Imm,
+        [ExtHeader::Reth, ExtHeader::ImmDt] => ExtShape::RethImm,
+        [ExtHeader::Deth] => ExtShape::Deth,
+        _ => ExtShape::Other,
+    }
+}
+
+const fn op_info(v: u8) -> OpInfo {
+    match Opcode::from_u8(v) {
+        None => OpInfo {
+            opcode: None,
+            supported: false,
+            headers: &[],
+            ext_len: 0,
+            shape: ExtShape::Other,
+            min_rest: 0,
+            max_rest: 0,
+            pad_ok: false,
+        },
+        Some(op) => {
+            let hdrs = op.headers();
+            let mut len = 0;
+            let mut i = 0;
+            while i < hdrs.len() {
+                len += hdrs[i].wire_len();
+                i += 1;
+            }
+            OpInfo {
+                opcode: Some(op),
+                supported: op.is_supported(),
+                headers: hdrs,
+                ext_len: len as u8,
+                shape: ext_shape(hdrs),
+                min_rest: match op.payload() {
+                    PayloadRule::Exactly(n) => n as u16,
+                    _ => 0,
+                },
+                max_rest: match op.payload() {
+                    PayloadRule::None => 0,
+                    PayloadRule::Exactly(n) => n as u16,
+                    PayloadRule::Any => super::MAX_PAYLOAD as u16,
+                },
+                pad_ok: matches!(op.payload(), PayloadRule::Any),
+            }
+        }
+    }
+}
+
+/// [`OpInfo`] of every opcode byte, built at compile time from the table above.
+pub(crate) static OP_TABLE: [OpInfo; 256] = {
+    let mut t = [op_info(0xff); 256];
+    let mut v = 0;
+    while v < 256 {
+        t[v] = op_info(v as u8);
+        v += 1;
+    }
+    t
+};
+
 impl Opcode {
     /// The opcode's numeric value.
     pub const fn value(self) -> u8 {
@@ -322,6 +430,30 @@ impl std::fmt::Display for Opcode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The receive path's table says what the opcode's own methods say, for every byte.
+    #[test]
+    fn the_op_table_agrees_with_the_opcodes() {
+        for v in 0..=255u8 {
+            let t = OP_TABLE[usize::from(v)];
+            assert_eq!(t.opcode, Opcode::from_u8(v));
+            match Opcode::from_u8(v) {
+                None => assert!(!t.supported),
+                Some(op) => {
+                    assert_eq!(t.supported, op.is_supported());
+                    assert_eq!(t.headers, op.headers());
+                    assert_eq!(usize::from(t.ext_len), op.headers_len());
+                    assert_eq!(t.shape, ext_shape(op.headers()));
+                    let bounds = (t.min_rest, t.max_rest, t.pad_ok);
+                    match op.payload() {
+                        PayloadRule::None => assert_eq!(bounds, (0, 0, false)),
+                        PayloadRule::Exactly(n) => assert_eq!(bounds, (n as u16, n as u16, false)),
+                        PayloadRule::Any => assert_eq!(bounds, (0, 4096, true)),
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn every_value_round_trips_and_unknown_is_none() {

@@ -47,6 +47,8 @@ pub struct RcQp {
     pub(crate) path: Option<Path>,
     pub(crate) req: Requester,
     pub(crate) resp: Responder,
+    /// Bytes the peer's receive buffer is taken to hold ([`Service::set_inflight_budget`]).
+    inflight_budget: Option<u64>,
 }
 
 impl RcQp {
@@ -60,7 +62,17 @@ impl RcQp {
             path: None,
             req: Requester::new(core.qpn, core.pd, core.send_cq),
             resp: Responder::new(core.qpn, core.recv_cq, core.pd),
+            inflight_budget: None,
         }
+    }
+
+    /// The requester's window in packets of the path MTU: the budget over the MTU.
+    fn apply_inflight_budget(&mut self) {
+        let mtu = u64::from(self.mtu().max(256));
+        self.req.set_inflight_cap(
+            self.inflight_budget
+                .map(|b| u32::try_from(b / mtu).unwrap_or(u32::MAX)),
+        );
     }
 }
 
@@ -108,7 +120,14 @@ impl Service for RcQp {
     }
 
     fn reset(&mut self, core: &QpCore) {
+        let budget = self.inflight_budget;
         *self = Self::new(core);
+        self.set_inflight_budget(budget);
+    }
+
+    fn set_inflight_budget(&mut self, bytes: Option<u64>) {
+        self.inflight_budget = bytes;
+        self.apply_inflight_budget();
     }
 
     fn set_draining(&mut self, on: bool) {
@@ -245,6 +264,7 @@ impl Connected for RcQp {
             mtu: a.path_mtu.bytes(),
             pkey: self.resp.pkey,
         });
+        self.apply_inflight_budget();
         self.resp
             .start(a.rq_psn, a.max_dest_rd_atomic, a.min_rnr_timer);
     }

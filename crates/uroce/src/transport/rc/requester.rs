@@ -86,6 +86,9 @@ pub(crate) struct Requester {
     /// halves on each loss episode and grows by one per window acknowledged (AIMD).
     inflight_limit: u32,
     inflight_credit: u32,
+    /// The most PSNs the limit may reach: what the receiver can hold
+    /// ([`Requester::set_inflight_cap`]); 0 for [`MAX_INFLIGHT_PSNS`].
+    inflight_cap: u32,
     /// No further halving until `una` passes this PSN (one cut per loss episode).
     recover: Option<u32>,
     /// A READ re-request went out at this PSN: later responses beyond it are expected
@@ -156,7 +159,7 @@ impl Requester {
         self.tx_psn = psn;
         self.last_ackreq = psn;
         self.sent_hw = psn;
-        self.inflight_limit = MAX_INFLIGHT_PSNS;
+        self.inflight_limit = self.cap();
         self.max_rd_atomic = u32::from(a.max_rd_atomic.max(1));
         self.timeout = ack_timeout(a.timeout);
         self.retry_cnt = a.retry_cnt.min(7);
@@ -281,6 +284,12 @@ impl Requester {
             return None;
         }
         let owed = self.tx_psn != self.next_psn;
+        // The window holds packets, not only messages: a message longer than what is left
+        // of it goes out as ACKs open it (what the receiver can hold is the bound,
+        // `set_inflight_cap`), not all at once behind a window that had one PSN free.
+        if owed && psn_diff(self.tx_psn, self.una) >= self.inflight_limit as i32 {
+            return None;
+        }
         let idx = if owed {
             match (0..self.started).find(|&i| self.sq[i].contains(self.tx_psn)) {
                 Some(i) => i,
@@ -347,8 +356,10 @@ impl Requester {
         let last_of_message = self.tx_psn == w.end_psn();
         let resent = psn_diff(psn, self.sent_hw) < 0;
         // AckReq on every resent packet: after a loss, each one that gets through
-        // should move `una` (and reset the retry counter) as soon as possible.
-        if last_of_message || resent || psn_diff(psn, self.last_ackreq) >= ACKREQ_EVERY {
+        // should move `una` (and reset the retry counter) as soon as possible. And on the
+        // packet that fills the window: nothing more goes until it is acknowledged.
+        let fills = psn_diff(self.tx_psn, self.una) >= self.inflight_limit as i32;
+        if last_of_message || resent || fills || psn_diff(psn, self.last_ackreq) >= ACKREQ_EVERY {
             pkt.bth.ack_req = true;
         }
         if pkt.bth.ack_req {
@@ -592,7 +603,7 @@ impl Requester {
             self.inflight_credit += advanced;
             if self.inflight_credit >= self.inflight_limit {
                 self.inflight_credit = 0;
-                self.inflight_limit = (self.inflight_limit + 1).min(MAX_INFLIGHT_PSNS);
+                self.inflight_limit = (self.inflight_limit + 1).min(self.cap());
             }
             if self.recover.is_some_and(|r| psn_diff(una, r) >= 0) {
                 self.recover = None;
@@ -610,6 +621,22 @@ impl Requester {
     fn spend_retry(&mut self) {
         if self.retry_cnt != 7 {
             self.retry_left = self.retry_left.saturating_sub(1);
+        }
+    }
+
+    /// Bounds the PSNs in flight to `cap` (at least [`MIN_INFLIGHT_PSNS`], at most
+    /// [`MAX_INFLIGHT_PSNS`]; `None` for the latter): what the receiver's buffer holds, so
+    /// that a clean path loses nothing to its overflow (the window still halves on a loss
+    /// and grows back up to this).
+    pub(crate) fn set_inflight_cap(&mut self, cap: Option<u32>) {
+        self.inflight_cap = cap.map_or(0, |c| c.clamp(MIN_INFLIGHT_PSNS, MAX_INFLIGHT_PSNS));
+        self.inflight_limit = self.inflight_limit.min(self.cap());
+    }
+
+    fn cap(&self) -> u32 {
+        match self.inflight_cap {
+            0 => MAX_INFLIGHT_PSNS,
+            c => c,
         }
     }
 
