@@ -280,6 +280,11 @@ impl Shared {
             return Ok(());
         }
         let (backend, what) = open_backend(inner)?;
+        // RC windows no larger than what the receive buffer holds (the peer's taken to be
+        // like ours), as `Endpoint::new` does: a clean path then loses nothing.
+        if let Some(bytes) = backend.rx_capacity() {
+            inner.uroce.set_inflight_budget(Some(bytes));
+        }
         let backend = Loopback::new(backend, inner.uroce.config().ip);
         inner.datapath_what = what;
         let me = self.clone();

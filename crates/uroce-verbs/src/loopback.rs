@@ -113,6 +113,10 @@ impl Backend for Loopback {
         self.inner.rx_overruns()
     }
 
+    fn rx_capacity(&self) -> Option<u64> {
+        self.inner.rx_capacity()
+    }
+
     fn send_frame_with(
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
