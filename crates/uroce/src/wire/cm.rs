@@ -173,6 +173,17 @@ macro_rules! view {
                 tail(self.b(), $fixed)
             }
         }
+
+        impl<'a> $name<&'a [u8]> {
+            /// The bytes under the view (the CM data it was made over).
+            pub fn bytes(&self) -> &'a [u8] {
+                self.buffer
+            }
+            /// The private data, borrowed from the buffer rather than from the view.
+            pub fn private_data_ref(&self) -> &'a [u8] {
+                tail(self.buffer, $fixed)
+            }
+        }
     };
 }
 

@@ -41,6 +41,7 @@ pub mod atomic;
 pub mod bth;
 pub mod builder;
 pub mod cm;
+pub mod cm_repr;
 pub mod cnp;
 pub mod datagram;
 pub mod deth;
