@@ -391,7 +391,7 @@ impl CmEndpoint {
         }
         let id = self.new_id();
         let tid = self.new_tid(id);
-        let local_ack_timeout = (self.cfg.packet_life_time + 1).min(31);
+        let local_ack_timeout = self.cfg.packet_life_time.saturating_add(1).min(31);
         let req = ReqRepr {
             local_comm_id: id,
             service_id: p.service_id,
