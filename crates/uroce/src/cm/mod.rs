@@ -1,7 +1,7 @@
 //! Communication management (IBTA Vol. 1 chapter 12): the connection manager that
 //! RDMA CM speaks over QP 1, sans-IO.
 //!
-//! A [`CmEndpoint`] per local address holds the connections (one [`conn::Conn`] each, in
+//! A [`CmEndpoint`] per local address holds the connections (one connection each, in
 //! a [`CmState`] of IBTA's state diagram, §12.9.6) and the SIDR exchanges. It never
 //! touches a QP, a socket or a clock:
 //!
@@ -23,7 +23,7 @@
 //!
 //! The wire side is [`crate::wire::cm`] (read views) and [`crate::wire::cm_repr`]
 //! (Reprs that emit). RDMA CM's service IDs and IP addressing header are in
-//! [`service_id`]. Not done: simultaneous connect (peer-to-peer REQs), LAP / APR
+//! [`mod@service_id`]. Not done: simultaneous connect (peer-to-peer REQs), LAP / APR
 //! (alternate paths: dropped and counted), RD, and the MRA this side could send by
 //! itself when the application is slow (the application calls [`CmEndpoint::mra`]).
 

@@ -49,7 +49,7 @@ pub fn mtu_of_code(code: u8) -> Option<Mtu> {
 /// RNR retry counts 7, path MTU 1024, hop limit 64.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectParams {
-    /// The service to connect to ([`super::service_id`] for RDMA CM's port spaces).
+    /// The service to connect to ([`super::service_id()`] for RDMA CM's port spaces).
     pub service_id: u64,
     /// The peer's address (its CM is reached at QP 1 there).
     pub peer: IpAddr,
