@@ -26,6 +26,8 @@ use crate::wire::mad::{GSI_QKEY, GSI_QPN, MAD_LEN};
 
 /// REJ reasons the CM sends (IBTA Vol. 1 §12.6.7.2, Table 112).
 pub mod reason {
+    /// No resources available: the listen backlog is full.
+    pub const NO_RESOURCES: u16 = 3;
     /// Timeout: the REQ or REP went unanswered.
     pub const TIMEOUT: u16 = 4;
     /// Invalid communication ID: a REP for no REQ of this CM.
@@ -66,6 +68,10 @@ pub struct CmConfig {
     pub packet_life_time: u8,
     /// The P_Key its REQs carry.
     pub pkey: u16,
+    /// REQs the application has not answered yet (ReqRcvd, MraReqSent) that the endpoint
+    /// keeps at most (rdma_listen's backlog); a REQ beyond them is rejected with reason 3,
+    /// no resources available.
+    pub backlog: usize,
 }
 
 impl CmConfig {
@@ -77,6 +83,7 @@ impl CmConfig {
             seed,
             packet_life_time: 16,
             pkey: 0xffff,
+            backlog: 1024,
         }
     }
 }
@@ -131,6 +138,8 @@ pub struct CmCounters {
     pub rx_stale: u64,
     /// A REQ nobody listens for: rejected with reason 8.
     pub rx_no_listener: u64,
+    /// A REQ beyond the backlog: rejected with reason 3.
+    pub rx_backlog_full: u64,
     /// A REP, REJ, MRA, RTU, DREQ or DREP naming no connection of this CM.
     pub rx_unknown_id: u64,
     /// MADs handed out by `poll_transmit`.

@@ -95,8 +95,9 @@ impl CmEndpoint {
     /// REQ (passive side; IBTA §12.9.6.2, the kernel's `cm_match_req`): a duplicate is
     /// answered with what was sent (REP, MRA) or, in time wait, rejected as stale; a REQ
     /// of a QP that has a connection here already is rejected as stale and that
-    /// connection disconnected; a REQ nobody listens for is rejected with reason 8;
-    /// a REQ for an unknown transport or MTU is rejected with reason 9 or 26. Otherwise
+    /// connection disconnected; a REQ nobody listens for is rejected with reason 8, one
+    /// beyond the backlog with 3; a REQ for an unknown transport or MTU is rejected with
+    /// reason 9 or 26. Otherwise
     /// a new connection in ReqRcvd and a `ConnectRequest` event.
     fn on_req(&mut self, now: Instant, from: IpAddr, tid: u64, r: &ReqRepr<'_>) {
         if r.local_comm_id == 0 {
@@ -155,6 +156,24 @@ impl CmEndpoint {
                 r.local_comm_id,
                 msg::REQ,
                 reason::INVALID_SERVICE_ID,
+                &[],
+            );
+            return;
+        }
+        let pending = self
+            .conns
+            .values()
+            .filter(|c| matches!(c.state, CmState::ReqRcvd | CmState::MraReqSent))
+            .count();
+        if pending >= self.cfg.backlog {
+            self.counters.rx_backlog_full += 1;
+            self.send_rej(
+                from,
+                tid,
+                0,
+                r.local_comm_id,
+                msg::REQ,
+                reason::NO_RESOURCES,
                 &[],
             );
             return;

@@ -1037,3 +1037,37 @@ fn our_answers_to_rxes_req_are_rxes_rep_drep_and_rej() {
     };
     assert_eq!(req.ip.unwrap().src, ip4("fe80::5054:ff:fe77:12"));
 }
+
+#[test]
+fn a_flood_of_reqs_stops_at_the_backlog() {
+    let mut n = Net::new();
+    n.b.cfg.backlog = 3;
+    n.a.connect(n.now, &params()).unwrap();
+    let req = n.a.poll_transmit().unwrap().mad;
+    for k in 0..5u8 {
+        let mut m = req;
+        m[27] ^= k.wrapping_add(1); // another communication ID each
+        m[24 + 34] = k; // and another QP
+        n.b.handle_mad(n.now, ip(1), 1, &m);
+    }
+    assert_eq!(n.b.connections(), 3);
+    assert_eq!(n.b.counters().rx_backlog_full, 2);
+    let rejs: Vec<_> = std::iter::from_fn(|| n.b.poll_transmit()).collect();
+    assert_eq!(rejs.len(), 2);
+    let CmRepr::Rej(r) = CmMad::parse(&rejs[0].mad).unwrap().unwrap().msg else {
+        panic!()
+    };
+    assert_eq!(r.reason, reason::NO_RESOURCES);
+    // Answering one makes room for one more.
+    let ib = match n.ev_b().first() {
+        Some(CmEvent::ConnectRequest { id, .. }) => *id,
+        e => panic!("{e:?}"),
+    };
+    n.b.reject(ib, &[]).unwrap();
+    let mut m = req;
+    m[27] ^= 0x77;
+    m[24 + 34] = 9;
+    n.b.handle_mad(n.now, ip(1), 1, &m);
+    assert_eq!(n.b.connections(), 3);
+    assert_eq!(n.b.counters().rx_backlog_full, 2);
+}
