@@ -22,7 +22,7 @@ Seeds:
                rdma_cm.pcap (REQ over IPv4 and over IPv6 counted apart), and a REQ cut
                inside its fixed fields
   cm           scripts for uroce::fuzzing::cm (one-byte operations, see there): a
-               connection made, used and torn down; the same with its REQ and REP lost
+               connection made, used and torn down; a simultaneous connect; the same with its REQ and REP lost
                and retried; a SIDR exchange; rxe's REQ (IPv4, IPv6, to a port nobody
                listens on) and SIDR_REQ handed to the listening side and answered; a
                MAD cut short
@@ -299,6 +299,7 @@ def main():
         [3, 0x19, 7, 0xFF, 2, 0x40, 7, 0, 5, 0, 0, 7, 0x01, 2, 0x40, 7, 0, 4, 3, 0, 7, 0,
          5, 4, 0, 7, 0x01, 2, 0x40, 7, 0, 2, 0xFF])
     add("cm", "sidr", [3, 0x80, 7, 0, 5, 5, 0, 7, 0, 3, 0x81, 7, 0, 3, 0x93, 7, 0xFF, 2, 0xFF, 2, 0xFF])
+    add("cm", "simultaneous_connect", [3, 0x04, 3, 0x40, 7, 0, 5, 0, 0, 4, 0, 0, 7, 0, 4, 3, 0, 5, 3, 0, 7, 0])
     add("cm", "reject_and_mra", [3, 0x00, 7, 0, 5, 2, 0, 7, 0, 5, 1 | (10 << 3), 0, 7, 0])
     for name in ("req_ipv4", "req_ipv6", "sidr_req_ipv4"):
         add("cm", "rxe_" + name, b"\x00" + seeds["mad"]["seed_cm_" + name] + bytes([5, 0, 0, 5, 5, 0, 7, 0]))

@@ -229,7 +229,8 @@ pub fn mad(data: &[u8]) {
 /// one-byte operations and their arguments: a MAD from the input to B or A (op 0 / 1;
 /// with bit 7, its communication IDs replaced by ones the endpoints know, so the fuzzer
 /// reaches live connections; with bit 6, handed over cut short), time going by and the
-/// timers run (2), A connecting or, with bit 7 of the argument, resolving (3), A (4) or
+/// timers run (2), A connecting or, with bit 7 of the argument, resolving, or with bit
+/// 6, B connecting to A peer to peer (3), A (4) or
 /// B (5, 6) acting on a connection it knows (accept, reject, MRA, RTU, disconnect, SIDR
 /// reply, QP attributes, destroy), and the MADs they sent delivered, some dropped (7). Nothing may panic, every MAD sent
 /// must parse as the CM message it was built as, and after `handle_timeout(now)` no timer
@@ -318,6 +319,8 @@ pub fn cm(data: &[u8]) {
                         ids[0].push(id);
                     }
                 } else {
+                    // Bit 6: B connects to A, both peer to peer (simultaneous connect).
+                    let side = usize::from(k & 0x40 != 0);
                     let p = ConnectParams {
                         transport: if k & 2 == 0 {
                             Transport::Rc
@@ -326,11 +329,12 @@ pub fn cm(data: &[u8]) {
                         },
                         remote_cm_response_timeout: k & 7,
                         max_cm_retries: k >> 3 & 3,
+                        peer_to_peer: side == 1 || k & 4 != 0,
                         private_data: vec![k; usize::from(k & 0x3f) + 30],
-                        ..ConnectParams::new(SVC + u64::from(k & 1), ips[1], 0x11, 0x100)
+                        ..ConnectParams::new(SVC + u64::from(k & 1), ips[1 - side], 0x11, 0x100)
                     };
-                    if let Ok(id) = ep[0].connect(now, &p) {
-                        ids[0].push(id);
+                    if let Ok(id) = ep[side].connect(now, &p) {
+                        ids[side].push(id);
                     }
                 }
             }

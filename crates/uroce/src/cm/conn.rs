@@ -45,6 +45,9 @@ pub(super) struct Conn {
     pub state: CmState,
     /// This side sent the REQ.
     pub active: bool,
+    /// The REQ was sent peer to peer: a REQ from the peer for the same service may
+    /// make this side the passive one.
+    pub peer_to_peer: bool,
     pub peer: IpAddr,
     /// The peer's communication ID (0 until the REQ or REP gave it).
     pub remote_id: u32,

@@ -448,6 +448,7 @@ impl CmEndpoint {
             Conn {
                 state: CmState::ReqSent,
                 active: true,
+                peer_to_peer: p.peer_to_peer,
                 peer: p.peer,
                 remote_id: 0,
                 tid,

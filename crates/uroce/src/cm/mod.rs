@@ -23,9 +23,10 @@
 //!
 //! The wire side is [`crate::wire::cm`] (read views) and [`crate::wire::cm_repr`]
 //! (Reprs that emit). RDMA CM's service IDs and IP addressing header are in
-//! [`mod@service_id`]. Not done: simultaneous connect (peer-to-peer REQs), LAP / APR
-//! (alternate paths: dropped and counted), RD, and the MRA this side could send by
-//! itself when the application is slow (the application calls [`CmEndpoint::mra`]).
+//! [`mod@service_id`]. Simultaneous connect is there for REQs sent with
+//! [`ConnectParams::peer_to_peer`]. Not done: LAP / APR (alternate paths: dropped and
+//! counted), RD, and the MRA this side could send by itself when the application is slow
+//! (the application calls [`CmEndpoint::mra`]).
 
 #![forbid(unsafe_code)]
 

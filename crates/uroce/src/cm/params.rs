@@ -78,6 +78,10 @@ pub struct ConnectParams {
     pub max_cm_retries: u8,
     /// The local QP takes its receives from an SRQ.
     pub srq: bool,
+    /// Peer to peer (IBTA §12.9.3, simultaneous connect): the peer may be connecting to
+    /// this side with the same service ID at the same time; of the two REQs, the one
+    /// from the larger CA GUID (then QPN) wins and this side may become the passive one.
+    pub peer_to_peer: bool,
     /// Flow label of the path (20 bits; rdma_cm hashes the ports into it).
     pub flow_label: u32,
     /// Traffic class.
@@ -112,6 +116,7 @@ impl ConnectParams {
             local_cm_response_timeout: 20,
             max_cm_retries: 15,
             srq: false,
+            peer_to_peer: false,
             flow_label: 0,
             traffic_class: 0,
             hop_limit: 64,

@@ -147,6 +147,9 @@ impl CmEndpoint {
             self.stale(now, old);
             return;
         }
+        if self.peer_to_peer(from, tid, r) {
+            return;
+        }
         if !self.listens.contains(&r.service_id) {
             self.counters.rx_no_listener += 1;
             self.send_rej(
@@ -178,11 +181,7 @@ impl CmEndpoint {
             );
             return;
         }
-        let transport = match r.transport_service_type {
-            0 => Some(Transport::Rc),
-            1 => Some(Transport::Uc),
-            _ => None,
-        };
+        let transport = transport_of(r);
         let mtu = mtu_of_code(r.path_mtu);
         let (Some(transport), Some(path_mtu)) = (transport, mtu) else {
             let why = if transport.is_none() {
@@ -195,6 +194,39 @@ impl CmEndpoint {
         };
         let id = self.new_id();
         self.new_passive(from, tid, id, r, transport, path_mtu, ip_header(r));
+    }
+
+    /// Simultaneous connect (IBTA §12.9.3, the kernel's former `cm_is_active_peer`): a
+    /// REQ for the service a peer-to-peer REQ of this side to the same peer asks for. The
+    /// REQ from the larger CA GUID (then the larger QPN) wins: if it is the peer's, this
+    /// side's connection becomes the passive side of it (ReqRcvd, a `ConnectRequest`
+    /// event under the same ID, its own REQ no longer sent); if it is this side's, the
+    /// peer's REQ is dropped (the peer answers this side's). Returns whether it applied.
+    fn peer_to_peer(&mut self, from: IpAddr, tid: u64, r: &ReqRepr<'_>) -> bool {
+        let mine = self.conns.iter().find(|(_, c)| {
+            c.active
+                && c.peer_to_peer
+                && c.peer == from
+                && c.service_id == r.service_id
+                && matches!(c.state, CmState::ReqSent | CmState::MraReqRcvd)
+        });
+        let Some((&id, c)) = mine else {
+            return false;
+        };
+        let (ours, theirs) = (
+            (self.cfg.ca_guid, c.local_qpn),
+            (r.local_ca_guid, r.local_qpn),
+        );
+        if ours >= theirs {
+            self.counters.rx_unexpected += 1;
+            return true;
+        }
+        let (Some(transport), Some(path_mtu)) = (transport_of(r), mtu_of_code(r.path_mtu)) else {
+            return false; // Rejected as any REQ with these would be.
+        };
+        self.conns.remove(&id);
+        self.new_passive(from, tid, id, r, transport, path_mtu, ip_header(r));
+        true
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -213,6 +245,7 @@ impl CmEndpoint {
             Conn {
                 state: CmState::ReqRcvd,
                 active: false,
+                peer_to_peer: false,
                 peer: from,
                 remote_id: r.local_comm_id,
                 tid,
@@ -501,6 +534,15 @@ impl CmEndpoint {
             id: CmId(id),
             private_data: r.private_data.to_vec(),
         });
+    }
+}
+
+/// The transport a REQ asks for, if uroce has it.
+fn transport_of(r: &ReqRepr<'_>) -> Option<Transport> {
+    match r.transport_service_type {
+        0 => Some(Transport::Rc),
+        1 => Some(Transport::Uc),
+        _ => None,
     }
 }
 

@@ -1071,3 +1071,65 @@ fn a_flood_of_reqs_stops_at_the_backlog() {
     assert_eq!(n.b.connections(), 3);
     assert_eq!(n.b.counters().rx_backlog_full, 2);
 }
+
+#[test]
+fn simultaneous_connect_makes_the_larger_guid_the_active_side() {
+    // Both sides connect peer to peer to the same service; neither listens.
+    let mut n = Net::new();
+    n.b.stop_listen(SVC);
+    let pa = ConnectParams {
+        peer_to_peer: true,
+        ..params()
+    };
+    let pb = ConnectParams {
+        peer: ip(1),
+        qpn: 0x33,
+        starting_psn: 0x3000,
+        ..pa.clone()
+    };
+    let ia = n.a.connect(n.now, &pa).unwrap();
+    let ib = n.b.connect(n.now, &pb).unwrap();
+    // B's CA GUID (from MAC ...:02) is the larger: B stays active, A becomes passive.
+    assert!(n.b.config().ca_guid > n.a.config().ca_guid);
+    assert_eq!(n.pump(), [(true, Req), (false, Req)]);
+    let ev = n.ev_a();
+    let [CmEvent::ConnectRequest { id, ref req }] = ev[..] else {
+        panic!("{ev:?}")
+    };
+    assert_eq!((id, req.remote_qpn), (ia, 0x33));
+    assert!(n.ev_b().is_empty(), "B drops A's REQ");
+    assert_eq!(n.a.state(ia), Some(CmState::ReqRcvd));
+    n.a.accept(n.now, ia, &AcceptParams::new(0x11, 0x1000))
+        .unwrap();
+    n.pump();
+    assert!(matches!(n.ev_b()[..], [CmEvent::ConnectReply { id, .. }] if id == ib));
+    n.b.rtu(ib, &[]).unwrap();
+    n.pump();
+    assert_eq!(n.a.state(ia), Some(CmState::Established));
+    assert_eq!(n.b.state(ib), Some(CmState::Established));
+    let (ar, _) = n.a.qp_attr(ia, QpState::Rtr).unwrap();
+    let (br, _) = n.b.qp_attr(ib, QpState::Rtr).unwrap();
+    assert_eq!((ar.dest_qp_num, ar.rq_psn), (0x33, 0x3000));
+    assert_eq!((br.dest_qp_num, br.rq_psn), (0x11, 0x1000));
+    // Without peer_to_peer, the same crossing is two REQs nobody listens for.
+    let mut n = Net::new();
+    n.b.stop_listen(SVC);
+    n.a.connect(n.now, &params()).unwrap();
+    n.b.connect(
+        n.now,
+        &ConnectParams {
+            peer: ip(1),
+            ..params()
+        },
+    )
+    .unwrap();
+    n.pump();
+    assert!(matches!(
+        n.ev_a()[..],
+        [CmEvent::Rejected { reason: 8, .. }]
+    ));
+    assert!(matches!(
+        n.ev_b()[..],
+        [CmEvent::Rejected { reason: 8, .. }]
+    ));
+}
