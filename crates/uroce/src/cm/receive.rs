@@ -48,7 +48,7 @@ impl CmEndpoint {
             CmRepr::Rtu(r) => self.on_rtu(from, &r),
             CmRepr::Dreq(r) => self.on_dreq(now, from, m.tid, &r),
             CmRepr::Drep(r) => self.on_drep(now, from, &r),
-            CmRepr::SidrReq(r) => self.on_sidr_req(now, from, m.tid, &r),
+            CmRepr::SidrReq(r) => self.on_sidr_req(from, m.tid, &r),
             CmRepr::SidrRep(r) => self.on_sidr_rep(from, &r),
         }
     }

@@ -154,14 +154,7 @@ impl CmEndpoint {
         Ok(())
     }
 
-    pub(super) fn on_sidr_req(
-        &mut self,
-        now: Instant,
-        from: IpAddr,
-        tid: u64,
-        r: &SidrReqRepr<'_>,
-    ) {
-        let _ = now;
+    pub(super) fn on_sidr_req(&mut self, from: IpAddr, tid: u64, r: &SidrReqRepr<'_>) {
         let dup = self
             .sidrs
             .iter()
