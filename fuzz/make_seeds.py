@@ -21,6 +21,11 @@ Seeds:
   mad          the 256-byte MAD of the first UD SEND to QP 1 of each CM message kind in
                rdma_cm.pcap (REQ over IPv4 and over IPv6 counted apart), and a REQ cut
                inside its fixed fields
+  cm           scripts for uroce::fuzzing::cm (one-byte operations, see there): a
+               connection made, used and torn down; a simultaneous connect; the same with its REQ and REP lost
+               and retried; a SIDR exchange; rxe's REQ (IPv4, IPv6, to a port nobody
+               listens on) and SIDR_REQ handed to the listening side and answered; a
+               MAD cut short
   hdr_*        the header's bytes sliced out of real frames (layout: Ethernet 14,
                IPv4 20, UDP 8, BTH 12 at offset 42, extension headers from 54), without
                the selector byte, which the hdr_* targets prepend. The captures hold no
@@ -93,6 +98,7 @@ TARGETS = [
     "hdr_grh",
     "hdr_immdt",
     "mad",
+    "cm",
 ]
 
 
@@ -283,6 +289,24 @@ def main():
         if "seed_" + name not in seeds["mad"]:
             add("mad", name, m)
     add("mad", "cm_req_cut_in_fixed_fields", seeds["mad"]["seed_cm_req_ipv4"][: 24 + 100])
+    # The connection manager's scripts (see uroce::fuzzing::cm for the operations:
+    # 0/1 a MAD to B/A, 2 time, 3 A connects (bit 7: SIDR), 4 A acts, 5 B acts,
+    # 7 deliver with a drop mask; acts: 0 accept 1 reject 2 MRA 3 RTU 4 disconnect
+    # 5 SIDR reply 6 QP attributes 7 destroy).
+    add("cm", "connect_rtu_disconnect",
+        [3, 0x00, 7, 0, 5, 6, 0, 5, 0, 0, 7, 0, 4, 6, 0, 4, 3, 0, 7, 0, 4, 4, 0, 7, 0, 2, 0xFF])
+    add("cm", "req_and_rep_lost",
+        [3, 0x19, 7, 0xFF, 2, 0x40, 7, 0, 5, 0, 0, 7, 0x01, 2, 0x40, 7, 0, 4, 3, 0, 7, 0,
+         5, 4, 0, 7, 0x01, 2, 0x40, 7, 0, 2, 0xFF])
+    add("cm", "sidr", [3, 0x80, 7, 0, 5, 5, 0, 7, 0, 3, 0x81, 7, 0, 3, 0x93, 7, 0xFF, 2, 0xFF, 2, 0xFF])
+    add("cm", "simultaneous_connect", [3, 0x04, 3, 0x40, 7, 0, 5, 0, 0, 4, 0, 0, 7, 0, 4, 3, 0, 5, 3, 0, 7, 0])
+    add("cm", "reject_and_mra", [3, 0x00, 7, 0, 5, 2, 0, 7, 0, 5, 1 | (10 << 3), 0, 7, 0])
+    for name in ("req_ipv4", "req_ipv6", "sidr_req_ipv4"):
+        add("cm", "rxe_" + name, b"\x00" + seeds["mad"]["seed_cm_" + name] + bytes([5, 0, 0, 5, 5, 0, 7, 0]))
+    add("cm", "rxe_rep_rtu_dreq_to_known_ids",
+        b"\x00" + seeds["mad"]["seed_cm_req_ipv4"] + bytes([5, 0, 0])
+        + b"\x80" + seeds["mad"]["seed_cm_rtu"] + b"\x80" + seeds["mad"]["seed_cm_dreq"] + bytes([7, 0]))
+    add("cm", "short_mad", b"\x40" + seeds["mad"]["seed_cm_rej"][:30])
     # The decoder over a CM exchange: rdma_cm.pcap's REQ, REP and RTU.
     head, records = read_pcap(os.path.join(DATA, "rdma_cm.pcap"))
     add("pcap", "rdma_cm_req_rep_rtu", head + b"".join(r + f for r, f in records[:3]))

@@ -69,6 +69,7 @@ targets! {
     hdr_immdt: "hdr_immdt" => Entry::Header(11);
     neighbour: "neighbour" => Entry::Plain(fuzzing::neighbour);
     mad: "mad" => Entry::Plain(fuzzing::mad);
+    cm: "cm" => Entry::Plain(fuzzing::cm);
     perftest_keys: "perftest_keys" => Entry::Plain(uroce_tools::fuzzing::perftest_keys);
 }
 

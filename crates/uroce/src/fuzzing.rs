@@ -5,7 +5,7 @@
 #![forbid(unsafe_code)]
 
 use crate::wire::{
-    self, bth, cm, ethernet, immdt, ipv4, ipv6, mad, udp, AethRepr, AtomicAckEthRepr,
+    self, bth, cm, cm_repr, ethernet, immdt, ipv4, ipv6, mad, udp, AethRepr, AtomicAckEthRepr,
     AtomicEthRepr, BthRepr, DethRepr, EthernetRepr, GrhRepr, Ipv4Repr, Ipv6Repr, RethRepr, UdpRepr,
 };
 
@@ -209,6 +209,200 @@ pub fn mad(data: &[u8]) {
     for id in 0x10..=0x1a {
         if let Ok(Some(m)) = cm::Message::parse(id, h.data()) {
             touch_cm(&m);
+        }
+    }
+    // A CM MAD the connection manager reads re-emits, and what it emits reads back to
+    // the same message (its private data padded to the message's room).
+    if let Ok(Some(m)) = cm_repr::CmMad::parse(data) {
+        let out = m.to_bytes().expect("a parsed CM MAD must re-emit");
+        let again = cm_repr::CmMad::parse(&out)
+            .expect("a re-emitted CM MAD must parse")
+            .expect("and still be a CM MAD");
+        assert_eq!(again.tid, m.tid);
+        assert_eq!(again.msg.attr(), m.msg.attr());
+        assert_eq!(again.to_bytes().expect("re-emit"), out);
+    }
+}
+
+/// The connection manager: two endpoints (A at 10.0.0.1 connecting, B at 10.0.0.2
+/// listening on the RDMA CM TCP port 7174 and UDP port 7174) driven by a script of
+/// one-byte operations and their arguments: a MAD from the input to B or A (op 0 / 1;
+/// with bit 7, its communication IDs replaced by ones the endpoints know, so the fuzzer
+/// reaches live connections; with bit 6, handed over cut short), time going by and the
+/// timers run (2), A connecting or, with bit 7 of the argument, resolving, or with bit
+/// 6, B connecting to A peer to peer (3), A (4) or
+/// B (5, 6) acting on a connection it knows (accept, reject, MRA, RTU, disconnect, SIDR
+/// reply, QP attributes, destroy), and the MADs they sent delivered, some dropped (7). Nothing may panic, every MAD sent
+/// must parse as the CM message it was built as, and after `handle_timeout(now)` no timer
+/// is still due at `now`.
+pub fn cm(data: &[u8]) {
+    use crate::cm::{
+        service_id, AcceptParams, CmConfig, CmEndpoint, CmEvent, CmId, ConnectParams, PortSpace,
+        SidrParams, SidrReplyParams, Transport,
+    };
+    use crate::transport::QpState;
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::time::{Duration, Instant};
+
+    const SVC: u64 = service_id(PortSpace::Tcp, 7174);
+    const UDP_SVC: u64 = service_id(PortSpace::Udp, 7174);
+    let ips = [
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+    ];
+    let mk = |i: usize| {
+        CmEndpoint::new(CmConfig {
+            packet_life_time: 4,
+            ..CmConfig::new(ips[i], i as u64 + 1, i as u64 + 1)
+        })
+    };
+    let mut ep = [mk(0), mk(1)];
+    ep[1].listen(SVC).expect("listen");
+    ep[1].listen(UDP_SVC).expect("listen");
+    let mut ids: [Vec<CmId>; 2] = [Vec::new(), Vec::new()];
+    let mut wire: Vec<(usize, [u8; mad::MAD_LEN])> = Vec::new();
+    let mut fed = [0u64; 2];
+    let mut now = Instant::now();
+    let mut it = data;
+    let next = |it: &mut &[u8]| -> u8 {
+        let (&b, rest) = it.split_first().unwrap_or((&0, &[]));
+        *it = rest;
+        b
+    };
+    let pick = |ids: &[CmId], k: u8| ids.get(usize::from(k) % ids.len().max(1)).copied();
+    let mut steps = 0;
+    while !it.is_empty() && steps < 512 {
+        steps += 1;
+        let op = next(&mut it);
+        match op & 7 {
+            0 | 1 => {
+                let to = usize::from(op & 1 == 0);
+                let n = it.len().min(mad::MAD_LEN);
+                let mut m = [0u8; mad::MAD_LEN];
+                m[..n].copy_from_slice(&it[..n]);
+                it = &it[n..];
+                if op & 0x80 != 0 {
+                    // The receiver's ID where a reply names it, the sender's before it.
+                    if let Some(r) = ids[to].first() {
+                        m[28..32].copy_from_slice(&r.0.to_be_bytes());
+                    }
+                    if let Some(s) = ids[1 - to].first() {
+                        m[24..28].copy_from_slice(&s.0.to_be_bytes());
+                    }
+                }
+                let len = if op & 0x40 != 0 { n } else { mad::MAD_LEN };
+                ep[to].handle_mad(now, ips[1 - to], 1, &m[..len]);
+                fed[to] += 1;
+            }
+            2 => {
+                let k = next(&mut it);
+                now += Duration::from_micros(u64::from(k) << (k & 15));
+                for e in &mut ep {
+                    e.handle_timeout(now);
+                    assert!(
+                        e.poll_timeout().is_none_or(|t| t > now),
+                        "a timer is still due after handle_timeout"
+                    );
+                }
+            }
+            3 => {
+                let k = next(&mut it);
+                if k & 0x80 != 0 {
+                    let p = SidrParams {
+                        service_id: if k & 1 == 0 { UDP_SVC } else { UDP_SVC + 1 },
+                        peer: ips[1],
+                        timeout: k & 7,
+                        max_retries: k >> 4 & 3,
+                        private_data: vec![k; usize::from(k & 0x3f)],
+                    };
+                    if let Ok(id) = ep[0].sidr_resolve(now, &p) {
+                        ids[0].push(id);
+                    }
+                } else {
+                    // Bit 6: B connects to A, both peer to peer (simultaneous connect).
+                    let side = usize::from(k & 0x40 != 0);
+                    let p = ConnectParams {
+                        transport: if k & 2 == 0 {
+                            Transport::Rc
+                        } else {
+                            Transport::Uc
+                        },
+                        remote_cm_response_timeout: k & 7,
+                        max_cm_retries: k >> 3 & 3,
+                        peer_to_peer: side == 1 || k & 4 != 0,
+                        private_data: vec![k; usize::from(k & 0x3f) + 30],
+                        ..ConnectParams::new(SVC + u64::from(k & 1), ips[1 - side], 0x11, 0x100)
+                    };
+                    if let Ok(id) = ep[side].connect(now, &p) {
+                        ids[side].push(id);
+                    }
+                }
+            }
+            4..=6 => {
+                let side = usize::from(op & 7 != 4);
+                let (k, w) = (next(&mut it), next(&mut it));
+                let Some(id) = pick(&ids[side], w) else {
+                    continue;
+                };
+                let e = &mut ep[side];
+                let pd = vec![w; usize::from(k >> 3)];
+                let _ = match k & 7 {
+                    0 => e
+                        .accept(now, id, &AcceptParams::new(0x22, u32::from(w)))
+                        .is_ok(),
+                    1 => e.reject(id, &pd).is_ok(),
+                    2 => e.mra(id, w & 31, &pd).is_ok(),
+                    3 => e.rtu(id, &pd).is_ok(),
+                    4 => e.disconnect(now, id, &pd).is_ok(),
+                    5 => {
+                        let r = SidrReplyParams {
+                            status: w & 3,
+                            qpn: 0x12,
+                            qkey: 0x0123_4567,
+                            private_data: pd,
+                        };
+                        e.sidr_reply(now, id, &r).is_ok()
+                    }
+                    6 => [QpState::Init, QpState::Rtr, QpState::Rts]
+                        .iter()
+                        .all(|&s| e.qp_attr(id, s).is_ok()),
+                    _ => e.destroy(id) || e.notify_established(id).is_ok(),
+                };
+            }
+            _ => {
+                let mask = next(&mut it);
+                for (i, e) in ep.iter_mut().enumerate() {
+                    while let Some(m) = e.poll_transmit() {
+                        wire.push((1 - i, m.mad));
+                    }
+                }
+                for (k, (to, m)) in std::mem::take(&mut wire).into_iter().enumerate() {
+                    if mask >> (k % 8) & 1 == 0 {
+                        ep[to].handle_mad(now, ips[1 - to], 1, &m);
+                        fed[to] += 1;
+                    }
+                }
+            }
+        }
+        for (i, e) in ep.iter_mut().enumerate() {
+            while let Some(ev) = e.poll_event() {
+                match ev {
+                    CmEvent::ConnectRequest { id, .. } | CmEvent::SidrRequest { id, .. } => {
+                        ids[i].push(id)
+                    }
+                    CmEvent::TimeWaitExit { id } => ids[i].retain(|x| *x != id),
+                    _ => {}
+                }
+            }
+            assert_eq!(e.counters().rx_mads, fed[i]);
+            // What it sends parses back; it stays queued for delivery.
+            while let Some(m) = e.poll_transmit() {
+                assert!(
+                    matches!(cm_repr::CmMad::parse(&m.mad), Ok(Some(_))),
+                    "the CM sent a MAD it cannot read"
+                );
+                wire.push((1 - i, m.mad));
+            }
         }
     }
 }

@@ -5,7 +5,8 @@
 //! and memory regions, [`endpoint`] the sans-IO device context (packets and time in,
 //! datagrams out), [`verbs`] the façade a program uses under ibverbs' names, [`datapath`]
 //! the backends that put datagrams on a network, [`net`] what the host knows (addresses,
-//! routes, neighbours, over rtnetlink), [`pcap`] capture files, [`rng`] the seeded
+//! routes, neighbours, over rtnetlink), [`cm`] the connection manager (IBTA chapter 12,
+//! sans-IO: CM MADs in and out of QP 1), [`pcap`] capture files, [`rng`] the seeded
 //! generator, [`sim`] deterministic simulated links. The `uroce` command line lives in the
 //! `uroce-tools` crate.
 //!
@@ -13,6 +14,7 @@
 //! `buffer.rs` with [`endpoint::Context::reg_mr_raw`] (the application's memory
 //! registered in place, its contract stated there); every other module forbids it.
 
+pub mod cm;
 pub mod congestion;
 pub mod datapath;
 pub mod endpoint;

@@ -3,7 +3,7 @@
 //! header that Linux's RDMA CM puts at the start of a REQ's or SIDR_REQ's private data.
 //!
 //! One zero-copy view per message, over the 232 bytes after the MAD header. Offsets
-//! below count from there (add 24 for the MAD offset); "b[7:3]" means bits 7 to 3 of a
+//! below count from there (add 24 for the MAD offset); "b\[7:3\]" means bits 7 to 3 of a
 //! byte, bit 7 the most significant:
 //!
 //! ```text
@@ -43,7 +43,8 @@
 //! Each view checks in `new_checked` that every fixed field is there (a truncated message
 //! is [`WireError::Truncated`] naming it); accessors then read only inside that length,
 //! and there is no unchecked constructor, so nothing here panics. The private data is
-//! whatever follows the fixed fields, up to the 232 bytes of a MAD.
+//! whatever follows the fixed fields, up to the 232 bytes of a MAD. The emit side, a
+//! `Repr` per message, is [`super::cm_repr`].
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -171,6 +172,17 @@ macro_rules! view {
             /// The private data: what follows the fixed fields.
             pub fn private_data(&self) -> &[u8] {
                 tail(self.b(), $fixed)
+            }
+        }
+
+        impl<'a> $name<&'a [u8]> {
+            /// The bytes under the view (the CM data it was made over).
+            pub fn bytes(&self) -> &'a [u8] {
+                self.buffer
+            }
+            /// The private data, borrowed from the buffer rather than from the view.
+            pub fn private_data_ref(&self) -> &'a [u8] {
+                tail(self.buffer, $fixed)
             }
         }
     };

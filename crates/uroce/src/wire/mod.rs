@@ -17,9 +17,10 @@
 //! have no `Repr` type: their value is a `u32`, read and written by [`immdt::parse`] and
 //! [`immdt::emit`]. The CNP is a BTH followed by 16 reserved bytes ([`cnp`]).
 //!
-//! Above the transport, for tools: [`mad`] (the management datagram header of a UD SEND
-//! to QP 1) and [`cm`] (the connection manager's messages and the RDMA CM IP addressing
-//! header), read-only views whose only constructor checks the length.
+//! Above the transport: [`mad`] (the management datagram header of a UD SEND to QP 1)
+//! and [`cm`] (the connection manager's messages and the RDMA CM IP addressing header),
+//! read-only views whose only constructor checks the length, and [`cm_repr`], their
+//! plain representations, which the connection manager ([`crate::cm`]) emits.
 //!
 //! Nothing here panics on malformed input: every parse problem is a [`WireError`] that
 //! says what and where, and every `emit` into too small a buffer is
@@ -41,6 +42,7 @@ pub mod atomic;
 pub mod bth;
 pub mod builder;
 pub mod cm;
+pub mod cm_repr;
 pub mod cnp;
 pub mod datagram;
 pub mod deth;
