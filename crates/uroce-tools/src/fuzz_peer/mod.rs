@@ -405,6 +405,14 @@ pub fn run(cfg: &FuzzConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<S
             since_specs.push(spec);
             since_frames.push(st.frame);
             if let Some(m) = st.mismatch {
+                // Silence where the rules ask for an answer: the peer may have stopped
+                // answering altogether, which the liveness oracle tells.
+                if m.got == Outcome::Silence {
+                    if let Err(why) = d.sess.liveness(cfg.deadline)? {
+                        finding = Some((shrink::Want::Liveness, why));
+                        break 'run;
+                    }
+                }
                 let key = (
                     kind_name(&m.spec),
                     format!("{:?}", m.expected),
