@@ -55,6 +55,11 @@ pub struct Target {
     pub mtu: u32,
     /// The largest payload a frame may carry on this link.
     pub max_payload: u32,
+    /// Whether the peer's QP takes RDMA WRITE and RDMA READ (its access flags, as the
+    /// tool sets them: perftest's ib_write_bw enables remote writes only).
+    pub write_ok: bool,
+    /// See `write_ok`.
+    pub read_ok: bool,
 }
 
 /// What the fuzzer knows of the target responder's state (IBTA Vol. 1 §9.7.5.1).
@@ -301,7 +306,7 @@ impl Generator {
         if t.open.is_some() && self.rng.chance(0.6) {
             return Spec::ContinueWrite;
         }
-        let op = if self.rng.chance(0.5) {
+        let op = if self.rng.chance(0.5) || !target.read_ok {
             ReqOp::Write
         } else {
             ReqOp::Read
@@ -317,7 +322,10 @@ impl Generator {
         let fatal = self.rng.chance(FATAL_SHARE);
         let roll = loop {
             let r = self.rng.range(0, 99);
-            if is_fatal(r) == fatal {
+            // A READ to a QP that does not take them ends it: as rare as the other
+            // frames that do.
+            let fatal_here = is_fatal(r) || (!target.read_ok && (58..=70).contains(&r));
+            if fatal_here == fatal {
                 break r;
             }
         };
@@ -587,7 +595,11 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
     let (bytes, psn, expect) = match *spec {
         Spec::Write { len, off, ack_req } => {
             silent_take = !ack_req;
-            let x = if ack_req { Expect::Ack } else { Expect::Any };
+            let x = match (ack_req, t.write_ok) {
+                (_, false) => Expect::NotAccepted,
+                (true, true) => Expect::Ack,
+                (false, true) => Expect::Any,
+            };
             (write_only(t, e, u64::from(off), len, ack_req), e, when(x))
         }
         Spec::PsnOff { delta } => {
@@ -799,7 +811,11 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
         }
         Spec::Read { len, off } => {
             let past = u64::from(off) + u64::from(len) > t.region_len;
-            let x = if past && t.region_exact {
+            // IBTA Vol. 1 §9.7.5.2.2: a READ to a QP not enabled for it is an Invalid
+            // Request (rdma_rxe: `check_op_valid`).
+            let x = if !t.read_ok {
+                Expect::NotAccepted
+            } else if past && t.region_exact {
                 Expect::RemoteAccess
             } else if past {
                 Expect::Any
@@ -830,7 +846,9 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
                 };
                 // IBTA Vol. 1 §9.7.5.1.3: a duplicate READ is executed again from the
                 // PSN it carries (rdma_rxe: `duplicate_request`).
-                let x = if shift == 0 && track.known && r.len > 0 {
+                let x = if !t.read_ok {
+                    Expect::NotAccepted
+                } else if shift == 0 && track.known && r.len > 0 {
                     Expect::ReadResp
                 } else {
                     Expect::Any
@@ -844,7 +862,11 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             _ => (
                 build(t, bth(t, Opcode::RcReadRequest, e, true), reth(t, 0, 16), 0),
                 e,
-                when(Expect::ReadResp),
+                when(if t.read_ok {
+                    Expect::ReadResp
+                } else {
+                    Expect::NotAccepted
+                }),
             ),
         },
         Spec::Atomic { cmp, off, misalign } => {
@@ -951,6 +973,20 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             (b, e, Expect::NotAccepted)
         }
     };
+    // An RDMA operation the QP is not enabled for is an Invalid Request whatever else
+    // is wrong with it (IBTA Vol. 1 §9.7.5.2.2): only "not executed" is certain.
+    let opcode = if whole { None } else { bytes.first().copied() };
+    let refused = match opcode {
+        Some(0x06..=0x0b) => !t.write_ok,
+        Some(0x0c) => !t.read_ok,
+        _ => false,
+    };
+    let expect = match expect {
+        Expect::Ack | Expect::ReadResp | Expect::RemoteAccess | Expect::Refused if refused => {
+            Expect::NotAccepted
+        }
+        x => x,
+    };
     Rendered {
         bytes,
         whole,
@@ -1051,6 +1087,8 @@ mod tests {
             region_exact: true,
             mtu: 1024,
             max_payload: 1400,
+            write_ok: true,
+            read_ok: true,
         }
     }
 

@@ -21,7 +21,7 @@ use crate::backend::{self, BackendChoice, Boxed};
 use crate::link::{local_link, peer_mac};
 use crate::perf::exchange::{read_json, send_json, Hello};
 use crate::perf::PerfOp;
-use crate::perftest::{Keys, KEY_LEN, VERSION};
+use crate::perftest::{Keys, VERSION};
 use uroce::datapath::impair::Impairment;
 use uroce::datapath::Received;
 use uroce::mem::{Access, Mr};
@@ -139,10 +139,7 @@ fn connect_tcp(peer: IpAddr, port: u16, for_: Duration) -> anyhow::Result<TcpStr
                 let _ = t.set_nodelay(true);
                 return Ok(t);
             }
-            Err(e) if Instant::now() < until => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(100)),
             Err(e) => return Err(e).with_context(|| format!("connecting to {peer}:{port}")),
         }
     }
@@ -199,7 +196,6 @@ fn perftest_handshake(
         let k = Keys::from_wire(&xchg(tcp, &mine.to_wire())?)?;
         rem.get_or_insert(k);
     }
-    debug_assert_eq!(KEY_LEN, mine.to_wire().len());
     Ok((rem.context("no keys")?, agreed))
 }
 
@@ -248,6 +244,12 @@ impl Session {
         let max_payload = link.mtu.saturating_sub(64).min(4096);
         let mut targets = Vec::new();
         let mut tcps = Vec::new();
+        let (write_ok, read_ok) = match cfg.tool {
+            PeerTool::UrocePerf => (true, true),
+            PeerTool::Perftest(PerftestVerb::Write) => (true, false),
+            PeerTool::Perftest(PerftestVerb::Read) => (false, true),
+            PeerTool::Perftest(_) => (false, false),
+        };
         let target = |dest_qp: u32, my_qpn: u32, rkey: u32, va: u64, len: u64, exact, mtu: Mtu| {
             (
                 Target {
@@ -264,6 +266,8 @@ impl Session {
                     region_exact: exact,
                     mtu: mtu.bytes(),
                     max_payload,
+                    write_ok,
+                    read_ok,
                 },
                 Track::new(cfg.psn, mtu.bytes()),
             )
@@ -559,8 +563,8 @@ impl Session {
                     Ok(())
                 } else {
                     Err(format!(
-                        "the known-good QP's {:?} completed with {}",
-                        g_op_name(op),
+                        "the known-good QP's {} completed with {}",
+                        op_name(op),
                         wc.status.name()
                     ))
                 });
@@ -568,12 +572,13 @@ impl Session {
         }
         Ok(Err(format!(
             "the known-good QP's {} did not complete within {deadline:?}",
-            g_op_name(op)
+            op_name(op)
         )))
     }
 }
 
-fn g_op_name(op: SendOp) -> &'static str {
+/// How an operation of the known-good QP is called in a finding.
+fn op_name(op: SendOp) -> &'static str {
     match op {
         SendOp::Write { .. } => "RDMA WRITE",
         SendOp::Read { .. } => "RDMA READ",

@@ -176,22 +176,19 @@ pub fn judge(r: &Rendered, epsn: u32, got: &Outcome) -> bool {
 /// gone to the error state (a NAK other than a PSN sequence error or RNR: IBTA Vol. 1
 /// §9.7.5.2, the responder's class C / D / E errors), so it takes no more frames.
 pub fn learn(t: &mut Track, spec: &Spec, r: &Rendered, got: &Outcome) -> bool {
-    // The responder's expected PSN only moves forward; when it does, the PSN it NAKed
-    // has arrived, and it may NAK a sequence error again.
-    let forward = |t: &mut Track, next: u32| {
-        if !t.known || psn_diff(next, t.epsn) > 0 {
-            if psn_diff(next, t.epsn) > 0 {
-                t.nak_sent = false;
-            }
-            t.epsn = next;
-        }
-        t.known = true;
+    // The responder takes only the packet at its expected PSN; an answer naming another
+    // PSN (a duplicate's ACK, whichever PSN the peer puts in it) moves nothing. When the
+    // expected PSN moves, the PSN it NAKed has arrived and it may NAK a sequence error
+    // again.
+    let at_epsn = t.known && r.psn == t.epsn;
+    let take = |t: &mut Track, next: u32| {
+        t.epsn = next;
+        t.nak_sent = false;
     };
     match *got {
         Outcome::Ack { psn } | Outcome::AtomicAck { psn } => {
-            let advanced = psn_diff(psn_add(psn, 1), t.epsn) > 0;
-            forward(t, psn_add(psn, 1));
-            if advanced && psn == r.psn {
+            if at_epsn && psn == r.psn {
+                take(t, psn_add(psn, 1));
                 match *spec {
                     Spec::OpenWrite { packets, .. } => {
                         t.open = Some(packets.saturating_sub(1) * t.mtu)
@@ -210,18 +207,17 @@ pub fn learn(t: &mut Track, spec: &Spec, r: &Rendered, got: &Outcome) -> bool {
                     t.last_atomic = Some((psn, a.0, a.1));
                 }
             }
-            if matches!(got, Outcome::Ack { .. }) && psn != r.psn && !t.known {
-                t.open = None;
-            }
             true
         }
-        Outcome::ReadResp { first, last } => {
-            if first == r.psn && psn_diff(first, t.epsn) >= 0 {
+        Outcome::ReadResp { first, .. } => {
+            if at_epsn && first == r.psn {
                 if let Some(reth) = reth_of(r) {
-                    t.last_read = Some((first, reth, psn_diff(last, first) as u32 + 1));
+                    // A READ takes one PSN per response packet (IBTA Vol. 1 §9.7.4.1.5).
+                    let n = reth.len.div_ceil(t.mtu.max(1)).max(1);
+                    t.last_read = Some((first, reth, n));
+                    take(t, psn_add(first, i64::from(n)));
                 }
             }
-            forward(t, psn_add(last, 1));
             true
         }
         Outcome::Nak { code: 0, psn } => {
