@@ -288,13 +288,14 @@ impl Driver {
             epsn: tr.epsn,
         });
         let alive = learn(&mut tr, spec, &r, &got);
-        // A QP that should have answered and said nothing may have gone to the error
-        // state without a NAK: its state is no longer known.
-        if mismatch.is_some() && got == Outcome::Silence {
+        // A QP that should have answered and said nothing has gone to the error state
+        // without a NAK, or its state is not what was learnt: either way it is left.
+        let gone = mismatch.is_some() && got == Outcome::Silence;
+        if gone {
             tr.known = false;
         }
         self.sess.targets[self.live].1 = tr;
-        if !alive {
+        if !alive || gone {
             self.live += 1;
         }
         Ok(Some(Step {

@@ -184,7 +184,8 @@ pub enum Spec {
     AtomicReplay,
     /// A SEND ONLY of `len` bytes.
     Send { len: u32 },
-    /// An ACKNOWLEDGE (AETH with `syndrome`) sent to the peer's responder... and requester.
+    /// An ACKNOWLEDGE (AETH with `syndrome`) at the expected PSN + `delta`, sent to the
+    /// peer's QP, whose requester has nothing outstanding.
     GhostAck { syndrome: u8, delta: i32 },
     /// A WRITE ONLY cut to `keep` bytes of transport, the ICRC over what is left.
     Truncated { keep: u16 },
