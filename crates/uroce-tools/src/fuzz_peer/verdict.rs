@@ -157,7 +157,7 @@ pub fn judge(r: &Rendered, epsn: u32, got: &Outcome) -> bool {
         Expect::Ack => {
             matches!(*got, Outcome::Ack { psn } if psn_diff(psn, r.psn) >= 0)
         }
-        // §9.7.5.1.2: a PSN after the expected one: one PSN sequence error NAK carrying
+        // §9.7.5.1: a PSN after the expected one: one PSN sequence error NAK carrying
         // the expected PSN.
         Expect::SeqNak => matches!(*got, Outcome::Nak { code: 0, psn } if psn == epsn),
         // §9.7.5.2 / Table 45: an R_Key, bounds or rights violation.
@@ -166,7 +166,7 @@ pub fn judge(r: &Rendered, epsn: u32, got: &Outcome) -> bool {
         Expect::ReadResp => matches!(*got, Outcome::ReadResp { first, .. } if first == r.psn),
         Expect::NotAccepted => !accepted,
         Expect::Silent => *got == Outcome::Silence,
-        // §9.7.5.1.3: a duplicate WRITE / SEND is not executed again; the responder
+        // §9.7.5.1: a duplicate WRITE / SEND is not executed again; the responder
         // acknowledges it (with the last PSN it took) or, between, says nothing.
         Expect::DupAck => matches!(*got, Outcome::Silence | Outcome::Ack { .. }),
     }
@@ -212,7 +212,7 @@ pub fn learn(t: &mut Track, spec: &Spec, r: &Rendered, got: &Outcome) -> bool {
         Outcome::ReadResp { first, .. } => {
             if at_epsn && first == r.psn {
                 if let Some(reth) = reth_of(r) {
-                    // A READ takes one PSN per response packet (IBTA Vol. 1 §9.7.4.1.5).
+                    // A READ takes one PSN per response packet (IBTA Vol. 1 §9.7).
                     let n = reth.len.div_ceil(t.mtu.max(1)).max(1);
                     t.last_read = Some((first, reth, n));
                     take(t, psn_add(first, i64::from(n)));
