@@ -82,7 +82,8 @@ pub struct Args {
     /// Most replays against a fresh peer to shrink a finding.
     #[arg(long, default_value_t = 64)]
     shrink_budget: u32,
-    /// Write the frames of a finding here (and the shrunk ones to NAME-shrunk.pcap).
+    /// Write the frames of a finding here (and the shrunk ones to NAME-shrunk.pcap);
+    /// default uroce-fuzz-finding-SEED.pcap in the current directory.
     #[arg(long)]
     pcap: Option<PathBuf>,
     /// A line per frame on stderr: the frame, its PSN, the answer and what the rules ask.

@@ -79,7 +79,8 @@ pub struct FuzzConfig {
     /// Restarts the peer (`sh -c`), returning once it listens again (the fuzzer also
     /// retries connecting for `peer.connect_for`).
     pub restart_cmd: Option<String>,
-    /// Where the frames of a finding go (the shrunk sequence next to it, `-shrunk.pcap`).
+    /// Where the frames of a finding go (the shrunk sequence next to it, `-shrunk.pcap`);
+    /// `uroce-fuzz-finding-SEED.pcap` in the current directory when not given.
     pub pcap: Option<PathBuf>,
     /// What a wrong verdict does.
     pub verdicts: VerdictMode,
@@ -472,13 +473,12 @@ pub fn run(cfg: &FuzzConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<S
         }
         .to_string();
         sum.ended = format!("finding ({oracle})");
-        let pcap = match &cfg.pcap {
-            Some(p) => {
-                write_pcap(p, &since_frames)?;
-                Some(p.display().to_string())
-            }
-            None => None,
-        };
+        let path = cfg
+            .pcap
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("uroce-fuzz-finding-{}.pcap", cfg.seed)));
+        write_pcap(&path, &since_frames)?;
+        let pcap = Some(path.display().to_string());
         let mut f = Finding {
             oracle: oracle.clone(),
             detail,
@@ -498,11 +498,9 @@ pub fn run(cfg: &FuzzConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<S
             f.reproduced = Some(out.reproduced);
             f.replays = out.replays;
             if out.reproduced {
-                if let Some(p) = &cfg.pcap {
-                    let sp = shrunk_path(p);
-                    write_pcap(&sp, &out.frames)?;
-                    f.shrunk_pcap = Some(sp.display().to_string());
-                }
+                let sp = shrunk_path(&path);
+                write_pcap(&sp, &out.frames)?;
+                f.shrunk_pcap = Some(sp.display().to_string());
                 f.shrunk = Some(out.specs);
             }
         }
