@@ -69,29 +69,49 @@ pub fn shrink(
     restarts: &mut u64,
 ) -> anyhow::Result<Shrunk> {
     let mut replays = 0u32;
-    let mut attempt = |seq: &[Spec]| {
+    let out = ddmin(specs, cfg.shrink_budget, |seq| {
         replays += 1;
         *restarts += 1;
         replay(cfg, want, seq)
-    };
-    let Some(mut frames) = attempt(specs)? else {
-        return Ok(Shrunk {
+    })?;
+    Ok(match out {
+        Some((specs, frames)) => Shrunk {
+            reproduced: true,
+            specs,
+            frames,
+            replays,
+        },
+        None => Shrunk {
             reproduced: false,
             specs: specs.to_vec(),
             frames: Vec::new(),
-            replays: 1,
-        });
+            replays,
+        },
+    })
+}
+
+/// Zeller's ddmin over `seq`: `None` when `test` does not reproduce with the whole of it;
+/// else the shortest subsequence found within `budget` tests that reproduces, and what
+/// `test` returned for it. Chunks of the sequence are dropped, halving the chunk size
+/// whenever no chunk can go.
+pub fn ddmin<T: Copy, F>(
+    seq: &[T],
+    budget: u32,
+    mut test: impl FnMut(&[T]) -> anyhow::Result<Option<F>>,
+) -> anyhow::Result<Option<(Vec<T>, F)>> {
+    let Some(mut found) = test(seq)? else {
+        return Ok(None);
     };
-    let mut cur = specs.to_vec();
+    let mut cur = seq.to_vec();
     let mut n = 2usize;
-    let budget = cfg.shrink_budget.max(1);
+    let budget = budget.max(1);
     let mut used = 1u32;
     while cur.len() >= 2 && used < budget {
         let chunk = cur.len().div_ceil(n);
         let mut reduced = false;
         let mut i = 0;
         while i < cur.len() && used < budget {
-            let cand: Vec<Spec> = cur[..i]
+            let cand: Vec<T> = cur[..i]
                 .iter()
                 .chain(cur[(i + chunk).min(cur.len())..].iter())
                 .copied()
@@ -101,9 +121,9 @@ pub fn shrink(
                 continue;
             }
             used += 1;
-            if let Some(f) = attempt(&cand)? {
+            if let Some(f) = test(&cand)? {
                 cur = cand;
-                frames = f;
+                found = f;
                 reduced = true;
             } else {
                 i += chunk;
@@ -117,10 +137,48 @@ pub fn shrink(
             n = (n * 2).min(cur.len());
         }
     }
-    Ok(Shrunk {
-        reproduced: true,
-        specs: cur,
-        frames,
-        replays,
-    })
+    Ok(Some((cur, found)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `test` for "the sequence holds every one of `need`, in order".
+    fn holds(need: &'static [u32]) -> impl FnMut(&[u32]) -> anyhow::Result<Option<usize>> {
+        move |s: &[u32]| {
+            let mut it = s.iter();
+            Ok(need.iter().all(|n| it.any(|x| x == n)).then_some(s.len()))
+        }
+    }
+
+    #[test]
+    fn one_culprit_among_many_is_found_alone() {
+        let seq: Vec<u32> = (0..64).collect();
+        let (min, len) = ddmin(&seq, 200, holds(&[37])).unwrap().unwrap();
+        assert_eq!(min, vec![37]);
+        assert_eq!(len, 1);
+    }
+
+    #[test]
+    fn two_frames_that_must_come_in_order_are_both_kept() {
+        let seq: Vec<u32> = (0..40).collect();
+        let (min, _) = ddmin(&seq, 200, holds(&[3, 31])).unwrap().unwrap();
+        assert_eq!(min, vec![3, 31]);
+    }
+
+    #[test]
+    fn nothing_when_the_whole_sequence_does_not_reproduce_and_the_budget_holds() {
+        let seq: Vec<u32> = (0..10).collect();
+        assert!(ddmin(&seq, 200, holds(&[99])).unwrap().is_none());
+        let mut calls = 0;
+        let out = ddmin(&(0..64).collect::<Vec<u32>>(), 5, |s| {
+            calls += 1;
+            holds(&[5])(s)
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(calls, 5);
+        assert!(out.0.contains(&5));
+    }
 }
