@@ -100,12 +100,27 @@ fn fuzz(pair: &netns::VethPair, server: &Server, args: &[&str]) -> (i32, Value, 
     (out.status.code().unwrap_or(-1), json, stderr)
 }
 
-/// The checks of a clean run: every frame sent, oracles passed, no finding, no answer the
-/// rules forbid, and the peer's responder reached by every kind of answer.
+/// The checks of a clean run: every frame sent, oracles passed, no finding (a wrong
+/// verdict that a restarted server gives again is one), and the peer's responder reached
+/// by every kind of answer. A wrong verdict that the replay does not give again (an answer
+/// later than the window on this loaded machine) is noted as unconfirmed, and allowed.
 fn assert_clean(code: i32, s: &Value, stderr: &str, frames: u64) {
     assert_eq!(code, 0, "{s:#}\n{stderr}");
     assert_eq!(s["findings"].as_array().unwrap().len(), 0, "{s:#}");
-    assert_eq!(s["mismatches"].as_array().unwrap().len(), 0, "{s:#}");
+    let unconfirmed = s["unconfirmed"].as_array().unwrap().len();
+    if unconfirmed > 0 {
+        eprintln!(
+            "{unconfirmed} unconfirmed wrong verdicts: {:#}",
+            s["unconfirmed"]
+        );
+    }
+    let counted: u64 = s["mismatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, unconfirmed as u64, "{s:#}");
     assert_eq!(s["frames_sent"].as_u64(), Some(frames), "{s:#}");
     assert!(s["checks_passed"].as_u64().unwrap() >= frames / 64, "{s:#}");
     for answer in [

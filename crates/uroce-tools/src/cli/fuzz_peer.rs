@@ -177,6 +177,13 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        for f in &s.unconfirmed {
+            println!(
+                " unconfirmed (a fresh peer did not answer so again): {} ({})",
+                f.detail,
+                f.pcap.as_deref().unwrap_or("")
+            );
+        }
         for f in &s.findings {
             println!(" FINDING ({}): {}", f.oracle, f.detail);
             println!("   {} frames since the last good check", f.frames);
