@@ -81,15 +81,17 @@ impl Drop for Server {
 }
 
 /// Runs `uroce fuzz-peer` in the pair's first namespace; its exit code and JSON summary.
+/// A finding's capture goes to the server's directory unless `args` name one.
 fn fuzz(pair: &netns::VethPair, server: &Server, args: &[&str]) -> (i32, Value, String) {
-    let out = Command::new("timeout")
-        .args(["300", "ip", "netns", "exec", &pair.ns[0]])
+    let mut cmd = Command::new("timeout");
+    cmd.args(["300", "ip", "netns", "exec", &pair.ns[0]])
         .arg(env!("CARGO_BIN_EXE_uroce"))
         .args(["fuzz-peer", &pair.addrs[1].to_string(), "--json"])
-        .args(["--restart-cmd", &server.script.to_string_lossy()])
-        .args(args)
-        .output()
-        .unwrap();
+        .args(["--restart-cmd", &server.script.to_string_lossy()]);
+    if !args.contains(&"--pcap") {
+        cmd.arg("--pcap").arg(server.dir.join("finding.pcap"));
+    }
+    let out = cmd.args(args).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
