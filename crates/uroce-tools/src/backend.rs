@@ -148,5 +148,7 @@ pub(crate) fn open_backend_lossy(
     impair: Impairment,
 ) -> anyhow::Result<(Box<dyn Backend + Send>, String)> {
     let choice = BackendChoice::parse(backend)?;
-    open(choice, Some(iface), "", local.into(), mtu, impair)
+    let (b, what) = open(choice, Some(iface), "", local.into(), mtu, impair)?;
+    // Unset (always, outside the fuzzer's tests) this is `b` itself.
+    Ok((crate::fuzz_peer::planted::wrap_from_env(b), what))
 }

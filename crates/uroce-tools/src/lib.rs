@@ -7,6 +7,7 @@ pub mod backend;
 pub mod decode;
 pub mod decode_views;
 pub mod demo;
+pub mod fuzz_peer;
 #[doc(hidden)]
 pub mod fuzzing;
 mod link;

@@ -38,6 +38,10 @@ enum Command {
     Sim(cli::sim::Args),
     /// Make an interface lose a share of the RoCEv2 frames it receives (XDP), until interrupted.
     Lossy(cli::lossy::Args),
+    /// Fuzz a running RoCE peer (uroce perf, perftest servers): structure-aware frames on
+    /// live QPs, a known-good QP as the liveness oracle, findings shrunk.
+    #[command(after_help = cli::fuzz_peer::HELP)]
+    FuzzPeer(cli::fuzz_peer::Args),
     /// Simulate DCQCN on a switch port: N senders, RED/ECN marking, optional PFC.
     SimCc(cli::simcc::Args),
 }
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
         Command::Run(a) => cli::run::run_cmd(a),
         Command::Sim(a) => cli::sim::run_cmd(a),
         Command::SimCc(a) => cli::simcc::run_cmd(a),
+        Command::FuzzPeer(a) => cli::fuzz_peer::run_cmd(a),
     };
     match r {
         Ok(code) => code,

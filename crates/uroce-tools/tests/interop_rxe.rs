@@ -729,6 +729,105 @@ fn verbs_library_cases(peer: &Peer, rows: &mut Vec<Row>) {
     }
 }
 
+/// `uroce fuzz-peer` against rxe: two `ib_write_bw` servers in the guest (the fuzz QP's
+/// and the known-good QP's), restarted by a script whenever the fuzz QP is in the error
+/// state, the guest's kernel log scanned for BUG / WARNING / Oops between bursts. A
+/// bounded run whose findings and wrong verdicts are reported, not failed on; what fails
+/// is a crash of the fuzzer (uroce) itself: any exit but 0 (no finding) or 1 (findings).
+/// Returns the report's lines, and whether the fuzzer crashed.
+fn fuzz_peer_case(peer: &Peer) -> Option<(String, bool)> {
+    if !wanted("fuzz-peer") {
+        return None;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let exec = scripts().join("guest-exec.py");
+    let script = dir.join("fuzz-rxe-restart.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh
+             {exec} -g 1 --bg 'kill $(cat /tmp/fz.pids 2>/dev/null) 2>/dev/null; sleep 0.3;              ib_write_bw -d rxe0 -x 1 -F -p 18515 > /tmp/fz1.log 2>&1 & echo $! > /tmp/fz.pids;              ib_write_bw -d rxe0 -x 1 -F -p 18516 > /tmp/fz2.log 2>&1 & echo $! >> /tmp/fz.pids;              wait' > /dev/null
+             sleep 2.5
+",
+            exec = exec.display()
+        ),
+    )
+    .unwrap();
+    let _ = Command::new("chmod").arg("+x").arg(&script).status();
+    let _ = Command::new(&script).status();
+    let check = format!(
+        "! {} -g 1 \"dmesg | grep -E 'BUG:|WARNING:|Oops|general protection'\"",
+        exec.display()
+    );
+    let pcap = dir.join("fuzz-rxe.pcap");
+    let o = Command::new("timeout")
+        .args([
+            "400",
+            "ip",
+            "netns",
+            "exec",
+            "roce-h",
+            env!("CARGO_BIN_EXE_uroce"),
+        ])
+        .args([
+            "fuzz-peer",
+            "10.77.0.11",
+            "--tool",
+            "ib_write_bw",
+            "--backend",
+            "xdp",
+        ])
+        .args([
+            "--duration",
+            "60",
+            "--seed",
+            "5",
+            "--verdicts",
+            "count",
+            "--json",
+        ])
+        .args([
+            "--restart-cmd",
+            &script.to_string_lossy(),
+            "--check-cmd",
+            &check,
+        ])
+        .args(["--pcap", &pcap.to_string_lossy()])
+        .output()
+        .expect("uroce fuzz-peer");
+    let _ = peer.guest("kill $(cat /tmp/fz.pids 2>/dev/null) 2>/dev/null");
+    let code = o.status.code();
+    let crashed = !matches!(code, Some(0) | Some(1));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    let mut md = format!(
+        "\n`uroce fuzz-peer` against rxe (two ib_write_bw servers, AF_XDP, 60 s, seed 5): exit {code:?}, {} frames, {} checks passed, {} peer restarts\n",
+        s["frames_sent"], s["checks_passed"], s["peer_restarts"]
+    );
+    if let Some(a) = s["answers"].as_object() {
+        let v: Vec<String> = a.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        md.push_str(&format!("- answers: {}\n", v.join(", ")));
+    }
+    for m in s["mismatches"].as_array().into_iter().flatten() {
+        md.push_str(&format!(
+            "- wrong verdict: {} frames expected {} got {} ({} times; first {})\n",
+            m["kind"], m["expected"], m["got"], m["count"], m["example"]["spec"]
+        ));
+    }
+    for f in s["findings"].as_array().into_iter().flatten() {
+        md.push_str(&format!(
+            "- FINDING ({}): {}; shrunk: {}\n",
+            f["oracle"], f["detail"], f["shrunk"]
+        ));
+    }
+    if crashed {
+        md.push_str(&format!(
+            "- the fuzzer CRASHED: {}\n",
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    Some((md, crashed))
+}
+
 /// The whole suite against one boot of the guest (link MTU 9000, so rxe's port MTU is
 /// 4096 and both 1024 and 4096 are reached with -m); every RoCE frame either side put on
 /// the wire is captured and must decode with a good ICRC.
@@ -769,6 +868,8 @@ fn rxe_interop_suite() {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(cap.id() as i32, libc::SIGINT) };
     let _ = cap.wait();
+    // After the capture: the fuzzer's frames are meant to be malformed.
+    let fuzz = fuzz_peer_case(&peer);
     drop(peer);
     let dec = Command::new(env!("CARGO_BIN_EXE_uroce"))
         .args(["decode", "--check", &pcap.to_string_lossy()])
@@ -790,6 +891,9 @@ fn rxe_interop_suite() {
             if r.pass { "pass" } else { "FAIL" }
         ));
     }
+    if let Some((report, _)) = &fuzz {
+        md.push_str(report);
+    }
     md.push_str(&format!(
         "\nCapture: {frames} RoCE frames, every one decoded with a good ICRC: {}\n",
         if dec.status.success() { "yes" } else { "NO" }
@@ -806,13 +910,18 @@ fn rxe_interop_suite() {
     }
     assert!(failed.is_empty(), "{} interop cases failed", failed.len());
     assert!(
+        !fuzz.as_ref().is_some_and(|f| f.1),
+        "uroce fuzz-peer crashed against rxe:{}",
+        fuzz.map(|f| f.0).unwrap_or_default()
+    );
+    assert!(
         dec.status.success(),
         "frames on the wire that do not decode:\n{}",
         String::from_utf8_lossy(&dec.stdout)
     );
     let all = std::env::var("UROCE_INTEROP_ONLY").is_err();
     assert!(
-        frames > if all { 1000 } else { 100 },
+        rows.is_empty() || frames > if all { 1000 } else { 100 },
         "too few RoCE frames captured: {frames}"
     );
 }

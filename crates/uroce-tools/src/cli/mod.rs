@@ -4,6 +4,7 @@ pub mod decode;
 pub mod decode_live;
 pub mod demo;
 pub mod devices;
+pub mod fuzz_peer;
 pub mod impair;
 pub mod lossy;
 pub mod perf;

@@ -13,35 +13,35 @@ use super::PerfOp;
 
 /// One side's line of the exchange.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct Hello {
-    pub(super) op: PerfOp,
-    pub(super) size: u32,
-    pub(super) qpn: u32,
-    pub(super) psn: u32,
-    pub(super) rkey: u32,
-    pub(super) addr: u64,
+pub(crate) struct Hello {
+    pub(crate) op: PerfOp,
+    pub(crate) size: u32,
+    pub(crate) qpn: u32,
+    pub(crate) psn: u32,
+    pub(crate) rkey: u32,
+    pub(crate) addr: u64,
     /// Every QP's number (the first is `qpn`).
     #[serde(default)]
-    pub(super) qpns: Vec<u32>,
+    pub(crate) qpns: Vec<u32>,
     /// Event loops (threads) on the sender's side, one QP each, when above 1.
     #[serde(default)]
-    pub(super) threads: u32,
+    pub(crate) threads: u32,
     /// Each QP's rkey and buffer address, when they differ (one region per loop).
     #[serde(default)]
-    pub(super) rkeys: Vec<u32>,
+    pub(crate) rkeys: Vec<u32>,
     #[serde(default)]
-    pub(super) addrs: Vec<u64>,
+    pub(crate) addrs: Vec<u64>,
 }
 
 /// Writes `v` as one JSON line.
-pub(super) fn send_json(tcp: &TcpStream, v: &impl Serialize) -> anyhow::Result<()> {
+pub(crate) fn send_json(tcp: &TcpStream, v: &impl Serialize) -> anyhow::Result<()> {
     let line = serde_json::to_string(v)?;
     writeln!(&mut &*tcp, "{line}")?;
     Ok(())
 }
 
 /// Reads one JSON line; `what` names it in the error ("hello from the server").
-pub(super) fn read_json<T: serde::de::DeserializeOwned>(
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     tcp: &TcpStream,
     what: &str,
 ) -> anyhow::Result<T> {

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use uroce::datapath::impair::Impairment;
 use uroce::verbs::{Context, Mtu, RecvWr, SendOp, SendWr, Sge, WcStatus};
 
-mod exchange;
+pub(crate) mod exchange;
 mod raw;
 mod setup;
 mod threads;

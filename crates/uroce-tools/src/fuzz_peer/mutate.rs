@@ -1,0 +1,1204 @@
+//! The structure-aware mutator of `uroce fuzz-peer`: what one fuzz frame is ([`Spec`], a
+//! mutation described relative to the target QP's state, so that a sequence replays against
+//! a fresh peer whose QPN, PSN and rkey differ), the seeded [`Generator`] choosing the next
+//! one, and [`render`], which builds its bytes with the `wire` builders and then breaks
+//! what the mutation asks for, sealing most frames with a correct ICRC so that they pass the
+//! peer's first check and reach the transport's.
+//!
+//! Each rendered frame carries what the IBTA rules make the peer answer ([`Expect`]),
+//! where that is decidable from what the fuzzer knows (the responder's expected PSN, the
+//! region's bounds, whether a message is open); elsewhere [`Expect::Any`].
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use uroce::sim::Rng;
+use uroce::wire::{
+    self, bth, AethRepr, AtomicEthRepr, BthRepr, DatagramRepr, DethRepr, ExtHeaders, FrameRepr,
+    Opcode, RethRepr, Syndrome,
+};
+
+/// Half the PSN space: a PSN up to this far after the expected one is "ahead", up to this
+/// far before it a duplicate (IBTA Vol. 1 §9.7.5.1, the valid and duplicate regions).
+pub const PSN_HALF: u32 = 1 << 23;
+
+const PSN_MASK: u32 = bth::PSN_MASK;
+
+/// Where a frame goes and what the fuzzer knows of the target QP.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    /// Our address and the peer's.
+    pub src: IpAddr,
+    /// The peer.
+    pub dst: IpAddr,
+    /// Our UDP source port for this QP.
+    pub sport: u16,
+    /// Our MAC and the next hop's (whole frames and captures).
+    pub src_mac: [u8; 6],
+    /// The next hop's MAC.
+    pub dst_mac: [u8; 6],
+    /// The peer's QPN.
+    pub dest_qp: u32,
+    /// Our (fake) QPN the peer answers to.
+    pub my_qpn: u32,
+    /// The rkey and start of the region the peer gave.
+    pub rkey: u32,
+    /// Start of the region.
+    pub va: u64,
+    /// Bytes of the region known to be there.
+    pub region_len: u64,
+    /// Whether `region_len` is the region's exact length (the peer said so), so that
+    /// an access just past it must fail.
+    pub region_exact: bool,
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    /// The largest payload a frame may carry on this link.
+    pub max_payload: u32,
+    /// Whether the peer's QP takes RDMA WRITE and RDMA READ (its access flags, as the
+    /// tool sets them: perftest's ib_write_bw enables remote writes only).
+    pub write_ok: bool,
+    /// See `write_ok`.
+    pub read_ok: bool,
+}
+
+/// What the fuzzer knows of the target responder's state (IBTA Vol. 1 §9.7.5.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Track {
+    /// The responder's expected PSN, as last learnt.
+    pub epsn: u32,
+    /// Whether `epsn` is certain (no frame since could have been taken silently).
+    pub known: bool,
+    /// A PSN sequence error NAK was sent and the expected PSN has not arrived since:
+    /// the responder sends no second one (IBTA Vol. 1 §9.7.5.1; rdma_rxe's `check_psn`,
+    /// `sent_psn_nak`).
+    pub nak_sent: bool,
+    /// A multi-packet WRITE is open: bytes still to come.
+    pub open: Option<u32>,
+    /// The last READ accepted: its PSN, RETH and the PSNs it took.
+    pub last_read: Option<(u32, RethRepr, u32)>,
+    /// The last atomic accepted: its PSN, opcode and AtomicETH.
+    pub last_atomic: Option<(u32, u8, AtomicEthRepr)>,
+    /// The path MTU (bytes each packet of a multi-packet message carries).
+    pub mtu: u32,
+}
+
+impl Track {
+    /// A fresh QP whose responder expects `epsn`.
+    pub fn new(epsn: u32, mtu: u32) -> Self {
+        Self {
+            mtu,
+            epsn,
+            known: true,
+            nak_sent: false,
+            open: None,
+            last_read: None,
+            last_atomic: None,
+        }
+    }
+
+    /// Whether what the responder must answer can be told: its PSN known, no message open.
+    pub fn decidable(&self) -> bool {
+        self.known && self.open.is_none()
+    }
+}
+
+/// A request operation carrying a RETH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReqOp {
+    /// RDMA WRITE ONLY.
+    Write,
+    /// RDMA READ.
+    Read,
+}
+
+/// An IPv4 / UDP header edge (whole frames: the AF_XDP backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IpEdge {
+    /// 4 bytes of IPv4 options (NOPs and an end of list).
+    Options,
+    /// TTL 0 (masked out of the ICRC).
+    TtlZero,
+    /// More-fragments set: the first fragment of a datagram that never completes.
+    MoreFragments,
+    /// A non-zero fragment offset.
+    FragmentOffset,
+    /// IPv4 total length longer than the frame.
+    TotalLenLong,
+    /// IPv4 total length shorter than the UDP datagram.
+    TotalLenShort,
+    /// A wrong IPv4 header checksum.
+    BadIpChecksum,
+    /// A UDP length shorter than the datagram.
+    UdpLenShort,
+    /// A wrong, non-zero UDP checksum (RoCEv2 senders send 0).
+    BadUdpChecksum,
+    /// UDP destination port 4791 from source port 4791.
+    SourcePort4791,
+    /// Ethernet padding after the IP packet.
+    Trailer,
+}
+
+/// One fuzz frame, relative to the target's state when it is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Spec {
+    /// A valid RDMA WRITE ONLY of `len` bytes at `off` in the region, at the expected PSN.
+    Write { len: u32, off: u32, ack_req: bool },
+    /// A valid WRITE ONLY at the expected PSN + `delta` (negative: a duplicate).
+    PsnOff { delta: i32 },
+    /// A READ or WRITE with an rkey that is not the region's (`rkey ^ flip`).
+    BadRkey { op: ReqOp, flip: u32, len: u32 },
+    /// `len` bytes from `2^64 - back`: va + len wraps.
+    VaWrap { op: ReqOp, back: u32, len: u32 },
+    /// An access starting `before` bytes before the region's end, `len` long.
+    PastRegion { op: ReqOp, before: u32, len: u32 },
+    /// A zero-length READ or WRITE with a bad rkey and a wild address.
+    ZeroLenBadKey { op: ReqOp, flip: u32, va: u64 },
+    /// WRITE ONLY whose RETH length differs from its payload.
+    LenMismatch { dma_len: u32, payload: u32 },
+    /// WRITE ONLY carrying more than the path MTU.
+    OverMtu { extra: u32 },
+    /// WRITE ONLY whose BTH pad count does not match the bytes.
+    PadMismatch { payload: u32, pad: u8 },
+    /// A MIDDLE or LAST packet (WRITE or SEND) at the expected PSN with nothing open.
+    Orphan { opcode: u8, payload: u32 },
+    /// WRITE FIRST of a `packets`-packet message (a full MTU of payload).
+    OpenWrite { packets: u32, ack_req: bool },
+    /// WRITE FIRST shorter than the path MTU.
+    ShortFirst { payload: u32 },
+    /// The next packet of the open WRITE: MIDDLE, or LAST when one remains.
+    ContinueWrite,
+    /// An opcode of another transport (UC, UD, RD, CNP) to the RC QP.
+    WrongTransport { opcode: u8 },
+    /// A reserved or unsupported RC opcode (over a WRITE ONLY's bytes).
+    Reserved { opcode: u8 },
+    /// A valid READ of `len` bytes at `off`.
+    Read { len: u32, off: u32 },
+    /// The last READ again at its PSN (a duplicate: the responder must replay it),
+    /// with `shift` added to its length.
+    ReadReplay { shift: u32 },
+    /// FETCH_ADD or COMPARE_SWAP at `off` (+ `misalign`).
+    Atomic { cmp: bool, off: u32, misalign: u8 },
+    /// The last atomic again at its PSN.
+    AtomicReplay,
+    /// A SEND ONLY of `len` bytes.
+    Send { len: u32 },
+    /// An ACKNOWLEDGE (AETH with `syndrome`) at the expected PSN + `delta`, sent to the
+    /// peer's QP, whose requester has nothing outstanding.
+    GhostAck { syndrome: u8, delta: i32 },
+    /// A WRITE ONLY cut to `keep` bytes of transport, the ICRC over what is left.
+    Truncated { keep: u16 },
+    /// A valid WRITE ONLY with its ICRC wrong by `xor`.
+    BadIcrc { xor: u32 },
+    /// A valid WRITE ONLY in a whole frame whose IP or UDP header has an edge.
+    Ip { edge: IpEdge },
+    /// A WRITE ONLY with a P_Key of `pkey`.
+    BadPkey { pkey: u16 },
+    /// A BTH with TVer `tver` (only 0 is defined).
+    BadTver { tver: u8 },
+}
+
+/// What the IBTA rules make the responder answer, where decidable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expect {
+    /// An ACK of this packet's PSN.
+    Ack,
+    /// A PSN sequence error NAK carrying the expected PSN.
+    SeqNak,
+    /// A NAK Remote Access Error.
+    RemoteAccess,
+    /// A NAK Remote Access Error or Invalid Request (a length past what a message may
+    /// carry, 2^31 bytes, is the latter: IBTA Vol. 1 §9.4).
+    Refused,
+    /// READ response data starting at this PSN.
+    ReadResp,
+    /// Anything but an acceptance (ACK, READ response, atomic ACK of this PSN).
+    NotAccepted,
+    /// Nothing at all.
+    Silent,
+    /// A duplicate: an ACK (of the last PSN taken) or nothing.
+    DupAck,
+    /// Not decidable.
+    Any,
+}
+
+/// A frame ready to send.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// The RoCE part (BTH to ICRC), or the whole Ethernet frame when `whole`.
+    pub bytes: Vec<u8>,
+    /// Whether `bytes` is a whole Ethernet frame (IP / UDP edges: AF_XDP only).
+    pub whole: bool,
+    /// The PSN in the BTH.
+    pub psn: u32,
+    /// What the responder must answer.
+    pub expect: Expect,
+    /// Whether the responder may take the frame without answering (no AckReq), so that
+    /// silence leaves its expected PSN uncertain.
+    pub silent_take: bool,
+}
+
+/// PSN arithmetic modulo 2^24.
+pub fn psn_add(psn: u32, d: i64) -> u32 {
+    (i64::from(psn) + d).rem_euclid(1 << 24) as u32
+}
+
+/// `a - b` in the PSN space, in `[-2^23, 2^23)`.
+pub fn psn_diff(a: u32, b: u32) -> i32 {
+    let d = a.wrapping_sub(b) & PSN_MASK;
+    if d >= PSN_HALF {
+        d as i32 - (1 << 24)
+    } else {
+        d as i32
+    }
+}
+
+/// RC opcodes IBTA reserves or uroce does not take: 0x15, 0x18 to 0x1b, 0x1e, 0x1f.
+pub const RC_RESERVED: [u8; 7] = [0x15, 0x18, 0x19, 0x1a, 0x1b, 0x1e, 0x1f];
+/// Opcodes of other transports: UC, UD, RD and CNP, and reserved ranges.
+const OTHER_TRANSPORT: [u8; 12] = [
+    0x20, 0x24, 0x2a, 0x27, 0x44, 0x4c, 0x64, 0x65, 0x81, 0x60, 0xa0, 0xe0,
+];
+
+/// Share of the frames after which the responder must take its QP to the error state.
+const FATAL_SHARE: f64 = 0.12;
+
+/// Whether the kind [`Generator::next`] picks for `roll` must end the QP when it is
+/// judged as the rules ask (a NAK Invalid Request or Remote Access Error).
+fn is_fatal(roll: u64) -> bool {
+    matches!(roll, 24..=43 | 50..=57 | 71..=73)
+}
+
+/// The seeded generator of specs; the same seed and the same answers give the same run.
+pub struct Generator {
+    rng: Rng,
+    /// Whether whole frames can be sent (IP / UDP edges).
+    pub whole_frames: bool,
+}
+
+impl Generator {
+    /// A generator for `seed`.
+    pub fn new(seed: u64, whole_frames: bool) -> Self {
+        Self {
+            rng: Rng::new(seed),
+            whole_frames,
+        }
+    }
+
+    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
+        v[self.rng.range(0, v.len() as u64 - 1) as usize]
+    }
+
+    fn len(&mut self, mtu: u32) -> u32 {
+        match self.rng.range(0, 5) {
+            0 => 0,
+            1 => 1,
+            2 => mtu,
+            3 => self.rng.range(1, 64) as u32,
+            _ => self.rng.range(1, u64::from(mtu)) as u32,
+        }
+    }
+
+    /// The next frame for a target in state `t`.
+    pub fn next(&mut self, t: &Track, target: &Target) -> Spec {
+        let mtu = target.mtu;
+        if t.open.is_some() && self.rng.chance(0.6) {
+            return Spec::ContinueWrite;
+        }
+        let op = if self.rng.chance(0.5) || !target.read_ok {
+            ReqOp::Write
+        } else {
+            ReqOp::Read
+        };
+        let off_max = target
+            .region_len
+            .saturating_sub(u64::from(mtu))
+            .min(1 << 30);
+        let off = self.rng.range(0, off_max) as u32;
+        // Weights: frames that keep the QP alive are most of them; those after which the
+        // responder must take the QP to the error state (NAK Invalid Request or Remote
+        // Access Error) are rarer, so one QP of the peer lasts a while.
+        let fatal = self.rng.chance(FATAL_SHARE);
+        let roll = loop {
+            let r = self.rng.range(0, 99);
+            // A READ to a QP that does not take them ends it: as rare as the other
+            // frames that do.
+            let fatal_here = is_fatal(r) || (!target.read_ok && (58..=70).contains(&r));
+            if fatal_here == fatal {
+                break r;
+            }
+        };
+        match roll {
+            // AckReq on every frame: a frame the responder takes is always answered, so
+            // its expected PSN stays known (a silent take would leave open whether a
+            // later ACK is of a new packet or a duplicate).
+            0..=11 => Spec::Write {
+                len: self.len(mtu),
+                off,
+                ack_req: true,
+            },
+            12..=23 => {
+                let delta = match self.rng.range(0, 5) {
+                    0 => 1,
+                    1 => -1,
+                    2 => PSN_HALF as i32 - 1,
+                    3 => -(PSN_HALF as i32),
+                    4 => self.rng.range(2, 64) as i32,
+                    _ => -(self.rng.range(2, 64) as i32),
+                };
+                Spec::PsnOff { delta }
+            }
+            24..=26 => Spec::BadRkey {
+                op,
+                flip: self.pick(&[1, 0x80, 0x100, 0x8000_0000, 0xffff_ffff]),
+                len: self.rng.range(1, u64::from(mtu)) as u32,
+            },
+            27..=28 => Spec::VaWrap {
+                op,
+                back: self.pick(&[1, 8, 512, 4095]),
+                len: self.pick(&[mtu, 4096.min(mtu), 0xffff_ffff]),
+            },
+            29..=30 => Spec::PastRegion {
+                op,
+                before: self.pick(&[0, 1, 8]),
+                len: self.pick(&[16, mtu]),
+            },
+            31..=34 => Spec::ZeroLenBadKey {
+                op,
+                flip: self.pick(&[1, 0xffff_ffff]),
+                va: self.pick(&[0, u64::MAX, 0x8000_0000_0000_0000, target.va]),
+            },
+            35..=36 => {
+                let payload = self.rng.range(1, u64::from(mtu)) as u32;
+                let dma_len = match self.rng.range(0, 2) {
+                    0 => payload + 1,
+                    1 => payload - 1,
+                    _ => 0,
+                };
+                Spec::LenMismatch { dma_len, payload }
+            }
+            37..=38 => Spec::OverMtu {
+                extra: self.pick(&[1, 4, mtu]),
+            },
+            39..=40 => Spec::PadMismatch {
+                payload: 4 * self.rng.range(1, 16) as u32,
+                pad: self.rng.range(1, 3) as u8,
+            },
+            41..=43 => Spec::Orphan {
+                opcode: self.pick(&[
+                    Opcode::RcWriteMiddle.value(),
+                    Opcode::RcWriteLast.value(),
+                    Opcode::RcSendMiddle.value(),
+                    Opcode::RcSendLast.value(),
+                ]),
+                payload: self.pick(&[mtu, 8]),
+            },
+            // AckReq on the FIRST, so that whether a message is open is always known.
+            44..=49 => Spec::OpenWrite {
+                packets: self.rng.range(2, 4) as u32,
+                ack_req: true,
+            },
+            50..=51 => Spec::ShortFirst {
+                payload: self.rng.range(0, u64::from(mtu) - 1) as u32,
+            },
+            52..=54 => Spec::WrongTransport {
+                opcode: self.pick(&OTHER_TRANSPORT),
+            },
+            55..=57 => Spec::Reserved {
+                opcode: self.pick(&RC_RESERVED),
+            },
+            58..=65 => Spec::Read {
+                len: self.len(mtu.saturating_mul(3)),
+                off,
+            },
+            66..=70 => Spec::ReadReplay {
+                shift: self.pick(&[0, 0, 0, 1, mtu]),
+            },
+            71..=73 => Spec::Atomic {
+                cmp: self.rng.chance(0.5),
+                off: off & !7,
+                misalign: self.pick(&[0, 0, 1, 4]),
+            },
+            74..=75 => Spec::AtomicReplay,
+            76..=79 => Spec::Send { len: self.len(mtu) },
+            80..=82 => Spec::GhostAck {
+                syndrome: self.pick(&[0x1f, 0x00, 0x60, 0x61, 0x20]),
+                delta: self.pick(&[0, -1, 1]),
+            },
+            83..=85 => Spec::Truncated {
+                keep: self.pick(&[0, 1, 11, 12, 13, 20, 27]),
+            },
+            86..=90 => Spec::BadIcrc {
+                xor: (self.rng.next_u64() as u32) | 1,
+            },
+            91..=94 if self.whole_frames => Spec::Ip {
+                edge: self.pick(&[
+                    IpEdge::Options,
+                    IpEdge::TtlZero,
+                    IpEdge::MoreFragments,
+                    IpEdge::FragmentOffset,
+                    IpEdge::TotalLenLong,
+                    IpEdge::TotalLenShort,
+                    IpEdge::BadIpChecksum,
+                    IpEdge::UdpLenShort,
+                    IpEdge::BadUdpChecksum,
+                    IpEdge::SourcePort4791,
+                    IpEdge::Trailer,
+                ]),
+            },
+            91..=96 => Spec::BadPkey {
+                pkey: self.pick(&[0x0000, 0x7fff, 0x8001, 0xfffe]),
+            },
+            _ => Spec::BadTver {
+                tver: self.rng.range(1, 15) as u8,
+            },
+        }
+    }
+}
+
+fn datagram(t: &Target) -> DatagramRepr {
+    DatagramRepr::roce(t.src, t.dst, t.sport, 0).expect("the session checked both addresses")
+}
+
+/// BTH, extension headers and a patterned payload of `len`, sealed with a correct ICRC.
+fn build(t: &Target, bth: BthRepr, ext: ExtHeaders, len: u32) -> Vec<u8> {
+    let d = datagram(t);
+    let repr = FrameRepr {
+        eth: None,
+        ip: d.ip,
+        udp: d.udp,
+        bth,
+        ext,
+    };
+    let mut buf = vec![0u8; repr.buffer_len(len as usize)];
+    let n = repr
+        .emit_roce_with(len as usize, &mut buf, |p| {
+            for (i, b) in p.iter_mut().enumerate() {
+                *b = (i as u8).wrapping_mul(31) ^ 0x5a;
+            }
+        })
+        // Every spec builds a valid frame first, with the headers its opcode calls for.
+        .expect("a valid frame");
+    buf.truncate(n);
+    buf
+}
+
+/// Writes a correct ICRC over the RoCE part's first `len - 4` bytes.
+pub fn seal(t: &Target, roce: &mut [u8]) {
+    if roce.len() < wire::ICRC_LEN {
+        return;
+    }
+    let at = roce.len() - wire::ICRC_LEN;
+    let crc = datagram(t).icrc(&roce[..at]).unwrap_or(0);
+    roce[at..].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The whole Ethernet frame around a RoCE part, as the AF_XDP backend would put it on the
+/// wire (also what the capture of a run holds).
+pub fn frame_of(t: &Target, roce: &[u8]) -> Vec<u8> {
+    let d = datagram(t);
+    let tx = uroce::datapath::Transmit {
+        datagram: d,
+        dst_mac: t.dst_mac,
+        len: roce.len(),
+    };
+    let hl = tx.link_headers_len();
+    let mut f = vec![0u8; hl + roce.len()];
+    if tx.emit_link_headers(t.src_mac, &mut f[..hl]).is_err() {
+        return roce.to_vec();
+    }
+    f[hl..].copy_from_slice(roce);
+    f
+}
+
+fn bth(t: &Target, op: Opcode, psn: u32, ack_req: bool) -> BthRepr {
+    BthRepr {
+        ack_req,
+        ..BthRepr::new(op, t.dest_qp, psn)
+    }
+}
+
+fn reth(t: &Target, off: u64, len: u32) -> ExtHeaders {
+    ExtHeaders {
+        reth: Some(RethRepr {
+            va: t.va.wrapping_add(off),
+            rkey: t.rkey,
+            len,
+        }),
+        ..ExtHeaders::default()
+    }
+}
+
+/// A valid WRITE ONLY of `len` bytes at `psn`.
+fn write_only(t: &Target, psn: u32, off: u64, len: u32, ack_req: bool) -> Vec<u8> {
+    let len = len.min(t.mtu);
+    build(
+        t,
+        bth(t, Opcode::RcWriteOnly, psn, ack_req),
+        reth(t, off, len),
+        len,
+    )
+}
+
+/// The extension headers an opcode calls for, filled with plausible values.
+fn ext_for(t: &Target, op: Opcode) -> ExtHeaders {
+    use uroce::wire::ExtHeader as H;
+    let mut e = ExtHeaders::default();
+    for h in op.headers() {
+        match h {
+            H::Rdeth => e.rdeth = Some(1),
+            H::Deth => {
+                e.deth = Some(DethRepr {
+                    qkey: 0x1111_1111,
+                    src_qp: t.my_qpn,
+                })
+            }
+            H::Feth => e.feth = Some(0),
+            H::Reth => {
+                e.reth = Some(RethRepr {
+                    va: t.va,
+                    rkey: t.rkey,
+                    len: 8,
+                })
+            }
+            H::AtomicEth => {
+                e.atomic = Some(AtomicEthRepr {
+                    va: t.va,
+                    rkey: t.rkey,
+                    swap_add: 1,
+                    compare: 0,
+                })
+            }
+            H::Aeth => e.aeth = Some(AethRepr::new(Syndrome::Ack { credits: 31 }, 1)),
+            H::AtomicAckEth => {
+                e.atomic_ack = Some(uroce::wire::AtomicAckEthRepr { orig: 0 });
+            }
+            H::ImmDt => e.imm = Some(0x1234_5678),
+            H::Ieth => e.ieth = Some(t.rkey),
+            H::CnpReserved => {}
+        }
+    }
+    e
+}
+
+/// Builds the frame `spec` describes for `target` in state `track`, and what the
+/// responder must answer.
+pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
+    let t = target;
+    let e = track.epsn;
+    let dec = track.decidable();
+    let when = |x: Expect| if dec { x } else { Expect::Any };
+    let mtu = t.mtu;
+    let mut whole = false;
+    let mut silent_take = false;
+    let (bytes, psn, expect) = match *spec {
+        Spec::Write { len, off, ack_req } => {
+            silent_take = !ack_req;
+            let x = match (ack_req, t.write_ok) {
+                (_, false) => Expect::NotAccepted,
+                (true, true) => Expect::Ack,
+                (false, true) => Expect::Any,
+            };
+            (write_only(t, e, u64::from(off), len, ack_req), e, when(x))
+        }
+        Spec::PsnOff { delta } => {
+            let psn = psn_add(e, i64::from(delta));
+            let x = if delta > 0 {
+                if track.nak_sent {
+                    Expect::NotAccepted
+                } else {
+                    Expect::SeqNak
+                }
+            } else {
+                Expect::DupAck
+            };
+            // A duplicate is told apart by the PSN alone, whatever is open.
+            let x = if delta < 0 && track.known { x } else { when(x) };
+            (write_only(t, psn, 0, 8, true), psn, x)
+        }
+        Spec::BadRkey { op, flip, len } => {
+            let flip = if flip == 0 { 1 } else { flip };
+            let (opc, payload) = match op {
+                ReqOp::Write => (Opcode::RcWriteOnly, len.min(mtu)),
+                ReqOp::Read => (Opcode::RcReadRequest, 0),
+            };
+            let ext = ExtHeaders {
+                reth: Some(RethRepr {
+                    va: t.va,
+                    rkey: t.rkey ^ flip,
+                    len: if op == ReqOp::Write { payload } else { len },
+                }),
+                ..ExtHeaders::default()
+            };
+            let x = if len == 0 || (op == ReqOp::Write && payload == 0) {
+                Expect::Any
+            } else {
+                Expect::RemoteAccess
+            };
+            (build(t, bth(t, opc, e, true), ext, payload), e, when(x))
+        }
+        Spec::VaWrap { op, back, len } => {
+            let va = 0u64.wrapping_sub(u64::from(back.max(1)));
+            let (opc, payload, dma) = match op {
+                ReqOp::Write => (Opcode::RcWriteOnly, len.min(mtu), len.min(mtu)),
+                ReqOp::Read => (Opcode::RcReadRequest, 0, len),
+            };
+            let ext = ExtHeaders {
+                reth: Some(RethRepr {
+                    va,
+                    rkey: t.rkey,
+                    len: dma,
+                }),
+                ..ExtHeaders::default()
+            };
+            let wraps = u64::from(dma) > u64::from(back.max(1));
+            let x = if wraps { Expect::Refused } else { Expect::Any };
+            (build(t, bth(t, opc, e, true), ext, payload), e, when(x))
+        }
+        Spec::PastRegion { op, before, len } => {
+            let off = t.region_len.saturating_sub(u64::from(before));
+            let (opc, payload) = match op {
+                ReqOp::Write => (Opcode::RcWriteOnly, len.min(mtu)),
+                ReqOp::Read => (Opcode::RcReadRequest, 0),
+            };
+            let dma = if op == ReqOp::Write { payload } else { len };
+            let past = u64::from(dma) > u64::from(before);
+            let x = if t.region_exact && past {
+                Expect::RemoteAccess
+            } else {
+                Expect::Any
+            };
+            (
+                build(t, bth(t, opc, e, true), reth(t, off, dma), payload),
+                e,
+                when(x),
+            )
+        }
+        Spec::ZeroLenBadKey { op, flip, va } => {
+            let opc = match op {
+                ReqOp::Write => Opcode::RcWriteOnly,
+                ReqOp::Read => Opcode::RcReadRequest,
+            };
+            let ext = ExtHeaders {
+                reth: Some(RethRepr {
+                    va,
+                    rkey: t.rkey ^ flip.max(1),
+                    len: 0,
+                }),
+                ..ExtHeaders::default()
+            };
+            // A zero-length transfer touches no memory; rdma_rxe's `check_rkey` skips
+            // the R_Key check for it and uroce ACKs a zero-length WRITE with any key,
+            // while a NIC may refuse it: either answer passes.
+            (build(t, bth(t, opc, e, true), ext, 0), e, Expect::Any)
+        }
+        Spec::LenMismatch { dma_len, payload } => {
+            let payload = payload.min(mtu);
+            let ext = reth(t, 0, dma_len);
+            (
+                build(t, bth(t, Opcode::RcWriteOnly, e, true), ext, payload),
+                e,
+                when(Expect::NotAccepted),
+            )
+        }
+        Spec::OverMtu { extra } => {
+            let payload = (mtu + extra.max(1)).min(t.max_payload).min(4096);
+            let x = if payload > mtu {
+                Expect::NotAccepted
+            } else {
+                Expect::Any
+            };
+            (
+                build(
+                    t,
+                    bth(t, Opcode::RcWriteOnly, e, true),
+                    reth(t, 0, payload),
+                    payload,
+                ),
+                e,
+                when(x),
+            )
+        }
+        Spec::PadMismatch { payload, pad } => {
+            let payload = (payload.min(mtu) / 4).max(1) * 4;
+            let mut b = write_only(t, e, 0, payload, true);
+            b[1] = (b[1] & !0x30) | ((pad & 3) << 4);
+            seal(t, &mut b);
+            let x = if pad & 3 != 0 {
+                Expect::NotAccepted
+            } else {
+                Expect::Any
+            };
+            (b, e, when(x))
+        }
+        Spec::Orphan { opcode, payload } => {
+            let op = Opcode::from_u8(opcode).unwrap_or(Opcode::RcWriteLast);
+            let payload = payload.min(mtu);
+            (
+                build(t, bth(t, op, e, true), ext_for(t, op), payload),
+                e,
+                when(Expect::NotAccepted),
+            )
+        }
+        Spec::OpenWrite { packets, ack_req } => {
+            silent_take = !ack_req;
+            let dma = mtu * packets.max(2);
+            let x = if ack_req { Expect::Ack } else { Expect::Any };
+            (
+                build(
+                    t,
+                    bth(t, Opcode::RcWriteFirst, e, ack_req),
+                    reth(t, 0, dma),
+                    mtu,
+                ),
+                e,
+                when(x),
+            )
+        }
+        Spec::ShortFirst { payload } => {
+            let payload = payload.min(mtu - 1);
+            (
+                build(
+                    t,
+                    bth(t, Opcode::RcWriteFirst, e, true),
+                    reth(t, 0, mtu * 2),
+                    payload,
+                ),
+                e,
+                when(Expect::NotAccepted),
+            )
+        }
+        Spec::ContinueWrite => {
+            let left = track.open.unwrap_or(mtu);
+            let (op, len) = if left <= mtu {
+                (Opcode::RcWriteLast, left)
+            } else {
+                (Opcode::RcWriteMiddle, mtu)
+            };
+            let x = if track.known && track.open.is_some() {
+                Expect::Ack
+            } else {
+                Expect::Any
+            };
+            (
+                build(t, bth(t, op, e, true), ExtHeaders::default(), len),
+                e,
+                x,
+            )
+        }
+        Spec::WrongTransport { opcode } => {
+            let b = match Opcode::from_u8(opcode).filter(|o| o.is_supported()) {
+                Some(op) => {
+                    let len = if op.carries_payload() { 8 } else { 0 };
+                    build(t, bth(t, op, e, true), ext_for(t, op), len)
+                }
+                None => {
+                    let mut b = write_only(t, e, 0, 8, true);
+                    b[0] = opcode;
+                    seal(t, &mut b);
+                    b
+                }
+            };
+            // IBTA Vol. 1 §9.6 (packet header validation): an opcode not of the QP's
+            // transport is dropped, never executed.
+            (b, e, when(Expect::NotAccepted))
+        }
+        Spec::Reserved { opcode } => {
+            let mut b = write_only(t, e, 0, 8, true);
+            b[0] = opcode;
+            seal(t, &mut b);
+            (b, e, when(Expect::NotAccepted))
+        }
+        Spec::Read { len, off } => {
+            let past = u64::from(off) + u64::from(len) > t.region_len;
+            // IBTA Vol. 1 §9.7.5.2: a READ to a QP not enabled for it is an Invalid
+            // Request (rdma_rxe: `check_op_valid`).
+            let x = if !t.read_ok {
+                Expect::NotAccepted
+            } else if past && t.region_exact {
+                Expect::RemoteAccess
+            } else if past {
+                Expect::Any
+            } else if len > 0 {
+                Expect::ReadResp
+            } else {
+                Expect::Any
+            };
+            (
+                build(
+                    t,
+                    bth(t, Opcode::RcReadRequest, e, true),
+                    reth(t, u64::from(off), len),
+                    0,
+                ),
+                e,
+                when(x),
+            )
+        }
+        Spec::ReadReplay { shift } => match track.last_read {
+            Some((psn, r, _)) if psn_diff(psn, e) < 0 => {
+                let ext = ExtHeaders {
+                    reth: Some(RethRepr {
+                        len: r.len.saturating_add(shift),
+                        ..r
+                    }),
+                    ..ExtHeaders::default()
+                };
+                // IBTA Vol. 1 §9.7.5.1: a duplicate READ is executed again from the
+                // PSN it carries (rdma_rxe: `duplicate_request`).
+                let x = if !t.read_ok {
+                    Expect::NotAccepted
+                } else if shift == 0 && track.known && r.len > 0 {
+                    Expect::ReadResp
+                } else {
+                    Expect::Any
+                };
+                (
+                    build(t, bth(t, Opcode::RcReadRequest, psn, true), ext, 0),
+                    psn,
+                    x,
+                )
+            }
+            _ => (
+                build(t, bth(t, Opcode::RcReadRequest, e, true), reth(t, 0, 16), 0),
+                e,
+                when(if t.read_ok {
+                    Expect::ReadResp
+                } else {
+                    Expect::NotAccepted
+                }),
+            ),
+        },
+        Spec::Atomic { cmp, off, misalign } => {
+            let op = if cmp {
+                Opcode::RcCompareSwap
+            } else {
+                Opcode::RcFetchAdd
+            };
+            let ext = ExtHeaders {
+                atomic: Some(AtomicEthRepr {
+                    va: t.va + u64::from(off & !7) + u64::from(misalign),
+                    rkey: t.rkey,
+                    swap_add: 1,
+                    compare: 0,
+                }),
+                ..ExtHeaders::default()
+            };
+            // A misaligned atomic is never executed (IBTA Vol. 1 §9.4: the
+            // address must be 8-byte aligned; rdma_rxe: `check_rkey`'s alignment check).
+            let x = if misalign % 8 != 0 {
+                Expect::NotAccepted
+            } else {
+                Expect::Any
+            };
+            (build(t, bth(t, op, e, true), ext, 0), e, when(x))
+        }
+        Spec::AtomicReplay => match track.last_atomic {
+            Some((psn, op, a)) if psn_diff(psn, e) < 0 => {
+                let op = Opcode::from_u8(op).unwrap_or(Opcode::RcFetchAdd);
+                let ext = ExtHeaders {
+                    atomic: Some(a),
+                    ..ExtHeaders::default()
+                };
+                (build(t, bth(t, op, psn, true), ext, 0), psn, Expect::Any)
+            }
+            _ => (write_only(t, e, 0, 8, true), e, when(Expect::Ack)),
+        },
+        Spec::Send { len } => (
+            build(
+                t,
+                bth(t, Opcode::RcSendOnly, e, true),
+                ExtHeaders::default(),
+                len.min(mtu),
+            ),
+            e,
+            Expect::Any,
+        ),
+        Spec::GhostAck { syndrome, delta } => {
+            let psn = psn_add(e, i64::from(delta));
+            let ext = ExtHeaders {
+                aeth: Some(AethRepr { syndrome, msn: 1 }),
+                ..ExtHeaders::default()
+            };
+            // An acknowledgement for nothing outstanding is dropped by the requester
+            // (IBTA Vol. 1 §9.7.5, ghost acknowledgements; rdma_rxe `rxe_completer`), and a
+            // responder never answers one.
+            (
+                build(t, bth(t, Opcode::RcAck, psn, false), ext, 0),
+                psn,
+                Expect::Silent,
+            )
+        }
+        Spec::Truncated { keep } => {
+            let full = write_only(t, e, 0, 8, true);
+            let keep = usize::from(keep).min(bth::HEADER_LEN + 15);
+            let mut b = full[..keep].to_vec();
+            b.extend_from_slice(&[0; 4]);
+            seal(t, &mut b);
+            (b, e, Expect::NotAccepted)
+        }
+        Spec::BadIcrc { xor } => {
+            let mut b = write_only(t, e, 0, 8, true);
+            let at = b.len() - 4;
+            let crc = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) ^ xor.max(1);
+            b[at..].copy_from_slice(&crc.to_le_bytes());
+            // IBTA Vol. 1 §9.6 / RoCEv2 Annex A17: a packet whose ICRC fails is
+            // silently dropped, whatever else it says.
+            (b, e, Expect::Silent)
+        }
+        Spec::Ip { edge } => {
+            whole = true;
+            let roce = write_only(t, e, 0, 8, true);
+            (ip_edge(t, &roce, edge), e, Expect::Any)
+        }
+        Spec::BadPkey { pkey } => {
+            let mut b = write_only(t, e, 0, 8, true);
+            b[2..4].copy_from_slice(&pkey.to_be_bytes());
+            seal(t, &mut b);
+            // IBTA Vol. 1 §9.6 (P_Key check): a P_Key that does not match the QP's is
+            // dropped (and counted), never executed; 0x7fff / 0xffff differ only in the
+            // membership bit, which a full member accepts.
+            let x = if pkey & 0x7fff == 0x7fff {
+                Expect::Any
+            } else {
+                Expect::NotAccepted
+            };
+            (b, e, when(x))
+        }
+        Spec::BadTver { tver } => {
+            let mut b = write_only(t, e, 0, 8, true);
+            b[1] = (b[1] & 0xf0) | (tver & 0x0f);
+            seal(t, &mut b);
+            // IBTA Vol. 1 §9.6 (header validation): a TVer the receiver does not support: drop.
+            (b, e, Expect::NotAccepted)
+        }
+    };
+    // An RDMA operation the QP is not enabled for is an Invalid Request whatever else
+    // is wrong with it (IBTA Vol. 1 §9.7.5.2): only "not executed" is certain.
+    let opcode = if whole { None } else { bytes.first().copied() };
+    let refused = match opcode {
+        Some(0x06..=0x0b) => !t.write_ok,
+        Some(0x0c) => !t.read_ok,
+        _ => false,
+    };
+    let expect = match expect {
+        Expect::Ack | Expect::ReadResp | Expect::RemoteAccess | Expect::Refused if refused => {
+            Expect::NotAccepted
+        }
+        x => x,
+    };
+    Rendered {
+        bytes,
+        whole,
+        psn,
+        expect,
+        silent_take,
+    }
+}
+
+/// RFC 1071 checksum of an IPv4 header.
+fn ipv4_checksum(h: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for c in h.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// A whole frame around `roce` with one IPv4 / UDP edge; the ICRC stays correct for the
+/// headers as sent (it masks TTL, TOS and the checksums). IPv6 peers get the frame as is.
+fn ip_edge(t: &Target, roce: &[u8], edge: IpEdge) -> Vec<u8> {
+    let mut f = frame_of(t, roce);
+    let ip = wire::ethernet::HEADER_LEN;
+    if !matches!(t.src, IpAddr::V4(_)) || f.len() < ip + 28 {
+        return f;
+    }
+    if edge == IpEdge::Options {
+        // Four bytes of options: NOP, NOP, NOP, end of list.
+        f.splice(ip + 20..ip + 20, [1u8, 1, 1, 0]);
+        f[ip] = 0x46;
+        let total = (f.len() - ip) as u16;
+        f[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
+    }
+    let ihl = usize::from(f[ip] & 0x0f) * 4;
+    let udp = ip + ihl;
+    match edge {
+        IpEdge::TtlZero => f[ip + 8] = 0,
+        IpEdge::MoreFragments => f[ip + 6] = 0x20,
+        IpEdge::FragmentOffset => {
+            f[ip + 6] = 0x00;
+            f[ip + 7] = 0x10;
+        }
+        IpEdge::TotalLenLong => {
+            let v = u16::from_be_bytes([f[ip + 2], f[ip + 3]]).wrapping_add(64);
+            f[ip + 2..ip + 4].copy_from_slice(&v.to_be_bytes());
+        }
+        IpEdge::TotalLenShort => {
+            let v = u16::from_be_bytes([f[ip + 2], f[ip + 3]]).wrapping_sub(8);
+            f[ip + 2..ip + 4].copy_from_slice(&v.to_be_bytes());
+        }
+        IpEdge::UdpLenShort => {
+            let v = u16::from_be_bytes([f[udp + 4], f[udp + 5]]).wrapping_sub(4);
+            f[udp + 4..udp + 6].copy_from_slice(&v.to_be_bytes());
+        }
+        IpEdge::BadUdpChecksum => f[udp + 6..udp + 8].copy_from_slice(&[0x12, 0x34]),
+        IpEdge::SourcePort4791 => f[udp..udp + 2].copy_from_slice(&4791u16.to_be_bytes()),
+        IpEdge::Trailer => f.extend_from_slice(&[0u8; 18]),
+        _ => {}
+    }
+    // The ICRC over the headers as they now are (the trailer is not part of it).
+    let end = if edge == IpEdge::Trailer {
+        f.len() - 18
+    } else {
+        f.len()
+    };
+    let bth_at = udp + 8;
+    let icrc = wire::icrc::compute(&f[ip..udp], &f[udp..bth_at], &f[bth_at..end - 4]);
+    f[end - 4..end].copy_from_slice(&icrc.to_le_bytes());
+    f[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+    let c = ipv4_checksum(&f[ip..udp]);
+    f[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
+    if edge == IpEdge::BadIpChecksum {
+        f[ip + 10] ^= 0x5a;
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn target() -> Target {
+        Target {
+            src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+            sport: 0xc123,
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            dest_qp: 0x11,
+            my_qpn: 0xfff0,
+            rkey: 0x1234,
+            va: 0x10_0000,
+            region_len: 1 << 17,
+            region_exact: true,
+            mtu: 1024,
+            max_payload: 1400,
+            write_ok: true,
+            read_ok: true,
+        }
+    }
+
+    #[test]
+    fn psn_arithmetic_wraps() {
+        assert_eq!(psn_add(0xff_fffe, 3), 1);
+        assert_eq!(psn_add(1, -2), 0xff_ffff);
+        assert_eq!(psn_diff(1, 0xff_ffff), 2);
+        assert_eq!(psn_diff(0xff_ffff, 1), -2);
+        assert_eq!(psn_diff(PSN_HALF, 0), -(PSN_HALF as i32));
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_frames_and_another_seed_others() {
+        let t = target();
+        let tr = Track::new(0xff_fff0, 1024);
+        let run = |seed| {
+            let mut g = Generator::new(seed, true);
+            (0..200)
+                .map(|_| render(&g.next(&tr, &t), &t, &tr).bytes)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(7), run(7));
+        assert_ne!(run(7), run(8));
+    }
+
+    #[test]
+    fn most_frames_carry_a_good_icrc_and_bad_icrc_ones_do_not() {
+        let t = target();
+        let tr = Track::new(5, 1024);
+        let mut g = Generator::new(1, false);
+        let (mut good, mut n) = (0, 0);
+        for _ in 0..500 {
+            let s = g.next(&tr, &t);
+            let r = render(&s, &t, &tr);
+            let d = datagram(&t);
+            let at = r.bytes.len() - 4;
+            let ok = d.icrc(&r.bytes[..at]).unwrap().to_le_bytes() == r.bytes[at..];
+            if matches!(s, Spec::BadIcrc { .. }) {
+                assert!(!ok, "{s:?}");
+                assert_eq!(r.expect, Expect::Silent);
+            }
+            n += 1;
+            good += usize::from(ok);
+        }
+        assert!(good * 10 > n * 9, "{good} of {n} with a good ICRC");
+    }
+
+    #[test]
+    fn a_valid_write_parses_back_as_built() {
+        let t = target();
+        let tr = Track::new(0xff_ffff, 1024);
+        let r = render(
+            &Spec::Write {
+                len: 100,
+                off: 64,
+                ack_req: true,
+            },
+            &t,
+            &tr,
+        );
+        let f = frame_of(&t, &r.bytes);
+        let p = wire::parse(&f).unwrap();
+        assert_eq!(p.bth.psn, 0xff_ffff);
+        assert_eq!(p.bth.dest_qp, 0x11);
+        assert_eq!(p.ext.reth.unwrap().va, 0x10_0000 + 64);
+        assert_eq!(p.payload.len(), 100);
+        assert_eq!(r.expect, Expect::Ack);
+    }
+
+    #[test]
+    fn ip_edges_keep_a_good_icrc_where_the_headers_allow() {
+        let t = target();
+        let tr = Track::new(9, 1024);
+        let r = render(
+            &Spec::Ip {
+                edge: IpEdge::Options,
+            },
+            &t,
+            &tr,
+        );
+        assert!(r.whole);
+        let p = wire::parse(&r.bytes).unwrap();
+        assert_eq!(p.bth.psn, 9);
+        let r = render(
+            &Spec::Ip {
+                edge: IpEdge::TtlZero,
+            },
+            &t,
+            &tr,
+        );
+        assert!(wire::parse(&r.bytes).is_ok());
+    }
+
+    #[test]
+    fn expectations_are_dropped_when_the_psn_is_not_known() {
+        let t = target();
+        let mut tr = Track::new(9, 1024);
+        let s = Spec::BadRkey {
+            op: ReqOp::Write,
+            flip: 1,
+            len: 8,
+        };
+        assert_eq!(render(&s, &t, &tr).expect, Expect::RemoteAccess);
+        tr.known = false;
+        assert_eq!(render(&s, &t, &tr).expect, Expect::Any);
+        // An ICRC failure is dropped whatever the state.
+        let s = Spec::BadIcrc { xor: 1 };
+        assert_eq!(render(&s, &t, &tr).expect, Expect::Silent);
+    }
+}
