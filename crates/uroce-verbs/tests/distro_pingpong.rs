@@ -161,11 +161,10 @@ fn uroce_run_starts_unmodified_programs() {
         out.contains("1 HCA found:") && out.contains(&format!("uroce_{iface}")),
         "{out}"
     );
-    let srv = in_ns(
-        &pair.ns[0],
-        Path::new("/nonexistent"),
-        &env,
-        &[
+    // ibv_rc_pingpong through uroce run, as uid 65534 without capabilities.
+    let addr = pair.addrs[0].to_string();
+    fn unprivileged<'a>(uroce: &'a str, peer: Option<&'a str>) -> Vec<&'a str> {
+        let mut v = vec![
             "setpriv",
             "--reuid=65534",
             "--regid=65534",
@@ -181,13 +180,20 @@ fn uroce_run_starts_unmodified_programs() {
             "1",
             "-p",
             "18590",
-        ],
+        ];
+        v.extend(peer);
+        v
+    }
+    let srv = in_ns(
+        &pair.ns[0],
+        Path::new("/nonexistent"),
+        &env,
+        &unprivileged(uroce, None),
     )
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
     .spawn()
     .expect("server");
-    let addr = pair.addrs[0].to_string();
     let deadline = Instant::now() + Duration::from_secs(10);
     let cli = loop {
         std::thread::sleep(Duration::from_millis(300));
@@ -195,24 +201,7 @@ fn uroce_run_starts_unmodified_programs() {
             &pair.ns[1],
             Path::new("/nonexistent"),
             &env,
-            &[
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "--inh-caps=-all",
-                uroce,
-                "run",
-                "--",
-                "timeout",
-                "30",
-                "ibv_rc_pingpong",
-                "-g",
-                "1",
-                "-p",
-                "18590",
-                &addr,
-            ],
+            &unprivileged(uroce, Some(&addr)),
         )
         .output()
         .expect("client");
