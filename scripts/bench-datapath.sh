@@ -2,7 +2,10 @@
 # End-to-end datapath figures over a veth pair between two namespaces (as root), each
 # measured in the same run so the ratios hold on a noisy shared machine:
 #   raw AF_XDP frames (no transport: the ceiling), RC WRITE over AF_XDP, RC WRITE over
-#   the UDP backend, at path MTU 2048 and 4096; then 8-byte WRITE latency on both.
+#   the UDP backend, at path MTU 2048 and 4096; then, each round, the 8-byte RC WRITE
+#   round trip on both beside kernel TCP's 8-byte request/response on the same veth
+#   (examples/tcp_rr), with the median of the p50 ratios; then the instructions per
+#   packet (send and parse) as marginal costs under callgrind.
 #   raw/udp is the most AF_XDP/UDP could be: RC WRITE over AF_XDP cannot beat raw frames.
 # Usage: scripts/bench-datapath.sh [ROUNDS] [SECONDS]     (default 2 rounds of 3 s)
 #        scripts/bench-datapath.sh --bulk [ROUNDS] [SECONDS]
@@ -40,6 +43,9 @@ else
   cargo build --release -q
   B=$PWD/target/release/uroce
 fi
+# The TCP request/response baseline and the callgrind examples.
+cargo build --release -q --examples -p uroce -p uroce-tools
+TCP_RR=$PWD/target/release/examples/tcp_rr
 A=uroce-bench-$$-a
 Z=uroce-bench-$$-b
 cleanup() { ip netns del "$A" 2>/dev/null || true; ip netns del "$Z" 2>/dev/null || true; }
@@ -235,9 +241,57 @@ for mtu in ("2048", "4096"):
           f"xdp/udp {med(lambda r, x, u: x / u):.2f}  raw/udp {med(lambda r, x, u: r / u):.2f}")
 PY
 rm -f "$rows"
-echo "8-byte RC WRITE round trip (p50 / p99 / p99.9 us):"
-for be in xdp udp; do
-  one write "$be" 1024 --lat | python3 -c "
+# tcp_rr: kernel TCP's 8-byte request/response round trip over the same veth (JSON)
+tcp_rr() {
+  ip netns exec "$Z" "$TCP_RR" server 18782 >/dev/null 2>&1 &
+  local sp=$!
+  sleep 0.3
+  ip netns exec "$A" "$TCP_RR" client 10.99.0.2:18782 10000
+  wait $sp || true
+}
+
+echo "8-byte round trips (p50 / p99 / p99.9 us), each round: RC WRITE over AF_XDP and UDP, TCP request/response:"
+lat_rows=$(mktemp)
+for r in $(seq "$ROUNDS"); do
+  for be in xdp udp; do
+    one write "$be" 1024 --lat | python3 -c "
 import json,sys; v=json.loads(sys.stdin.read())
-print(f\"  $be: {v['lat_p50_us']:.1f} / {v['lat_p99_us']:.1f} / {v['lat_p999_us']:.1f}  ({v['datapath']})\")"
+print('$r', '$be', v['lat_p50_us'], v['lat_p99_us'], v['lat_p999_us'])" >>"$lat_rows"
+  done
+  tcp_rr | python3 -c "
+import json,sys; v=json.loads(sys.stdin.read())
+print('$r', 'tcp', v['lat_p50_us'], v['lat_p99_us'], v['lat_p999_us'])" >>"$lat_rows"
 done
+python3 - "$lat_rows" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+for r, what, p50, p99, p999 in rows:
+    print(f"  round {r} {what:<4} {float(p50):7.1f} / {float(p99):7.1f} / {float(p999):7.1f}")
+for be in ("xdp", "udp"):
+    ratios = []
+    for rd in sorted({r[0] for r in rows}):
+        u = [float(r[2]) for r in rows if r[0] == rd and r[1] == be]
+        t = [float(r[2]) for r in rows if r[0] == rd and r[1] == "tcp"]
+        if u and t:
+            ratios.append(u[0] / t[0])
+    print(f"median p50 {be} RC WRITE / TCP request-response {statistics.median(ratios):.2f}  (rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
+PY
+rm -f "$lat_rows"
+
+# Instructions per packet, the marginal cost: the difference between two runs of different
+# length under callgrind, so set-up cancels out (deterministic on a shared machine).
+if command -v valgrind >/dev/null; then
+  echo "instructions per packet (callgrind, marginal: N=2000 minus N=1000, parse 20000 minus 10000):"
+  ex=$PWD/target/release/examples
+  ir() { valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 | awk '/Collected/ {print $4}'; }
+  for mode in off on; do
+    a=$(ir "$ex/send_path" "$mode" 1000)
+    b=$(ir "$ex/send_path" "$mode" 2000)
+    echo "  build and send one 64-byte RC SEND, DCQCN $mode: $(( (b - a) / 1000 ))"
+  done
+  a=$(ir "$ex/parse_loop" 10000)
+  b=$(ir "$ex/parse_loop" 20000)
+  echo "  parse one received frame's headers: $(( (b - a) / 10000 ))"
+else
+  echo "(valgrind is missing: no instruction counts)"
+fi
