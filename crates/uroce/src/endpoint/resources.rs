@@ -629,7 +629,8 @@ impl Context {
     fn post(&mut self, qpn: u32, wr: SendWr, flags: SendFlags) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send(&mut self.mem, wr, flags, &mut self.wcs);
-        self.sched.touch(qpn, qp);
+        // A post gives the QP work; its timers start when packets go (poll_transmit).
+        self.sched.wake(qpn, qp);
         let due = qp.events_due();
         self.route_completions();
         if due {
@@ -668,7 +669,8 @@ impl Context {
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send_sgl(&mut self.mem, wr, sgl, flags, &mut self.wcs);
-        self.sched.touch(qpn, qp);
+        // A post gives the QP work; its timers start when packets go (poll_transmit).
+        self.sched.wake(qpn, qp);
         self.route_completions();
         self.take_qp_events(qpn);
         r
@@ -693,7 +695,8 @@ impl Context {
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send_ud_sgl(&mut self.mem, wr, sgl, flags, &mut self.wcs);
-        self.sched.touch(qpn, qp);
+        // A post gives the QP work; its timers start when packets go (poll_transmit).
+        self.sched.wake(qpn, qp);
         self.route_completions();
         self.take_qp_events(qpn);
         r
@@ -729,7 +732,8 @@ impl Context {
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let r = qp.post_send_ud(&mut self.mem, wr, flags, &mut self.wcs);
-        self.sched.touch(qpn, qp);
+        // A post gives the QP work; its timers start when packets go (poll_transmit).
+        self.sched.wake(qpn, qp);
         let due = qp.events_due();
         self.route_completions();
         if due {
