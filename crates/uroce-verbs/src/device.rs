@@ -394,13 +394,7 @@ pub fn gids(info: &InterfaceInfo) -> Vec<ibv_gid> {
     ordered
         .into_iter()
         .take(GID_TABLE_LEN)
-        .map(|a| {
-            let raw = match a {
-                IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
-                IpAddr::V6(v) => v.octets(),
-            };
-            ibv_gid { raw }
-        })
+        .map(crate::qp::gid_of)
         .collect()
 }
 

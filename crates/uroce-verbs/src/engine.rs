@@ -65,7 +65,6 @@ pub(crate) struct QpEntry {
     pub pd: usize,
     pub send_cq: usize,
     pub recv_cq: usize,
-    pub srq: usize,
     /// A UD QP (its sends name an address handle).
     pub ud: bool,
 }

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use libc::{EINVAL, EOPNOTSUPP};
 use uroce::datapath::Backend;
 use uroce::verbs::{
-    Access, Mtu, QpAttr, QpAttrMask, QpCaps, QpInitEx, QpState, QpType, RecvWr, Remote, SendFlags,
-    SendOp, SendWr, Sge, UdSendWr, MAX_INLINE_DATA, MAX_SGE,
+    Access, Mtu, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpInitEx, QpState, QpType, RecvWr, Remote,
+    SendFlags, SendOp, SendWr, Sge, UdSendWr, MAX_INLINE_DATA, MAX_SGE,
 };
 
 use crate::abi::{
@@ -198,6 +198,21 @@ unsafe fn sges(
     Ok(&out[..n])
 }
 
+/// What a QP was granted, as `struct ibv_qp_cap` says it (`max_recv_wr` 0 on an SRQ).
+fn cap_of(i: &QpInitAttr) -> ibv_qp_cap {
+    ibv_qp_cap {
+        max_send_wr: i.caps.max_send_wr as u32,
+        max_recv_wr: if i.ex.srq.is_some() {
+            0
+        } else {
+            i.caps.max_recv_wr as u32
+        },
+        max_send_sge: i.ex.max_send_sge.max(1),
+        max_recv_sge: i.ex.max_recv_sge.max(1),
+        max_inline_data: i.ex.max_inline_data,
+    }
+}
+
 /// `ibv_create_qp`: a QP in RESET; `attr->cap` is updated with what was granted. EINVAL
 /// for CQs or an SRQ not of the PD's context; EOPNOTSUPP for raw packet and XRC QPs.
 ///
@@ -254,19 +269,8 @@ pub unsafe extern "C" fn ibv_create_qp(
             .uroce
             .create_qp_ex(pd_id, caps, ex)
             .map_err(|e| e.errno())?;
-        let granted = inner.uroce.query_qp(qpn).map(|(_, i)| i).ok();
-        if let Some(i) = granted {
-            a.cap = ibv_qp_cap {
-                max_send_wr: i.caps.max_send_wr as u32,
-                max_recv_wr: if srq.is_some() {
-                    0
-                } else {
-                    i.caps.max_recv_wr as u32
-                },
-                max_send_sge: i.ex.max_send_sge.max(1),
-                max_recv_sge: i.ex.max_recv_sge.max(1),
-                max_inline_data: i.ex.max_inline_data,
-            };
+        if let Ok((_, i)) = inner.uroce.query_qp(qpn) {
+            a.cap = cap_of(&i);
         }
         // SAFETY: all zeros is PTHREAD_MUTEX_INITIALIZER / PTHREAD_COND_INITIALIZER in
         // glibc and a valid value for every other field.
@@ -289,7 +293,6 @@ pub unsafe extern "C" fn ibv_create_qp(
                 pd: pd as usize,
                 send_cq: a.send_cq as usize,
                 recv_cq: a.recv_cq as usize,
-                srq: a.srq as usize,
                 ud: qp_type == QpType::Ud,
             },
         );
@@ -446,17 +449,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         let Ok((a, i)) = inner.uroce.query_qp(e.qpn) else {
             return EINVAL;
         };
-        let cap = ibv_qp_cap {
-            max_send_wr: i.caps.max_send_wr as u32,
-            max_recv_wr: if e.srq != 0 {
-                0
-            } else {
-                i.caps.max_recv_wr as u32
-            },
-            max_send_sge: i.ex.max_send_sge.max(1),
-            max_recv_sge: i.ex.max_recv_sge.max(1),
-            max_inline_data: i.ex.max_inline_data,
-        };
+        let cap = cap_of(&i);
         let mut ah = ibv_ah_attr {
             is_global: 1,
             port_num: 1,
@@ -747,19 +740,17 @@ unsafe fn post_list<W>(
     r
 }
 
-/// The context and the entry of a QP handed out, for the posting ops; None for NULL or a
-/// QP that is not one of ours (now).
+/// The context of a QP, for the posting ops; None for NULL or a context that is not
+/// open. The QP itself is looked up under the context's lock, with the post.
 ///
 /// # Safety
 /// `qp` is NULL or readable (the inline wrappers of verbs.h read `qp->context` already).
-unsafe fn qp_of(qp: *mut ibv_qp) -> Option<(Arc<Shared>, QpEntry)> {
+unsafe fn context_of(qp: *mut ibv_qp) -> Option<Arc<Shared>> {
     if qp.is_null() {
         return None;
     }
     // SAFETY: as this function's contract.
-    let shared = shared_of(unsafe { (*qp).context })?;
-    let e = shared.lock().qps.get(&(qp as usize)).copied()?;
-    Some((shared, e))
+    shared_of(unsafe { (*qp).context })
 }
 
 /// `ibv_context_ops.post_send` (the inline `ibv_post_send`): 0, or the errno of the
@@ -770,11 +761,15 @@ pub(crate) unsafe extern "C" fn post_send(
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
     // SAFETY: `qp` and `bad` as the inline ibv_post_send passes them.
-    let Some((shared, e)) = (unsafe { qp_of(qp) }) else {
+    let Some(shared) = (unsafe { context_of(qp) }) else {
         // SAFETY: as above.
         return unsafe { refuse(wr, bad) };
     };
     let mut g = shared.lock();
+    let Some(e) = g.qps.get(&(qp as usize)).copied() else {
+        // SAFETY: as above.
+        return unsafe { refuse(wr, bad) };
+    };
     // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
     let r = unsafe {
         post_list(
@@ -817,11 +812,15 @@ pub(crate) unsafe extern "C" fn post_recv(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     // SAFETY: `qp` and `bad` as the inline ibv_post_recv passes them.
-    let Some((shared, e)) = (unsafe { qp_of(qp) }) else {
+    let Some(shared) = (unsafe { context_of(qp) }) else {
         // SAFETY: as above.
         return unsafe { refuse(wr, bad) };
     };
     let mut g = shared.lock();
+    let Some(e) = g.qps.get(&(qp as usize)).copied() else {
+        // SAFETY: as above.
+        return unsafe { refuse(wr, bad) };
+    };
     // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
     unsafe {
         post_list(

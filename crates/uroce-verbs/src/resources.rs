@@ -59,6 +59,14 @@ const ACCESS_ON_DEMAND: c_uint = 1 << 6;
 const ACCESS_HUGETLB: c_uint = 1 << 7;
 /// IBV_ACCESS_OPTIONAL_RANGE: hints a provider may ignore (relaxed ordering).
 const ACCESS_OPTIONAL: c_uint = 0x3ff0_0000;
+/// IBV_ACCESS_LOCAL_WRITE .. IBV_ACCESS_MW_BIND and uroce's rights, one to one.
+const ACCESS_BITS: [(c_uint, Access); 5] = [
+    (1, Access::LOCAL_WRITE),
+    (2, Access::REMOTE_WRITE),
+    (4, Access::REMOTE_READ),
+    (8, Access::REMOTE_ATOMIC),
+    (16, Access::MW_BIND),
+];
 
 /// uroce's rights for ibverbs' access flags, or the errno ibverbs gives: EOPNOTSUPP for
 /// zero-based and on-demand regions, EINVAL for unknown bits.
@@ -69,14 +77,7 @@ pub fn access_of(flags: c_uint) -> Result<Access, c_int> {
     if flags & !(ACCESS_DATA | ACCESS_HUGETLB | ACCESS_OPTIONAL) != 0 {
         return Err(EINVAL);
     }
-    let bits = [
-        (1, Access::LOCAL_WRITE),
-        (2, Access::REMOTE_WRITE),
-        (4, Access::REMOTE_READ),
-        (8, Access::REMOTE_ATOMIC),
-        (16, Access::MW_BIND),
-    ];
-    Ok(bits
+    Ok(ACCESS_BITS
         .iter()
         .filter(|(b, _)| flags & b != 0)
         .fold(Access::NONE, |a, (_, r)| a | *r))
@@ -84,16 +85,10 @@ pub fn access_of(flags: c_uint) -> Result<Access, c_int> {
 
 /// ibverbs' access flags for uroce's rights (what `ibv_query_qp` reports).
 pub fn access_bits(a: Access) -> c_uint {
-    [
-        (1, Access::LOCAL_WRITE),
-        (2, Access::REMOTE_WRITE),
-        (4, Access::REMOTE_READ),
-        (8, Access::REMOTE_ATOMIC),
-        (16, Access::MW_BIND),
-    ]
-    .iter()
-    .filter(|(_, r)| a.contains(*r))
-    .fold(0, |b, (bit, _)| b | bit)
+    ACCESS_BITS
+        .iter()
+        .filter(|(_, r)| a.contains(*r))
+        .fold(0, |b, (bit, _)| b | bit)
 }
 
 /// `ibv_alloc_pd`.

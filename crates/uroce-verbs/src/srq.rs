@@ -28,6 +28,15 @@ fn attr_of(a: &ibv_srq_attr) -> SrqAttr {
     }
 }
 
+/// The C form of uroce's SRQ attributes.
+fn c_attr_of(a: SrqAttr) -> ibv_srq_attr {
+    ibv_srq_attr {
+        max_wr: a.max_wr,
+        max_sge: a.max_sge,
+        srq_limit: a.srq_limit,
+    }
+}
+
 /// `ibv_create_srq`: `attr->attr` is updated with what was granted.
 ///
 /// # Safety
@@ -52,11 +61,7 @@ pub unsafe extern "C" fn ibv_create_srq(
             .create_srq(pd_id, attr_of(&a.attr))
             .map_err(|e| e.errno())?;
         if let Ok(g) = inner.uroce.query_srq(id) {
-            a.attr = ibv_srq_attr {
-                max_wr: g.max_wr,
-                max_sge: g.max_sge,
-                srq_limit: g.srq_limit,
-            };
+            a.attr = c_attr_of(g);
         }
         // SAFETY: all zeros is the pthread initialisers in glibc and valid elsewhere.
         let mut s: ibv_srq = unsafe { std::mem::zeroed() };
@@ -140,13 +145,7 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
         match inner.uroce.query_srq(e.id) {
             Ok(g) => {
                 // SAFETY: the caller's writable ibv_srq_attr.
-                unsafe {
-                    attr.write(ibv_srq_attr {
-                        max_wr: g.max_wr,
-                        max_sge: g.max_sge,
-                        srq_limit: g.srq_limit,
-                    })
-                };
+                unsafe { attr.write(c_attr_of(g)) };
                 0
             }
             Err(e) => e.errno(),
