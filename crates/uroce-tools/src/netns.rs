@@ -118,7 +118,28 @@ impl VethPair {
             ip(&["-n", n, "link", "set", dev, "up"])?;
             ip(&["-n", n, "link", "set", "lo", "up"])?;
         }
+        pair.wait_up();
         Ok(pair)
+    }
+
+    /// Waits (at most 5 s) until both ends are operationally up: a veth just set up reads
+    /// as down for a moment, and a port queried then (`ibv_devinfo`, the link watch) or a
+    /// first frame sent then would see a link that is not there yet.
+    fn wait_up(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        for i in 0..2 {
+            let state = format!("/sys/class/net/{}/operstate", self.ifaces[i]);
+            while std::time::Instant::now() < deadline {
+                let up = Command::new("ip")
+                    .args(["netns", "exec", &self.ns[i], "cat", &state])
+                    .output()
+                    .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "up");
+                if up {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
     }
 
     /// Runs `tc qdisc add dev IFACE root netem ARGS` on side `i` (loss, delay, reorder).

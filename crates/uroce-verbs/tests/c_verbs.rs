@@ -26,7 +26,7 @@
 mod common;
 
 use common::{in_ns, text};
-use uroce_tools::netns;
+use uroce_tools::netns::{self, VethPair};
 
 const PROGRAM: &str = r#"
 #include <errno.h>
@@ -412,7 +412,7 @@ fn suite(backend: &str) {
     let Some(exe) = common::compile_c(&lib, "verbs", PROGRAM, &["-libverbs"]) else {
         return;
     };
-    let pair = common::veth(&format!("cv{}", &backend[..1]), 1500);
+    let pair = VethPair::create(&format!("cv{}", &backend[..1]), 1500).expect("veth pair");
     let exe = exe.to_str().unwrap().to_string();
     let run = in_ns(
         &pair.ns[0],
@@ -503,7 +503,7 @@ fn port_events_follow_the_link() {
     let Some(exe) = common::compile_c(&lib, "port", PORT_PROGRAM, &["-libverbs"]) else {
         return;
     };
-    let pair = common::veth("cvp", 1500);
+    let pair = VethPair::create("cvp", 1500).expect("veth pair");
     let exe = exe.to_str().unwrap().to_string();
     let mut child = in_ns(
         &pair.ns[0],

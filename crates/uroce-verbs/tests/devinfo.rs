@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::{in_ns, text};
-use uroce_tools::netns;
+use uroce_tools::netns::{self, VethPair};
 
 fn ready() -> bool {
     if let Err(e) = netns::check_privileges() {
@@ -32,7 +32,7 @@ fn ibv_devinfo_and_ibv_devices_show_the_veth() {
         return;
     }
     let lib = common::library_dir("devinfo");
-    let pair = common::veth("vdi", 9000);
+    let pair = VethPair::create("vdi", 9000).expect("veth pair");
     let (ns, iface) = (&pair.ns[0], &pair.ifaces[0]);
     let dev = format!("uroce_{iface}");
 
@@ -212,7 +212,7 @@ fn device_verbs_from_c() {
     let Some(exe) = common::compile_c(&lib, "devices", DEVICE_PROGRAM, &["-libverbs"]) else {
         return;
     };
-    let pair = common::veth("vdc", 1500);
+    let pair = VethPair::create("vdc", 1500).expect("veth pair");
     let (ns, iface) = (&pair.ns[0], &pair.ifaces[0]);
     let exe = exe.to_str().unwrap().to_string();
     let run = in_ns(ns, &lib, &[], &[&exe])

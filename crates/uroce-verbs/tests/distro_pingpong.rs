@@ -9,7 +9,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{in_ns, text};
@@ -34,6 +34,37 @@ fn ready() -> bool {
     true
 }
 
+/// Starts `server` in the first namespace, then `client` in the second, tried again while
+/// it fails to connect (the server listens on TCP shortly after it starts; 10 s at most);
+/// the server's output and the client's.
+fn serve_and_connect(
+    pair: &VethPair,
+    lib: &Path,
+    env: &[(&str, &str)],
+    server: &[&str],
+    client: &[&str],
+) -> (Output, Output) {
+    let srv = in_ns(&pair.ns[0], lib, env, server)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let cli = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let o = in_ns(&pair.ns[1], lib, env, client)
+            .output()
+            .expect("client");
+        let t = text(&o);
+        let refused = !o.status.success()
+            && (t.contains("onnect") || t.contains("Unable to open file descriptor"));
+        if !refused || Instant::now() > deadline {
+            break o;
+        }
+    };
+    (srv.wait_with_output().expect("server output"), cli)
+}
+
 /// Runs `tool ARGS` as server in the first namespace and as client of it in the second,
 /// on `backend`; panics with both outputs unless both exit 0 and report their results.
 fn run(pair: &VethPair, lib: &Path, backend: &str, tool: &str, args: &[&str], port: u16) {
@@ -48,30 +79,11 @@ fn run(pair: &VethPair, lib: &Path, backend: &str, tool: &str, args: &[&str], po
     let (d0, d1) = (dev(0), dev(1));
     let mut server: Vec<&str> = vec!["timeout", "60", tool, "-d", &d0, gid, "1", "-p", &port];
     server.extend_from_slice(args);
-    let srv = in_ns(&pair.ns[0], lib, &env, &server)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("server");
     let addr = pair.addrs[0].to_string();
     let mut client: Vec<&str> = vec!["timeout", "60", tool, "-d", &d1, gid, "1", "-p", &port];
     client.extend_from_slice(args);
     client.push(&addr);
-    // The server listens on TCP shortly after it starts: retry the client until then.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let cli = loop {
-        std::thread::sleep(Duration::from_millis(300));
-        let o = in_ns(&pair.ns[1], lib, &env, &client)
-            .output()
-            .expect("client");
-        let t = text(&o);
-        let refused =
-            t.contains("Couldn't connect") || t.contains("Unable to open file descriptor");
-        if !refused || Instant::now() > deadline {
-            break o;
-        }
-    };
-    let srv = srv.wait_with_output().expect("server output");
+    let (srv, cli) = serve_and_connect(pair, lib, &env, &server, &client);
     let what = format!(
         "{tool} {} over {backend}\n-- server:\n{}\n-- client:\n{}",
         args.join(" "),
@@ -89,7 +101,7 @@ fn suite(backend: &str, base_port: u16) {
         return;
     }
     let lib = common::library_dir(&format!("pp-{backend}"));
-    let pair = common::veth(&format!("pp{}", &backend[..1]), 9000);
+    let pair = VethPair::create(&format!("pp{}", &backend[..1]), 9000).expect("veth pair");
     let cases: [(&str, &[&str]); 15] = [
         ("ibv_rc_pingpong", &["-n", "200"]),
         ("ibv_rc_pingpong", &["-e", "-n", "200"]),
@@ -143,7 +155,7 @@ fn uroce_run_starts_unmodified_programs() {
         return;
     }
     let lib = common::library_dir("run");
-    let pair = common::veth("run", 1500);
+    let pair = VethPair::create("run", 1500).expect("veth pair");
     let uroce = uroce.to_str().unwrap();
     let env = [("UROCE_LIBDIR", lib.to_str().unwrap())];
     let iface = &pair.ifaces[0];
@@ -184,32 +196,13 @@ fn uroce_run_starts_unmodified_programs() {
         v.extend(peer);
         v
     }
-    let srv = in_ns(
-        &pair.ns[0],
+    let (srv, cli) = serve_and_connect(
+        &pair,
         Path::new("/nonexistent"),
         &env,
         &unprivileged(uroce, None),
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("server");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let cli = loop {
-        std::thread::sleep(Duration::from_millis(300));
-        let o = in_ns(
-            &pair.ns[1],
-            Path::new("/nonexistent"),
-            &env,
-            &unprivileged(uroce, Some(&addr)),
-        )
-        .output()
-        .expect("client");
-        if !text(&o).contains("Couldn't connect") || Instant::now() > deadline {
-            break o;
-        }
-    };
-    let srv = srv.wait_with_output().expect("server");
+        &unprivileged(uroce, Some(&addr)),
+    );
     let what = format!("-- server:\n{}\n-- client:\n{}", text(&srv), text(&cli));
     assert!(srv.status.success() && cli.status.success(), "{what}");
     assert!(text(&cli).contains(" iters in "), "{what}");
@@ -239,7 +232,7 @@ fn library_against_uroce_tools() {
     }
     let uroce = uroce.to_str().unwrap().to_string();
     let lib = common::library_dir("mixed");
-    let pair = common::veth("mix", 9000);
+    let pair = VethPair::create("mix", 9000).expect("veth pair");
     let addr = pair.addrs[0].to_string();
     let d = |i: usize| format!("uroce_{}", pair.ifaces[i]);
     let (d0, d1) = (d(0), d(1));
@@ -355,22 +348,7 @@ fn library_against_uroce_tools() {
         client.push(addr.clone());
         let s: Vec<&str> = server.iter().map(String::as_str).collect();
         let c: Vec<&str> = client.iter().map(String::as_str).collect();
-        let srv = in_ns(&pair.ns[0], &lib, &env, &s)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("server");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let cli = loop {
-            std::thread::sleep(Duration::from_millis(500));
-            let o = in_ns(&pair.ns[1], &lib, &env, &c).output().expect("client");
-            let t = text(&o);
-            let refused = t.contains("onnect") && !o.status.success();
-            if !refused || Instant::now() > deadline {
-                break o;
-            }
-        };
-        let srv = srv.wait_with_output().expect("server");
+        let (srv, cli) = serve_and_connect(&pair, &lib, &env, &s, &c);
         let out = format!(
             "{what}\n-- server:\n{}\n-- client:\n{}",
             text(&srv),

@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use uroce_tools::netns;
+use uroce_tools::netns::{self, VethPair};
 
 const PROGRAM: &str = r#"
 #include <errno.h>
@@ -101,7 +101,7 @@ fn pd_mr_cq_from_c() {
     let Some(exe) = common::compile_c(&lib, "pd_mr_cq", PROGRAM, &["-libverbs"]) else {
         return;
     };
-    let pair = common::veth("vpm", 1500);
+    let pair = VethPair::create("vpm", 1500).expect("veth pair");
     let out = Command::new("ip")
         .args(["netns", "exec", &pair.ns[0]])
         .arg(&exe)

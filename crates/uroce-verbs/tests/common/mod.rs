@@ -98,24 +98,3 @@ pub fn text(o: &std::process::Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
-
-/// A veth pair between two new namespaces (`uroce_tools::netns::VethPair`), returned once
-/// both ends are operationally up (at most 5 s), so a port reads ACTIVE from the start.
-pub fn veth(tag: &str, mtu: u32) -> uroce_tools::netns::VethPair {
-    let pair = uroce_tools::netns::VethPair::create(tag, mtu).expect("veth pair");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    for i in 0..2 {
-        let state = format!("/sys/class/net/{}/operstate", pair.ifaces[i]);
-        while std::time::Instant::now() < deadline {
-            let up = Command::new("ip")
-                .args(["netns", "exec", &pair.ns[i], "cat", &state])
-                .output()
-                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "up");
-            if up {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-    }
-    pair
-}
