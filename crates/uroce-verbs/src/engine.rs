@@ -133,8 +133,6 @@ pub(crate) struct Inner {
     /// When the progress thread wakes next on its own (its timer), to know whether a
     /// post brought a timer forward.
     sleep_until: Option<Instant>,
-    /// What the datapath is, for errors.
-    pub datapath_what: String,
 }
 
 /// An open device's state, shared by the program's threads and the progress thread.
@@ -219,7 +217,6 @@ impl Shared {
                 wcs: Vec::with_capacity(64),
                 datapath: None,
                 sleep_until: None,
-                datapath_what: String::new(),
             }),
             wake: eventfd(libc::EFD_NONBLOCK)?,
             async_fd,
@@ -258,9 +255,11 @@ impl Shared {
 
     /// Wakes the progress thread if a post brought the next timer before its wake-up.
     pub fn after_post(&self, inner: &Inner) {
-        let polling = self.since_app_polled().is_some_and(|d| d < APP_ACTIVE);
-        // A program posting is at work too: the thread stays away while it is.
-        self.app_polled();
+        // A program posting is at work too: the thread stays away while it is (one clock
+        // read: the stamp before this post says whether it was already at work).
+        let now = (self.epoch.elapsed().as_nanos() as u64).max(1);
+        let before = self.app_polled.swap(now, Ordering::Relaxed);
+        let polling = before != 0 && now.saturating_sub(before) < APP_ACTIVE.as_nanos() as u64;
         if inner.datapath.is_none() || polling {
             // A program that polls runs the timers itself; if it stops, the thread is
             // back within APP_ACTIVE.
@@ -278,14 +277,13 @@ impl Shared {
         if inner.datapath.is_some() {
             return Ok(());
         }
-        let (backend, what) = open_backend(inner)?;
+        let backend = open_backend(inner)?;
         // RC windows no larger than what the receive buffer holds (the peer's taken to be
         // like ours), as `Endpoint::new` does: a clean path then loses nothing.
         if let Some(bytes) = backend.rx_capacity() {
             inner.uroce.set_inflight_budget(Some(bytes));
         }
         let backend = Loopback::new(backend, inner.uroce.config().ip);
-        inner.datapath_what = what;
         let me = self.clone();
         let thread = std::thread::Builder::new()
             .name(format!("uroce-{}", inner.device.iface()))
@@ -552,7 +550,7 @@ fn errno_of(e: &std::io::Error) -> c_int {
 const FRAME_OVERHEAD: u32 = 100;
 
 /// The datapath `UROCE_BACKEND` asks for on the device's interface.
-fn open_backend(inner: &Inner) -> Result<(Box<dyn Backend + Send>, String), c_int> {
+fn open_backend(inner: &Inner) -> Result<Box<dyn Backend + Send>, c_int> {
     let choice = std::env::var(BACKEND_ENV).unwrap_or_else(|_| "auto".into());
     let iface = inner.device.iface();
     let local = inner.uroce.config().ip;
@@ -571,18 +569,9 @@ fn open_backend(inner: &Inner) -> Result<(Box<dyn Backend + Send>, String), c_in
         _ => return Err(libc::EINVAL),
     };
     match xdp {
-        Some(Ok(b)) => {
-            let what = format!("AF_XDP on {iface} ({})", b.mode());
-            Ok((Box::new(b), what))
-        }
+        Some(Ok(b)) => Ok(Box::new(b)),
         Some(Err(e)) if choice == "xdp" => Err(errno_of(&e)),
-        other => {
-            let u = UdpBackend::bind(local).map_err(|e| errno_of(&e))?;
-            let what = match other {
-                Some(Err(e)) => format!("UDP backend on {local} (AF_XDP not possible: {e})"),
-                _ => format!("UDP backend on {local}"),
-            };
-            Ok((Box::new(u), what))
-        }
+        // `auto` without AF_XDP (the library cannot say why; `uroce run` does).
+        _ => Ok(Box::new(UdpBackend::bind(local).map_err(|e| errno_of(&e))?)),
     }
 }
