@@ -127,6 +127,8 @@ pub(crate) struct Inner {
     pub async_events: VecDeque<AsyncEntry>,
     /// Scratch for polled completions (no allocation per poll once grown).
     pub wcs: Vec<WorkCompletion>,
+    /// QP 1, once uroce's librdmacm asked for it (`crate::gsi`).
+    pub gsi: Option<crate::gsi::Gsi>,
     datapath: Option<Datapath>,
     /// The context's async fd (owned by [`Shared`]), counted up per queued event.
     async_fd: RawFd,
@@ -158,6 +160,11 @@ fn eventfd(flags: c_int) -> std::io::Result<OwnedFd> {
     }
     // SAFETY: `fd` was just opened and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A new non-blocking eventfd (a read takes the whole count).
+pub(crate) fn nonblocking_eventfd() -> std::io::Result<OwnedFd> {
+    eventfd(libc::EFD_NONBLOCK)
 }
 
 /// Adds one to an eventfd's counter (readable from then on).
@@ -215,6 +222,7 @@ impl Shared {
                 channels: HashMap::new(),
                 async_events: VecDeque::new(),
                 wcs: Vec::with_capacity(64),
+                gsi: None,
                 datapath: None,
                 sleep_until: None,
             }),
@@ -428,6 +436,9 @@ impl Inner {
                     break;
                 }
             }
+        }
+        if let Some(gsi) = self.gsi.as_mut() {
+            gsi.drain(&mut self.uroce);
         }
         if self.uroce.has_events() {
             self.dispatch_events();

@@ -30,6 +30,7 @@ mod cq;
 pub mod device;
 mod engine;
 mod exports;
+mod gsi;
 mod loopback;
 mod mw;
 mod qp;

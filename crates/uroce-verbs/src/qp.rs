@@ -150,6 +150,17 @@ pub(crate) fn remote_of(shared: &Arc<Shared>, ah: &ibv_ah_attr) -> Result<Remote
     if sgid != Some(gid_of(local).raw) {
         return Err(EINVAL);
     }
+    remote_to(shared, ip, needs_l2)
+}
+
+/// Where packets to `ip` go (the IP address and the next hop's MAC address), as
+/// [`remote_of`] finds them, for a destination that is not named by an AH (QP 1's MADs,
+/// `crate::gsi`). The datapath is open; `needs_l2` is whether it needs the MAC.
+pub(crate) fn remote_to(shared: &Arc<Shared>, ip: IpAddr, needs_l2: bool) -> Result<Remote, c_int> {
+    let (device, local) = {
+        let g = shared.lock();
+        (g.device, g.uroce.config().ip)
+    };
     let mac = device.mac();
     if ip == local {
         return Ok(Remote { ip, mac });

@@ -1,0 +1,341 @@
+//! QP 1, the general services interface (GSI), of an open device, for uroce's
+//! `librdmacm.so.1` (crates/uroce-rdmacm): the CM's MADs in and out.
+//!
+//! A RoCE device has one QP 1 per port, which the kernel owns on a real NIC: it is never
+//! an `ibv_qp` the program sees, and the program's QPs are numbered from 0x11. Here it is
+//! a UD QP of the device's uroce context (`QpType::Gsi`, Q_Key 0x80010000, IBTA Vol. 1
+//! §13.5.3), created at the first `uroce_gsi_open` with a PD, a CQ and a region of its
+//! own, and never seen by the program. What it receives is copied out of its receive
+//! buffers into an inbox as the datapath is pumped (by the program's calls or the
+//! progress thread), and an eventfd tells the CM's thread that MADs wait.
+//!
+//! The three entry points are exported from libibverbs.so.1 under the private version
+//! node `UROCE_PRIVATE_1`; librdmacm finds them with `dlvsym`. A libibverbs.so.1 without
+//! them is not uroce's, which librdmacm reports as ENODEV.
+
+use std::collections::VecDeque;
+use std::ffi::c_int;
+use std::net::{IpAddr, Ipv6Addr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+
+use libc::{EAGAIN, EINVAL, ENODEV};
+use uroce::datapath::Backend;
+use uroce::mem::Access;
+use uroce::verbs::{
+    CqId, InitAttr, Mr, Mtu, PdId, QpCaps, QpType, RecvWr, RtsAttr, Sge, UdSendWr, WcOpcode,
+    WcStatus, WorkCompletion,
+};
+use uroce::wire::mad::{GSI_QKEY, GSI_QPN, MAD_LEN};
+
+use crate::abi::ibv_context;
+use crate::engine::{signal, Inner, Shared};
+
+/// Bytes of a UD receive before the payload: the GRH area.
+const GRH: usize = 40;
+/// Bytes of one buffer slot (a GRH and a MAD, rounded up).
+const SLOT: usize = 512;
+/// Receive buffers kept posted.
+const RECV_SLOTS: usize = 64;
+/// Send buffers; a MAD sent while all are in flight is refused with EAGAIN (the CM's
+/// own retry sends it again).
+const SEND_SLOTS: usize = 32;
+/// MADs held for the CM's thread; beyond that new ones are dropped and counted, as a
+/// NIC drops what its receive queue has no room for.
+const INBOX: usize = 1024;
+
+/// A MAD QP 1 received: the sender's address (from the GRH / IP header), its QP and the
+/// 256 bytes.
+pub(crate) struct InMad {
+    from: IpAddr,
+    src_qp: u32,
+    mad: [u8; MAD_LEN],
+}
+
+/// QP 1 of an open device.
+pub(crate) struct Gsi {
+    cq: CqId,
+    mr: Mr,
+    /// Send slots not in flight.
+    free_send: Vec<usize>,
+    inbox: VecDeque<InMad>,
+    /// Scratch for QP 1's completions.
+    wcs: Vec<WorkCompletion>,
+    /// Readable (non-zero) while the inbox may hold MADs.
+    fd: OwnedFd,
+}
+
+impl Gsi {
+    /// Creates QP 1 in `inner`'s context, brings it to RTS and posts its receives.
+    fn create(inner: &mut Inner) -> Result<Self, c_int> {
+        let ctx = &mut inner.uroce;
+        let pd: PdId = ctx.alloc_pd();
+        let cq = ctx
+            .create_cq(4 * (RECV_SLOTS + SEND_SLOTS) as u32)
+            .map_err(|_| ENODEV)?;
+        let qpn = ctx
+            .create_qp(
+                pd,
+                QpCaps {
+                    qp_type: QpType::Gsi,
+                    send_cq: cq,
+                    recv_cq: cq,
+                    max_send_wr: SEND_SLOTS,
+                    max_recv_wr: RECV_SLOTS,
+                },
+            )
+            .map_err(|_| ENODEV)?;
+        debug_assert_eq!(qpn, GSI_QPN);
+        ctx.modify_qp_init(
+            qpn,
+            InitAttr {
+                qkey: GSI_QKEY,
+                ..InitAttr::default()
+            },
+        )
+        .map_err(|_| ENODEV)?;
+        ctx.modify_qp_rtr_ud(qpn, Mtu::M1024).map_err(|_| ENODEV)?;
+        ctx.modify_qp_rts(qpn, RtsAttr::default())
+            .map_err(|_| ENODEV)?;
+        let mr = ctx
+            .reg_mr(
+                pd,
+                vec![0; (RECV_SLOTS + SEND_SLOTS) * SLOT],
+                Access::LOCAL_WRITE,
+            )
+            .map_err(|_| ENODEV)?;
+        let fd =
+            crate::engine::nonblocking_eventfd().map_err(|e| e.raw_os_error().unwrap_or(ENODEV))?;
+        let gsi = Self {
+            cq,
+            mr,
+            free_send: (RECV_SLOTS..RECV_SLOTS + SEND_SLOTS).collect(),
+            inbox: VecDeque::new(),
+            wcs: Vec::with_capacity(32),
+            fd,
+        };
+        for slot in 0..RECV_SLOTS {
+            gsi.post_recv(ctx, slot)?;
+        }
+        Ok(gsi)
+    }
+
+    fn sge(&self, slot: usize, length: usize) -> Sge {
+        Sge {
+            addr: self.mr.addr + (slot * SLOT) as u64,
+            length: length as u32,
+            lkey: self.mr.lkey,
+        }
+    }
+
+    fn post_recv(&self, ctx: &mut uroce::verbs::Context, slot: usize) -> Result<(), c_int> {
+        ctx.post_recv(
+            GSI_QPN,
+            RecvWr {
+                wr_id: slot as u64,
+                sge: self.sge(slot, GRH + MAD_LEN),
+            },
+        )
+        .map_err(|_| ENODEV)
+    }
+
+    /// Takes QP 1's completions: received MADs to the inbox (their buffers posted
+    /// again), finished sends' buffers back to the free list.
+    pub(crate) fn drain(&mut self, ctx: &mut uroce::verbs::Context) {
+        let before = self.inbox.len();
+        let mut wcs = std::mem::take(&mut self.wcs);
+        loop {
+            wcs.clear();
+            if ctx.poll_cq_into(self.cq, 32, &mut wcs) == 0 {
+                break;
+            }
+            for wc in wcs.drain(..) {
+                let slot = wc.wr_id as usize;
+                if wc.opcode != WcOpcode::Recv {
+                    if slot >= RECV_SLOTS && slot < RECV_SLOTS + SEND_SLOTS {
+                        self.free_send.push(slot);
+                    }
+                    continue;
+                }
+                if slot >= RECV_SLOTS {
+                    continue;
+                }
+                if wc.status == WcStatus::Success && wc.byte_len as usize == GRH + MAD_LEN {
+                    if let Some(from) = wc.sender {
+                        // Beyond INBOX the MAD is dropped, as a full receive queue drops.
+                        if self.inbox.len() < INBOX {
+                            let at = slot * SLOT + GRH;
+                            let mut mad = [0u8; MAD_LEN];
+                            mad.copy_from_slice(&ctx.mr_bytes(&self.mr)[at..at + MAD_LEN]);
+                            self.inbox.push_back(InMad {
+                                from,
+                                src_qp: wc.src_qp,
+                                mad,
+                            });
+                        }
+                    }
+                }
+                // A flushed receive (the QP in error) is not posted again.
+                if wc.status == WcStatus::Success {
+                    let _ = self.post_recv(ctx, slot);
+                }
+            }
+        }
+        self.wcs = wcs;
+        if self.inbox.len() > before {
+            signal(self.fd.as_raw_fd());
+        }
+    }
+}
+
+/// The context behind `ctx`, with QP 1 created and the datapath open.
+fn open(ctx: *mut ibv_context) -> Result<Arc<Shared>, c_int> {
+    let shared = crate::device::shared_of(ctx).ok_or(EINVAL)?;
+    {
+        let mut g = shared.lock();
+        shared.start(&mut g)?;
+        if g.gsi.is_none() {
+            let gsi = Gsi::create(&mut g)?;
+            g.gsi = Some(gsi);
+        }
+    }
+    Ok(shared)
+}
+
+/// Creates QP 1 of the open device `ctx` if it is not there yet; returns a descriptor
+/// that is readable while MADs wait for `uroce_gsi_recv` (read it to clear it, then take
+/// MADs until there are none), or a negative errno: EINVAL for a context that is not
+/// one of ours, the datapath's errno when it cannot be opened.
+///
+/// # Safety
+/// `ctx` is a context from `ibv_open_device`, or any pointer (refused with EINVAL).
+#[no_mangle]
+pub unsafe extern "C" fn uroce_gsi_open(ctx: *mut ibv_context) -> c_int {
+    match open(ctx) {
+        Ok(shared) => shared
+            .lock()
+            .gsi
+            .as_ref()
+            .map_or(-ENODEV, |g| g.fd.as_raw_fd()),
+        Err(e) => -e,
+    }
+}
+crate::exports::default_version!(uroce_gsi_open, "UROCE_PRIVATE_1");
+
+/// Sends the `len` bytes at `mad` (a MAD, 256 bytes) as a UD SEND from QP 1 to QP
+/// `remote_qpn` with Q_Key `remote_qkey` at the IP address of the GID `gid` (16 bytes,
+/// IPv4-mapped for IPv4). Returns 0, or an errno: EINVAL for bad arguments, EAGAIN when
+/// every send buffer is in flight, EHOSTUNREACH when the peer's MAC cannot be found.
+///
+/// # Safety
+/// `ctx` as for [`uroce_gsi_open`]; `gid` points at 16 readable bytes and `mad` at `len`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_gsi_send(
+    ctx: *mut ibv_context,
+    gid: *const u8,
+    remote_qpn: u32,
+    remote_qkey: u32,
+    mad: *const u8,
+    len: usize,
+) -> c_int {
+    if gid.is_null() || mad.is_null() || len != MAD_LEN {
+        return EINVAL;
+    }
+    // SAFETY: the caller passes 16 readable bytes at `gid` and `len` at `mad`.
+    let (gid, mad) = unsafe {
+        (
+            *gid.cast::<[u8; 16]>(),
+            std::slice::from_raw_parts(mad, len),
+        )
+    };
+    let shared = match open(ctx) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    let v6 = Ipv6Addr::from(gid);
+    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+    let needs_l2 = shared
+        .lock()
+        .backend()
+        .is_some_and(|b| b.needs_link_addresses());
+    // Found without the lock (it may take an ARP exchange).
+    let dest = match crate::qp::remote_to(&shared, ip, needs_l2) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let mut g = shared.lock();
+    let Inner { uroce, gsi, .. } = &mut *g;
+    let Some(gsi) = gsi.as_mut() else {
+        return ENODEV;
+    };
+    gsi.drain(uroce);
+    let Some(slot) = gsi.free_send.pop() else {
+        return EAGAIN;
+    };
+    let at = slot * SLOT;
+    uroce.mr_bytes_mut(&gsi.mr)[at..at + MAD_LEN].copy_from_slice(mad);
+    let wr = UdSendWr {
+        wr_id: slot as u64,
+        dest,
+        remote_qpn,
+        remote_qkey,
+        sge: gsi.sge(slot, MAD_LEN),
+        imm: None,
+        signaled: true,
+        solicited: false,
+    };
+    if uroce.post_send_ud(GSI_QPN, wr).is_err() {
+        gsi.free_send.push(slot);
+        return EINVAL;
+    }
+    g.pump(false);
+    shared.after_post(&g);
+    0
+}
+crate::exports::default_version!(uroce_gsi_send, "UROCE_PRIVATE_1");
+
+/// Takes the oldest MAD QP 1 received: its 256 bytes to `mad` (`len` bytes of room), the
+/// sender's GID (IPv4-mapped for IPv4) to `gid` and its QP to `src_qp`. Returns the
+/// MAD's length, 0 when none waits, or a negative errno (EINVAL: bad arguments or QP 1
+/// not opened).
+///
+/// # Safety
+/// `ctx` as for [`uroce_gsi_open`]; `gid` points at 16 writable bytes, `src_qp` at a
+/// writable u32, `mad` at `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_gsi_recv(
+    ctx: *mut ibv_context,
+    gid: *mut u8,
+    src_qp: *mut u32,
+    mad: *mut u8,
+    len: usize,
+) -> c_int {
+    if gid.is_null() || src_qp.is_null() || mad.is_null() || len < MAD_LEN {
+        return -EINVAL;
+    }
+    let Some(shared) = crate::device::shared_of(ctx) else {
+        return -EINVAL;
+    };
+    let mut g = shared.lock();
+    let Inner { uroce, gsi, .. } = &mut *g;
+    let Some(gsi) = gsi.as_mut() else {
+        return -EINVAL;
+    };
+    gsi.drain(uroce);
+    let Some(m) = gsi.inbox.pop_front() else {
+        return 0;
+    };
+    let raw = match m.from {
+        IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+        IpAddr::V6(v) => v.octets(),
+    };
+    // SAFETY: the caller passes 16 writable bytes at `gid`, a u32 at `src_qp` and `len`
+    // (checked to be at least MAD_LEN) at `mad`.
+    unsafe {
+        gid.cast::<[u8; 16]>().write_unaligned(raw);
+        src_qp.write_unaligned(m.src_qp);
+        std::ptr::copy_nonoverlapping(m.mad.as_ptr(), mad, MAD_LEN);
+    }
+    MAD_LEN as c_int
+}
+crate::exports::default_version!(uroce_gsi_recv, "UROCE_PRIVATE_1");
