@@ -152,7 +152,7 @@ impl Gsi {
             for wc in wcs.drain(..) {
                 let slot = wc.wr_id as usize;
                 if wc.opcode != WcOpcode::Recv {
-                    if slot >= RECV_SLOTS && slot < RECV_SLOTS + SEND_SLOTS {
+                    if (RECV_SLOTS..RECV_SLOTS + SEND_SLOTS).contains(&slot) {
                         self.free_send.push(slot);
                     }
                     continue;
