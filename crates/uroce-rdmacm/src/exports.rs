@@ -104,14 +104,6 @@ macro_rules! unsupported {
 
 // <rdma/rdma_cma.h>: event channels, ids, address and route resolution, connections.
 unsupported! {
-    fn rdma_create_event_channel() -> ptr<rdma_event_channel> @@ "RDMACM_1.0";
-    fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) -> void @@ "RDMACM_1.0";
-    fn rdma_create_id(
-        channel: *mut rdma_event_channel,
-        id: *mut *mut rdma_cm_id,
-        context: *mut c_void,
-        ps: rdma_port_space,
-    ) -> minus1 @@ "RDMACM_1.0";
     fn rdma_create_ep(
         id: *mut *mut rdma_cm_id,
         res: *mut rdma_addrinfo,
@@ -119,35 +111,11 @@ unsupported! {
         qp_init_attr: *mut ibv_qp_init_attr,
     ) -> minus1 @@ "RDMACM_1.0";
     fn rdma_destroy_ep(id: *mut rdma_cm_id) -> void @@ "RDMACM_1.0";
-    fn rdma_destroy_id(id: *mut rdma_cm_id) -> minus1 @@ "RDMACM_1.0";
-    fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> minus1 @@ "RDMACM_1.0";
-    fn rdma_resolve_addr(
-        id: *mut rdma_cm_id,
-        src_addr: *mut sockaddr,
-        dst_addr: *mut sockaddr,
-        timeout_ms: c_int,
-    ) -> minus1 @@ "RDMACM_1.0";
-    fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> minus1 @@ "RDMACM_1.0";
-    fn rdma_create_qp(
-        id: *mut rdma_cm_id,
-        pd: *mut ibv_pd,
-        qp_init_attr: *mut ibv_qp_init_attr,
-    ) -> minus1 @@ "RDMACM_1.0";
     fn rdma_create_qp_ex(
         id: *mut rdma_cm_id,
         qp_init_attr: *mut ibv_qp_init_attr_ex,
     ) -> minus1 @@ "RDMACM_1.0";
-    fn rdma_destroy_qp(id: *mut rdma_cm_id) -> void @@ "RDMACM_1.0";
-    fn rdma_connect(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> minus1 @@ "RDMACM_1.0";
-    fn rdma_establish(id: *mut rdma_cm_id) -> minus1 @@ "RDMACM_1.2";
-    fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> minus1 @@ "RDMACM_1.0";
     fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> minus1 @@ "RDMACM_1.0";
-    fn rdma_accept(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> minus1 @@ "RDMACM_1.0";
-    fn rdma_reject(
-        id: *mut rdma_cm_id,
-        private_data: *const c_void,
-        private_data_len: u8,
-    ) -> minus1 @@ "RDMACM_1.0";
     fn rdma_reject_ece(
         id: *mut rdma_cm_id,
         private_data: *const c_void,
@@ -155,7 +123,6 @@ unsupported! {
     ) -> minus1 @@ "RDMACM_1.3";
     // `event` is an `enum ibv_event_type`.
     fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> minus1 @@ "RDMACM_1.0";
-    fn rdma_disconnect(id: *mut rdma_cm_id) -> minus1 @@ "RDMACM_1.0";
     fn rdma_join_multicast(
         id: *mut rdma_cm_id,
         addr: *mut sockaddr,
@@ -167,36 +134,7 @@ unsupported! {
         mc_join_attr: *mut rdma_cm_join_mc_attr_ex,
         context: *mut c_void,
     ) -> minus1 @@ "RDMACM_1.1";
-    fn rdma_get_cm_event(
-        channel: *mut rdma_event_channel,
-        event: *mut *mut rdma_cm_event,
-    ) -> minus1 @@ "RDMACM_1.0";
-    fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> minus1 @@ "RDMACM_1.0";
-    // Both return a `__be16`.
-    fn rdma_get_src_port(id: *mut rdma_cm_id) -> port @@ "RDMACM_1.0";
-    fn rdma_get_dst_port(id: *mut rdma_cm_id) -> port @@ "RDMACM_1.0";
-    fn rdma_get_devices(num_devices: *mut c_int) -> ptr<*mut ibv_context> @@ "RDMACM_1.0";
-    fn rdma_free_devices(list: *mut *mut ibv_context) -> void @@ "RDMACM_1.0";
-    fn rdma_set_option(
-        id: *mut rdma_cm_id,
-        level: c_int,
-        optname: c_int,
-        optval: *mut c_void,
-        optlen: usize,
-    ) -> minus1 @@ "RDMACM_1.0";
     fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> minus1 @@ "RDMACM_1.0";
-    fn rdma_getaddrinfo(
-        node: *const c_char,
-        service: *const c_char,
-        hints: *const rdma_addrinfo,
-        res: *mut *mut rdma_addrinfo,
-    ) -> minus1 @@ "RDMACM_1.0";
-    fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) -> void @@ "RDMACM_1.0";
-    fn rdma_init_qp_attr(
-        id: *mut rdma_cm_id,
-        qp_attr: *mut ibv_qp_attr,
-        qp_attr_mask: *mut c_int,
-    ) -> minus1 @@ "RDMACM_1.2";
     fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> minus1 @@ "RDMACM_1.3";
     fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> minus1 @@ "RDMACM_1.3";
 }

@@ -33,7 +33,13 @@
 //! The library never prints, never exits, never forks and never runs a program.
 
 pub mod abi;
+mod addrinfo;
+mod api;
+mod events;
 mod exports;
+mod qp;
+mod state;
+mod verbs;
 
 /// The C structures of `<infiniband/verbs.h>`: uroce-verbs' own file (it uses only `std`
 /// and `libc`), so both libraries agree on one definition.

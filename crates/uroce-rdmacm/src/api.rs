@@ -1,0 +1,1371 @@
+//! The `rdma_cma.h` entry points: event channels, ids, address and route resolution,
+//! listen / connect / accept / reject / disconnect, events, and the QP helpers.
+//!
+//! Each follows what `rdma_cma.h` documents and what Debian's librdmacm with the
+//! kernel's `rdma_cm` does: failures return -1 with errno (or NULL with errno), and what
+//! the kernel reports later comes as an event on the id's channel. An id created
+//! without a channel is synchronous, as librdmacm's: the call waits for its event and
+//! leaves it in `id->event`.
+
+use std::ffi::{c_int, c_void};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+use uroce::cm::{
+    ip_private_data, service_id, AcceptParams, ConnectParams, PortSpace, SidrParams,
+    SidrReplyParams, Transport,
+};
+use uroce::verbs::QpState;
+
+use libc::sockaddr;
+
+use crate::abi::*;
+use crate::events::{self, push, Param};
+use crate::exports::default_version;
+use crate::qp;
+use crate::state::{self, finish, gid_of, lock, Channel, Guard, Id, IdBox, Phase, State};
+use crate::verbs::verbs;
+use crate::verbs_abi::{ibv_context, ibv_pd, ibv_qp_attr, ibv_qp_init_attr};
+
+fn set_errno(e: c_int) {
+    // SAFETY: the thread's errno is always writable.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// -1 with errno `e`.
+fn fail(e: c_int) -> c_int {
+    set_errno(e);
+    -1
+}
+
+/// 0, or -1 with errno.
+fn ret(r: Result<(), c_int>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => fail(e),
+    }
+}
+
+/// The IP socket address at `p`, if it is one.
+///
+/// # Safety
+/// `p` is null or points at a sockaddr of the size its family implies.
+unsafe fn read_sockaddr(p: *const sockaddr) -> Option<SocketAddr> {
+    if p.is_null() {
+        return None;
+    }
+    let p = p.cast::<libc::sockaddr>();
+    // SAFETY: the caller's contract: a sockaddr of its family's size.
+    unsafe {
+        match c_int::from((*p).sa_family) {
+            libc::AF_INET => {
+                let s = p.cast::<libc::sockaddr_in>().read_unaligned();
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)),
+                    u16::from_be(s.sin_port),
+                )))
+            }
+            libc::AF_INET6 => {
+                let s = p.cast::<libc::sockaddr_in6>().read_unaligned();
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(s.sin6_addr.s6_addr),
+                    u16::from_be(s.sin6_port),
+                    s.sin6_flowinfo,
+                    s.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Writes `a` into a sockaddr_storage-sized place.
+pub(crate) fn write_sockaddr(dst: &mut rdma_sockaddr, a: SocketAddr) {
+    // SAFETY: an all-zero sockaddr_storage is valid; the union is that large.
+    unsafe { std::ptr::write_bytes(dst as *mut rdma_sockaddr, 0, 1) };
+    let p = (dst as *mut rdma_sockaddr).cast::<u8>();
+    match a {
+        SocketAddr::V4(v) => {
+            let s = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*v.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: the union holds a sockaddr_in.
+            unsafe { p.cast::<libc::sockaddr_in>().write_unaligned(s) };
+        }
+        SocketAddr::V6(v) => {
+            let s = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v.port().to_be(),
+                sin6_flowinfo: v.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v.ip().octets(),
+                },
+                sin6_scope_id: v.scope_id(),
+            };
+            // SAFETY: the union holds a sockaddr_in6.
+            unsafe { p.cast::<libc::sockaddr_in6>().write_unaligned(s) };
+        }
+    }
+}
+
+/// The QP type of a port space (`rdma_create_id`: TCP and IB carry RC, UDP and IPoIB
+/// carry UD).
+fn qp_type_of(ps: c_int) -> Option<c_int> {
+    match ps {
+        RDMA_PS_TCP | RDMA_PS_IB => Some(2),
+        RDMA_PS_UDP | RDMA_PS_IPOIB => Some(4),
+        _ => None,
+    }
+}
+
+fn port_space(ps: c_int) -> PortSpace {
+    match ps {
+        RDMA_PS_UDP => PortSpace::Udp,
+        RDMA_PS_IPOIB => PortSpace::IpoIb,
+        RDMA_PS_IB => PortSpace::Ib,
+        _ => PortSpace::Tcp,
+    }
+}
+
+/// A new C id.
+pub(crate) fn new_id_box(
+    channel: *mut rdma_event_channel,
+    context: *mut c_void,
+    ps: c_int,
+    qp_type: c_int,
+) -> *mut IdBox {
+    // SAFETY: an all-zero rdma_cm_id and path record (null pointers, zeros) are valid.
+    let mut b: Box<IdBox> = Box::new(unsafe { std::mem::zeroed() });
+    b.id.channel = channel;
+    b.id.context = context;
+    b.id.ps = ps;
+    b.id.qp_type = qp_type;
+    Box::into_raw(b)
+}
+
+/// Fills id `i`'s route (addresses, GIDs, path record) from what the library knows.
+pub(crate) fn set_route(g: &State, i: usize) {
+    let Some(id) = g.ids.get(&i) else { return };
+    // SAFETY: the id's object is live while it is in `ids`; only this library writes the
+    // route (under the lock).
+    let b = unsafe { &mut *id.obj };
+    if let Some(s) = id.src {
+        write_sockaddr(&mut b.id.route.addr.src, s);
+    }
+    if let Some(d) = id.dst {
+        write_sockaddr(&mut b.id.route.addr.dst, d);
+    }
+    let dev = id.dev.and_then(|d| g.devices.as_ref().map(|v| &v[d]));
+    // SAFETY: writing plain data into the union's only member.
+    unsafe {
+        let ib = &mut b.id.route.addr.addr.ibaddr;
+        if let Some(dev) = dev {
+            ib.sgid.raw = gid_of(dev.ip);
+        }
+        if let Some(d) = id.dst {
+            ib.dgid.raw = gid_of(d.ip());
+        }
+        ib.pkey = 0xffff;
+    }
+    if let (Some(dev), Some(d), true) = (dev, id.dst, id.phase != Phase::AddrResolved) {
+        let p = &mut b.path;
+        p.dgid.raw = gid_of(d.ip());
+        p.sgid.raw = gid_of(dev.ip);
+        p.pkey = 0xffffu16.to_be();
+        p.hop_limit = 64;
+        p.traffic_class = id.tos;
+        p.reversible = 1;
+        p.numb_path = 1;
+        p.mtu_selector = 2;
+        p.mtu = uroce::cm::mtu_code(dev.mtu);
+        p.rate_selector = 2;
+        p.rate = 3;
+        p.packet_life_time_selector = 2;
+        p.packet_life_time = dev.cm.config().packet_life_time;
+        b.id.route.path_rec = &mut b.path;
+        b.id.route.num_paths = 1;
+    }
+}
+
+/// The id at `id`, if it is one of ours.
+fn id_key(g: &State, id: *mut rdma_cm_id) -> Result<usize, c_int> {
+    let k = id as usize;
+    if g.ids.contains_key(&k) {
+        Ok(k)
+    } else {
+        Err(libc::EINVAL)
+    }
+}
+
+/// The C id of key `k`.
+fn cid(g: &State, k: usize) -> &mut rdma_cm_id {
+    // SAFETY: the object is live while it is in `ids`; callers hold the lock.
+    unsafe { &mut (*g.ids[&k].obj).id }
+}
+
+// ---------------------------------------------------------------------------------
+// Event channels and events.
+
+/// `rdma_create_event_channel`: a channel whose `fd` is readable while events wait.
+#[no_mangle]
+pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
+    let fd = match state::eventfd(libc::EFD_SEMAPHORE) {
+        Ok(fd) => fd,
+        Err(e) => {
+            set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
+            return std::ptr::null_mut();
+        }
+    };
+    let obj = Box::into_raw(Box::new(rdma_event_channel { fd: fd.as_raw_fd() }));
+    lock().channels.insert(
+        obj as usize,
+        Channel {
+            obj,
+            fd,
+            queue: Default::default(),
+        },
+    );
+    obj
+}
+default_version!(rdma_create_event_channel, "RDMACM_1.0");
+
+/// `rdma_destroy_event_channel`: the channel's events not taken yet are freed.
+///
+/// # Safety
+/// `channel` is a channel of this library, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
+    let c = lock().channels.remove(&(channel as usize));
+    if let Some(c) = c {
+        for e in c.queue {
+            // SAFETY: queued events are boxes this library leaked.
+            drop(unsafe { Box::from_raw(e) });
+        }
+        // SAFETY: the box was leaked by rdma_create_event_channel.
+        drop(unsafe { Box::from_raw(c.obj) });
+    }
+}
+default_version!(rdma_destroy_event_channel, "RDMACM_1.0");
+
+/// Takes the next event of `channel` (blocking unless its fd is non-blocking).
+fn get_event(channel: *mut rdma_event_channel) -> Result<*mut rdma_cm_event, c_int> {
+    let fd = {
+        let g = lock();
+        g.channels
+            .get(&(channel as usize))
+            .ok_or(libc::EINVAL)?
+            .fd
+            .as_raw_fd()
+    };
+    loop {
+        state::take_one(fd)?;
+        let mut g = lock();
+        let c = g
+            .channels
+            .get_mut(&(channel as usize))
+            .ok_or(libc::EINVAL)?;
+        if let Some(e) = c.queue.pop_front() {
+            g.outstanding.insert(e as usize, 0);
+            return Ok(e.cast());
+        }
+    }
+}
+
+/// `rdma_get_cm_event`.
+///
+/// # Safety
+/// `event` points at a writable pointer.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_cm_event(
+    channel: *mut rdma_event_channel,
+    event: *mut *mut rdma_cm_event,
+) -> c_int {
+    if event.is_null() {
+        return fail(libc::EINVAL);
+    }
+    match get_event(channel) {
+        Ok(e) => {
+            // SAFETY: the caller's pointer.
+            unsafe { *event = e };
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+default_version!(rdma_get_cm_event, "RDMACM_1.0");
+
+/// `rdma_ack_cm_event`: frees an event taken with `rdma_get_cm_event`.
+///
+/// # Safety
+/// `event` is an event of this library or any pointer (refused).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
+    let known = lock().outstanding.remove(&(event as usize)).is_some();
+    if !known {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: an outstanding event is a box this library leaked (`EventBox` starts with
+    // the event).
+    drop(unsafe { Box::from_raw(event.cast::<state::EventBox>()) });
+    0
+}
+default_version!(rdma_ack_cm_event, "RDMACM_1.0");
+
+/// A synchronous id's wait for the event its call causes (`ucma_complete`): the event is
+/// left in `id->event`; an error event is the call's errno.
+fn complete(id: *mut rdma_cm_id) -> c_int {
+    let (sync, channel) = {
+        let g = lock();
+        match g.ids.get(&(id as usize)) {
+            Some(i) => (i.sync, cid(&g, id as usize).channel),
+            None => return fail(libc::EINVAL),
+        }
+    };
+    if !sync {
+        return 0;
+    }
+    // SAFETY: the id is live (the program owns it until rdma_destroy_id).
+    let idr = unsafe { &mut *id };
+    if !idr.event.is_null() {
+        // SAFETY: an event this library handed out.
+        unsafe { rdma_ack_cm_event(idr.event) };
+        idr.event = std::ptr::null_mut();
+    }
+    match get_event(channel) {
+        Ok(e) => {
+            idr.event = e;
+            // SAFETY: a live event box.
+            let (ty, status) = unsafe { ((*e).event, (*e).status) };
+            match ty {
+                RDMA_CM_EVENT_REJECTED => fail(libc::ECONNREFUSED),
+                _ if status != 0 => fail(if status < 0 { -status } else { libc::EINVAL }),
+                RDMA_CM_EVENT_UNREACHABLE => fail(libc::ETIMEDOUT),
+                RDMA_CM_EVENT_ADDR_ERROR
+                | RDMA_CM_EVENT_ROUTE_ERROR
+                | RDMA_CM_EVENT_CONNECT_ERROR => fail(libc::EINVAL),
+                _ => 0,
+            }
+        }
+        Err(e) => fail(e),
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Ids.
+
+fn create_id(
+    channel: *mut rdma_event_channel,
+    context: *mut c_void,
+    ps: c_int,
+    qp_type: Option<c_int>,
+) -> Result<*mut rdma_cm_id, c_int> {
+    let qp_type = qp_type.or_else(|| qp_type_of(ps)).ok_or(libc::EINVAL)?;
+    let (channel, sync) = if channel.is_null() {
+        let c = rdma_create_event_channel();
+        if c.is_null() {
+            return Err(libc::EMFILE);
+        }
+        (c, true)
+    } else {
+        (channel, false)
+    };
+    let mut g = lock();
+    if !g.channels.contains_key(&(channel as usize)) {
+        return Err(libc::EINVAL);
+    }
+    let obj = new_id_box(channel, context, ps, qp_type);
+    g.ids.insert(
+        obj as usize,
+        Id {
+            obj,
+            ps,
+            channel: channel as usize,
+            sync,
+            dev: None,
+            src: None,
+            dst: None,
+            phase: Phase::Idle,
+            cm: None,
+            listener: None,
+            tos: 0,
+            ack_timeout: None,
+            reuseaddr: false,
+            afonly: false,
+            own_cqs: false,
+            own_pd: false,
+            ep_qp_init: None,
+            req: None,
+        },
+    );
+    Ok(obj.cast())
+}
+
+/// `rdma_create_id`: RDMA_PS_TCP / RDMA_PS_IB ids carry RC, RDMA_PS_UDP / IPOIB UD.
+///
+/// # Safety
+/// `id` points at a writable pointer; `channel` is null or a channel of this library.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_id(
+    channel: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: rdma_port_space,
+) -> c_int {
+    if id.is_null() {
+        return fail(libc::EINVAL);
+    }
+    match create_id(channel, context, ps, None) {
+        Ok(p) => {
+            // SAFETY: the caller's pointer.
+            unsafe { *id = p };
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+default_version!(rdma_create_id, "RDMACM_1.0");
+
+/// Undoes what the CM holds for id `k` (as the kernel's `rdma_destroy_id`): a connection
+/// is disconnected (DREQ) or its REQ rejected, a listen stopped.
+fn release_cm(g: &mut State, k: usize) {
+    let Some(id) = g.ids.get(&k) else { return };
+    let (dev, cm, phase, src, ps) = (id.dev, id.cm, id.phase, id.src, id.ps);
+    if phase == Phase::Listening {
+        let sid = src.map(|s| service_id(port_space(ps), s.port()));
+        let others = g.ids.iter().any(|(&o, x)| {
+            o != k
+                && x.phase == Phase::Listening
+                && x.src.map(|s| s.port()) == src.map(|s| s.port())
+                && x.ps == ps
+        });
+        if let (Some(sid), false, Some(devs)) = (sid, others, g.devices.as_mut()) {
+            for d in devs.iter_mut() {
+                d.cm.stop_listen(sid);
+            }
+        }
+    }
+    if let (Some(d), Some(cm)) = (dev, cm) {
+        if let Some(devs) = g.devices.as_mut() {
+            let c = &mut devs[d].cm;
+            match phase {
+                Phase::Connected => {
+                    let _ = c.disconnect(Instant::now(), cm, &[]);
+                }
+                Phase::Connecting => {
+                    let _ = c.reject(cm, &[]);
+                }
+                _ => {}
+            }
+            c.destroy(cm);
+            devs[d].by_cm.remove(&cm.0);
+        }
+    }
+}
+
+/// `rdma_destroy_id`: events of the id not taken yet are dropped; one taken must have
+/// been acknowledged (it is not touched here).
+///
+/// # Safety
+/// `id` is an id of this library, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    let mut g = lock();
+    let Ok(k) = id_key(&g, id) else {
+        return fail(libc::EINVAL);
+    };
+    release_cm(&mut g, k);
+    let x = g.ids.remove(&k).expect("checked");
+    if let Some(c) = g.channels.get_mut(&x.channel) {
+        events::forget_queued(c, k);
+    }
+    // SAFETY: the id's object, alive until now.
+    let b = unsafe { Box::from_raw(x.obj) };
+    if !b.id.event.is_null() {
+        g.outstanding.remove(&(b.id.event as usize));
+        // SAFETY: an event this library handed out to a synchronous id.
+        drop(unsafe { Box::from_raw(b.id.event.cast::<state::EventBox>()) });
+    }
+    let own_channel = x.sync.then_some(b.id.channel);
+    let own_pd = (x.own_pd && !b.id.pd.is_null()).then_some(b.id.pd);
+    finish(g);
+    if let Some(c) = own_channel {
+        // SAFETY: the id's own channel, used by nothing else.
+        unsafe { rdma_destroy_event_channel(c) };
+    }
+    if let (Some(pd), Ok(v)) = (own_pd, verbs()) {
+        // SAFETY: the PD rdma_create_ep allocated.
+        unsafe { (v.dealloc_pd)(pd) };
+    }
+    0
+}
+default_version!(rdma_destroy_id, "RDMACM_1.0");
+
+/// A free port for `ps` (the kernel's ephemeral range).
+fn ephemeral_port(g: &mut State, ps: c_int) -> u16 {
+    loop {
+        let p = 32768 + (g.random() % 28232) as u16;
+        if !g
+            .ids
+            .values()
+            .any(|x| x.ps == ps && x.src.is_some_and(|s| s.port() == p))
+        {
+            return p;
+        }
+    }
+}
+
+fn bind(g: &mut Guard, k: usize, addr: SocketAddr) -> Result<(), c_int> {
+    let ps = g.ids[&k].ps;
+    if g.ids[&k].phase != Phase::Idle {
+        return Err(libc::EINVAL);
+    }
+    let mut addr = addr;
+    if addr.port() == 0 {
+        addr.set_port(ephemeral_port(g, ps));
+    } else {
+        let reuse = g.ids[&k].reuseaddr;
+        let clash = g.ids.iter().any(|(&o, x)| {
+            o != k
+                && x.ps == ps
+                && x.src.is_some_and(|s| {
+                    s.port() == addr.port()
+                        && (s.ip() == addr.ip()
+                            || s.ip().is_unspecified()
+                            || addr.ip().is_unspecified())
+                })
+                && !(reuse && x.reuseaddr)
+        });
+        if clash {
+            return Err(libc::EADDRINUSE);
+        }
+    }
+    let dev = if addr.ip().is_unspecified() {
+        None
+    } else {
+        Some(g.device_of(addr.ip())?)
+    };
+    if let Some(d) = dev {
+        let ctx = g.devices.as_ref().expect("found")[d].ctx;
+        let c = cid(g, k);
+        c.verbs = ctx;
+        c.port_num = 1;
+    }
+    let x = g.ids.get_mut(&k).expect("checked");
+    x.dev = dev;
+    x.src = Some(addr);
+    x.phase = Phase::Bound;
+    set_route(g, k);
+    Ok(())
+}
+
+/// `rdma_bind_addr`: a source address (one of a uroce device's, or the wildcard) and
+/// port (0: one is chosen); EADDRINUSE when another id has it, EADDRNOTAVAIL for an
+/// address no uroce device has.
+///
+/// # Safety
+/// `addr` points at a sockaddr_in or sockaddr_in6.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some(a) = (unsafe { read_sockaddr(addr) }) else {
+        return fail(libc::EAFNOSUPPORT);
+    };
+    let mut g = lock();
+    let r = id_key(&g, id).and_then(|k| bind(&mut g, k, a));
+    ret(r)
+}
+default_version!(rdma_bind_addr, "RDMACM_1.0");
+
+/// The source address the host's routes choose for `dst` (a connected UDP socket's
+/// local address: the kernel's route lookup, no privilege needed).
+fn route_source(dst: IpAddr) -> Result<IpAddr, c_int> {
+    let any: SocketAddr = if dst.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let s = std::net::UdpSocket::bind(any).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    s.connect((dst, 4791))
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENETUNREACH))?;
+    s.local_addr()
+        .map(|a| a.ip())
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// `rdma_resolve_addr`: the source address from `src` or the host's routes, the device
+/// that has it; RDMA_CM_EVENT_ADDR_RESOLVED, or ADDR_ERROR when no uroce device has the
+/// source address. The peer's MAC is found when the first MAD goes to it.
+///
+/// # Safety
+/// `src` is null or a sockaddr; `dst` a sockaddr.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_addr(
+    id: *mut rdma_cm_id,
+    src: *mut sockaddr,
+    dst: *mut sockaddr,
+    _timeout_ms: c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let (src, Some(dst)) = (unsafe { read_sockaddr(src) }, unsafe { read_sockaddr(dst) }) else {
+        return fail(libc::EINVAL);
+    };
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    if g.ids[&k].phase == Phase::Idle {
+        let any = src.unwrap_or(if dst.is_ipv4() {
+            (Ipv4Addr::UNSPECIFIED, 0).into()
+        } else {
+            (Ipv6Addr::UNSPECIFIED, 0).into()
+        });
+        if let Err(e) = bind(&mut g, k, any) {
+            return fail(e);
+        }
+    }
+    if g.ids[&k].phase != Phase::Bound {
+        return fail(libc::EINVAL);
+    }
+    let bound = g.ids[&k].src.expect("bound");
+    let source = if bound.ip().is_unspecified() {
+        route_source(dst.ip())
+    } else {
+        Ok(bound.ip())
+    };
+    let dev = source.and_then(|ip| g.device_of(ip).map(|d| (d, ip)));
+    let dev = dev.and_then(|(d, ip)| g.open_gsi(d).map(|_| (d, ip)));
+    match dev {
+        Ok((d, ip)) => {
+            let ctx = g.devices.as_ref().expect("open")[d].ctx;
+            let c = cid(&g, k);
+            c.verbs = ctx;
+            c.port_num = 1;
+            let x = g.ids.get_mut(&k).expect("checked");
+            x.dev = Some(d);
+            x.src = Some(SocketAddr::new(ip, bound.port()));
+            x.dst = Some(dst);
+            x.phase = Phase::AddrResolved;
+            set_route(&g, k);
+            push(&mut g, k, 0, RDMA_CM_EVENT_ADDR_RESOLVED, 0, Param::None);
+        }
+        Err(e) => push(&mut g, k, 0, RDMA_CM_EVENT_ADDR_ERROR, -e, Param::None),
+    }
+    drop(g);
+    complete(id)
+}
+default_version!(rdma_resolve_addr, "RDMACM_1.0");
+
+/// `rdma_resolve_route`: over RoCE the path is made locally (GIDs, the port's MTU, the
+/// CM's packet life time), as the kernel's `cma_resolve_iboe_route`.
+///
+/// # Safety
+/// `id` is an id of this library.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    if g.ids[&k].phase != Phase::AddrResolved {
+        return fail(libc::EINVAL);
+    }
+    g.ids.get_mut(&k).expect("checked").phase = Phase::RouteResolved;
+    set_route(&g, k);
+    push(&mut g, k, 0, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, Param::None);
+    drop(g);
+    complete(id)
+}
+default_version!(rdma_resolve_route, "RDMACM_1.0");
+
+/// `rdma_listen`: REQs (and SIDR_REQs) for the id's port space and port arrive as
+/// RDMA_CM_EVENT_CONNECT_REQUEST on new ids; a wildcard id listens on every device.
+///
+/// # Safety
+/// `id` is an id of this library.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let x = &g.ids[&k];
+    if x.phase != Phase::Bound {
+        return fail(libc::EINVAL);
+    }
+    let (dev, ps, port) = (x.dev, x.ps, x.src.expect("bound").port());
+    let sid = service_id(port_space(ps), port);
+    let devs: Vec<usize> = match dev {
+        Some(d) => vec![d],
+        None => match g.devices() {
+            Ok(v) => (0..v.len()).collect(),
+            Err(e) => return fail(e),
+        },
+    };
+    if devs.is_empty() {
+        return fail(libc::ENODEV);
+    }
+    for d in devs {
+        if let Err(e) = g.open_gsi(d) {
+            return fail(e);
+        }
+        let c = &mut g.devices.as_mut().expect("open")[d].cm;
+        // Another id listening on the same service at another address shares it.
+        let _ = c.listen(sid);
+        if backlog > 0 {
+            // The CM's backlog is per device; rdma_listen's is a hint (the kernel's too).
+        }
+    }
+    g.ids.get_mut(&k).expect("checked").phase = Phase::Listening;
+    0
+}
+default_version!(rdma_listen, "RDMACM_1.0");
+
+/// The READ / atomic depth asked for, within what the device has (RDMA_MAX_RESP_RES /
+/// RDMA_MAX_INIT_DEPTH: the device's most).
+fn depth(asked: u8, max: u8) -> u8 {
+    if asked == 0xff {
+        max
+    } else {
+        asked.min(max)
+    }
+}
+
+/// The program's private data of a connection parameter block.
+///
+/// # Safety
+/// `p` is null or a parameter block whose private data pointer has its length.
+unsafe fn user_data(p: *const rdma_conn_param) -> Vec<u8> {
+    if p.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: the caller's contract.
+    let p = unsafe { &*p };
+    if p.private_data.is_null() || p.private_data_len == 0 {
+        return Vec::new();
+    }
+    // SAFETY: as above.
+    unsafe {
+        std::slice::from_raw_parts(p.private_data.cast::<u8>(), usize::from(p.private_data_len))
+    }
+    .to_vec()
+}
+
+/// `rdma_connect`: a REQ (RC, UC) or a SIDR_REQ (UD) to the resolved peer, with the RDMA
+/// CM IP addressing header in front of the program's private data.
+///
+/// # Safety
+/// `conn_param` is null or a parameter block.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_connect(
+    id: *mut rdma_cm_id,
+    conn_param: *mut rdma_conn_param,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let user = unsafe { user_data(conn_param) };
+    // SAFETY: as above.
+    let param = unsafe { conn_param.as_ref() }.copied();
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let x = &g.ids[&k];
+    if x.phase != Phase::RouteResolved {
+        return fail(libc::EINVAL);
+    }
+    let (d, src, dst, ps, tos) = (
+        x.dev.expect("resolved"),
+        x.src.expect("resolved"),
+        x.dst.expect("resolved"),
+        x.ps,
+        x.tos,
+    );
+    let c = cid(&g, k);
+    let (qp, qp_type, srq) = (c.qp, c.qp_type, !c.srq.is_null());
+    let ip_space = ps != RDMA_PS_IB;
+    let private = if ip_space {
+        match ip_private_data(src.ip(), src.port(), dst.ip(), &user) {
+            Ok(p) => p,
+            Err(_) => return fail(libc::EINVAL),
+        }
+    } else {
+        user
+    };
+    let now = Instant::now();
+    let sid = service_id(port_space(ps), dst.port());
+    let r = if qp_type == 4 {
+        let dev = &mut g.devices.as_mut().expect("resolved")[d];
+        dev.cm.sidr_resolve(
+            now,
+            &SidrParams {
+                service_id: sid,
+                peer: dst.ip(),
+                timeout: 20,
+                max_retries: 15,
+                private_data: private,
+            },
+        )
+    } else {
+        // SAFETY: a QP of the program's, when set.
+        let qpn = if qp.is_null() {
+            param.map_or(0, |p| p.qp_num)
+        } else {
+            unsafe { (*qp).qp_num }
+        };
+        if qpn == 0 {
+            return fail(libc::EINVAL);
+        }
+        let psn = (g.random() & 0xff_ffff) as u32;
+        let dev = &mut g.devices.as_mut().expect("resolved")[d];
+        let mut p = ConnectParams::new(sid, dst.ip(), qpn, psn);
+        p.transport = if qp_type == 3 {
+            Transport::Uc
+        } else {
+            Transport::Rc
+        };
+        p.path_mtu = dev.mtu;
+        p.responder_resources = depth(
+            param.map_or(1, |p| p.responder_resources),
+            dev.max_rd_atomic,
+        );
+        p.initiator_depth = depth(param.map_or(1, |p| p.initiator_depth), dev.max_rd_atomic);
+        p.retry_count = param.map_or(7, |p| p.retry_count.min(7));
+        p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
+        p.srq = srq || param.is_some_and(|p| p.srq != 0);
+        p.traffic_class = tos;
+        p.private_data = private;
+        dev.cm.connect(now, &p)
+    };
+    match r {
+        Ok(cm) => {
+            g.devices.as_mut().expect("resolved")[d]
+                .by_cm
+                .insert(cm.0, k);
+            let x = g.ids.get_mut(&k).expect("checked");
+            x.cm = Some(cm);
+            x.phase = Phase::Connecting;
+            finish(g);
+            complete(id)
+        }
+        Err(_) => fail(libc::EINVAL),
+    }
+}
+default_version!(rdma_connect, "RDMACM_1.0");
+
+/// `rdma_accept`: answers the CONNECT_REQUEST of id `id` with a REP (its QP brought to
+/// RTR and RTS first, as librdmacm does) or, for UD, a SIDR_REP naming its QP.
+///
+/// # Safety
+/// `conn_param` is null or a parameter block.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_accept(
+    id: *mut rdma_cm_id,
+    conn_param: *mut rdma_conn_param,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let user = unsafe { user_data(conn_param) };
+    // SAFETY: as above.
+    let param = unsafe { conn_param.as_ref() }.copied();
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let x = &g.ids[&k];
+    let (Some(d), Some(cm), Phase::Connecting, Some(_)) = (x.dev, x.cm, x.phase, x.listener) else {
+        return fail(libc::EINVAL);
+    };
+    let req = x.req.clone();
+    let c = cid(&g, k);
+    let (qp, qp_type, srq) = (c.qp, c.qp_type, !c.srq.is_null());
+    // SAFETY: a QP of the program's, when set.
+    let qpn = if qp.is_null() {
+        param.map_or(0, |p| p.qp_num)
+    } else {
+        unsafe { (*qp).qp_num }
+    };
+    if qp_type == 4 {
+        let r = g.devices.as_mut().expect("child")[d].cm.sidr_reply(
+            Instant::now(),
+            cm,
+            &SidrReplyParams {
+                status: uroce::cm::SIDR_VALID,
+                qpn,
+                qkey: RDMA_UDP_QKEY,
+                private_data: user,
+            },
+        );
+        if r.is_err() {
+            return fail(libc::EINVAL);
+        }
+        let x = g.ids.get_mut(&k).expect("checked");
+        x.phase = Phase::Connected;
+        x.cm = None;
+        g.devices.as_mut().expect("child")[d].by_cm.remove(&cm.0);
+        finish(g);
+        return 0;
+    }
+    if qpn == 0 {
+        return fail(libc::EINVAL);
+    }
+    let Some(req) = req else {
+        return fail(libc::EINVAL);
+    };
+    let psn = (g.random() & 0xff_ffff) as u32;
+    let dev = &mut g.devices.as_mut().expect("child")[d];
+    let mut p = AcceptParams::new(qpn, psn);
+    // This side's view of the REQ (see `events::connect_request`): at most what the peer
+    // can take.
+    p.responder_resources = depth(
+        param.map_or(req.initiator_depth, |p| p.responder_resources),
+        dev.max_rd_atomic,
+    )
+    .min(req.initiator_depth);
+    p.initiator_depth = depth(
+        param.map_or(req.responder_resources, |p| p.initiator_depth),
+        dev.max_rd_atomic,
+    )
+    .min(req.responder_resources);
+    p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
+    p.srq = srq || param.is_some_and(|p| p.srq != 0);
+    p.private_data = user;
+    if dev.cm.accept(Instant::now(), cm, &p).is_err() {
+        return fail(libc::EINVAL);
+    }
+    if !qp.is_null() {
+        let r = qp::modify_from_cm(&g, k, QpState::Init)
+            .and_then(|_| qp::modify_from_cm(&g, k, QpState::Rtr))
+            .and_then(|_| qp::modify_from_cm(&g, k, QpState::Rts));
+        if let Err(e) = r {
+            let _ = g.devices.as_mut().expect("child")[d].cm.reject(cm, &[]);
+            finish(g);
+            return fail(e);
+        }
+    }
+    finish(g);
+    complete(id)
+}
+default_version!(rdma_accept, "RDMACM_1.0");
+
+/// `rdma_reject`: a REJ (reason 28, consumer defined, with the private data) or a
+/// SIDR_REP with status "rejected".
+///
+/// # Safety
+/// `private_data` is null or `len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_reject(
+    id: *mut rdma_cm_id,
+    private_data: *const c_void,
+    len: u8,
+) -> c_int {
+    let user = if private_data.is_null() || len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(private_data.cast::<u8>(), usize::from(len)) }.to_vec()
+    };
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let x = &g.ids[&k];
+    let (Some(d), Some(cm)) = (x.dev, x.cm) else {
+        return fail(libc::EINVAL);
+    };
+    let ud = cid(&g, k).qp_type == 4;
+    let dev = &mut g.devices.as_mut().expect("child")[d];
+    let r = if ud {
+        dev.cm.sidr_reply(
+            Instant::now(),
+            cm,
+            &SidrReplyParams {
+                status: uroce::cm::SIDR_REJECT,
+                qpn: 0,
+                qkey: 0,
+                private_data: user,
+            },
+        )
+    } else {
+        dev.cm.reject(cm, &user)
+    };
+    dev.by_cm.remove(&cm.0);
+    let x = g.ids.get_mut(&k).expect("checked");
+    x.cm = None;
+    x.phase = Phase::Disconnected;
+    finish(g);
+    ret(r.map_err(|_| libc::EINVAL))
+}
+default_version!(rdma_reject, "RDMACM_1.0");
+
+/// `rdma_disconnect`: the QP to the error state, and a DREQ (or nothing more when the
+/// peer's DREQ came first: it was answered).
+///
+/// # Safety
+/// `id` is an id of this library.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let c = cid(&g, k);
+    let (qp, qp_type) = (c.qp, c.qp_type);
+    if !qp.is_null() && qp_type != 4 {
+        if let Ok(v) = verbs() {
+            let mut a = ibv_qp_attr {
+                qp_state: 6,
+                ..ibv_qp_attr::default()
+            };
+            // SAFETY: the program's QP and a live attribute struct.
+            unsafe { (v.modify_qp)(qp, &mut a, qp::IBV_QP_STATE) };
+        }
+    }
+    let x = &g.ids[&k];
+    let r = match (x.dev, x.cm, x.phase) {
+        (Some(d), Some(cm), Phase::Connected) => g.devices.as_mut().expect("connected")[d]
+            .cm
+            .disconnect(Instant::now(), cm, &[])
+            .map_err(|_| libc::EINVAL),
+        (_, _, Phase::Connected | Phase::Disconnected) => Ok(()),
+        _ => Err(libc::EINVAL),
+    };
+    finish(g);
+    ret(r)
+}
+default_version!(rdma_disconnect, "RDMACM_1.0");
+
+/// `rdma_establish`: the RTU of a connection whose QP the program brought up itself
+/// after RDMA_CM_EVENT_CONNECT_RESPONSE.
+///
+/// # Safety
+/// `id` is an id of this library.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let x = &g.ids[&k];
+    let (Some(d), Some(cm)) = (x.dev, x.cm) else {
+        return fail(libc::EINVAL);
+    };
+    let r = g.devices.as_mut().expect("connecting")[d].cm.rtu(cm, &[]);
+    if r.is_ok() {
+        g.ids.get_mut(&k).expect("checked").phase = Phase::Connected;
+    }
+    finish(g);
+    ret(r.map_err(|_| libc::EINVAL))
+}
+default_version!(rdma_establish, "RDMACM_1.2");
+
+// ---------------------------------------------------------------------------------
+// QPs.
+
+/// `rdma_create_qp`: a QP on the id's device (CQs with completion channels made when the
+/// attributes name none, as librdmacm's `ucma_create_cqs`), moved to INIT (UD: on to RTS
+/// with the UDP port space's Q_Key).
+///
+/// # Safety
+/// `pd` is null or a PD of the id's device; `attr` points at QP init attributes.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    let v = match verbs() {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
+    if attr.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let c = cid(&g, k);
+    let pd = if pd.is_null() { c.pd } else { pd };
+    if c.verbs.is_null() || pd.is_null() || !c.qp.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the caller's contract.
+    let a = unsafe { &mut *attr };
+    let mut made = false;
+    for (want, size, cq, ch) in [
+        (
+            a.send_cq.is_null(),
+            a.cap.max_send_wr,
+            &mut c.send_cq,
+            &mut c.send_cq_channel,
+        ),
+        (
+            a.recv_cq.is_null(),
+            a.cap.max_recv_wr,
+            &mut c.recv_cq,
+            &mut c.recv_cq_channel,
+        ),
+    ] {
+        if want && cq.is_null() {
+            // SAFETY: an open context.
+            *ch = unsafe { (v.create_comp_channel)(c.verbs) };
+            if ch.is_null() {
+                return fail(libc::ENOMEM);
+            }
+            // SAFETY: as above, with the channel just made.
+            *cq = unsafe { (v.create_cq)(c.verbs, size.max(1) as c_int, id.cast(), *ch, 0) };
+            if cq.is_null() {
+                return fail(libc::ENOMEM);
+            }
+            made = true;
+        }
+    }
+    if a.send_cq.is_null() {
+        a.send_cq = c.send_cq;
+    }
+    if a.recv_cq.is_null() {
+        a.recv_cq = c.recv_cq;
+    }
+    if a.srq.is_null() {
+        a.srq = c.srq;
+    }
+    // SAFETY: the PD and attributes are the caller's, the CQs ours or the caller's.
+    let qp = unsafe { (v.create_qp)(pd, attr) };
+    if qp.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let mut g = g;
+    let psn = (g.random() & 0xff_ffff) as u32;
+    // SAFETY: the QP just made.
+    let ud = unsafe { (*qp).qp_type } == 4;
+    if let Err(e) = qp::init_new_qp(qp, ud, psn) {
+        // SAFETY: as above.
+        unsafe { (v.destroy_qp)(qp) };
+        return fail(e);
+    }
+    let c = cid(&g, k);
+    c.qp = qp;
+    c.pd = pd;
+    if made {
+        g.ids.get_mut(&k).expect("checked").own_cqs = true;
+    }
+    0
+}
+default_version!(rdma_create_qp, "RDMACM_1.0");
+
+/// `rdma_destroy_qp`: the QP, and the CQs and channels `rdma_create_qp` made.
+///
+/// # Safety
+/// `id` is an id of this library.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
+    let Ok(v) = verbs() else { return };
+    let mut g = lock();
+    let Ok(k) = id_key(&g, id) else { return };
+    let own = std::mem::take(&mut g.ids.get_mut(&k).expect("checked").own_cqs);
+    let c = cid(&g, k);
+    // SAFETY: the QP and CQs are the id's; destroyed once (the fields are cleared).
+    unsafe {
+        if !c.qp.is_null() {
+            (v.destroy_qp)(c.qp);
+            c.qp = std::ptr::null_mut();
+        }
+        if own {
+            for (cq, ch) in [
+                (&mut c.send_cq, &mut c.send_cq_channel),
+                (&mut c.recv_cq, &mut c.recv_cq_channel),
+            ] {
+                if !cq.is_null() {
+                    (v.destroy_cq)(*cq);
+                    *cq = std::ptr::null_mut();
+                }
+                if !ch.is_null() {
+                    (v.destroy_comp_channel)(*ch);
+                    *ch = std::ptr::null_mut();
+                }
+            }
+        }
+    }
+}
+default_version!(rdma_destroy_qp, "RDMACM_1.0");
+
+/// `rdma_init_qp_attr`: the attributes for moving the id's QP to `qp_attr->qp_state`:
+/// INIT before a connection as `rdma_create_qp` sets it, else what the CM negotiated.
+///
+/// # Safety
+/// `qp_attr` and `qp_attr_mask` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    qp_attr: *mut ibv_qp_attr,
+    qp_attr_mask: *mut c_int,
+) -> c_int {
+    if qp_attr.is_null() || qp_attr_mask.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    // SAFETY: the caller's contract.
+    let (attr, mask) = unsafe { (&mut *qp_attr, &mut *qp_attr_mask) };
+    let Some(to) = qp::state_of(attr.qp_state) else {
+        return fail(libc::EINVAL);
+    };
+    match qp::cm_attr(&g, k, to) {
+        Ok((a, m)) => {
+            *attr = a;
+            *mask = m;
+            0
+        }
+        Err(_) if to == QpState::Init => {
+            let ud = cid(&g, k).qp_type == 4;
+            *attr = ibv_qp_attr {
+                qp_state: 1,
+                port_num: 1,
+                qkey: RDMA_UDP_QKEY,
+                ..ibv_qp_attr::default()
+            };
+            *mask = qp::IBV_QP_STATE
+                | qp::IBV_QP_PKEY_INDEX
+                | qp::IBV_QP_PORT
+                | if ud {
+                    qp::IBV_QP_QKEY
+                } else {
+                    qp::IBV_QP_ACCESS_FLAGS
+                };
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+default_version!(rdma_init_qp_attr, "RDMACM_1.2");
+
+/// `rdma_set_option`: RDMA_OPTION_ID_TOS, _REUSEADDR, _AFONLY, _ACK_TIMEOUT;
+/// RDMA_OPTION_IB_PATH is accepted and ignored (the path over RoCE is made locally).
+///
+/// # Safety
+/// `optval` points at `optlen` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: usize,
+) -> c_int {
+    if optval.is_null() || optlen == 0 {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the caller's contract (at least one byte).
+    let byte = unsafe { *optval.cast::<u8>() };
+    let int = if optlen >= 4 {
+        // SAFETY: as above, four bytes.
+        unsafe { optval.cast::<c_int>().read_unaligned() }
+    } else {
+        c_int::from(byte)
+    };
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let x = g.ids.get_mut(&k).expect("checked");
+    match (level, optname) {
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => x.tos = byte,
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => x.reuseaddr = int != 0,
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => x.afonly = int != 0,
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => x.ack_timeout = Some(byte.min(31)),
+        (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {}
+        _ => return fail(libc::ENOSYS),
+    }
+    0
+}
+default_version!(rdma_set_option, "RDMACM_1.0");
+
+/// `rdma_get_devices`: the open contexts of every uroce device, NULL-terminated (free
+/// with `rdma_free_devices`).
+///
+/// # Safety
+/// `num_devices` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
+    let mut g = lock();
+    let ctxs: Vec<*mut ibv_context> = match g.devices() {
+        Ok(v) => v.iter().map(|d| d.ctx).collect(),
+        Err(e) => {
+            set_errno(e);
+            return std::ptr::null_mut();
+        }
+    };
+    // SAFETY: calloc of n+1 pointers; checked for null.
+    let list = unsafe { libc::calloc(ctxs.len() + 1, std::mem::size_of::<*mut ibv_context>()) }
+        .cast::<*mut ibv_context>();
+    if list.is_null() {
+        set_errno(libc::ENOMEM);
+        return list;
+    }
+    for (i, c) in ctxs.iter().enumerate() {
+        // SAFETY: within the n+1 allocated.
+        unsafe { *list.add(i) = *c };
+    }
+    if !num_devices.is_null() {
+        // SAFETY: the caller's pointer.
+        unsafe { *num_devices = ctxs.len() as c_int };
+    }
+    list
+}
+default_version!(rdma_get_devices, "RDMACM_1.0");
+
+/// `rdma_free_devices`.
+///
+/// # Safety
+/// `list` came from `rdma_get_devices`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
+    // SAFETY: the caller's contract: calloc'ed by rdma_get_devices.
+    unsafe { libc::free(list.cast()) };
+}
+default_version!(rdma_free_devices, "RDMACM_1.0");
+
+/// `rdma_get_src_port`.
+///
+/// # Safety
+/// `id` is an id of this library.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
+    let g = lock();
+    g.ids
+        .get(&(id as usize))
+        .and_then(|x| x.src)
+        .map_or(0, |s| s.port().to_be())
+}
+default_version!(rdma_get_src_port, "RDMACM_1.0");
+
+/// `rdma_get_dst_port`.
+///
+/// # Safety
+/// `id` is an id of this library.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
+    let g = lock();
+    g.ids
+        .get(&(id as usize))
+        .and_then(|x| x.dst)
+        .map_or(0, |s| s.port().to_be())
+}
+default_version!(rdma_get_dst_port, "RDMACM_1.0");

@@ -1,0 +1,528 @@
+//! What the library holds for the whole process: the devices (each an open ibverbs
+//! context with its QP 1 and a `uroce::cm::CmEndpoint`), the `rdma_cm_id`s, the event
+//! channels and the events handed out; and the CM thread that moves MADs and runs the
+//! CM's timers, as the kernel's `rdma_cm` and `ib_cm` do for Debian's librdmacm.
+//!
+//! One mutex guards it all. MADs are sent after it is released (finding a peer's MAC may
+//! take an ARP exchange), by whoever made them: an API call or the CM thread.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_int;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use uroce::cm::{CmConfig, CmEndpoint, CmId, OutMad};
+use uroce::verbs::Mtu;
+
+use crate::abi::{ibv_sa_path_rec, rdma_cm_event, rdma_cm_id, rdma_event_channel};
+use crate::verbs::verbs;
+use crate::verbs_abi::{ibv_context, ibv_device_attr, ibv_gid, ibv_port_attr};
+
+/// An open uroce device as the CM uses it.
+pub(crate) struct Device {
+    pub ctx: *mut ibv_context,
+    /// The address the context sends from (its QPs' source GID).
+    pub ip: IpAddr,
+    /// That address's index in the GID table.
+    pub sgid_index: u8,
+    /// The port's active MTU: the path MTU of connections made here (rdma_cm over RoCE
+    /// takes the netdev's MTU).
+    pub mtu: Mtu,
+    /// `max_qp_rd_atom`: the most READ / atomic requests a QP takes each way.
+    pub max_rd_atomic: u8,
+    /// QP 1's descriptor (readable while MADs wait), once opened.
+    pub gsi_fd: Option<RawFd>,
+    pub cm: CmEndpoint,
+    /// The CM's connections and SIDR exchanges → the `rdma_cm_id` (its address).
+    pub by_cm: HashMap<u32, usize>,
+}
+
+/// Where an id is in its life (`rdma_cm`'s `cma_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Idle,
+    Bound,
+    AddrResolved,
+    RouteResolved,
+    Listening,
+    /// A REQ / SIDR_REQ sent (active) or received and not answered yet (passive).
+    Connecting,
+    Connected,
+    Disconnected,
+}
+
+/// An `rdma_cm_id` and what the library knows of it.
+pub(crate) struct Id {
+    /// The C object (a Box leaked to the program, freed by `rdma_destroy_id`).
+    pub obj: *mut IdBox,
+    pub ps: c_int,
+    pub channel: usize,
+    /// The id made its own channel (`rdma_create_id` without one: synchronous calls).
+    pub sync: bool,
+    pub dev: Option<usize>,
+    pub src: Option<SocketAddr>,
+    pub dst: Option<SocketAddr>,
+    pub phase: Phase,
+    pub cm: Option<CmId>,
+    /// For a passive id, the listener it came from.
+    pub listener: Option<usize>,
+    /// RDMA_OPTION_ID_TOS.
+    pub tos: u8,
+    /// RDMA_OPTION_ID_ACK_TIMEOUT.
+    pub ack_timeout: Option<u8>,
+    /// RDMA_OPTION_ID_REUSEADDR.
+    pub reuseaddr: bool,
+    /// RDMA_OPTION_ID_AFONLY.
+    pub afonly: bool,
+    /// CQs and channels `rdma_create_qp` made (destroyed with the QP).
+    pub own_cqs: bool,
+    /// The PD `rdma_create_ep` allocated (freed with the id).
+    pub own_pd: bool,
+    /// The QP init attributes `rdma_create_ep` kept for `rdma_get_request`.
+    pub ep_qp_init: Option<Box<crate::verbs_abi::ibv_qp_init_attr>>,
+    /// Passive side: what the REQ said, for the accept.
+    pub req: Option<Box<uroce::cm::ConnectRequest>>,
+}
+
+// SAFETY: the raw pointers are addresses of objects this library allocated (or the
+// program's, only handed back); every access to them is under the state's mutex.
+unsafe impl Send for Id {}
+// SAFETY: as for `Id`.
+unsafe impl Send for Device {}
+
+/// The C `rdma_cm_id` and the path record its route points at.
+#[repr(C)]
+pub struct IdBox {
+    pub id: rdma_cm_id,
+    pub path: ibv_sa_path_rec,
+}
+
+/// An event channel: its eventfd (a semaphore, one count per queued event) and the
+/// events not taken yet.
+pub(crate) struct Channel {
+    pub obj: *mut rdma_event_channel,
+    pub fd: OwnedFd,
+    pub queue: VecDeque<*mut EventBox>,
+}
+
+// SAFETY: as for `Id`.
+unsafe impl Send for Channel {}
+
+/// The C `rdma_cm_event` and the private data its parameters point at.
+#[repr(C)]
+pub struct EventBox {
+    pub ev: rdma_cm_event,
+    pub private_data: [u8; 256],
+}
+
+/// The whole state.
+pub(crate) struct State {
+    /// The devices, opened at the first call that needs one.
+    pub devices: Option<Vec<Device>>,
+    pub ids: HashMap<usize, Id>,
+    pub channels: HashMap<usize, Channel>,
+    /// Events handed out and not acknowledged.
+    pub outstanding: HashMap<usize, usize>,
+    /// Next value of the generator of PSNs and ports.
+    rng: u64,
+    /// The CM thread runs.
+    thread: bool,
+}
+
+// SAFETY: as for `Id`.
+unsafe impl Send for State {}
+
+/// The CM thread's wake-up eventfd.
+fn wake_fd() -> RawFd {
+    static WAKE: OnceLock<OwnedFd> = OnceLock::new();
+    WAKE.get_or_init(|| eventfd(libc::EFD_NONBLOCK).expect("eventfd"))
+        .as_raw_fd()
+}
+
+pub(crate) fn eventfd(flags: c_int) -> std::io::Result<OwnedFd> {
+    // SAFETY: eventfd takes no pointers; a negative return is an error.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one to an eventfd's counter.
+pub(crate) fn signal(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 to an eventfd.
+    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// Takes one count from a semaphore eventfd, blocking unless it is non-blocking.
+pub(crate) fn take_one(fd: RawFd) -> Result<(), c_int> {
+    let mut n: u64 = 0;
+    loop {
+        // SAFETY: reads 8 bytes into a live u64 from an eventfd.
+        let r = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
+        if r == 8 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// Takes one count if there is one, without blocking (a blocking fd included).
+pub(crate) fn take_one_now(fd: RawFd) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, no wait.
+    if unsafe { libc::poll(&mut p, 1, 0) } == 1 {
+        let _ = take_one(fd);
+    }
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+/// A locked state.
+pub(crate) struct Guard(MutexGuard<'static, Option<State>>);
+
+impl std::ops::Deref for Guard {
+    type Target = State;
+    fn deref(&self) -> &State {
+        self.0.as_ref().expect("initialised by lock()")
+    }
+}
+
+impl std::ops::DerefMut for Guard {
+    fn deref_mut(&mut self) -> &mut State {
+        self.0.as_mut().expect("initialised by lock()")
+    }
+}
+
+/// The state, locked (created at the first call).
+pub(crate) fn lock() -> Guard {
+    let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    if g.is_none() {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id()).rotate_left(32);
+        *g = Some(State {
+            devices: None,
+            ids: HashMap::new(),
+            channels: HashMap::new(),
+            outstanding: HashMap::new(),
+            rng: seed | 1,
+            thread: false,
+        });
+    }
+    Guard(g)
+}
+
+/// The GID of an address (IPv4-mapped for IPv4).
+pub(crate) fn gid_of(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+        IpAddr::V6(v) => v.octets(),
+    }
+}
+
+/// The address of a GID.
+pub(crate) fn ip_of_gid(raw: [u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(raw);
+    v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+}
+
+/// Opens every uroce device (what `ibv_get_device_list` lists) with the address its
+/// context sends from: the first IPv4 address in its GID table, else the first that is
+/// not link-local.
+fn open_devices() -> Result<Vec<Device>, c_int> {
+    let v = verbs()?;
+    let mut n: c_int = 0;
+    // SAFETY: `n` is a live int; the list is never freed (the contexts keep the devices).
+    let list = unsafe { (v.get_device_list)(&mut n) };
+    if list.is_null() {
+        return Err(libc::ENODEV);
+    }
+    let mut out = Vec::new();
+    for i in 0..usize::try_from(n).unwrap_or(0) {
+        // SAFETY: the list holds `n` device pointers.
+        let dev = unsafe { *list.add(i) };
+        // SAFETY: a device of the list.
+        let ctx = unsafe { (v.open_device)(dev) };
+        if ctx.is_null() {
+            continue;
+        }
+        let mut gids = Vec::new();
+        for index in 0..16u8 {
+            let mut gid = ibv_gid { raw: [0; 16] };
+            // SAFETY: an open context and a live ibv_gid.
+            if unsafe { (v.query_gid)(ctx, 1, c_int::from(index), &mut gid) } != 0 {
+                break;
+            }
+            let raw = gid.raw;
+            if raw != [0; 16] {
+                gids.push((index, ip_of_gid(raw)));
+            }
+        }
+        let pick = gids
+            .iter()
+            .find(|(_, ip)| ip.is_ipv4())
+            .or_else(|| {
+                gids.iter().find(|(_, ip)| match ip {
+                    IpAddr::V6(v) => (v.segments()[0] & 0xffc0) != 0xfe80,
+                    IpAddr::V4(_) => true,
+                })
+            })
+            .copied();
+        let Some((sgid_index, ip)) = pick else {
+            continue;
+        };
+        // SAFETY: zeroed C structures are valid; the context is open.
+        let mut port: ibv_port_attr = unsafe { std::mem::zeroed() };
+        let mtu = if unsafe { (v.query_port)(ctx, 1, &mut port) } == 0 {
+            match port.active_mtu {
+                1 => Mtu::M256,
+                2 => Mtu::M512,
+                4 => Mtu::M2048,
+                5 => Mtu::M4096,
+                _ => Mtu::M1024,
+            }
+        } else {
+            Mtu::M1024
+        };
+        // SAFETY: as above.
+        let mut attr: ibv_device_attr = unsafe { std::mem::zeroed() };
+        let (guid, max_rd) = if unsafe { (v.query_device)(ctx, &mut attr) } == 0 {
+            (
+                u64::from_be(attr.node_guid),
+                u8::try_from(attr.max_qp_rd_atom).unwrap_or(u8::MAX),
+            )
+        } else {
+            (0, 16)
+        };
+        let seed = lock_free_seed() ^ guid;
+        out.push(Device {
+            ctx,
+            ip,
+            sgid_index,
+            mtu,
+            max_rd_atomic: max_rd,
+            gsi_fd: None,
+            cm: CmEndpoint::new(CmConfig::new(ip, guid, seed)),
+            by_cm: HashMap::new(),
+        });
+    }
+    Ok(out)
+}
+
+/// A seed from the clock and the process, for the CM's communication IDs.
+fn lock_free_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ u64::from(std::process::id())
+}
+
+impl State {
+    /// The devices, opened now if they are not yet.
+    pub fn devices(&mut self) -> Result<&mut Vec<Device>, c_int> {
+        if self.devices.is_none() {
+            self.devices = Some(open_devices()?);
+        }
+        Ok(self.devices.as_mut().expect("just set"))
+    }
+
+    /// The device whose context sends from `ip` (or has it in its GID table).
+    pub fn device_of(&mut self, ip: IpAddr) -> Result<usize, c_int> {
+        let devs = self.devices()?;
+        devs.iter()
+            .position(|d| d.ip == ip)
+            .ok_or(libc::EADDRNOTAVAIL)
+    }
+
+    /// Opens QP 1 of device `d` and starts the CM thread.
+    pub fn open_gsi(&mut self, d: usize) -> Result<(), c_int> {
+        let v = verbs()?;
+        let dev = &mut self.devices()?[d];
+        if dev.gsi_fd.is_none() {
+            // SAFETY: an open context.
+            let fd = unsafe { (v.gsi_open)(dev.ctx) };
+            if fd < 0 {
+                return Err(-fd);
+            }
+            dev.gsi_fd = Some(fd);
+        }
+        if !self.thread {
+            std::thread::Builder::new()
+                .name("uroce-rdmacm".into())
+                .spawn(cm_thread)
+                .map_err(|e| e.raw_os_error().unwrap_or(libc::EAGAIN))?;
+            self.thread = true;
+        }
+        signal(wake_fd());
+        Ok(())
+    }
+
+    /// A random number (xorshift64*).
+    pub fn random(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// The MADs every CM has to send, with the context to send them from.
+    pub fn take_transmits(&mut self) -> Vec<(*mut ibv_context, OutMad)> {
+        let mut out = Vec::new();
+        if let Some(devs) = self.devices.as_mut() {
+            for d in devs.iter_mut() {
+                while let Some(m) = d.cm.poll_transmit() {
+                    out.push((d.ctx, m));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Sends MADs (without the state's lock: finding a MAC may take an ARP exchange). A MAD
+/// that cannot be sent is as one lost on the wire: the CM sends it again.
+pub(crate) fn send(out: Vec<(*mut ibv_context, OutMad)>) {
+    let Ok(v) = verbs() else { return };
+    for (ctx, m) in out {
+        let gid = gid_of(m.to);
+        // SAFETY: an open context; 16 bytes of GID and the MAD's bytes are live.
+        let _ = unsafe {
+            (v.gsi_send)(
+                ctx,
+                gid.as_ptr(),
+                m.remote_qpn,
+                m.qkey,
+                m.mad.as_ptr(),
+                m.mad.len(),
+            )
+        };
+    }
+    // The CM's timers may have moved.
+    signal(wake_fd());
+}
+
+/// Ends a call that may have made MADs: releases the lock, then sends them.
+pub(crate) fn finish(mut g: Guard) {
+    let out = g.take_transmits();
+    drop(g);
+    send(out);
+}
+
+/// The CM thread: waits on every device's QP 1 and the CM timers, hands MADs to the
+/// CMs and turns their events into `rdma_cm` events.
+fn cm_thread() {
+    let mut buf = [0u8; 256];
+    loop {
+        let (fds, timeout) = {
+            let mut g = lock();
+            let now = Instant::now();
+            receive_all(&mut g, now, &mut buf);
+            crate::events::process(&mut g, now);
+            let devs = g.devices.as_ref();
+            let fds: Vec<RawFd> = devs
+                .map(|d| d.iter().filter_map(|d| d.gsi_fd).collect())
+                .unwrap_or_default();
+            let next = devs.and_then(|d| d.iter().filter_map(|d| d.cm.poll_timeout()).min());
+            let out = g.take_transmits();
+            drop(g);
+            send_quiet(out);
+            let timeout = next.map_or(Duration::from_millis(1000), |t| {
+                t.saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(1000))
+            });
+            (fds, timeout)
+        };
+        let mut pfds: Vec<libc::pollfd> = std::iter::once(wake_fd())
+            .chain(fds)
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let ms = timeout.as_micros().div_ceil(1000) as c_int;
+        // SAFETY: a live array of pollfds.
+        unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+        for p in &pfds {
+            if p.revents != 0 {
+                let mut n: u64 = 0;
+                // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd.
+                let _ = unsafe { libc::read(p.fd, (&mut n as *mut u64).cast(), 8) };
+            }
+        }
+    }
+}
+
+/// `send` without waking the CM thread (it is the caller).
+fn send_quiet(out: Vec<(*mut ibv_context, OutMad)>) {
+    if out.is_empty() {
+        return;
+    }
+    let Ok(v) = verbs() else { return };
+    for (ctx, m) in out {
+        let gid = gid_of(m.to);
+        // SAFETY: as in `send`.
+        let _ = unsafe {
+            (v.gsi_send)(
+                ctx,
+                gid.as_ptr(),
+                m.remote_qpn,
+                m.qkey,
+                m.mad.as_ptr(),
+                m.mad.len(),
+            )
+        };
+    }
+}
+
+/// Hands every MAD waiting at a QP 1 to its CM, and runs due CM timers.
+fn receive_all(g: &mut State, now: Instant, buf: &mut [u8; 256]) {
+    let Ok(v) = verbs() else { return };
+    let Some(devs) = g.devices.as_mut() else {
+        return;
+    };
+    for d in devs.iter_mut() {
+        if d.gsi_fd.is_none() {
+            continue;
+        }
+        loop {
+            let mut gid = [0u8; 16];
+            let mut src_qp = 0u32;
+            // SAFETY: an open context; 16 bytes, a u32 and 256 bytes, all live.
+            let n = unsafe {
+                (v.gsi_recv)(
+                    d.ctx,
+                    gid.as_mut_ptr(),
+                    &mut src_qp,
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                )
+            };
+            if n <= 0 {
+                break;
+            }
+            d.cm.handle_mad(now, ip_of_gid(gid), src_qp, &buf[..n as usize]);
+        }
+        if d.cm.poll_timeout().is_some_and(|t| t <= now) {
+            d.cm.handle_timeout(now);
+        }
+    }
+}
