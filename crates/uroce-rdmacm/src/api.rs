@@ -400,6 +400,7 @@ fn create_id(
             own_cqs: false,
             own_pd: false,
             ep_qp_init: None,
+            psn: 0,
             req: None,
         },
     );
@@ -530,8 +531,11 @@ fn bind(g: &mut Guard, k: usize, addr: SocketAddr) -> Result<(), c_int> {
         addr.set_port(ephemeral_port(g, ps));
     } else {
         let reuse = g.ids[&k].reuseaddr;
+        // A connection a listener accepted holds no port of its own (the kernel's
+        // bind lists hold the ids that were bound).
         let clash = g.ids.iter().any(|(&o, x)| {
             o != k
+                && x.listener.is_none()
                 && x.ps == ps
                 && x.src.is_some_and(|s| {
                     s.port() == addr.port()
@@ -825,6 +829,7 @@ pub unsafe extern "C" fn rdma_connect(
             return fail(libc::EINVAL);
         }
         let psn = (g.random() & 0xff_ffff) as u32;
+        g.ids.get_mut(&k).expect("checked").psn = psn;
         let dev = &mut g.devices.as_mut().expect("resolved")[d];
         let mut p = ConnectParams::new(sid, dst.ip(), qpn, psn);
         p.transport = if qp_type == 3 {
@@ -920,7 +925,7 @@ pub unsafe extern "C" fn rdma_accept(
     let Some(req) = req else {
         return fail(libc::EINVAL);
     };
-    let psn = (g.random() & 0xff_ffff) as u32;
+    let psn = g.ids[&k].psn;
     let dev = &mut g.devices.as_mut().expect("child")[d];
     let mut p = AcceptParams::new(qpn, psn);
     // This side's view of the REQ (see `events::connect_request`): at most what the peer

@@ -357,6 +357,7 @@ fn new_child(
         (*obj).id.port_num = 1;
     }
     let p = obj as usize;
+    let psn = (g.random() & 0xff_ffff) as u32;
     g.ids.insert(
         p,
         Id {
@@ -377,6 +378,7 @@ fn new_child(
             own_cqs: false,
             own_pd: false,
             ep_qp_init: None,
+            psn,
             req: None,
         },
     );

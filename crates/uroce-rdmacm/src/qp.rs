@@ -95,6 +95,9 @@ pub(crate) fn cm_attr(g: &State, i: usize, to: QpState) -> Result<(ibv_qp_attr, 
     if let (Some(t), true) = (id.ack_timeout, mask.contains(QpAttrMask::TIMEOUT)) {
         c.timeout = t;
     }
+    if to == QpState::Rts {
+        c.sq_psn = id.psn;
+    }
     if to == QpState::Init {
         bits |= IBV_QP_PKEY_INDEX | IBV_QP_PORT;
     }
