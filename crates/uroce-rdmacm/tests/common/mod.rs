@@ -72,3 +72,29 @@ pub fn text(o: &std::process::Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
+
+/// A fresh directory holding both drop-in libraries, `librdmacm.so.1` and uroce-verbs'
+/// `libibverbs.so.1` (built beside this crate's as a dev-dependency), for
+/// `LD_LIBRARY_PATH`.
+pub fn both_libraries_dir(tag: &str) -> PathBuf {
+    let dir = library_dir(tag);
+    let dirp = profile_dir();
+    let verbs = [dirp.join("deps/libibverbs.so"), dirp.join("libibverbs.so")]
+        .into_iter()
+        .find(|p| p.exists())
+        .expect("libibverbs.so: uroce-verbs is built as a dev-dependency");
+    std::os::unix::fs::symlink(verbs, dir.join("libibverbs.so.1")).expect("symlink");
+    dir
+}
+
+/// `program` in network namespace `ns` with `lib_dir` first on the library path.
+pub fn in_ns(ns: &str, lib_dir: &Path, env: &[(&str, &str)], program: &[&str]) -> Command {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns])
+        .args(program)
+        .env("LD_LIBRARY_PATH", lib_dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
