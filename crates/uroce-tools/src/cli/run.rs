@@ -1,13 +1,14 @@
 //! `uroce run [--iface IF] [--backend B] -- PROGRAM ARGS...`: starts an unmodified ibverbs
-//! program on uroce's `libibverbs.so.1` (crates/uroce-verbs).
+//! or RDMA CM program on uroce's `libibverbs.so.1` (crates/uroce-verbs) and
+//! `librdmacm.so.1` (crates/uroce-rdmacm).
 //!
 //! It sets what a user could set by hand and then becomes the program (exec, so signals
 //! and the exit status are the program's own):
-//! - `LD_LIBRARY_PATH`: the directory holding uroce's `libibverbs.so.1`, in front of what
-//!   was there: `$UROCE_LIBDIR` if set, else the directory of this `uroce` binary (`cargo
-//!   build` puts the library and a `libibverbs.so.1` link next to it), else its `deps/`
-//!   (where `cargo test` leaves it; a `uroce-run/` directory beside the binary then holds
-//!   the `libibverbs.so.1` link);
+//! - `LD_LIBRARY_PATH`: the directory holding uroce's `libibverbs.so.1` (and its
+//!   `librdmacm.so.1`), in front of what was there: `$UROCE_LIBDIR` if set, else the
+//!   directory of this `uroce` binary (`cargo build` puts the libraries and their `.so.1`
+//!   links next to it), else its `deps/` (where `cargo test` leaves them; a `uroce-run/`
+//!   directory beside the binary then holds the `.so.1` links);
 //! - `UROCE_IFACES`: the interfaces that become devices (`--iface`, comma-separated);
 //! - `UROCE_BACKEND`: the datapath (`--backend`: auto, xdp, udp).
 
@@ -51,10 +52,17 @@ pub fn library_dir(exe: &Path) -> anyhow::Result<PathBuf> {
     if built.exists() {
         let dir = here.join("uroce-run");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let link = dir.join("libibverbs.so.1");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&built, &link)
-            .with_context(|| format!("linking {}", link.display()))?;
+        for (lib, soname) in [
+            (built, "libibverbs.so.1"),
+            (here.join("deps/librdmacm.so"), "librdmacm.so.1"),
+        ] {
+            let link = dir.join(soname);
+            let _ = std::fs::remove_file(&link);
+            if lib.exists() {
+                std::os::unix::fs::symlink(&lib, &link)
+                    .with_context(|| format!("linking {}", link.display()))?;
+            }
+        }
         return Ok(dir);
     }
     bail!(
@@ -146,6 +154,9 @@ mod tests {
         let dir = library_dir(&exe).unwrap();
         assert_eq!(dir, root.join("uroce-run"));
         assert!(dir.join("libibverbs.so.1").exists());
+        assert!(!dir.join("librdmacm.so.1").exists());
+        std::fs::write(root.join("deps/librdmacm.so"), b"").unwrap();
+        assert!(library_dir(&exe).unwrap().join("librdmacm.so.1").exists());
         std::fs::write(root.join("libibverbs.so"), b"").unwrap();
         std::os::unix::fs::symlink("libibverbs.so", root.join("libibverbs.so.1")).unwrap();
         assert_eq!(library_dir(&exe).unwrap(), root);
