@@ -813,8 +813,8 @@ pub unsafe extern "C" fn rdma_connect(
             &SidrParams {
                 service_id: sid,
                 peer: dst.ip(),
-                timeout: 20,
-                max_retries: 15,
+                timeout: state::cm_timing().0,
+                max_retries: state::cm_timing().1,
                 private_data: private,
             },
         )
@@ -847,6 +847,7 @@ pub unsafe extern "C" fn rdma_connect(
         p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
         p.srq = srq || param.is_some_and(|p| p.srq != 0);
         p.traffic_class = tos;
+        (p.remote_cm_response_timeout, p.max_cm_retries) = state::cm_timing();
         p.private_data = private;
         dev.cm.connect(now, &p)
     };

@@ -530,3 +530,24 @@ fn receive_all(g: &mut State, now: Instant, buf: &mut [u8; 256]) {
         }
     }
 }
+
+/// The CM response timeout (5-bit code, 4.096 µs × 2^code) and retry count of the REQs and
+/// SIDR_REQs this library sends: the kernel rdma_cm's `CMA_CM_RESPONSE_TIMEOUT` (20,
+/// 4.3 s) and `CMA_MAX_CM_RETRIES` (15) unless `UROCE_CM_RESPONSE_TIMEOUT` /
+/// `UROCE_CM_RETRIES` say otherwise (a peer that vanished mid-handshake is then reported
+/// sooner than the kernel's minute and more); out-of-range values are clamped.
+pub(crate) fn cm_timing() -> (u8, u8) {
+    static T: OnceLock<(u8, u8)> = OnceLock::new();
+    *T.get_or_init(|| {
+        let var = |name: &str, default: u8, max: u8| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse::<u8>().ok())
+                .map_or(default, |v| v.min(max))
+        };
+        (
+            var("UROCE_CM_RESPONSE_TIMEOUT", 20, 31),
+            var("UROCE_CM_RETRIES", 15, 15),
+        )
+    })
+}

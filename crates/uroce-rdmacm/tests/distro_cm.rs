@@ -235,3 +235,60 @@ fn rejected_and_unresolvable_connects() {
     );
     assert_ne!(o.status.code(), Some(124), "timed out:\n{t}");
 }
+
+/// A peer that stops answering mid-handshake (the server process is stopped after it
+/// listens): the client's REQ is sent again after each response timeout and, when the
+/// retries are spent, rping gets RDMA_CM_EVENT_UNREACHABLE (ETIMEDOUT), as from the
+/// kernel's rdma_cm. The kernel's timing (4.3 s × 16 tries) is shortened with
+/// UROCE_CM_RESPONSE_TIMEOUT / UROCE_CM_RETRIES.
+#[test]
+fn a_peer_that_stops_answering_is_unreachable() {
+    if !ready() {
+        return;
+    }
+    let lib = common::both_libraries_dir("cm-gone");
+    let pair = VethPair::create("cmg", 1500).expect("veth pair");
+    let a = pair.addrs[0].to_string();
+    let env = [("UROCE_BACKEND", "udp")];
+    let mut srv = in_ns(
+        &pair.ns[0],
+        &lib,
+        &env,
+        &["rping", "-s", "-a", "0.0.0.0", "-p", "20397"],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("server");
+    std::thread::sleep(Duration::from_millis(700));
+    // `ip netns exec` execs the program: the child is rping itself.
+    let stop = |sig: &str| {
+        let _ = std::process::Command::new("kill")
+            .args([sig, &srv.id().to_string()])
+            .status();
+    };
+    stop("-STOP");
+    let env = [
+        ("UROCE_BACKEND", "udp"),
+        ("UROCE_CM_RESPONSE_TIMEOUT", "12"),
+        ("UROCE_CM_RETRIES", "2"),
+    ];
+    let o = in_ns(
+        &pair.ns[1],
+        &lib,
+        &env,
+        &[
+            "timeout", "30", "rping", "-c", "-d", "-a", &a, "-p", "20397", "-C", "1",
+        ],
+    )
+    .output()
+    .expect("client");
+    stop("-CONT");
+    let _ = srv.kill();
+    let _ = srv.wait();
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert_ne!(o.status.code(), Some(124), "timed out:\n{t}");
+    assert!(t.contains("RDMA_CM_EVENT_UNREACHABLE"), "{t}");
+    assert!(t.contains("error -110"), "ETIMEDOUT:\n{t}");
+}
