@@ -203,7 +203,9 @@ fn id_key(g: &State, id: *mut rdma_cm_id) -> Result<usize, c_int> {
     }
 }
 
-/// The C id of key `k`.
+/// The C id of key `k`. It is not part of the state (the program holds it and reads it),
+/// but only this library writes it, and only under the lock `g` proves is held.
+#[allow(clippy::mut_from_ref)]
 fn cid(g: &State, k: usize) -> &mut rdma_cm_id {
     // SAFETY: the object is live while it is in `ids`; callers hold the lock.
     unsafe { &mut (*g.ids[&k].obj).id }
@@ -212,18 +214,13 @@ fn cid(g: &State, k: usize) -> &mut rdma_cm_id {
 // ---------------------------------------------------------------------------------
 // Event channels and events.
 
-/// `rdma_create_event_channel`: a channel whose `fd` is readable while events wait.
-#[no_mangle]
-pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
-    let fd = match state::eventfd(libc::EFD_SEMAPHORE) {
-        Ok(fd) => fd,
-        Err(e) => {
-            set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
-            return std::ptr::null_mut();
-        }
-    };
+/// A new event channel: a semaphore eventfd (one count per queued event) the program
+/// may poll.
+pub(crate) fn new_channel(g: &mut State) -> Result<*mut rdma_event_channel, c_int> {
+    let fd = state::eventfd(libc::EFD_SEMAPHORE)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
     let obj = Box::into_raw(Box::new(rdma_event_channel { fd: fd.as_raw_fd() }));
-    lock().channels.insert(
+    g.channels.insert(
         obj as usize,
         Channel {
             obj,
@@ -231,7 +228,19 @@ pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
             queue: Default::default(),
         },
     );
-    obj
+    Ok(obj)
+}
+
+/// `rdma_create_event_channel`: a channel whose `fd` is readable while events wait.
+#[no_mangle]
+pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
+    match new_channel(&mut lock()) {
+        Ok(c) => c,
+        Err(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
+    }
 }
 default_version!(rdma_create_event_channel, "RDMACM_1.0");
 
@@ -398,7 +407,6 @@ fn create_id(
             reuseaddr: false,
             afonly: false,
             own_cqs: false,
-            own_pd: false,
             ep_qp_init: None,
             psn: 0,
             req: None,
@@ -493,15 +501,10 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         drop(unsafe { Box::from_raw(b.id.event.cast::<state::EventBox>()) });
     }
     let own_channel = x.sync.then_some(b.id.channel);
-    let own_pd = (x.own_pd && !b.id.pd.is_null()).then_some(b.id.pd);
     finish(g);
     if let Some(c) = own_channel {
         // SAFETY: the id's own channel, used by nothing else.
         unsafe { rdma_destroy_event_channel(c) };
-    }
-    if let (Some(pd), Ok(v)) = (own_pd, verbs()) {
-        // SAFETY: the PD rdma_create_ep allocated.
-        unsafe { (v.dealloc_pd)(pd) };
     }
     0
 }
@@ -555,10 +558,8 @@ fn bind(g: &mut Guard, k: usize, addr: SocketAddr) -> Result<(), c_int> {
         Some(g.device_of(addr.ip())?)
     };
     if let Some(d) = dev {
-        let ctx = g.devices.as_ref().expect("found")[d].ctx;
-        let c = cid(g, k);
-        c.verbs = ctx;
-        c.port_num = 1;
+        let obj = g.ids[&k].obj;
+        g.attach(obj, d);
     }
     let x = g.ids.get_mut(&k).expect("checked");
     x.dev = dev;
@@ -647,10 +648,8 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     let dev = dev.and_then(|(d, ip)| g.open_gsi(d).map(|_| (d, ip)));
     match dev {
         Ok((d, ip)) => {
-            let ctx = g.devices.as_ref().expect("open")[d].ctx;
-            let c = cid(&g, k);
-            c.verbs = ctx;
-            c.port_num = 1;
+            let obj = g.ids[&k].obj;
+            g.attach(obj, d);
             let x = g.ids.get_mut(&k).expect("checked");
             x.dev = Some(d);
             x.src = Some(SocketAddr::new(ip, bound.port()));
@@ -1375,3 +1374,236 @@ pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
         .map_or(0, |s| s.port().to_be())
 }
 default_version!(rdma_get_dst_port, "RDMACM_1.0");
+
+// ---------------------------------------------------------------------------------
+// The synchronous endpoint calls of <rdma/rdma_verbs.h>'s programs.
+
+/// `rdma_create_ep`: a synchronous id for `res`: passive (RAI_PASSIVE) bound to its source
+/// address, keeping `pd` and `qp_init_attr` for `rdma_get_request`; active with its
+/// address and route resolved and, given `qp_init_attr`, its QP made.
+///
+/// # Safety
+/// `id` is writable; `res` an `rdma_addrinfo`; `pd` null or a PD; `qp_init_attr` null or
+/// QP init attributes.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_ep(
+    id: *mut *mut rdma_cm_id,
+    res: *mut rdma_addrinfo,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    if id.is_null() || res.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the caller's contract.
+    let r = unsafe { &*res };
+    let qp_type = if r.ai_qp_type != 0 {
+        Some(r.ai_qp_type)
+    } else {
+        None
+    };
+    let ps = if r.ai_port_space != 0 {
+        r.ai_port_space
+    } else {
+        RDMA_PS_TCP
+    };
+    let cm_id = match create_id(std::ptr::null_mut(), std::ptr::null_mut(), ps, qp_type) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let undo = move |e: c_int| {
+        // SAFETY: the id just made.
+        unsafe { rdma_destroy_id(cm_id) };
+        fail(e)
+    };
+    if !pd.is_null() {
+        // SAFETY: the id just made (ours, live).
+        unsafe { (*cm_id).pd = pd };
+    }
+    if r.ai_flags & RAI_PASSIVE != 0 {
+        // SAFETY: the caller's addresses.
+        if unsafe { rdma_bind_addr(cm_id, r.ai_src_addr) } != 0 {
+            return undo(errno());
+        }
+        if !qp_init_attr.is_null() {
+            // SAFETY: the caller's attributes, copied.
+            let mut a = Box::new(unsafe { std::ptr::read(qp_init_attr) });
+            a.qp_type = cid(&lock(), cm_id as usize).qp_type;
+            lock()
+                .ids
+                .get_mut(&(cm_id as usize))
+                .expect("made")
+                .ep_qp_init = Some(a);
+        }
+    } else {
+        // SAFETY: the caller's addresses.
+        if unsafe { rdma_resolve_addr(cm_id, r.ai_src_addr, r.ai_dst_addr, 2000) } != 0 {
+            return undo(errno());
+        }
+        // SAFETY: the id just made.
+        if unsafe { rdma_resolve_route(cm_id, 2000) } != 0 {
+            return undo(errno());
+        }
+        if !qp_init_attr.is_null() {
+            // SAFETY: the caller's attributes.
+            unsafe { (*qp_init_attr).qp_type = (*cm_id).qp_type };
+            // SAFETY: as above.
+            if unsafe { rdma_create_qp(cm_id, pd, qp_init_attr) } != 0 {
+                return undo(errno());
+            }
+        }
+    }
+    // SAFETY: the caller's pointer.
+    unsafe { *id = cm_id };
+    0
+}
+default_version!(rdma_create_ep, "RDMACM_1.0");
+
+/// `rdma_destroy_ep`: the id's QP (and what `rdma_create_qp` made for it), then the id.
+///
+/// # Safety
+/// `id` is an id of this library, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        rdma_destroy_qp(id);
+        rdma_destroy_id(id);
+    }
+}
+default_version!(rdma_destroy_ep, "RDMACM_1.0");
+
+/// `rdma_get_request`: the next connection request of a synchronous listener, with the
+/// QP `rdma_create_ep` was asked for made on it; the request event is left in the new
+/// id's `event`.
+///
+/// # Safety
+/// `listen` is an id of this library; `id` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_request(
+    listen: *mut rdma_cm_id,
+    id: *mut *mut rdma_cm_id,
+) -> c_int {
+    if id.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let (channel, attr, pd) = {
+        let g = lock();
+        let Some(x) = g.ids.get(&(listen as usize)) else {
+            return fail(libc::EINVAL);
+        };
+        if !x.sync {
+            return fail(libc::EINVAL);
+        }
+        let c = cid(&g, listen as usize);
+        (
+            c.channel,
+            x.ep_qp_init
+                .as_deref()
+                .map(|a| unsafe { std::ptr::read(a) }),
+            c.pd,
+        )
+    };
+    // SAFETY: the program's listener.
+    let l = unsafe { &mut *listen };
+    if !l.event.is_null() {
+        // SAFETY: an event of this library.
+        unsafe { rdma_ack_cm_event(l.event) };
+        l.event = std::ptr::null_mut();
+    }
+    let event = match get_event(channel) {
+        Ok(e) => e,
+        Err(e) => return fail(e),
+    };
+    // SAFETY: a live event box.
+    let (ty, status, new) = unsafe { ((*event).event, (*event).status, (*event).id) };
+    let refuse = match ty {
+        RDMA_CM_EVENT_REJECTED => Some(libc::ECONNREFUSED),
+        _ if status != 0 => Some(if status < 0 { -status } else { libc::EINVAL }),
+        RDMA_CM_EVENT_CONNECT_REQUEST => None,
+        _ => Some(libc::EINVAL),
+    };
+    if let Some(e) = refuse {
+        l.event = event;
+        return fail(e);
+    }
+    if let Some(mut a) = attr {
+        // SAFETY: the new id (live: its request is not acknowledged) and a copy of the
+        // attributes.
+        if unsafe { rdma_create_qp(new, pd, &mut a) } != 0 {
+            l.event = event;
+            return -1;
+        }
+    }
+    // SAFETY: the new id and the caller's pointer.
+    unsafe {
+        (*new).event = event;
+        *id = new;
+    }
+    0
+}
+default_version!(rdma_get_request, "RDMACM_1.0");
+
+/// `rdma_migrate_id`: the id's events go to `channel` from now on (NULL: a channel of its
+/// own, making the id synchronous); its queued events move with it.
+///
+/// # Safety
+/// `id` is an id of this library; `channel` null or a channel of this library.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_migrate_id(
+    id: *mut rdma_cm_id,
+    channel: *mut rdma_event_channel,
+) -> c_int {
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let (to, sync) = if channel.is_null() {
+        match new_channel(&mut g) {
+            Ok(c) => (c, true),
+            Err(e) => return fail(e),
+        }
+    } else if g.channels.contains_key(&(channel as usize)) {
+        (channel, false)
+    } else {
+        return fail(libc::EINVAL);
+    };
+    let from = g.ids[&k].channel;
+    let mut moved = Vec::new();
+    if let Some(c) = g.channels.get_mut(&from) {
+        let fd = c.fd.as_raw_fd();
+        c.queue.retain(|&e| {
+            // SAFETY: queued events are live boxes.
+            let mine = unsafe { (*e).ev.id } as usize == k;
+            if mine {
+                state::take_one_now(fd);
+                moved.push(e);
+            }
+            !mine
+        });
+    }
+    if let Some(c) = g.channels.get_mut(&(to as usize)) {
+        for e in moved {
+            c.queue.push_back(e);
+            state::signal(c.fd.as_raw_fd());
+        }
+    }
+    let x = g.ids.get_mut(&k).expect("checked");
+    let old_sync = std::mem::replace(&mut x.sync, sync);
+    x.channel = to as usize;
+    let old = std::mem::replace(&mut cid(&g, k).channel, to);
+    drop(g);
+    if old_sync {
+        // SAFETY: the id's former own channel, used by nothing else now.
+        unsafe { rdma_destroy_event_channel(old) };
+    }
+    0
+}
+default_version!(rdma_migrate_id, "RDMACM_1.0");
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EINVAL)
+}

@@ -49,7 +49,10 @@ pub(crate) fn push(
     status: c_int,
     param: Param,
 ) {
-    let Some(chan) = g.ids.get(&id).map(|i| i.channel) else {
+    // A connection request comes on the listener's channel (the new id may have one of
+    // its own: a synchronous listener's children do).
+    let on = if listen_id != 0 { listen_id } else { id };
+    let Some(chan) = g.ids.get(&on).map(|i| i.channel) else {
         return;
     };
     // SAFETY: an all-zero rdma_cm_event (null pointers, zero numbers) is valid.
@@ -105,7 +108,10 @@ pub(crate) fn push(
     if let Some(c) = g.channels.get_mut(&chan) {
         // A box's contents never move: `pd_ptr` stays valid until the ack frees it.
         c.queue.push_back(Box::into_raw(b));
-        signal(c.fd.as_raw_fd());
+        match g.deferred.as_mut() {
+            Some(d) => d.push(c.fd.as_raw_fd()),
+            None => signal(c.fd.as_raw_fd()),
+        }
     }
 }
 
@@ -129,9 +135,11 @@ pub(crate) fn forget_queued(c: &mut Channel, id: usize) {
 /// The address handle attributes that reach `peer` from device `d`.
 pub(crate) fn ah_to(g: &State, d: usize, peer: std::net::IpAddr, tos: u8) -> ibv_ah_attr {
     let dev = &g.devices.as_ref().expect("device in use")[d];
-    let mut ah = ibv_ah_attr::default();
-    ah.is_global = 1;
-    ah.port_num = 1;
+    let mut ah = ibv_ah_attr {
+        is_global: 1,
+        port_num: 1,
+        ..ibv_ah_attr::default()
+    };
     ah.grh.dgid.raw = gid_of(peer);
     ah.grh.sgid_index = dev.sgid_index;
     ah.grh.hop_limit = 64;
@@ -140,11 +148,11 @@ pub(crate) fn ah_to(g: &State, d: usize, peer: std::net::IpAddr, tos: u8) -> ibv
 }
 
 /// Handles every event every CM has.
-pub(crate) fn process(g: &mut State, now: Instant) {
+pub(crate) fn process(g: &mut State) {
     let n = g.devices.as_ref().map_or(0, Vec::len);
     for d in 0..n {
         while let Some(ev) = g.devices.as_mut().expect("counted")[d].cm.poll_event() {
-            handle(g, d, ev, now);
+            handle(g, d, ev);
         }
     }
 }
@@ -160,7 +168,7 @@ fn forget_cm(g: &mut State, d: usize, cm: CmId) {
     }
 }
 
-fn handle(g: &mut State, d: usize, ev: CmEvent, now: Instant) {
+fn handle(g: &mut State, d: usize, ev: CmEvent) {
     match ev {
         CmEvent::ConnectRequest { id, req } => connect_request(g, d, id, req),
         CmEvent::SidrRequest {
@@ -170,7 +178,7 @@ fn handle(g: &mut State, d: usize, ev: CmEvent, now: Instant) {
             ip,
             private_data,
         } => sidr_request(g, d, id, service_id, peer, ip, private_data),
-        CmEvent::ConnectReply { id, rep } => connect_reply(g, d, id, rep, now),
+        CmEvent::ConnectReply { id, rep } => connect_reply(g, d, id, &rep),
         CmEvent::Established { id } => {
             // The active side reported ESTABLISHED with the REP's parameters when it sent
             // the RTU (or the program sent it with rdma_establish): only the passive
@@ -341,21 +349,22 @@ fn new_child(
     peer: SocketAddr,
     qp_type: c_int,
 ) -> usize {
-    let (ctx, ip) = {
-        let dev = &g.devices.as_ref().expect("device")[d];
-        (dev.ctx, dev.ip)
-    };
+    let ip = g.devices.as_ref().expect("device")[d].ip;
     let l = &g.ids[&listener];
     let local = SocketAddr::new(ip, l.src.map_or(0, |s| s.port()));
-    let (ps, channel, tos) = (l.ps, l.channel, l.tos);
+    let (ps, mut channel, tos, sync) = (l.ps, l.channel, l.tos, l.sync);
     // SAFETY: the listener's object is live while it is in `ids`.
-    let (lctx, lchan) = unsafe { ((*l.obj).id.context, (*l.obj).id.channel) };
-    let obj = crate::api::new_id_box(lchan, lctx, ps, qp_type);
-    // SAFETY: `obj` was just made.
-    unsafe {
-        (*obj).id.verbs = ctx;
-        (*obj).id.port_num = 1;
+    let (lctx, mut lchan) = unsafe { ((*l.obj).id.context, (*l.obj).id.channel) };
+    // A synchronous listener's children are synchronous, each with a channel of its own
+    // (librdmacm migrates them), so that rdma_accept can wait for its ESTABLISHED.
+    if sync {
+        if let Ok(c) = crate::api::new_channel(g) {
+            lchan = c;
+            channel = c as usize;
+        }
     }
+    let obj = crate::api::new_id_box(lchan, lctx, ps, qp_type);
+    g.attach(obj, d);
     let p = obj as usize;
     let psn = (g.random() & 0xff_ffff) as u32;
     g.ids.insert(
@@ -364,7 +373,7 @@ fn new_child(
             obj,
             ps,
             channel,
-            sync: false,
+            sync,
             dev: Some(d),
             src: Some(local),
             dst: Some(peer),
@@ -376,7 +385,6 @@ fn new_child(
             reuseaddr: false,
             afonly: false,
             own_cqs: false,
-            own_pd: false,
             ep_qp_init: None,
             psn,
             req: None,
@@ -472,7 +480,7 @@ fn sidr_request(
     );
 }
 
-fn connect_reply(g: &mut State, d: usize, cm: CmId, rep: Box<ConnectReply>, _now: Instant) {
+fn connect_reply(g: &mut State, d: usize, cm: CmId, rep: &ConnectReply) {
     let Some(i) = id_of(g, d, cm) else {
         return;
     };

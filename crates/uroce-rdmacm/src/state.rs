@@ -32,6 +32,10 @@ pub(crate) struct Device {
     pub mtu: Mtu,
     /// `max_qp_rd_atom`: the most READ / atomic requests a QP takes each way.
     pub max_rd_atomic: u8,
+    /// The device's own PD, allocated at the first id on the device: an id's `pd` until
+    /// the program gives its own (librdmacm's per-device PD, what `rdma_create_ep` and
+    /// `rdma_reg_msgs` use when the program passes none).
+    pub pd: *mut crate::verbs_abi::ibv_pd,
     /// QP 1's descriptor (readable while MADs wait), once opened.
     pub gsi_fd: Option<RawFd>,
     pub cm: CmEndpoint,
@@ -78,8 +82,6 @@ pub(crate) struct Id {
     pub afonly: bool,
     /// CQs and channels `rdma_create_qp` made (destroyed with the QP).
     pub own_cqs: bool,
-    /// The PD `rdma_create_ep` allocated (freed with the id).
-    pub own_pd: bool,
     /// The QP init attributes `rdma_create_ep` kept for `rdma_get_request`.
     pub ep_qp_init: Option<Box<crate::verbs_abi::ibv_qp_init_attr>>,
     /// This side's first PSN, chosen when the connection starts (`rdma_connect`, or the
@@ -133,6 +135,10 @@ pub(crate) struct State {
     rng: u64,
     /// The CM thread runs.
     thread: bool,
+    /// While the CM thread handles what arrived: the channels to signal once the MADs
+    /// that answer it are sent (a DREP must leave before the program, told it is
+    /// disconnected, may exit).
+    pub deferred: Option<Vec<RawFd>>,
 }
 
 // SAFETY: as for `Id`.
@@ -226,6 +232,7 @@ pub(crate) fn lock() -> Guard {
             outstanding: HashMap::new(),
             rng: seed | 1,
             thread: false,
+            deferred: None,
         });
     }
     Guard(g)
@@ -320,6 +327,7 @@ fn open_devices() -> Result<Vec<Device>, c_int> {
             sgid_index,
             mtu,
             max_rd_atomic: max_rd,
+            pd: std::ptr::null_mut(),
             gsi_fd: None,
             cm: CmEndpoint::new(CmConfig::new(ip, guid, seed)),
             by_cm: HashMap::new(),
@@ -352,6 +360,26 @@ impl State {
         devs.iter()
             .position(|d| d.ip == ip)
             .ok_or(libc::EADDRNOTAVAIL)
+    }
+
+    /// Puts device `d` into the C id `obj`: its context, port 1 and the device's PD.
+    pub fn attach(&mut self, obj: *mut IdBox, d: usize) {
+        let Ok(v) = verbs() else { return };
+        let Some(dev) = self.devices.as_mut().and_then(|v| v.get_mut(d)) else {
+            return;
+        };
+        if dev.pd.is_null() {
+            // SAFETY: an open context.
+            dev.pd = unsafe { (v.alloc_pd)(dev.ctx) };
+        }
+        // SAFETY: `obj` is a live id of this library (the lock is held).
+        unsafe {
+            (*obj).id.verbs = dev.ctx;
+            (*obj).id.port_num = 1;
+            if (*obj).id.pd.is_null() {
+                (*obj).id.pd = dev.pd;
+            }
+        }
     }
 
     /// Opens QP 1 of device `d` and starts the CM thread.
@@ -438,16 +466,22 @@ fn cm_thread() {
         let (fds, timeout) = {
             let mut g = lock();
             let now = Instant::now();
+            g.deferred = Some(Vec::new());
             receive_all(&mut g, now, &mut buf);
-            crate::events::process(&mut g, now);
+            crate::events::process(&mut g);
             let devs = g.devices.as_ref();
             let fds: Vec<RawFd> = devs
                 .map(|d| d.iter().filter_map(|d| d.gsi_fd).collect())
                 .unwrap_or_default();
             let next = devs.and_then(|d| d.iter().filter_map(|d| d.cm.poll_timeout()).min());
             let out = g.take_transmits();
+            let ready = g.deferred.take().unwrap_or_default();
             drop(g);
             send_quiet(out);
+            // The events go to the program only now that their answers are sent.
+            for fd in ready {
+                signal(fd);
+            }
             let timeout = next.map_or(Duration::from_millis(1000), |t| {
                 t.saturating_duration_since(Instant::now())
                     .min(Duration::from_millis(1000))

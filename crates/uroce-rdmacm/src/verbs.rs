@@ -10,12 +10,12 @@
 //! libibverbs is another one (Debian's, talking to a kernel uroce is not), and every call
 //! that needs a device fails with ENODEV.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 use crate::verbs_abi::{
-    ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_device, ibv_device_attr, ibv_gid,
-    ibv_pd, ibv_port_attr, ibv_qp, ibv_qp_attr, ibv_qp_init_attr,
+    ibv_comp_channel, ibv_context, ibv_cq, ibv_device, ibv_device_attr, ibv_gid, ibv_pd,
+    ibv_port_attr, ibv_qp, ibv_qp_attr, ibv_qp_init_attr,
 };
 
 macro_rules! verbs_table {
@@ -62,7 +62,6 @@ verbs_table! {
     query_port = "ibv_query_port" @ "IBVERBS_1.1": fn(*mut ibv_context, u8, *mut ibv_port_attr) -> c_int;
     query_gid = "ibv_query_gid" @ "IBVERBS_1.1": fn(*mut ibv_context, u8, c_int, *mut ibv_gid) -> c_int;
     alloc_pd = "ibv_alloc_pd" @ "IBVERBS_1.1": fn(*mut ibv_context) -> *mut ibv_pd;
-    dealloc_pd = "ibv_dealloc_pd" @ "IBVERBS_1.1": fn(*mut ibv_pd) -> c_int;
     create_comp_channel = "ibv_create_comp_channel" @ "IBVERBS_1.0": fn(*mut ibv_context) -> *mut ibv_comp_channel;
     destroy_comp_channel = "ibv_destroy_comp_channel" @ "IBVERBS_1.0": fn(*mut ibv_comp_channel) -> c_int;
     create_cq = "ibv_create_cq" @ "IBVERBS_1.1": fn(*mut ibv_context, c_int, *mut c_void, *mut ibv_comp_channel, c_int) -> *mut ibv_cq;
@@ -101,28 +100,4 @@ pub fn verbs() -> Result<&'static Verbs, c_int> {
         })
         .as_ref()
         .map_err(|_| libc::ENODEV)
-}
-
-/// What `verbs()` could not find, for diagnostics (`None` when all is there).
-pub fn missing() -> Option<&'static str> {
-    verbs()
-        .err()
-        .map(|_| "uroce's libibverbs.so.1 (uroce_gsi_open@UROCE_PRIVATE_1)")
-}
-
-/// A C string's bytes (for device names).
-///
-/// # Safety
-/// `p` is a NUL-terminated string or null.
-pub unsafe fn c_str<'a>(p: *const c_char) -> &'a [u8] {
-    if p.is_null() {
-        return &[];
-    }
-    // SAFETY: the caller's contract.
-    unsafe { CStr::from_ptr(p) }.to_bytes()
-}
-
-/// An `ibv_ah_attr` all zero (a C `= {}`).
-pub fn zero_ah() -> ibv_ah_attr {
-    ibv_ah_attr::default()
 }

@@ -1,5 +1,5 @@
-//! The distro's unmodified RDMA CM programs (rdmacm-utils' `rping` and `udaddy`, perftest
-//! with `-R`) on both drop-in libraries, `librdmacm.so.1` and uroce-verbs'
+//! The distro's unmodified RDMA CM programs (rdmacm-utils' `rping`, `udaddy`, `ucmatose`,
+//! `rdma_server` / `rdma_client`, perftest with `-R`) on both drop-in libraries, `librdmacm.so.1` and uroce-verbs'
 //! `libibverbs.so.1`, at both ends of a veth pair between two network namespaces, over
 //! the UDP backend and over AF_XDP. The connection is made by uroce's CM over QP 1 (REQ,
 //! REP, RTU; SIDR_REQ / SIDR_REP for udaddy; DREQ / DREP at the end); both ends must exit
@@ -23,7 +23,15 @@ fn ready() -> bool {
         eprintln!("SKIP: {e}");
         return false;
     }
-    for tool in ["rping", "udaddy", "ib_write_bw", "ib_send_lat"] {
+    for tool in [
+        "rping",
+        "udaddy",
+        "ucmatose",
+        "rdma_server",
+        "rdma_client",
+        "ib_write_bw",
+        "ib_send_lat",
+    ] {
         if !Path::new("/usr/bin").join(tool).exists() {
             eprintln!(
                 "SKIP: /usr/bin/{tool} is missing (scripts/setup.sh installs rdmacm-utils and perftest)"
@@ -91,7 +99,7 @@ fn suite(backend: &str, base_port: u16) {
     let pair = VethPair::create(&format!("cm{}", &backend[..1]), 9000).expect("veth pair");
     let a = pair.addrs[0].to_string();
     let port = |k: u16| (base_port + k).to_string();
-    let (p0, p1, p2, p3, p4) = (port(0), port(1), port(2), port(3), port(4));
+    let (p0, p1, p2, p3, p4, p5) = (port(0), port(1), port(2), port(3), port(4), port(5));
     // rping: the client SENDs its buffer's address and rkey, the server RDMA READs it and
     // RDMA WRITEs its own back; -V checks every byte of every round.
     let rping = |p: &str, extra: &[&'static str]| {
@@ -123,6 +131,25 @@ fn suite(backend: &str, base_port: u16) {
         &["udaddy", "-C", "10"],
         &["udaddy", "-s", &a, "-C", "10"],
         "test complete",
+    );
+    // ucmatose: four RC connections at once, SENDs both ways, then DREQ / DREP.
+    run(
+        &pair,
+        &lib,
+        backend,
+        &["ucmatose", "-c", "4", "-C", "20"],
+        &["ucmatose", "-s", &a, "-c", "4", "-C", "20"],
+        "test complete",
+    );
+    // rdma_server / rdma_client: the synchronous calls (rdma_getaddrinfo, rdma_create_ep,
+    // rdma_get_request, the rdma_verbs.h helpers on the id's PD, QP and CQs).
+    run(
+        &pair,
+        &lib,
+        backend,
+        &["rdma_server", "-s", &a, "-p", &p5],
+        &["rdma_client", "-s", &a, "-p", &p5],
+        "rdma_client: end 0",
     );
     // perftest connecting through rdma_cm (-R): the control exchange and the test's QPs.
     run(
