@@ -226,6 +226,7 @@ pub(crate) fn new_channel(g: &mut State) -> Result<*mut rdma_event_channel, c_in
             obj,
             fd,
             queue: Default::default(),
+            stale: 0,
         },
     );
     Ok(obj)
@@ -252,12 +253,7 @@ default_version!(rdma_create_event_channel, "RDMACM_1.0");
 pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
     let c = lock().channels.remove(&(channel as usize));
     if let Some(c) = c {
-        for e in c.queue {
-            // SAFETY: queued events are boxes this library leaked.
-            drop(unsafe { Box::from_raw(e) });
-        }
-        // SAFETY: the box was leaked by rdma_create_event_channel.
-        drop(unsafe { Box::from_raw(c.obj) });
+        free_channel(c);
     }
 }
 default_version!(rdma_destroy_event_channel, "RDMACM_1.0");
@@ -279,9 +275,13 @@ fn get_event(channel: *mut rdma_event_channel) -> Result<*mut rdma_cm_event, c_i
             .channels
             .get_mut(&(channel as usize))
             .ok_or(libc::EINVAL)?;
-        if let Some(e) = c.queue.pop_front() {
-            g.outstanding.insert(e as usize, 0);
-            return Ok(e.cast());
+        match c.queue.pop_front() {
+            Some(e) => {
+                g.outstanding.insert(e as usize, 0);
+                return Ok(e.cast());
+            }
+            // The count of an event dropped since: take the next.
+            None => c.stale = c.stale.saturating_sub(1),
         }
     }
 }
@@ -353,7 +353,7 @@ fn complete(id: *mut rdma_cm_id) -> c_int {
             let (ty, status) = unsafe { ((*e).event, (*e).status) };
             match ty {
                 RDMA_CM_EVENT_REJECTED => fail(libc::ECONNREFUSED),
-                _ if status != 0 => fail(if status < 0 { -status } else { libc::EINVAL }),
+                _ if status != 0 => fail(status.abs()),
                 RDMA_CM_EVENT_UNREACHABLE => fail(libc::ETIMEDOUT),
                 RDMA_CM_EVENT_ADDR_ERROR
                 | RDMA_CM_EVENT_ROUTE_ERROR
@@ -461,20 +461,39 @@ fn release_cm(g: &mut State, k: usize) {
     }
     if let (Some(d), Some(cm)) = (dev, cm) {
         if let Some(devs) = g.devices.as_mut() {
-            let c = &mut devs[d].cm;
-            match phase {
-                Phase::Connected => {
-                    let _ = c.disconnect(Instant::now(), cm, &[]);
-                }
-                Phase::Connecting => {
-                    let _ = c.reject(cm, &[]);
-                }
-                _ => {}
-            }
-            c.destroy(cm);
+            // What the peer must be told (REJ, DREQ) is sent, and the CM finishes the
+            // connection's DREQ retries and time wait without the id.
+            devs[d].cm.abort(Instant::now(), cm);
             devs[d].by_cm.remove(&cm.0);
         }
     }
+}
+
+/// Forgets id `k` entirely (a connection request's new id the program never saw): its
+/// CM connection aborted, its object and own channel freed.
+pub(crate) fn discard_id(g: &mut State, k: usize) {
+    if !g.ids.contains_key(&k) {
+        return;
+    }
+    release_cm(g, k);
+    let x = g.ids.remove(&k).expect("checked");
+    // SAFETY: the id's object; the program never had it.
+    let b = unsafe { Box::from_raw(x.obj) };
+    if x.sync {
+        if let Some(c) = g.channels.remove(&(b.id.channel as usize)) {
+            free_channel(c);
+        }
+    }
+}
+
+/// Frees a channel taken out of the state: its queued events and its object.
+fn free_channel(c: Channel) {
+    for e in c.queue {
+        // SAFETY: queued events are boxes this library leaked.
+        drop(unsafe { Box::from_raw(e) });
+    }
+    // SAFETY: the box was leaked by new_channel.
+    drop(unsafe { Box::from_raw(c.obj) });
 }
 
 /// `rdma_destroy_id`: events of the id not taken yet are dropped; one taken must have
@@ -490,14 +509,21 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     };
     release_cm(&mut g, k);
     let x = g.ids.remove(&k).expect("checked");
-    if let Some(c) = g.channels.get_mut(&x.channel) {
-        events::forget_queued(c, k);
+    // Its queued events go; a listener's connection requests not taken yet are
+    // rejected, as the kernel's `ucma_cleanup_ctx_events` does.
+    let children = g
+        .channels
+        .get_mut(&x.channel)
+        .map(|c| events::forget_queued(c, k))
+        .unwrap_or_default();
+    for child in children {
+        discard_id(&mut g, child);
     }
     // SAFETY: the id's object, alive until now.
     let b = unsafe { Box::from_raw(x.obj) };
-    if !b.id.event.is_null() {
-        g.outstanding.remove(&(b.id.event as usize));
-        // SAFETY: an event this library handed out to a synchronous id.
+    // A synchronous id's last event, unless the program acknowledged it already.
+    if !b.id.event.is_null() && g.outstanding.remove(&(b.id.event as usize)).is_some() {
+        // SAFETY: an event this library handed out and nobody freed.
         drop(unsafe { Box::from_raw(b.id.event.cast::<state::EventBox>()) });
     }
     let own_channel = x.sync.then_some(b.id.channel);
@@ -700,10 +726,19 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         Ok(k) => k,
         Err(e) => return fail(e),
     };
-    let x = &g.ids[&k];
-    if x.phase != Phase::Bound {
-        return fail(libc::EINVAL);
+    match g.ids[&k].phase {
+        // Listening already: a new backlog, which the CM does not need.
+        Phase::Listening => return 0,
+        // Not bound: the wildcard and a free port, as the kernel does.
+        Phase::Idle => {
+            if let Err(e) = bind(&mut g, k, (Ipv4Addr::UNSPECIFIED, 0).into()) {
+                return fail(e);
+            }
+        }
+        Phase::Bound => {}
+        _ => return fail(libc::EINVAL),
     }
+    let x = &g.ids[&k];
     let (dev, ps, port) = (x.dev, x.ps, x.src.expect("bound").port());
     let sid = service_id(port_space(ps), port);
     let devs: Vec<usize> = match dev {
@@ -732,13 +767,13 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
 }
 default_version!(rdma_listen, "RDMACM_1.0");
 
-/// The READ / atomic depth asked for, within what the device has (RDMA_MAX_RESP_RES /
-/// RDMA_MAX_INIT_DEPTH: the device's most).
-fn depth(asked: u8, max: u8) -> u8 {
-    if asked == 0xff {
-        max
-    } else {
-        asked.min(max)
+/// The READ / atomic depth asked for (RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH: the
+/// device's most); EINVAL above what the device has, as librdmacm's `ucma_valid_param`.
+fn depth(asked: u8, max: u8) -> Result<u8, c_int> {
+    match asked {
+        0xff => Ok(max),
+        a if a > max => Err(libc::EINVAL),
+        a => Ok(a),
     }
 }
 
@@ -837,11 +872,15 @@ pub unsafe extern "C" fn rdma_connect(
             Transport::Rc
         };
         p.path_mtu = dev.mtu;
-        p.responder_resources = depth(
-            param.map_or(1, |p| p.responder_resources),
-            dev.max_rd_atomic,
-        );
-        p.initiator_depth = depth(param.map_or(1, |p| p.initiator_depth), dev.max_rd_atomic);
+        // Without parameters, the device's most (librdmacm's defaults).
+        let max = dev.max_rd_atomic;
+        match (
+            depth(param.map_or(0xff, |p| p.responder_resources), max),
+            depth(param.map_or(0xff, |p| p.initiator_depth), max),
+        ) {
+            (Ok(r), Ok(i)) => (p.responder_resources, p.initiator_depth) = (r, i),
+            _ => return fail(libc::EINVAL),
+        }
         p.retry_count = param.map_or(7, |p| p.retry_count.min(7));
         p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
         p.srq = srq || param.is_some_and(|p| p.srq != 0);
@@ -930,16 +969,17 @@ pub unsafe extern "C" fn rdma_accept(
     let mut p = AcceptParams::new(qpn, psn);
     // This side's view of the REQ (see `events::connect_request`): at most what the peer
     // can take.
-    p.responder_resources = depth(
-        param.map_or(req.initiator_depth, |p| p.responder_resources),
-        dev.max_rd_atomic,
-    )
-    .min(req.initiator_depth);
-    p.initiator_depth = depth(
-        param.map_or(req.responder_resources, |p| p.initiator_depth),
-        dev.max_rd_atomic,
-    )
-    .min(req.responder_resources);
+    let max = dev.max_rd_atomic;
+    match (
+        depth(param.map_or(0xff, |p| p.responder_resources), max),
+        depth(param.map_or(0xff, |p| p.initiator_depth), max),
+    ) {
+        (Ok(r), Ok(i)) => {
+            p.responder_resources = r.min(req.initiator_depth);
+            p.initiator_depth = i.min(req.responder_resources);
+        }
+        _ => return fail(libc::EINVAL),
+    }
     p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
     p.srq = srq || param.is_some_and(|p| p.srq != 0);
     p.private_data = user;
@@ -1038,15 +1078,26 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     }
     let x = &g.ids[&k];
     let r = match (x.dev, x.cm, x.phase) {
-        (Some(d), Some(cm), Phase::Connected) => g.devices.as_mut().expect("connected")[d]
-            .cm
-            .disconnect(Instant::now(), cm, &[])
-            .map_err(|_| libc::EINVAL),
-        (_, _, Phase::Connected | Phase::Disconnected) => Ok(()),
+        // A DREQ, unless one was sent or came already (the kernel's rdma_disconnect
+        // answers 0 then too).
+        (Some(d), Some(cm), Phase::Connected) => {
+            let sent = g.devices.as_mut().expect("connected")[d]
+                .cm
+                .disconnect(Instant::now(), cm, &[])
+                .is_ok();
+            Ok(sent)
+        }
+        (_, _, Phase::Connected | Phase::Disconnected) => Ok(false),
         _ => Err(libc::EINVAL),
     };
+    let sync = g.ids[&k].sync;
     finish(g);
-    ret(r)
+    match r {
+        // A synchronous id waits for its DISCONNECTED (the DREP, or the DREQ's retries).
+        Ok(true) if sync => complete(id),
+        Ok(_) => 0,
+        Err(e) => fail(e),
+    }
 }
 default_version!(rdma_disconnect, "RDMACM_1.0");
 
@@ -1110,6 +1161,7 @@ pub unsafe extern "C" fn rdma_create_qp(
     // SAFETY: the caller's contract.
     let a = unsafe { &mut *attr };
     let mut made = false;
+    let mut failed = None;
     for (want, size, cq, ch) in [
         (
             a.send_cq.is_null(),
@@ -1124,50 +1176,71 @@ pub unsafe extern "C" fn rdma_create_qp(
             &mut c.recv_cq_channel,
         ),
     ] {
-        if want && cq.is_null() {
+        if want && cq.is_null() && failed.is_none() {
+            made = true;
             // SAFETY: an open context.
             *ch = unsafe { (v.create_comp_channel)(c.verbs) };
             if ch.is_null() {
-                return fail(libc::ENOMEM);
+                failed = Some(libc::ENOMEM);
+                continue;
             }
             // SAFETY: as above, with the channel just made.
             *cq = unsafe { (v.create_cq)(c.verbs, size.max(1) as c_int, id.cast(), *ch, 0) };
             if cq.is_null() {
-                return fail(libc::ENOMEM);
+                failed = Some(libc::ENOMEM);
             }
-            made = true;
         }
     }
-    if a.send_cq.is_null() {
-        a.send_cq = c.send_cq;
-    }
-    if a.recv_cq.is_null() {
-        a.recv_cq = c.recv_cq;
-    }
-    if a.srq.is_null() {
-        a.srq = c.srq;
-    }
-    // SAFETY: the PD and attributes are the caller's, the CQs ours or the caller's.
-    let qp = unsafe { (v.create_qp)(pd, attr) };
-    if qp.is_null() {
-        return fail(libc::EINVAL);
-    }
+    let qp = match failed {
+        Some(e) => Err(e),
+        None => {
+            if a.send_cq.is_null() {
+                a.send_cq = c.send_cq;
+            }
+            if a.recv_cq.is_null() {
+                a.recv_cq = c.recv_cq;
+            }
+            if a.srq.is_null() {
+                a.srq = c.srq;
+            }
+            // SAFETY: the PD and attributes are the caller's, the CQs ours or the
+            // caller's.
+            let qp = unsafe { (v.create_qp)(pd, attr) };
+            if qp.is_null() {
+                Err(errno_or(libc::EINVAL))
+            } else {
+                Ok(qp)
+            }
+        }
+    };
     let mut g = g;
     let psn = (g.random() & 0xff_ffff) as u32;
-    // SAFETY: the QP just made.
-    let ud = unsafe { (*qp).qp_type } == 4;
-    if let Err(e) = qp::init_new_qp(qp, ud, psn) {
-        // SAFETY: as above.
-        unsafe { (v.destroy_qp)(qp) };
-        return fail(e);
+    let qp = qp.and_then(|qp| {
+        // SAFETY: the QP just made.
+        let ud = unsafe { (*qp).qp_type } == 4;
+        qp::init_new_qp(qp, ud, psn).map(|_| qp).inspect_err(|_| {
+            // SAFETY: as above.
+            unsafe { (v.destroy_qp)(qp) };
+        })
+    });
+    match qp {
+        Ok(qp) => {
+            let c = cid(&g, k);
+            c.qp = qp;
+            c.pd = pd;
+            if made {
+                g.ids.get_mut(&k).expect("checked").own_cqs = true;
+            }
+            0
+        }
+        Err(e) => {
+            if made {
+                // What this call made goes, as librdmacm's `ucma_destroy_cqs`.
+                destroy_own_cqs(v, cid(&g, k));
+            }
+            fail(e)
+        }
     }
-    let c = cid(&g, k);
-    c.qp = qp;
-    c.pd = pd;
-    if made {
-        g.ids.get_mut(&k).expect("checked").own_cqs = true;
-    }
-    0
 }
 default_version!(rdma_create_qp, "RDMACM_1.0");
 
@@ -1182,25 +1255,31 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     let Ok(k) = id_key(&g, id) else { return };
     let own = std::mem::take(&mut g.ids.get_mut(&k).expect("checked").own_cqs);
     let c = cid(&g, k);
-    // SAFETY: the QP and CQs are the id's; destroyed once (the fields are cleared).
-    unsafe {
-        if !c.qp.is_null() {
-            (v.destroy_qp)(c.qp);
-            c.qp = std::ptr::null_mut();
-        }
-        if own {
-            for (cq, ch) in [
-                (&mut c.send_cq, &mut c.send_cq_channel),
-                (&mut c.recv_cq, &mut c.recv_cq_channel),
-            ] {
-                if !cq.is_null() {
-                    (v.destroy_cq)(*cq);
-                    *cq = std::ptr::null_mut();
-                }
-                if !ch.is_null() {
-                    (v.destroy_comp_channel)(*ch);
-                    *ch = std::ptr::null_mut();
-                }
+    if !c.qp.is_null() {
+        // SAFETY: the id's QP, destroyed once (the field is cleared).
+        unsafe { (v.destroy_qp)(c.qp) };
+        c.qp = std::ptr::null_mut();
+    }
+    if own {
+        destroy_own_cqs(v, c);
+    }
+}
+
+/// Destroys the CQs and completion channels `rdma_create_qp` made for id `c`.
+fn destroy_own_cqs(v: &crate::verbs::Verbs, c: &mut rdma_cm_id) {
+    for (cq, ch) in [
+        (&mut c.send_cq, &mut c.send_cq_channel),
+        (&mut c.recv_cq, &mut c.recv_cq_channel),
+    ] {
+        // SAFETY: objects this library made for the id, destroyed once (cleared).
+        unsafe {
+            if !cq.is_null() {
+                (v.destroy_cq)(*cq);
+                *cq = std::ptr::null_mut();
+            }
+            if !ch.is_null() {
+                (v.destroy_comp_channel)(*ch);
+                *ch = std::ptr::null_mut();
             }
         }
     }
@@ -1519,7 +1598,7 @@ pub unsafe extern "C" fn rdma_get_request(
     let (ty, status, new) = unsafe { ((*event).event, (*event).status, (*event).id) };
     let refuse = match ty {
         RDMA_CM_EVENT_REJECTED => Some(libc::ECONNREFUSED),
-        _ if status != 0 => Some(if status < 0 { -status } else { libc::EINVAL }),
+        _ if status != 0 => Some(status.abs()),
         RDMA_CM_EVENT_CONNECT_REQUEST => None,
         _ => Some(libc::EINVAL),
     };
@@ -1572,16 +1651,17 @@ pub unsafe extern "C" fn rdma_migrate_id(
     let from = g.ids[&k].channel;
     let mut moved = Vec::new();
     if let Some(c) = g.channels.get_mut(&from) {
-        let fd = c.fd.as_raw_fd();
         c.queue.retain(|&e| {
             // SAFETY: queued events are live boxes.
-            let mine = unsafe { (*e).ev.id } as usize == k;
+            let (of, listen) = unsafe { ((*e).ev.id as usize, (*e).ev.listen_id as usize) };
+            // The id's events, and a listener's connection requests.
+            let mine = of == k || listen == k;
             if mine {
-                state::take_one_now(fd);
                 moved.push(e);
             }
             !mine
         });
+        c.stale += moved.len();
     }
     if let Some(c) = g.channels.get_mut(&(to as usize)) {
         for e in moved {
@@ -1603,7 +1683,13 @@ pub unsafe extern "C" fn rdma_migrate_id(
 default_version!(rdma_migrate_id, "RDMACM_1.0");
 
 fn errno() -> c_int {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EINVAL)
+    errno_or(libc::EINVAL)
+}
+
+/// The thread's errno, or `default` when it is 0.
+fn errno_or(default: c_int) -> c_int {
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(0) | None => default,
+        Some(e) => e,
+    }
 }

@@ -105,31 +105,58 @@ pub(crate) fn push(
             };
         }
     }
-    if let Some(c) = g.channels.get_mut(&chan) {
-        // A box's contents never move: `pd_ptr` stays valid until the ack frees it.
-        c.queue.push_back(Box::into_raw(b));
-        match g.deferred.as_mut() {
-            Some(d) => d.push(c.fd.as_raw_fd()),
-            None => signal(c.fd.as_raw_fd()),
+    // A box's contents never move: `pd_ptr` stays valid until the ack frees it.
+    let e = Box::into_raw(b);
+    match g.deferred.as_mut() {
+        Some(d) => d.push((chan, e)),
+        None => deliver(g, chan, e),
+    }
+}
+
+/// Queues event `e` on channel `chan` and counts it in the channel's fd, if its id (and
+/// the listener of a connection request) and the channel are still there; otherwise the
+/// event is freed, and a connection request's new id with it (its REQ rejected).
+pub(crate) fn deliver(g: &mut State, chan: usize, e: *mut EventBox) {
+    // SAFETY: `e` is a live box made by `push`.
+    let (id, listen) = unsafe { ((*e).ev.id as usize, (*e).ev.listen_id as usize) };
+    let alive = g.ids.contains_key(&id) && (listen == 0 || g.ids.contains_key(&listen));
+    match g.channels.get_mut(&chan) {
+        Some(c) if alive => {
+            c.queue.push_back(e);
+            signal(c.fd.as_raw_fd());
+        }
+        _ => {
+            // SAFETY: as above; in no queue.
+            drop(unsafe { Box::from_raw(e) });
+            if listen != 0 {
+                crate::api::discard_id(g, id);
+            }
         }
     }
 }
 
-/// Drops the queued (not yet taken) events of id `id` from `channel`, taking their
-/// counts from the channel's fd.
-pub(crate) fn forget_queued(c: &mut Channel, id: usize) {
-    let fd = c.fd.as_raw_fd();
+/// Drops the queued (not yet taken) events of id `id` (and the connection requests of
+/// the listener `id`) from channel `c`; their counts stay in the fd as stale ones.
+/// Returns the new ids of the connection requests dropped.
+pub(crate) fn forget_queued(c: &mut Channel, id: usize) -> Vec<usize> {
+    let mut children = Vec::new();
+    let mut dropped = 0;
     c.queue.retain(|&e| {
         // SAFETY: queued events are live boxes of this library.
-        let mine =
-            unsafe { (*e).ev.id } as usize == id || unsafe { (*e).ev.listen_id } as usize == id;
+        let (of, listen) = unsafe { ((*e).ev.id as usize, (*e).ev.listen_id as usize) };
+        let mine = of == id || listen == id;
         if mine {
-            crate::state::take_one_now(fd);
+            if listen == id {
+                children.push(of);
+            }
+            dropped += 1;
             // SAFETY: the box was leaked by `push` and is in no other list.
             drop(unsafe { Box::from_raw(e) });
         }
         !mine
     });
+    c.stale += dropped;
+    children
 }
 
 /// The address handle attributes that reach `peer` from device `d`.
@@ -199,6 +226,8 @@ fn handle(g: &mut State, d: usize, ev: CmEvent) {
                 forget_cm(g, d, id);
                 clear_cm(g, i);
                 set_phase(g, i, Phase::RouteResolved);
+                // As librdmacm: the QP of a rejected connection goes to the error state.
+                qp::to_error(g, i);
                 push(
                     g,
                     i,
@@ -486,10 +515,12 @@ fn connect_reply(g: &mut State, d: usize, cm: CmId, rep: &ConnectReply) {
     };
     // SAFETY: the id's object is live while it is in `ids`.
     let has_qp = unsafe { !(*g.ids[&i].obj).id.qp.is_null() };
+    // This side's view, as `cm_format_rep_event`: the peer's initiator depth is what
+    // this side may take as responder, and the other way round.
     let param = Param::Conn {
         private_data: rep.private_data.clone(),
-        responder_resources: rep.responder_resources,
-        initiator_depth: rep.initiator_depth,
+        responder_resources: rep.initiator_depth,
+        initiator_depth: rep.responder_resources,
         flow_control: 1,
         retry_count: 0,
         rnr_retry_count: rep.rnr_retry_count,

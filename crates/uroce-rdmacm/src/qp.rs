@@ -168,3 +168,21 @@ pub(crate) fn init_new_qp(
         e => Err(e),
     }
 }
+
+/// Moves id `i`'s QP (RC or UC) to the error state, if it has one.
+pub(crate) fn to_error(g: &State, i: usize) {
+    let Some(id) = g.ids.get(&i) else { return };
+    // SAFETY: the id's object is live while it is in `ids`.
+    let (qp, qp_type) = unsafe { ((*id.obj).id.qp, (*id.obj).id.qp_type) };
+    if qp.is_null() || qp_type == 4 {
+        return;
+    }
+    if let Ok(v) = verbs() {
+        let mut a = ibv_qp_attr {
+            qp_state: 6,
+            ..ibv_qp_attr::default()
+        };
+        // SAFETY: the program's QP and a live attribute struct.
+        unsafe { (v.modify_qp)(qp, &mut a, IBV_QP_STATE) };
+    }
+}

@@ -105,12 +105,16 @@ pub struct IdBox {
     pub path: ibv_sa_path_rec,
 }
 
-/// An event channel: its eventfd (a semaphore, one count per queued event) and the
-/// events not taken yet.
+/// An event channel: its eventfd (a semaphore: one count per event queued, or dropped
+/// after it was counted) and the events not taken yet.
 pub(crate) struct Channel {
     pub obj: *mut rdma_event_channel,
     pub fd: OwnedFd,
     pub queue: VecDeque<*mut EventBox>,
+    /// Counts in the fd whose events were dropped (their id destroyed or moved): taken
+    /// by `rdma_get_cm_event` without an event. The fd is never read under the lock
+    /// (a blocking read there could wait for ever while another thread took the count).
+    pub stale: usize,
 }
 
 // SAFETY: as for `Id`.
@@ -135,10 +139,10 @@ pub(crate) struct State {
     rng: u64,
     /// The CM thread runs.
     thread: bool,
-    /// While the CM thread handles what arrived: the channels to signal once the MADs
-    /// that answer it are sent (a DREP must leave before the program, told it is
-    /// disconnected, may exit).
-    pub deferred: Option<Vec<RawFd>>,
+    /// While the CM thread handles what arrived: the events it made, each with its
+    /// channel, queued only once the MADs that answer what arrived are sent (a DREP must
+    /// leave before the program, told it is disconnected, may exit).
+    pub deferred: Option<Vec<(usize, *mut EventBox)>>,
 }
 
 // SAFETY: as for `Id`.
@@ -183,19 +187,6 @@ pub(crate) fn take_one(fd: RawFd) -> Result<(), c_int> {
         if e != libc::EINTR {
             return Err(e);
         }
-    }
-}
-
-/// Takes one count if there is one, without blocking (a blocking fd included).
-pub(crate) fn take_one_now(fd: RawFd) {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd, no wait.
-    if unsafe { libc::poll(&mut p, 1, 0) } == 1 {
-        let _ = take_one(fd);
     }
 }
 
@@ -478,9 +469,16 @@ fn cm_thread() {
             let ready = g.deferred.take().unwrap_or_default();
             drop(g);
             send_quiet(out);
-            // The events go to the program only now that their answers are sent.
-            for fd in ready {
-                signal(fd);
+            // The events go to the program only now that their answers are sent (to
+            // the ids and channels that still exist).
+            if !ready.is_empty() {
+                let mut g = lock();
+                for (chan, e) in ready {
+                    crate::events::deliver(&mut g, chan, e);
+                }
+                let out = g.take_transmits();
+                drop(g);
+                send_quiet(out);
             }
             let timeout = next.map_or(Duration::from_millis(1000), |t| {
                 t.saturating_duration_since(Instant::now())

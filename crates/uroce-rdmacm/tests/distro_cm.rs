@@ -43,8 +43,11 @@ fn ready() -> bool {
 }
 
 /// Starts `server` in the first namespace, then `client` in the second once the server
-/// has had time to listen; a client rejected because it came first (reason 8, nobody
-/// listens yet) is started again, at most three times.
+/// has had time to listen. A client that fails within seconds came too early: before the
+/// server listened (REJECTED, reason 8), or, with perftest's `-R`, before the server's
+/// second listener, for the test's own connection, was up (perftest connects it as soon
+/// as its control connection is made, and its retry reuses the id it destroyed). Then
+/// both are started again, at most three times.
 fn serve_and_connect(
     pair: &VethPair,
     lib: &Path,
@@ -52,23 +55,34 @@ fn serve_and_connect(
     server: &[&str],
     client: &[&str],
 ) -> (Output, Output) {
-    let srv = in_ns(&pair.ns[0], lib, env, server)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("server");
     let mut tries = 0;
-    let cli = loop {
+    loop {
+        let mut srv = in_ns(&pair.ns[0], lib, env, server)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("server");
         std::thread::sleep(Duration::from_millis(700));
-        let o = in_ns(&pair.ns[1], lib, env, client)
+        let started = std::time::Instant::now();
+        let cli = in_ns(&pair.ns[1], lib, env, client)
             .output()
             .expect("client");
         tries += 1;
-        if o.status.success() || !text(&o).contains("REJECTED") || tries == 3 {
-            break o;
+        let early = started.elapsed() < Duration::from_secs(5);
+        if cli.status.success() || !early || tries == 3 {
+            return (srv.wait_with_output().expect("server output"), cli);
         }
-    };
-    (srv.wait_with_output().expect("server output"), cli)
+        eprintln!(
+            "{} came before the server listened; again:\n{}",
+            client.join(" "),
+            text(&cli)
+        );
+        // SIGTERM, which `timeout` passes on to the server (SIGKILL would leave it).
+        let _ = std::process::Command::new("kill")
+            .arg(srv.id().to_string())
+            .status();
+        let _ = srv.wait();
+    }
 }
 
 /// Runs a server and its client; panics with both outputs unless both exit 0 and the

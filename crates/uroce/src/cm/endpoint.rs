@@ -561,6 +561,36 @@ impl CmEndpoint {
         Ok(())
     }
 
+    /// The application is gone (its id destroyed), as the kernel's `cm_destroy_id`: a
+    /// REQ or REP received and not answered, or a REP sent and not acknowledged, is
+    /// rejected with reason 28 and forgotten; an established connection is disconnected
+    /// (the DREQ is sent again until answered, then time wait) and forgotten after; one
+    /// disconnecting or in time wait runs its course. A REQ sent and not answered is
+    /// forgotten at once (a REP for it is rejected with reason 6). The endpoint reports
+    /// nothing more of `id` that the application must answer. Returns whether `id` existed.
+    pub fn abort(&mut self, now: Instant, id: CmId) -> bool {
+        use CmState::*;
+        let Some(c) = self.conns.get(&id.0) else {
+            return self.sidrs.remove(&id.0).is_some();
+        };
+        match c.state {
+            ReqRcvd | MraReqSent | RepRcvd | MraRepSent | RepSent | MraRepRcvd => {
+                let which = if c.active { msg::REP } else { msg::REQ };
+                let (peer, tid, remote) = (c.peer, c.tid, c.remote_id);
+                self.send_rej(peer, tid, id.0, remote, which, reason::CONSUMER_REJECT, &[]);
+                self.conns.remove(&id.0);
+            }
+            Established => {
+                let _ = self.disconnect(now, id, &[]);
+            }
+            DreqSent | TimeWait => {}
+            _ => {
+                self.conns.remove(&id.0);
+            }
+        }
+        true
+    }
+
     /// Sends an MRA (`ib_send_cm_mra`): the answer to the REQ (passive side, ReqRcvd)
     /// or the REP (active side, RepRcvd) will take up to `service_timeout` (4.096 µs ×
     /// 2^value); a duplicate of the message is answered with this MRA again.

@@ -1133,3 +1133,45 @@ fn simultaneous_connect_makes_the_larger_guid_the_active_side() {
         [CmEvent::Rejected { reason: 8, .. }]
     ));
 }
+
+#[test]
+fn abort_after_the_rep_rejects_and_abort_when_established_disconnects() {
+    // The passive application goes away after accepting: a REJ (28), not an RTU into
+    // nothing; the active side learns it as Rejected.
+    let mut n = Net::new();
+    let ia = n.a.connect(n.now, &params()).unwrap();
+    n.pump();
+    let [CmEvent::ConnectRequest { id: ib, .. }] = n.ev_b()[..] else {
+        panic!("no ConnectRequest")
+    };
+    n.b.accept(n.now, ib, &AcceptParams::new(0x22, 0x2000))
+        .unwrap();
+    // The REP is on its way when B's application goes away.
+    assert!(n.b.abort(n.now, ib));
+    assert_eq!(n.b.state(ib), None);
+    let seen = n.pump();
+    assert!(seen.contains(&(false, Rej)), "{seen:?}");
+    let ev = n.ev_a();
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, CmEvent::Rejected { id, reason: 28, .. } if *id == ia)),
+        "{ev:?}"
+    );
+    // Established: the DREQ goes out, and again when it is lost, until the DREP.
+    let mut n = Net::new();
+    let (ia, ib) = n.connect();
+    assert!(n.a.abort(n.now, ia));
+    let mut first = true;
+    let seen = n.pump_with(|from_a, at| {
+        let lose = from_a && at == Dreq && first;
+        first &= !lose;
+        lose
+    });
+    assert_eq!(seen, [(true, Dreq)]);
+    assert!(n.next_timeout());
+    assert_eq!(n.pump(), [(true, Dreq), (false, Drep)]);
+    assert!(matches!(n.ev_b()[..], [CmEvent::Disconnected { id, .. }] if id == ib));
+    while n.next_timeout() {}
+    assert_eq!(n.a.connections(), 0);
+    assert!(!n.a.abort(n.now, ia));
+}
