@@ -426,8 +426,13 @@ fn new_child(
 
 fn connect_request(g: &mut State, d: usize, cm: CmId, req: Box<ConnectRequest>) {
     let Some(listener) = listener_for(g, d, req.service_id) else {
-        // The endpoint listens on the service ID, but no id does any more.
-        let _ = g.devices.as_mut().expect("device")[d].cm.reject(cm, &[]);
+        // The endpoint listens on the service ID, but no id takes it (another address,
+        // AFONLY): reason 8, invalid service ID, as if nobody listened.
+        let _ = g.devices.as_mut().expect("device")[d].cm.reject_with(
+            cm,
+            uroce::cm::reason::INVALID_SERVICE_ID,
+            &[],
+        );
         return;
     };
     let ip_space = uroce::cm::port_of(req.service_id).is_some_and(|(ps, _)| ps != PortSpace::Ib);

@@ -543,20 +543,19 @@ impl CmEndpoint {
     /// RepRcvd or MraRepSent) with reason 28, consumer reject (`ib_send_cm_rej`); the
     /// connection is forgotten.
     pub fn reject(&mut self, id: CmId, private_data: &[u8]) -> Result<(), CmError> {
+        self.reject_with(id, reason::CONSUMER_REJECT, private_data)
+    }
+
+    /// [`CmEndpoint::reject`] with another reason ([`reason`]): an application that
+    /// demultiplexes one service ID among several listeners of its own rejects a REQ none
+    /// of them takes with [`reason::INVALID_SERVICE_ID`], as `cm_match_req` does.
+    pub fn reject_with(&mut self, id: CmId, why: u16, private_data: &[u8]) -> Result<(), CmError> {
         check_pd("REJ", sid::REJ_PRIVATE_DATA, private_data)?;
         use CmState::*;
         let c = self.conn_in(id, "reject", &[ReqRcvd, MraReqSent, RepRcvd, MraRepSent])?;
         let which = if c.active { msg::REP } else { msg::REQ };
         let (peer, tid, remote) = (c.peer, c.tid, c.remote_id);
-        self.send_rej(
-            peer,
-            tid,
-            id.0,
-            remote,
-            which,
-            reason::CONSUMER_REJECT,
-            private_data,
-        );
+        self.send_rej(peer, tid, id.0, remote, which, why, private_data);
         self.conns.remove(&id.0);
         Ok(())
     }
