@@ -640,7 +640,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     id: *mut rdma_cm_id,
     src: *mut sockaddr,
     dst: *mut sockaddr,
-    _timeout_ms: c_int,
+    timeout_ms: c_int,
 ) -> c_int {
     // SAFETY: the caller's contract.
     let (src, Some(dst)) = (unsafe { read_sockaddr(src) }, unsafe { read_sockaddr(dst) }) else {
@@ -680,9 +680,17 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             x.dev = Some(d);
             x.src = Some(SocketAddr::new(ip, bound.port()));
             x.dst = Some(dst);
-            x.phase = Phase::AddrResolved;
-            set_route(&g, k);
-            push(&mut g, k, 0, RDMA_CM_EVENT_ADDR_RESOLVED, 0, Param::None);
+            x.phase = Phase::AddrQuery;
+            let ctx = g.devices.as_ref().expect("open")[d].ctx as usize;
+            // The peer's MAC (ARP / NDP where the datapath needs it) on a thread of its
+            // own, as the kernel's address resolution runs on its workqueue; the event
+            // comes when it is known, or ADDR_ERROR after `timeout_ms`.
+            let spawned = std::thread::Builder::new()
+                .name("uroce-rdmacm-addr".into())
+                .spawn(move || resolve_neighbour(k, ctx, dst.ip(), timeout_ms));
+            if spawned.is_err() {
+                resolved(&mut g, k, Err(libc::EAGAIN));
+            }
         }
         Err(e) => push(&mut g, k, 0, RDMA_CM_EVENT_ADDR_ERROR, -e, Param::None),
     }
@@ -690,6 +698,38 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     complete(id)
 }
 default_version!(rdma_resolve_addr, "RDMACM_1.0");
+
+/// Finds the MAC of `peer` from the context `ctx` of id `k`, then reports it.
+fn resolve_neighbour(k: usize, ctx: usize, peer: IpAddr, timeout_ms: c_int) {
+    let gid = gid_of(peer);
+    let r = verbs().and_then(|v| {
+        // SAFETY: an open context of this library's devices; 16 live bytes.
+        match unsafe { (v.gsi_resolve)(ctx as *mut ibv_context, gid.as_ptr(), timeout_ms) } {
+            0 => Ok(()),
+            e => Err(e),
+        }
+    });
+    resolved(&mut lock(), k, r);
+}
+
+/// The end of id `k`'s address resolution: ADDR_RESOLVED, or ADDR_ERROR with the
+/// errno, if the id is still waiting for it.
+fn resolved(g: &mut State, k: usize, r: Result<(), c_int>) {
+    if g.ids.get(&k).map(|x| x.phase) != Some(Phase::AddrQuery) {
+        return;
+    }
+    match r {
+        Ok(()) => {
+            g.ids.get_mut(&k).expect("checked").phase = Phase::AddrResolved;
+            set_route(g, k);
+            push(g, k, 0, RDMA_CM_EVENT_ADDR_RESOLVED, 0, Param::None);
+        }
+        Err(e) => {
+            g.ids.get_mut(&k).expect("checked").phase = Phase::Bound;
+            push(g, k, 0, RDMA_CM_EVENT_ADDR_ERROR, -e, Param::None);
+        }
+    }
+}
 
 /// `rdma_resolve_route`: over RoCE the path is made locally (GIDs, the port's MTU, the
 /// CM's packet life time), as the kernel's `cma_resolve_iboe_route`.

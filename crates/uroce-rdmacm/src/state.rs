@@ -48,6 +48,8 @@ pub(crate) struct Device {
 pub(crate) enum Phase {
     Idle,
     Bound,
+    /// `rdma_resolve_addr` is finding the peer's MAC (a thread of its own).
+    AddrQuery,
     AddrResolved,
     RouteResolved,
     Listening,

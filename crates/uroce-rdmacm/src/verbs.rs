@@ -72,6 +72,7 @@ verbs_table! {
     gsi_open = "uroce_gsi_open" @ "UROCE_PRIVATE_1": fn(*mut ibv_context) -> c_int;
     gsi_send = "uroce_gsi_send" @ "UROCE_PRIVATE_1": fn(*mut ibv_context, *const u8, u32, u32, *const u8, usize) -> c_int;
     gsi_recv = "uroce_gsi_recv" @ "UROCE_PRIVATE_1": fn(*mut ibv_context, *mut u8, *mut u32, *mut u8, usize) -> c_int;
+    gsi_resolve = "uroce_gsi_resolve" @ "UROCE_PRIVATE_1": fn(*mut ibv_context, *const u8, c_int) -> c_int;
 }
 
 /// The soname of the library the entry points come from.

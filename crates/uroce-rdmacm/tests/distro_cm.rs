@@ -275,6 +275,22 @@ fn rejected_and_unresolvable_connects() {
         "{t}"
     );
     assert_ne!(o.status.code(), Some(124), "timed out:\n{t}");
+    // An address on the link that nobody has: over AF_XDP the library asks for its MAC
+    // itself (ARP) and gives up after rping's 2 s: ADDR_ERROR, -EHOSTUNREACH.
+    let o = pair.addrs[0].octets();
+    let nobody = std::net::Ipv4Addr::new(o[0], o[1], o[2], 99).to_string();
+    let o = in_ns(
+        &pair.ns[1],
+        &lib,
+        &[("UROCE_BACKEND", "xdp")],
+        &["timeout", "20", "rping", "-c", "-d", "-a", &nobody, "-C", "1"],
+    )
+    .output()
+    .expect("client");
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("RDMA_CM_EVENT_ADDR_ERROR"), "{t}");
+    assert!(t.contains("error -113"), "EHOSTUNREACH:\n{t}");
 }
 
 /// A peer that stops answering mid-handshake (the server process is stopped after it

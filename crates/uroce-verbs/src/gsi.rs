@@ -9,7 +9,7 @@
 //! buffers into an inbox as the datapath is pumped (by the program's calls or the
 //! progress thread), and an eventfd tells the CM's thread that MADs wait.
 //!
-//! The three entry points are exported from libibverbs.so.1 under the private version
+//! The four entry points are exported from libibverbs.so.1 under the private version
 //! node `UROCE_PRIVATE_1`; librdmacm finds them with `dlvsym`. A libibverbs.so.1 without
 //! them is not uroce's, which librdmacm reports as ENODEV.
 
@@ -339,3 +339,44 @@ pub unsafe extern "C" fn uroce_gsi_recv(
     MAD_LEN as c_int
 }
 crate::exports::default_version!(uroce_gsi_recv, "UROCE_PRIVATE_1");
+
+/// Finds the MAC address of the next hop to the IP address of the GID `gid` (16 bytes,
+/// IPv4-mapped for IPv4), as `rdma_resolve_addr` does, giving up after `timeout_ms`
+/// (2000 when not positive): 0, or an errno (EHOSTUNREACH when no answer came, EINVAL
+/// for bad arguments, the datapath's errno when it cannot be opened). Blocks the calling
+/// thread (not the device) for as long as the ARP / NDP exchange takes.
+///
+/// # Safety
+/// `ctx` as for [`uroce_gsi_open`]; `gid` points at 16 readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_gsi_resolve(
+    ctx: *mut ibv_context,
+    gid: *const u8,
+    timeout_ms: c_int,
+) -> c_int {
+    if gid.is_null() {
+        return EINVAL;
+    }
+    // SAFETY: the caller passes 16 readable bytes at `gid`.
+    let gid = unsafe { *gid.cast::<[u8; 16]>() };
+    let shared = match open(ctx) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    let v6 = Ipv6Addr::from(gid);
+    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+    let needs_l2 = shared
+        .lock()
+        .backend()
+        .is_some_and(|b| b.needs_link_addresses());
+    let ms = if timeout_ms > 0 {
+        timeout_ms as u64
+    } else {
+        2000
+    };
+    match crate::qp::remote_within(&shared, ip, needs_l2, std::time::Duration::from_millis(ms)) {
+        Ok(_) => 0,
+        Err(e) => e,
+    }
+}
+crate::exports::default_version!(uroce_gsi_resolve, "UROCE_PRIVATE_1");

@@ -157,6 +157,16 @@ pub(crate) fn remote_of(shared: &Arc<Shared>, ah: &ibv_ah_attr) -> Result<Remote
 /// [`remote_of`] finds them, for a destination that is not named by an AH (QP 1's MADs,
 /// `crate::gsi`). The datapath is open; `needs_l2` is whether it needs the MAC.
 pub(crate) fn remote_to(shared: &Arc<Shared>, ip: IpAddr, needs_l2: bool) -> Result<Remote, c_int> {
+    remote_within(shared, ip, needs_l2, uroce::net::neighbours::GIVE_UP)
+}
+
+/// [`remote_to`], giving up on the MAC after `timeout`.
+pub(crate) fn remote_within(
+    shared: &Arc<Shared>,
+    ip: IpAddr,
+    needs_l2: bool,
+    timeout: std::time::Duration,
+) -> Result<Remote, c_int> {
     let (device, local) = {
         let g = shared.lock();
         (g.device, g.uroce.config().ip)
@@ -177,7 +187,7 @@ pub(crate) fn remote_to(shared: &Arc<Shared>, ip: IpAddr, needs_l2: bool) -> Res
             Some(b) => b.send(f),
             None => Err(std::io::Error::other("the datapath is closed")),
         },
-        uroce::net::neighbours::GIVE_UP,
+        timeout,
     )
     .map_err(|_| libc::EHOSTUNREACH)?;
     Ok(Remote { ip, mac: r.mac })
