@@ -1466,17 +1466,23 @@ pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
 }
 default_version!(rdma_free_devices, "RDMACM_1.0");
 
+/// The port of id `id`'s source (`src`) or destination address, in network order; 0 for
+/// an id without one.
+fn port_of_id(id: *mut rdma_cm_id, src: bool) -> u16 {
+    let g = lock();
+    g.ids
+        .get(&(id as usize))
+        .and_then(|x| if src { x.src } else { x.dst })
+        .map_or(0, |s| s.port().to_be())
+}
+
 /// `rdma_get_src_port`.
 ///
 /// # Safety
 /// `id` is an id of this library.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
-    let g = lock();
-    g.ids
-        .get(&(id as usize))
-        .and_then(|x| x.src)
-        .map_or(0, |s| s.port().to_be())
+    port_of_id(id, true)
 }
 default_version!(rdma_get_src_port, "RDMACM_1.0");
 
@@ -1486,11 +1492,7 @@ default_version!(rdma_get_src_port, "RDMACM_1.0");
 /// `id` is an id of this library.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
-    let g = lock();
-    g.ids
-        .get(&(id as usize))
-        .and_then(|x| x.dst)
-        .map_or(0, |s| s.port().to_be())
+    port_of_id(id, false)
 }
 default_version!(rdma_get_dst_port, "RDMACM_1.0");
 

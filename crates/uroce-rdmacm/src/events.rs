@@ -61,7 +61,18 @@ pub(crate) fn push(
     b.ev.listen_id = listen_id as *mut rdma_cm_id;
     b.ev.event = event;
     b.ev.status = status;
-    let pd_ptr = b.private_data.as_ptr().cast();
+    // The private data is copied into the box, whose contents never move: the pointer
+    // stays valid until the ack frees it.
+    let mut copy = |data: &[u8]| {
+        let n = data.len().min(255);
+        b.private_data[..n].copy_from_slice(&data[..n]);
+        let p = if n > 0 {
+            b.private_data.as_ptr().cast()
+        } else {
+            std::ptr::null()
+        };
+        (p, n as u8)
+    };
     match param {
         Param::None => {}
         Param::Conn {
@@ -74,11 +85,10 @@ pub(crate) fn push(
             srq,
             qp_num,
         } => {
-            let n = private_data.len().min(255);
-            b.private_data[..n].copy_from_slice(&private_data[..n]);
+            let (private_data, private_data_len) = copy(&private_data);
             b.ev.param.conn = rdma_conn_param {
-                private_data: if n > 0 { pd_ptr } else { std::ptr::null() },
-                private_data_len: n as u8,
+                private_data,
+                private_data_len,
                 responder_resources,
                 initiator_depth,
                 flow_control,
@@ -94,18 +104,16 @@ pub(crate) fn push(
             qp_num,
             qkey,
         } => {
-            let n = private_data.len().min(255);
-            b.private_data[..n].copy_from_slice(&private_data[..n]);
+            let (private_data, private_data_len) = copy(&private_data);
             b.ev.param.ud = rdma_ud_param {
-                private_data: if n > 0 { pd_ptr } else { std::ptr::null() },
-                private_data_len: n as u8,
+                private_data,
+                private_data_len,
                 ah_attr,
                 qp_num,
                 qkey,
             };
         }
     }
-    // A box's contents never move: `pd_ptr` stays valid until the ack frees it.
     let e = Box::into_raw(b);
     match g.deferred.as_mut() {
         Some(d) => d.push((chan, e)),

@@ -422,25 +422,11 @@ impl State {
     }
 }
 
-/// Sends MADs (without the state's lock: finding a MAC may take an ARP exchange). A MAD
-/// that cannot be sent is as one lost on the wire: the CM sends it again.
+/// Sends MADs (without the state's lock: finding a MAC may take an ARP exchange), then
+/// wakes the CM thread (its timers may have moved). A MAD that cannot be sent is as one
+/// lost on the wire: the CM sends it again.
 pub(crate) fn send(out: Vec<(*mut ibv_context, OutMad)>) {
-    let Ok(v) = verbs() else { return };
-    for (ctx, m) in out {
-        let gid = gid_of(m.to);
-        // SAFETY: an open context; 16 bytes of GID and the MAD's bytes are live.
-        let _ = unsafe {
-            (v.gsi_send)(
-                ctx,
-                gid.as_ptr(),
-                m.remote_qpn,
-                m.qkey,
-                m.mad.as_ptr(),
-                m.mad.len(),
-            )
-        };
-    }
-    // The CM's timers may have moved.
+    send_quiet(out);
     signal(wake_fd());
 }
 
@@ -509,7 +495,7 @@ fn cm_thread() {
     }
 }
 
-/// `send` without waking the CM thread (it is the caller).
+/// Sends MADs without waking the CM thread (it is the caller).
 fn send_quiet(out: Vec<(*mut ibv_context, OutMad)>) {
     if out.is_empty() {
         return;
@@ -517,7 +503,7 @@ fn send_quiet(out: Vec<(*mut ibv_context, OutMad)>) {
     let Ok(v) = verbs() else { return };
     for (ctx, m) in out {
         let gid = gid_of(m.to);
-        // SAFETY: as in `send`.
+        // SAFETY: an open context; 16 bytes of GID and the MAD's bytes are live.
         let _ = unsafe {
             (v.gsi_send)(
                 ctx,

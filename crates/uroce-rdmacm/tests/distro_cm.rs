@@ -283,7 +283,9 @@ fn rejected_and_unresolvable_connects() {
         &pair.ns[1],
         &lib,
         &[("UROCE_BACKEND", "xdp")],
-        &["timeout", "20", "rping", "-c", "-d", "-a", &nobody, "-C", "1"],
+        &[
+            "timeout", "20", "rping", "-c", "-d", "-a", &nobody, "-C", "1",
+        ],
     )
     .output()
     .expect("client");

@@ -202,6 +202,17 @@ fn open(ctx: *mut ibv_context) -> Result<Arc<Shared>, c_int> {
     Ok(shared)
 }
 
+/// The address of a GID, and whether the device's datapath needs its MAC.
+fn peer_of(shared: &Shared, gid: [u8; 16]) -> (IpAddr, bool) {
+    let v6 = Ipv6Addr::from(gid);
+    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+    let needs_l2 = shared
+        .lock()
+        .backend()
+        .is_some_and(|b| b.needs_link_addresses());
+    (ip, needs_l2)
+}
+
 /// Creates QP 1 of the open device `ctx` if it is not there yet; returns a descriptor
 /// that is readable while MADs wait for `uroce_gsi_recv` (read it to clear it, then take
 /// MADs until there are none), or a negative errno: EINVAL for a context that is not
@@ -252,12 +263,7 @@ pub unsafe extern "C" fn uroce_gsi_send(
         Ok(s) => s,
         Err(e) => return e,
     };
-    let v6 = Ipv6Addr::from(gid);
-    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
-    let needs_l2 = shared
-        .lock()
-        .backend()
-        .is_some_and(|b| b.needs_link_addresses());
+    let (ip, needs_l2) = peer_of(&shared, gid);
     // Found without the lock (it may take an ARP exchange).
     let dest = match crate::qp::remote_to(&shared, ip, needs_l2) {
         Ok(r) => r,
@@ -363,12 +369,7 @@ pub unsafe extern "C" fn uroce_gsi_resolve(
         Ok(s) => s,
         Err(e) => return e,
     };
-    let v6 = Ipv6Addr::from(gid);
-    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
-    let needs_l2 = shared
-        .lock()
-        .backend()
-        .is_some_and(|b| b.needs_link_addresses());
+    let (ip, needs_l2) = peer_of(&shared, gid);
     let ms = if timeout_ms > 0 {
         timeout_ms as u64
     } else {
