@@ -27,44 +27,61 @@ const ETH: usize = super::ethernet::HEADER_LEN;
 const IP: usize = ipv4::MIN_HEADER_LEN;
 const UDP: usize = super::udp::HEADER_LEN;
 
+/// Ethernet, IPv4 without options, UDP and the BTH: the bytes [`parse_frame`] reads at
+/// fixed offsets, after one length check.
+const FIXED: usize = ETH + IP + UDP + bth::HEADER_LEN;
+
+/// A big-endian `u16` at a fixed offset of the fixed headers (no bounds check left).
+#[inline(always)]
+fn h16(h: &[u8; FIXED], at: usize) -> u16 {
+    u16::from_be_bytes([h[at], h[at + 1]])
+}
+
+/// A big-endian `u32` at a fixed offset of the fixed headers.
+#[inline(always)]
+fn h32(h: &[u8; FIXED], at: usize) -> u32 {
+    u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]])
+}
+
 /// [`super::parse`] (with `verify`: IPv4 header checksum and ICRC) or
 /// [`super::parse_headers`] (without) for the common frame; [`NOT_HERE`] for anything
 /// else. (A `Result` rather than an `Option`, so that the caller can return it as it is:
 /// the packet is written once, in the caller's return slot.)
 #[inline(always)]
 pub(crate) fn parse_frame(frame: &[u8], verify: bool) -> Result<RocePacket<'_>, WireError> {
-    if frame.len() < ETH + IP + UDP + bth::HEADER_LEN + ICRC_LEN {
+    let Some((h, _)) = frame.split_first_chunk::<FIXED>() else {
         return Err(NOT_HERE);
-    }
-    let (l2, rest) = frame.split_at(ETH);
-    let (ip, rest) = rest.split_at(IP);
-    // Untagged IPv4, a 20-byte header.
-    if be16(l2, 12) != ETHERTYPE_IPV4 || ip[0] != 0x45 {
-        return Err(NOT_HERE);
-    }
-    let total = usize::from(be16(ip, 2));
-    // Not a fragment (MF clear, offset 0), UDP, and the whole packet in the frame.
-    if be16(ip, 6) & 0x3fff != 0
-        || ip[9] != ipv4::PROTO_UDP
+    };
+    const I: usize = ETH;
+    const U: usize = ETH + IP;
+    const B: usize = ETH + IP + UDP;
+    let total = usize::from(h16(h, I + 2));
+    // Untagged IPv4 with a 20-byte header (ethertype and the version/IHL byte in one
+    // word); not a fragment (MF clear, offset 0); UDP; the whole packet in the frame,
+    // BTH and ICRC included.
+    if h32(h, 12) & 0xffff_ff00 != u32::from(ETHERTYPE_IPV4) << 16 | 0x4500
+        || h16(h, I + 6) & 0x3fff != 0
+        || h[I + 9] != ipv4::PROTO_UDP
         || total < IP + UDP + bth::HEADER_LEN + ICRC_LEN
-        || total > IP + rest.len()
+        || total > frame.len() - ETH
     {
         return Err(NOT_HERE);
     }
-    let (udp, rest) = rest.split_at(UDP);
     let roce_len = total - IP - UDP;
-    if be16(udp, 2) != ROCEV2_UDP_PORT || usize::from(be16(udp, 4)) != UDP + roce_len {
+    // UDP to port 4791 whose length is the IP payload's (port and length in one word).
+    if h32(h, U + 2) != u32::from(ROCEV2_UDP_PORT) << 16 | (UDP + roce_len) as u32 {
         return Err(NOT_HERE);
     }
-    let (roce, trailer) = rest.split_at(roce_len);
-    let (body, stored) = roce.split_at(roce_len - ICRC_LEN);
-    let found = u32::from_le_bytes([stored[0], stored[1], stored[2], stored[3]]);
+    let (roce, trailer) = frame[B..].split_at(roce_len);
     let Some(t) = transport(roce) else {
         return Err(NOT_HERE);
     };
-    let mut mac = [0u8; 12];
-    mac.copy_from_slice(&l2[..12]);
-    let [d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5] = mac;
+    let (body, stored) = roce.split_at(roce_len - ICRC_LEN);
+    let found = u32::from_le_bytes([stored[0], stored[1], stored[2], stored[3]]);
+    let [d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5, ..] = *h;
+    let (Some(ip), udp) = (h[I..U].first_chunk::<IP>(), &h[U..B]) else {
+        return Err(NOT_HERE); // not reached: the range is IP bytes long
+    };
     let p = Ok(RocePacket {
         // The extension headers first, while little else is held in registers; then
         // each field as it is stored.
@@ -78,32 +95,29 @@ pub(crate) fn parse_frame(frame: &[u8], verify: bool) -> Result<RocePacket<'_>, 
             ethertype: ETHERTYPE_IPV4,
         }),
         ip: IpRepr::V4(Ipv4Repr {
-            src: be32(ip, 12).into(),
-            dst: be32(ip, 16).into(),
-            tos: ip[1],
-            ident: be16(ip, 4),
-            dont_frag: ip[6] & 0x40 != 0,
-            ttl: ip[8],
+            src: h32(h, I + 12).into(),
+            dst: h32(h, I + 16).into(),
+            tos: h[I + 1],
+            ident: h16(h, I + 4),
+            dont_frag: h[I + 6] & 0x40 != 0,
+            ttl: h[I + 8],
             protocol: ipv4::PROTO_UDP,
             options: [0; 40],
             options_len: 0,
         }),
-        ip_header: ip,
+        ip_header: &h[I..U],
         udp: UdpRepr {
-            src_port: be16(udp, 0),
+            src_port: h16(h, U),
             dst_port: ROCEV2_UDP_PORT,
-            checksum: be16(udp, 6),
+            checksum: h16(h, U + 6),
         },
         icrc: found,
         trailer,
     });
     // The checksums last: the CRC's long chain of dependent multiplications starts
     // behind the header work rather than in front of it.
-    if verify {
-        let h = ipv4::Header::new_unchecked(ip);
-        if h.compute_checksum() != h.checksum() || icrc::compute_v4(ip, udp, body) != found {
-            return Err(NOT_HERE);
-        }
+    if verify && (ipv4::checksum_20(ip) != 0 || icrc::compute_v4(ip, udp, body) != found) {
+        return Err(NOT_HERE);
     }
     p
 }
@@ -187,39 +201,92 @@ pub(crate) fn ext_headers(shape: ExtShape, headers: &[ExtHeader], x: &[u8]) -> E
     }
 }
 
+/// What [`transport`] needs of an opcode, in one small record per opcode byte: from
+/// [`OP_TABLE`], with the payload rule as a base and a span (so that one comparison
+/// checks both bounds and the word alignment, see [`transport`]) and the flag bits that
+/// must be clear.
+#[derive(Clone, Copy)]
+struct FastOp {
+    /// False for an unknown opcode or one of a transport uroce does not implement (RD).
+    take: bool,
+    /// The opcode (meaningless where `take` is false).
+    opcode: Opcode,
+    shape: ExtShape,
+    ext_len: u8,
+    /// The bits of the BTH's second byte that must be 0: TVer, and the pad count where
+    /// the opcode carries no payload (§9.7.5.1.1).
+    flags_mask: u8,
+    /// The fewest bytes after the extension headers (payload and pad), and how many
+    /// more may come: both multiples of 4.
+    min_rest: u16,
+    span: u16,
+    /// The opcode's extension headers ([`Opcode::headers`]).
+    headers: &'static [ExtHeader],
+}
+
+const fn fast_op(v: u8) -> FastOp {
+    let i = &OP_TABLE[v as usize];
+    let opcode = match i.opcode {
+        Some(op) => op,
+        None => Opcode::RcSendOnly,
+    };
+    assert!(i.min_rest % 4 == 0 && i.max_rest % 4 == 0 && i.min_rest <= i.max_rest);
+    FastOp {
+        take: i.opcode.is_some() && i.supported,
+        opcode,
+        shape: i.shape,
+        ext_len: i.ext_len,
+        flags_mask: if i.pad_ok { 0x0f } else { 0x3f },
+        min_rest: i.min_rest,
+        span: i.max_rest - i.min_rest,
+        headers: i.headers,
+    }
+}
+
+/// [`FastOp`] of every opcode byte, built at compile time.
+static FAST_OPS: [FastOp; 256] = {
+    let mut t = [fast_op(0); 256];
+    let mut v = 0;
+    while v < 256 {
+        t[v] = fast_op(v as u8);
+        v += 1;
+    }
+    t
+};
+
 /// BTH and payload of a UDP payload (ICRC included) whose opcode is known and
 /// supported and which breaks no rule; `None` otherwise.
 #[inline(always)]
 pub(crate) fn transport(p: &[u8]) -> Option<Transport<'_>> {
-    let b: &[u8; bth::HEADER_LEN] = p.get(..bth::HEADER_LEN)?.try_into().ok()?;
-    let info = OP_TABLE[usize::from(b[0])];
-    let opcode = info.opcode?;
+    let b: &[u8; bth::HEADER_LEN] = p.first_chunk()?;
+    let op = &FAST_OPS[usize::from(b[0])];
     let flags = b[1];
-    if !info.supported || flags & 0x0f != 0 {
-        return None; // RD, or TVer not 0
-    }
-    let end = p.len().checked_sub(ICRC_LEN)?;
-    let at = bth::HEADER_LEN + usize::from(info.ext_len);
-    let rest = end.checked_sub(at)?;
-    let pad = (flags >> 4) & 0x03;
-    // The opcode's payload rule (Table 35) and the pad (§9.7.5.1.1): a whole number of
-    // words after the extension headers, within the rule's bounds (which for a payload of
-    // any length is MAX_PAYLOAD: a pad of 1 to 3 never lets 4100 bytes in), and a pad
-    // only where a payload may be, no longer than it.
-    if rest % 4 != 0
-        || rest < usize::from(info.min_rest)
-        || rest > usize::from(info.max_rest)
-        || (pad != 0 && !(info.pad_ok && rest != 0))
-    {
+    // RD and unknown opcodes; TVer not 0; a pad where the opcode has no payload.
+    if !op.take || flags & op.flags_mask != 0 {
         return None;
     }
-    let pad = usize::from(pad);
+    let end = p.len().checked_sub(ICRC_LEN)?;
+    let at = bth::HEADER_LEN + usize::from(op.ext_len);
+    // The opcode's payload rule (Table 35) and the pad (§9.7.5.1.1): a whole number of
+    // words after the extension headers, within the rule's bounds (which for a payload of
+    // any length is MAX_PAYLOAD: a pad of 1 to 3 never lets 4100 bytes in). In one
+    // comparison: `rest - min_rest` (wrapping when short) rotated right by two bits is
+    // at most `span / 4` exactly when it is a multiple of 4 no greater than `span`
+    // (low bits rotate to the top; a wrapped difference stays huge).
+    let rest = end.wrapping_sub(at);
+    if rest.wrapping_sub(usize::from(op.min_rest)).rotate_right(2) > usize::from(op.span / 4) {
+        return None;
+    }
+    // A pad only where a payload may be (the mask), and no longer than it: with `rest`
+    // a multiple of 4 and a pad of at most 3, an empty payload is the only one shorter.
+    let pad = usize::from((flags >> 4) & 0x03);
+    let payload = p.get(at..end - pad)?;
     Some(Transport {
         b,
-        opcode,
-        payload: &p[at..end - pad],
-        headers: info.headers,
-        shape: info.shape,
+        opcode: op.opcode,
+        payload,
+        headers: op.headers,
+        shape: op.shape,
         ext_end: at,
     })
 }
