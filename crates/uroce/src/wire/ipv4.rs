@@ -154,19 +154,21 @@ pub fn header_checksum(header: &[u8]) -> u16 {
 
 /// What [`header_checksum`] says of a 20-byte header (no options) against the checksum
 /// it carries: 0 when they agree, something else when not. The same verdict, read a
-/// word of 32 bits at a time: the ones'-complement sum of the header's 16-bit words
-/// other than the checksum, folded to 16 bits, complemented and compared (RFC 1071
-/// §2: the sum may be taken over wider words and folded).
+/// word of 32 bits at a time and in either byte order: the ones'-complement sum of the
+/// header's 16-bit words other than the checksum may be taken over wider words and
+/// folded, and in swapped byte order gives the swapped sum (RFC 1071 §2 (A), (B)), so
+/// the words are read least significant byte first, which costs no byte swaps on the
+/// usual machine, and compared with the checksum read the same way.
 #[inline]
 pub fn checksum_20(h: &[u8; MIN_HEADER_LEN]) -> u16 {
-    let w = |at: usize| u64::from(u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]));
-    // The checksum is the low half of the third word.
-    let sum = w(0) + w(4) + (w(8) & 0xffff_0000) + w(12) + w(16);
+    let w = |at: usize| u64::from(u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]));
+    // The checksum is bytes 10 and 11: the high half of the third word, so read.
+    let sum = w(0) + w(4) + (w(8) & 0xffff) + w(12) + w(16);
     let sum = (sum & 0xffff_ffff) + (sum >> 32);
     let sum = (sum & 0xffff) + (sum >> 16);
     let sum = (sum & 0xffff) + (sum >> 16);
     let sum = (sum & 0xffff) + (sum >> 16);
-    !(sum as u16) ^ u16::from_be_bytes([h[field::CHECKSUM], h[field::CHECKSUM + 1]])
+    !(sum as u16) ^ u16::from_le_bytes([h[field::CHECKSUM], h[field::CHECKSUM + 1]])
 }
 
 /// Plain representation of an IPv4 header. Total length is derived from the payload

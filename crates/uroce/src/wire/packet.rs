@@ -333,11 +333,11 @@ struct TransportParts<'a> {
 
 /// Parses an Ethernet frame carrying RoCEv2 and verifies its IPv4 checksum and ICRC.
 pub fn parse(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
-    let p = super::fastpath::parse_frame(frame, true);
-    if p.is_ok() {
-        return p;
+    use super::fastpath;
+    match fastpath::check(frame) {
+        Some(c) if fastpath::verify(frame, c) => fastpath::build_apart(frame, c),
+        _ => parse_general(frame),
     }
-    parse_general(frame)
 }
 
 /// [`parse`] without the fast path for the common frame: the general parser, which
@@ -426,11 +426,10 @@ pub fn parse_datagram_computed<'a>(
 /// (`icrc` holds the stored value). For steering a frame before it is verified, and for
 /// measuring what header handling costs apart from the CRC; never for accepting data.
 pub fn parse_headers(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
-    let p = super::fastpath::parse_frame(frame, false);
-    if p.is_ok() {
-        return p;
+    match super::fastpath::check(frame) {
+        Some(c) => super::fastpath::build(frame, c),
+        None => parse_headers_general(frame),
     }
-    parse_headers_general(frame)
 }
 
 /// [`parse_headers`] without the fast path.
