@@ -326,9 +326,9 @@ pub(crate) fn ext_headers(shape: ExtShape, headers: &[ExtHeader], x: &[u8]) -> E
 }
 
 /// What [`transport`] needs of an opcode, in one small record per opcode byte: from
-/// [`OP_TABLE`], with the payload rule as a base and a span (so that one comparison
-/// checks both bounds and the word alignment, see [`transport`]) and the flag bits that
-/// must be clear.
+/// [`OP_TABLE`], with the payload rule as the fewest bytes from the BTH to the ICRC
+/// and a span (so that one subtraction and one comparison check both bounds and the
+/// word alignment, see [`transport`]) and the flag bits that must be clear.
 #[derive(Clone, Copy)]
 struct FastOp {
     /// False for an unknown opcode or one of a transport uroce does not implement (RD).
@@ -340,10 +340,11 @@ struct FastOp {
     /// The bits of the BTH's second byte that must be 0: TVer, and the pad count where
     /// the opcode carries no payload (§9.7.5.1.1).
     flags_mask: u8,
-    /// The fewest bytes after the extension headers (payload and pad), and how many
-    /// more may come: both multiples of 4.
-    min_rest: u16,
-    span: u16,
+    /// The fewest bytes from the BTH to the ICRC (BTH, extension headers, the fewest
+    /// payload bytes the rule allows, ICRC), and a quarter of how many more may come
+    /// (payload and pad): always a multiple of 4.
+    min_len: u16,
+    span_words: u16,
     /// The opcode's extension headers ([`Opcode::headers`]).
     headers: &'static [ExtHeader],
 }
@@ -361,8 +362,8 @@ const fn fast_op(v: u8) -> FastOp {
         shape: i.shape,
         ext_len: i.ext_len,
         flags_mask: if i.pad_ok { 0x0f } else { 0x3f },
-        min_rest: i.min_rest,
-        span: i.max_rest - i.min_rest,
+        min_len: (bth::HEADER_LEN + ICRC_LEN) as u16 + i.ext_len as u16 + i.min_rest,
+        span_words: (i.max_rest - i.min_rest) / 4,
         headers: i.headers,
     }
 }
@@ -389,18 +390,19 @@ pub(crate) fn transport(p: &[u8]) -> Option<Transport<'_>> {
     if !op.take || flags & op.flags_mask != 0 {
         return None;
     }
-    let end = p.len().checked_sub(ICRC_LEN)?;
-    let at = bth::HEADER_LEN + usize::from(op.ext_len);
     // The opcode's payload rule (Table 35) and the pad (§9.7.5.1.1): a whole number of
     // words after the extension headers, within the rule's bounds (which for a payload of
     // any length is MAX_PAYLOAD: a pad of 1 to 3 never lets 4100 bytes in). In one
-    // comparison: `rest - min_rest` (wrapping when short) rotated right by two bits is
-    // at most `span / 4` exactly when it is a multiple of 4 no greater than `span`
-    // (low bits rotate to the top; a wrapped difference stays huge).
-    let rest = end.wrapping_sub(at);
-    if rest.wrapping_sub(usize::from(op.min_rest)).rotate_right(2) > usize::from(op.span / 4) {
+    // comparison: the bytes beyond the fewest (wrapping when there are fewer) rotated
+    // right by two bits are at most `span_words` exactly when they are a whole number
+    // of words no more than the span (low bits rotate to the top; a wrapped difference
+    // stays huge).
+    let extra = p.len().wrapping_sub(usize::from(op.min_len));
+    if extra.rotate_right(2) > usize::from(op.span_words) {
         return None;
     }
+    let end = p.len() - ICRC_LEN;
+    let at = bth::HEADER_LEN + usize::from(op.ext_len);
     // A pad only where a payload may be (the mask), and no longer than it: with `rest`
     // a multiple of 4 and a pad of at most 3, an empty payload is the only one shorter.
     let pad = usize::from((flags >> 4) & 0x03);
