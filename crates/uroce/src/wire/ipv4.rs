@@ -164,11 +164,15 @@ pub fn checksum_20(h: &[u8; MIN_HEADER_LEN]) -> u16 {
     let w = |at: usize| u64::from(u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]));
     // The checksum is bytes 10 and 11: the high half of the third word, so read.
     let sum = w(0) + w(4) + (w(8) & 0xffff) + w(12) + w(16);
-    let sum = (sum & 0xffff_ffff) + (sum >> 32);
-    let sum = (sum & 0xffff) + (sum >> 16);
-    let sum = (sum & 0xffff) + (sum >> 16);
-    let sum = (sum & 0xffff) + (sum >> 16);
-    !(sum as u16) ^ u16::from_le_bytes([h[field::CHECKSUM], h[field::CHECKSUM + 1]])
+    // Folded to 32 bits and then to 16, each time with the end-around carry, which
+    // cannot carry again (the high part is at most 4, then at most 0xffff). Like
+    // `header_checksum`'s folding this gives 0 only for a sum of 0, and otherwise the
+    // one value from 1 to 0xffff the sum is congruent to modulo 0xffff.
+    let (s, c) = (sum as u32).overflowing_add((sum >> 32) as u32);
+    let s = s + u32::from(c);
+    let (s, c) = (s as u16).overflowing_add((s >> 16) as u16);
+    let s = s + u16::from(c);
+    !s ^ u16::from_le_bytes([h[field::CHECKSUM], h[field::CHECKSUM + 1]])
 }
 
 /// Plain representation of an IPv4 header. Total length is derived from the payload

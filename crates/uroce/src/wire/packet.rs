@@ -334,10 +334,15 @@ struct TransportParts<'a> {
 /// Parses an Ethernet frame carrying RoCEv2 and verifies its IPv4 checksum and ICRC.
 pub fn parse(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
     use super::fastpath;
-    match fastpath::check(frame) {
-        Some(c) if fastpath::verify(frame, c) => fastpath::build_apart(frame, c),
-        _ => parse_general(frame),
+    if let Some(c) = fastpath::check(frame) {
+        // Built first, verified last: once the packet is written, little has to be kept
+        // across the ICRC's call.
+        let p = fastpath::build(frame, c);
+        if fastpath::verify(frame, c) {
+            return p;
+        }
     }
+    parse_general(frame)
 }
 
 /// [`parse`] without the fast path for the common frame: the general parser, which
