@@ -331,15 +331,15 @@ pub(crate) fn ext_headers(shape: ExtShape, headers: &[ExtHeader], x: &[u8]) -> E
 /// word alignment, see [`transport`]) and the flag bits that must be clear.
 #[derive(Clone, Copy)]
 struct FastOp {
-    /// False for an unknown opcode or one of a transport uroce does not implement (RD).
-    take: bool,
-    /// The opcode (meaningless where `take` is false).
+    /// The opcode (meaningless where `flags_mask` refuses every packet).
     opcode: Opcode,
     shape: ExtShape,
     ext_len: u8,
     /// The bits of the BTH's second byte that must be 0: TVer, and the pad count where
-    /// the opcode carries no payload (§9.7.5.1.1).
-    flags_mask: u8,
+    /// the opcode carries no payload (§9.7.5.1.1); and bit 8, which [`transport`] sets
+    /// in every packet's flags, for an unknown opcode or one of a transport uroce does
+    /// not implement (RD): one test refuses them all.
+    flags_mask: u16,
     /// The fewest bytes from the BTH to the ICRC (BTH, extension headers, the fewest
     /// payload bytes the rule allows, ICRC), and a quarter of how many more may come
     /// (payload and pad): always a multiple of 4.
@@ -357,11 +357,16 @@ const fn fast_op(v: u8) -> FastOp {
     };
     assert!(i.min_rest % 4 == 0 && i.max_rest % 4 == 0 && i.min_rest <= i.max_rest);
     FastOp {
-        take: i.opcode.is_some() && i.supported,
         opcode,
         shape: i.shape,
         ext_len: i.ext_len,
-        flags_mask: if i.pad_ok { 0x0f } else { 0x3f },
+        flags_mask: if !(i.opcode.is_some() && i.supported) {
+            0x100
+        } else if i.pad_ok {
+            0x0f
+        } else {
+            0x3f
+        },
         min_len: (bth::HEADER_LEN + ICRC_LEN) as u16 + i.ext_len as u16 + i.min_rest,
         span_words: (i.max_rest - i.min_rest) / 4,
         headers: i.headers,
@@ -387,7 +392,7 @@ pub(crate) fn transport(p: &[u8]) -> Option<Transport<'_>> {
     let op = &FAST_OPS[usize::from(b[0])];
     let flags = b[1];
     // RD and unknown opcodes; TVer not 0; a pad where the opcode has no payload.
-    if !op.take || flags & op.flags_mask != 0 {
+    if (0x100 | u16::from(flags)) & op.flags_mask != 0 {
         return None;
     }
     // The opcode's payload rule (Table 35) and the pad (§9.7.5.1.1): a whole number of
