@@ -5,7 +5,7 @@
 #   the UDP backend, at path MTU 2048 and 4096; then, each round, the 8-byte RC WRITE
 #   round trip on both beside kernel TCP's 8-byte request/response on the same veth
 #   (examples/tcp_rr), with the median of the p50 ratios; then the instructions per
-#   packet (send and parse) as marginal costs under callgrind.
+#   packet (send, parse, parse+verify against crc32fast) as marginal costs under callgrind.
 #   raw/udp is the most AF_XDP/UDP could be: RC WRITE over AF_XDP cannot beat raw frames.
 # Usage: scripts/bench-datapath.sh [ROUNDS] [SECONDS]     (default 2 rounds of 3 s)
 #        scripts/bench-datapath.sh --bulk [ROUNDS] [SECONDS]
@@ -283,7 +283,7 @@ rm -f "$lat_rows"
 if command -v valgrind >/dev/null; then
   # 1100 and 2000 messages: both runs grow the QP's queues past 1024 requests once (they
   # grow on demand), so that reallocation cancels out as set-up does.
-  echo "instructions per packet (callgrind, marginal: N=2000 minus N=1100, parse 20000 minus 10000):"
+  echo "instructions per packet (callgrind, marginal: N=2000 minus N=1100, parse and verify 20000 minus 10000):"
   ex=$PWD/target/release/examples
   ir() { valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 | awk '/Collected/ {print $4}'; }
   for mode in off on; do
@@ -294,6 +294,15 @@ if command -v valgrind >/dev/null; then
   a=$(ir "$ex/parse_loop" 10000)
   b=$(ir "$ex/parse_loop" 20000)
   echo "  parse one received frame's headers: $(( (b - a) / 10000 ))"
+  # Parse+verify of a 4 KiB RDMA WRITE against plain crc32fast over the same frame,
+  # each alone (verify_ratio count WHAT N), and their ratio in instructions.
+  for what in crc verify; do
+    a=$(ir "$ex/verify_ratio" count "$what" 10000 4096)
+    b=$(ir "$ex/verify_ratio" count "$what" 20000 4096)
+    eval "vr_$what=$(( (b - a) / 10000 ))"
+  done
+  echo "  crc32fast over a 4 KiB WRITE frame: $vr_crc; parse+verify of it: $vr_verify;" \
+    "ratio $(awk -v c="$vr_crc" -v v="$vr_verify" 'BEGIN { printf "%.3f", c / v }')"
 else
   echo "(valgrind is missing: no instruction counts)"
 fi

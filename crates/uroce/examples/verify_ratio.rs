@@ -5,6 +5,11 @@
 //! (`icrc::compute_v4`) and the headers alone (`parse_headers`).
 //!
 //! `cargo run --release --example verify_ratio [payload bytes...]` (default 64 1024 4096).
+//!
+//! Counted in instructions instead: `verify_ratio count WHAT N [payload bytes]` runs only
+//! one of them N times (WHAT: `crc`, `verify`, `icrc` or `headers`; payload 4096 by
+//! default), for `valgrind --tool=callgrind`; the marginal cost of one is the difference
+//! between two N divided by their difference.
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -56,7 +61,43 @@ fn batch(n: u32, f: &mut dyn FnMut()) -> f64 {
     t.elapsed().as_nanos() as f64 / f64::from(n)
 }
 
+/// `count WHAT N [LEN]`: one of the four, N times, for callgrind.
+fn count(args: &[String]) {
+    let what = args.first().map(String::as_str).unwrap_or("verify");
+    let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let len: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(4096);
+    let f = frame(len);
+    let (ip, rest) = f[14..].split_at(20);
+    let (udp, rest) = rest.split_at(8);
+    let body = &rest[..rest.len() - 4];
+    // One loop per case, so that the choice is not made again in every round.
+    fn repeat(n: u64, g: impl Fn() -> u64) -> u64 {
+        (0..n).fold(0u64, |a, _| a.wrapping_add(g()))
+    }
+    let acc = match what {
+        "crc" => repeat(n, || u64::from(crc32fast::hash(black_box(&f)))),
+        "icrc" => repeat(n, || {
+            u64::from(icrc::compute_v4(
+                black_box(ip),
+                black_box(udp),
+                black_box(body),
+            ))
+        }),
+        "headers" => repeat(n, || {
+            parse_headers(black_box(&f)).map_or(0, |p| u64::from(p.bth.psn))
+        }),
+        _ => repeat(n, || {
+            parse(black_box(&f)).map_or(0, |p| p.payload.len() as u64)
+        }),
+    };
+    println!("{what} x{n}, {len} B payload ({} B frame): {acc}", f.len());
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("count") {
+        return count(&args[1..]);
+    }
     let lens: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())

@@ -18,6 +18,9 @@
 //!   early once, finds nothing due, and is pushed again at the QP's real time. So an ACK
 //!   costs a comparison, and [`super::Context::poll_timeout`] may say a time up to one
 //!   timer period early for a QP, never late.
+//!   A packet sent asks for the QP's next time only when it started a timer (the
+//!   retransmission timer of a QP with nothing outstanding, `QpCore::timer_started`):
+//!   one sent while the timer runs cannot move that time earlier, and asks nothing.
 //!
 //! The heap and the list grow with the QPs and never per packet: once they have held
 //! every QP, nothing here allocates.
@@ -125,11 +128,17 @@ impl Schedule {
     /// time some QP has), and all of them once they outnumber the QPs (in place, without
     /// allocating). `valid` says whether an entry is a QP's current one. Nothing to do,
     /// and nothing looked at, when the heap did not change since the last call.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn tidy(&mut self, qps: usize, valid: impl Fn(Instant, u32) -> bool) {
-        if !std::mem::take(&mut self.moved) {
-            return;
+        if std::mem::take(&mut self.moved) {
+            self.tidy_moved(qps, valid);
         }
+    }
+
+    /// [`Schedule::tidy`] once the heap moved: out of line, so that a packet that moved
+    /// no timer pays one test.
+    #[inline(never)]
+    fn tidy_moved(&mut self, qps: usize, valid: impl Fn(Instant, u32) -> bool) {
         if self.timers.len() > 2 * qps + 64 {
             self.timers.retain(|Reverse((t, q))| valid(*t, *q));
         }
@@ -159,6 +168,86 @@ mod tests {
         Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, Remote, RtrAttr, RtsAttr, SendOp,
         SendWr, Sge,
     };
+
+    /// An RC QP in RTS towards QPN 0x99, DCQCN off, with one 64 KiB region.
+    fn rts_context(t0: Instant) -> (Context, u32, crate::mem::Mr) {
+        let mut c = Context::new(
+            ContextConfig {
+                mac: [2, 0, 0, 0, 0, 1],
+                ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                seed: 1,
+                udp_sport_base: 0xc000,
+                tos: 0,
+            },
+            t0,
+        );
+        let cq = c.create_cq(63).unwrap();
+        let pd = c.alloc_pd();
+        let caps = QpCaps {
+            qp_type: QpType::Rc,
+            send_cq: cq,
+            recv_cq: cq,
+            max_send_wr: 16,
+            max_recv_wr: 4,
+        };
+        let q = c.create_qp(pd, caps).unwrap();
+        c.modify_qp_init(q, InitAttr::default()).unwrap();
+        let rtr = RtrAttr {
+            remote: Remote {
+                ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+                mac: [2, 0, 0, 0, 0, 2],
+            },
+            dest_qpn: 0x99,
+            rq_psn: 0,
+            path_mtu: Mtu::M1024,
+            max_dest_rd_atomic: 4,
+            min_rnr_timer: 1,
+        };
+        c.modify_qp_rtr(q, rtr).unwrap();
+        c.modify_qp_rts(q, RtsAttr::default()).unwrap();
+        let mr = c.reg_mr(pd, vec![1; 1 << 16], Access::LOCAL_WRITE).unwrap();
+        (c, q, mr)
+    }
+
+    /// The first packet starts the retransmission timer, and the heap hears of it (the
+    /// context's next time is that timer's); the packets sent while it runs start no
+    /// timer, ask nothing of the heap and leave it one entry.
+    #[test]
+    fn only_a_packet_that_starts_a_timer_rearms() {
+        let t0 = Instant::now();
+        let (mut c, q, mr) = rts_context(t0);
+        for i in 0..8 {
+            let wr = SendWr {
+                wr_id: i,
+                op: SendOp::Send,
+                sge: Sge {
+                    addr: mr.addr,
+                    length: 64,
+                    lkey: mr.lkey,
+                },
+                signaled: false,
+                solicited: false,
+            };
+            c.post_send(q, wr).unwrap();
+        }
+        assert_eq!(c.poll_timeout(), None, "a post starts no timer");
+        let mut buf = vec![0u8; 2048];
+        assert!(c.poll_frame(t0, &mut buf).is_some());
+        let due = c
+            .poll_timeout()
+            .expect("the retransmission timer is in the heap");
+        assert!(due > t0);
+        assert_eq!(c.sched.timers_len(), 1);
+        assert!(!c.qps.get_mut(&q).unwrap().take_timer_started(), "taken");
+        let later = t0 + std::time::Duration::from_micros(1);
+        let mut sent = 1;
+        while c.poll_frame(later, &mut buf).is_some() {
+            sent += 1;
+        }
+        assert_eq!(sent, 8);
+        assert_eq!(c.poll_timeout(), Some(due), "the running timer stays");
+        assert_eq!(c.sched.timers_len(), 1);
+    }
 
     /// A paced QP leaves a stale retransmission entry behind at every packet (its
     /// pacer's release comes first); `tidy` keeps the heap within twice the QPs plus 64

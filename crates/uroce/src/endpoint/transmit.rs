@@ -86,11 +86,17 @@ impl Context {
             };
             let pkt = qp.next_packet(&mut io);
             let due = qp.events_due();
+            let paced = qp.rp.dcqcn.is_some();
             match pkt {
                 Some(_) => self.sched.requeue(qpn),
                 None => qp.sched.ready = false,
             }
-            self.sched.rearm(qpn, qp);
+            // Only a timer the packet started can bring the QP's time earlier than the
+            // one it has in the heap (a packet sent while the retransmission timer runs
+            // leaves it; a time that moves later needs nothing, see `schedule.rs`).
+            if qp.take_timer_started() {
+                self.sched.rearm(qpn, qp);
+            }
             self.route_completions();
             if due {
                 self.take_qp_events(qpn);
@@ -98,8 +104,9 @@ impl Context {
             let Some(pkt) = pkt else { continue };
             let tos = self.cfg.tos;
             if let Some(t) = self.emit(qpn, &pkt, tos, buf) {
-                if let Some(qp) = self.qps.get_mut(&qpn) {
-                    if qp.rp.dcqcn.is_some() {
+                // The QP is looked up again only when it has a rate limiter to tell.
+                if paced {
+                    if let Some(qp) = self.qps.get_mut(&qpn) {
                         // The byte counter may have raised the rate (and ended the
                         // increase timer): its next time.
                         qp.rp.on_sent(now, t.frame_len());

@@ -96,6 +96,11 @@ pub(crate) struct QpCore {
     /// The shared receive queue the QP takes its receives from instead (IBTA §10.2.9).
     pub srq: Option<SrqId>,
     pub counters: QpCounters,
+    /// A timer of the service started while it gave a request packet
+    /// ([`Service::next_request`]): its [`Service::poll_timeout`] may have come earlier,
+    /// and the context's timer heap must hear of it ([`Qp::take_timer_started`]). A
+    /// packet that starts no timer leaves the heap alone.
+    pub timer_started: bool,
 }
 
 impl QpCore {
@@ -201,7 +206,8 @@ pub(crate) trait Service: Send {
     fn next_response(&mut self) -> Option<OutPacket> {
         None
     }
-    /// The next request packet, in RTS.
+    /// The next request packet, in RTS. A service whose [`Service::poll_timeout`] comes
+    /// earlier for it (a timer started) sets [`QpCore::timer_started`].
     fn next_request(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Option<OutPacket>;
     /// After [`Service::next_request`] gave no packet: a work request the service executed
     /// itself (RC's BIND_MW and LOCAL_INV) failed and has completed in error; the QP goes
@@ -368,6 +374,7 @@ impl Qp {
             rq: VecDeque::new(),
             srq: None,
             counters: QpCounters::default(),
+            timer_started: false,
         };
         let service = service(&core);
         Self {
@@ -1157,6 +1164,15 @@ impl Qp {
         if self.service.take_local_error().is_some() {
             self.enter_err(io);
         }
+    }
+
+    /// Whether [`Qp::poll_timeout`] may have come earlier since the last call, through a
+    /// timer the service started giving a request packet ([`QpCore::timer_started`]);
+    /// clears the flag. A packet that starts no timer cannot move the time earlier:
+    /// the caller then need not ask for it.
+    #[inline]
+    pub(crate) fn take_timer_started(&mut self) -> bool {
+        std::mem::take(&mut self.core.timer_started)
     }
 
     /// When [`Qp::on_timeout`] wants to be called next.

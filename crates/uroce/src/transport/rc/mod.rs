@@ -231,7 +231,12 @@ impl Service for RcQp {
 
     fn next_request(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Option<OutPacket> {
         let path = self.path?;
-        self.req.next_packet(&path, io, &mut core.counters)
+        let idle = !self.req.timer_running();
+        let p = self.req.next_packet(&path, io, &mut core.counters);
+        // A request packet starts the retransmission timer when none runs (the only timer
+        // it touches: the RNR wait is set by an RNR NAK, on receive).
+        core.timer_started |= idle && self.req.timer_running();
+        p
     }
 
     fn take_local_error(&mut self) -> Option<Fatal> {

@@ -245,6 +245,13 @@ impl Requester {
         });
     }
 
+    /// Whether the retransmission timer (the local ACK timeout, IBTA §9.7.6.1.3) runs:
+    /// from a packet sent while none is outstanding.
+    #[inline]
+    pub(crate) fn timer_running(&self) -> bool {
+        self.timer.is_some()
+    }
+
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         match (self.timer, self.rnr_until) {
             (Some(a), Some(b)) => Some(a.min(b)),
