@@ -925,6 +925,7 @@ pub unsafe extern "C" fn rdma_connect(
         p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
         p.srq = srq || param.is_some_and(|p| p.srq != 0);
         p.traffic_class = tos;
+        p.flow_label = uroce::cm::flow_label(src.port(), dst.port());
         (p.remote_cm_response_timeout, p.max_cm_retries) = state::cm_timing();
         p.private_data = private;
         dev.cm.connect(now, &p)

@@ -95,8 +95,11 @@ pub(crate) fn cm_attr(g: &State, i: usize, to: QpState) -> Result<(ibv_qp_attr, 
     if let (Some(t), true) = (id.ack_timeout, mask.contains(QpAttrMask::TIMEOUT)) {
         c.timeout = t;
     }
-    if to == QpState::Rts {
-        c.sq_psn = id.psn;
+    // The PSN this side's REQ or REP carries is where its receive queue starts (the
+    // CM's RTR rq_psn); a passive id's is chosen at the REQ, before `rdma_accept` tells
+    // the CM.
+    if to == QpState::Rtr {
+        c.rq_psn = id.psn;
     }
     if to == QpState::Init {
         bits |= IBV_QP_PKEY_INDEX | IBV_QP_PORT;

@@ -86,9 +86,10 @@ pub(crate) struct Id {
     pub own_cqs: bool,
     /// The QP init attributes `rdma_create_ep` kept for `rdma_get_request`.
     pub ep_qp_init: Option<Box<crate::verbs_abi::ibv_qp_init_attr>>,
-    /// This side's first PSN, chosen when the connection starts (`rdma_connect`, or the
-    /// REQ's arrival on the passive side, so that a program that brings its QP to RTS
-    /// with `rdma_init_qp_attr` before `rdma_accept` gets the PSN the REP will carry).
+    /// The Starting PSN of this side's REQ or REP (where its QP's receive queue starts),
+    /// chosen when the connection starts (`rdma_connect`, or the REQ's arrival on the
+    /// passive side, so that a program that brings its QP to RTR with
+    /// `rdma_init_qp_attr` before `rdma_accept` gets the PSN the REP will carry).
     pub psn: u32,
     /// Passive side: what the REQ said, for the accept.
     pub req: Option<Box<uroce::cm::ConnectRequest>>,

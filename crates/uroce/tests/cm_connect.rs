@@ -360,11 +360,12 @@ fn write_and_disconnect(
     addr: u64,
     rkey: u32,
 ) {
-    // The negotiated attributes are the QPs' own now.
+    // The negotiated attributes are the QPs' own now; each side receives from the PSN
+    // its own REQ / REP carried and sends from the other's, as the kernel's CM.
     let (qa, _) = a.ctx.query_qp(a.rc).unwrap();
     let (qb, _) = b.ctx.query_qp(b.rc).unwrap();
-    assert_eq!((qa.dest_qp_num, qa.sq_psn, qa.rq_psn), (b.rc, A_PSN, B_PSN));
-    assert_eq!((qb.dest_qp_num, qb.sq_psn, qb.rq_psn), (a.rc, B_PSN, A_PSN));
+    assert_eq!((qa.dest_qp_num, qa.sq_psn, qa.rq_psn), (b.rc, B_PSN, A_PSN));
+    assert_eq!((qb.dest_qp_num, qb.sq_psn, qb.rq_psn), (a.rc, A_PSN, B_PSN));
     assert_eq!((qa.path_mtu, qb.path_mtu), (Mtu::M2048, Mtu::M2048));
     assert_eq!((qa.max_rd_atomic, qa.max_dest_rd_atomic), (2, 2));
     assert_eq!((qb.max_rd_atomic, qb.max_dest_rd_atomic), (2, 2));

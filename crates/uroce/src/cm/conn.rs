@@ -57,7 +57,10 @@ pub(super) struct Conn {
     pub transport: Transport,
     pub local_qpn: u32,
     pub remote_qpn: u32,
+    /// The Starting PSN this side's REQ or REP carried: where this side's receive queue
+    /// starts, the PSN the peer sends from (see [`Conn::qp_attr`]).
     pub local_psn: u32,
+    /// The Starting PSN of the peer's REQ or REP: the PSN this side sends from.
     pub remote_psn: u32,
     pub path_mtu: Mtu,
     /// This side's `max_dest_rd_atomic`.
@@ -99,9 +102,15 @@ impl Conn {
     /// The attributes and mask of the modify verb taking the connection's QP to `to`:
     /// INIT (P_Key index, port, access: REMOTE_WRITE, with REMOTE_READ and
     /// REMOTE_ATOMIC when this side has responder resources, as `cm_init_qp_init_attr`),
-    /// RTR (the peer's address, QP and PSN, the path MTU; for RC the responder
-    /// resources and the RNR timer) or RTS (this side's PSN; for RC the local ACK
-    /// timeout, retry and RNR retry counts, initiator depth). The address's MAC is left
+    /// RTR (the peer's address and QP, the PSN this side's REQ or REP carried, the path
+    /// MTU; for RC the responder resources and the RNR timer) or RTS (the PSN the peer's
+    /// REQ or REP carried; for RC the local ACK timeout, retry and RNR retry counts,
+    /// initiator depth). Each side's Starting PSN is the one its own receive queue
+    /// expects: the kernel's CM takes the REQ's for the active side's `rq_psn` and the
+    /// passive side's `sq_psn`, the REP's for the passive side's `rq_psn` and the
+    /// active side's `sq_psn` (`ib_send_cm_req`, `cm_req_handler`, `ib_send_cm_rep`,
+    /// `cm_rep_handler`), and rdma_rxe's first SEND after the RTU goes out at the REP's
+    /// PSN (`tests/data/rdma_cm.pcap`, frame 4). The address's MAC is left
     /// zero: the CM does not know it; the caller fills it from its neighbour table.
     /// `None` for another state, or RTR / RTS before the peer's QP is known.
     pub fn qp_attr(&self, to: QpState) -> Option<(QpAttr, QpAttrMask)> {
@@ -127,7 +136,7 @@ impl Conn {
                 };
                 a.path_mtu = self.path_mtu;
                 a.dest_qp_num = self.remote_qpn;
-                a.rq_psn = self.remote_psn;
+                a.rq_psn = self.local_psn;
                 let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
                 if rc {
                     a.max_dest_rd_atomic = self.responder_resources;
@@ -138,7 +147,7 @@ impl Conn {
                 }
             }
             QpState::Rts if self.has_peer_qp() => {
-                a.sq_psn = self.local_psn;
+                a.sq_psn = self.remote_psn;
                 if rc {
                     a.timeout = self.local_ack_timeout;
                     a.retry_cnt = self.retry_count;

@@ -479,7 +479,9 @@ impl CmEndpoint {
     /// `to` (INIT, RTR or RTS), as `ib_cm_init_qp_attr`; the address's MAC is zero,
     /// for the caller to fill in. RTR and RTS need the peer's QP: after the REQ
     /// (passive side) or the REP (active side); on the passive side take them after
-    /// `accept`, which settles this side's PSN and READ / atomic credits.
+    /// `accept`, which settles this side's PSN and READ / atomic credits. RTR's
+    /// `rq_psn` is the Starting PSN this side's REQ or REP carried, RTS's `sq_psn` the
+    /// peer's, as the kernel's CM sets them.
     pub fn qp_attr(&self, id: CmId, to: QpState) -> Result<(QpAttr, QpAttrMask), CmError> {
         let c = self.conn(id)?;
         c.qp_attr(to).ok_or(CmError::WrongState {

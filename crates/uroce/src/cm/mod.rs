@@ -48,6 +48,6 @@ pub use event::{CmEvent, CmId};
 pub use params::{
     mtu_code, mtu_of_code, AcceptParams, ConnectParams, ConnectReply, ConnectRequest, Transport,
 };
-pub use service_id::{ip_private_data, port_of, service_id, PortSpace};
+pub use service_id::{flow_label, ip_private_data, port_of, service_id, PortSpace};
 pub use sidr::{SidrParams, SidrReplyParams, SIDR_REJECT, SIDR_UNSUPPORTED, SIDR_VALID};
 pub use timing::{answer_wait, cm_time};

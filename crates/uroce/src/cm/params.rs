@@ -57,7 +57,9 @@ pub struct ConnectParams {
     pub transport: Transport,
     /// The local QP that will carry the connection.
     pub qpn: u32,
-    /// The local QP's first PSN (24 bits).
+    /// The Starting PSN this message carries (24 bits): the first PSN the local QP's
+    /// receive queue expects, which the peer's QP sends from (its `rq_psn`; see
+    /// [`CmEndpoint::qp_attr`](super::CmEndpoint::qp_attr)).
     pub starting_psn: u32,
     /// The path MTU.
     pub path_mtu: Mtu,
@@ -132,7 +134,9 @@ impl ConnectParams {
 pub struct AcceptParams {
     /// The local QP that carries the connection.
     pub qpn: u32,
-    /// The local QP's first PSN (24 bits).
+    /// The Starting PSN this message carries (24 bits): the first PSN the local QP's
+    /// receive queue expects, which the peer's QP sends from (its `rq_psn`; see
+    /// [`CmEndpoint::qp_attr`](super::CmEndpoint::qp_attr)).
     pub starting_psn: u32,
     /// RDMA READ / atomic requests this side accepts at once; no more than the REQ's
     /// initiator depth is used (IBTA §12.7.30).
@@ -181,7 +185,7 @@ pub struct ConnectRequest {
     pub transport: Transport,
     /// The peer's QP.
     pub remote_qpn: u32,
-    /// The peer's first PSN.
+    /// The peer's Starting PSN: the PSN the local QP sends from (its `sq_psn`).
     pub starting_psn: u32,
     /// The path MTU.
     pub path_mtu: Mtu,
@@ -209,7 +213,7 @@ pub struct ConnectRequest {
 pub struct ConnectReply {
     /// The peer's QP.
     pub remote_qpn: u32,
-    /// The peer's first PSN.
+    /// The peer's Starting PSN: the PSN the local QP sends from (its `sq_psn`).
     pub starting_psn: u32,
     /// The peer's responder resources (this side's `max_rd_atomic`).
     pub responder_resources: u8,

@@ -97,6 +97,14 @@ pub fn ip_private_data(
     Ok(v)
 }
 
+/// The flow label RDMA CM gives a RoCEv2 path between two ports (the primary path's flow
+/// label in the REQ, 20 bits): the source port times 31 plus the destination port, as
+/// the kernel's `cma_get_roce_udp_flow_label` computes it for `rdma_resolve_route` (for
+/// IPv6 it takes the source address's own flow label instead when that is not zero).
+pub const fn flow_label(src_port: u16, dst_port: u16) -> u32 {
+    (src_port as u32 * 31 + dst_port as u32) & 0xf_ffff
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +128,32 @@ mod tests {
             assert_eq!(PortSpace::from_code(ps.code()), Some(ps));
             assert_eq!(port_of(service_id(ps, 9)), Some((ps, 9)));
         }
+    }
+
+    #[test]
+    fn flow_label_hashes_the_ports_as_rdma_cm() {
+        // rdma_rxe's REQ in tests/data/rdma_cm.pcap: source port 59576 to rping's 7174.
+        let file = include_bytes!("../../tests/data/rdma_cm.pcap");
+        let f = crate::pcap::Reader::new(file)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        let mad = crate::wire::parse(f.data).unwrap().payload;
+        let h = crate::wire::mad::Header::new_checked(mad).unwrap();
+        let attr = crate::wire::mad::MadRepr::parse(&h).attr_id;
+        let Ok(Some(crate::wire::cm::Message::Req(req))) =
+            crate::wire::cm::Message::parse(attr, h.data())
+        else {
+            panic!("frame 1 is rxe's REQ")
+        };
+        let ip = crate::wire::cm::IpCmHeader::new_checked(req.private_data()).unwrap();
+        assert_eq!((ip.src_port(), req.service_id() as u16), (59576, 7174));
+        assert_eq!(flow_label(59576, 7174), req.primary_flow_label());
+        assert_eq!(req.primary_flow_label(), 805_454);
+        // rdma_rxe's REQ to uroce (the interop suite): 42806 to 7174.
+        assert_eq!(flow_label(42806, 7174), 285_584);
+        assert_eq!(flow_label(u16::MAX, u16::MAX), (65535 * 32) & 0xf_ffff);
     }
 
     #[test]

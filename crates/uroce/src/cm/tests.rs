@@ -159,12 +159,11 @@ fn connect_accept_rtu_and_the_qp_attributes_of_each_side() {
     assert_eq!(&req.private_data[..5], b"hello");
     assert_eq!(req.private_data.len(), 92);
     assert_eq!(n.b.state(ib), Some(CmState::ReqRcvd));
-    // Passive side: the QP can go to RTR on what the REQ said.
+    // Passive side: the QP can go to RTR and RTS on what the REQ said; it sends from the
+    // REQ's PSN.
     let (rtr, mask) = n.b.qp_attr(ib, QpState::Rtr).unwrap();
-    assert_eq!(
-        (rtr.dest_qp_num, rtr.rq_psn, rtr.path_mtu),
-        (0x11, 0x1000, Mtu::M2048)
-    );
+    assert_eq!((rtr.dest_qp_num, rtr.path_mtu), (0x11, Mtu::M2048));
+    assert_eq!(n.b.qp_attr(ib, QpState::Rts).unwrap().0.sq_psn, 0x1000);
     assert_eq!(rtr.ah_attr.ip, ip(1));
     assert!(mask.contains(M::AV | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC));
     let acc = AcceptParams {
@@ -199,8 +198,9 @@ fn connect_accept_rtu_and_the_qp_attributes_of_each_side() {
     assert_eq!(n.a.state(ia), Some(CmState::Established));
     assert_eq!(n.b.state(ib), Some(CmState::Established));
 
-    // What each QP gets: PSNs crossed, READ credits negotiated, RNR retries from the
-    // other side's message.
+    // What each QP gets: each receives from the PSN its own message carried and sends
+    // from the other's (as the kernel's CM), READ credits negotiated, RNR retries from
+    // the other side's message.
     let (ai, am) = n.a.qp_attr(ia, QpState::Init).unwrap();
     assert_eq!(am, M::STATE | M::ACCESS_FLAGS | M::PKEY_INDEX | M::PORT);
     assert!(ai.qp_access_flags.contains(crate::mem::Access::REMOTE_READ));
@@ -210,11 +210,11 @@ fn connect_accept_rtu_and_the_qp_attributes_of_each_side() {
     let (bt, _) = n.b.qp_attr(ib, QpState::Rts).unwrap();
     assert_eq!(
         (ar.dest_qp_num, ar.rq_psn, at.sq_psn),
-        (0x22, 0x2000, 0x1000)
+        (0x22, 0x1000, 0x2000)
     );
     assert_eq!(
         (br.dest_qp_num, br.rq_psn, bt.sq_psn),
-        (0x11, 0x1000, 0x2000)
+        (0x11, 0x2000, 0x1000)
     );
     assert_eq!((ar.path_mtu, br.path_mtu), (Mtu::M2048, Mtu::M2048));
     // A may have min(2, B's 2 resources) reads out; B accepts A's 2; B has 3 out and A
@@ -904,6 +904,17 @@ fn rxe_mad(n: usize) -> [u8; MAD_LEN] {
     p.payload.try_into().unwrap()
 }
 
+/// The BTH PSN of frame `n` of rdma_cm.pcap.
+fn rxe_psn(n: usize) -> u32 {
+    let file = include_bytes!("../../tests/data/rdma_cm.pcap");
+    let f = crate::pcap::Reader::new(file)
+        .unwrap()
+        .nth(n - 1)
+        .unwrap()
+        .unwrap();
+    crate::wire::parse(f.data).unwrap().bth.psn
+}
+
 fn ip4(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
@@ -962,12 +973,16 @@ fn our_req_rtu_and_dreq_are_rxes_field_for_field() {
     let mut rtu = a.poll_transmit().unwrap().mad;
     set_ids(&mut rtu, 0x2_1ad9_448e, 0x8e44_d91a, None);
     assert_eq!(rtu, rxe_mad(3));
-    // The attributes rping's QP got from it: rxe's REP said PSN 0x7871b3, QP 0x11.
+    // The attributes rping's QP got from it: rxe's REP said QP 0x11 and PSN 0x7871b3,
+    // from which the active side sends (its first SEND, frame 4); it receives from its
+    // own REQ's PSN, where the passive side's first RDMA READ request goes (frame 6).
     let (rtr, _) = a.qp_attr(ia, QpState::Rtr).unwrap();
+    let (rts, _) = a.qp_attr(ia, QpState::Rts).unwrap();
     assert_eq!(
-        (rtr.dest_qp_num, rtr.rq_psn, rtr.path_mtu),
-        (0x11, 0x78_71b3, Mtu::M1024)
+        (rtr.dest_qp_num, rtr.rq_psn, rts.sq_psn, rtr.path_mtu),
+        (0x11, r.starting_psn, 0x78_71b3, Mtu::M1024)
     );
+    assert_eq!((rxe_psn(4), rxe_psn(6)), (rts.sq_psn, rtr.rq_psn));
     // The DREQ (frame 40).
     a.disconnect(now, ia, &[]).unwrap();
     let mut dreq = a.poll_transmit().unwrap().mad;
@@ -1109,8 +1124,8 @@ fn simultaneous_connect_makes_the_larger_guid_the_active_side() {
     assert_eq!(n.b.state(ib), Some(CmState::Established));
     let (ar, _) = n.a.qp_attr(ia, QpState::Rtr).unwrap();
     let (br, _) = n.b.qp_attr(ib, QpState::Rtr).unwrap();
-    assert_eq!((ar.dest_qp_num, ar.rq_psn), (0x33, 0x3000));
-    assert_eq!((br.dest_qp_num, br.rq_psn), (0x11, 0x1000));
+    assert_eq!((ar.dest_qp_num, ar.rq_psn), (0x33, 0x1000));
+    assert_eq!((br.dest_qp_num, br.rq_psn), (0x11, 0x3000));
     // Without peer_to_peer, the same crossing is two REQs nobody listens for.
     let mut n = Net::new();
     n.b.stop_listen(SVC);
