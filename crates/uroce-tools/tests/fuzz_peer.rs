@@ -37,11 +37,21 @@ impl Server {
         port: u16,
         fault: Option<&str>,
     ) -> Self {
+        let env = fault.map_or(String::new(), |f| format!("UROCE_PLANTED_FAULT={f} "));
+        let cmd = format!(
+            "{bin} perf write -m 1024 --backend {backend} -p {port}",
+            bin = env!("CARGO_BIN_EXE_uroce"),
+        );
+        Self::with(pair, tag, &env, &cmd)
+    }
+
+    /// A server that is `cmd` (with `env` before `ip netns exec`), restarted by the
+    /// script.
+    fn with(pair: &netns::VethPair, tag: &str, env: &str, cmd: &str) -> Self {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("fuzz-peer-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let pid = dir.join("server.pid");
-        let env = fault.map_or(String::new(), |f| format!("UROCE_PLANTED_FAULT={f} "));
         let script = dir.join("restart.sh");
         std::fs::write(
             &script,
@@ -49,12 +59,10 @@ impl Server {
                 "#!/bin/sh\n\
                  if [ -f {pid} ]; then old=$(cat {pid}); kill $old 2>/dev/null; \
                  for i in $(seq 100); do kill -0 $old 2>/dev/null || break; sleep 0.05; done; fi\n\
-                 {env}ip netns exec {ns} {bin} perf write -m 1024 --backend {backend} -p {port} \
-                 >>{log} 2>&1 &\n\
+                 {env}ip netns exec {ns} {cmd} >>{log} 2>&1 &\n\
                  echo $! > {pid}\n",
                 pid = pid.display(),
                 ns = pair.ns[1],
-                bin = env!("CARGO_BIN_EXE_uroce"),
                 log = dir.join("server.log").display(),
             ),
         )
@@ -256,4 +264,90 @@ fn a_planted_fault_is_found_and_shrunk_to_its_one_frame() {
     assert_eq!(one.len(), 1);
     assert_eq!(one[0][14 + 20 + 8], 0x1e, "{:02x?}", one[0]);
     assert!(all.iter().any(|fr| fr[14 + 20 + 8] == 0x1e));
+}
+
+/// Whether uroce's libibverbs.so.1 is built next to the `uroce` binary (`uroce run` takes
+/// it from there) and the distro's `ibv_rc_pingpong` is installed; says why not.
+fn pingpong_on_library() -> bool {
+    let dir = Path::new(env!("CARGO_BIN_EXE_uroce")).parent().unwrap();
+    if !dir.join("libibverbs.so.1").exists() && !dir.join("deps/libibverbs.so").exists() {
+        eprintln!(
+            "SKIP: no libibverbs.so.1 in {} (cargo build -p uroce-verbs)",
+            dir.display()
+        );
+        return false;
+    }
+    if !Path::new("/usr/bin/ibv_rc_pingpong").exists() {
+        eprintln!("SKIP: /usr/bin/ibv_rc_pingpong is missing (apt-get install ibverbs-utils)");
+        return false;
+    }
+    true
+}
+
+/// The distro's unmodified `ibv_rc_pingpong` on uroce's libibverbs.so.1 (`uroce run`),
+/// its receives of 2048 bytes, path MTU 1024: SENDs in order are ACKed or RNR NAKed,
+/// multi-packet SENDs past its receives, RDMA requests (its QP has no remote access
+/// rights), orphan SEND MIDDLE / LAST, reserved opcodes are NAKed, PSN edges answered
+/// as the rules ask; the probe SEND is ACKed at every check; no finding.
+#[test]
+fn ibv_rc_pingpong_on_uroce_survives_fuzz_peer() {
+    if !can_run() || !pingpong_on_library() {
+        return;
+    }
+    let pair = netns::VethPair::create("fzr", 1500).unwrap();
+    let cmd = format!(
+        "{bin} run --backend udp --iface {iface} -- ibv_rc_pingpong -g 1 -p 18714 -s 2048 \
+         -n 1000000000",
+        bin = env!("CARGO_BIN_EXE_uroce"),
+        iface = pair.ifaces[1],
+    );
+    let server = Server::with(&pair, "rcpp", "", &cmd);
+    let (code, s, stderr) = fuzz(
+        &pair,
+        &server,
+        &[
+            "--tool",
+            "ibv_rc_pingpong",
+            "-s",
+            "2048",
+            "--backend",
+            "udp",
+            "-p",
+            "18714",
+            "--iters",
+            "400",
+            "--seed",
+            "5",
+        ],
+    );
+    assert_eq!(code, 0, "{s:#}\n{stderr}");
+    assert_eq!(s["findings"].as_array().unwrap().len(), 0, "{s:#}");
+    assert_eq!(
+        s["mismatches"].as_array().unwrap().len(),
+        s["unconfirmed"].as_array().unwrap().len(),
+        "{s:#}"
+    );
+    assert_eq!(s["frames_sent"].as_u64(), Some(400), "{s:#}");
+    assert!(s["checks_passed"].as_u64().unwrap() >= 400 / 64, "{s:#}");
+    for answer in [
+        "ACK",
+        "NAK PSN_SEQUENCE_ERROR",
+        "NAK INVALID_REQUEST",
+        "silence",
+    ] {
+        assert!(
+            s["answers"][answer].as_u64().unwrap_or(0) > 0,
+            "no {answer} among the answers: {s:#}"
+        );
+    }
+    for kind in ["send", "open_send", "continue_send", "psn_off"] {
+        assert!(
+            s["kinds"][kind].as_u64().unwrap_or(0) > 0,
+            "no {kind} frame: {s:#}"
+        );
+    }
+    // Its one QP went to the error state (a refused RDMA request, a SEND past its
+    // receive) and the peer was restarted to go on.
+    assert!(s["peer_restarts"].as_u64().unwrap() >= 1, "{s:#}");
+    eprintln!("{s:#}");
 }

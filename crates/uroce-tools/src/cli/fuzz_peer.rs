@@ -18,6 +18,7 @@ The peer runs a server that stays up; start it first:
   ib_write_bw -d DEV -x IDX -p 18515 & ib_write_bw -d DEV -x IDX -p 18516
                                                     (perftest: the fuzz QP's server and
                                                      the known-good QP's, with --tool ib_write_bw)
+  ibv_rc_pingpong -g IDX -n 1000000000             (--tool ibv_rc_pingpong, -s its -s)
 A perftest or uroce perf server serves one client: to go on once every fuzz QP of the
 peer is in the error state, and to shrink a finding, give --restart-cmd (it must return
 once the peer listens again). Exit status: 0 no finding, 1 a finding, 2 an error.";
@@ -27,7 +28,8 @@ once the peer listens again). Exit status: 0 no finding, 1 a finding, 2 an error
 pub struct Args {
     /// The peer's address.
     peer: IpAddr,
-    /// The tool the peer runs: uroce-perf, ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw.
+    /// The tool the peer runs: uroce-perf, ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw,
+    /// ibv_rc_pingpong.
     #[arg(long, default_value = "uroce-perf")]
     tool: String,
     /// TCP port of the exchange (perftest: the fuzz QP's server; the known-good one on the
@@ -56,6 +58,9 @@ pub struct Args {
     /// Fuzz QPs to ask a uroce perf server for (1..=63).
     #[arg(long, default_value_t = 16)]
     qps: u32,
+    /// The length of the peer's receives (ibv_rc_pingpong's -s).
+    #[arg(short = 's', long, default_value_t = 4096)]
+    size: u32,
     /// Fuzz frames between two checks of the oracles.
     #[arg(long, default_value_t = 32)]
     burst: u32,
@@ -129,6 +134,7 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
             fuzz_qps: a.qps,
             psn: fuzz_peer::first_psn(a.seed),
             connect_for: Duration::from_secs_f64(a.connect_for.clamp(0.0, 600.0)),
+            size: a.size,
         },
         seed: a.seed,
         limit,

@@ -1,9 +1,11 @@
 //! `uroce fuzz-peer`: fuzz a live RoCE peer's parsers and state machines.
 //!
 //! The fuzzer connects to a peer tool that already runs (a `uroce perf` server, perftest
-//! bandwidth servers) with the exchange uroce speaks, so the peer brings RC QPs into RTS
-//! with keys the fuzzer knows: N fuzz QPs, whose requester side exists only here as a
-//! number, and one known-good QP that uroce's own transport runs. Then, in bursts:
+//! bandwidth servers, `ibv_rc_pingpong`) with the exchange uroce speaks, so the peer
+//! brings RC QPs into RTS with keys the fuzzer knows: N fuzz QPs, whose requester side
+//! exists only here as a number, and one known-good QP that uroce's own transport runs
+//! (`ibv_rc_pingpong` has one QP: it is fuzzed and probed, [`Driver::liveness`]). Then,
+//! in bursts:
 //!
 //! 1. frames from the seeded, structure-aware [`mutate::Generator`], each rendered against
 //!    what is known of its target responder (expected PSN, open message, region) and
@@ -314,6 +316,79 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// The liveness oracle. With a known-good QP, its operation must complete
+    /// ([`Session::liveness`]). A peer with one QP (`ibv_rc_pingpong`) is probed on the
+    /// fuzz QP itself: a SEND at its expected PSN (a SEND LAST first when a SEND is open)
+    /// must be ACKed before `deadline`; an RNR NAK (no receive yet) or a PSN sequence error
+    /// NAK (the expected PSN learnt anew) make the probe go again. A QP already in the error
+    /// state, as the rules asked, cannot be probed: the reconnection to a fresh peer is
+    /// then the check.
+    pub(crate) fn liveness(
+        &mut self,
+        wait: Duration,
+        deadline: Duration,
+    ) -> anyhow::Result<Result<(), String>> {
+        if self.sess.has_good() {
+            return self.sess.liveness(deadline);
+        }
+        let until = Instant::now() + deadline;
+        let mut last = String::from("nothing");
+        while Instant::now() < until {
+            if !self.has_target() {
+                return Ok(Ok(()));
+            }
+            let (t0, tr) = self.sess.targets[self.live];
+            let room = |n: u32| t0.recv_size.saturating_sub(n).clamp(1, 8);
+            let spec = if let Some(n) = tr.send_open {
+                Spec::ContinueSend {
+                    last: true,
+                    len: room(n),
+                }
+            } else {
+                Spec::Send { len: 8 }
+            };
+            let (t, mut tr) = self.sess.targets[self.live];
+            let r = render(&spec, &t, &tr);
+            self.sess.send(&t, &r.bytes, false)?;
+            let got = Outcome::of(&self.sess.collect(t.my_qpn, wait)?);
+            let alive = learn(&mut tr, &spec, &r, &got);
+            match got {
+                Outcome::Ack { psn } if psn == r.psn => {
+                    self.sess.targets[self.live].1 = tr;
+                    return Ok(Ok(()));
+                }
+                Outcome::Ack { psn } => {
+                    // A duplicate's ACK: the responder has taken up to `psn`.
+                    tr.epsn = mutate::psn_add(psn, 1);
+                    tr.known = true;
+                }
+                Outcome::Rnr { .. } | Outcome::Silence => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                _ => {}
+            }
+            self.sess.targets[self.live].1 = tr;
+            if !alive {
+                if r.expect == Expect::Any {
+                    // Its state was not known: the probe may have been out of order.
+                    self.live += 1;
+                    return Ok(Ok(()));
+                }
+                return Ok(Err(format!(
+                    "the probe SEND at the expected PSN {:#08x} was refused: {}",
+                    r.psn,
+                    got.label()
+                )));
+            }
+            last = got.label();
+        }
+        Ok(Err(format!(
+            "the probe SEND at the expected PSN was not ACKed within {deadline:?} (last answer: {last})"
+        )))
+    }
+}
+
 /// Connects, after running the restart command when `restart`.
 fn connect(cfg: &FuzzConfig, restart: bool) -> anyhow::Result<Session> {
     if restart {
@@ -414,7 +489,7 @@ pub fn run(cfg: &FuzzConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<S
                     // Silence where the rules ask for an answer: the peer may have stopped
                     // answering altogether, which the liveness oracle tells.
                     if m.got == Outcome::Silence {
-                        if let Err(why) = d.sess.liveness(cfg.deadline)? {
+                        if let Err(why) = d.liveness(cfg.wait, cfg.deadline)? {
                             finding = Some((shrink::Want::Liveness, why));
                             break 'run;
                         }
@@ -451,7 +526,7 @@ pub fn run(cfg: &FuzzConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<S
                 }
             }
             // The oracles.
-            if let Err(why) = d.sess.liveness(cfg.deadline)? {
+            if let Err(why) = d.liveness(cfg.wait, cfg.deadline)? {
                 finding = Some((shrink::Want::Liveness, why));
                 break;
             }

@@ -60,6 +60,14 @@ pub struct Target {
     pub write_ok: bool,
     /// See `write_ok`.
     pub read_ok: bool,
+    /// Whether the peer's QP takes atomics (`IBV_ACCESS_REMOTE_ATOMIC`).
+    pub atomic_ok: bool,
+    /// The length of the receive buffers the peer posts, where the tool says (a SEND
+    /// peer such as `ibv_rc_pingpong`, whose receives are of its `-s`): a SEND message
+    /// longer is a length error (IBTA Vol. 1 §9.7.5.2.4 / Table 59: NAK Invalid Request).
+    /// 0: not known, and the peer is fuzzed with RDMA frames; otherwise it is a SEND peer
+    /// and most frames are SENDs ([`Generator::next`]).
+    pub recv_size: u32,
 }
 
 /// What the fuzzer knows of the target responder's state (IBTA Vol. 1 §9.7.5.1).
@@ -75,6 +83,8 @@ pub struct Track {
     pub nak_sent: bool,
     /// A multi-packet WRITE is open: bytes still to come.
     pub open: Option<u32>,
+    /// A multi-packet SEND is open: bytes the responder has taken into the receive.
+    pub send_open: Option<u32>,
     /// The last READ accepted: its PSN, RETH and the PSNs it took.
     pub last_read: Option<(u32, RethRepr, u32)>,
     /// The last atomic accepted: its PSN, opcode and AtomicETH.
@@ -92,6 +102,7 @@ impl Track {
             known: true,
             nak_sent: false,
             open: None,
+            send_open: None,
             last_read: None,
             last_atomic: None,
         }
@@ -99,7 +110,7 @@ impl Track {
 
     /// Whether what the responder must answer can be told: its PSN known, no message open.
     pub fn decidable(&self) -> bool {
-        self.known && self.open.is_none()
+        self.known && self.open.is_none() && self.send_open.is_none()
     }
 }
 
@@ -182,8 +193,13 @@ pub enum Spec {
     Atomic { cmp: bool, off: u32, misalign: u8 },
     /// The last atomic again at its PSN.
     AtomicReplay,
-    /// A SEND ONLY of `len` bytes.
+    /// A SEND ONLY of `len` bytes (cut to the path MTU).
     Send { len: u32 },
+    /// SEND FIRST (one path MTU of payload) of a multi-packet SEND.
+    OpenSend,
+    /// The next packet of the open SEND: LAST with `len` bytes (1..=MTU) when `last`,
+    /// else MIDDLE (one MTU). With no SEND open, an orphan.
+    ContinueSend { last: bool, len: u32 },
     /// An ACKNOWLEDGE (AETH with `syndrome`) at the expected PSN + `delta`, sent to the
     /// peer's QP, whose requester has nothing outstanding.
     GhostAck { syndrome: u8, delta: i32 },
@@ -220,6 +236,12 @@ pub enum Expect {
     Silent,
     /// A duplicate: an ACK (of the last PSN taken) or nothing.
     DupAck,
+    /// An ACK of this packet's PSN, or an RNR NAK for it (a SEND that needs a receive
+    /// the peer may not have posted yet: IBTA Vol. 1 §9.7.5.2.8).
+    AckOrRnr,
+    /// A NAK Invalid Request (a SEND longer than the receive: a length error, IBTA
+    /// Vol. 1 §9.7.5.2.4).
+    InvalidRequest,
     /// Not decidable.
     Any,
 }
@@ -265,6 +287,10 @@ const OTHER_TRANSPORT: [u8; 12] = [
 /// Share of the frames after which the responder must take its QP to the error state.
 const FATAL_SHARE: f64 = 0.12;
 
+/// The same for a SEND peer, which has one QP: each frame that ends it costs a restart
+/// of the peer (a second or two for `ibv_rc_pingpong`).
+const FATAL_SHARE_SEND: f64 = 0.05;
+
 /// Whether the kind [`Generator::next`] picks for `roll` must end the QP when it is
 /// judged as the rules ask (a NAK Invalid Request or Remote Access Error).
 fn is_fatal(roll: u64) -> bool {
@@ -301,8 +327,143 @@ impl Generator {
         }
     }
 
+    /// A PSN offset from the expected PSN: just after and before it, half the space
+    /// away, a little way either side.
+    fn psn_delta(&mut self) -> i32 {
+        match self.rng.range(0, 5) {
+            0 => 1,
+            1 => -1,
+            2 => PSN_HALF as i32 - 1,
+            3 => -(PSN_HALF as i32),
+            4 => self.rng.range(2, 64) as i32,
+            _ => -(self.rng.range(2, 64) as i32),
+        }
+    }
+
+    /// The next frame for a SEND peer (`target.recv_size` known, no remote access
+    /// rights: `ibv_rc_pingpong`): SENDs in and out of order, lengths against the
+    /// receive, PSN edges, and RDMA requests and other opcodes, which it must refuse.
+    fn next_send(&mut self, t: &Track, target: &Target) -> Spec {
+        let mtu = target.mtu;
+        let recv = target.recv_size;
+        let fatal = self.rng.chance(FATAL_SHARE_SEND);
+        if let Some(sofar) = t.send_open.filter(|_| self.rng.chance(0.6)) {
+            // The rest of the receive; an open SEND is never left where no packet can
+            // end it within the receive, unless this is to be the fatal frame.
+            let room = recv.saturating_sub(sofar);
+            if fatal && room < mtu {
+                return Spec::ContinueSend {
+                    last: true,
+                    len: room + 1,
+                };
+            }
+            if sofar + mtu < recv && self.rng.chance(0.5) {
+                return Spec::ContinueSend {
+                    last: false,
+                    len: mtu,
+                };
+            }
+            return Spec::ContinueSend {
+                last: true,
+                len: self.rng.range(1, u64::from(room.clamp(1, mtu))) as u32,
+            };
+        }
+        let op = if self.rng.chance(0.5) {
+            ReqOp::Write
+        } else {
+            ReqOp::Read
+        };
+        if fatal {
+            // Frames after which the rules take the QP to the error state.
+            return match self.rng.range(0, 8) {
+                0 if recv < mtu => Spec::Send {
+                    len: self.rng.range(u64::from(recv) + 1, u64::from(mtu)) as u32,
+                },
+                0 | 1 => Spec::Write {
+                    len: self.len(mtu),
+                    off: 0,
+                    ack_req: true,
+                },
+                2 => Spec::Read {
+                    len: self.len(mtu),
+                    off: 0,
+                },
+                3 => Spec::Atomic {
+                    cmp: self.rng.chance(0.5),
+                    off: 0,
+                    misalign: 0,
+                },
+                4 => Spec::BadRkey {
+                    op,
+                    flip: self.pick(&[1, 0xffff_ffff]),
+                    len: self.rng.range(1, u64::from(mtu)) as u32,
+                },
+                5 => Spec::Orphan {
+                    opcode: self.pick(&[Opcode::RcSendMiddle.value(), Opcode::RcSendLast.value()]),
+                    payload: self.pick(&[mtu, 8]),
+                },
+                6 => Spec::Reserved {
+                    opcode: self.pick(&RC_RESERVED),
+                },
+                _ => Spec::WrongTransport {
+                    opcode: self.pick(&OTHER_TRANSPORT),
+                },
+            };
+        }
+        let fits = recv.min(mtu);
+        match self.rng.range(0, 99) {
+            0..=29 => Spec::Send {
+                len: self.len(fits.max(1)),
+            },
+            30..=44 if recv >= 2 * mtu => Spec::OpenSend,
+            30..=44 => Spec::Send { len: fits },
+            45..=59 => Spec::PsnOff {
+                delta: self.psn_delta(),
+            },
+            60..=64 => Spec::GhostAck {
+                syndrome: self.pick(&[0x1f, 0x00, 0x60, 0x61, 0x20]),
+                delta: self.pick(&[0, -1, 1]),
+            },
+            65..=71 => Spec::BadIcrc {
+                xor: (self.rng.next_u64() as u32) | 1,
+            },
+            72..=76 => Spec::Truncated {
+                keep: self.pick(&[0, 1, 11, 12, 13, 20, 27]),
+            },
+            77..=84 if self.whole_frames => self.ip_edge(),
+            77..=92 => Spec::BadPkey {
+                pkey: self.pick(&[0x0000, 0x7fff, 0x8001, 0xfffe]),
+            },
+            _ => Spec::BadTver {
+                tver: self.rng.range(1, 15) as u8,
+            },
+        }
+    }
+
+    /// An IPv4 / UDP header edge.
+    fn ip_edge(&mut self) -> Spec {
+        Spec::Ip {
+            edge: self.pick(&[
+                IpEdge::Options,
+                IpEdge::TtlZero,
+                IpEdge::MoreFragments,
+                IpEdge::FragmentOffset,
+                IpEdge::TotalLenLong,
+                IpEdge::TotalLenShort,
+                IpEdge::BadIpChecksum,
+                IpEdge::UdpLenShort,
+                IpEdge::BadUdpChecksum,
+                IpEdge::SourcePort4791,
+                IpEdge::Trailer,
+            ]),
+        }
+    }
+
     /// The next frame for a target in state `t`.
     pub fn next(&mut self, t: &Track, target: &Target) -> Spec {
+        if target.recv_size > 0 {
+            return self.next_send(t, target);
+        }
         let mtu = target.mtu;
         if t.open.is_some() && self.rng.chance(0.6) {
             return Spec::ContinueWrite;
@@ -339,17 +500,9 @@ impl Generator {
                 off,
                 ack_req: true,
             },
-            12..=23 => {
-                let delta = match self.rng.range(0, 5) {
-                    0 => 1,
-                    1 => -1,
-                    2 => PSN_HALF as i32 - 1,
-                    3 => -(PSN_HALF as i32),
-                    4 => self.rng.range(2, 64) as i32,
-                    _ => -(self.rng.range(2, 64) as i32),
-                };
-                Spec::PsnOff { delta }
-            }
+            12..=23 => Spec::PsnOff {
+                delta: self.psn_delta(),
+            },
             24..=26 => Spec::BadRkey {
                 op,
                 flip: self.pick(&[1, 0x80, 0x100, 0x8000_0000, 0xffff_ffff]),
@@ -433,21 +586,7 @@ impl Generator {
             86..=90 => Spec::BadIcrc {
                 xor: (self.rng.next_u64() as u32) | 1,
             },
-            91..=94 if self.whole_frames => Spec::Ip {
-                edge: self.pick(&[
-                    IpEdge::Options,
-                    IpEdge::TtlZero,
-                    IpEdge::MoreFragments,
-                    IpEdge::FragmentOffset,
-                    IpEdge::TotalLenLong,
-                    IpEdge::TotalLenShort,
-                    IpEdge::BadIpChecksum,
-                    IpEdge::UdpLenShort,
-                    IpEdge::BadUdpChecksum,
-                    IpEdge::SourcePort4791,
-                    IpEdge::Trailer,
-                ]),
-            },
+            91..=94 if self.whole_frames => self.ip_edge(),
             91..=96 => Spec::BadPkey {
                 pkey: self.pick(&[0x0000, 0x7fff, 0x8001, 0xfffe]),
             },
@@ -597,7 +736,7 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
         Spec::Write { len, off, ack_req } => {
             silent_take = !ack_req;
             let x = match (ack_req, t.write_ok) {
-                (_, false) => Expect::NotAccepted,
+                (_, false) => Expect::Refused,
                 (true, true) => Expect::Ack,
                 (false, true) => Expect::Any,
             };
@@ -616,7 +755,18 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             };
             // A duplicate is told apart by the PSN alone, whatever is open.
             let x = if delta < 0 && track.known { x } else { when(x) };
-            (write_only(t, psn, 0, 8, true), psn, x)
+            // A SEND peer gets a SEND ONLY: a duplicate must not take a second receive.
+            let b = if t.recv_size > 0 {
+                build(
+                    t,
+                    bth(t, Opcode::RcSendOnly, psn, true),
+                    ExtHeaders::default(),
+                    8,
+                )
+            } else {
+                write_only(t, psn, 0, 8, true)
+            };
+            (b, psn, x)
         }
         Spec::BadRkey { op, flip, len } => {
             let flip = if flip == 0 { 1 } else { flip };
@@ -816,7 +966,7 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             // IBTA Vol. 1 §9.7.5.2: a READ to a QP not enabled for it is an Invalid
             // Request (rdma_rxe: `check_op_valid`).
             let x = if !t.read_ok {
-                Expect::NotAccepted
+                Expect::Refused
             } else if past && t.region_exact {
                 Expect::RemoteAccess
             } else if past {
@@ -867,7 +1017,7 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
                 when(if t.read_ok {
                     Expect::ReadResp
                 } else {
-                    Expect::NotAccepted
+                    Expect::Refused
                 }),
             ),
         },
@@ -890,6 +1040,8 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             // address must be 8-byte aligned; rdma_rxe: `check_rkey`'s alignment check).
             let x = if misalign % 8 != 0 {
                 Expect::NotAccepted
+            } else if !t.atomic_ok {
+                Expect::Refused
             } else {
                 Expect::Any
             };
@@ -906,16 +1058,51 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             }
             _ => (write_only(t, e, 0, 8, true), e, when(Expect::Ack)),
         },
-        Spec::Send { len } => (
+        Spec::Send { len } => {
+            let len = len.min(mtu);
+            (
+                build(
+                    t,
+                    bth(t, Opcode::RcSendOnly, e, true),
+                    ExtHeaders::default(),
+                    len,
+                ),
+                e,
+                when(send_expect(t, len)),
+            )
+        }
+        Spec::OpenSend => (
             build(
                 t,
-                bth(t, Opcode::RcSendOnly, e, true),
+                bth(t, Opcode::RcSendFirst, e, true),
                 ExtHeaders::default(),
-                len.min(mtu),
+                mtu,
             ),
             e,
-            Expect::Any,
+            when(send_expect(t, mtu)),
         ),
+        Spec::ContinueSend { last, len } => {
+            let (op, len) = if last {
+                (Opcode::RcSendLast, len.clamp(1, mtu))
+            } else {
+                (Opcode::RcSendMiddle, mtu)
+            };
+            // IBTA Vol. 1 §9.7.5.2.3: MIDDLE / LAST only inside a SEND; the bytes of
+            // the message so far against the receive (§9.7.5.2.4).
+            let x = match track.send_open {
+                _ if !track.known => Expect::Any,
+                Some(sofar) if t.recv_size > 0 && sofar + len > t.recv_size => {
+                    Expect::InvalidRequest
+                }
+                Some(_) => Expect::Ack,
+                None => Expect::NotAccepted,
+            };
+            (
+                build(t, bth(t, op, e, true), ExtHeaders::default(), len),
+                e,
+                x,
+            )
+        }
         Spec::GhostAck { syndrome, delta } => {
             let psn = psn_add(e, i64::from(delta));
             let ext = ExtHeaders {
@@ -975,17 +1162,19 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             (b, e, Expect::NotAccepted)
         }
     };
-    // An RDMA operation the QP is not enabled for is an Invalid Request whatever else
-    // is wrong with it (IBTA Vol. 1 §9.7.5.2): only "not executed" is certain.
+    // An RDMA operation the QP is not enabled for is refused whatever else is wrong
+    // with it (IBTA Vol. 1 §9.7.5.2): NAKed, Remote Access Error (ConnectX) or Invalid
+    // Request (rdma_rxe's `check_op_valid`, uroce), never executed.
     let opcode = if whole { None } else { bytes.first().copied() };
     let refused = match opcode {
         Some(0x06..=0x0b) => !t.write_ok,
         Some(0x0c) => !t.read_ok,
+        Some(0x13 | 0x14) => !t.atomic_ok,
         _ => false,
     };
     let expect = match expect {
         Expect::Ack | Expect::ReadResp | Expect::RemoteAccess | Expect::Refused if refused => {
-            Expect::NotAccepted
+            Expect::Refused
         }
         x => x,
     };
@@ -995,6 +1184,27 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
         psn,
         expect,
         silent_take,
+    }
+}
+
+/// An ACKNOWLEDGE of `psn` with MSN `msn` from our side of `t` (to the peer's
+/// requester, whose SENDs the pingpong peer sends us; IBTA Vol. 1 §9.7.5.1.1).
+pub fn ack_for(t: &Target, psn: u32, msn: u32) -> Vec<u8> {
+    let ext = ExtHeaders {
+        aeth: Some(AethRepr::new(Syndrome::Ack { credits: 31 }, msn)),
+        ..ExtHeaders::default()
+    };
+    build(t, bth(t, Opcode::RcAck, psn, false), ext, 0)
+}
+
+/// What a SEND (ONLY or FIRST) of `len` bytes at the expected PSN must get: taken into
+/// a receive (ACK) or, with none posted, an RNR NAK; a length error (NAK Invalid Request)
+/// when the peer's receives are shorter (IBTA Vol. 1 §9.7.5.2.4, §9.7.5.2.8).
+fn send_expect(t: &Target, len: u32) -> Expect {
+    match t.recv_size {
+        0 => Expect::Any,
+        r if len > r => Expect::InvalidRequest,
+        _ => Expect::AckOrRnr,
     }
 }
 
@@ -1091,6 +1301,8 @@ mod tests {
             max_payload: 1400,
             write_ok: true,
             read_ok: true,
+            atomic_ok: true,
+            recv_size: 0,
         }
     }
 
@@ -1183,6 +1395,77 @@ mod tests {
             &tr,
         );
         assert!(wire::parse(&r.bytes).is_ok());
+    }
+
+    #[test]
+    fn a_send_peer_gets_sends_judged_against_its_receives_and_refuses_rdma() {
+        let t = Target {
+            write_ok: false,
+            read_ok: false,
+            atomic_ok: false,
+            recv_size: 1500,
+            ..target()
+        };
+        let mut tr = Track::new(9, 1024);
+        let x = |s: Spec, tr: &Track| render(&s, &t, tr).expect;
+        assert_eq!(x(Spec::Send { len: 1000 }, &tr), Expect::AckOrRnr);
+        assert_eq!(x(Spec::OpenSend, &tr), Expect::AckOrRnr);
+        let w = Spec::Write {
+            len: 8,
+            off: 0,
+            ack_req: true,
+        };
+        assert_eq!(x(w, &tr), Expect::Refused);
+        let a = Spec::Atomic {
+            cmp: false,
+            off: 0,
+            misalign: 0,
+        };
+        assert_eq!(x(a, &tr), Expect::Refused);
+        let last = |len| Spec::ContinueSend { last: true, len };
+        assert_eq!(x(last(8), &tr), Expect::NotAccepted);
+        // 1024 bytes taken: 476 more fit, 477 are a length error.
+        tr.send_open = Some(1024);
+        assert_eq!(x(last(476), &tr), Expect::Ack);
+        assert_eq!(x(last(477), &tr), Expect::InvalidRequest);
+        // A SEND peer's receives shorter than the MTU.
+        let small = Target {
+            recv_size: 100,
+            ..t
+        };
+        let tr = Track::new(9, 1024);
+        assert_eq!(
+            render(&Spec::Send { len: 101 }, &small, &tr).expect,
+            Expect::InvalidRequest
+        );
+        // Its generator: SENDs mostly, and an open SEND is always left room to end
+        // (receives of four MTUs: FIRST and two MIDDLEs at most before the LAST).
+        let t = Target {
+            recv_size: 4096,
+            ..t
+        };
+        let mut g = Generator::new(3, false);
+        let mut tr = Track::new(9, 1024);
+        let (mut sends, mut opened) = (0, 0);
+        for _ in 0..2000 {
+            let s = g.next(&tr, &t);
+            let r = render(&s, &t, &tr);
+            sends += usize::from(r.bytes[0] <= 0x05);
+            if r.expect == Expect::Ack || r.expect == Expect::AckOrRnr {
+                crate::fuzz_peer::verdict::learn(
+                    &mut tr,
+                    &s,
+                    &r,
+                    &crate::fuzz_peer::verdict::Outcome::Ack { psn: r.psn },
+                );
+            }
+            if let Some(n) = tr.send_open {
+                assert!(n < t.recv_size, "{s:?} left no room in the receive");
+                opened += usize::from(n > 2048);
+            }
+        }
+        assert!(sends > 1000, "{sends} SENDs of 2000");
+        assert!(opened > 50, "{opened} multi-packet SENDs");
     }
 
     #[test]

@@ -29,7 +29,7 @@ use uroce::verbs::{
     Context, CqId, InitAttr, Mtu, QpCaps, QpType, Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge,
     WcStatus,
 };
-use uroce::wire;
+use uroce::wire::{self, Opcode};
 
 /// Which tool the peer runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +40,12 @@ pub enum PeerTool {
     /// A perftest bandwidth server (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`,
     /// `ib_atomic_bw`): one QP per server, so two servers, on `port` and `port + 1`.
     Perftest(PerftestVerb),
+    /// `ibv_rc_pingpong` as a server (or `uroce pingpong`): its exchange (`LID:QPN:PSN:GID`
+    /// as text both ways, `done`), one QP with no remote access rights whose receives are
+    /// of its `-s` ([`PeerConfig::size`]). That QP is the fuzz QP and the liveness probe's
+    /// (a SEND at its expected PSN must be ACKed, [`super::Driver::liveness`]); its own
+    /// SENDs to us are ACKed here ([`Session::collect`]), or it would give up and exit.
+    RcPingpong,
 }
 
 /// The perftest server's operation (what the known-good QP does to it).
@@ -64,7 +70,8 @@ impl PeerTool {
             "ib_read_bw" => Self::Perftest(PerftestVerb::Read),
             "ib_send_bw" => Self::Perftest(PerftestVerb::Send),
             "ib_atomic_bw" => Self::Perftest(PerftestVerb::Atomic),
-            _ => bail!("peer tool {s:?} is not uroce-perf, ib_write_bw, ib_read_bw, ib_send_bw or ib_atomic_bw"),
+            "ibv_rc_pingpong" | "rc_pingpong" => Self::RcPingpong,
+            _ => bail!("peer tool {s:?} is not uroce-perf, ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw or ibv_rc_pingpong"),
         })
     }
 }
@@ -91,6 +98,8 @@ pub struct PeerConfig {
     pub psn: u32,
     /// How long to keep trying to connect (a peer that is starting).
     pub connect_for: Duration,
+    /// The length of the peer's receives (`ibv_rc_pingpong -s`, default 4096).
+    pub size: u32,
 }
 
 /// QPNs our side of a fuzz QP uses: above anything our context hands out.
@@ -121,7 +130,11 @@ pub struct Session {
     backend: Boxed,
     /// What datapath this is.
     pub datapath: String,
-    good: Good,
+    /// The known-good QP; `None` for a peer with one QP (`ibv_rc_pingpong`), which is
+    /// probed instead.
+    good: Option<Good>,
+    /// Messages of the peer's requester acknowledged (the MSN of our ACKs to it).
+    peer_msn: u32,
     /// Each fuzz QP: where frames go and what is known of its responder.
     pub targets: Vec<(Target, Track)>,
     /// Whether the backend sends whole Ethernet frames (IP / UDP header edges).
@@ -244,11 +257,16 @@ impl Session {
         let max_payload = link.mtu.saturating_sub(64).min(4096);
         let mut targets = Vec::new();
         let mut tcps = Vec::new();
-        let (write_ok, read_ok) = match cfg.tool {
-            PeerTool::UrocePerf => (true, true),
-            PeerTool::Perftest(PerftestVerb::Write) => (true, false),
-            PeerTool::Perftest(PerftestVerb::Read) => (false, true),
-            PeerTool::Perftest(_) => (false, false),
+        let (write_ok, read_ok, atomic_ok) = match cfg.tool {
+            PeerTool::UrocePerf => (true, true, true),
+            PeerTool::Perftest(PerftestVerb::Write) => (true, false, false),
+            PeerTool::Perftest(PerftestVerb::Read) => (false, true, false),
+            PeerTool::Perftest(PerftestVerb::Atomic) => (false, false, true),
+            PeerTool::Perftest(_) | PeerTool::RcPingpong => (false, false, false),
+        };
+        let recv_size = match cfg.tool {
+            PeerTool::RcPingpong => cfg.size.max(1),
+            _ => 0,
         };
         let target = |dest_qp: u32, my_qpn: u32, rkey: u32, va: u64, len: u64, exact, mtu: Mtu| {
             (
@@ -268,6 +286,8 @@ impl Session {
                     max_payload,
                     write_ok,
                     read_ok,
+                    atomic_ok,
+                    recv_size,
                 },
                 Track::new(cfg.psn, mtu.bytes()),
             )
@@ -331,7 +351,7 @@ impl Session {
                     },
                 )?;
                 tcps.push(tcp);
-                Good {
+                Some(Good {
                     qpn,
                     cq,
                     mr,
@@ -339,7 +359,26 @@ impl Session {
                     rkey: theirs.rkey,
                     addr: theirs.addr,
                     next: 0,
-                }
+                })
+            }
+            PeerTool::RcPingpong => {
+                let IpAddr::V4(l4) = local else {
+                    bail!("ibv_rc_pingpong peers are IPv4 here");
+                };
+                // rdma-core's pp_client_exch_dest: ours, theirs, then "done".
+                let mine = crate::pingpong::Dest {
+                    lid: 0,
+                    qpn: FAKE_QPN_BASE,
+                    psn: cfg.psn,
+                    gid: l4.to_ipv6_mapped(),
+                };
+                let wire = mine.to_wire();
+                let theirs = crate::pingpong::Dest::from_wire(&xchg(&mut tcp, &wire)?)?;
+                tcp.write_all(b"done\0")
+                    .context("writing done to the peer")?;
+                targets.push(target(theirs.qpn, FAKE_QPN_BASE, 0, 0, 0, true, cfg.mtu));
+                tcps.push(tcp);
+                None
             }
             PeerTool::Perftest(verb) => {
                 let IpAddr::V4(l4) = local else {
@@ -395,7 +434,7 @@ impl Session {
                     },
                 )?;
                 tcps.push(tcp2);
-                Good {
+                Some(Good {
                     qpn,
                     cq,
                     mr,
@@ -408,7 +447,7 @@ impl Session {
                     rkey: gd.rkey,
                     addr: gd.vaddr,
                     next: 0,
-                }
+                })
             }
         };
         Ok(Self {
@@ -416,6 +455,7 @@ impl Session {
             backend,
             datapath,
             good,
+            peer_msn: 0,
             targets,
             whole_frames,
             stray: 0,
@@ -464,14 +504,35 @@ impl Session {
         let wait = ctx
             .poll_timeout()
             .map_or(wait, |t| t.saturating_duration_since(now).min(wait));
+        let mut requests = Vec::new();
         backend.receive(wait, 64, &mut |r| match fuzz_answer(&r) {
+            Some((q, a)) if is_request(a.opcode) => requests.push((q, a)),
             Some(a) => sink.push(a),
             None => {
                 let _ = ctx.handle_received(Instant::now(), r);
             }
         })?;
         ctx.handle_timeout(Instant::now());
+        for (q, a) in requests {
+            self.ack_peer_request(q, a)?;
+        }
         Ok(())
+    }
+
+    /// Acknowledges a request the peer's requester sent to fuzz QP `qpn` (the pingpong
+    /// peer's own SENDs): an ACK of each packet's PSN (IBTA Vol. 1 §9.7.5.1.1: an ACK
+    /// covers its PSN and all before it), the MSN counting the messages ended.
+    fn ack_peer_request(&mut self, qpn: u32, req: Response) -> anyhow::Result<()> {
+        let Some((t, _)) = self.targets.iter().find(|(t, _)| t.my_qpn == qpn) else {
+            return Ok(());
+        };
+        let t = *t;
+        let ends = Opcode::from_u8(req.opcode).is_some_and(|o| !(o.is_first() || o.is_middle()));
+        if ends {
+            self.peer_msn = (self.peer_msn + 1) & 0xff_ffff;
+        }
+        let ack = super::mutate::ack_for(&t, req.psn, self.peer_msn);
+        self.send(&t, &ack, false)
     }
 
     /// Takes what arrived since the last look; answers to fuzz QPs (late ones) are
@@ -509,10 +570,17 @@ impl Session {
         Ok(got)
     }
 
+    /// Whether the peer gave a known-good QP (else the fuzz QP is probed).
+    pub fn has_good(&self) -> bool {
+        self.good.is_some()
+    }
+
     /// The liveness oracle: one operation on the known-good QP must complete
     /// successfully within `deadline`. Err says what happened instead.
     pub fn liveness(&mut self, deadline: Duration) -> anyhow::Result<Result<(), String>> {
-        let g = &mut self.good;
+        let Some(g) = &mut self.good else {
+            return Ok(Ok(()));
+        };
         let i = g.next;
         g.next += 1;
         let len = if g.op == GoodOp::FetchAdd { 8 } else { 64 };
@@ -585,6 +653,11 @@ fn op_name(op: SendOp) -> &'static str {
         SendOp::Send => "SEND",
         _ => "FETCH_ADD",
     }
+}
+
+/// Whether an RC opcode is a request (of the peer's requester), not an answer.
+fn is_request(opcode: u8) -> bool {
+    matches!(opcode, 0x00..=0x0c | 0x13..=0x17)
 }
 
 /// The fuzz QP a received packet answers, and what it says; `None` for anything else.

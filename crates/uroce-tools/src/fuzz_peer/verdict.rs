@@ -169,6 +169,13 @@ pub fn judge(r: &Rendered, epsn: u32, got: &Outcome) -> bool {
         // §9.7.5.1: a duplicate WRITE / SEND is not executed again; the responder
         // acknowledges it (with the last PSN it took) or, between, says nothing.
         Expect::DupAck => matches!(*got, Outcome::Silence | Outcome::Ack { .. }),
+        // §9.7.5.2.8: a SEND finding no receive is RNR NAKed, with its own PSN.
+        Expect::AckOrRnr => match *got {
+            Outcome::Ack { psn } => psn_diff(psn, r.psn) >= 0,
+            Outcome::Rnr { psn } => psn == r.psn,
+            _ => false,
+        },
+        Expect::InvalidRequest => matches!(*got, Outcome::Nak { code: 1, .. }),
     }
 }
 
@@ -201,6 +208,14 @@ pub fn learn(t: &mut Track, spec: &Spec, r: &Rendered, got: &Outcome) -> bool {
                         })
                     }
                     Spec::Write { .. } | Spec::PsnOff { .. } => t.open = None,
+                    Spec::OpenSend => t.send_open = Some(t.mtu),
+                    Spec::ContinueSend { last, .. } => {
+                        t.send_open = match (last, t.send_open) {
+                            (true, _) => None,
+                            (false, n) => Some(n.unwrap_or(0) + t.mtu),
+                        };
+                    }
+                    Spec::Send { .. } => t.send_open = None,
                     _ => {}
                 }
                 if let (Outcome::AtomicAck { .. }, Some(a)) = (got, atomic_of(r)) {
