@@ -351,3 +351,65 @@ fn ibv_rc_pingpong_on_uroce_survives_fuzz_peer() {
     assert!(s["peer_restarts"].as_u64().unwrap() >= 1, "{s:#}");
     eprintln!("{s:#}");
 }
+
+/// The distro's unmodified `ibv_ud_pingpong` on uroce's libibverbs.so.1, receives of 512
+/// bytes (and a GRH), path MTU 1024: datagrams that fit are taken (it answers each),
+/// those with a wrong Q_Key (the controlled-Q_Key bit too), opcodes of other
+/// transports, bad ICRCs, P_Keys or TVers are dropped without a word, any source QP is
+/// taken, and no frame is ever answered with an ACK or NAK; its answer to a probe
+/// datagram comes at every check; no finding.
+#[test]
+fn ibv_ud_pingpong_on_uroce_survives_fuzz_peer() {
+    if !can_run() || !pingpong_on_library() {
+        return;
+    }
+    let pair = netns::VethPair::create("fzd", 1500).unwrap();
+    let cmd = format!(
+        "{bin} run --backend udp --iface {iface} -- ibv_ud_pingpong -g 1 -p 18715 -s 512 \
+         -n 1000000000",
+        bin = env!("CARGO_BIN_EXE_uroce"),
+        iface = pair.ifaces[1],
+    );
+    let server = Server::with(&pair, "udpp", "", &cmd);
+    let (code, s, stderr) = fuzz(
+        &pair,
+        &server,
+        &[
+            "--tool",
+            "ibv_ud_pingpong",
+            "-s",
+            "512",
+            "--backend",
+            "udp",
+            "-p",
+            "18715",
+            "--iters",
+            "400",
+            "--seed",
+            "9",
+        ],
+    );
+    eprintln!("{s:#}");
+    assert_eq!(code, 0, "{s:#}\n{stderr}");
+    assert_eq!(s["findings"].as_array().unwrap().len(), 0, "{s:#}");
+    assert_eq!(s["mismatches"].as_array().unwrap().len(), 0, "{s:#}");
+    assert_eq!(s["frames_sent"].as_u64(), Some(400), "{s:#}");
+    assert!(s["checks_passed"].as_u64().unwrap() >= 400 / 64, "{s:#}");
+    let answers = s["answers"].as_object().unwrap();
+    assert!(answers["datagram"].as_u64().unwrap() > 50, "{s:#}");
+    assert!(answers["silence"].as_u64().unwrap() > 50, "{s:#}");
+    // Datagrams back and silences, nothing else: a UD QP acknowledges nothing.
+    assert_eq!(answers.len(), 2, "{s:#}");
+    for kind in [
+        "ud_send",
+        "ud_qkey",
+        "ud_src_qp",
+        "ud_over_mtu",
+        "ud_wrong_opcode",
+    ] {
+        assert!(
+            s["kinds"][kind].as_u64().unwrap_or(0) > 0,
+            "no {kind} frame: {s:#}"
+        );
+    }
+}

@@ -18,7 +18,8 @@ The peer runs a server that stays up; start it first:
   ib_write_bw -d DEV -x IDX -p 18515 & ib_write_bw -d DEV -x IDX -p 18516
                                                     (perftest: the fuzz QP's server and
                                                      the known-good QP's, with --tool ib_write_bw)
-  ibv_rc_pingpong -g IDX -n 1000000000             (--tool ibv_rc_pingpong, -s its -s)
+  ibv_rc_pingpong -g IDX -n 1000000000             (--tool ibv_rc_pingpong, -s its -s;
+                                                     ibv_ud_pingpong likewise)
 A perftest or uroce perf server serves one client: to go on once every fuzz QP of the
 peer is in the error state, and to shrink a finding, give --restart-cmd (it must return
 once the peer listens again). Exit status: 0 no finding, 1 a finding, 2 an error.";
@@ -29,7 +30,7 @@ pub struct Args {
     /// The peer's address.
     peer: IpAddr,
     /// The tool the peer runs: uroce-perf, ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw,
-    /// ibv_rc_pingpong.
+    /// ibv_rc_pingpong, ibv_ud_pingpong.
     #[arg(long, default_value = "uroce-perf")]
     tool: String,
     /// TCP port of the exchange (perftest: the fuzz QP's server; the known-good one on the
@@ -58,7 +59,7 @@ pub struct Args {
     /// Fuzz QPs to ask a uroce perf server for (1..=63).
     #[arg(long, default_value_t = 16)]
     qps: u32,
-    /// The length of the peer's receives (ibv_rc_pingpong's -s).
+    /// The length of the peer's receives (ibv_rc_pingpong's or ibv_ud_pingpong's -s).
     #[arg(short = 's', long, default_value_t = 4096)]
     size: u32,
     /// Fuzz frames between two checks of the oracles.

@@ -280,7 +280,11 @@ impl Driver {
         if resp.is_empty()
             && !matches!(
                 r.expect,
-                Expect::Any | Expect::Silent | Expect::NotAccepted | Expect::DupAck
+                Expect::Any
+                    | Expect::Silent
+                    | Expect::NotAccepted
+                    | Expect::DupAck
+                    | Expect::NoAckNak
             )
         {
             resp = self.sess.collect(t.my_qpn, wait * 20)?;
@@ -320,7 +324,8 @@ impl Driver {
     /// The liveness oracle. With a known-good QP, its operation must complete
     /// ([`Session::liveness`]). A peer with one QP (`ibv_rc_pingpong`) is probed on the
     /// fuzz QP itself: a SEND at its expected PSN (a SEND LAST first when a SEND is open)
-    /// must be ACKed before `deadline`; an RNR NAK (no receive yet) or a PSN sequence error
+    /// must be ACKed before `deadline` (a UD peer, `ibv_ud_pingpong`: a datagram must be
+    /// answered with one); an RNR NAK (no receive yet) or a PSN sequence error
     /// NAK (the expected PSN learnt anew) make the probe go again. A QP already in the error
     /// state, as the rules asked, cannot be probed: the reconnection to a fresh peer is
     /// then the check.
@@ -340,7 +345,13 @@ impl Driver {
             }
             let (t0, tr) = self.sess.targets[self.live];
             let room = |n: u32| t0.recv_size.saturating_sub(n).clamp(1, 8);
-            let spec = if let Some(n) = tr.send_open {
+            let spec = if t0.ud {
+                Spec::UdSend {
+                    len: 8,
+                    imm: false,
+                    psn_delta: 1,
+                }
+            } else if let Some(n) = tr.send_open {
                 Spec::ContinueSend {
                     last: true,
                     len: room(n),
@@ -355,6 +366,10 @@ impl Driver {
             let alive = learn(&mut tr, &spec, &r, &got);
             match got {
                 Outcome::Ack { psn } if psn == r.psn => {
+                    self.sess.targets[self.live].1 = tr;
+                    return Ok(Ok(()));
+                }
+                Outcome::Datagram => {
                     self.sess.targets[self.live].1 = tr;
                     return Ok(Ok(()));
                 }

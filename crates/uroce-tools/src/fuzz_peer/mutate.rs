@@ -68,6 +68,11 @@ pub struct Target {
     /// 0: not known, and the peer is fuzzed with RDMA frames; otherwise it is a SEND peer
     /// and most frames are SENDs ([`Generator::next`]).
     pub recv_size: u32,
+    /// The peer's QP is UD (`ibv_ud_pingpong`): frames are datagrams with a DETH
+    /// carrying `qkey`, and the peer answers a datagram it takes with one of its own.
+    pub ud: bool,
+    /// The UD QP's Q_Key.
+    pub qkey: u32,
 }
 
 /// What the fuzzer knows of the target responder's state (IBTA Vol. 1 §9.7.5.1).
@@ -213,6 +218,18 @@ pub enum Spec {
     BadPkey { pkey: u16 },
     /// A BTH with TVer `tver` (only 0 is defined).
     BadTver { tver: u8 },
+    /// A UD SEND ONLY (with immediate data when `imm`) of `len` bytes at the PSN
+    /// `psn_delta` from the last one (UD has no PSN check).
+    UdSend { len: u32, imm: bool, psn_delta: i32 },
+    /// A UD SEND ONLY whose DETH Q_Key is the QP's `^ xor` (0x8000_0000: the
+    /// controlled-Q_Key bit).
+    UdQkey { xor: u32 },
+    /// A UD SEND ONLY whose DETH source QP is `src_qp`.
+    UdSrcQp { src_qp: u32 },
+    /// A UD SEND ONLY carrying `extra` bytes more than the path MTU.
+    UdOverMtu { extra: u32 },
+    /// Opcode `opcode` (RC, UC, reserved UD) to the UD QP, over a UD SEND's bytes.
+    UdWrongOpcode { opcode: u8 },
 }
 
 /// What the IBTA rules make the responder answer, where decidable.
@@ -242,6 +259,11 @@ pub enum Expect {
     /// A NAK Invalid Request (a SEND longer than the receive: a length error, IBTA
     /// Vol. 1 §9.7.5.2.4).
     InvalidRequest,
+    /// A UD peer takes the datagram: its answer, a datagram back, comes.
+    Datagram,
+    /// A UD frame: anything but an acknowledgement (a UD QP never sends an ACK or NAK,
+    /// IBTA Vol. 1 §9.8.3: UD is unacknowledged).
+    NoAckNak,
     /// Not decidable.
     Any,
 }
@@ -260,6 +282,10 @@ pub struct Rendered {
     /// Whether the responder may take the frame without answering (no AckReq), so that
     /// silence leaves its expected PSN uncertain.
     pub silent_take: bool,
+    /// Whether the peer tool cannot go on after this frame, however well it answers it
+    /// (a datagram longer than `ibv_ud_pingpong`'s receives completes in error and the
+    /// program exits).
+    pub ends: bool,
 }
 
 /// PSN arithmetic modulo 2^24.
@@ -440,6 +466,61 @@ impl Generator {
         }
     }
 
+    /// The next frame for a UD peer (`ibv_ud_pingpong`): datagrams good and bad, Q_Key
+    /// and DETH edges, payloads past the path MTU and the receive, opcodes of other
+    /// transports.
+    fn next_ud(&mut self, target: &Target) -> Spec {
+        let mtu = target.mtu;
+        let fits = target.recv_size.min(mtu).max(1);
+        if fits < mtu && self.rng.chance(FATAL_SHARE_SEND / 2.0) {
+            return Spec::UdSend {
+                len: self.rng.range(u64::from(fits) + 1, u64::from(mtu)) as u32,
+                imm: false,
+                psn_delta: 1,
+            };
+        }
+        match self.rng.range(0, 99) {
+            0..=29 => Spec::UdSend {
+                len: self.len(fits),
+                imm: self.rng.chance(0.3),
+                psn_delta: 1,
+            },
+            30..=34 => Spec::UdSend {
+                len: self.len(fits),
+                imm: false,
+                psn_delta: self.psn_delta(),
+            },
+            35..=44 => Spec::UdQkey {
+                xor: self.pick(&[1, 0x8000_0000, 0xffff_ffff, 0x0000_ff00]),
+            },
+            45..=52 => Spec::UdSrcQp {
+                src_qp: {
+                    let any = self.rng.next_u64() as u32 & 0xff_ffff;
+                    self.pick(&[0, 1, 0xff_ffff, any])
+                },
+            },
+            53..=60 => Spec::UdWrongOpcode {
+                opcode: self.pick(&[0x04, 0x0a, 0x0c, 0x11, 0x24, 0x2a, 0x60, 0x63, 0x66, 0x7f]),
+            },
+            61..=66 => Spec::UdOverMtu {
+                extra: self.pick(&[1, 4, 64, mtu]),
+            },
+            67..=73 => Spec::BadIcrc {
+                xor: (self.rng.next_u64() as u32) | 1,
+            },
+            74..=78 => Spec::Truncated {
+                keep: self.pick(&[0, 1, 11, 12, 13, 19]),
+            },
+            79..=86 if self.whole_frames => self.ip_edge(),
+            79..=93 => Spec::BadPkey {
+                pkey: self.pick(&[0x0000, 0x8001, 0xfffe]),
+            },
+            _ => Spec::BadTver {
+                tver: self.rng.range(1, 15) as u8,
+            },
+        }
+    }
+
     /// An IPv4 / UDP header edge.
     fn ip_edge(&mut self) -> Spec {
         Spec::Ip {
@@ -461,6 +542,9 @@ impl Generator {
 
     /// The next frame for a target in state `t`.
     pub fn next(&mut self, t: &Track, target: &Target) -> Spec {
+        if target.ud {
+            return self.next_ud(target);
+        }
         if target.recv_size > 0 {
             return self.next_send(t, target);
         }
@@ -670,6 +754,34 @@ fn reth(t: &Target, off: u64, len: u32) -> ExtHeaders {
     }
 }
 
+/// A valid UD SEND ONLY of `len` bytes at `psn`, Q_Key `qkey`, source QP ours.
+fn ud_send(t: &Target, psn: u32, len: u32, qkey: u32, imm: bool) -> Vec<u8> {
+    let (op, imm) = if imm {
+        (Opcode::UdSendOnlyImm, Some(0x1234_5678))
+    } else {
+        (Opcode::UdSendOnly, None)
+    };
+    let ext = ExtHeaders {
+        deth: Some(DethRepr {
+            qkey,
+            src_qp: t.my_qpn,
+        }),
+        imm,
+        ..ExtHeaders::default()
+    };
+    build(t, BthRepr::new(op, t.dest_qp, psn), ext, len)
+}
+
+/// The valid frame the header mutations start from: a WRITE ONLY of 8 bytes (a UD SEND
+/// ONLY to a UD QP) at `psn`.
+fn base(t: &Target, psn: u32) -> Vec<u8> {
+    if t.ud {
+        ud_send(t, psn, 8, t.qkey, false)
+    } else {
+        write_only(t, psn, 0, 8, true)
+    }
+}
+
 /// A valid WRITE ONLY of `len` bytes at `psn`.
 fn write_only(t: &Target, psn: u32, off: u64, len: u32, ack_req: bool) -> Vec<u8> {
     let len = len.min(t.mtu);
@@ -732,6 +844,7 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
     let mtu = t.mtu;
     let mut whole = false;
     let mut silent_take = false;
+    let mut ends = false;
     let (bytes, psn, expect) = match *spec {
         Spec::Write { len, off, ack_req } => {
             silent_take = !ack_req;
@@ -1119,7 +1232,7 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             )
         }
         Spec::Truncated { keep } => {
-            let full = write_only(t, e, 0, 8, true);
+            let full = base(t, e);
             let keep = usize::from(keep).min(bth::HEADER_LEN + 15);
             let mut b = full[..keep].to_vec();
             b.extend_from_slice(&[0; 4]);
@@ -1127,7 +1240,7 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             (b, e, Expect::NotAccepted)
         }
         Spec::BadIcrc { xor } => {
-            let mut b = write_only(t, e, 0, 8, true);
+            let mut b = base(t, e);
             let at = b.len() - 4;
             let crc = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) ^ xor.max(1);
             b[at..].copy_from_slice(&crc.to_le_bytes());
@@ -1137,11 +1250,11 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
         }
         Spec::Ip { edge } => {
             whole = true;
-            let roce = write_only(t, e, 0, 8, true);
+            let roce = base(t, e);
             (ip_edge(t, &roce, edge), e, Expect::Any)
         }
         Spec::BadPkey { pkey } => {
-            let mut b = write_only(t, e, 0, 8, true);
+            let mut b = base(t, e);
             b[2..4].copy_from_slice(&pkey.to_be_bytes());
             seal(t, &mut b);
             // IBTA Vol. 1 §9.6 (P_Key check): a P_Key that does not match the QP's is
@@ -1155,12 +1268,75 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             (b, e, when(x))
         }
         Spec::BadTver { tver } => {
-            let mut b = write_only(t, e, 0, 8, true);
+            let mut b = base(t, e);
             b[1] = (b[1] & 0xf0) | (tver & 0x0f);
             seal(t, &mut b);
             // IBTA Vol. 1 §9.6 (header validation): a TVer the receiver does not support: drop.
             (b, e, Expect::NotAccepted)
         }
+        Spec::UdSend {
+            len,
+            imm,
+            psn_delta,
+        } => {
+            let psn = psn_add(e, i64::from(psn_delta));
+            let len = len.min(t.max_payload);
+            // A datagram longer than the receive completes it in error (a local length
+            // error; rdma_rxe's `send_data_in`) and ibv_ud_pingpong exits; one that fits
+            // is taken and answered.
+            let x = if len > t.recv_size.min(mtu) {
+                ends = true;
+                Expect::NoAckNak
+            } else {
+                Expect::Datagram
+            };
+            (ud_send(t, psn, len, t.qkey, imm), psn, x)
+        }
+        // IBTA Vol. 1 §10.2.4 (Q_Keys): a datagram whose Q_Key is not the receiving
+        // QP's is silently dropped (rdma_rxe's `check_keys`); the controlled-Q_Key bit
+        // only decides which Q_Key a sender puts in, and makes no exception here.
+        Spec::UdQkey { xor } => (
+            ud_send(t, e, 8, t.qkey ^ xor.max(1), false),
+            e,
+            Expect::Silent,
+        ),
+        Spec::UdSrcQp { src_qp } => {
+            let mut b = ud_send(t, e, 8, t.qkey, false);
+            b[bth::HEADER_LEN + 5..bth::HEADER_LEN + 8]
+                .copy_from_slice(&(src_qp & 0xff_ffff).to_be_bytes()[1..]);
+            seal(t, &mut b);
+            // The source QP is the sender's to name: any value is taken.
+            (b, e, Expect::Datagram)
+        }
+        Spec::UdOverMtu { extra } => {
+            let len = (mtu + extra.max(1)).min(t.max_payload);
+            // A datagram is one packet of at most the path MTU, but no receive-side rule
+            // is agreed on: uroce and rdma_rxe (`check_length`) take one that fits the
+            // receive, a port with a smaller MTU drops it. Either passes; one longer than
+            // the receive ends ibv_ud_pingpong (a local length error) when taken.
+            ends = len > t.recv_size;
+            let x = if len > mtu {
+                Expect::NoAckNak
+            } else {
+                Expect::Datagram
+            };
+            (ud_send(t, e, len, t.qkey, false), e, x)
+        }
+        Spec::UdWrongOpcode { opcode } => {
+            let mut b = ud_send(t, e, 8, t.qkey, false);
+            b[0] = opcode;
+            seal(t, &mut b);
+            // IBTA Vol. 1 §9.6 (header validation): an opcode not of the QP's
+            // transport is dropped, and a UD QP acknowledges nothing.
+            (b, e, Expect::Silent)
+        }
+    };
+    // A UD QP answers nothing with an acknowledgement, and what it does not take it
+    // drops silently (IBTA Vol. 1 §9.6, §9.8.3).
+    let expect = match expect {
+        Expect::NotAccepted if t.ud => Expect::Silent,
+        Expect::Any if t.ud => Expect::NoAckNak,
+        x => x,
     };
     // An RDMA operation the QP is not enabled for is refused whatever else is wrong
     // with it (IBTA Vol. 1 §9.7.5.2): NAKed, Remote Access Error (ConnectX) or Invalid
@@ -1184,6 +1360,7 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
         psn,
         expect,
         silent_take,
+        ends,
     }
 }
 
@@ -1303,6 +1480,8 @@ mod tests {
             read_ok: true,
             atomic_ok: true,
             recv_size: 0,
+            ud: false,
+            qkey: 0,
         }
     }
 
@@ -1466,6 +1645,65 @@ mod tests {
         }
         assert!(sends > 1000, "{sends} SENDs of 2000");
         assert!(opened > 50, "{opened} multi-packet SENDs");
+    }
+
+    #[test]
+    fn a_ud_peer_gets_datagrams_and_must_drop_the_bad_ones_silently() {
+        let t = Target {
+            write_ok: false,
+            read_ok: false,
+            atomic_ok: false,
+            recv_size: 512,
+            ud: true,
+            qkey: 0x1111_1111,
+            ..target()
+        };
+        let tr = Track::new(9, 1024);
+        let parsed = |s: Spec| {
+            let r = render(&s, &t, &tr);
+            let f = frame_of(&t, &r.bytes);
+            let deth = wire::parse(&f).ok().and_then(|p| p.ext.deth);
+            (r.expect, r.ends, deth)
+        };
+        let good = Spec::UdSend {
+            len: 100,
+            imm: true,
+            psn_delta: 1,
+        };
+        let (x, ends, deth) = parsed(good);
+        assert_eq!((x, ends), (Expect::Datagram, false));
+        assert_eq!(deth.unwrap().qkey, 0x1111_1111);
+        // The controlled-Q_Key bit set: another Q_Key, dropped.
+        let (x, _, deth) = parsed(Spec::UdQkey { xor: 0x8000_0000 });
+        assert_eq!(x, Expect::Silent);
+        assert_eq!(deth.unwrap().qkey, 0x9111_1111);
+        let (x, _, deth) = parsed(Spec::UdSrcQp { src_qp: 0xab_cdef });
+        assert_eq!(x, Expect::Datagram);
+        assert_eq!(deth.unwrap().src_qp, 0xab_cdef);
+        // Past the receive: it ends the pingpong; past the MTU: no rule to judge by.
+        assert!(
+            parsed(Spec::UdSend {
+                len: 600,
+                imm: false,
+                psn_delta: 1
+            })
+            .1
+        );
+        assert_eq!(parsed(Spec::UdOverMtu { extra: 4 }).0, Expect::NoAckNak);
+        // What an RC QP would refuse with a NAK, a UD QP drops without a word.
+        assert_eq!(parsed(Spec::BadTver { tver: 1 }).0, Expect::Silent);
+        assert_eq!(
+            parsed(Spec::UdWrongOpcode { opcode: 0x04 }).0,
+            Expect::Silent
+        );
+        let mut g = Generator::new(4, false);
+        let ud = (0..500)
+            .filter(|_| {
+                let s = g.next(&tr, &t);
+                render(&s, &t, &tr).bytes[0] & 0xe0 == 0x60
+            })
+            .count();
+        assert!(ud > 250, "{ud} UD frames of 500");
     }
 
     #[test]

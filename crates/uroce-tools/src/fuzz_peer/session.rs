@@ -46,6 +46,11 @@ pub enum PeerTool {
     /// (a SEND at its expected PSN must be ACKed, [`super::Driver::liveness`]); its own
     /// SENDs to us are ACKed here ([`Session::collect`]), or it would give up and exit.
     RcPingpong,
+    /// `ibv_ud_pingpong` as a server (or `uroce pingpong --ud`): the same exchange, one
+    /// UD QP (Q_Key 0x11111111) whose receives are of its `-s` (and a GRH); it answers
+    /// each datagram it takes with one of its own, which is what tells a datagram taken
+    /// from one dropped.
+    UdPingpong,
 }
 
 /// The perftest server's operation (what the known-good QP does to it).
@@ -71,7 +76,8 @@ impl PeerTool {
             "ib_send_bw" => Self::Perftest(PerftestVerb::Send),
             "ib_atomic_bw" => Self::Perftest(PerftestVerb::Atomic),
             "ibv_rc_pingpong" | "rc_pingpong" => Self::RcPingpong,
-            _ => bail!("peer tool {s:?} is not uroce-perf, ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw or ibv_rc_pingpong"),
+            "ibv_ud_pingpong" | "ud_pingpong" => Self::UdPingpong,
+            _ => bail!("peer tool {s:?} is not uroce-perf, ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ibv_rc_pingpong or ibv_ud_pingpong"),
         })
     }
 }
@@ -262,10 +268,12 @@ impl Session {
             PeerTool::Perftest(PerftestVerb::Write) => (true, false, false),
             PeerTool::Perftest(PerftestVerb::Read) => (false, true, false),
             PeerTool::Perftest(PerftestVerb::Atomic) => (false, false, true),
-            PeerTool::Perftest(_) | PeerTool::RcPingpong => (false, false, false),
+            PeerTool::Perftest(_) | PeerTool::RcPingpong | PeerTool::UdPingpong => {
+                (false, false, false)
+            }
         };
         let recv_size = match cfg.tool {
-            PeerTool::RcPingpong => cfg.size.max(1),
+            PeerTool::RcPingpong | PeerTool::UdPingpong => cfg.size.max(1),
             _ => 0,
         };
         let target = |dest_qp: u32, my_qpn: u32, rkey: u32, va: u64, len: u64, exact, mtu: Mtu| {
@@ -288,6 +296,9 @@ impl Session {
                     read_ok,
                     atomic_ok,
                     recv_size,
+                    ud: cfg.tool == PeerTool::UdPingpong,
+                    // rdma-core's ibv_ud_pingpong (and uroce pingpong --ud) use this one.
+                    qkey: 0x1111_1111,
                 },
                 Track::new(cfg.psn, mtu.bytes()),
             )
@@ -361,9 +372,9 @@ impl Session {
                     next: 0,
                 })
             }
-            PeerTool::RcPingpong => {
+            PeerTool::RcPingpong | PeerTool::UdPingpong => {
                 let IpAddr::V4(l4) = local else {
-                    bail!("ibv_rc_pingpong peers are IPv4 here");
+                    bail!("pingpong peers are IPv4 here");
                 };
                 // rdma-core's pp_client_exch_dest: ours, theirs, then "done".
                 let mine = crate::pingpong::Dest {

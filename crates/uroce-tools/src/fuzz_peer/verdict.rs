@@ -46,6 +46,8 @@ pub enum Outcome {
     ReadResp { first: u32, last: u32 },
     /// An atomic ACK of `psn`.
     AtomicAck { psn: u32 },
+    /// A UD datagram (a UD peer's answer to a datagram it took).
+    Datagram,
     /// Something else (a request from the peer's requester, a reserved syndrome).
     Other { opcode: u8 },
 }
@@ -70,6 +72,7 @@ impl Outcome {
                 },
             },
             Some(Opcode::RcAtomicAck) => Self::AtomicAck { psn: first.psn },
+            Some(Opcode::UdSendOnly | Opcode::UdSendOnlyImm) => Self::Datagram,
             Some(
                 Opcode::RcReadResponseFirst
                 | Opcode::RcReadResponseMiddle
@@ -102,6 +105,7 @@ impl Outcome {
             Self::Rnr { .. } => "RNR NAK".into(),
             Self::ReadResp { .. } => "READ response".into(),
             Self::AtomicAck { .. } => "ATOMIC ACK".into(),
+            Self::Datagram => "datagram".into(),
             Self::Other { opcode } => format!("opcode {opcode:#04x}"),
         }
     }
@@ -148,6 +152,7 @@ pub fn judge(r: &Rendered, epsn: u32, got: &Outcome) -> bool {
     let accepted = match *got {
         Outcome::Ack { psn } | Outcome::AtomicAck { psn } => psn == r.psn,
         Outcome::ReadResp { first, .. } => first == r.psn,
+        Outcome::Datagram => true,
         _ => false,
     };
     match r.expect {
@@ -176,6 +181,8 @@ pub fn judge(r: &Rendered, epsn: u32, got: &Outcome) -> bool {
             _ => false,
         },
         Expect::InvalidRequest => matches!(*got, Outcome::Nak { code: 1, .. }),
+        Expect::Datagram => *got == Outcome::Datagram,
+        Expect::NoAckNak => matches!(*got, Outcome::Silence | Outcome::Datagram),
     }
 }
 
@@ -183,6 +190,9 @@ pub fn judge(r: &Rendered, epsn: u32, got: &Outcome) -> bool {
 /// gone to the error state (a NAK other than a PSN sequence error or RNR: IBTA Vol. 1
 /// §9.7.5.2, the responder's class C / D / E errors), so it takes no more frames.
 pub fn learn(t: &mut Track, spec: &Spec, r: &Rendered, got: &Outcome) -> bool {
+    if r.ends {
+        return false;
+    }
     // The responder takes only the packet at its expected PSN; an answer naming another
     // PSN (a duplicate's ACK, whichever PSN the peer puts in it) moves nothing. When the
     // expected PSN moves, the PSN it NAKed has arrived and it may NAK a sequence error
@@ -250,6 +260,11 @@ pub fn learn(t: &mut Track, spec: &Spec, r: &Rendered, got: &Outcome) -> bool {
             true
         }
         Outcome::Nak { .. } => false,
+        Outcome::Datagram => {
+            // UD has no expected PSN: the next datagram goes at the one after this.
+            t.epsn = psn_add(r.psn, 1);
+            true
+        }
         Outcome::Silence | Outcome::Other { .. } => {
             if r.silent_take && r.psn == t.epsn {
                 // Taken or not: the PSN is no longer certain.
@@ -297,6 +312,7 @@ mod tests {
             psn,
             expect,
             silent_take: false,
+            ends: false,
         }
     }
 
