@@ -175,6 +175,9 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
         for (k, v) in &s.answers {
             println!("   {k:<32} {v}");
         }
+        if s.ce_marked > 0 || s.cnps > 0 {
+            println!(" CNPs: {} (frames marked ECN CE: {})", s.cnps, s.ce_marked);
+        }
         if !s.mismatches.is_empty() {
             println!(" answers the IBTA rules do not allow:");
             for m in &s.mismatches {

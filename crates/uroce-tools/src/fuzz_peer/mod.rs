@@ -148,6 +148,10 @@ pub struct Summary {
     pub answers: BTreeMap<String, u64>,
     /// Answers that came outside a frame's window.
     pub stray_answers: u64,
+    /// CNPs the peer sent (its answer to CE-marked frames where it runs DCQCN).
+    pub cnps: u64,
+    /// Frames sent marked ECN CE (`ip` frames with the `ecn_ce` edge).
+    pub ce_marked: u64,
     /// Wrong verdicts (with `--verdicts count`; with `stop` the first is a finding).
     pub mismatches: Vec<MismatchCount>,
     /// Fuzz QPs of the peer used (each ends in the error state or at the end of the run).
@@ -221,6 +225,8 @@ pub(crate) struct Step {
     pub(crate) expect: Expect,
     /// The fuzz QP (ours).
     pub(crate) qpn: u32,
+    /// CNPs among what came back.
+    pub(crate) cnps: u64,
 }
 
 impl Driver {
@@ -290,6 +296,7 @@ impl Driver {
             resp = self.sess.collect(t.my_qpn, wait * 20)?;
         }
         let got = Outcome::of(&resp);
+        let cnps = verdict::cnps(&resp);
         let mismatch = (!judge(&r, tr.epsn, &got)).then_some(Mismatch {
             spec: *spec,
             expected: r.expect,
@@ -316,6 +323,7 @@ impl Driver {
             epsn,
             expect: r.expect,
             qpn: t.my_qpn,
+            cnps,
         }))
     }
 }
@@ -498,6 +506,14 @@ pub fn run(cfg: &FuzzConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<S
                 }
                 *sum.kinds.entry(kind_name(&spec)).or_default() += 1;
                 *sum.answers.entry(st.got.label()).or_default() += 1;
+                sum.cnps += st.cnps;
+                if spec
+                    == (Spec::Ip {
+                        edge: mutate::IpEdge::EcnCe,
+                    })
+                {
+                    sum.ce_marked += 1;
+                }
                 since_specs.push(spec);
                 since_frames.push(st.frame);
                 if let Some(m) = st.mismatch {

@@ -153,6 +153,28 @@ pub enum IpEdge {
     SourcePort4791,
     /// Ethernet padding after the IP packet.
     Trailer,
+    /// TTL (IPv6: hop limit) 1.
+    TtlOne,
+    /// IPv6 hop limit 0 (an IPv4 peer gets TTL 0).
+    HopLimitZero,
+    /// A UDP length longer than the datagram.
+    UdpLenLong,
+    /// A correct, non-zero UDP checksum.
+    GoodUdpChecksum,
+    /// UDP destination port 4792: not RoCEv2.
+    WrongDstPort,
+    /// DSCP 46 (expedited forwarding).
+    Dscp,
+    /// ECN ECT(0).
+    EcnEct0,
+    /// ECN ECT(1).
+    EcnEct1,
+    /// ECN CE: congestion experienced (a DCQCN receiver answers with a CNP).
+    EcnCe,
+    /// An IPv6 flow label.
+    FlowLabel,
+    /// An IPv6 next header that is not UDP (59: no next header).
+    NextHeader,
 }
 
 /// One fuzz frame, relative to the target's state when it is sent.
@@ -264,6 +286,9 @@ pub enum Expect {
     /// A UD frame: anything but an acknowledgement (a UD QP never sends an ACK or NAK,
     /// IBTA Vol. 1 §9.8.3: UD is unacknowledged).
     NoAckNak,
+    /// Taken (an ACK of this packet's PSN) or dropped (nothing): a header the receiver
+    /// may accept or not, never NAK.
+    AckOrSilent,
     /// Not decidable.
     Any,
 }
@@ -308,6 +333,32 @@ pub const RC_RESERVED: [u8; 7] = [0x15, 0x18, 0x19, 0x1a, 0x1b, 0x1e, 0x1f];
 /// Opcodes of other transports: UC, UD, RD and CNP, and reserved ranges.
 const OTHER_TRANSPORT: [u8; 12] = [
     0x20, 0x24, 0x2a, 0x27, 0x44, 0x4c, 0x64, 0x65, 0x81, 0x60, 0xa0, 0xe0,
+];
+
+/// The IP / UDP header edges, each with its verdict in [`super::verdict::ip_edge_expect`].
+pub const IP_EDGES: [IpEdge; 22] = [
+    IpEdge::Options,
+    IpEdge::TtlZero,
+    IpEdge::MoreFragments,
+    IpEdge::FragmentOffset,
+    IpEdge::TotalLenLong,
+    IpEdge::TotalLenShort,
+    IpEdge::BadIpChecksum,
+    IpEdge::UdpLenShort,
+    IpEdge::BadUdpChecksum,
+    IpEdge::SourcePort4791,
+    IpEdge::Trailer,
+    IpEdge::TtlOne,
+    IpEdge::HopLimitZero,
+    IpEdge::UdpLenLong,
+    IpEdge::GoodUdpChecksum,
+    IpEdge::WrongDstPort,
+    IpEdge::Dscp,
+    IpEdge::EcnEct0,
+    IpEdge::EcnEct1,
+    IpEdge::EcnCe,
+    IpEdge::FlowLabel,
+    IpEdge::NextHeader,
 ];
 
 /// Share of the frames after which the responder must take its QP to the error state.
@@ -521,22 +572,10 @@ impl Generator {
         }
     }
 
-    /// An IPv4 / UDP header edge.
+    /// An IP / UDP header edge (those of the peer's IP version; [`IP_EDGES`]).
     fn ip_edge(&mut self) -> Spec {
         Spec::Ip {
-            edge: self.pick(&[
-                IpEdge::Options,
-                IpEdge::TtlZero,
-                IpEdge::MoreFragments,
-                IpEdge::FragmentOffset,
-                IpEdge::TotalLenLong,
-                IpEdge::TotalLenShort,
-                IpEdge::BadIpChecksum,
-                IpEdge::UdpLenShort,
-                IpEdge::BadUdpChecksum,
-                IpEdge::SourcePort4791,
-                IpEdge::Trailer,
-            ]),
+            edge: self.pick(&IP_EDGES),
         }
     }
 
@@ -1251,7 +1290,18 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
         Spec::Ip { edge } => {
             whole = true;
             let roce = base(t, e);
-            (ip_edge(t, &roce, edge), e, Expect::Any)
+            let (f, applied) = ip_edge(t, &roce, edge);
+            // An edge of the other IP version leaves the frame as it was: a valid one.
+            let x = if applied {
+                super::verdict::ip_edge_expect(edge)
+            } else if t.ud {
+                Expect::Datagram
+            } else {
+                Expect::Ack
+            };
+            // Silence is certain whatever the state; the rest needs it known.
+            let x = if x == Expect::Silent { x } else { when(x) };
+            (f, e, x)
         }
         Spec::BadPkey { pkey } => {
             let mut b = base(t, e);
@@ -1335,7 +1385,8 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
     // drops silently (IBTA Vol. 1 §9.6, §9.8.3).
     let expect = match expect {
         Expect::NotAccepted if t.ud => Expect::Silent,
-        Expect::Any if t.ud => Expect::NoAckNak,
+        Expect::Any | Expect::AckOrSilent if t.ud => Expect::NoAckNak,
+        Expect::Ack if t.ud => Expect::Datagram,
         x => x,
     };
     // An RDMA operation the QP is not enabled for is refused whatever else is wrong
@@ -1387,59 +1438,133 @@ fn send_expect(t: &Target, len: u32) -> Expect {
 
 /// RFC 1071 checksum of an IPv4 header.
 fn ipv4_checksum(h: &[u8]) -> u16 {
-    let mut sum = 0u32;
-    for c in h.chunks(2) {
+    !(ones_sum(0, h) as u16)
+}
+
+/// The Internet checksum (RFC 1071) of `data`, folded, not complemented, added to `sum`.
+fn ones_sum(mut sum: u32, data: &[u8]) -> u32 {
+    for c in data.chunks(2) {
         sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
     }
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    !(sum as u16)
+    sum
 }
 
-/// A whole frame around `roce` with one IPv4 / UDP edge; the ICRC stays correct for the
-/// headers as sent (it masks TTL, TOS and the checksums). IPv6 peers get the frame as is.
-fn ip_edge(t: &Target, roce: &[u8], edge: IpEdge) -> Vec<u8> {
+/// The UDP checksum of `udp` (header, checksum field zero, and payload) between `src`
+/// and `dst` (RFC 768, RFC 8200 §8.1 pseudo-headers); 0 is sent as 0xffff.
+fn udp_checksum(src: IpAddr, dst: IpAddr, udp: &[u8]) -> u16 {
+    let mut pseudo = Vec::with_capacity(40);
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            pseudo.extend_from_slice(&s.octets());
+            pseudo.extend_from_slice(&d.octets());
+            pseudo.extend_from_slice(&[0, 17]);
+            pseudo.extend_from_slice(&(udp.len() as u16).to_be_bytes());
+        }
+        _ => {
+            let v6 = |a: IpAddr| match a {
+                IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+                IpAddr::V6(a) => a.octets(),
+            };
+            pseudo.extend_from_slice(&v6(src));
+            pseudo.extend_from_slice(&v6(dst));
+            pseudo.extend_from_slice(&(udp.len() as u32).to_be_bytes());
+            pseudo.extend_from_slice(&[0, 0, 0, 17]);
+        }
+    }
+    let c = !(ones_sum(ones_sum(0, &pseudo), udp) as u16);
+    if c == 0 {
+        0xffff
+    } else {
+        c
+    }
+}
+
+/// A whole frame around `roce` with one IP / UDP edge, and whether the edge applies to
+/// the peer's IP version (else the frame is left valid); the ICRC stays correct for the
+/// headers as sent (RoCEv2 Annex A17.4.1: it masks IPv4 TTL, TOS and header checksum,
+/// IPv6 traffic class, flow label and hop limit, and the UDP checksum).
+fn ip_edge(t: &Target, roce: &[u8], edge: IpEdge) -> (Vec<u8>, bool) {
+    use IpEdge as E;
     let mut f = frame_of(t, roce);
     let ip = wire::ethernet::HEADER_LEN;
-    if !matches!(t.src, IpAddr::V4(_)) || f.len() < ip + 28 {
-        return f;
+    let v4 = matches!(t.src, IpAddr::V4(_));
+    let ip_fixed = if v4 { 20 } else { 40 };
+    if f.len() < ip + ip_fixed + 8 + 16 {
+        return (f, false);
     }
-    if edge == IpEdge::Options {
+    let applied = match edge {
+        E::Options | E::MoreFragments | E::FragmentOffset | E::BadIpChecksum => v4,
+        E::FlowLabel | E::NextHeader => !v4,
+        _ => true,
+    };
+    if !applied {
+        return (f, false);
+    }
+    if edge == E::Options {
         // Four bytes of options: NOP, NOP, NOP, end of list.
         f.splice(ip + 20..ip + 20, [1u8, 1, 1, 0]);
         f[ip] = 0x46;
         let total = (f.len() - ip) as u16;
         f[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
     }
-    let ihl = usize::from(f[ip] & 0x0f) * 4;
+    let ihl = if v4 {
+        usize::from(f[ip] & 0x0f) * 4
+    } else {
+        40
+    };
     let udp = ip + ihl;
+    // The IP length field: IPv4 total length, IPv6 payload length.
+    let len_at = if v4 { ip + 2 } else { ip + 4 };
+    let add_len = |f: &mut Vec<u8>, d: i32| {
+        let v = (i32::from(u16::from_be_bytes([f[len_at], f[len_at + 1]])) + d) as u16;
+        f[len_at..len_at + 2].copy_from_slice(&v.to_be_bytes());
+    };
+    // The traffic class byte (IPv4 TOS; IPv6 across the first two bytes).
+    let set_tc = |f: &mut Vec<u8>, tc: u8| {
+        if v4 {
+            f[ip + 1] = tc;
+        } else {
+            f[ip] = 0x60 | (tc >> 4);
+            f[ip + 1] = (f[ip + 1] & 0x0f) | (tc << 4);
+        }
+    };
+    let hops = if v4 { ip + 8 } else { ip + 7 };
     match edge {
-        IpEdge::TtlZero => f[ip + 8] = 0,
-        IpEdge::MoreFragments => f[ip + 6] = 0x20,
-        IpEdge::FragmentOffset => {
+        E::TtlZero | E::HopLimitZero => f[hops] = 0,
+        E::TtlOne => f[hops] = 1,
+        E::MoreFragments => f[ip + 6] = 0x20,
+        E::FragmentOffset => {
             f[ip + 6] = 0x00;
             f[ip + 7] = 0x10;
         }
-        IpEdge::TotalLenLong => {
-            let v = u16::from_be_bytes([f[ip + 2], f[ip + 3]]).wrapping_add(64);
-            f[ip + 2..ip + 4].copy_from_slice(&v.to_be_bytes());
-        }
-        IpEdge::TotalLenShort => {
-            let v = u16::from_be_bytes([f[ip + 2], f[ip + 3]]).wrapping_sub(8);
-            f[ip + 2..ip + 4].copy_from_slice(&v.to_be_bytes());
-        }
-        IpEdge::UdpLenShort => {
-            let v = u16::from_be_bytes([f[udp + 4], f[udp + 5]]).wrapping_sub(4);
+        E::TotalLenLong => add_len(&mut f, 64),
+        E::TotalLenShort => add_len(&mut f, -8),
+        E::UdpLenShort | E::UdpLenLong => {
+            let d: i32 = if edge == E::UdpLenShort { -4 } else { 16 };
+            let v = (i32::from(u16::from_be_bytes([f[udp + 4], f[udp + 5]])) + d) as u16;
             f[udp + 4..udp + 6].copy_from_slice(&v.to_be_bytes());
         }
-        IpEdge::BadUdpChecksum => f[udp + 6..udp + 8].copy_from_slice(&[0x12, 0x34]),
-        IpEdge::SourcePort4791 => f[udp..udp + 2].copy_from_slice(&4791u16.to_be_bytes()),
-        IpEdge::Trailer => f.extend_from_slice(&[0u8; 18]),
-        _ => {}
+        E::BadUdpChecksum => f[udp + 6..udp + 8].copy_from_slice(&[0x12, 0x34]),
+        E::SourcePort4791 => f[udp..udp + 2].copy_from_slice(&4791u16.to_be_bytes()),
+        E::WrongDstPort => f[udp + 2..udp + 4].copy_from_slice(&4792u16.to_be_bytes()),
+        E::Trailer => f.extend_from_slice(&[0u8; 18]),
+        E::Dscp => set_tc(&mut f, 46 << 2),
+        E::EcnEct0 => set_tc(&mut f, 0b10),
+        E::EcnEct1 => set_tc(&mut f, 0b01),
+        E::EcnCe => set_tc(&mut f, 0b11),
+        E::FlowLabel => {
+            f[ip + 1] = (f[ip + 1] & 0xf0) | 0x0a;
+            f[ip + 2] = 0xbc;
+            f[ip + 3] = 0xde;
+        }
+        E::NextHeader => f[ip + 6] = 59,
+        E::Options | E::BadIpChecksum | E::GoodUdpChecksum => {}
     }
     // The ICRC over the headers as they now are (the trailer is not part of it).
-    let end = if edge == IpEdge::Trailer {
+    let end = if edge == E::Trailer {
         f.len() - 18
     } else {
         f.len()
@@ -1447,13 +1572,20 @@ fn ip_edge(t: &Target, roce: &[u8], edge: IpEdge) -> Vec<u8> {
     let bth_at = udp + 8;
     let icrc = wire::icrc::compute(&f[ip..udp], &f[udp..bth_at], &f[bth_at..end - 4]);
     f[end - 4..end].copy_from_slice(&icrc.to_le_bytes());
-    f[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
-    let c = ipv4_checksum(&f[ip..udp]);
-    f[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
-    if edge == IpEdge::BadIpChecksum {
-        f[ip + 10] ^= 0x5a;
+    if edge == E::GoodUdpChecksum {
+        f[udp + 6..udp + 8].copy_from_slice(&[0, 0]);
+        let c = udp_checksum(t.src, t.dst, &f[udp..end]);
+        f[udp + 6..udp + 8].copy_from_slice(&c.to_be_bytes());
     }
-    f
+    if v4 {
+        f[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+        let c = ipv4_checksum(&f[ip..udp]);
+        f[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
+        if edge == E::BadIpChecksum {
+            f[ip + 10] ^= 0x5a;
+        }
+    }
+    (f, true)
 }
 
 #[cfg(test)]
@@ -1704,6 +1836,47 @@ mod tests {
             })
             .count();
         assert!(ud > 250, "{ud} UD frames of 500");
+    }
+
+    #[test]
+    fn every_ip_edge_is_rendered_with_its_verdict() {
+        use crate::fuzz_peer::verdict::ip_edge_expect;
+        let t = target();
+        let tr = Track::new(9, 1024);
+        let ip = wire::ethernet::HEADER_LEN;
+        for edge in IP_EDGES {
+            let r = render(&Spec::Ip { edge }, &t, &tr);
+            assert!(r.whole);
+            let f = &r.bytes;
+            let v4_only = matches!(edge, IpEdge::FlowLabel | IpEdge::NextHeader);
+            let want = if v4_only {
+                Expect::Ack
+            } else {
+                ip_edge_expect(edge)
+            };
+            assert_eq!(r.expect, want, "{edge:?}");
+            let udp = ip + usize::from(f[ip] & 0x0f) * 4;
+            match edge {
+                IpEdge::MoreFragments => assert_eq!(f[ip + 6] & 0x20, 0x20),
+                IpEdge::FragmentOffset => assert_ne!(f[ip + 7], 0),
+                IpEdge::EcnCe => assert_eq!(f[ip + 1] & 3, 3),
+                IpEdge::TtlOne => assert_eq!(f[ip + 8], 1),
+                IpEdge::WrongDstPort => assert_eq!(&f[udp + 2..udp + 4], &[0x12, 0xb8]),
+                IpEdge::GoodUdpChecksum => {
+                    // The pseudo-header and the datagram sum to all ones.
+                    let mut p = vec![10, 0, 0, 1, 10, 0, 0, 2, 0, 17];
+                    p.extend_from_slice(&((f.len() - udp) as u16).to_be_bytes());
+                    assert_ne!(&f[udp + 6..udp + 8], &[0, 0]);
+                    assert_eq!(ones_sum(ones_sum(0, &p), &f[udp..]), 0xffff);
+                }
+                _ => {}
+            }
+            // The headers IPv4 parses and the ICRC holds for: what a receiver that takes
+            // the frame sees (a frame the rules drop may still parse).
+            if want == Expect::Ack && edge != IpEdge::Trailer {
+                assert!(wire::parse(f).is_ok(), "{edge:?}");
+            }
+        }
     }
 
     #[test]

@@ -373,15 +373,17 @@ impl Session {
                 })
             }
             PeerTool::RcPingpong | PeerTool::UdPingpong => {
-                let IpAddr::V4(l4) = local else {
-                    bail!("pingpong peers are IPv4 here");
+                // The GID: the IPv6 address, or the IPv4 one mapped.
+                let gid = match local {
+                    IpAddr::V4(l4) => l4.to_ipv6_mapped(),
+                    IpAddr::V6(l6) => l6,
                 };
                 // rdma-core's pp_client_exch_dest: ours, theirs, then "done".
                 let mine = crate::pingpong::Dest {
                     lid: 0,
                     qpn: FAKE_QPN_BASE,
                     psn: cfg.psn,
-                    gid: l4.to_ipv6_mapped(),
+                    gid,
                 };
                 let wire = mine.to_wire();
                 let theirs = crate::pingpong::Dest::from_wire(&xchg(&mut tcp, &wire)?)?;

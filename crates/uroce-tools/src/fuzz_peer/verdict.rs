@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::mutate::{psn_add, psn_diff, Expect, Rendered, Spec, Track};
+use super::mutate::{psn_add, psn_diff, Expect, IpEdge, Rendered, Spec, Track};
 use uroce::wire::{NakCode, Opcode, RocePacket, Syndrome};
 
 /// One packet the peer sent to the fuzz QP.
@@ -55,7 +55,8 @@ pub enum Outcome {
 impl Outcome {
     /// The answer made of what came back, in order.
     pub fn of(r: &[Response]) -> Self {
-        let Some(first) = r.first() else {
+        // CNPs are the peer's congestion notifications, not answers ([`cnps`]).
+        let Some(first) = r.iter().find(|x| x.opcode != Opcode::Cnp.value()) else {
             return Self::Silence;
         };
         let op = Opcode::from_u8(first.opcode);
@@ -108,6 +109,55 @@ impl Outcome {
             Self::Datagram => "datagram".into(),
             Self::Other { opcode } => format!("opcode {opcode:#04x}"),
         }
+    }
+}
+
+/// How many of `r` are CNPs (RoCEv2 Annex A17.9.3: a DCQCN receiver's answer to a
+/// CE-marked packet, sent to the packet's source QP).
+pub fn cnps(r: &[Response]) -> u64 {
+    r.iter().filter(|x| x.opcode == Opcode::Cnp.value()).count() as u64
+}
+
+/// What a peer must do with a valid request at the expected PSN that carries one IP /
+/// UDP header edge ([`IpEdge`]):
+/// - taken (ACKed): TTL / hop limit 0 or 1 (a host does not discard a datagram for its
+///   TTL, RFC 1122 §3.2.1.7; TTL is a forwarding matter), a correct non-zero UDP
+///   checksum, UDP source port 4791, Ethernet padding after the IP packet (the IP length
+///   says where it ends), any DSCP, ECN ECT(0) / ECT(1) / CE (a DCQCN receiver also sends
+///   a CNP for CE, counted), an IPv6 flow label;
+/// - dropped without a word: fragments (MF or an offset: a part of a datagram is not a
+///   RoCEv2 packet; it is reassembled or dropped), an IP length longer than the frame or
+///   shorter than the UDP datagram, a bad IPv4 header checksum (RFC 1122 §3.2.1.2), a UDP
+///   length longer or shorter than the datagram (its last four bytes are then not the
+///   ICRC), a destination port other than 4791 (not RoCEv2, Annex A17.2), an IPv6 next
+///   header other than UDP;
+/// - taken or dropped, never NAKed: IPv4 options (rdma_rxe's ICRC covers a 20-byte
+///   header only), a wrong non-zero UDP checksum (Annex A17.4.2 has senders put 0;
+///   whether a receiver checks one is its own: Linux's UDP stack does, a NIC may not).
+pub fn ip_edge_expect(edge: IpEdge) -> Expect {
+    use IpEdge as E;
+    match edge {
+        E::TtlZero
+        | E::TtlOne
+        | E::HopLimitZero
+        | E::GoodUdpChecksum
+        | E::SourcePort4791
+        | E::Trailer
+        | E::Dscp
+        | E::EcnEct0
+        | E::EcnEct1
+        | E::EcnCe
+        | E::FlowLabel => Expect::Ack,
+        E::MoreFragments
+        | E::FragmentOffset
+        | E::TotalLenLong
+        | E::TotalLenShort
+        | E::BadIpChecksum
+        | E::UdpLenShort
+        | E::UdpLenLong
+        | E::WrongDstPort
+        | E::NextHeader => Expect::Silent,
+        E::Options | E::BadUdpChecksum => Expect::AckOrSilent,
     }
 }
 
@@ -183,6 +233,11 @@ pub fn judge(r: &Rendered, epsn: u32, got: &Outcome) -> bool {
         Expect::InvalidRequest => matches!(*got, Outcome::Nak { code: 1, .. }),
         Expect::Datagram => *got == Outcome::Datagram,
         Expect::NoAckNak => matches!(*got, Outcome::Silence | Outcome::Datagram),
+        Expect::AckOrSilent => match *got {
+            Outcome::Ack { psn } => psn_diff(psn, r.psn) >= 0,
+            Outcome::Silence => true,
+            _ => false,
+        },
     }
 }
 
