@@ -82,8 +82,10 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Ok(pid) = std::fs::read_to_string(self.dir.join("server.pid")) {
-            let _ = Command::new("kill").arg(pid.trim()).status();
+        if let Ok(pids) = std::fs::read_to_string(self.dir.join("server.pid")) {
+            for pid in pids.split_whitespace() {
+                let _ = Command::new("kill").arg(pid).status();
+            }
         }
     }
 }
@@ -547,4 +549,66 @@ fn uroce_survives_its_own_fuzzer_over_ipv6() {
     eprintln!("{s:#}");
     assert_clean(code, &s, &stderr, 400);
     assert!(s["kinds"]["ip"].as_u64().unwrap_or(0) > 0, "{s:#}");
+}
+
+/// A perftest server with four QPs (`ib_write_bw -q 4`, the distro's, on uroce's
+/// libibverbs.so.1): the fuzzer learns all four from the exchange, takes the last for
+/// the known-good QP (two uroce stacks cannot share one interface, so no second server),
+/// spreads its frames over the other three, and between bursts probes each one left (a
+/// WRITE at its expected PSN must be ACKed) besides the known-good QP's WRITE; no
+/// finding.
+#[test]
+fn ib_write_bw_with_four_qps_on_uroce_survives_fuzz_peer() {
+    if !can_run() || !pingpong_on_library() {
+        return;
+    }
+    if !Path::new("/usr/bin/ib_write_bw").exists() {
+        eprintln!("SKIP: /usr/bin/ib_write_bw is missing (apt-get install perftest)");
+        return;
+    }
+    let pair = netns::VethPair::create("fzq", 1500).unwrap();
+    let cmd = format!(
+        "{bin} run --backend udp --iface {iface} -- ib_write_bw -x 1 -F -q 4 -p 18720",
+        bin = env!("CARGO_BIN_EXE_uroce"),
+        iface = pair.ifaces[1],
+    );
+    let server = Server::with(&pair, "qps", "", &cmd);
+    let (code, s, stderr) = fuzz(
+        &pair,
+        &server,
+        &[
+            "--tool",
+            "ib_write_bw",
+            "--peer-qps",
+            "4",
+            "--backend",
+            "udp",
+            "-p",
+            "18720",
+            "--iters",
+            "300",
+            "--seed",
+            "21",
+        ],
+    );
+    eprintln!("{s:#}");
+    assert_eq!(code, 0, "{s:#}\n{stderr}");
+    assert_eq!(s["findings"].as_array().unwrap().len(), 0, "{s:#}");
+    assert_eq!(
+        s["mismatches"].as_array().unwrap().len(),
+        s["unconfirmed"].as_array().unwrap().len(),
+        "{s:#}"
+    );
+    assert_eq!(s["frames_sent"].as_u64(), Some(300), "{s:#}");
+    assert!(s["checks_passed"].as_u64().unwrap() >= 300 / 64, "{s:#}");
+    // Three fuzz QPs a server: the QPs used are a multiple of three.
+    let qps = s["qps_used"].as_u64().unwrap();
+    assert!(qps >= 3 && qps % 3 == 0, "{s:#}");
+    assert!(s["peer_restarts"].as_u64().unwrap() >= 1, "{s:#}");
+    for answer in ["ACK", "NAK PSN_SEQUENCE_ERROR", "NAK INVALID_REQUEST"] {
+        assert!(
+            s["answers"][answer].as_u64().unwrap_or(0) > 0,
+            "no {answer} among the answers: {s:#}"
+        );
+    }
 }

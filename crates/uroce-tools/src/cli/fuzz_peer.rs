@@ -18,7 +18,8 @@ The peer runs a server that stays up; start it first:
   ib_write_bw -d DEV -x IDX -p 18515 & ib_write_bw -d DEV -x IDX -p 18516
                                                     (perftest: the fuzz QP's server and
                                                      the known-good QP's, with --tool ib_write_bw)
-  ibv_rc_pingpong -g IDX -n 1000000000             (--tool ibv_rc_pingpong, -s its -s;
+  ib_write_bw -d DEV -x IDX -q 4                    (--peer-qps 4: its last QP is the known-good one)
+  ibv_rc_pingpong -g IDX -n 1000000000              (--tool ibv_rc_pingpong, -s its -s;
                                                      ibv_ud_pingpong likewise)
 A perftest or uroce perf server serves one client: to go on once every fuzz QP of the
 peer is in the error state, and to shrink a finding, give --restart-cmd (it must return
@@ -59,6 +60,10 @@ pub struct Args {
     /// Fuzz QPs to ask a uroce perf server for (1..=63).
     #[arg(long, default_value_t = 16)]
     qps: u32,
+    /// QPs of the perftest server (its -q). Above 1, its last QP is the known-good one (no
+    /// second server) and frames are spread over the others, each probed between bursts.
+    #[arg(long, default_value_t = 1)]
+    peer_qps: u32,
     /// The length of the peer's receives (ibv_rc_pingpong's or ibv_ud_pingpong's -s).
     #[arg(short = 's', long, default_value_t = 4096)]
     size: u32,
@@ -111,6 +116,9 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     if !(1..=63).contains(&a.qps) {
         bail!("--qps {} is out of range 1..=63", a.qps);
     }
+    if !(1..=63).contains(&a.peer_qps) {
+        bail!("--peer-qps {} is out of range 1..=63", a.peer_qps);
+    }
     let limit = match (a.duration, a.iters) {
         (Some(d), _) if d > 0.0 && d <= 86_400.0 => Limit::Time(Duration::from_secs_f64(d)),
         (Some(d), _) => bail!("--duration {d} is out of range (0, 86400]"),
@@ -136,6 +144,7 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
             psn: fuzz_peer::first_psn(a.seed),
             connect_for: Duration::from_secs_f64(a.connect_for.clamp(0.0, 600.0)),
             size: a.size,
+            peer_qps: a.peer_qps,
         },
         seed: a.seed,
         limit,

@@ -207,10 +207,16 @@ fn shell(cmd: &str) -> anyhow::Result<Result<(), String>> {
     )))
 }
 
-/// The fuzzing state over one session: which QP is in use.
+/// The fuzzing state over one session: which fuzz QP the next frame goes to.
 pub(crate) struct Driver {
     pub(crate) sess: Session,
-    live: usize,
+    /// The QP in use.
+    cur: usize,
+    /// QPs in the error state (or whose state is lost): they take no more frames.
+    dead: Vec<bool>,
+    /// Whether frames go to each QP left in turn (a perftest server's QPs, `-q N`)
+    /// rather than to one QP until it is gone (a uroce perf server's many).
+    spread: bool,
 }
 
 /// One frame sent and judged.
@@ -231,22 +237,49 @@ pub(crate) struct Step {
 
 impl Driver {
     pub(crate) fn new(sess: Session) -> Self {
-        Self { sess, live: 0 }
+        let n = sess.targets.len();
+        let spread = sess.spread;
+        Self {
+            sess,
+            cur: 0,
+            dead: vec![false; n],
+            spread,
+        }
     }
 
     /// Whether a fuzz QP is left.
     pub(crate) fn has_target(&self) -> bool {
-        self.live < self.sess.targets.len()
+        self.dead.iter().any(|d| !d)
     }
 
-    /// QPs taken so far (the one in use counts).
+    /// QPs taken so far (the one in use counts; spread, every one does).
     pub(crate) fn used(&self) -> u64 {
-        (self.live + usize::from(self.has_target())) as u64
+        if self.spread {
+            return self.dead.len() as u64;
+        }
+        (self.dead.iter().filter(|d| **d).count() + usize::from(self.has_target())) as u64
+    }
+
+    /// Moves to the next QP left: the next in turn when spread, else the first.
+    fn advance(&mut self) {
+        let n = self.dead.len();
+        let from = if self.spread { self.cur + 1 } else { 0 };
+        if let Some(i) = (0..n).map(|k| (from + k) % n).find(|&i| !self.dead[i]) {
+            self.cur = i;
+        }
+    }
+
+    /// QP `i` takes no more frames.
+    fn kill(&mut self, i: usize) {
+        self.dead[i] = true;
+        if i == self.cur {
+            self.advance();
+        }
     }
 
     /// The spec the generator makes for the QP in use.
     pub(crate) fn next_spec(&self, g: &mut Generator) -> Spec {
-        let (t, tr) = &self.sess.targets[self.live];
+        let (t, tr) = &self.sess.targets[self.cur];
         g.next(tr, t)
     }
 
@@ -260,18 +293,15 @@ impl Driver {
                 continue;
             };
             match Outcome::of(&[late]) {
-                Outcome::Nak { code, .. } if code != 0 => {
-                    if i == self.live {
-                        self.live += 1;
-                    }
-                }
+                Outcome::Nak { code, .. } if code != 0 => self.kill(i),
                 _ => self.sess.targets[i].1.known = false,
             }
         }
         if !self.has_target() {
             return Ok(None);
         }
-        let (t, mut tr) = self.sess.targets[self.live];
+        let at = self.cur;
+        let (t, mut tr) = self.sess.targets[at];
         let epsn = tr.epsn;
         let r = render(spec, &t, &tr);
         self.sess.send(&t, &r.bytes, r.whole)?;
@@ -311,9 +341,11 @@ impl Driver {
         if gone {
             tr.known = false;
         }
-        self.sess.targets[self.live].1 = tr;
+        self.sess.targets[at].1 = tr;
         if !alive || gone {
-            self.live += 1;
+            self.kill(at);
+        } else if self.spread {
+            self.advance();
         }
         Ok(Some(Step {
             frame,
@@ -330,58 +362,106 @@ impl Driver {
 
 impl Driver {
     /// The liveness oracle. With a known-good QP, its operation must complete
-    /// ([`Session::liveness`]). A peer with one QP (`ibv_rc_pingpong`) is probed on the
-    /// fuzz QP itself: a SEND at its expected PSN (a SEND LAST first when a SEND is open)
-    /// must be ACKed before `deadline` (a UD peer, `ibv_ud_pingpong`: a datagram must be
-    /// answered with one); an RNR NAK (no receive yet) or a PSN sequence error
-    /// NAK (the expected PSN learnt anew) make the probe go again. A QP already in the error
-    /// state, as the rules asked, cannot be probed: the reconnection to a fresh peer is
-    /// then the check.
+    /// ([`Session::liveness`]), and, when frames are spread over the peer's QPs (a
+    /// perftest server, `-q N`), each fuzz QP left in a known state must take a valid
+    /// request ([`Self::probe`]). A peer with one QP (`ibv_rc_pingpong`,
+    /// `ibv_ud_pingpong`) is probed on that QP alone. A QP already in the error state,
+    /// as the rules asked, cannot be probed: the reconnection to a fresh peer is then
+    /// the check.
     pub(crate) fn liveness(
         &mut self,
         wait: Duration,
         deadline: Duration,
     ) -> anyhow::Result<Result<(), String>> {
         if self.sess.has_good() {
-            return self.sess.liveness(deadline);
+            if let Err(why) = self.sess.liveness(deadline)? {
+                return Ok(Err(why));
+            }
+            if !self.spread {
+                return Ok(Ok(()));
+            }
+            for i in 0..self.dead.len() {
+                if self.dead[i] || !self.sess.targets[i].1.decidable() {
+                    continue;
+                }
+                if let Err(why) = self.probe(i, wait, deadline)? {
+                    return Ok(Err(why));
+                }
+            }
+            return Ok(Ok(()));
         }
+        if !self.has_target() {
+            return Ok(Ok(()));
+        }
+        let i = self.cur;
+        self.probe(i, wait, deadline)
+    }
+
+    /// The request that probes fuzz QP `t` in state `tr`: one the peer's QP is enabled
+    /// for, at its expected PSN (a SEND peer with a SEND open: a SEND LAST that fits).
+    fn probe_spec(t: &mutate::Target, tr: &mutate::Track) -> Spec {
+        if t.ud {
+            return Spec::UdSend {
+                len: 8,
+                imm: false,
+                psn_delta: 1,
+            };
+        }
+        if let Some(n) = tr.send_open {
+            return Spec::ContinueSend {
+                last: true,
+                len: t.recv_size.saturating_sub(n).clamp(1, 8),
+            };
+        }
+        if t.write_ok {
+            Spec::Write {
+                len: 8,
+                off: 0,
+                ack_req: true,
+            }
+        } else if t.read_ok {
+            Spec::Read { len: 8, off: 0 }
+        } else if t.atomic_ok {
+            Spec::Atomic {
+                cmp: false,
+                off: 0,
+                misalign: 0,
+            }
+        } else {
+            Spec::Send { len: 8 }
+        }
+    }
+
+    /// Probes fuzz QP `i`: a valid request at its expected PSN ([`Self::probe_spec`])
+    /// must be taken (ACKed, answered with READ response data or an atomic ACK; a UD
+    /// datagram answered with one) before `deadline`; an RNR NAK (no receive yet) or a
+    /// PSN sequence error NAK (the expected PSN learnt anew) make the probe go again.
+    fn probe(
+        &mut self,
+        i: usize,
+        wait: Duration,
+        deadline: Duration,
+    ) -> anyhow::Result<Result<(), String>> {
         let until = Instant::now() + deadline;
         let mut last = String::from("nothing");
         while Instant::now() < until {
-            if !self.has_target() {
+            if self.dead[i] {
                 return Ok(Ok(()));
             }
-            let (t0, tr) = self.sess.targets[self.live];
-            let room = |n: u32| t0.recv_size.saturating_sub(n).clamp(1, 8);
-            let spec = if t0.ud {
-                Spec::UdSend {
-                    len: 8,
-                    imm: false,
-                    psn_delta: 1,
-                }
-            } else if let Some(n) = tr.send_open {
-                Spec::ContinueSend {
-                    last: true,
-                    len: room(n),
-                }
-            } else {
-                Spec::Send { len: 8 }
-            };
-            let (t, mut tr) = self.sess.targets[self.live];
+            let (t, mut tr) = self.sess.targets[i];
+            let spec = Self::probe_spec(&t, &tr);
             let r = render(&spec, &t, &tr);
             self.sess.send(&t, &r.bytes, false)?;
             let got = Outcome::of(&self.sess.collect(t.my_qpn, wait)?);
             let alive = learn(&mut tr, &spec, &r, &got);
+            let taken = match got {
+                Outcome::Ack { psn } | Outcome::AtomicAck { psn } => psn == r.psn,
+                Outcome::ReadResp { first, .. } => first == r.psn,
+                Outcome::Datagram => true,
+                _ => false,
+            };
             match got {
-                Outcome::Ack { psn } if psn == r.psn => {
-                    self.sess.targets[self.live].1 = tr;
-                    return Ok(Ok(()));
-                }
-                Outcome::Datagram => {
-                    self.sess.targets[self.live].1 = tr;
-                    return Ok(Ok(()));
-                }
-                Outcome::Ack { psn } => {
+                Outcome::Ack { psn } if !taken => {
                     // A duplicate's ACK: the responder has taken up to `psn`.
                     tr.epsn = mutate::psn_add(psn, 1);
                     tr.known = true;
@@ -391,23 +471,30 @@ impl Driver {
                 }
                 _ => {}
             }
-            self.sess.targets[self.live].1 = tr;
+            self.sess.targets[i].1 = tr;
+            if taken {
+                return Ok(Ok(()));
+            }
             if !alive {
+                self.kill(i);
                 if r.expect == Expect::Any {
                     // Its state was not known: the probe may have been out of order.
-                    self.live += 1;
                     return Ok(Ok(()));
                 }
                 return Ok(Err(format!(
-                    "the probe SEND at the expected PSN {:#08x} was refused: {}",
+                    "the probe {} to fuzz QP {:#x} at its expected PSN {:#08x} was refused: {}",
+                    kind_name(&spec),
+                    t.dest_qp,
                     r.psn,
                     got.label()
                 )));
             }
             last = got.label();
         }
+        let (t, _) = self.sess.targets[i];
         Ok(Err(format!(
-            "the probe SEND at the expected PSN was not ACKed within {deadline:?} (last answer: {last})"
+            "the probe to fuzz QP {:#x} at its expected PSN was not taken within {deadline:?} (last answer: {last})",
+            t.dest_qp
         )))
     }
 }

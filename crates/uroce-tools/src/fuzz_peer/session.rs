@@ -106,6 +106,10 @@ pub struct PeerConfig {
     pub connect_for: Duration,
     /// The length of the peer's receives (`ibv_rc_pingpong -s`, default 4096).
     pub size: u32,
+    /// QPs of the perftest server (its `-q`). Above 1, its last QP is the known-good
+    /// QP's and the rest are fuzzed; with 1, the known-good QP's server is a second one,
+    /// on the next port.
+    pub peer_qps: u32,
 }
 
 /// QPNs our side of a fuzz QP uses: above anything our context hands out.
@@ -145,6 +149,9 @@ pub struct Session {
     pub targets: Vec<(Target, Track)>,
     /// Whether the backend sends whole Ethernet frames (IP / UDP header edges).
     pub whole_frames: bool,
+    /// Whether frames go to each fuzz QP in turn, each probed between bursts (a perftest
+    /// server's QPs), rather than to one QP until it is gone.
+    pub spread: bool,
     /// Answers that came to a fuzz QP outside a frame's window (late, or unasked).
     pub stray: u64,
     _tcp: Vec<TcpStream>,
@@ -184,14 +191,17 @@ fn mtu_enum(m: Mtu) -> u8 {
     }
 }
 
-/// perftest's exchange as a client up to the QP's connection: versions, page size, cache
-/// line, MTU, and `keys_before` keys messages. Returns the peer's keys and the MTU agreed.
+/// perftest's exchange as a client up to the QPs' connection: versions, page size, cache
+/// line, MTU, one keys message per QP (`mine`, as many as the server has: its `-q`),
+/// twice over (perftest connects its QPs after the first round and prints the second),
+/// then `syncs` more (the first QP's keys again). Returns the peer's keys, a message per
+/// QP, and the MTU agreed.
 fn perftest_handshake(
     tcp: &mut TcpStream,
-    mine: &Keys,
+    mine: &[Keys],
     mtu: Mtu,
-    keys_before: usize,
-) -> anyhow::Result<(Keys, Mtu)> {
+    syncs: usize,
+) -> anyhow::Result<(Vec<Keys>, Mtu)> {
     let mut v = [0u8; 16];
     v[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
     xchg(tcp, &v)?;
@@ -210,12 +220,18 @@ fn perftest_handshake(
     } else {
         mtu
     };
-    let mut rem = None;
-    for _ in 0..keys_before {
-        let k = Keys::from_wire(&xchg(tcp, &mine.to_wire())?)?;
-        rem.get_or_insert(k);
+    let mut rem = Vec::new();
+    for k in mine {
+        rem.push(Keys::from_wire(&xchg(tcp, &k.to_wire())?)?);
     }
-    Ok((rem.context("no keys")?, agreed))
+    for k in mine {
+        Keys::from_wire(&xchg(tcp, &k.to_wire())?)?;
+    }
+    let first = mine.first().context("no keys")?;
+    for _ in 0..syncs {
+        Keys::from_wire(&xchg(tcp, &first.to_wire())?)?;
+    }
+    Ok((rem, agreed))
 }
 
 impl Session {
@@ -408,23 +424,37 @@ impl Session {
                     gid: l4.to_ipv6_mapped().octets(),
                     srqn: 0,
                 };
-                let (fz, mtu) = perftest_handshake(&mut tcp, &keys, cfg.mtu, keys_before)?;
+                // One keys message per QP of the server (`-q`), each naming one of our
+                // fake QPNs; with more than one, the last is the known-good QP's (ours),
+                // and no second server is needed.
+                let n = cfg.peer_qps.clamp(1, 63);
+                let fuzz_n = if n > 1 { n - 1 } else { 1 };
+                let mut mine: Vec<Keys> = (0..fuzz_n)
+                    .map(|i| Keys {
+                        qpn: FAKE_QPN_BASE + i,
+                        ..keys
+                    })
+                    .collect();
+                if n > 1 {
+                    mine.push(Keys { qpn, ..keys });
+                }
+                let (theirs, mtu) = perftest_handshake(&mut tcp, &mine, cfg.mtu, keys_before - 2)?;
                 // perftest's buffer is at least its cycle buffer (4096) from the address
-                // it gives; how far beyond is not said.
-                targets.push(target(
-                    fz.qpn,
-                    FAKE_QPN_BASE,
-                    fz.rkey,
-                    fz.vaddr,
-                    4096,
-                    false,
-                    mtu,
-                ));
+                // it gives each QP; how far beyond is not said.
+                for (k, m) in theirs.iter().zip(&mine).take(fuzz_n as usize) {
+                    targets.push(target(k.qpn, m.qpn, k.rkey, k.vaddr, 4096, false, mtu));
+                }
                 tcps.push(tcp);
-                let mut tcp2 = connect_tcp(cfg.peer, cfg.port.wrapping_add(1), cfg.connect_for)
-                    .context("the known-good QP's perftest server (on the next port)")?;
-                keys.qpn = qpn;
-                let (gd, mtu2) = perftest_handshake(&mut tcp2, &keys, mtu, keys_before)?;
+                let (gd, mtu2) = if n > 1 {
+                    (theirs[n as usize - 1], mtu)
+                } else {
+                    let mut tcp2 = connect_tcp(cfg.peer, cfg.port.wrapping_add(1), cfg.connect_for)
+                        .context("the known-good QP's perftest server (on the next port)")?;
+                    keys.qpn = qpn;
+                    let (gd, mtu2) = perftest_handshake(&mut tcp2, &[keys], mtu, keys_before - 2)?;
+                    tcps.push(tcp2);
+                    (gd[0], mtu2)
+                };
                 ctx.modify_qp_rtr(
                     qpn,
                     RtrAttr {
@@ -446,7 +476,6 @@ impl Session {
                         max_rd_atomic: gd.out_reads.clamp(1, 16) as u8,
                     },
                 )?;
-                tcps.push(tcp2);
                 Some(Good {
                     qpn,
                     cq,
@@ -471,6 +500,7 @@ impl Session {
             peer_msn: 0,
             targets,
             whole_frames,
+            spread: matches!(cfg.tool, PeerTool::Perftest(_)),
             stray: 0,
             _tcp: tcps,
         })
