@@ -1880,6 +1880,22 @@ mod tests {
     }
 
     #[test]
+    fn the_ack_to_the_peers_own_sends_covers_their_psn() {
+        let t = target();
+        let f = frame_of(&t, &ack_for(&t, 0xab_cdef, 7));
+        let p = wire::parse(&f).unwrap();
+        assert_eq!(p.bth.opcode, Opcode::RcAck);
+        assert_eq!(p.bth.psn, 0xab_cdef);
+        assert_eq!(p.bth.dest_qp, t.dest_qp);
+        let a = p.ext.aeth.unwrap();
+        assert_eq!(a.msn, 7);
+        assert!(matches!(
+            Syndrome::from_byte(a.syndrome),
+            Syndrome::Ack { .. }
+        ));
+    }
+
+    #[test]
     fn expectations_are_dropped_when_the_psn_is_not_known() {
         let t = target();
         let mut tr = Track::new(9, 1024);

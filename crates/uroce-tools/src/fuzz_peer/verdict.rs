@@ -409,6 +409,49 @@ mod tests {
     }
 
     #[test]
+    fn the_verdicts_of_send_ud_and_ip_edge_frames() {
+        let r = rendered(5, Expect::AckOrRnr);
+        assert!(judge(&r, 5, &Outcome::Ack { psn: 5 }));
+        assert!(judge(&r, 5, &Outcome::Rnr { psn: 5 }));
+        assert!(!judge(&r, 5, &Outcome::Rnr { psn: 4 }));
+        assert!(!judge(&r, 5, &Outcome::Silence));
+        let r = rendered(5, Expect::InvalidRequest);
+        assert!(judge(&r, 5, &Outcome::Nak { code: 1, psn: 5 }));
+        assert!(!judge(&r, 5, &Outcome::Nak { code: 2, psn: 5 }));
+        let r = rendered(5, Expect::Datagram);
+        assert!(judge(&r, 5, &Outcome::Datagram));
+        assert!(!judge(&r, 5, &Outcome::Silence));
+        // A UD QP never acknowledges.
+        let r = rendered(5, Expect::NoAckNak);
+        assert!(judge(&r, 5, &Outcome::Silence));
+        assert!(!judge(&r, 5, &Outcome::Ack { psn: 5 }));
+        assert!(!judge(&r, 5, &Outcome::Nak { code: 1, psn: 5 }));
+        // A datagram back is an acceptance.
+        let r = rendered(5, Expect::NotAccepted);
+        assert!(!judge(&r, 5, &Outcome::Datagram));
+        let r = rendered(5, Expect::AckOrSilent);
+        assert!(judge(&r, 5, &Outcome::Silence));
+        assert!(judge(&r, 5, &Outcome::Ack { psn: 5 }));
+        assert!(!judge(&r, 5, &Outcome::Nak { code: 1, psn: 5 }));
+        // A fragment is never taken; a CE mark is.
+        assert_eq!(ip_edge_expect(IpEdge::MoreFragments), Expect::Silent);
+        assert_eq!(ip_edge_expect(IpEdge::EcnCe), Expect::Ack);
+        // A CNP before the ACK is not the answer; it is counted.
+        let cnp = Response {
+            opcode: Opcode::Cnp.value(),
+            psn: 0,
+            syndrome: None,
+        };
+        let ack = Response {
+            opcode: 0x11,
+            psn: 5,
+            syndrome: Some(0x1f),
+        };
+        assert_eq!(Outcome::of(&[cnp, ack]), Outcome::Ack { psn: 5 });
+        assert_eq!(cnps(&[cnp, ack]), 1);
+    }
+
+    #[test]
     fn learning_moves_the_expected_psn_forward_only_and_sees_fatal_naks() {
         let mut t = Track::new(0xff_ffff, 1024);
         let spec = Spec::Write {
