@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use serde::Serialize;
 
+mod ip_edges;
 pub mod mutate;
 pub mod planted;
 pub mod session;
