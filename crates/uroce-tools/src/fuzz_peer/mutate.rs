@@ -811,13 +811,35 @@ fn ud_send(t: &Target, psn: u32, len: u32, qkey: u32, imm: bool) -> Vec<u8> {
     build(t, BthRepr::new(op, t.dest_qp, psn), ext, len)
 }
 
-/// The valid frame the header mutations start from: a WRITE ONLY of 8 bytes (a UD SEND
-/// ONLY to a UD QP) at `psn`.
+/// The valid frame the header mutations start from: a WRITE ONLY of 8 bytes at `psn` (a
+/// UD SEND ONLY to a UD QP, a SEND ONLY to a SEND peer without remote write rights).
 fn base(t: &Target, psn: u32) -> Vec<u8> {
     if t.ud {
         ud_send(t, psn, 8, t.qkey, false)
-    } else {
+    } else if t.write_ok || t.recv_size == 0 {
         write_only(t, psn, 0, 8, true)
+    } else {
+        build(
+            t,
+            bth(t, Opcode::RcSendOnly, psn, true),
+            ExtHeaders::default(),
+            8,
+        )
+    }
+}
+
+/// What the peer must answer to [`base`] at the expected PSN when it takes the frame:
+/// an ACK; a UD QP's datagram back; a SEND peer's ACK or RNR NAK; a NAK from a QP not
+/// enabled for the WRITE (an `ib_read_bw` server's).
+fn base_taken(t: &Target) -> Expect {
+    if t.ud {
+        Expect::Datagram
+    } else if t.write_ok {
+        Expect::Ack
+    } else if t.recv_size > 0 {
+        Expect::AckOrRnr
+    } else {
+        Expect::Refused
     }
 }
 
@@ -1272,11 +1294,26 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
         }
         Spec::Truncated { keep } => {
             let full = base(t, e);
-            let keep = usize::from(keep).min(bth::HEADER_LEN + 15);
+            let keep = usize::from(keep)
+                .min(bth::HEADER_LEN + 15)
+                .min(full.len() - wire::ICRC_LEN);
             let mut b = full[..keep].to_vec();
             b.extend_from_slice(&[0; 4]);
             seal(t, &mut b);
-            (b, e, Expect::NotAccepted)
+            // Cut anywhere its headers are, a frame is malformed; a SEND ONLY (a SEND
+            // peer's base) cut after its BTH is a shorter SEND, which is valid when its
+            // payload still fills whole words (the BTH's pad count stays 0: IBTA Vol. 1
+            // §9.2.1). A UD base cut after its DETH is likewise a shorter datagram.
+            let headers = bth::HEADER_LEN + if t.ud { 8 } else { 0 };
+            let shorter_send = (t.ud || (!t.write_ok && t.recv_size > 0))
+                && keep >= headers
+                && (keep - headers) % 4 == 0;
+            let x = if shorter_send {
+                when(base_taken(t))
+            } else {
+                Expect::NotAccepted
+            };
+            (b, e, x)
         }
         Spec::BadIcrc { xor } => {
             let mut b = base(t, e);
@@ -1292,12 +1329,15 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             let roce = base(t, e);
             let (f, applied) = super::ip_edges::ip_edge(t, &roce, edge);
             // An edge of the other IP version leaves the frame as it was: a valid one.
-            let x = if applied {
-                super::verdict::ip_edge_expect(edge)
-            } else if t.ud {
-                Expect::Datagram
-            } else {
-                Expect::Ack
+            // A frame taken is answered as the base frame asks.
+            let x = match applied.then(|| super::verdict::ip_edge_expect(edge)) {
+                None | Some(Expect::Ack) => base_taken(t),
+                Some(Expect::AckOrSilent) => match base_taken(t) {
+                    Expect::Ack | Expect::Datagram => Expect::AckOrSilent,
+                    Expect::Refused => Expect::NotAccepted,
+                    _ => Expect::Any,
+                },
+                Some(x) => x,
             };
             // Silence is certain whatever the state; the rest needs it known.
             let x = if x == Expect::Silent { x } else { when(x) };
@@ -1597,6 +1637,24 @@ mod tests {
             render(&Spec::Send { len: 101 }, &small, &tr).expect,
             Expect::InvalidRequest
         );
+        // Under an IP edge it gets a SEND, answered as a SEND must be when taken.
+        let r = render(
+            &Spec::Ip {
+                edge: IpEdge::EcnEct1,
+            },
+            &t,
+            &tr,
+        );
+        assert_eq!(r.expect, Expect::AckOrRnr);
+        assert_eq!(
+            wire::parse(&r.bytes).unwrap().bth.opcode,
+            Opcode::RcSendOnly
+        );
+        // Its base frame cut inside the BTH is malformed, after it a shorter SEND (with
+        // a pad count of 0: whole words only).
+        assert_eq!(x(Spec::Truncated { keep: 11 }, &tr), Expect::NotAccepted);
+        assert_eq!(x(Spec::Truncated { keep: 13 }, &tr), Expect::NotAccepted);
+        assert_eq!(x(Spec::Truncated { keep: 16 }, &tr), Expect::AckOrRnr);
         // Its generator: SENDs mostly, and an open SEND is always left room to end
         // (receives of four MTUs: FIRST and two MIDDLEs at most before the LAST).
         let t = Target {
