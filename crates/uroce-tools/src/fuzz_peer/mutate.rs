@@ -1303,7 +1303,7 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             // Cut anywhere its headers are, a frame is malformed; a SEND ONLY (a SEND
             // peer's base) cut after its BTH is a shorter SEND, which is valid when its
             // payload still fills whole words (the BTH's pad count stays 0: IBTA Vol. 1
-            // §9.2.1). A UD base cut after its DETH is likewise a shorter datagram.
+            // §9.2, PadCnt). A UD base cut after its DETH is likewise a shorter datagram.
             let headers = bth::HEADER_LEN + if t.ud { 8 } else { 0 };
             let shorter_send = (t.ud || (!t.write_ok && t.recv_size > 0))
                 && keep >= headers
