@@ -37,11 +37,21 @@ impl Server {
         port: u16,
         fault: Option<&str>,
     ) -> Self {
+        let env = fault.map_or(String::new(), |f| format!("UROCE_PLANTED_FAULT={f} "));
+        let cmd = format!(
+            "{bin} perf write -m 1024 --backend {backend} -p {port}",
+            bin = env!("CARGO_BIN_EXE_uroce"),
+        );
+        Self::with(pair, tag, &env, &cmd)
+    }
+
+    /// A server that is `cmd` (with `env` before `ip netns exec`), restarted by the
+    /// script.
+    fn with(pair: &netns::VethPair, tag: &str, env: &str, cmd: &str) -> Self {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("fuzz-peer-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let pid = dir.join("server.pid");
-        let env = fault.map_or(String::new(), |f| format!("UROCE_PLANTED_FAULT={f} "));
         let script = dir.join("restart.sh");
         std::fs::write(
             &script,
@@ -49,12 +59,10 @@ impl Server {
                 "#!/bin/sh\n\
                  if [ -f {pid} ]; then old=$(cat {pid}); kill $old 2>/dev/null; \
                  for i in $(seq 100); do kill -0 $old 2>/dev/null || break; sleep 0.05; done; fi\n\
-                 {env}ip netns exec {ns} {bin} perf write -m 1024 --backend {backend} -p {port} \
-                 >>{log} 2>&1 &\n\
+                 {env}ip netns exec {ns} {cmd} >>{log} 2>&1 &\n\
                  echo $! > {pid}\n",
                 pid = pid.display(),
                 ns = pair.ns[1],
-                bin = env!("CARGO_BIN_EXE_uroce"),
                 log = dir.join("server.log").display(),
             ),
         )
@@ -74,8 +82,10 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Ok(pid) = std::fs::read_to_string(self.dir.join("server.pid")) {
-            let _ = Command::new("kill").arg(pid.trim()).status();
+        if let Ok(pids) = std::fs::read_to_string(self.dir.join("server.pid")) {
+            for pid in pids.split_whitespace() {
+                let _ = Command::new("kill").arg(pid).status();
+            }
         }
     }
 }
@@ -83,10 +93,20 @@ impl Drop for Server {
 /// Runs `uroce fuzz-peer` in the pair's first namespace; its exit code and JSON summary.
 /// A finding's capture goes to the server's directory unless `args` name one.
 fn fuzz(pair: &netns::VethPair, server: &Server, args: &[&str]) -> (i32, Value, String) {
+    fuzz_at(pair, server, &pair.addrs[1].to_string(), args)
+}
+
+/// [`fuzz`] with the peer at `peer`.
+fn fuzz_at(
+    pair: &netns::VethPair,
+    server: &Server,
+    peer: &str,
+    args: &[&str],
+) -> (i32, Value, String) {
     let mut cmd = Command::new("timeout");
     cmd.args(["300", "ip", "netns", "exec", &pair.ns[0]])
         .arg(env!("CARGO_BIN_EXE_uroce"))
-        .args(["fuzz-peer", &pair.addrs[1].to_string(), "--json"])
+        .args(["fuzz-peer", peer, "--json"])
         .args(["--restart-cmd", &server.script.to_string_lossy()]);
     if !args.contains(&"--pcap") {
         cmd.arg("--pcap").arg(server.dir.join("finding.pcap"));
@@ -256,4 +276,349 @@ fn a_planted_fault_is_found_and_shrunk_to_its_one_frame() {
     assert_eq!(one.len(), 1);
     assert_eq!(one[0][14 + 20 + 8], 0x1e, "{:02x?}", one[0]);
     assert!(all.iter().any(|fr| fr[14 + 20 + 8] == 0x1e));
+}
+
+/// Whether uroce's libibverbs.so.1 is built next to the `uroce` binary (`uroce run` takes
+/// it from there) and the distro's `ibv_rc_pingpong` is installed; says why not.
+fn pingpong_on_library() -> bool {
+    let dir = Path::new(env!("CARGO_BIN_EXE_uroce")).parent().unwrap();
+    if !dir.join("libibverbs.so.1").exists() && !dir.join("deps/libibverbs.so").exists() {
+        eprintln!(
+            "SKIP: no libibverbs.so.1 in {} (cargo build -p uroce-verbs)",
+            dir.display()
+        );
+        return false;
+    }
+    if !Path::new("/usr/bin/ibv_rc_pingpong").exists() {
+        eprintln!("SKIP: /usr/bin/ibv_rc_pingpong is missing (apt-get install ibverbs-utils)");
+        return false;
+    }
+    true
+}
+
+/// The distro's unmodified `ibv_rc_pingpong` on uroce's libibverbs.so.1 (`uroce run`),
+/// its receives of 2048 bytes, path MTU 1024, the fuzzer on AF_XDP (whole frames: IP / UDP
+/// header edges on SENDs too): SENDs in order are ACKed or RNR NAKed,
+/// multi-packet SENDs past its receives, RDMA requests (its QP has no remote access
+/// rights), orphan SEND MIDDLE / LAST, reserved opcodes are NAKed, PSN edges answered
+/// as the rules ask; the probe SEND is ACKed at every check; no finding.
+#[test]
+fn ibv_rc_pingpong_on_uroce_survives_fuzz_peer() {
+    if !can_run() || !pingpong_on_library() {
+        return;
+    }
+    let pair = netns::VethPair::create("fzr", 1500).unwrap();
+    let cmd = format!(
+        "{bin} run --backend udp --iface {iface} -- ibv_rc_pingpong -g 1 -p 18714 -s 2048 \
+         -n 1000000000",
+        bin = env!("CARGO_BIN_EXE_uroce"),
+        iface = pair.ifaces[1],
+    );
+    let server = Server::with(&pair, "rcpp", "", &cmd);
+    let (code, s, stderr) = fuzz(
+        &pair,
+        &server,
+        &[
+            "--tool",
+            "ibv_rc_pingpong",
+            "-s",
+            "2048",
+            "--backend",
+            "xdp",
+            "-p",
+            "18714",
+            "--iters",
+            "400",
+            "--seed",
+            "5",
+        ],
+    );
+    if code == 2 && stderr.contains("AF_XDP") {
+        eprintln!("SKIP: AF_XDP cannot be set up here: {stderr}");
+        return;
+    }
+    assert_eq!(code, 0, "{s:#}\n{stderr}");
+    assert_eq!(s["findings"].as_array().unwrap().len(), 0, "{s:#}");
+    assert_eq!(
+        s["mismatches"].as_array().unwrap().len(),
+        s["unconfirmed"].as_array().unwrap().len(),
+        "{s:#}"
+    );
+    assert_eq!(s["frames_sent"].as_u64(), Some(400), "{s:#}");
+    assert!(s["checks_passed"].as_u64().unwrap() >= 400 / 64, "{s:#}");
+    for answer in [
+        "ACK",
+        "NAK PSN_SEQUENCE_ERROR",
+        "NAK INVALID_REQUEST",
+        "silence",
+    ] {
+        assert!(
+            s["answers"][answer].as_u64().unwrap_or(0) > 0,
+            "no {answer} among the answers: {s:#}"
+        );
+    }
+    // The fuzzer's AF_XDP sends whole frames: IP / UDP edges on SENDs too.
+    for kind in ["send", "open_send", "continue_send", "psn_off", "ip"] {
+        assert!(
+            s["kinds"][kind].as_u64().unwrap_or(0) > 0,
+            "no {kind} frame: {s:#}"
+        );
+    }
+    // Its one QP went to the error state (a refused RDMA request, a SEND past its
+    // receive) and the peer was restarted to go on.
+    assert!(s["peer_restarts"].as_u64().unwrap() >= 1, "{s:#}");
+    eprintln!("{s:#}");
+}
+
+/// The distro's unmodified `ibv_ud_pingpong` on uroce's libibverbs.so.1, receives of 512
+/// bytes (and a GRH), path MTU 1024: datagrams that fit are taken (it answers each),
+/// those with a wrong Q_Key (the controlled-Q_Key bit too), opcodes of other
+/// transports, bad ICRCs, P_Keys or TVers are dropped without a word, any source QP is
+/// taken, and no frame is ever answered with an ACK or NAK; its answer to a probe
+/// datagram comes at every check; no finding.
+#[test]
+fn ibv_ud_pingpong_on_uroce_survives_fuzz_peer() {
+    if !can_run() || !pingpong_on_library() {
+        return;
+    }
+    let pair = netns::VethPair::create("fzd", 1500).unwrap();
+    let cmd = format!(
+        "{bin} run --backend udp --iface {iface} -- ibv_ud_pingpong -g 1 -p 18715 -s 512 \
+         -n 1000000000",
+        bin = env!("CARGO_BIN_EXE_uroce"),
+        iface = pair.ifaces[1],
+    );
+    let server = Server::with(&pair, "udpp", "", &cmd);
+    let (code, s, stderr) = fuzz(
+        &pair,
+        &server,
+        &[
+            "--tool",
+            "ibv_ud_pingpong",
+            "-s",
+            "512",
+            "--backend",
+            "xdp",
+            "-p",
+            "18715",
+            "--iters",
+            "400",
+            "--seed",
+            "9",
+        ],
+    );
+    if code == 2 && stderr.contains("AF_XDP") {
+        eprintln!("SKIP: AF_XDP cannot be set up here: {stderr}");
+        return;
+    }
+    eprintln!("{s:#}");
+    assert_eq!(code, 0, "{s:#}\n{stderr}");
+    assert_eq!(s["findings"].as_array().unwrap().len(), 0, "{s:#}");
+    assert_eq!(s["mismatches"].as_array().unwrap().len(), 0, "{s:#}");
+    assert_eq!(s["frames_sent"].as_u64(), Some(400), "{s:#}");
+    assert!(s["checks_passed"].as_u64().unwrap() >= 400 / 64, "{s:#}");
+    let answers = s["answers"].as_object().unwrap();
+    assert!(answers["datagram"].as_u64().unwrap() > 50, "{s:#}");
+    assert!(answers["silence"].as_u64().unwrap() > 50, "{s:#}");
+    // Datagrams back and silences, nothing else: a UD QP acknowledges nothing.
+    assert_eq!(answers.len(), 2, "{s:#}");
+    for kind in [
+        "ud_send",
+        "ud_qkey",
+        "ud_src_qp",
+        "ud_over_mtu",
+        "ud_wrong_opcode",
+    ] {
+        assert!(
+            s["kinds"][kind].as_u64().unwrap_or(0) > 0,
+            "no {kind} frame: {s:#}"
+        );
+    }
+}
+
+/// Every IP / UDP header edge once, each followed by a valid WRITE, replayed (`--replay`)
+/// from an AF_XDP fuzzer (whole frames) against a uroce perf server on `backend`: with
+/// `--verdicts stop`, a single answer other than the edge's verdict
+/// (`verdict::ip_edge_expect`) is a finding. On AF_XDP the frames meet uroce's own
+/// parser; on the UDP backend the kernel's IP and UDP stack first.
+fn every_ip_edge_against(backend: &str, tag: &str, port: u16, ipv6: bool) -> Option<Value> {
+    if !can_run() {
+        return None;
+    }
+    let pair = netns::VethPair::create(tag, 1500).unwrap();
+    let peer = if ipv6 {
+        add_ipv6(&pair)[1].clone()
+    } else {
+        pair.addrs[1].to_string()
+    };
+    let server = Server::new(&pair, tag, backend, port, None);
+    let mut specs = Vec::new();
+    for edge in uroce_tools::fuzz_peer::mutate::IP_EDGES {
+        specs.push(serde_json::json!({"kind": "ip", "edge": edge}));
+        specs.push(serde_json::json!({"kind": "write", "len": 64, "off": 0, "ack_req": true}));
+    }
+    let file = server.dir.join("edges.json");
+    std::fs::write(&file, serde_json::to_vec(&specs).unwrap()).unwrap();
+    let port = port.to_string();
+    let (code, s, stderr) = fuzz_at(
+        &pair,
+        &server,
+        &peer,
+        &[
+            "-v",
+            "--backend",
+            "xdp",
+            "-p",
+            &port,
+            "--replay",
+            &file.to_string_lossy(),
+            "--wait-ms",
+            "50",
+        ],
+    );
+    if code == 2 && stderr.contains("AF_XDP") {
+        eprintln!("SKIP: AF_XDP cannot be set up here: {stderr}");
+        return None;
+    }
+    // The answer to each edge, for the record.
+    for l in stderr.lines().filter(|l| l.contains("Ip {")) {
+        eprintln!("{l}");
+    }
+    eprintln!("{s:#}");
+    assert_eq!(code, 0, "{s:#}\n{stderr}");
+    assert_eq!(s["findings"].as_array().unwrap().len(), 0, "{s:#}");
+    assert_eq!(s["mismatches"].as_array().unwrap().len(), 0, "{s:#}");
+    assert_eq!(s["frames_sent"].as_u64(), Some(specs.len() as u64), "{s:#}");
+    // uroce runs DCQCN: the CE-marked frame is answered with a CNP as well.
+    assert_eq!(s["ce_marked"].as_u64(), Some(1), "{s:#}");
+    assert!(s["cnps"].as_u64().unwrap() >= 1, "{s:#}");
+    Some(s)
+}
+
+#[test]
+fn every_ip_and_udp_edge_gets_its_verdict_from_uroce_over_af_xdp() {
+    every_ip_edge_against("xdp", "fze", 18716, false);
+}
+
+#[test]
+fn every_ipv6_and_udp_edge_gets_its_verdict_from_uroce_over_af_xdp() {
+    every_ip_edge_against("xdp", "fz6e", 18719, true);
+}
+
+#[test]
+fn every_ip_and_udp_edge_gets_its_verdict_through_the_kernel_udp_stack() {
+    every_ip_edge_against("udp", "fzk", 18717, false);
+}
+
+/// Adds an IPv6 address (fd00::/64, no duplicate address detection) to both ends of
+/// `pair`; the two addresses.
+fn add_ipv6(pair: &netns::VethPair) -> [String; 2] {
+    let v6 = |i: usize| format!("fd00:213:{:x}::{}", std::process::id() % 0xffff, i + 1);
+    for i in 0..2 {
+        let st = Command::new("ip")
+            .args(["-n", &pair.ns[i], "addr", "add"])
+            .arg(format!("{}/64", v6(i)))
+            .args(["dev", &pair.ifaces[i], "nodad"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    [v6(0), v6(1)]
+}
+
+/// An IPv6 peer (its GID the IPv6 address): a uroce perf server over AF_XDP reached at an
+/// IPv6 address of the pair (fd00::/64 added to both ends), fuzzed with IPv6 header edges
+/// too (traffic class, flow label, hop limit, payload length, next header); no finding.
+#[test]
+fn uroce_survives_its_own_fuzzer_over_ipv6() {
+    if !can_run() {
+        return;
+    }
+    let pair = netns::VethPair::create("fz6", 1500).unwrap();
+    let v6 = add_ipv6(&pair);
+    let server = Server::new(&pair, "v6", "xdp", 18718, None);
+    let (code, s, stderr) = fuzz_at(
+        &pair,
+        &server,
+        &v6[1],
+        &[
+            "--backend",
+            "xdp",
+            "-p",
+            "18718",
+            "--iters",
+            "400",
+            "--seed",
+            "13",
+        ],
+    );
+    if code == 2 && stderr.contains("AF_XDP") {
+        eprintln!("SKIP: AF_XDP cannot be set up here: {stderr}");
+        return;
+    }
+    eprintln!("{s:#}");
+    assert_clean(code, &s, &stderr, 400);
+    assert!(s["kinds"]["ip"].as_u64().unwrap_or(0) > 0, "{s:#}");
+}
+
+/// A perftest server with four QPs (`ib_write_bw -q 4`, the distro's, on uroce's
+/// libibverbs.so.1): the fuzzer learns all four from the exchange, takes the last for
+/// the known-good QP (two uroce stacks cannot share one interface, so no second server),
+/// spreads its frames over the other three, and between bursts probes each one left (a
+/// WRITE at its expected PSN must be ACKed) besides the known-good QP's WRITE; no
+/// finding.
+#[test]
+fn ib_write_bw_with_four_qps_on_uroce_survives_fuzz_peer() {
+    if !can_run() || !pingpong_on_library() {
+        return;
+    }
+    if !Path::new("/usr/bin/ib_write_bw").exists() {
+        eprintln!("SKIP: /usr/bin/ib_write_bw is missing (apt-get install perftest)");
+        return;
+    }
+    let pair = netns::VethPair::create("fzq", 1500).unwrap();
+    let cmd = format!(
+        "{bin} run --backend udp --iface {iface} -- ib_write_bw -x 1 -F -q 4 -p 18720",
+        bin = env!("CARGO_BIN_EXE_uroce"),
+        iface = pair.ifaces[1],
+    );
+    let server = Server::with(&pair, "qps", "", &cmd);
+    let (code, s, stderr) = fuzz(
+        &pair,
+        &server,
+        &[
+            "--tool",
+            "ib_write_bw",
+            "--peer-qps",
+            "4",
+            "--backend",
+            "udp",
+            "-p",
+            "18720",
+            "--iters",
+            "300",
+            "--seed",
+            "21",
+        ],
+    );
+    eprintln!("{s:#}");
+    assert_eq!(code, 0, "{s:#}\n{stderr}");
+    assert_eq!(s["findings"].as_array().unwrap().len(), 0, "{s:#}");
+    assert_eq!(
+        s["mismatches"].as_array().unwrap().len(),
+        s["unconfirmed"].as_array().unwrap().len(),
+        "{s:#}"
+    );
+    assert_eq!(s["frames_sent"].as_u64(), Some(300), "{s:#}");
+    assert!(s["checks_passed"].as_u64().unwrap() >= 300 / 64, "{s:#}");
+    // Three fuzz QPs a server: the QPs used are a multiple of three.
+    let qps = s["qps_used"].as_u64().unwrap();
+    assert!(qps >= 3 && qps % 3 == 0, "{s:#}");
+    assert!(s["peer_restarts"].as_u64().unwrap() >= 1, "{s:#}");
+    for answer in ["ACK", "NAK PSN_SEQUENCE_ERROR", "NAK INVALID_REQUEST"] {
+        assert!(
+            s["answers"][answer].as_u64().unwrap_or(0) > 0,
+            "no {answer} among the answers: {s:#}"
+        );
+    }
 }

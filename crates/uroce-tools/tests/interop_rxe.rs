@@ -729,24 +729,126 @@ fn verbs_library_cases(peer: &Peer, rows: &mut Vec<Row>) {
     }
 }
 
-/// `uroce fuzz-peer` against rxe: two `ib_write_bw` servers in the guest (the fuzz QP's
-/// and the known-good QP's), restarted by a script whenever the fuzz QP is in the error
-/// state, the guest's kernel log scanned for BUG / WARNING / Oops between bursts. A
-/// bounded run whose findings and wrong verdicts are reported, not failed on; what fails
-/// is a crash of the fuzzer (uroce) itself: any exit but 0 (no finding) or 1 (findings).
-/// Returns the report's lines, and whether the fuzzer crashed.
+/// `uroce fuzz-peer` against rxe, peer tool by peer tool ([`fuzz_rxe`]): two
+/// `ib_write_bw` servers (the fuzz QP's and the known-good QP's), one `ib_write_bw -q 4`
+/// (frames spread over three QPs, the fourth the known-good one), `ibv_rc_pingpong` (SENDs
+/// against its receives, RDMA it must refuse), `ibv_ud_pingpong` (datagrams, Q_Keys), and
+/// every IP / UDP header edge replayed once against `ib_write_bw`. Bounded runs whose
+/// findings and wrong verdicts are reported, not failed on; what fails is a crash of the
+/// fuzzer (uroce) itself: any exit but 0 (no finding) or 1 (findings). Returns the
+/// report's lines, and whether the fuzzer crashed.
 fn fuzz_peer_case(peer: &Peer) -> Option<(String, bool)> {
     if !wanted("fuzz-peer") {
         return None;
     }
+    let mut md = String::new();
+    let mut crashed = false;
+    let write2 = [
+        "ib_write_bw -d rxe0 -x 1 -F -p 18515",
+        "ib_write_bw -d rxe0 -x 1 -F -p 18516",
+    ];
+    let runs: [(&str, &[&str], &[&str]); 4] = [
+        (
+            "two ib_write_bw servers, 60 s, seed 5",
+            &write2,
+            &["--tool", "ib_write_bw", "--duration", "60", "--seed", "5"],
+        ),
+        (
+            "ib_write_bw -q 4, 40 s, seed 21",
+            &["ib_write_bw -d rxe0 -x 1 -F -q 4 -p 18515"],
+            &[
+                "--tool",
+                "ib_write_bw",
+                "--peer-qps",
+                "4",
+                "--duration",
+                "40",
+                "--seed",
+                "21",
+            ],
+        ),
+        (
+            "ibv_rc_pingpong -s 2048, 40 s, seed 5",
+            &["ibv_rc_pingpong -d rxe0 -g 1 -s 2048 -n 1000000000 -p 18515"],
+            &[
+                "--tool",
+                "ibv_rc_pingpong",
+                "-s",
+                "2048",
+                "--duration",
+                "40",
+                "--seed",
+                "5",
+            ],
+        ),
+        (
+            "ibv_ud_pingpong -s 512, 40 s, seed 9",
+            &["ibv_ud_pingpong -d rxe0 -g 1 -s 512 -n 1000000000 -p 18515"],
+            &[
+                "--tool",
+                "ibv_ud_pingpong",
+                "-s",
+                "512",
+                "--duration",
+                "40",
+                "--seed",
+                "9",
+            ],
+        ),
+    ];
+    for (what, servers, args) in runs {
+        let (m, c) = fuzz_rxe(peer, what, servers, args);
+        md.push_str(&m);
+        crashed |= c;
+    }
+    // Every IP / UDP edge once, each followed by a valid WRITE.
+    let mut specs = Vec::new();
+    for edge in uroce_tools::fuzz_peer::mutate::IP_EDGES {
+        specs.push(serde_json::json!({"kind": "ip", "edge": edge}));
+        specs.push(serde_json::json!({"kind": "write", "len": 64, "off": 0, "ack_req": true}));
+    }
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fuzz-rxe-edges.json");
+    std::fs::write(&file, serde_json::to_vec(&specs).unwrap()).unwrap();
+    let file = file.to_string_lossy().to_string();
+    let (m, c) = fuzz_rxe(
+        peer,
+        "every IP / UDP edge, two ib_write_bw servers",
+        &write2,
+        &[
+            "--tool",
+            "ib_write_bw",
+            "--replay",
+            &file,
+            "--wait-ms",
+            "100",
+            "-v",
+        ],
+    );
+    md.push_str(&m);
+    crashed |= c;
+    Some((md, crashed))
+}
+
+/// One bounded `uroce fuzz-peer` run against rxe: `servers` started in the guest (and
+/// restarted by a script whenever the fuzz QPs are used up), the fuzzer over AF_XDP with
+/// `--verdicts count` and `args`, the guest's kernel log scanned for BUG / WARNING / Oops
+/// between bursts. Its report's lines, and whether the fuzzer crashed.
+fn fuzz_rxe(peer: &Peer, what: &str, servers: &[&str], args: &[&str]) -> (String, bool) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let exec = scripts().join("guest-exec.py");
     let script = dir.join("fuzz-rxe-restart.sh");
+    let mut start = String::new();
+    for (k, srv) in servers.iter().enumerate() {
+        let redirect = if k == 0 { ">" } else { ">>" };
+        start.push_str(&format!(
+            "{srv} > /tmp/fz{k}.log 2>&1 & echo $! {redirect} /tmp/fz.pids; "
+        ));
+    }
     std::fs::write(
         &script,
         format!(
             "#!/bin/sh
-             {exec} -g 1 --bg 'kill $(cat /tmp/fz.pids 2>/dev/null) 2>/dev/null; sleep 0.3;              ib_write_bw -d rxe0 -x 1 -F -p 18515 > /tmp/fz1.log 2>&1 & echo $! > /tmp/fz.pids;              ib_write_bw -d rxe0 -x 1 -F -p 18516 > /tmp/fz2.log 2>&1 & echo $! >> /tmp/fz.pids;              wait' > /dev/null
+             {exec} -g 1 --bg 'kill $(cat /tmp/fz.pids 2>/dev/null) 2>/dev/null; sleep 0.3; {start} wait' > /dev/null
              sleep 2.5
 ",
             exec = exec.display()
@@ -769,23 +871,9 @@ fn fuzz_peer_case(peer: &Peer) -> Option<(String, bool)> {
             "roce-h",
             env!("CARGO_BIN_EXE_uroce"),
         ])
-        .args([
-            "fuzz-peer",
-            "10.77.0.11",
-            "--tool",
-            "ib_write_bw",
-            "--backend",
-            "xdp",
-        ])
-        .args([
-            "--duration",
-            "60",
-            "--seed",
-            "5",
-            "--verdicts",
-            "count",
-            "--json",
-        ])
+        .args(["fuzz-peer", "10.77.0.11", "--backend", "xdp"])
+        .args(args)
+        .args(["--verdicts", "count", "--json"])
         .args([
             "--restart-cmd",
             &script.to_string_lossy(),
@@ -800,8 +888,8 @@ fn fuzz_peer_case(peer: &Peer) -> Option<(String, bool)> {
     let crashed = !matches!(code, Some(0) | Some(1));
     let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     let mut md = format!(
-        "\n`uroce fuzz-peer` against rxe (two ib_write_bw servers, AF_XDP, 60 s, seed 5): exit {code:?}, {} frames, {} checks passed, {} peer restarts\n",
-        s["frames_sent"], s["checks_passed"], s["peer_restarts"]
+        "\n`uroce fuzz-peer` against rxe ({what}, AF_XDP): exit {code:?}, {} frames, {} checks passed, {} peer restarts, {} CNPs for {} CE-marked\n",
+        s["frames_sent"], s["checks_passed"], s["peer_restarts"], s["cnps"], s["ce_marked"]
     );
     if let Some(a) = s["answers"].as_object() {
         let v: Vec<String> = a.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -819,13 +907,20 @@ fn fuzz_peer_case(peer: &Peer) -> Option<(String, bool)> {
             f["oracle"], f["detail"], f["shrunk"]
         ));
     }
+    // The answer to each edge of a replay (-v), for the record.
+    for l in String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .filter(|l| l.contains("Ip {"))
+    {
+        md.push_str(&format!("  - {}\n", l.trim()));
+    }
     if crashed {
         md.push_str(&format!(
             "- the fuzzer CRASHED: {}\n",
             String::from_utf8_lossy(&o.stderr)
         ));
     }
-    Some((md, crashed))
+    (md, crashed)
 }
 
 /// The whole suite against one boot of the guest (link MTU 9000, so rxe's port MTU is

@@ -18,6 +18,9 @@ The peer runs a server that stays up; start it first:
   ib_write_bw -d DEV -x IDX -p 18515 & ib_write_bw -d DEV -x IDX -p 18516
                                                     (perftest: the fuzz QP's server and
                                                      the known-good QP's, with --tool ib_write_bw)
+  ib_write_bw -d DEV -x IDX -q 4                    (--peer-qps 4: its last QP is the known-good one)
+  ibv_rc_pingpong -g IDX -n 1000000000              (--tool ibv_rc_pingpong, -s its -s;
+                                                     ibv_ud_pingpong likewise)
 A perftest or uroce perf server serves one client: to go on once every fuzz QP of the
 peer is in the error state, and to shrink a finding, give --restart-cmd (it must return
 once the peer listens again). Exit status: 0 no finding, 1 a finding, 2 an error.";
@@ -27,7 +30,8 @@ once the peer listens again). Exit status: 0 no finding, 1 a finding, 2 an error
 pub struct Args {
     /// The peer's address.
     peer: IpAddr,
-    /// The tool the peer runs: uroce-perf, ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw.
+    /// The tool the peer runs: uroce-perf, ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw,
+    /// ibv_rc_pingpong, ibv_ud_pingpong.
     #[arg(long, default_value = "uroce-perf")]
     tool: String,
     /// TCP port of the exchange (perftest: the fuzz QP's server; the known-good one on the
@@ -56,6 +60,13 @@ pub struct Args {
     /// Fuzz QPs to ask a uroce perf server for (1..=63).
     #[arg(long, default_value_t = 16)]
     qps: u32,
+    /// QPs of the perftest server (its -q). Above 1, its last QP is the known-good one (no
+    /// second server) and frames are spread over the others, each probed between bursts.
+    #[arg(long, default_value_t = 1)]
+    peer_qps: u32,
+    /// The length of the peer's receives (ibv_rc_pingpong's or ibv_ud_pingpong's -s).
+    #[arg(short = 's', long, default_value_t = 4096)]
+    size: u32,
     /// Fuzz frames between two checks of the oracles.
     #[arg(long, default_value_t = 32)]
     burst: u32,
@@ -105,6 +116,9 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     if !(1..=63).contains(&a.qps) {
         bail!("--qps {} is out of range 1..=63", a.qps);
     }
+    if !(1..=63).contains(&a.peer_qps) {
+        bail!("--peer-qps {} is out of range 1..=63", a.peer_qps);
+    }
     let limit = match (a.duration, a.iters) {
         (Some(d), _) if d > 0.0 && d <= 86_400.0 => Limit::Time(Duration::from_secs_f64(d)),
         (Some(d), _) => bail!("--duration {d} is out of range (0, 86400]"),
@@ -129,6 +143,8 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
             fuzz_qps: a.qps,
             psn: fuzz_peer::first_psn(a.seed),
             connect_for: Duration::from_secs_f64(a.connect_for.clamp(0.0, 600.0)),
+            size: a.size,
+            peer_qps: a.peer_qps,
         },
         seed: a.seed,
         limit,
@@ -167,6 +183,9 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
         println!(" answers:");
         for (k, v) in &s.answers {
             println!("   {k:<32} {v}");
+        }
+        if s.ce_marked > 0 || s.cnps > 0 {
+            println!(" CNPs: {} (frames marked ECN CE: {})", s.cnps, s.ce_marked);
         }
         if !s.mismatches.is_empty() {
             println!(" answers the IBTA rules do not allow:");

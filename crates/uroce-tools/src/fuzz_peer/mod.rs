@@ -1,9 +1,11 @@
 //! `uroce fuzz-peer`: fuzz a live RoCE peer's parsers and state machines.
 //!
 //! The fuzzer connects to a peer tool that already runs (a `uroce perf` server, perftest
-//! bandwidth servers) with the exchange uroce speaks, so the peer brings RC QPs into RTS
-//! with keys the fuzzer knows: N fuzz QPs, whose requester side exists only here as a
-//! number, and one known-good QP that uroce's own transport runs. Then, in bursts:
+//! bandwidth servers, `ibv_rc_pingpong`) with the exchange uroce speaks, so the peer
+//! brings RC QPs into RTS with keys the fuzzer knows: N fuzz QPs, whose requester side
+//! exists only here as a number, and one known-good QP that uroce's own transport runs
+//! (`ibv_rc_pingpong` has one QP: it is fuzzed and probed, [`Driver::liveness`]). Then,
+//! in bursts:
 //!
 //! 1. frames from the seeded, structure-aware [`mutate::Generator`], each rendered against
 //!    what is known of its target responder (expected PSN, open message, region) and
@@ -31,6 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use serde::Serialize;
 
+mod ip_edges;
 pub mod mutate;
 pub mod planted;
 pub mod session;
@@ -146,6 +149,10 @@ pub struct Summary {
     pub answers: BTreeMap<String, u64>,
     /// Answers that came outside a frame's window.
     pub stray_answers: u64,
+    /// CNPs the peer sent (its answer to CE-marked frames where it runs DCQCN).
+    pub cnps: u64,
+    /// Frames sent marked ECN CE (`ip` frames with the `ecn_ce` edge).
+    pub ce_marked: u64,
     /// Wrong verdicts (with `--verdicts count`; with `stop` the first is a finding).
     pub mismatches: Vec<MismatchCount>,
     /// Fuzz QPs of the peer used (each ends in the error state or at the end of the run).
@@ -201,10 +208,16 @@ fn shell(cmd: &str) -> anyhow::Result<Result<(), String>> {
     )))
 }
 
-/// The fuzzing state over one session: which QP is in use.
+/// The fuzzing state over one session: which fuzz QP the next frame goes to.
 pub(crate) struct Driver {
     pub(crate) sess: Session,
-    live: usize,
+    /// The QP in use.
+    cur: usize,
+    /// QPs in the error state (or whose state is lost): they take no more frames.
+    dead: Vec<bool>,
+    /// Whether frames go to each QP left in turn (a perftest server's QPs, `-q N`)
+    /// rather than to one QP until it is gone (a uroce perf server's many).
+    spread: bool,
 }
 
 /// One frame sent and judged.
@@ -219,26 +232,55 @@ pub(crate) struct Step {
     pub(crate) expect: Expect,
     /// The fuzz QP (ours).
     pub(crate) qpn: u32,
+    /// CNPs among what came back.
+    pub(crate) cnps: u64,
 }
 
 impl Driver {
     pub(crate) fn new(sess: Session) -> Self {
-        Self { sess, live: 0 }
+        let n = sess.targets.len();
+        let spread = sess.spread;
+        Self {
+            sess,
+            cur: 0,
+            dead: vec![false; n],
+            spread,
+        }
     }
 
     /// Whether a fuzz QP is left.
     pub(crate) fn has_target(&self) -> bool {
-        self.live < self.sess.targets.len()
+        self.dead.iter().any(|d| !d)
     }
 
-    /// QPs taken so far (the one in use counts).
+    /// QPs taken so far (the one in use counts; spread, every one does).
     pub(crate) fn used(&self) -> u64 {
-        (self.live + usize::from(self.has_target())) as u64
+        if self.spread {
+            return self.dead.len() as u64;
+        }
+        (self.dead.iter().filter(|d| **d).count() + usize::from(self.has_target())) as u64
+    }
+
+    /// Moves to the next QP left: the next in turn when spread, else the first.
+    fn advance(&mut self) {
+        let n = self.dead.len();
+        let from = if self.spread { self.cur + 1 } else { 0 };
+        if let Some(i) = (0..n).map(|k| (from + k) % n).find(|&i| !self.dead[i]) {
+            self.cur = i;
+        }
+    }
+
+    /// QP `i` takes no more frames.
+    fn kill(&mut self, i: usize) {
+        self.dead[i] = true;
+        if i == self.cur {
+            self.advance();
+        }
     }
 
     /// The spec the generator makes for the QP in use.
     pub(crate) fn next_spec(&self, g: &mut Generator) -> Spec {
-        let (t, tr) = &self.sess.targets[self.live];
+        let (t, tr) = &self.sess.targets[self.cur];
         g.next(tr, t)
     }
 
@@ -252,18 +294,15 @@ impl Driver {
                 continue;
             };
             match Outcome::of(&[late]) {
-                Outcome::Nak { code, .. } if code != 0 => {
-                    if i == self.live {
-                        self.live += 1;
-                    }
-                }
+                Outcome::Nak { code, .. } if code != 0 => self.kill(i),
                 _ => self.sess.targets[i].1.known = false,
             }
         }
         if !self.has_target() {
             return Ok(None);
         }
-        let (t, mut tr) = self.sess.targets[self.live];
+        let at = self.cur;
+        let (t, mut tr) = self.sess.targets[at];
         let epsn = tr.epsn;
         let r = render(spec, &t, &tr);
         self.sess.send(&t, &r.bytes, r.whole)?;
@@ -278,12 +317,17 @@ impl Driver {
         if resp.is_empty()
             && !matches!(
                 r.expect,
-                Expect::Any | Expect::Silent | Expect::NotAccepted | Expect::DupAck
+                Expect::Any
+                    | Expect::Silent
+                    | Expect::NotAccepted
+                    | Expect::DupAck
+                    | Expect::NoAckNak
             )
         {
             resp = self.sess.collect(t.my_qpn, wait * 20)?;
         }
         let got = Outcome::of(&resp);
+        let cnps = verdict::cnps(&resp);
         let mismatch = (!judge(&r, tr.epsn, &got)).then_some(Mismatch {
             spec: *spec,
             expected: r.expect,
@@ -298,9 +342,11 @@ impl Driver {
         if gone {
             tr.known = false;
         }
-        self.sess.targets[self.live].1 = tr;
+        self.sess.targets[at].1 = tr;
         if !alive || gone {
-            self.live += 1;
+            self.kill(at);
+        } else if self.spread {
+            self.advance();
         }
         Ok(Some(Step {
             frame,
@@ -310,7 +356,147 @@ impl Driver {
             epsn,
             expect: r.expect,
             qpn: t.my_qpn,
+            cnps,
         }))
+    }
+}
+
+impl Driver {
+    /// The liveness oracle. With a known-good QP, its operation must complete
+    /// ([`Session::liveness`]), and, when frames are spread over the peer's QPs (a
+    /// perftest server, `-q N`), each fuzz QP left in a known state must take a valid
+    /// request ([`Self::probe`]). A peer with one QP (`ibv_rc_pingpong`,
+    /// `ibv_ud_pingpong`) is probed on that QP alone. A QP already in the error state,
+    /// as the rules asked, cannot be probed: the reconnection to a fresh peer is then
+    /// the check.
+    pub(crate) fn liveness(
+        &mut self,
+        wait: Duration,
+        deadline: Duration,
+    ) -> anyhow::Result<Result<(), String>> {
+        if self.sess.has_good() {
+            if let Err(why) = self.sess.liveness(deadline)? {
+                return Ok(Err(why));
+            }
+            if !self.spread {
+                return Ok(Ok(()));
+            }
+            for i in 0..self.dead.len() {
+                if self.dead[i] || !self.sess.targets[i].1.decidable() {
+                    continue;
+                }
+                if let Err(why) = self.probe(i, wait, deadline)? {
+                    return Ok(Err(why));
+                }
+            }
+            return Ok(Ok(()));
+        }
+        if !self.has_target() {
+            return Ok(Ok(()));
+        }
+        let i = self.cur;
+        self.probe(i, wait, deadline)
+    }
+
+    /// The request that probes fuzz QP `t` in state `tr`: one the peer's QP is enabled
+    /// for, at its expected PSN (a SEND peer with a SEND open: a SEND LAST that fits).
+    fn probe_spec(t: &mutate::Target, tr: &mutate::Track) -> Spec {
+        if t.ud {
+            return Spec::UdSend {
+                len: 8,
+                imm: false,
+                psn_delta: 1,
+            };
+        }
+        if let Some(n) = tr.send_open {
+            return Spec::ContinueSend {
+                last: true,
+                len: t.recv_size.saturating_sub(n).clamp(1, 8),
+            };
+        }
+        if t.write_ok {
+            Spec::Write {
+                len: 8,
+                off: 0,
+                ack_req: true,
+            }
+        } else if t.read_ok {
+            Spec::Read { len: 8, off: 0 }
+        } else if t.atomic_ok {
+            Spec::Atomic {
+                cmp: false,
+                off: 0,
+                misalign: 0,
+            }
+        } else {
+            Spec::Send { len: 8 }
+        }
+    }
+
+    /// Probes fuzz QP `i`: a valid request at its expected PSN ([`Self::probe_spec`])
+    /// must be taken (ACKed, answered with READ response data or an atomic ACK; a UD
+    /// datagram answered with one) before `deadline`; an RNR NAK (no receive yet) or a
+    /// PSN sequence error NAK (the expected PSN learnt anew) make the probe go again.
+    fn probe(
+        &mut self,
+        i: usize,
+        wait: Duration,
+        deadline: Duration,
+    ) -> anyhow::Result<Result<(), String>> {
+        let until = Instant::now() + deadline;
+        let mut last = String::from("nothing");
+        while Instant::now() < until {
+            if self.dead[i] {
+                return Ok(Ok(()));
+            }
+            let (t, mut tr) = self.sess.targets[i];
+            let spec = Self::probe_spec(&t, &tr);
+            let r = render(&spec, &t, &tr);
+            self.sess.send(&t, &r.bytes, false)?;
+            let got = Outcome::of(&self.sess.collect(t.my_qpn, wait)?);
+            let alive = learn(&mut tr, &spec, &r, &got);
+            let taken = match got {
+                Outcome::Ack { psn } | Outcome::AtomicAck { psn } => psn == r.psn,
+                Outcome::ReadResp { first, .. } => first == r.psn,
+                Outcome::Datagram => true,
+                _ => false,
+            };
+            match got {
+                Outcome::Ack { psn } if !taken => {
+                    // A duplicate's ACK: the responder has taken up to `psn`.
+                    tr.epsn = mutate::psn_add(psn, 1);
+                    tr.known = true;
+                }
+                Outcome::Rnr { .. } | Outcome::Silence => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                _ => {}
+            }
+            self.sess.targets[i].1 = tr;
+            if taken {
+                return Ok(Ok(()));
+            }
+            if !alive {
+                self.kill(i);
+                if r.expect == Expect::Any {
+                    // Its state was not known: the probe may have been out of order.
+                    return Ok(Ok(()));
+                }
+                return Ok(Err(format!(
+                    "the probe {} to fuzz QP {:#x} at its expected PSN {:#08x} was refused: {}",
+                    kind_name(&spec),
+                    t.dest_qp,
+                    r.psn,
+                    got.label()
+                )));
+            }
+            last = got.label();
+        }
+        let (t, _) = self.sess.targets[i];
+        Ok(Err(format!(
+            "the probe to fuzz QP {:#x} at its expected PSN was not taken within {deadline:?} (last answer: {last})",
+            t.dest_qp
+        )))
     }
 }
 
@@ -408,13 +594,21 @@ pub fn run(cfg: &FuzzConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<S
                 }
                 *sum.kinds.entry(kind_name(&spec)).or_default() += 1;
                 *sum.answers.entry(st.got.label()).or_default() += 1;
+                sum.cnps += st.cnps;
+                if spec
+                    == (Spec::Ip {
+                        edge: mutate::IpEdge::EcnCe,
+                    })
+                {
+                    sum.ce_marked += 1;
+                }
                 since_specs.push(spec);
                 since_frames.push(st.frame);
                 if let Some(m) = st.mismatch {
                     // Silence where the rules ask for an answer: the peer may have stopped
                     // answering altogether, which the liveness oracle tells.
                     if m.got == Outcome::Silence {
-                        if let Err(why) = d.sess.liveness(cfg.deadline)? {
+                        if let Err(why) = d.liveness(cfg.wait, cfg.deadline)? {
                             finding = Some((shrink::Want::Liveness, why));
                             break 'run;
                         }
@@ -451,7 +645,7 @@ pub fn run(cfg: &FuzzConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<S
                 }
             }
             // The oracles.
-            if let Err(why) = d.sess.liveness(cfg.deadline)? {
+            if let Err(why) = d.liveness(cfg.wait, cfg.deadline)? {
                 finding = Some((shrink::Want::Liveness, why));
                 break;
             }

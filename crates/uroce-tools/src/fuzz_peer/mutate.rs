@@ -60,6 +60,19 @@ pub struct Target {
     pub write_ok: bool,
     /// See `write_ok`.
     pub read_ok: bool,
+    /// Whether the peer's QP takes atomics (`IBV_ACCESS_REMOTE_ATOMIC`).
+    pub atomic_ok: bool,
+    /// The length of the receive buffers the peer posts, where the tool says (a SEND
+    /// peer such as `ibv_rc_pingpong`, whose receives are of its `-s`): a SEND message
+    /// longer is a length error (IBTA Vol. 1 §9.7.5.2.4 / Table 59: NAK Invalid Request).
+    /// 0: not known, and the peer is fuzzed with RDMA frames; otherwise it is a SEND peer
+    /// and most frames are SENDs ([`Generator::next`]).
+    pub recv_size: u32,
+    /// The peer's QP is UD (`ibv_ud_pingpong`): frames are datagrams with a DETH
+    /// carrying `qkey`, and the peer answers a datagram it takes with one of its own.
+    pub ud: bool,
+    /// The UD QP's Q_Key.
+    pub qkey: u32,
 }
 
 /// What the fuzzer knows of the target responder's state (IBTA Vol. 1 §9.7.5.1).
@@ -75,6 +88,8 @@ pub struct Track {
     pub nak_sent: bool,
     /// A multi-packet WRITE is open: bytes still to come.
     pub open: Option<u32>,
+    /// A multi-packet SEND is open: bytes the responder has taken into the receive.
+    pub send_open: Option<u32>,
     /// The last READ accepted: its PSN, RETH and the PSNs it took.
     pub last_read: Option<(u32, RethRepr, u32)>,
     /// The last atomic accepted: its PSN, opcode and AtomicETH.
@@ -92,6 +107,7 @@ impl Track {
             known: true,
             nak_sent: false,
             open: None,
+            send_open: None,
             last_read: None,
             last_atomic: None,
         }
@@ -99,7 +115,7 @@ impl Track {
 
     /// Whether what the responder must answer can be told: its PSN known, no message open.
     pub fn decidable(&self) -> bool {
-        self.known && self.open.is_none()
+        self.known && self.open.is_none() && self.send_open.is_none()
     }
 }
 
@@ -137,6 +153,28 @@ pub enum IpEdge {
     SourcePort4791,
     /// Ethernet padding after the IP packet.
     Trailer,
+    /// TTL (IPv6: hop limit) 1.
+    TtlOne,
+    /// IPv6 hop limit 0 (an IPv4 peer gets TTL 0).
+    HopLimitZero,
+    /// A UDP length longer than the datagram.
+    UdpLenLong,
+    /// A correct, non-zero UDP checksum.
+    GoodUdpChecksum,
+    /// UDP destination port 4792: not RoCEv2.
+    WrongDstPort,
+    /// DSCP 46 (expedited forwarding).
+    Dscp,
+    /// ECN ECT(0).
+    EcnEct0,
+    /// ECN ECT(1).
+    EcnEct1,
+    /// ECN CE: congestion experienced (a DCQCN receiver answers with a CNP).
+    EcnCe,
+    /// An IPv6 flow label.
+    FlowLabel,
+    /// An IPv6 next header that is not UDP (59: no next header).
+    NextHeader,
 }
 
 /// One fuzz frame, relative to the target's state when it is sent.
@@ -182,8 +220,13 @@ pub enum Spec {
     Atomic { cmp: bool, off: u32, misalign: u8 },
     /// The last atomic again at its PSN.
     AtomicReplay,
-    /// A SEND ONLY of `len` bytes.
+    /// A SEND ONLY of `len` bytes (cut to the path MTU).
     Send { len: u32 },
+    /// SEND FIRST (one path MTU of payload) of a multi-packet SEND.
+    OpenSend,
+    /// The next packet of the open SEND: LAST with `len` bytes (1..=MTU) when `last`,
+    /// else MIDDLE (one MTU). With no SEND open, an orphan.
+    ContinueSend { last: bool, len: u32 },
     /// An ACKNOWLEDGE (AETH with `syndrome`) at the expected PSN + `delta`, sent to the
     /// peer's QP, whose requester has nothing outstanding.
     GhostAck { syndrome: u8, delta: i32 },
@@ -197,6 +240,18 @@ pub enum Spec {
     BadPkey { pkey: u16 },
     /// A BTH with TVer `tver` (only 0 is defined).
     BadTver { tver: u8 },
+    /// A UD SEND ONLY (with immediate data when `imm`) of `len` bytes at the PSN
+    /// `psn_delta` from the last one (UD has no PSN check).
+    UdSend { len: u32, imm: bool, psn_delta: i32 },
+    /// A UD SEND ONLY whose DETH Q_Key is the QP's `^ xor` (0x8000_0000: the
+    /// controlled-Q_Key bit).
+    UdQkey { xor: u32 },
+    /// A UD SEND ONLY whose DETH source QP is `src_qp`.
+    UdSrcQp { src_qp: u32 },
+    /// A UD SEND ONLY carrying `extra` bytes more than the path MTU.
+    UdOverMtu { extra: u32 },
+    /// Opcode `opcode` (RC, UC, reserved UD) to the UD QP, over a UD SEND's bytes.
+    UdWrongOpcode { opcode: u8 },
 }
 
 /// What the IBTA rules make the responder answer, where decidable.
@@ -220,6 +275,20 @@ pub enum Expect {
     Silent,
     /// A duplicate: an ACK (of the last PSN taken) or nothing.
     DupAck,
+    /// An ACK of this packet's PSN, or an RNR NAK for it (a SEND that needs a receive
+    /// the peer may not have posted yet: IBTA Vol. 1 §9.7.5.2.8).
+    AckOrRnr,
+    /// A NAK Invalid Request (a SEND longer than the receive: a length error, IBTA
+    /// Vol. 1 §9.7.5.2.4).
+    InvalidRequest,
+    /// A UD peer takes the datagram: its answer, a datagram back, comes.
+    Datagram,
+    /// A UD frame: anything but an acknowledgement (a UD QP never sends an ACK or NAK,
+    /// IBTA Vol. 1 §9.8.3: UD is unacknowledged).
+    NoAckNak,
+    /// Taken (an ACK of this packet's PSN) or dropped (nothing): a header the receiver
+    /// may accept or not, never NAK.
+    AckOrSilent,
     /// Not decidable.
     Any,
 }
@@ -238,6 +307,10 @@ pub struct Rendered {
     /// Whether the responder may take the frame without answering (no AckReq), so that
     /// silence leaves its expected PSN uncertain.
     pub silent_take: bool,
+    /// Whether the peer tool cannot go on after this frame, however well it answers it
+    /// (a datagram longer than `ibv_ud_pingpong`'s receives completes in error and the
+    /// program exits).
+    pub ends: bool,
 }
 
 /// PSN arithmetic modulo 2^24.
@@ -262,8 +335,38 @@ const OTHER_TRANSPORT: [u8; 12] = [
     0x20, 0x24, 0x2a, 0x27, 0x44, 0x4c, 0x64, 0x65, 0x81, 0x60, 0xa0, 0xe0,
 ];
 
+/// The IP / UDP header edges, each with its verdict in [`super::verdict::ip_edge_expect`].
+pub const IP_EDGES: [IpEdge; 22] = [
+    IpEdge::Options,
+    IpEdge::TtlZero,
+    IpEdge::MoreFragments,
+    IpEdge::FragmentOffset,
+    IpEdge::TotalLenLong,
+    IpEdge::TotalLenShort,
+    IpEdge::BadIpChecksum,
+    IpEdge::UdpLenShort,
+    IpEdge::BadUdpChecksum,
+    IpEdge::SourcePort4791,
+    IpEdge::Trailer,
+    IpEdge::TtlOne,
+    IpEdge::HopLimitZero,
+    IpEdge::UdpLenLong,
+    IpEdge::GoodUdpChecksum,
+    IpEdge::WrongDstPort,
+    IpEdge::Dscp,
+    IpEdge::EcnEct0,
+    IpEdge::EcnEct1,
+    IpEdge::EcnCe,
+    IpEdge::FlowLabel,
+    IpEdge::NextHeader,
+];
+
 /// Share of the frames after which the responder must take its QP to the error state.
 const FATAL_SHARE: f64 = 0.12;
+
+/// The same for a SEND peer, which has one QP: each frame that ends it costs a restart
+/// of the peer (a second or two for `ibv_rc_pingpong`).
+const FATAL_SHARE_SEND: f64 = 0.05;
 
 /// Whether the kind [`Generator::next`] picks for `roll` must end the QP when it is
 /// judged as the rules ask (a NAK Invalid Request or Remote Access Error).
@@ -301,8 +404,189 @@ impl Generator {
         }
     }
 
+    /// A PSN offset from the expected PSN: just after and before it, half the space
+    /// away, a little way either side.
+    fn psn_delta(&mut self) -> i32 {
+        match self.rng.range(0, 5) {
+            0 => 1,
+            1 => -1,
+            2 => PSN_HALF as i32 - 1,
+            3 => -(PSN_HALF as i32),
+            4 => self.rng.range(2, 64) as i32,
+            _ => -(self.rng.range(2, 64) as i32),
+        }
+    }
+
+    /// The next frame for a SEND peer (`target.recv_size` known, no remote access
+    /// rights: `ibv_rc_pingpong`): SENDs in and out of order, lengths against the
+    /// receive, PSN edges, and RDMA requests and other opcodes, which it must refuse.
+    fn next_send(&mut self, t: &Track, target: &Target) -> Spec {
+        let mtu = target.mtu;
+        let recv = target.recv_size;
+        let fatal = self.rng.chance(FATAL_SHARE_SEND);
+        if let Some(sofar) = t.send_open.filter(|_| self.rng.chance(0.6)) {
+            // The rest of the receive; an open SEND is never left where no packet can
+            // end it within the receive, unless this is to be the fatal frame.
+            let room = recv.saturating_sub(sofar);
+            if fatal && room < mtu {
+                return Spec::ContinueSend {
+                    last: true,
+                    len: room + 1,
+                };
+            }
+            if sofar + mtu < recv && self.rng.chance(0.5) {
+                return Spec::ContinueSend {
+                    last: false,
+                    len: mtu,
+                };
+            }
+            return Spec::ContinueSend {
+                last: true,
+                len: self.rng.range(1, u64::from(room.clamp(1, mtu))) as u32,
+            };
+        }
+        let op = if self.rng.chance(0.5) {
+            ReqOp::Write
+        } else {
+            ReqOp::Read
+        };
+        if fatal {
+            // Frames after which the rules take the QP to the error state.
+            return match self.rng.range(0, 8) {
+                0 if recv < mtu => Spec::Send {
+                    len: self.rng.range(u64::from(recv) + 1, u64::from(mtu)) as u32,
+                },
+                0 | 1 => Spec::Write {
+                    len: self.len(mtu),
+                    off: 0,
+                    ack_req: true,
+                },
+                2 => Spec::Read {
+                    len: self.len(mtu),
+                    off: 0,
+                },
+                3 => Spec::Atomic {
+                    cmp: self.rng.chance(0.5),
+                    off: 0,
+                    misalign: 0,
+                },
+                4 => Spec::BadRkey {
+                    op,
+                    flip: self.pick(&[1, 0xffff_ffff]),
+                    len: self.rng.range(1, u64::from(mtu)) as u32,
+                },
+                5 => Spec::Orphan {
+                    opcode: self.pick(&[Opcode::RcSendMiddle.value(), Opcode::RcSendLast.value()]),
+                    payload: self.pick(&[mtu, 8]),
+                },
+                6 => Spec::Reserved {
+                    opcode: self.pick(&RC_RESERVED),
+                },
+                _ => Spec::WrongTransport {
+                    opcode: self.pick(&OTHER_TRANSPORT),
+                },
+            };
+        }
+        let fits = recv.min(mtu);
+        match self.rng.range(0, 99) {
+            0..=29 => Spec::Send {
+                len: self.len(fits.max(1)),
+            },
+            30..=44 if recv >= 2 * mtu => Spec::OpenSend,
+            30..=44 => Spec::Send { len: fits },
+            45..=59 => Spec::PsnOff {
+                delta: self.psn_delta(),
+            },
+            60..=64 => Spec::GhostAck {
+                syndrome: self.pick(&[0x1f, 0x00, 0x60, 0x61, 0x20]),
+                delta: self.pick(&[0, -1, 1]),
+            },
+            65..=71 => Spec::BadIcrc {
+                xor: (self.rng.next_u64() as u32) | 1,
+            },
+            72..=76 => Spec::Truncated {
+                keep: self.pick(&[0, 1, 11, 12, 13, 20, 27]),
+            },
+            77..=84 if self.whole_frames => self.ip_edge(),
+            77..=92 => Spec::BadPkey {
+                pkey: self.pick(&[0x0000, 0x7fff, 0x8001, 0xfffe]),
+            },
+            _ => Spec::BadTver {
+                tver: self.rng.range(1, 15) as u8,
+            },
+        }
+    }
+
+    /// The next frame for a UD peer (`ibv_ud_pingpong`): datagrams good and bad, Q_Key
+    /// and DETH edges, payloads past the path MTU and the receive, opcodes of other
+    /// transports.
+    fn next_ud(&mut self, target: &Target) -> Spec {
+        let mtu = target.mtu;
+        let fits = target.recv_size.min(mtu).max(1);
+        if fits < mtu && self.rng.chance(FATAL_SHARE_SEND / 2.0) {
+            return Spec::UdSend {
+                len: self.rng.range(u64::from(fits) + 1, u64::from(mtu)) as u32,
+                imm: false,
+                psn_delta: 1,
+            };
+        }
+        match self.rng.range(0, 99) {
+            0..=29 => Spec::UdSend {
+                len: self.len(fits),
+                imm: self.rng.chance(0.3),
+                psn_delta: 1,
+            },
+            30..=34 => Spec::UdSend {
+                len: self.len(fits),
+                imm: false,
+                psn_delta: self.psn_delta(),
+            },
+            35..=44 => Spec::UdQkey {
+                xor: self.pick(&[1, 0x8000_0000, 0xffff_ffff, 0x0000_ff00]),
+            },
+            45..=52 => Spec::UdSrcQp {
+                src_qp: {
+                    let any = self.rng.next_u64() as u32 & 0xff_ffff;
+                    self.pick(&[0, 1, 0xff_ffff, any])
+                },
+            },
+            53..=60 => Spec::UdWrongOpcode {
+                opcode: self.pick(&[0x04, 0x0a, 0x0c, 0x11, 0x24, 0x2a, 0x60, 0x63, 0x66, 0x7f]),
+            },
+            61..=66 => Spec::UdOverMtu {
+                extra: self.pick(&[1, 4, 64, mtu]),
+            },
+            67..=73 => Spec::BadIcrc {
+                xor: (self.rng.next_u64() as u32) | 1,
+            },
+            74..=78 => Spec::Truncated {
+                keep: self.pick(&[0, 1, 11, 12, 13, 19]),
+            },
+            79..=86 if self.whole_frames => self.ip_edge(),
+            79..=93 => Spec::BadPkey {
+                pkey: self.pick(&[0x0000, 0x8001, 0xfffe]),
+            },
+            _ => Spec::BadTver {
+                tver: self.rng.range(1, 15) as u8,
+            },
+        }
+    }
+
+    /// An IP / UDP header edge (those of the peer's IP version; [`IP_EDGES`]).
+    fn ip_edge(&mut self) -> Spec {
+        Spec::Ip {
+            edge: self.pick(&IP_EDGES),
+        }
+    }
+
     /// The next frame for a target in state `t`.
     pub fn next(&mut self, t: &Track, target: &Target) -> Spec {
+        if target.ud {
+            return self.next_ud(target);
+        }
+        if target.recv_size > 0 {
+            return self.next_send(t, target);
+        }
         let mtu = target.mtu;
         if t.open.is_some() && self.rng.chance(0.6) {
             return Spec::ContinueWrite;
@@ -339,17 +623,9 @@ impl Generator {
                 off,
                 ack_req: true,
             },
-            12..=23 => {
-                let delta = match self.rng.range(0, 5) {
-                    0 => 1,
-                    1 => -1,
-                    2 => PSN_HALF as i32 - 1,
-                    3 => -(PSN_HALF as i32),
-                    4 => self.rng.range(2, 64) as i32,
-                    _ => -(self.rng.range(2, 64) as i32),
-                };
-                Spec::PsnOff { delta }
-            }
+            12..=23 => Spec::PsnOff {
+                delta: self.psn_delta(),
+            },
             24..=26 => Spec::BadRkey {
                 op,
                 flip: self.pick(&[1, 0x80, 0x100, 0x8000_0000, 0xffff_ffff]),
@@ -433,21 +709,7 @@ impl Generator {
             86..=90 => Spec::BadIcrc {
                 xor: (self.rng.next_u64() as u32) | 1,
             },
-            91..=94 if self.whole_frames => Spec::Ip {
-                edge: self.pick(&[
-                    IpEdge::Options,
-                    IpEdge::TtlZero,
-                    IpEdge::MoreFragments,
-                    IpEdge::FragmentOffset,
-                    IpEdge::TotalLenLong,
-                    IpEdge::TotalLenShort,
-                    IpEdge::BadIpChecksum,
-                    IpEdge::UdpLenShort,
-                    IpEdge::BadUdpChecksum,
-                    IpEdge::SourcePort4791,
-                    IpEdge::Trailer,
-                ]),
-            },
+            91..=94 if self.whole_frames => self.ip_edge(),
             91..=96 => Spec::BadPkey {
                 pkey: self.pick(&[0x0000, 0x7fff, 0x8001, 0xfffe]),
             },
@@ -531,6 +793,56 @@ fn reth(t: &Target, off: u64, len: u32) -> ExtHeaders {
     }
 }
 
+/// A valid UD SEND ONLY of `len` bytes at `psn`, Q_Key `qkey`, source QP ours.
+fn ud_send(t: &Target, psn: u32, len: u32, qkey: u32, imm: bool) -> Vec<u8> {
+    let (op, imm) = if imm {
+        (Opcode::UdSendOnlyImm, Some(0x1234_5678))
+    } else {
+        (Opcode::UdSendOnly, None)
+    };
+    let ext = ExtHeaders {
+        deth: Some(DethRepr {
+            qkey,
+            src_qp: t.my_qpn,
+        }),
+        imm,
+        ..ExtHeaders::default()
+    };
+    build(t, BthRepr::new(op, t.dest_qp, psn), ext, len)
+}
+
+/// The valid frame the header mutations start from: a WRITE ONLY of 8 bytes at `psn` (a
+/// UD SEND ONLY to a UD QP, a SEND ONLY to a SEND peer without remote write rights).
+fn base(t: &Target, psn: u32) -> Vec<u8> {
+    if t.ud {
+        ud_send(t, psn, 8, t.qkey, false)
+    } else if t.write_ok || t.recv_size == 0 {
+        write_only(t, psn, 0, 8, true)
+    } else {
+        build(
+            t,
+            bth(t, Opcode::RcSendOnly, psn, true),
+            ExtHeaders::default(),
+            8,
+        )
+    }
+}
+
+/// What the peer must answer to [`base`] at the expected PSN when it takes the frame:
+/// an ACK; a UD QP's datagram back; a SEND peer's ACK or RNR NAK; a NAK from a QP not
+/// enabled for the WRITE (an `ib_read_bw` server's).
+fn base_taken(t: &Target) -> Expect {
+    if t.ud {
+        Expect::Datagram
+    } else if t.write_ok {
+        Expect::Ack
+    } else if t.recv_size > 0 {
+        Expect::AckOrRnr
+    } else {
+        Expect::Refused
+    }
+}
+
 /// A valid WRITE ONLY of `len` bytes at `psn`.
 fn write_only(t: &Target, psn: u32, off: u64, len: u32, ack_req: bool) -> Vec<u8> {
     let len = len.min(t.mtu);
@@ -593,11 +905,12 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
     let mtu = t.mtu;
     let mut whole = false;
     let mut silent_take = false;
+    let mut ends = false;
     let (bytes, psn, expect) = match *spec {
         Spec::Write { len, off, ack_req } => {
             silent_take = !ack_req;
             let x = match (ack_req, t.write_ok) {
-                (_, false) => Expect::NotAccepted,
+                (_, false) => Expect::Refused,
                 (true, true) => Expect::Ack,
                 (false, true) => Expect::Any,
             };
@@ -616,7 +929,18 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             };
             // A duplicate is told apart by the PSN alone, whatever is open.
             let x = if delta < 0 && track.known { x } else { when(x) };
-            (write_only(t, psn, 0, 8, true), psn, x)
+            // A SEND peer gets a SEND ONLY: a duplicate must not take a second receive.
+            let b = if t.recv_size > 0 {
+                build(
+                    t,
+                    bth(t, Opcode::RcSendOnly, psn, true),
+                    ExtHeaders::default(),
+                    8,
+                )
+            } else {
+                write_only(t, psn, 0, 8, true)
+            };
+            (b, psn, x)
         }
         Spec::BadRkey { op, flip, len } => {
             let flip = if flip == 0 { 1 } else { flip };
@@ -816,7 +1140,7 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             // IBTA Vol. 1 §9.7.5.2: a READ to a QP not enabled for it is an Invalid
             // Request (rdma_rxe: `check_op_valid`).
             let x = if !t.read_ok {
-                Expect::NotAccepted
+                Expect::Refused
             } else if past && t.region_exact {
                 Expect::RemoteAccess
             } else if past {
@@ -867,7 +1191,7 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
                 when(if t.read_ok {
                     Expect::ReadResp
                 } else {
-                    Expect::NotAccepted
+                    Expect::Refused
                 }),
             ),
         },
@@ -890,6 +1214,8 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             // address must be 8-byte aligned; rdma_rxe: `check_rkey`'s alignment check).
             let x = if misalign % 8 != 0 {
                 Expect::NotAccepted
+            } else if !t.atomic_ok {
+                Expect::Refused
             } else {
                 Expect::Any
             };
@@ -906,16 +1232,51 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             }
             _ => (write_only(t, e, 0, 8, true), e, when(Expect::Ack)),
         },
-        Spec::Send { len } => (
+        Spec::Send { len } => {
+            let len = len.min(mtu);
+            (
+                build(
+                    t,
+                    bth(t, Opcode::RcSendOnly, e, true),
+                    ExtHeaders::default(),
+                    len,
+                ),
+                e,
+                when(send_expect(t, len)),
+            )
+        }
+        Spec::OpenSend => (
             build(
                 t,
-                bth(t, Opcode::RcSendOnly, e, true),
+                bth(t, Opcode::RcSendFirst, e, true),
                 ExtHeaders::default(),
-                len.min(mtu),
+                mtu,
             ),
             e,
-            Expect::Any,
+            when(send_expect(t, mtu)),
         ),
+        Spec::ContinueSend { last, len } => {
+            let (op, len) = if last {
+                (Opcode::RcSendLast, len.clamp(1, mtu))
+            } else {
+                (Opcode::RcSendMiddle, mtu)
+            };
+            // IBTA Vol. 1 §9.7.5.2.3: MIDDLE / LAST only inside a SEND; the bytes of
+            // the message so far against the receive (§9.7.5.2.4).
+            let x = match track.send_open {
+                _ if !track.known => Expect::Any,
+                Some(sofar) if t.recv_size > 0 && sofar + len > t.recv_size => {
+                    Expect::InvalidRequest
+                }
+                Some(_) => Expect::Ack,
+                None => Expect::NotAccepted,
+            };
+            (
+                build(t, bth(t, op, e, true), ExtHeaders::default(), len),
+                e,
+                x,
+            )
+        }
         Spec::GhostAck { syndrome, delta } => {
             let psn = psn_add(e, i64::from(delta));
             let ext = ExtHeaders {
@@ -932,15 +1293,30 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             )
         }
         Spec::Truncated { keep } => {
-            let full = write_only(t, e, 0, 8, true);
-            let keep = usize::from(keep).min(bth::HEADER_LEN + 15);
+            let full = base(t, e);
+            let keep = usize::from(keep)
+                .min(bth::HEADER_LEN + 15)
+                .min(full.len() - wire::ICRC_LEN);
             let mut b = full[..keep].to_vec();
             b.extend_from_slice(&[0; 4]);
             seal(t, &mut b);
-            (b, e, Expect::NotAccepted)
+            // Cut anywhere its headers are, a frame is malformed; a SEND ONLY (a SEND
+            // peer's base) cut after its BTH is a shorter SEND, which is valid when its
+            // payload still fills whole words (the BTH's pad count stays 0: IBTA Vol. 1
+            // §9.2, PadCnt). A UD base cut after its DETH is likewise a shorter datagram.
+            let headers = bth::HEADER_LEN + if t.ud { 8 } else { 0 };
+            let shorter_send = (t.ud || (!t.write_ok && t.recv_size > 0))
+                && keep >= headers
+                && (keep - headers) % 4 == 0;
+            let x = if shorter_send {
+                when(base_taken(t))
+            } else {
+                Expect::NotAccepted
+            };
+            (b, e, x)
         }
         Spec::BadIcrc { xor } => {
-            let mut b = write_only(t, e, 0, 8, true);
+            let mut b = base(t, e);
             let at = b.len() - 4;
             let crc = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) ^ xor.max(1);
             b[at..].copy_from_slice(&crc.to_le_bytes());
@@ -950,11 +1326,25 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
         }
         Spec::Ip { edge } => {
             whole = true;
-            let roce = write_only(t, e, 0, 8, true);
-            (ip_edge(t, &roce, edge), e, Expect::Any)
+            let roce = base(t, e);
+            let (f, applied) = super::ip_edges::ip_edge(t, &roce, edge);
+            // An edge of the other IP version leaves the frame as it was: a valid one.
+            // A frame taken is answered as the base frame asks.
+            let x = match applied.then(|| super::verdict::ip_edge_expect(edge)) {
+                None | Some(Expect::Ack) => base_taken(t),
+                Some(Expect::AckOrSilent) => match base_taken(t) {
+                    Expect::Ack | Expect::Datagram => Expect::AckOrSilent,
+                    Expect::Refused => Expect::NotAccepted,
+                    _ => Expect::Any,
+                },
+                Some(x) => x,
+            };
+            // Silence is certain whatever the state; the rest needs it known.
+            let x = if x == Expect::Silent { x } else { when(x) };
+            (f, e, x)
         }
         Spec::BadPkey { pkey } => {
-            let mut b = write_only(t, e, 0, 8, true);
+            let mut b = base(t, e);
             b[2..4].copy_from_slice(&pkey.to_be_bytes());
             seal(t, &mut b);
             // IBTA Vol. 1 §9.6 (P_Key check): a P_Key that does not match the QP's is
@@ -968,24 +1358,90 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             (b, e, when(x))
         }
         Spec::BadTver { tver } => {
-            let mut b = write_only(t, e, 0, 8, true);
+            let mut b = base(t, e);
             b[1] = (b[1] & 0xf0) | (tver & 0x0f);
             seal(t, &mut b);
             // IBTA Vol. 1 §9.6 (header validation): a TVer the receiver does not support: drop.
             (b, e, Expect::NotAccepted)
         }
+        Spec::UdSend {
+            len,
+            imm,
+            psn_delta,
+        } => {
+            let psn = psn_add(e, i64::from(psn_delta));
+            let len = len.min(t.max_payload);
+            // A datagram longer than the receive completes it in error (a local length
+            // error; rdma_rxe's `send_data_in`) and ibv_ud_pingpong exits; one that fits
+            // is taken and answered.
+            let x = if len > t.recv_size.min(mtu) {
+                ends = true;
+                Expect::NoAckNak
+            } else {
+                Expect::Datagram
+            };
+            (ud_send(t, psn, len, t.qkey, imm), psn, x)
+        }
+        // IBTA Vol. 1 §10.2.4 (Q_Keys): a datagram whose Q_Key is not the receiving
+        // QP's is silently dropped (rdma_rxe's `check_keys`); the controlled-Q_Key bit
+        // only decides which Q_Key a sender puts in, and makes no exception here.
+        Spec::UdQkey { xor } => (
+            ud_send(t, e, 8, t.qkey ^ xor.max(1), false),
+            e,
+            Expect::Silent,
+        ),
+        Spec::UdSrcQp { src_qp } => {
+            let mut b = ud_send(t, e, 8, t.qkey, false);
+            b[bth::HEADER_LEN + 5..bth::HEADER_LEN + 8]
+                .copy_from_slice(&(src_qp & 0xff_ffff).to_be_bytes()[1..]);
+            seal(t, &mut b);
+            // The source QP is the sender's to name: any value is taken.
+            (b, e, Expect::Datagram)
+        }
+        Spec::UdOverMtu { extra } => {
+            let len = (mtu + extra.max(1)).min(t.max_payload);
+            // A datagram is one packet of at most the path MTU, but no receive-side rule
+            // is agreed on: uroce and rdma_rxe (`check_length`) take one that fits the
+            // receive, a port with a smaller MTU drops it. Either passes; one longer than
+            // the receive ends ibv_ud_pingpong (a local length error) when taken.
+            ends = len > t.recv_size;
+            let x = if len > mtu {
+                Expect::NoAckNak
+            } else {
+                Expect::Datagram
+            };
+            (ud_send(t, e, len, t.qkey, false), e, x)
+        }
+        Spec::UdWrongOpcode { opcode } => {
+            let mut b = ud_send(t, e, 8, t.qkey, false);
+            b[0] = opcode;
+            seal(t, &mut b);
+            // IBTA Vol. 1 §9.6 (header validation): an opcode not of the QP's
+            // transport is dropped, and a UD QP acknowledges nothing.
+            (b, e, Expect::Silent)
+        }
     };
-    // An RDMA operation the QP is not enabled for is an Invalid Request whatever else
-    // is wrong with it (IBTA Vol. 1 §9.7.5.2): only "not executed" is certain.
+    // A UD QP answers nothing with an acknowledgement, and what it does not take it
+    // drops silently (IBTA Vol. 1 §9.6, §9.8.3).
+    let expect = match expect {
+        Expect::NotAccepted if t.ud => Expect::Silent,
+        Expect::Any | Expect::AckOrSilent if t.ud => Expect::NoAckNak,
+        Expect::Ack if t.ud => Expect::Datagram,
+        x => x,
+    };
+    // An RDMA operation the QP is not enabled for is refused whatever else is wrong
+    // with it (IBTA Vol. 1 §9.7.5.2): NAKed, Remote Access Error (ConnectX) or Invalid
+    // Request (rdma_rxe's `check_op_valid`, uroce), never executed.
     let opcode = if whole { None } else { bytes.first().copied() };
     let refused = match opcode {
         Some(0x06..=0x0b) => !t.write_ok,
         Some(0x0c) => !t.read_ok,
+        Some(0x13 | 0x14) => !t.atomic_ok,
         _ => false,
     };
     let expect = match expect {
         Expect::Ack | Expect::ReadResp | Expect::RemoteAccess | Expect::Refused if refused => {
-            Expect::NotAccepted
+            Expect::Refused
         }
         x => x,
     };
@@ -995,78 +1451,29 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
         psn,
         expect,
         silent_take,
+        ends,
     }
 }
 
-/// RFC 1071 checksum of an IPv4 header.
-fn ipv4_checksum(h: &[u8]) -> u16 {
-    let mut sum = 0u32;
-    for c in h.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
-/// A whole frame around `roce` with one IPv4 / UDP edge; the ICRC stays correct for the
-/// headers as sent (it masks TTL, TOS and the checksums). IPv6 peers get the frame as is.
-fn ip_edge(t: &Target, roce: &[u8], edge: IpEdge) -> Vec<u8> {
-    let mut f = frame_of(t, roce);
-    let ip = wire::ethernet::HEADER_LEN;
-    if !matches!(t.src, IpAddr::V4(_)) || f.len() < ip + 28 {
-        return f;
-    }
-    if edge == IpEdge::Options {
-        // Four bytes of options: NOP, NOP, NOP, end of list.
-        f.splice(ip + 20..ip + 20, [1u8, 1, 1, 0]);
-        f[ip] = 0x46;
-        let total = (f.len() - ip) as u16;
-        f[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
-    }
-    let ihl = usize::from(f[ip] & 0x0f) * 4;
-    let udp = ip + ihl;
-    match edge {
-        IpEdge::TtlZero => f[ip + 8] = 0,
-        IpEdge::MoreFragments => f[ip + 6] = 0x20,
-        IpEdge::FragmentOffset => {
-            f[ip + 6] = 0x00;
-            f[ip + 7] = 0x10;
-        }
-        IpEdge::TotalLenLong => {
-            let v = u16::from_be_bytes([f[ip + 2], f[ip + 3]]).wrapping_add(64);
-            f[ip + 2..ip + 4].copy_from_slice(&v.to_be_bytes());
-        }
-        IpEdge::TotalLenShort => {
-            let v = u16::from_be_bytes([f[ip + 2], f[ip + 3]]).wrapping_sub(8);
-            f[ip + 2..ip + 4].copy_from_slice(&v.to_be_bytes());
-        }
-        IpEdge::UdpLenShort => {
-            let v = u16::from_be_bytes([f[udp + 4], f[udp + 5]]).wrapping_sub(4);
-            f[udp + 4..udp + 6].copy_from_slice(&v.to_be_bytes());
-        }
-        IpEdge::BadUdpChecksum => f[udp + 6..udp + 8].copy_from_slice(&[0x12, 0x34]),
-        IpEdge::SourcePort4791 => f[udp..udp + 2].copy_from_slice(&4791u16.to_be_bytes()),
-        IpEdge::Trailer => f.extend_from_slice(&[0u8; 18]),
-        _ => {}
-    }
-    // The ICRC over the headers as they now are (the trailer is not part of it).
-    let end = if edge == IpEdge::Trailer {
-        f.len() - 18
-    } else {
-        f.len()
+/// An ACKNOWLEDGE of `psn` with MSN `msn` from our side of `t` (to the peer's
+/// requester, whose SENDs the pingpong peer sends us; IBTA Vol. 1 §9.7.5.1.1).
+pub fn ack_for(t: &Target, psn: u32, msn: u32) -> Vec<u8> {
+    let ext = ExtHeaders {
+        aeth: Some(AethRepr::new(Syndrome::Ack { credits: 31 }, msn)),
+        ..ExtHeaders::default()
     };
-    let bth_at = udp + 8;
-    let icrc = wire::icrc::compute(&f[ip..udp], &f[udp..bth_at], &f[bth_at..end - 4]);
-    f[end - 4..end].copy_from_slice(&icrc.to_le_bytes());
-    f[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
-    let c = ipv4_checksum(&f[ip..udp]);
-    f[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
-    if edge == IpEdge::BadIpChecksum {
-        f[ip + 10] ^= 0x5a;
+    build(t, bth(t, Opcode::RcAck, psn, false), ext, 0)
+}
+
+/// What a SEND (ONLY or FIRST) of `len` bytes at the expected PSN must get: taken into
+/// a receive (ACK) or, with none posted, an RNR NAK; a length error (NAK Invalid Request)
+/// when the peer's receives are shorter (IBTA Vol. 1 §9.7.5.2.4, §9.7.5.2.8).
+fn send_expect(t: &Target, len: u32) -> Expect {
+    match t.recv_size {
+        0 => Expect::Any,
+        r if len > r => Expect::InvalidRequest,
+        _ => Expect::AckOrRnr,
     }
-    f
 }
 
 #[cfg(test)]
@@ -1091,6 +1498,10 @@ mod tests {
             max_payload: 1400,
             write_ok: true,
             read_ok: true,
+            atomic_ok: true,
+            recv_size: 0,
+            ud: false,
+            qkey: 0,
         }
     }
 
@@ -1183,6 +1594,212 @@ mod tests {
             &tr,
         );
         assert!(wire::parse(&r.bytes).is_ok());
+    }
+
+    #[test]
+    fn a_send_peer_gets_sends_judged_against_its_receives_and_refuses_rdma() {
+        let t = Target {
+            write_ok: false,
+            read_ok: false,
+            atomic_ok: false,
+            recv_size: 1500,
+            ..target()
+        };
+        let mut tr = Track::new(9, 1024);
+        let x = |s: Spec, tr: &Track| render(&s, &t, tr).expect;
+        assert_eq!(x(Spec::Send { len: 1000 }, &tr), Expect::AckOrRnr);
+        assert_eq!(x(Spec::OpenSend, &tr), Expect::AckOrRnr);
+        let w = Spec::Write {
+            len: 8,
+            off: 0,
+            ack_req: true,
+        };
+        assert_eq!(x(w, &tr), Expect::Refused);
+        let a = Spec::Atomic {
+            cmp: false,
+            off: 0,
+            misalign: 0,
+        };
+        assert_eq!(x(a, &tr), Expect::Refused);
+        let last = |len| Spec::ContinueSend { last: true, len };
+        assert_eq!(x(last(8), &tr), Expect::NotAccepted);
+        // 1024 bytes taken: 476 more fit, 477 are a length error.
+        tr.send_open = Some(1024);
+        assert_eq!(x(last(476), &tr), Expect::Ack);
+        assert_eq!(x(last(477), &tr), Expect::InvalidRequest);
+        // A SEND peer's receives shorter than the MTU.
+        let small = Target {
+            recv_size: 100,
+            ..t
+        };
+        let tr = Track::new(9, 1024);
+        assert_eq!(
+            render(&Spec::Send { len: 101 }, &small, &tr).expect,
+            Expect::InvalidRequest
+        );
+        // Under an IP edge it gets a SEND, answered as a SEND must be when taken.
+        let r = render(
+            &Spec::Ip {
+                edge: IpEdge::EcnEct1,
+            },
+            &t,
+            &tr,
+        );
+        assert_eq!(r.expect, Expect::AckOrRnr);
+        assert_eq!(
+            wire::parse(&r.bytes).unwrap().bth.opcode,
+            Opcode::RcSendOnly
+        );
+        // Its base frame cut inside the BTH is malformed, after it a shorter SEND (with
+        // a pad count of 0: whole words only).
+        assert_eq!(x(Spec::Truncated { keep: 11 }, &tr), Expect::NotAccepted);
+        assert_eq!(x(Spec::Truncated { keep: 13 }, &tr), Expect::NotAccepted);
+        assert_eq!(x(Spec::Truncated { keep: 16 }, &tr), Expect::AckOrRnr);
+        // Its generator: SENDs mostly, and an open SEND is always left room to end
+        // (receives of four MTUs: FIRST and two MIDDLEs at most before the LAST).
+        let t = Target {
+            recv_size: 4096,
+            ..t
+        };
+        let mut g = Generator::new(3, false);
+        let mut tr = Track::new(9, 1024);
+        let (mut sends, mut opened) = (0, 0);
+        for _ in 0..2000 {
+            let s = g.next(&tr, &t);
+            let r = render(&s, &t, &tr);
+            sends += usize::from(r.bytes[0] <= 0x05);
+            if r.expect == Expect::Ack || r.expect == Expect::AckOrRnr {
+                crate::fuzz_peer::verdict::learn(
+                    &mut tr,
+                    &s,
+                    &r,
+                    &crate::fuzz_peer::verdict::Outcome::Ack { psn: r.psn },
+                );
+            }
+            if let Some(n) = tr.send_open {
+                assert!(n < t.recv_size, "{s:?} left no room in the receive");
+                opened += usize::from(n > 2048);
+            }
+        }
+        assert!(sends > 1000, "{sends} SENDs of 2000");
+        assert!(opened > 50, "{opened} multi-packet SENDs");
+    }
+
+    #[test]
+    fn a_ud_peer_gets_datagrams_and_must_drop_the_bad_ones_silently() {
+        let t = Target {
+            write_ok: false,
+            read_ok: false,
+            atomic_ok: false,
+            recv_size: 512,
+            ud: true,
+            qkey: 0x1111_1111,
+            ..target()
+        };
+        let tr = Track::new(9, 1024);
+        let parsed = |s: Spec| {
+            let r = render(&s, &t, &tr);
+            let f = frame_of(&t, &r.bytes);
+            let deth = wire::parse(&f).ok().and_then(|p| p.ext.deth);
+            (r.expect, r.ends, deth)
+        };
+        let good = Spec::UdSend {
+            len: 100,
+            imm: true,
+            psn_delta: 1,
+        };
+        let (x, ends, deth) = parsed(good);
+        assert_eq!((x, ends), (Expect::Datagram, false));
+        assert_eq!(deth.unwrap().qkey, 0x1111_1111);
+        // The controlled-Q_Key bit set: another Q_Key, dropped.
+        let (x, _, deth) = parsed(Spec::UdQkey { xor: 0x8000_0000 });
+        assert_eq!(x, Expect::Silent);
+        assert_eq!(deth.unwrap().qkey, 0x9111_1111);
+        let (x, _, deth) = parsed(Spec::UdSrcQp { src_qp: 0xab_cdef });
+        assert_eq!(x, Expect::Datagram);
+        assert_eq!(deth.unwrap().src_qp, 0xab_cdef);
+        // Past the receive: it ends the pingpong; past the MTU: no rule to judge by.
+        assert!(
+            parsed(Spec::UdSend {
+                len: 600,
+                imm: false,
+                psn_delta: 1
+            })
+            .1
+        );
+        assert_eq!(parsed(Spec::UdOverMtu { extra: 4 }).0, Expect::NoAckNak);
+        // What an RC QP would refuse with a NAK, a UD QP drops without a word.
+        assert_eq!(parsed(Spec::BadTver { tver: 1 }).0, Expect::Silent);
+        assert_eq!(
+            parsed(Spec::UdWrongOpcode { opcode: 0x04 }).0,
+            Expect::Silent
+        );
+        let mut g = Generator::new(4, false);
+        let ud = (0..500)
+            .filter(|_| {
+                let s = g.next(&tr, &t);
+                render(&s, &t, &tr).bytes[0] & 0xe0 == 0x60
+            })
+            .count();
+        assert!(ud > 250, "{ud} UD frames of 500");
+    }
+
+    #[test]
+    fn every_ip_edge_is_rendered_with_its_verdict() {
+        use crate::fuzz_peer::verdict::ip_edge_expect;
+        let t = target();
+        let tr = Track::new(9, 1024);
+        let ip = wire::ethernet::HEADER_LEN;
+        for edge in IP_EDGES {
+            let r = render(&Spec::Ip { edge }, &t, &tr);
+            assert!(r.whole);
+            let f = &r.bytes;
+            let v4_only = matches!(edge, IpEdge::FlowLabel | IpEdge::NextHeader);
+            let want = if v4_only {
+                Expect::Ack
+            } else {
+                ip_edge_expect(edge)
+            };
+            assert_eq!(r.expect, want, "{edge:?}");
+            let udp = ip + usize::from(f[ip] & 0x0f) * 4;
+            match edge {
+                IpEdge::MoreFragments => assert_eq!(f[ip + 6] & 0x20, 0x20),
+                IpEdge::FragmentOffset => assert_ne!(f[ip + 7], 0),
+                IpEdge::EcnCe => assert_eq!(f[ip + 1] & 3, 3),
+                IpEdge::TtlOne => assert_eq!(f[ip + 8], 1),
+                IpEdge::WrongDstPort => assert_eq!(&f[udp + 2..udp + 4], &[0x12, 0xb8]),
+                IpEdge::GoodUdpChecksum => {
+                    // The pseudo-header and the datagram sum to all ones.
+                    let mut p = vec![10, 0, 0, 1, 10, 0, 0, 2, 0, 17];
+                    p.extend_from_slice(&((f.len() - udp) as u16).to_be_bytes());
+                    assert_ne!(&f[udp + 6..udp + 8], &[0, 0]);
+                    let sum = crate::fuzz_peer::ip_edges::ones_sum;
+                    assert_eq!(sum(sum(0, &p), &f[udp..]), 0xffff);
+                }
+                _ => {}
+            }
+            // The headers IPv4 parses and the ICRC holds for: what a receiver that takes
+            // the frame sees (a frame the rules drop may still parse).
+            if want == Expect::Ack && edge != IpEdge::Trailer {
+                assert!(wire::parse(f).is_ok(), "{edge:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_ack_to_the_peers_own_sends_covers_their_psn() {
+        let t = target();
+        let f = frame_of(&t, &ack_for(&t, 0xab_cdef, 7));
+        let p = wire::parse(&f).unwrap();
+        assert_eq!(p.bth.opcode, Opcode::RcAck);
+        assert_eq!(p.bth.psn, 0xab_cdef);
+        assert_eq!(p.bth.dest_qp, t.dest_qp);
+        let a = p.ext.aeth.unwrap();
+        assert_eq!(a.msn, 7);
+        assert!(matches!(
+            Syndrome::from_byte(a.syndrome),
+            Syndrome::Ack { .. }
+        ));
     }
 
     #[test]

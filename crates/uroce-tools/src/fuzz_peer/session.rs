@@ -29,7 +29,7 @@ use uroce::verbs::{
     Context, CqId, InitAttr, Mtu, QpCaps, QpType, Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge,
     WcStatus,
 };
-use uroce::wire;
+use uroce::wire::{self, Opcode};
 
 /// Which tool the peer runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +40,17 @@ pub enum PeerTool {
     /// A perftest bandwidth server (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`,
     /// `ib_atomic_bw`): one QP per server, so two servers, on `port` and `port + 1`.
     Perftest(PerftestVerb),
+    /// `ibv_rc_pingpong` as a server (or `uroce pingpong`): its exchange (`LID:QPN:PSN:GID`
+    /// as text both ways, `done`), one QP with no remote access rights whose receives are
+    /// of its `-s` ([`PeerConfig::size`]). That QP is the fuzz QP and the liveness probe's
+    /// (a SEND at its expected PSN must be ACKed, [`super::Driver::liveness`]); its own
+    /// SENDs to us are ACKed here ([`Session::collect`]), or it would give up and exit.
+    RcPingpong,
+    /// `ibv_ud_pingpong` as a server (or `uroce pingpong --ud`): the same exchange, one
+    /// UD QP (Q_Key 0x11111111) whose receives are of its `-s` (and a GRH); it answers
+    /// each datagram it takes with one of its own, which is what tells a datagram taken
+    /// from one dropped.
+    UdPingpong,
 }
 
 /// The perftest server's operation (what the known-good QP does to it).
@@ -64,7 +75,9 @@ impl PeerTool {
             "ib_read_bw" => Self::Perftest(PerftestVerb::Read),
             "ib_send_bw" => Self::Perftest(PerftestVerb::Send),
             "ib_atomic_bw" => Self::Perftest(PerftestVerb::Atomic),
-            _ => bail!("peer tool {s:?} is not uroce-perf, ib_write_bw, ib_read_bw, ib_send_bw or ib_atomic_bw"),
+            "ibv_rc_pingpong" | "rc_pingpong" => Self::RcPingpong,
+            "ibv_ud_pingpong" | "ud_pingpong" => Self::UdPingpong,
+            _ => bail!("peer tool {s:?} is not uroce-perf, ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ibv_rc_pingpong or ibv_ud_pingpong"),
         })
     }
 }
@@ -91,6 +104,12 @@ pub struct PeerConfig {
     pub psn: u32,
     /// How long to keep trying to connect (a peer that is starting).
     pub connect_for: Duration,
+    /// The length of the peer's receives (`ibv_rc_pingpong -s`, default 4096).
+    pub size: u32,
+    /// QPs of the perftest server (its `-q`). Above 1, its last QP is the known-good
+    /// QP's and the rest are fuzzed; with 1, the known-good QP's server is a second one,
+    /// on the next port.
+    pub peer_qps: u32,
 }
 
 /// QPNs our side of a fuzz QP uses: above anything our context hands out.
@@ -121,11 +140,18 @@ pub struct Session {
     backend: Boxed,
     /// What datapath this is.
     pub datapath: String,
-    good: Good,
+    /// The known-good QP; `None` for a peer with one QP (`ibv_rc_pingpong`), which is
+    /// probed instead.
+    good: Option<Good>,
+    /// Messages of the peer's requester acknowledged (the MSN of our ACKs to it).
+    peer_msn: u32,
     /// Each fuzz QP: where frames go and what is known of its responder.
     pub targets: Vec<(Target, Track)>,
     /// Whether the backend sends whole Ethernet frames (IP / UDP header edges).
     pub whole_frames: bool,
+    /// Whether frames go to each fuzz QP in turn, each probed between bursts (a perftest
+    /// server's QPs), rather than to one QP until it is gone.
+    pub spread: bool,
     /// Answers that came to a fuzz QP outside a frame's window (late, or unasked).
     pub stray: u64,
     _tcp: Vec<TcpStream>,
@@ -165,14 +191,17 @@ fn mtu_enum(m: Mtu) -> u8 {
     }
 }
 
-/// perftest's exchange as a client up to the QP's connection: versions, page size, cache
-/// line, MTU, and `keys_before` keys messages. Returns the peer's keys and the MTU agreed.
+/// perftest's exchange as a client up to the QPs' connection: versions, page size, cache
+/// line, MTU, one keys message per QP (`mine`, as many as the server has: its `-q`),
+/// twice over (perftest connects its QPs after the first round and prints the second),
+/// then `syncs` more (the first QP's keys again). Returns the peer's keys, a message per
+/// QP, and the MTU agreed.
 fn perftest_handshake(
     tcp: &mut TcpStream,
-    mine: &Keys,
+    mine: &[Keys],
     mtu: Mtu,
-    keys_before: usize,
-) -> anyhow::Result<(Keys, Mtu)> {
+    syncs: usize,
+) -> anyhow::Result<(Vec<Keys>, Mtu)> {
     let mut v = [0u8; 16];
     v[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
     xchg(tcp, &v)?;
@@ -191,12 +220,18 @@ fn perftest_handshake(
     } else {
         mtu
     };
-    let mut rem = None;
-    for _ in 0..keys_before {
-        let k = Keys::from_wire(&xchg(tcp, &mine.to_wire())?)?;
-        rem.get_or_insert(k);
+    let mut rem = Vec::new();
+    for k in mine {
+        rem.push(Keys::from_wire(&xchg(tcp, &k.to_wire())?)?);
     }
-    Ok((rem.context("no keys")?, agreed))
+    for k in mine {
+        Keys::from_wire(&xchg(tcp, &k.to_wire())?)?;
+    }
+    let first = mine.first().context("no keys")?;
+    for _ in 0..syncs {
+        Keys::from_wire(&xchg(tcp, &first.to_wire())?)?;
+    }
+    Ok((rem, agreed))
 }
 
 impl Session {
@@ -244,11 +279,18 @@ impl Session {
         let max_payload = link.mtu.saturating_sub(64).min(4096);
         let mut targets = Vec::new();
         let mut tcps = Vec::new();
-        let (write_ok, read_ok) = match cfg.tool {
-            PeerTool::UrocePerf => (true, true),
-            PeerTool::Perftest(PerftestVerb::Write) => (true, false),
-            PeerTool::Perftest(PerftestVerb::Read) => (false, true),
-            PeerTool::Perftest(_) => (false, false),
+        let (write_ok, read_ok, atomic_ok) = match cfg.tool {
+            PeerTool::UrocePerf => (true, true, true),
+            PeerTool::Perftest(PerftestVerb::Write) => (true, false, false),
+            PeerTool::Perftest(PerftestVerb::Read) => (false, true, false),
+            PeerTool::Perftest(PerftestVerb::Atomic) => (false, false, true),
+            PeerTool::Perftest(_) | PeerTool::RcPingpong | PeerTool::UdPingpong => {
+                (false, false, false)
+            }
+        };
+        let recv_size = match cfg.tool {
+            PeerTool::RcPingpong | PeerTool::UdPingpong => cfg.size.max(1),
+            _ => 0,
         };
         let target = |dest_qp: u32, my_qpn: u32, rkey: u32, va: u64, len: u64, exact, mtu: Mtu| {
             (
@@ -268,6 +310,11 @@ impl Session {
                     max_payload,
                     write_ok,
                     read_ok,
+                    atomic_ok,
+                    recv_size,
+                    ud: cfg.tool == PeerTool::UdPingpong,
+                    // rdma-core's ibv_ud_pingpong (and uroce pingpong --ud) use this one.
+                    qkey: 0x1111_1111,
                 },
                 Track::new(cfg.psn, mtu.bytes()),
             )
@@ -331,7 +378,7 @@ impl Session {
                     },
                 )?;
                 tcps.push(tcp);
-                Good {
+                Some(Good {
                     qpn,
                     cq,
                     mr,
@@ -339,7 +386,28 @@ impl Session {
                     rkey: theirs.rkey,
                     addr: theirs.addr,
                     next: 0,
-                }
+                })
+            }
+            PeerTool::RcPingpong | PeerTool::UdPingpong => {
+                // The GID: the IPv6 address, or the IPv4 one mapped.
+                let gid = match local {
+                    IpAddr::V4(l4) => l4.to_ipv6_mapped(),
+                    IpAddr::V6(l6) => l6,
+                };
+                // rdma-core's pp_client_exch_dest: ours, theirs, then "done".
+                let mine = crate::pingpong::Dest {
+                    lid: 0,
+                    qpn: FAKE_QPN_BASE,
+                    psn: cfg.psn,
+                    gid,
+                };
+                let wire = mine.to_wire();
+                let theirs = crate::pingpong::Dest::from_wire(&xchg(&mut tcp, &wire)?)?;
+                tcp.write_all(b"done\0")
+                    .context("writing done to the peer")?;
+                targets.push(target(theirs.qpn, FAKE_QPN_BASE, 0, 0, 0, true, cfg.mtu));
+                tcps.push(tcp);
+                None
             }
             PeerTool::Perftest(verb) => {
                 let IpAddr::V4(l4) = local else {
@@ -356,23 +424,37 @@ impl Session {
                     gid: l4.to_ipv6_mapped().octets(),
                     srqn: 0,
                 };
-                let (fz, mtu) = perftest_handshake(&mut tcp, &keys, cfg.mtu, keys_before)?;
+                // One keys message per QP of the server (`-q`), each naming one of our
+                // fake QPNs; with more than one, the last is the known-good QP's (ours),
+                // and no second server is needed.
+                let n = cfg.peer_qps.clamp(1, 63);
+                let fuzz_n = if n > 1 { n - 1 } else { 1 };
+                let mut mine: Vec<Keys> = (0..fuzz_n)
+                    .map(|i| Keys {
+                        qpn: FAKE_QPN_BASE + i,
+                        ..keys
+                    })
+                    .collect();
+                if n > 1 {
+                    mine.push(Keys { qpn, ..keys });
+                }
+                let (theirs, mtu) = perftest_handshake(&mut tcp, &mine, cfg.mtu, keys_before - 2)?;
                 // perftest's buffer is at least its cycle buffer (4096) from the address
-                // it gives; how far beyond is not said.
-                targets.push(target(
-                    fz.qpn,
-                    FAKE_QPN_BASE,
-                    fz.rkey,
-                    fz.vaddr,
-                    4096,
-                    false,
-                    mtu,
-                ));
+                // it gives each QP; how far beyond is not said.
+                for (k, m) in theirs.iter().zip(&mine).take(fuzz_n as usize) {
+                    targets.push(target(k.qpn, m.qpn, k.rkey, k.vaddr, 4096, false, mtu));
+                }
                 tcps.push(tcp);
-                let mut tcp2 = connect_tcp(cfg.peer, cfg.port.wrapping_add(1), cfg.connect_for)
-                    .context("the known-good QP's perftest server (on the next port)")?;
-                keys.qpn = qpn;
-                let (gd, mtu2) = perftest_handshake(&mut tcp2, &keys, mtu, keys_before)?;
+                let (gd, mtu2) = if n > 1 {
+                    (theirs[n as usize - 1], mtu)
+                } else {
+                    let mut tcp2 = connect_tcp(cfg.peer, cfg.port.wrapping_add(1), cfg.connect_for)
+                        .context("the known-good QP's perftest server (on the next port)")?;
+                    keys.qpn = qpn;
+                    let (gd, mtu2) = perftest_handshake(&mut tcp2, &[keys], mtu, keys_before - 2)?;
+                    tcps.push(tcp2);
+                    (gd[0], mtu2)
+                };
                 ctx.modify_qp_rtr(
                     qpn,
                     RtrAttr {
@@ -394,8 +476,7 @@ impl Session {
                         max_rd_atomic: gd.out_reads.clamp(1, 16) as u8,
                     },
                 )?;
-                tcps.push(tcp2);
-                Good {
+                Some(Good {
                     qpn,
                     cq,
                     mr,
@@ -408,7 +489,7 @@ impl Session {
                     rkey: gd.rkey,
                     addr: gd.vaddr,
                     next: 0,
-                }
+                })
             }
         };
         Ok(Self {
@@ -416,8 +497,10 @@ impl Session {
             backend,
             datapath,
             good,
+            peer_msn: 0,
             targets,
             whole_frames,
+            spread: matches!(cfg.tool, PeerTool::Perftest(_)),
             stray: 0,
             _tcp: tcps,
         })
@@ -464,14 +547,35 @@ impl Session {
         let wait = ctx
             .poll_timeout()
             .map_or(wait, |t| t.saturating_duration_since(now).min(wait));
+        let mut requests = Vec::new();
         backend.receive(wait, 64, &mut |r| match fuzz_answer(&r) {
+            Some((q, a)) if is_request(a.opcode) => requests.push((q, a)),
             Some(a) => sink.push(a),
             None => {
                 let _ = ctx.handle_received(Instant::now(), r);
             }
         })?;
         ctx.handle_timeout(Instant::now());
+        for (q, a) in requests {
+            self.ack_peer_request(q, a)?;
+        }
         Ok(())
+    }
+
+    /// Acknowledges a request the peer's requester sent to fuzz QP `qpn` (the pingpong
+    /// peer's own SENDs): an ACK of each packet's PSN (IBTA Vol. 1 §9.7.5.1.1: an ACK
+    /// covers its PSN and all before it), the MSN counting the messages ended.
+    fn ack_peer_request(&mut self, qpn: u32, req: Response) -> anyhow::Result<()> {
+        let Some((t, _)) = self.targets.iter().find(|(t, _)| t.my_qpn == qpn) else {
+            return Ok(());
+        };
+        let t = *t;
+        let ends = Opcode::from_u8(req.opcode).is_some_and(|o| !(o.is_first() || o.is_middle()));
+        if ends {
+            self.peer_msn = (self.peer_msn + 1) & 0xff_ffff;
+        }
+        let ack = super::mutate::ack_for(&t, req.psn, self.peer_msn);
+        self.send(&t, &ack, false)
     }
 
     /// Takes what arrived since the last look; answers to fuzz QPs (late ones) are
@@ -509,10 +613,17 @@ impl Session {
         Ok(got)
     }
 
+    /// Whether the peer gave a known-good QP (else the fuzz QP is probed).
+    pub fn has_good(&self) -> bool {
+        self.good.is_some()
+    }
+
     /// The liveness oracle: one operation on the known-good QP must complete
     /// successfully within `deadline`. Err says what happened instead.
     pub fn liveness(&mut self, deadline: Duration) -> anyhow::Result<Result<(), String>> {
-        let g = &mut self.good;
+        let Some(g) = &mut self.good else {
+            return Ok(Ok(()));
+        };
         let i = g.next;
         g.next += 1;
         let len = if g.op == GoodOp::FetchAdd { 8 } else { 64 };
@@ -585,6 +696,11 @@ fn op_name(op: SendOp) -> &'static str {
         SendOp::Send => "SEND",
         _ => "FETCH_ADD",
     }
+}
+
+/// Whether an RC opcode is a request (of the peer's requester), not an answer.
+fn is_request(opcode: u8) -> bool {
+    matches!(opcode, 0x00..=0x0c | 0x13..=0x17)
 }
 
 /// The fuzz QP a received packet answers, and what it says; `None` for anything else.

@@ -51,7 +51,7 @@ fn replay(cfg: &FuzzConfig, want: &Want, seq: &[Spec]) -> anyhow::Result<Option<
     }
     let hit = match want {
         Want::Verdict(..) => false,
-        Want::Liveness => d.sess.liveness(cfg.deadline)?.is_err(),
+        Want::Liveness => d.liveness(cfg.wait, cfg.deadline)?.is_err(),
         Want::CheckCmd => match &cfg.check_cmd {
             Some(cmd) => super::shell(cmd)?.is_err(),
             None => false,

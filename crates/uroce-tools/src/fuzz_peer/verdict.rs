@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::mutate::{psn_add, psn_diff, Expect, Rendered, Spec, Track};
+use super::mutate::{psn_add, psn_diff, Expect, IpEdge, Rendered, Spec, Track};
 use uroce::wire::{NakCode, Opcode, RocePacket, Syndrome};
 
 /// One packet the peer sent to the fuzz QP.
@@ -46,6 +46,8 @@ pub enum Outcome {
     ReadResp { first: u32, last: u32 },
     /// An atomic ACK of `psn`.
     AtomicAck { psn: u32 },
+    /// A UD datagram (a UD peer's answer to a datagram it took).
+    Datagram,
     /// Something else (a request from the peer's requester, a reserved syndrome).
     Other { opcode: u8 },
 }
@@ -53,7 +55,8 @@ pub enum Outcome {
 impl Outcome {
     /// The answer made of what came back, in order.
     pub fn of(r: &[Response]) -> Self {
-        let Some(first) = r.first() else {
+        // CNPs are the peer's congestion notifications, not answers ([`cnps`]).
+        let Some(first) = r.iter().find(|x| x.opcode != Opcode::Cnp.value()) else {
             return Self::Silence;
         };
         let op = Opcode::from_u8(first.opcode);
@@ -70,6 +73,7 @@ impl Outcome {
                 },
             },
             Some(Opcode::RcAtomicAck) => Self::AtomicAck { psn: first.psn },
+            Some(Opcode::UdSendOnly | Opcode::UdSendOnlyImm) => Self::Datagram,
             Some(
                 Opcode::RcReadResponseFirst
                 | Opcode::RcReadResponseMiddle
@@ -102,8 +106,58 @@ impl Outcome {
             Self::Rnr { .. } => "RNR NAK".into(),
             Self::ReadResp { .. } => "READ response".into(),
             Self::AtomicAck { .. } => "ATOMIC ACK".into(),
+            Self::Datagram => "datagram".into(),
             Self::Other { opcode } => format!("opcode {opcode:#04x}"),
         }
+    }
+}
+
+/// How many of `r` are CNPs (RoCEv2 Annex A17.9.3: a DCQCN receiver's answer to a
+/// CE-marked packet, sent to the packet's source QP).
+pub fn cnps(r: &[Response]) -> u64 {
+    r.iter().filter(|x| x.opcode == Opcode::Cnp.value()).count() as u64
+}
+
+/// What a peer must do with a valid request at the expected PSN that carries one IP /
+/// UDP header edge ([`IpEdge`]):
+/// - taken (ACKed): TTL / hop limit 0 or 1 (a host does not discard a datagram for its
+///   TTL, RFC 1122 §3.2.1.7; TTL is a forwarding matter), a correct non-zero UDP
+///   checksum, UDP source port 4791, Ethernet padding after the IP packet (the IP length
+///   says where it ends), any DSCP, ECN ECT(0) / ECT(1) / CE (a DCQCN receiver also sends
+///   a CNP for CE, counted), an IPv6 flow label;
+/// - dropped without a word: fragments (MF or an offset: a part of a datagram is not a
+///   RoCEv2 packet; it is reassembled or dropped), an IP length longer than the frame or
+///   shorter than the UDP datagram, a bad IPv4 header checksum (RFC 1122 §3.2.1.2), a UDP
+///   length longer or shorter than the datagram (its last four bytes are then not the
+///   ICRC), a destination port other than 4791 (not RoCEv2, Annex A17.2), an IPv6 next
+///   header other than UDP;
+/// - taken or dropped, never NAKed: IPv4 options (rdma_rxe's ICRC covers a 20-byte
+///   header only), a wrong non-zero UDP checksum (Annex A17.4.2 has senders put 0;
+///   whether a receiver checks one is its own: Linux's UDP stack does, a NIC may not).
+pub fn ip_edge_expect(edge: IpEdge) -> Expect {
+    use IpEdge as E;
+    match edge {
+        E::TtlZero
+        | E::TtlOne
+        | E::HopLimitZero
+        | E::GoodUdpChecksum
+        | E::SourcePort4791
+        | E::Trailer
+        | E::Dscp
+        | E::EcnEct0
+        | E::EcnEct1
+        | E::EcnCe
+        | E::FlowLabel => Expect::Ack,
+        E::MoreFragments
+        | E::FragmentOffset
+        | E::TotalLenLong
+        | E::TotalLenShort
+        | E::BadIpChecksum
+        | E::UdpLenShort
+        | E::UdpLenLong
+        | E::WrongDstPort
+        | E::NextHeader => Expect::Silent,
+        E::Options | E::BadUdpChecksum => Expect::AckOrSilent,
     }
 }
 
@@ -148,6 +202,7 @@ pub fn judge(r: &Rendered, epsn: u32, got: &Outcome) -> bool {
     let accepted = match *got {
         Outcome::Ack { psn } | Outcome::AtomicAck { psn } => psn == r.psn,
         Outcome::ReadResp { first, .. } => first == r.psn,
+        Outcome::Datagram => true,
         _ => false,
     };
     match r.expect {
@@ -169,6 +224,20 @@ pub fn judge(r: &Rendered, epsn: u32, got: &Outcome) -> bool {
         // §9.7.5.1: a duplicate WRITE / SEND is not executed again; the responder
         // acknowledges it (with the last PSN it took) or, between, says nothing.
         Expect::DupAck => matches!(*got, Outcome::Silence | Outcome::Ack { .. }),
+        // §9.7.5.2.8: a SEND finding no receive is RNR NAKed, with its own PSN.
+        Expect::AckOrRnr => match *got {
+            Outcome::Ack { psn } => psn_diff(psn, r.psn) >= 0,
+            Outcome::Rnr { psn } => psn == r.psn,
+            _ => false,
+        },
+        Expect::InvalidRequest => matches!(*got, Outcome::Nak { code: 1, .. }),
+        Expect::Datagram => *got == Outcome::Datagram,
+        Expect::NoAckNak => matches!(*got, Outcome::Silence | Outcome::Datagram),
+        Expect::AckOrSilent => match *got {
+            Outcome::Ack { psn } => psn_diff(psn, r.psn) >= 0,
+            Outcome::Silence => true,
+            _ => false,
+        },
     }
 }
 
@@ -176,6 +245,9 @@ pub fn judge(r: &Rendered, epsn: u32, got: &Outcome) -> bool {
 /// gone to the error state (a NAK other than a PSN sequence error or RNR: IBTA Vol. 1
 /// §9.7.5.2, the responder's class C / D / E errors), so it takes no more frames.
 pub fn learn(t: &mut Track, spec: &Spec, r: &Rendered, got: &Outcome) -> bool {
+    if r.ends {
+        return false;
+    }
     // The responder takes only the packet at its expected PSN; an answer naming another
     // PSN (a duplicate's ACK, whichever PSN the peer puts in it) moves nothing. When the
     // expected PSN moves, the PSN it NAKed has arrived and it may NAK a sequence error
@@ -201,6 +273,14 @@ pub fn learn(t: &mut Track, spec: &Spec, r: &Rendered, got: &Outcome) -> bool {
                         })
                     }
                     Spec::Write { .. } | Spec::PsnOff { .. } => t.open = None,
+                    Spec::OpenSend => t.send_open = Some(t.mtu),
+                    Spec::ContinueSend { last, .. } => {
+                        t.send_open = match (last, t.send_open) {
+                            (true, _) => None,
+                            (false, n) => Some(n.unwrap_or(0) + t.mtu),
+                        };
+                    }
+                    Spec::Send { .. } => t.send_open = None,
                     _ => {}
                 }
                 if let (Outcome::AtomicAck { .. }, Some(a)) = (got, atomic_of(r)) {
@@ -235,6 +315,11 @@ pub fn learn(t: &mut Track, spec: &Spec, r: &Rendered, got: &Outcome) -> bool {
             true
         }
         Outcome::Nak { .. } => false,
+        Outcome::Datagram => {
+            // UD has no expected PSN: the next datagram goes at the one after this.
+            t.epsn = psn_add(r.psn, 1);
+            true
+        }
         Outcome::Silence | Outcome::Other { .. } => {
             if r.silent_take && r.psn == t.epsn {
                 // Taken or not: the PSN is no longer certain.
@@ -282,6 +367,7 @@ mod tests {
             psn,
             expect,
             silent_take: false,
+            ends: false,
         }
     }
 
@@ -320,6 +406,49 @@ mod tests {
         assert!(!judge(&r, 5, &Outcome::Ack { psn: 5 }));
         let r = rendered(5, Expect::RemoteAccess);
         assert!(!judge(&r, 5, &Outcome::Nak { code: 1, psn: 5 }));
+    }
+
+    #[test]
+    fn the_verdicts_of_send_ud_and_ip_edge_frames() {
+        let r = rendered(5, Expect::AckOrRnr);
+        assert!(judge(&r, 5, &Outcome::Ack { psn: 5 }));
+        assert!(judge(&r, 5, &Outcome::Rnr { psn: 5 }));
+        assert!(!judge(&r, 5, &Outcome::Rnr { psn: 4 }));
+        assert!(!judge(&r, 5, &Outcome::Silence));
+        let r = rendered(5, Expect::InvalidRequest);
+        assert!(judge(&r, 5, &Outcome::Nak { code: 1, psn: 5 }));
+        assert!(!judge(&r, 5, &Outcome::Nak { code: 2, psn: 5 }));
+        let r = rendered(5, Expect::Datagram);
+        assert!(judge(&r, 5, &Outcome::Datagram));
+        assert!(!judge(&r, 5, &Outcome::Silence));
+        // A UD QP never acknowledges.
+        let r = rendered(5, Expect::NoAckNak);
+        assert!(judge(&r, 5, &Outcome::Silence));
+        assert!(!judge(&r, 5, &Outcome::Ack { psn: 5 }));
+        assert!(!judge(&r, 5, &Outcome::Nak { code: 1, psn: 5 }));
+        // A datagram back is an acceptance.
+        let r = rendered(5, Expect::NotAccepted);
+        assert!(!judge(&r, 5, &Outcome::Datagram));
+        let r = rendered(5, Expect::AckOrSilent);
+        assert!(judge(&r, 5, &Outcome::Silence));
+        assert!(judge(&r, 5, &Outcome::Ack { psn: 5 }));
+        assert!(!judge(&r, 5, &Outcome::Nak { code: 1, psn: 5 }));
+        // A fragment is never taken; a CE mark is.
+        assert_eq!(ip_edge_expect(IpEdge::MoreFragments), Expect::Silent);
+        assert_eq!(ip_edge_expect(IpEdge::EcnCe), Expect::Ack);
+        // A CNP before the ACK is not the answer; it is counted.
+        let cnp = Response {
+            opcode: Opcode::Cnp.value(),
+            psn: 0,
+            syndrome: None,
+        };
+        let ack = Response {
+            opcode: 0x11,
+            psn: 5,
+            syndrome: Some(0x1f),
+        };
+        assert_eq!(Outcome::of(&[cnp, ack]), Outcome::Ack { psn: 5 });
+        assert_eq!(cnps(&[cnp, ack]), 1);
     }
 
     #[test]
