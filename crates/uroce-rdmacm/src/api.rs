@@ -528,6 +528,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     }
     let own_channel = x.sync.then_some(b.id.channel);
     finish(g);
+    state::sends_done();
     if let Some(c) = own_channel {
         // SAFETY: the id's own channel, used by nothing else.
         unsafe { rdma_destroy_event_channel(c) };
@@ -1133,6 +1134,8 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     };
     let sync = g.ids[&k].sync;
     finish(g);
+    // A DREP the CM thread owes the peer leaves before this returns.
+    state::sends_done();
     match r {
         // A synchronous id waits for its DISCONNECTED (the DREP, or the DREQ's retries).
         Ok(true) if sync => complete(id),

@@ -195,6 +195,17 @@ pub(crate) fn take_one(fd: RawFd) -> Result<(), c_int> {
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
+/// Held by the CM thread from the moment it releases the state's lock with MADs to send
+/// until they are sent: what it did under the lock (a phase set to Disconnected, say)
+/// may let the program return from a call and exit before the MAD that goes with it (the
+/// DREP) has left. The calls that end a connection wait for it ([`sends_done`]).
+static SENDING: Mutex<()> = Mutex::new(());
+
+/// Waits until the MADs the CM thread has taken are sent.
+pub(crate) fn sends_done() {
+    drop(SENDING.lock().unwrap_or_else(|e| e.into_inner()));
+}
+
 /// A locked state.
 pub(crate) struct Guard(MutexGuard<'static, Option<State>>);
 
@@ -456,6 +467,7 @@ fn cm_thread() {
             let next = devs.and_then(|d| d.iter().filter_map(|d| d.cm.poll_timeout()).min());
             let out = g.take_transmits();
             let ready = g.deferred.take().unwrap_or_default();
+            let sending = SENDING.lock().unwrap_or_else(|e| e.into_inner());
             drop(g);
             send_quiet(out);
             // The events go to the program only now that their answers are sent (to
@@ -469,6 +481,7 @@ fn cm_thread() {
                 drop(g);
                 send_quiet(out);
             }
+            drop(sending);
             let timeout = next.map_or(Duration::from_millis(1000), |t| {
                 t.saturating_duration_since(Instant::now())
                     .min(Duration::from_millis(1000))
