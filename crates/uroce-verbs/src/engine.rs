@@ -569,14 +569,34 @@ fn open_backend(inner: &Inner) -> Result<Box<dyn Backend + Send>, c_int> {
         .ok()
         .and_then(|i| Mtu::fitting(i.mtu))
         .unwrap_or(Mtu::M1024);
-    let xdp = match choice.as_str() {
-        "udp" => None,
-        "auto" | "xdp" => Some(XdpBackend::open(
+    let open = || {
+        XdpBackend::open(
             iface,
             2,
             mtu.bytes() + FRAME_OVERHEAD,
             uroce::transport::rc::MAX_INFLIGHT_PSNS,
-        )),
+        )
+    };
+    let xdp = match choice.as_str() {
+        "udp" => None,
+        "auto" => Some(open()),
+        // Asked for by name: a program that just exited on this interface may still be
+        // letting go of its XDP program and socket (the kernel releases them after the
+        // process is gone), so a failure other than a missing privilege is tried again
+        // for a second before it is the answer.
+        "xdp" => {
+            let mut r = open();
+            for _ in 0..5 {
+                match &r {
+                    Err(e) if errno_of(e) != libc::EPERM => {
+                        std::thread::sleep(Duration::from_millis(200));
+                        r = open();
+                    }
+                    _ => break,
+                }
+            }
+            Some(r)
+        }
         _ => return Err(libc::EINVAL),
     };
     match xdp {
