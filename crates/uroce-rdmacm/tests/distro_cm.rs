@@ -256,7 +256,10 @@ fn rejected_and_unresolvable_connects() {
     assert!(!o.status.success(), "{t}");
     assert!(t.contains("RDMA_CM_EVENT_REJECTED"), "{t}");
     assert!(t.contains("error 8"), "reason 8, invalid service ID:\n{t}");
-    let _ = srv.kill();
+    // SIGTERM, which `timeout` passes on (SIGKILL would leave rping running).
+    let _ = std::process::Command::new("kill")
+        .arg(srv.id().to_string())
+        .status();
     let _ = srv.wait();
     // 192.0.2.1 (TEST-NET-1) is reached through no interface of the namespace.
     let o = in_ns(
@@ -353,7 +356,7 @@ fn a_peer_that_stops_answering_is_unreachable() {
     .output()
     .expect("client");
     stop("-CONT");
-    let _ = srv.kill();
+    stop("-TERM");
     let _ = srv.wait();
     let t = text(&o);
     assert!(!o.status.success(), "{t}");

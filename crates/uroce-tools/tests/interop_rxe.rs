@@ -3,7 +3,8 @@
 //! `roce-h`, where uroce runs on the veth `roce-host` over AF_XDP). One boot for the
 //! whole suite. It skips, saying why, where there is no root, no /dev/net/tun, or no
 //! guest image (run `scripts/interop/install.sh` as root). `UROCE_INTEROP_ONLY=<text>`
-//! runs only the cases whose peer tool's name contains `<text>` (e.g. `srq`).
+//! runs only the cases whose peer tool's name contains `<text>` (e.g. `srq`; `libibverbs`
+//! and `librdmacm`: the host's own programs on uroce's drop-in libraries).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -82,31 +83,35 @@ impl Peer {
     }
 
     fn uroce(&self, args: &[&str]) -> Output {
-        Command::new("timeout")
-            .args([
-                "120",
-                "ip",
-                "netns",
-                "exec",
-                "roce-h",
-                env!("CARGO_BIN_EXE_uroce"),
-            ])
-            .args(args)
-            .output()
-            .expect("uroce")
+        self.uroce_env(&[], args)
     }
 
     fn uroce_bg(&self, args: &[&str]) -> std::process::Child {
-        Command::new("timeout")
-            .args([
-                "120",
-                "ip",
-                "netns",
-                "exec",
-                "roce-h",
-                env!("CARGO_BIN_EXE_uroce"),
-            ])
-            .args(args)
+        self.uroce_bg_env(&[], args)
+    }
+
+    /// `uroce ARGS` in the host's namespace with `env` added to its environment.
+    fn uroce_cmd(env: &[(&str, &str)], args: &[&str]) -> Command {
+        let mut c = Command::new("timeout");
+        c.args([
+            "120",
+            "ip",
+            "netns",
+            "exec",
+            "roce-h",
+            env!("CARGO_BIN_EXE_uroce"),
+        ])
+        .args(args)
+        .envs(env.iter().copied());
+        c
+    }
+
+    fn uroce_env(&self, env: &[(&str, &str)], args: &[&str]) -> Output {
+        Self::uroce_cmd(env, args).output().expect("uroce")
+    }
+
+    fn uroce_bg_env(&self, env: &[(&str, &str)], args: &[&str]) -> std::process::Child {
+        Self::uroce_cmd(env, args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -729,6 +734,736 @@ fn verbs_library_cases(peer: &Peer, rows: &mut Vec<Row>) {
     }
 }
 
+// ---- uroce's librdmacm.so.1 against the kernel's rdma_cm on rxe ----
+
+/// The guest's address, and the host's (uroce's) on roce-host.
+const RXE: &str = "10.77.0.11";
+const HOST: &str = "10.77.0.1";
+
+/// A directory holding the `librdmacm.so.1` and `libibverbs.so.1` of this very build
+/// (cargo builds uroce-rdmacm and uroce-verbs, dev-dependencies of uroce-tools, into
+/// `target/<profile>/deps` before the test runs; the copies `cargo build` leaves next to
+/// the uroce binary may be older), for `uroce run` through `UROCE_LIBDIR`.
+fn rdmacm_libdir() -> Result<PathBuf, String> {
+    let deps = Path::new(env!("CARGO_BIN_EXE_uroce"))
+        .parent()
+        .expect("target/<profile>")
+        .join("deps");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("uroce-cm-libs");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    for (lib, soname) in [
+        ("libibverbs.so", "libibverbs.so.1"),
+        ("librdmacm.so", "librdmacm.so.1"),
+    ] {
+        let built = deps.join(lib);
+        if !built.exists() {
+            return Err(format!(
+                "{} is missing (cargo builds it with uroce-tools' dev-dependencies)",
+                built.display()
+            ));
+        }
+        std::os::unix::fs::symlink(&built, dir.join(soname)).map_err(|e| e.to_string())?;
+    }
+    Ok(dir)
+}
+
+/// `uroce run` of a host program on roce-host over AF_XDP, under a 60 s timeout.
+fn cm_host_args(cmd: &str) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "run",
+        "--iface",
+        "roce-host",
+        "--backend",
+        "xdp",
+        "--",
+        "timeout",
+        "60",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.extend(cmd.split(' ').map(String::from));
+    v
+}
+
+/// A counter of rxe's port in the guest: its kernel CM's (`cm_tx_retries/rep`, ...) or
+/// rxe's own (`hw_counters/sent_pkts`).
+fn rxe_cm_counter(peer: &Peer, counter: &str) -> u64 {
+    let o = peer.guest(&format!("cat /sys/class/infiniband/rxe0/ports/1/{counter}"));
+    String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// The guest's `/tmp/<log>` once it ends with the `EXIT=` line (or after `secs`).
+fn guest_log(peer: &Peer, log: &str, secs: u32) -> String {
+    let mut t = String::new();
+    for _ in 0..secs * 2 {
+        t = text(&peer.guest(&format!("cat /tmp/{log}")));
+        if t.contains("EXIT=") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    t
+}
+
+/// Waits (at most 20 s) until the guest's rdma_cm has an id listening on `port` (the
+/// emulated guest can take seconds to start a server; a REQ before that is rejected).
+fn rxe_listening(peer: &Peer, port: u16) {
+    let at = format!(":{port}");
+    for _ in 0..40 {
+        let o = peer.guest("rdma res show cm_id");
+        let t = String::from_utf8_lossy(&o.stdout);
+        if t.lines().any(|l| l.contains("LISTEN") && l.contains(&at)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Whether `out` has `needle` at least `n` times.
+fn has(out: &str, (needle, n): (&str, usize)) -> bool {
+    out.matches(needle).count() >= n
+}
+
+/// One RDMA CM program, run with rxe serving and uroce connecting, then the other way:
+/// its command line as server and as client (`{peer}` is the server's address), and
+/// what each side's output must show (a text, at least so many times).
+struct CmCase {
+    tool: &'static str,
+    op: &'static str,
+    /// The port the server listens on.
+    port: u16,
+    /// How often the case may be run (with rxe serving) before it fails.
+    attempts: u32,
+    server: String,
+    client: String,
+    client_done: (&'static str, usize),
+    server_done: (&'static str, usize),
+    extra: String,
+}
+
+/// rxe's server, the host's client on uroce's libraries. Whether both did their part,
+/// and their outputs. A case with `attempts` above 1 is run again from the start (a
+/// fresh server, after the kernel CM's time wait) when it fails.
+fn cm_rxe_serves(peer: &Peer, env: &[(&str, &str)], c: &CmCase) -> (bool, String) {
+    let mut detail = String::new();
+    for attempt in 1..=c.attempts {
+        peer.guest_bg(&format!(
+            "timeout 60 {} > /tmp/srv.log 2>&1 & echo $! > /tmp/srv.pid; wait $!; echo EXIT=$? >> /tmp/srv.log",
+            c.server
+        ));
+        rxe_listening(peer, c.port);
+        let args = cm_host_args(&c.client.replace("{peer}", RXE));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = peer.uroce_env(env, &args);
+        let srv = guest_log(peer, "srv.log", 20);
+        let pass = o.status.success()
+            && has(&text(&o), c.client_done)
+            && srv.contains("EXIT=0")
+            && has(&srv, c.server_done);
+        detail.push_str(&format!(
+            "attempt {attempt}:\nuroce: {}\nrxe: {srv}\n",
+            text(&o)
+        ));
+        if pass {
+            return (true, detail);
+        }
+        let _ = peer.guest("kill $(cat /tmp/srv.pid) 2>/dev/null");
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    (false, detail)
+}
+
+/// The host's server on uroce's libraries, rxe's client (started again while the server
+/// is not listening yet).
+fn cm_uroce_serves(peer: &Peer, env: &[(&str, &str)], c: &CmCase) -> (bool, String) {
+    let args = cm_host_args(&c.server);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = peer.uroce_bg_env(env, &args);
+    std::thread::sleep(Duration::from_secs(2));
+    let cmd = format!("timeout 60 {}", c.client.replace("{peer}", HOST));
+    let mut g = peer.guest(&cmd);
+    let refused = |t: &str| t.contains("REJECTED") || t.contains("CM event");
+    for _ in 0..3 {
+        if g.status.success() || !refused(&text(&g)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        g = peer.guest(&cmd);
+    }
+    let s = server.wait_with_output().unwrap();
+    let pass = g.status.success()
+        && has(&text(&g), c.client_done)
+        && s.status.success()
+        && has(&text(&s), c.server_done);
+    (pass, format!("uroce: {}\nrxe: {}", text(&s), text(&g)))
+}
+
+/// The distro's RDMA CM programs on this host, unmodified, on uroce's librdmacm.so.1
+/// and libibverbs.so.1 (`uroce run`), against the same programs on the kernel's rdma_cm
+/// and rxe in the guest: rping (-V checks every byte; two sizes), ib_write_bw -R and
+/// udaddy (UD, the QPs found with SIDR), both ways; two connections whose first REQ or
+/// REP is lost (the kernel's CM counters show it sent that message again); and the golden
+/// comparison of the CM MADs of one rping connection each way. Returns the golden
+/// comparison's report. `UROCE_INTEROP_ONLY=librdmacm` runs only these.
+fn rdmacm_library_cases(peer: &Peer, pcap: &Path, rows: &mut Vec<Row>) -> Option<String> {
+    let lib = match rdmacm_libdir() {
+        Ok(d) => d,
+        Err(e) => {
+            // Asked for by name: a missing library is a failure, not a skip.
+            let asked = std::env::var("UROCE_INTEROP_ONLY").is_ok_and(|o| o.contains("rdmacm"));
+            assert!(!asked, "uroce's librdmacm cases cannot run: {e}");
+            eprintln!("SKIP: uroce's librdmacm.so.1 cases: {e}");
+            return None;
+        }
+    };
+    let lib = lib.to_string_lossy().into_owned();
+    let env = [("UROCE_LIBDIR", lib.as_str())];
+    let started = std::time::Instant::now();
+    let libs = "the host's program on uroce's librdmacm.so.1 + libibverbs.so.1, xdp";
+    // rping -V checks every byte and fails on a difference; -v prints each ping, counted
+    // here (only for small sizes: the guest agent's output is limited).
+    let rping = |size: u32, count: usize, port: u16| {
+        let (v, n) = if size <= 1024 {
+            ("-v ", count)
+        } else {
+            ("", 0)
+        };
+        CmCase {
+            tool: "rping",
+            op: "RC: SEND, RDMA READ, RDMA WRITE (-V)",
+            port,
+            attempts: 1,
+            server: format!("rping -s -a 0.0.0.0 -p {port} -V {v}-C {count} -S {size}"),
+            client: format!("rping -c -a {{peer}} -p {port} -V {v}-C {count} -S {size}"),
+            client_done: ("ping data: rdma-ping-", n),
+            server_done: ("server ping data: rdma-ping-", n),
+            extra: format!("{size} B × {count}, {libs}"),
+        }
+    };
+    let cases = [
+        rping(100, 20, 7180),
+        rping(32768, 5, 7181),
+        CmCase {
+            tool: "ib_write_bw",
+            op: "RDMA WRITE (-R: connected by rdma_cm)",
+            port: 18530,
+            // perftest's server listens for the test's connection only after the control
+            // connection's exchange: a client faster than the emulated guest can send that
+            // REQ first and be rejected (reason 8), as between two kernels with a slow
+            // server (perftest 4.5).
+            attempts: 3,
+            server: "ib_write_bw -R -F -s 65536 -n 50 -p 18530".into(),
+            client: "ib_write_bw -R -F -s 65536 -n 50 -p 18530 {peer}".into(),
+            client_done: ("#bytes", 1),
+            server_done: ("#bytes", 1),
+            extra: format!("64 KiB × 50, {libs}"),
+        },
+        CmCase {
+            tool: "udaddy",
+            op: "UD SEND (SIDR_REQ / SIDR_REP)",
+            port: 7174,
+            attempts: 1,
+            // (udaddy's -p is the port space; it listens on 7174 of RDMA_PS_UDP.)
+            server: "udaddy -C 10".into(),
+            client: "udaddy -s {peer} -C 10".into(),
+            client_done: ("test complete", 1),
+            server_done: ("test complete", 1),
+            extra: format!("10 messages each way, {libs}"),
+        },
+    ];
+    for c in &cases {
+        let name = format!("{} on librdmacm.so.1", c.tool);
+        if !wanted(&name) || !Path::new("/usr/bin").join(c.tool).exists() {
+            continue;
+        }
+        for rxe_serves in [true, false] {
+            let (pass, detail) = if rxe_serves {
+                cm_rxe_serves(peer, &env, c)
+            } else {
+                cm_uroce_serves(peer, &env, c)
+            };
+            rows.push(Row {
+                tool: name.clone(),
+                op: c.op.into(),
+                direction: if rxe_serves {
+                    "rxe server, uroce client"
+                } else {
+                    "uroce server, rxe client"
+                },
+                mtu: 4096,
+                extra: c.extra.clone(),
+                pass,
+                detail,
+            });
+        }
+    }
+    let name = "rping on librdmacm.so.1";
+    if wanted(name) && Path::new("/usr/bin/rping").exists() {
+        cm_loss_cases(peer, &env, rows);
+    }
+    let golden = (wanted(name) && Path::new("/usr/bin/rping").exists())
+        .then(|| cm_golden_case(peer, &env, pcap, rows));
+    eprintln!("librdmacm cases: {:.0} s", started.elapsed().as_secs_f64());
+    golden
+}
+
+/// Connections whose first CM message from rxe is lost: `uroce lossy` drops every RoCE
+/// frame rxe sends until rxe's packet counter shows it sent one, then stops.
+/// rxe's REQ to uroce's server (the kernel sends it again after its response timeout,
+/// 20: 4.3 s, plus twice the packet life time), and rxe's REP to uroce's client (sent
+/// again by rxe, or answered again when uroce repeats its REQ). Both must still connect
+/// and run, and the kernel's CM counters must show the repeat.
+fn cm_loss_cases(peer: &Peer, env: &[(&str, &str)], rows: &mut Vec<Row>) {
+    let c = |port: u16| CmCase {
+        tool: "rping",
+        op: "RC (-V), a lost CM MAD sent again",
+        port,
+        attempts: 1,
+        server: format!("rping -s -a 0.0.0.0 -p {port} -V -v -C 5 -S 100"),
+        client: format!("rping -c -a {{peer}} -p {port} -V -v -C 5 -S 100"),
+        client_done: ("ping data: rdma-ping-", 5),
+        server_done: ("server ping data: rdma-ping-", 5),
+        extra: String::new(),
+    };
+    // Waits until rxe has sent a frame since `before` (its packet counter; the kernel's
+    // CM counts a message only once it is answered), at most 20 s.
+    let sent_pkts = || rxe_cm_counter(peer, "hw_counters/sent_pkts");
+    let sent_since = |before: u64| {
+        for _ in 0..80 {
+            if sent_pkts() > before {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        false
+    };
+
+    // rxe's first REQ lost: uroce serves, rxe connects.
+    let k = c(7183);
+    let retries0 = rxe_cm_counter(peer, "cm_tx_retries/req");
+    let args = cm_host_args(&k.server);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = peer.uroce_bg_env(env, &args);
+    std::thread::sleep(Duration::from_secs(2));
+    let loss = PathLoss::on("0.99999", &["roce-tap1"]);
+    let pkts = sent_pkts();
+    peer.guest_bg(&format!(
+        "timeout 60 {} > /tmp/cli.log 2>&1; echo EXIT=$? >> /tmp/cli.log",
+        k.client.replace("{peer}", HOST)
+    ));
+    let went = sent_since(pkts);
+    drop(loss);
+    let cli = guest_log(peer, "cli.log", 40);
+    let s = server.wait_with_output().unwrap();
+    let retries = rxe_cm_counter(peer, "cm_tx_retries/req") - retries0;
+    rows.push(Row {
+        tool: "rping on librdmacm.so.1".into(),
+        op: k.op.into(),
+        direction: "uroce server, rxe client",
+        mtu: 4096,
+        extra: format!("rxe's first REQ lost; rxe sent it again {retries} time(s)"),
+        pass: went
+            && retries >= 1
+            && cli.contains("EXIT=0")
+            && has(&cli, k.client_done)
+            && s.status.success()
+            && has(&text(&s), k.server_done),
+        detail: format!(
+            "REQ sent under loss: {went}, REQ retries {retries}\nuroce: {}\nrxe: {cli}",
+            text(&s)
+        ),
+    });
+
+    // rxe's first REP lost: rxe serves, uroce connects.
+    let k = c(7184);
+    peer.guest_bg(&format!(
+        "timeout 60 {} > /tmp/srv.log 2>&1; echo EXIT=$? >> /tmp/srv.log",
+        k.server
+    ));
+    rxe_listening(peer, k.port);
+    let (rep_retries0, dup_req0) = (
+        rxe_cm_counter(peer, "cm_tx_retries/rep"),
+        rxe_cm_counter(peer, "cm_rx_duplicates/req"),
+    );
+    let loss = PathLoss::on("0.99999", &["roce-tap1"]);
+    let pkts = sent_pkts();
+    let args = cm_host_args(&k.client.replace("{peer}", RXE));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let client = peer.uroce_bg_env(env, &args);
+    let went = sent_since(pkts);
+    drop(loss);
+    let o = client.wait_with_output().unwrap();
+    let srv = guest_log(peer, "srv.log", 20);
+    let rep_retries = rxe_cm_counter(peer, "cm_tx_retries/rep") - rep_retries0;
+    let dup_req = rxe_cm_counter(peer, "cm_rx_duplicates/req") - dup_req0;
+    rows.push(Row {
+        tool: "rping on librdmacm.so.1".into(),
+        op: k.op.into(),
+        direction: "rxe server, uroce client",
+        mtu: 4096,
+        extra: format!(
+            "rxe's first REP lost; rxe sent it again {rep_retries} time(s), got uroce's REQ again {dup_req} time(s)"
+        ),
+        pass: went
+            && rep_retries + dup_req >= 1
+            && o.status.success()
+            && has(&text(&o), k.client_done)
+            && srv.contains("EXIT=0")
+            && has(&srv, k.server_done),
+        detail: format!(
+            "REP sent under loss: {went}, REP retries {rep_retries}, duplicate REQs {dup_req}\nuroce: {}\nrxe: {srv}",
+            text(&o)
+        ),
+    });
+}
+
+/// A CM MAD on the wire: who sent it to whom, `uroce decode --json`'s record of its
+/// frame, and the MAD's 256 bytes.
+struct CapturedMad {
+    src: String,
+    dst: String,
+    json: serde_json::Value,
+    mad: Vec<u8>,
+}
+
+/// The first CM messages of each kind (`REQ`, `REP`, ...) of each sender address.
+type CmMads = std::collections::HashMap<(String, String), CapturedMad>;
+
+/// Sender `who`'s first `msg` in `m`.
+fn pick<'a>(m: &'a CmMads, who: &str, msg: &str) -> Option<&'a CapturedMad> {
+    m.get(&(who.to_string(), msg.to_string()))
+}
+
+/// The CM messages of one connection in `pcap` (the suite's capture, still being written:
+/// a last record cut short is left out): the last REQ `req_from` sent to service `port`,
+/// and every MAD carrying its transaction ID (both CMs give all of a connection's MADs
+/// the REQ's); the first of each kind from each address.
+fn cm_mads_of(pcap: &Path, req_from: &str, port: u16) -> CmMads {
+    let dec = Command::new(env!("CARGO_BIN_EXE_uroce"))
+        .args(["decode", "--json", "--qp", "1", &pcap.to_string_lossy()])
+        .output()
+        .expect("uroce decode");
+    let file = std::fs::read(pcap).expect("capture");
+    let frames: Vec<Vec<u8>> = uroce::pcap::Reader::new(&file)
+        .expect("pcap")
+        .map_while(|f| f.ok().map(|f| f.data.to_vec()))
+        .collect();
+    let all: Vec<serde_json::Value> = String::from_utf8_lossy(&dec.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|j: &serde_json::Value| j["cm"]["msg"].is_string())
+        .collect();
+    let tid = all
+        .iter()
+        .rev()
+        .find(|j| {
+            j["cm"]["msg"] == "REQ"
+                && j["src"] == req_from
+                && j["cm"]["service_id"].as_u64().map(|s| s as u16) == Some(port)
+        })
+        .map(|j| j["mad"]["tid"].clone());
+    let mut out = std::collections::HashMap::new();
+    for j in all
+        .into_iter()
+        .filter(|j| Some(&j["mad"]["tid"]) == tid.as_ref())
+    {
+        let n = j["frame"].as_u64().expect("frame number") as usize;
+        let Some(p) = frames.get(n - 1).and_then(|f| uroce::wire::parse(f).ok()) else {
+            continue;
+        };
+        let key = (
+            j["src"].as_str().unwrap_or("").to_string(),
+            j["cm"]["msg"].as_str().unwrap_or("").to_string(),
+        );
+        out.entry(key).or_insert_with(|| CapturedMad {
+            src: j["src"].as_str().unwrap_or("").into(),
+            dst: j["dst"].as_str().unwrap_or("").into(),
+            mad: p.payload.to_vec(),
+            json: j,
+        });
+    }
+    out
+}
+
+/// The fields of a CM message that differ between two connections by nature: the
+/// transaction ID, communication IDs, CA GUIDs, QP numbers, starting PSNs; addresses,
+/// ports and what follows from them (the GIDs, RDMA CM's flow label), which are checked
+/// against the frame and the ports instead.
+const CM_PER_CONNECTION: &[&str] = &[
+    "mad.tid",
+    "cm.local_comm_id",
+    "cm.remote_comm_id",
+    "cm.local_ca_guid",
+    "cm.local_qpn",
+    "cm.remote_qpn",
+    "cm.starting_psn",
+    "cm.primary_local_gid",
+    "cm.primary_remote_gid",
+    "cm.primary_flow_label",
+    "cm.rdma_cm.src",
+    "cm.rdma_cm.dst",
+    "cm.rdma_cm.src_port",
+];
+
+/// The same fields as byte ranges of the MAD (offset, length, bit mask of each byte),
+/// for the byte-for-byte comparison of everything else (reserved bits, packet rate,
+/// LIDs, the alternate path, the rest of the private data): IBTA Vol. 1 §12.6 tables
+/// 99 (REQ), 103 (REP), 104 (RTU), 105 (DREQ), 106 (DREP), after the 24-byte MAD header.
+fn cm_per_connection_bytes(msg: &str) -> Vec<(usize, usize, u8)> {
+    let d = |off: usize, len: usize| (24 + off, len, 0xff);
+    let mut v = vec![(8, 8, 0xff), d(0, 4)];
+    match msg {
+        // Comm ID, CA GUID, QPN, PSN, both GIDs, the flow label's 20 bits; in the
+        // private data the source port and both addresses.
+        "REQ" => v.extend([
+            d(16, 8),
+            d(32, 3),
+            d(44, 3),
+            d(56, 32),
+            d(88, 2),
+            (24 + 90, 1, 0xf0),
+            d(142, 2),
+            d(144, 32),
+        ]),
+        // Remote comm ID, QPN, PSN, CA GUID.
+        "REP" => v.extend([d(4, 4), d(12, 3), d(20, 3), d(28, 8)]),
+        // Remote comm ID; the DREQ's remote QPN.
+        "RTU" | "DREP" => v.push(d(4, 4)),
+        "DREQ" => v.extend([d(4, 4), d(8, 3)]),
+        _ => {}
+    }
+    v
+}
+
+/// Flattens a JSON object into `prefix.key` leaves.
+fn leaves(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, serde_json::Value)>) {
+    match v.as_object() {
+        Some(m) => {
+            for (k, x) in m {
+                leaves(&format!("{prefix}.{k}"), x, out);
+            }
+        }
+        None => out.push((prefix.to_string(), v.clone())),
+    }
+}
+
+/// Golden: the CM MADs of an rping connection uroce made (client) against rxe, and of one
+/// rxe made against uroce, decoded by `uroce decode` and compared with rxe's own field
+/// by field: uroce's REQ, RTU and DREQ with rxe's as client, uroce's REP and DREP with
+/// rxe's as server. The MAD header and every CM field must be equal but those of
+/// [`CM_PER_CONNECTION`], which are checked for what they must be instead (GIDs and the
+/// IP header's addresses are the frame's, the flow label RDMA CM's hash of the ports,
+/// every MAD of a connection carries its REQ's transaction ID, a reply names the
+/// communication ID and QP the other side gave); then every other byte of the MADs must
+/// be equal too. One row per message; returns the comparison's report.
+fn cm_golden_case(peer: &Peer, env: &[(&str, &str)], pcap: &Path, rows: &mut Vec<Row>) -> String {
+    let c = |port: u16| CmCase {
+        tool: "rping",
+        op: "",
+        port,
+        attempts: 1,
+        server: format!("rping -s -a 0.0.0.0 -p {port} -V -v -C 2 -S 100"),
+        client: format!("rping -c -a {{peer}} -p {port} -V -v -C 2 -S 100"),
+        client_done: ("ping data: rdma-ping-", 2),
+        server_done: ("server ping data: rdma-ping-", 2),
+        extra: String::new(),
+    };
+    let mut ran = (false, false, String::new());
+    let (ok, d) = cm_rxe_serves(peer, env, &c(7185));
+    (ran.0, ran.2) = (ok, d);
+    // The same port: the service ID must be the same too.
+    let (ok, d) = cm_uroce_serves(peer, env, &c(7185));
+    ran.1 = ok;
+    ran.2.push_str(&d);
+    std::thread::sleep(Duration::from_secs(1));
+    let (a, b) = (cm_mads_of(pcap, HOST, 7185), cm_mads_of(pcap, RXE, 7185));
+    // (message, uroce's, rxe's): the client's messages from the first capture for
+    // uroce, the second for rxe; the server's the other way round.
+    let mut md = format!(
+        "\nGolden CM MADs (two rping connections on port 7185 in {}): uroce's against rxe's, field by field\n",
+        pcap.display()
+    );
+    for (msg, client_side) in [
+        ("REQ", true),
+        ("REP", false),
+        ("RTU", true),
+        ("DREQ", true),
+        ("DREP", false),
+    ] {
+        let (u, r, uc, rc) = if client_side {
+            (pick(&a, HOST, msg), pick(&b, RXE, msg), &a, &b)
+        } else {
+            (pick(&b, HOST, msg), pick(&a, RXE, msg), &b, &a)
+        };
+        let mut findings = Vec::new();
+        let (Some(u), Some(r)) = (u, r) else {
+            findings.push(format!(
+                "missing: uroce's {} rxe's {}",
+                u.is_some(),
+                r.is_some()
+            ));
+            rows.push(Row {
+                tool: "rping on librdmacm.so.1 (golden CM MADs)".into(),
+                op: msg.into(),
+                direction: "uroce's against rxe's",
+                mtu: 4096,
+                extra: findings.join("; "),
+                pass: false,
+                detail: format!("connections ran: {} {}\n{}", ran.0, ran.1, ran.2),
+            });
+            md.push_str(&format!("- {msg}: {}\n", findings.join("; ")));
+            continue;
+        };
+        let (mut lu, mut lr) = (Vec::new(), Vec::new());
+        for part in ["mad", "cm"] {
+            leaves(part, &u.json[part], &mut lu);
+            leaves(part, &r.json[part], &mut lr);
+        }
+        let get = |l: &[(String, serde_json::Value)], k: &str| {
+            l.iter()
+                .find(|(x, _)| x == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or(serde_json::Value::Null)
+        };
+        let mut keys: Vec<String> = lu.iter().chain(&lr).map(|(k, _)| k.clone()).collect();
+        keys.sort();
+        keys.dedup();
+        let mut equal = 0;
+        for k in &keys {
+            if CM_PER_CONNECTION.contains(&k.as_str()) {
+                continue;
+            }
+            let (x, y) = (get(&lu, k), get(&lr, k));
+            if x == y {
+                equal += 1;
+            } else {
+                findings.push(format!("{k}: uroce {x}, rxe {y}"));
+            }
+        }
+        // The per-connection fields, checked for what they must be on each side.
+        for (who, m, conn) in [("uroce", u, uc), ("rxe", r, rc)] {
+            let l = if who == "uroce" { &lu } else { &lr };
+            let mut check = |what: String, ok: bool| {
+                if !ok {
+                    findings.push(format!("{who}'s {what}"));
+                }
+            };
+            let req_tid = conn
+                .values()
+                .find(|x| x.json["cm"]["msg"] == "REQ")
+                .map(|x| x.json["mad"]["tid"].clone());
+            check(
+                format!("TID {} is not its REQ's", get(l, "mad.tid")),
+                req_tid == Some(get(l, "mad.tid")),
+            );
+            // The comm ID and QP the other side's REQ / REP gave.
+            let other = conn.values().find(|x| {
+                x.src != m.src && matches!(x.json["cm"]["msg"].as_str(), Some("REQ" | "REP"))
+            });
+            if let (Some(o), true) = (other, msg != "REQ") {
+                check(
+                    format!("remote comm ID {}", get(l, "cm.remote_comm_id")),
+                    get(l, "cm.remote_comm_id") == o.json["cm"]["local_comm_id"],
+                );
+                if msg == "DREQ" {
+                    check(
+                        format!("remote QPN {}", get(l, "cm.remote_qpn")),
+                        get(l, "cm.remote_qpn") == o.json["cm"]["local_qpn"],
+                    );
+                }
+            }
+            if msg == "REQ" {
+                let gid = |a: &str| serde_json::Value::from(format!("::ffff:{a}"));
+                check(
+                    format!("local GID {}", get(l, "cm.primary_local_gid")),
+                    get(l, "cm.primary_local_gid") == gid(&m.src),
+                );
+                check(
+                    format!("remote GID {}", get(l, "cm.primary_remote_gid")),
+                    get(l, "cm.primary_remote_gid") == gid(&m.dst),
+                );
+                check(
+                    format!(
+                        "IP header {} > {}",
+                        get(l, "cm.rdma_cm.src"),
+                        get(l, "cm.rdma_cm.dst")
+                    ),
+                    get(l, "cm.rdma_cm.src") == m.src.as_str()
+                        && get(l, "cm.rdma_cm.dst") == m.dst.as_str(),
+                );
+                let sport = get(l, "cm.rdma_cm.src_port").as_u64().unwrap_or(0) as u16;
+                let dport = get(l, "cm.service_id").as_u64().unwrap_or(0) as u16;
+                let fl = uroce::cm::flow_label(sport, dport);
+                check(
+                    format!(
+                        "flow label {} is not RDMA CM's {fl} of ports {sport} > {dport}",
+                        get(l, "cm.primary_flow_label")
+                    ),
+                    get(l, "cm.primary_flow_label") == fl,
+                );
+            }
+        }
+        // Every byte that none of the fields above covers.
+        let mask = cm_per_connection_bytes(msg);
+        let mut bytes = 0;
+        for i in 0..u.mad.len().min(r.mad.len()) {
+            let m = mask
+                .iter()
+                .filter(|(o, n, _)| (*o..o + n).contains(&i))
+                .fold(0xffu8, |acc, (_, _, b)| acc & !b);
+            if u.mad[i] & m != r.mad[i] & m {
+                findings.push(format!(
+                    "MAD byte {i}: uroce {:#04x}, rxe {:#04x}",
+                    u.mad[i], r.mad[i]
+                ));
+            }
+            bytes += usize::from(m != 0);
+        }
+        let per: Vec<String> = CM_PER_CONNECTION
+            .iter()
+            .filter(|k| keys.iter().any(|x| x == *k))
+            .map(|k| format!("{k} {} / {}", get(&lu, k), get(&lr, k)))
+            .collect();
+        md.push_str(&format!(
+            "- {msg}: {equal} fields equal, {bytes} bytes compared; per connection (uroce / rxe): {}; {}\n",
+            per.join(", "),
+            if findings.is_empty() {
+                "no difference".to_string()
+            } else {
+                format!("DIFFERENCES: {}", findings.join("; "))
+            }
+        ));
+        rows.push(Row {
+            tool: "rping on librdmacm.so.1 (golden CM MADs)".into(),
+            op: msg.into(),
+            direction: "uroce's against rxe's",
+            mtu: 4096,
+            extra: format!(
+                "{equal} decoded fields and {bytes} other bytes equal{}",
+                if findings.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} differences", findings.len())
+                }
+            ),
+            pass: findings.is_empty() && ran.0 && ran.1,
+            detail: format!(
+                "{}\nconnections ran: {} {}\n{}",
+                findings.join("\n"),
+                ran.0,
+                ran.1,
+                ran.2
+            ),
+        });
+    }
+    md
+}
+
 /// `uroce fuzz-peer` against rxe, peer tool by peer tool ([`fuzz_rxe`]): two
 /// `ib_write_bw` servers (the fuzz QP's and the known-good QP's), one `ib_write_bw -q 4`
 /// (frames spread over three QPs, the fourth the known-good one), `ibv_rc_pingpong` (SENDs
@@ -960,6 +1695,7 @@ fn rxe_interop_suite() {
     srq_pingpong_cases(&peer, &mut rows);
     perftest_cases(&peer, &mut rows);
     verbs_library_cases(&peer, &mut rows);
+    let golden = rdmacm_library_cases(&peer, &pcap, &mut rows);
     // SAFETY: signalling our own child.
     unsafe { libc::kill(cap.id() as i32, libc::SIGINT) };
     let _ = cap.wait();
@@ -985,6 +1721,9 @@ fn rxe_interop_suite() {
             r.extra,
             if r.pass { "pass" } else { "FAIL" }
         ));
+    }
+    if let Some(report) = &golden {
+        md.push_str(report);
     }
     if let Some((report, _)) = &fuzz {
         md.push_str(report);
