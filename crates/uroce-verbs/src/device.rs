@@ -196,6 +196,14 @@ pub(crate) fn with_inner<R>(ctx: *mut ibv_context, f: impl FnOnce(&mut Inner) ->
     Some(f(&mut guard))
 }
 
+/// The first QPN of a context opened with `seed`: in 0x100 ..= 0x7f_ffff, so that
+/// millions of QPs fit before the 24-bit number wraps (to 0 and QP 1, which are not for
+/// the program).
+fn first_qpn(seed: u64) -> u32 {
+    let x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+    0x100 + (x as u32 % (0x80_0000 - 0x100))
+}
+
 fn context_ptr_of(ctx: *mut ibv_context) -> *mut Context {
     ctx.cast::<u8>()
         .wrapping_sub(std::mem::offset_of!(verbs_context, context))
@@ -322,10 +330,13 @@ fn open(device: &'static Device) -> *mut ibv_context {
         udp_sport_base: 0xc000,
         tos: 0,
     };
-    let shared = match Shared::new(
-        uroce::verbs::Context::new(cfg, std::time::Instant::now()),
-        device,
-    ) {
+    let mut uctx = uroce::verbs::Context::new(cfg, std::time::Instant::now());
+    // QPNs start at a number of this process's own, not at 0x11 in every process: a
+    // program restarted against the same peer would otherwise offer the QPN of its
+    // previous life, which the peer's CM holds in time wait and rejects as a stale
+    // connection (IBTA §12.9.8.3.1; the kernel numbers QPs across processes).
+    uctx.set_qpn_space(first_qpn(seed), 1);
+    let shared = match Shared::new(uctx, device) {
         Ok(s) => Arc::new(s),
         Err(e) => {
             set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
@@ -797,6 +808,17 @@ crate::exports::default_version!(ibv_query_pkey, "IBVERBS_1.1");
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn first_qpns_differ_by_seed_and_stay_clear_of_the_wrap() {
+        let qpns: Vec<u32> = (0..1000u64).map(|k| first_qpn(k * 7919 + 1)).collect();
+        assert!(qpns.iter().all(|&q| (0x100..0x80_0000).contains(&q)));
+        let mut d = qpns.clone();
+        d.sort_unstable();
+        d.dedup();
+        assert!(d.len() > 990, "{} distinct of 1000", d.len());
+    }
+
     use super::*;
     use std::net::{Ipv4Addr, Ipv6Addr};
 

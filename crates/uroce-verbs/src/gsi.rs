@@ -2,7 +2,7 @@
 //! `librdmacm.so.1` (crates/uroce-rdmacm): the CM's MADs in and out.
 //!
 //! A RoCE device has one QP 1 per port, which the kernel owns on a real NIC: it is never
-//! an `ibv_qp` the program sees, and the program's QPs are numbered from 0x11. Here it is
+//! an `ibv_qp` the program sees, and the program's QPs are numbered above 0x100. Here it is
 //! a UD QP of the device's uroce context (`QpType::Gsi`, Q_Key 0x80010000, IBTA Vol. 1
 //! §13.5.3), created at the first `uroce_gsi_open` with a PD, a CQ and a region of its
 //! own, and never seen by the program. What it receives is copied out of its receive
