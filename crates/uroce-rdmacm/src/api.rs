@@ -808,13 +808,29 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
 }
 default_version!(rdma_listen, "RDMACM_1.0");
 
-/// The READ / atomic depth asked for (RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH: the
-/// device's most); EINVAL above what the device has, as librdmacm's `ucma_valid_param`.
-fn depth(asked: u8, max: u8) -> Result<u8, c_int> {
-    match asked {
+/// The READ / atomic depths a parameter block asks for, (responder resources,
+/// initiator depth): RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH, or no parameters, mean the
+/// device's most; EINVAL above what the device has, as librdmacm's `ucma_valid_param`.
+fn depths(param: Option<rdma_conn_param>, max: u8) -> Result<(u8, u8), c_int> {
+    let one = |asked: u8| match asked {
         0xff => Ok(max),
         a if a > max => Err(libc::EINVAL),
         a => Ok(a),
+    };
+    Ok((
+        one(param.map_or(0xff, |p| p.responder_resources))?,
+        one(param.map_or(0xff, |p| p.initiator_depth))?,
+    ))
+}
+
+/// The QP number a connection names: the id's QP's, else the parameters' (a program
+/// with a QP of its own); 0 when neither has one.
+fn qpn_of(qp: *mut crate::verbs_abi::ibv_qp, param: Option<rdma_conn_param>) -> u32 {
+    if qp.is_null() {
+        param.map_or(0, |p| p.qp_num)
+    } else {
+        // SAFETY: the id's QP is a live QP of the program's.
+        unsafe { (*qp).qp_num }
     }
 }
 
@@ -894,12 +910,7 @@ pub unsafe extern "C" fn rdma_connect(
             },
         )
     } else {
-        // SAFETY: a QP of the program's, when set.
-        let qpn = if qp.is_null() {
-            param.map_or(0, |p| p.qp_num)
-        } else {
-            unsafe { (*qp).qp_num }
-        };
+        let qpn = qpn_of(qp, param);
         if qpn == 0 {
             return fail(libc::EINVAL);
         }
@@ -913,14 +924,9 @@ pub unsafe extern "C" fn rdma_connect(
             Transport::Rc
         };
         p.path_mtu = dev.mtu;
-        // Without parameters, the device's most (librdmacm's defaults).
-        let max = dev.max_rd_atomic;
-        match (
-            depth(param.map_or(0xff, |p| p.responder_resources), max),
-            depth(param.map_or(0xff, |p| p.initiator_depth), max),
-        ) {
-            (Ok(r), Ok(i)) => (p.responder_resources, p.initiator_depth) = (r, i),
-            _ => return fail(libc::EINVAL),
+        match depths(param, dev.max_rd_atomic) {
+            Ok((r, i)) => (p.responder_resources, p.initiator_depth) = (r, i),
+            Err(e) => return fail(e),
         }
         p.retry_count = param.map_or(7, |p| p.retry_count.min(7));
         p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
@@ -973,12 +979,7 @@ pub unsafe extern "C" fn rdma_accept(
     let req = x.req.clone();
     let c = cid(&g, k);
     let (qp, qp_type, srq) = (c.qp, c.qp_type, !c.srq.is_null());
-    // SAFETY: a QP of the program's, when set.
-    let qpn = if qp.is_null() {
-        param.map_or(0, |p| p.qp_num)
-    } else {
-        unsafe { (*qp).qp_num }
-    };
+    let qpn = qpn_of(qp, param);
     if qp_type == 4 {
         let r = g.devices.as_mut().expect("child")[d].cm.sidr_reply(
             Instant::now(),
@@ -1011,16 +1012,12 @@ pub unsafe extern "C" fn rdma_accept(
     let mut p = AcceptParams::new(qpn, psn);
     // This side's view of the REQ (see `events::connect_request`): at most what the peer
     // can take.
-    let max = dev.max_rd_atomic;
-    match (
-        depth(param.map_or(0xff, |p| p.responder_resources), max),
-        depth(param.map_or(0xff, |p| p.initiator_depth), max),
-    ) {
-        (Ok(r), Ok(i)) => {
+    match depths(param, dev.max_rd_atomic) {
+        Ok((r, i)) => {
             p.responder_resources = r.min(req.initiator_depth);
             p.initiator_depth = i.min(req.responder_resources);
         }
-        _ => return fail(libc::EINVAL),
+        Err(e) => return fail(e),
     }
     p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
     p.srq = srq || param.is_some_and(|p| p.srq != 0);

@@ -226,10 +226,7 @@ impl std::ops::DerefMut for Guard {
 pub(crate) fn lock() -> Guard {
     let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
     if g.is_none() {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            ^ u64::from(std::process::id()).rotate_left(32);
+        let seed = run_seed();
         *g = Some(State {
             devices: None,
             ids: HashMap::new(),
@@ -325,7 +322,7 @@ fn open_devices() -> Result<Vec<Device>, c_int> {
         } else {
             (0, 16)
         };
-        let seed = lock_free_seed() ^ guid;
+        let seed = run_seed() ^ guid;
         out.push(Device {
             ctx,
             ip,
@@ -341,8 +338,9 @@ fn open_devices() -> Result<Vec<Device>, c_int> {
     Ok(out)
 }
 
-/// A seed from the clock and the process, for the CM's communication IDs.
-fn lock_free_seed() -> u64 {
+/// A seed distinct per process and run (the clock and the process id): of the PSN and
+/// port generator, and of each CM's communication IDs (IBTA §12.9.8.3.1).
+fn run_seed() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
