@@ -58,6 +58,10 @@ pub struct DemoReport {
     /// Frames the kernel dropped because an endpoint's receive buffers were full
     /// (client, server; AF_XDP counts them).
     pub rx_overruns: [u64; 2],
+    /// Frames the veth pair's two ends dropped (client side, server side): lost on the
+    /// path, before either endpoint's buffers, when a receiving CPU fell behind; `None`
+    /// without the veth pair or when the counters cannot be read.
+    pub path_drops: Option<[u64; 2]>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -379,9 +383,10 @@ pub fn run(cfg: &DemoConfig) -> anyhow::Result<DemoReport> {
     report.lines.extend(client.lines);
     let server = server_result?;
     report.lines.push(format!(
-        "RC recovery: client {} retransmits, {} sequence NAKs and {} ACK timeouts; server {} out-of-sequence and {} duplicate requests; frames dropped by the kernel for want of receive buffers: client {}, server {}",
+        "RC recovery: client {} retransmits, {} sequence NAKs, {} RNR NAKs and {} ACK timeouts; server {} out-of-sequence and {} duplicate requests; frames dropped by the kernel for want of receive buffers: client {}, server {}",
         client.rc.retransmits,
         client.rc.packet_seq_err,
+        client.rc.rnr_nak_received,
         client.rc.local_ack_timeout_err,
         server.rc.out_of_sequence,
         server.rc.duplicate_request,
@@ -389,6 +394,14 @@ pub fn run(cfg: &DemoConfig) -> anyhow::Result<DemoReport> {
         server.overruns,
     ));
     report.rx_overruns = [client.overruns, server.overruns];
+    if let Some(p) = &pair {
+        if let (Ok(a), Ok(b)) = (p.drops(0), p.drops(1)) {
+            report.path_drops = Some([a, b]);
+            report.lines.push(format!(
+                "frames the veth pair counted as dropped (its queue full, or a full AF_XDP socket behind it): client side {a}, server side {b}"
+            ));
+        }
+    }
     report.client_rc = client.rc;
     report.server_rc = server.rc;
     report

@@ -194,6 +194,28 @@ impl VethPair {
     }
 }
 
+impl VethPair {
+    /// Frames side `i`'s interface dropped, as `ip -s link` counts them (receive and
+    /// transmit): on veth, the frames its queue had no room for when the receiving CPU
+    /// fell behind, and those its XDP program could not hand to a full AF_XDP socket.
+    pub fn drops(&self, i: usize) -> io::Result<u64> {
+        let out = Command::new("ip")
+            .args(["-n", &self.ns[i], "-s", "-j", "link", "show", "dev"])
+            .arg(&self.ifaces[i])
+            .output()?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| io::Error::other(format!("ip -s -j link: {e}")))?;
+        let s = &v[0]["stats64"];
+        match (s["rx"]["dropped"].as_u64(), s["tx"]["dropped"].as_u64()) {
+            (Some(rx), Some(tx)) => Ok(rx + tx),
+            _ => Err(io::Error::other(format!(
+                "no drop counters for {}",
+                self.ifaces[i]
+            ))),
+        }
+    }
+}
+
 impl Drop for VethPair {
     fn drop(&mut self) {
         for n in &self.ns {

@@ -80,6 +80,25 @@ fn af_xdp_on_both_ends() {
     assert!(has("server datapath: AF_XDP"), "{:#?}", r.lines);
     // A 4096-byte path MTU through 4 KiB UMEM chunks: multi-buffer frames.
     assert!(has("multi-buffer"), "{:#?}", r.lines);
+    // Whatever the machine's load, a request out of sequence must follow a frame some
+    // kernel counted as dropped: a gap where nothing was lost is the requester skipping
+    // PSNs (it did, after an ACK timeout that the ACKs then overtook).
+    let dropped = r.rx_overruns.iter().sum::<u64>() + r.path_drops.map_or(0, |d| d[0] + d[1]);
+    assert!(
+        r.server_rc.out_of_sequence == 0 || dropped > 0,
+        "out of sequence with nothing dropped: {:#?}",
+        r.lines
+    );
+    if r.client_rc.local_ack_timeout_err > 0 {
+        // The receiving thread was starved past the ACK timeout (16.8 ms): the requester
+        // then went back N behind a full window, which a starved receiver's buffers do
+        // not hold. That is not a clean path; say so rather than judge it as one.
+        eprintln!(
+            "NOTE: {} ACK timeouts, the machine starved the receiver; the loss-free checks are skipped: {:#?}",
+            r.client_rc.local_ack_timeout_err, r.lines
+        );
+        return;
+    }
     // A clean veth and receive buffers as deep as the sender's window: nothing lost, so
     // nothing out of sequence.
     assert_eq!(r.rx_overruns, [0, 0], "{:#?}", r.lines);

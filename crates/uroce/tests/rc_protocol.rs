@@ -422,6 +422,72 @@ fn a_bad_icrc_is_dropped_and_recovered_by_retransmission() {
     assert_eq!(p.wcs_a()[0].status, WcStatus::Success);
 }
 
+/// A receiver slower than the ACK timeout (a starved CPU) loses nothing, but the requester
+/// times out and goes back N. When the ACKs then come for its first sends, including part
+/// of a message the window had let only partly out, it must go on with that message where
+/// its first send stopped: not send again what is acknowledged, and not jump to the next
+/// message, which the responder would see as out of sequence (a gap where nothing was
+/// lost; seen over veth under load as out-of-sequence requests and sequence NAKs).
+#[test]
+fn acks_after_a_spurious_timeout_resume_a_partly_sent_message() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    p.a.set_inflight_budget(Some(16 * 1024)); // a window of 16 packets of 1 KiB
+    let (x, y, z) = (
+        write_op(&p, 0),
+        write_op(&p, 12 * 1024),
+        write_op(&p, 76 * 1024),
+    );
+    p.post(1, x, 12 * 1024); // PSNs +0..+11
+    p.post(2, y, 64 * 1024); // +12..+75
+    p.post(3, z, 1024); // +76
+    let first = drain(&mut p.a, p.now);
+    assert_eq!(first.len(), 16, "X whole and the first 4 packets of Y");
+    for f in &first {
+        p.b.handle_frame(p.now, f).unwrap();
+    }
+    // B took everything; its ACKs are late.
+    let acks = drain(&mut p.b, p.now);
+    assert!(!acks.is_empty());
+    p.now = p.a.poll_timeout().expect("the ACK timer runs");
+    p.a.handle_timeout(p.now);
+    let resent = drain(&mut p.a, p.now);
+    let psns: Vec<u32> = resent
+        .iter()
+        .map(|f| wire::parse(f).unwrap().bth.psn)
+        .collect();
+    // Go-back-N from the oldest PSN in a window halved to 8: X's first 8 packets.
+    assert_eq!(psns, (0..8).map(|i| psn_add(A_PSN, i)).collect::<Vec<_>>());
+    // The late ACKs arrive: they acknowledge all 16 first sends.
+    for f in &acks {
+        p.a.handle_frame(p.now, f).unwrap();
+    }
+    let next = drain(&mut p.a, p.now);
+    let psn = |f: &Vec<u8>| wire::parse(f).unwrap().bth.psn;
+    assert_eq!(
+        next.first().map(psn),
+        Some(psn_add(A_PSN, 16)),
+        "Y goes on after its first 4 packets"
+    );
+    assert!(
+        next.iter().all(|f| psn(f) != psn_add(A_PSN, 76)),
+        "Z waits for Y"
+    );
+    for f in resent.iter().chain(&next) {
+        p.b.handle_frame(p.now, f).unwrap();
+    }
+    p.run(|_, _| 1, 10);
+    let wcs = p.wcs_a();
+    assert_eq!(wcs.len(), 3);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    let c = p.b.qp_counters(p.qb).unwrap();
+    assert_eq!(c.out_of_sequence, 0, "{c:?}");
+    assert_eq!(p.a.qp_counters(p.qa).unwrap().packet_seq_err, 0);
+    assert_eq!(
+        p.b.mr_bytes(&p.rb)[..77 * 1024],
+        p.a.mr_bytes(&p.la)[..77 * 1024]
+    );
+}
+
 /// `Context::set_inflight_budget`: a requester keeps no more bytes in flight (in packets
 /// of its path MTU) than the budget, present QPs and those created later alike, and
 /// sends the rest as ACKs come back; without a budget a 64-packet WRITE goes out whole.

@@ -301,8 +301,17 @@ impl Requester {
             match (0..self.started).find(|&i| self.sq[i].contains(self.tx_psn)) {
                 Some(i) => i,
                 None => {
-                    // Nothing owed any more (acknowledged meanwhile).
-                    self.tx_psn = self.next_psn;
+                    // The request holding `tx_psn` was acknowledged and completed
+                    // meanwhile. Go on from the oldest PSN not acknowledged: a request
+                    // behind it may be only partly sent (the window let part of it
+                    // out), and jumping to `next_psn` would leave a gap the responder
+                    // sees as out of sequence. Only when everything is acknowledged
+                    // does new work come next.
+                    self.tx_psn = if psn_diff(self.una, self.tx_psn) > 0 {
+                        self.una
+                    } else {
+                        self.next_psn
+                    };
                     return self.next_packet(path, io, c);
                 }
             }
@@ -616,6 +625,15 @@ impl Requester {
                 self.recover = None;
             }
             self.una = una;
+            // An ACK past what the go-back-N has sent again means the first sends are
+            // getting through after all (the timeout was spurious: a slow or starved
+            // receiver, not a loss). Sending the rest of them again would only pile
+            // duplicates on a receiver that is behind; go on after the furthest PSN
+            // sent instead. A packet that was truly lost there shows as a sequence NAK
+            // or another timeout.
+            if psn_diff(una, self.tx_psn) > 0 {
+                self.tx_psn = self.sent_hw;
+            }
             self.retry_left = self.retry_cnt;
             self.rnr_left = self.rnr_retry;
             self.timer = None;
