@@ -7,60 +7,15 @@
 
 mod common;
 
-use std::mem::{offset_of, size_of};
 use std::path::Path;
 
 use rdmacm::abi;
 
-struct Entry {
-    c: String,
-    rust: u64,
-}
+#[macro_use]
+#[path = "../../../test-support/layout.rs"]
+mod layout;
 
-macro_rules! cname {
-    ($($rf:ident).+) => {
-        stringify!($($rf).+).replace(' ', "")
-    };
-    ($($rf:ident).+ => $cf:literal) => {
-        $cf.to_string()
-    };
-}
-
-/// `struct name { field, union.member => "c_name", ... }`: the size of each structure and
-/// the offset of each field, named in C as the literal after `=>` says when the Rust path
-/// differs (C's anonymous unions).
-macro_rules! layout {
-    ($($kw:tt $ty:ident { $($($rf:ident).+ $(=> $cf:literal)?),* $(,)? })*) => {{
-        let mut v: Vec<Entry> = Vec::new();
-        $(
-            v.push(Entry {
-                c: format!("sizeof({} {})", stringify!($kw), stringify!($ty)),
-                rust: size_of::<abi::$ty>() as u64,
-            });
-            $(
-                v.push(Entry {
-                    c: format!(
-                        "offsetof({} {}, {})",
-                        stringify!($kw),
-                        stringify!($ty),
-                        cname!($($rf).+ $(=> $cf)?)
-                    ),
-                    rust: offset_of!(abi::$ty, $($rf).+) as u64,
-                });
-            )*
-        )*
-        v
-    }};
-}
-
-/// The value of each constant, named as in C.
-macro_rules! constants {
-    ($($name:ident),* $(,)?) => {
-        vec![$(Entry { c: stringify!($name).to_string(), rust: abi::$name as u64 }),*]
-    };
-}
-
-fn entries() -> Vec<Entry> {
+fn entries() -> Vec<layout::Entry> {
     let mut v = layout! {
         struct rdma_ib_addr { sgid, dgid, pkey }
         struct rdma_addr {
@@ -201,40 +156,9 @@ fn rust_layout_matches_the_distro_header() {
         return;
     }
     let entries = entries();
-    let mut c = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include <rdma/rdma_cma.h>\n\
-         #include <rdma/rdma_verbs.h>\n#include <rdma/rsocket.h>\n\
-         int main(void) {\n",
-    );
-    for e in &entries {
-        c.push_str(&format!(
-            "    printf(\"%llu\\n\", (unsigned long long)({}));\n",
-            e.c
-        ));
-    }
-    c.push_str("    return 0;\n}\n");
-    let dir = std::env::temp_dir().join(format!("uroce-rdmacm-abi-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let Some(exe) = common::compile_c(&dir, "layout", &c, &[]) else {
+    let headers = ["rdma/rdma_cma.h", "rdma/rdma_verbs.h", "rdma/rsocket.h"];
+    if !layout::check_against_c("uroce-rdmacm", &headers, &entries, common::compile_c) {
         return;
-    };
-    let out = std::process::Command::new(&exe)
-        .output()
-        .expect("run layout program");
-    assert!(out.status.success());
-    let values: Vec<u64> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| l.parse().unwrap())
-        .collect();
-    assert_eq!(values.len(), entries.len());
-    let wrong: Vec<String> = entries
-        .iter()
-        .zip(&values)
-        .filter(|(e, c)| e.rust != **c)
-        .map(|(e, c)| format!("{}: C {c}, Rust {}", e.c, e.rust))
-        .collect();
-    assert!(wrong.is_empty(), "layout differs:\n{}", wrong.join("\n"));
+    }
     eprintln!("{} sizes, offsets and constants agree", entries.len());
-    let _ = std::fs::remove_dir_all(&dir);
 }

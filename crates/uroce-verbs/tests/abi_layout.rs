@@ -6,50 +6,15 @@
 
 mod common;
 
-use std::mem::{offset_of, size_of};
 use std::path::Path;
 
 use ibverbs::abi;
 
-struct Entry {
-    c: String,
-    rust: usize,
-}
+#[macro_use]
+#[path = "../../../test-support/layout.rs"]
+mod layout;
 
-macro_rules! cname {
-    ($($rf:ident).+) => {
-        stringify!($($rf).+).replace(' ', "")
-    };
-    ($($rf:ident).+ => $cf:literal) => {
-        $cf.to_string()
-    };
-}
-
-macro_rules! layout {
-    ($($kw:tt $ty:ident { $($($rf:ident).+ $(=> $cf:literal)?),* $(,)? })*) => {{
-        let mut v: Vec<Entry> = Vec::new();
-        $(
-            v.push(Entry {
-                c: format!("sizeof({} {})", stringify!($kw), stringify!($ty)),
-                rust: size_of::<abi::$ty>(),
-            });
-            $(
-                v.push(Entry {
-                    c: format!(
-                        "offsetof({} {}, {})",
-                        stringify!($kw),
-                        stringify!($ty),
-                        cname!($($rf).+ $(=> $cf)?)
-                    ),
-                    rust: offset_of!(abi::$ty, $($rf).+),
-                });
-            )*
-        )*
-        v
-    }};
-}
-
-fn entries() -> Vec<Entry> {
+fn entries() -> Vec<layout::Entry> {
     layout! {
         union ibv_gid { raw }
         struct ibv_gid_entry { gid, gid_index, port_num, gid_type, ndev_ifindex }
@@ -140,33 +105,13 @@ fn rust_layout_matches_the_distro_header() {
         return;
     }
     let entries = entries();
-    let mut c = String::from("#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\nint main(void) {\n");
-    for e in &entries {
-        c.push_str(&format!("    printf(\"%zu\\n\", (size_t)({}));\n", e.c));
-    }
-    c.push_str("    return 0;\n}\n");
-    let dir = std::env::temp_dir().join(format!("uroce-verbs-abi-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let Some(exe) = common::compile_c(&dir, "layout", &c, &[]) else {
+    if !layout::check_against_c(
+        "uroce-verbs",
+        &["infiniband/verbs.h"],
+        &entries,
+        common::compile_c,
+    ) {
         return;
-    };
-    let out = std::process::Command::new(&exe)
-        .output()
-        .expect("run layout program");
-    assert!(out.status.success());
-    let values: Vec<usize> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| l.parse().unwrap())
-        .collect();
-    assert_eq!(values.len(), entries.len());
-    let wrong: Vec<String> = entries
-        .iter()
-        .zip(&values)
-        .filter(|(e, c)| e.rust != **c)
-        .map(|(e, c)| format!("{}: C {c}, Rust {}", e.c, e.rust))
-        .collect();
-    assert!(wrong.is_empty(), "layout differs:\n{}", wrong.join("\n"));
+    }
     eprintln!("{} sizes and offsets agree", entries.len());
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -29,65 +29,14 @@ const NODES: [&str; 13] = [
 /// library does not have.
 const OURS: &str = "UROCE_PRIVATE_1";
 
-/// `TYPE name@[@]VERSION` of every defined dynamic symbol but the version nodes' own.
-fn exported(lib: &Path) -> BTreeSet<String> {
-    let out = Command::new("readelf")
-        .args(["--dyn-syms", "-W"])
-        .arg(lib)
-        .output()
-        .expect("readelf");
-    assert!(out.status.success(), "readelf failed on {}", lib.display());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            // Num: Value Size Type Bind Vis Ndx Name
-            let numbered = f
-                .first()
-                .and_then(|n| n.strip_suffix(':'))
-                .is_some_and(|n| n.parse::<u32>().is_ok());
-            if f.len() < 8 || !numbered || f[6] == "UND" || f[6] == "ABS" {
-                return None;
-            }
-            Some(format!("{} {}", f[3], f[7]))
-        })
-        .collect()
-}
+#[path = "../../../test-support/elf.rs"]
+mod elf;
 
-/// The names in the version definition section, in order (the base first).
-fn version_definitions(lib: &Path) -> Vec<String> {
-    let out = Command::new("readelf")
-        .arg("-V")
-        .arg(lib)
-        .output()
-        .expect("readelf");
-    let text = String::from_utf8(out.stdout).unwrap();
-    let section = text
-        .split("Version definition section")
-        .nth(1)
-        .expect("no version definitions");
-    let section = section.split("Version needs section").next().unwrap();
-    section
-        .lines()
-        .filter_map(|l| l.split("Name: ").nth(1).map(|n| n.trim().to_string()))
-        .collect()
-}
+use elf::{exported, readelf_missing, version_definitions};
 
+/// The list in the repository.
 fn expected() -> BTreeSet<String> {
-    let list = include_str!("../abi/libibverbs.symbols");
-    list.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
-fn readelf_missing() -> bool {
-    if Command::new("readelf").arg("--version").output().is_err() {
-        eprintln!("SKIP: readelf (binutils) is not installed");
-        return true;
-    }
-    false
+    elf::symbol_list(include_str!("../abi/libibverbs.symbols"))
 }
 
 #[test]
