@@ -23,8 +23,8 @@ use libc::{EAGAIN, EINVAL, ENODEV};
 use uroce::datapath::Backend;
 use uroce::mem::Access;
 use uroce::verbs::{
-    CqId, InitAttr, Mr, Mtu, PdId, QpCaps, QpType, RecvWr, RtsAttr, Sge, UdSendWr, WcOpcode,
-    WcStatus, WorkCompletion,
+    CqId, InitAttr, Mr, Mtu, PdId, QpCaps, QpType, RecvWr, Remote, RtsAttr, Sge, UdSendWr,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use uroce::wire::mad::{GSI_QKEY, GSI_QPN, MAD_LEN};
 
@@ -63,6 +63,8 @@ pub(crate) struct Gsi {
     wcs: Vec<WorkCompletion>,
     /// Readable (non-zero) while the inbox may hold MADs.
     fd: OwnedFd,
+    /// The MACs MADs go to over a datapath that needs them (AF_XDP).
+    peers: crate::gsi_peers::Peers,
 }
 
 impl Gsi {
@@ -113,6 +115,7 @@ impl Gsi {
             inbox: VecDeque::new(),
             wcs: Vec::with_capacity(32),
             fd,
+            peers: Default::default(),
         };
         for slot in 0..RECV_SLOTS {
             gsi.post_recv(ctx, slot)?;
@@ -235,8 +238,11 @@ crate::exports::default_version!(uroce_gsi_open, "UROCE_PRIVATE_1");
 
 /// Sends the `len` bytes at `mad` (a MAD, 256 bytes) as a UD SEND from QP 1 to QP
 /// `remote_qpn` with Q_Key `remote_qkey` at the IP address of the GID `gid` (16 bytes,
-/// IPv4-mapped for IPv4). Returns 0, or an errno: EINVAL for bad arguments, EAGAIN when
-/// every send buffer is in flight, EHOSTUNREACH when the peer's MAC cannot be found.
+/// IPv4-mapped for IPv4). Never waits for the network: over AF_XDP a MAD to a peer whose
+/// MAC is not known yet is held while another thread finds it, and goes when it is found
+/// (`crate::gsi_peers`). Returns 0 (sent or held), or an errno: EINVAL for bad arguments,
+/// EAGAIN when every send buffer is in flight or too many MADs wait for the peer,
+/// EHOSTUNREACH when the peer did not answer ARP / NDP lately.
 ///
 /// # Safety
 /// `ctx` as for [`uroce_gsi_open`]; `gid` points at 16 readable bytes and `mad` at `len`.
@@ -264,13 +270,103 @@ pub unsafe extern "C" fn uroce_gsi_send(
         Err(e) => return e,
     };
     let (ip, needs_l2) = peer_of(&shared, gid);
-    // Found without the lock (it may take an ARP exchange).
+    if needs_l2 && ip != shared.lock().uroce.config().ip {
+        return send_resolving(&shared, ip, remote_qpn, remote_qkey, mad);
+    }
+    // No MAC to find (the kernel's UDP stack finds it, or the peer is this device).
     let dest = match crate::qp::remote_to(&shared, ip, needs_l2) {
         Ok(r) => r,
         Err(e) => return e,
     };
     let mut g = shared.lock();
-    let Inner { uroce, gsi, .. } = &mut *g;
+    let r = post_mad(&mut g, dest, remote_qpn, remote_qkey, mad);
+    g.pump(false);
+    shared.after_post(&g);
+    r
+}
+
+/// [`uroce_gsi_send`] to a peer whose MAC uroce finds itself: sent now when it is known,
+/// else held while a thread of its own resolves it (never in the caller's thread: that is
+/// the CM's, which a peer gone silent would otherwise stop for seconds at every MAD), and
+/// sent when the answer comes or dropped without one (the CM's retries and timeout tell).
+fn send_resolving(
+    shared: &Arc<Shared>,
+    ip: IpAddr,
+    remote_qpn: u32,
+    remote_qkey: u32,
+    mad: &[u8],
+) -> c_int {
+    use crate::gsi_peers::{Pending, Route};
+    let mut pending = Pending {
+        remote_qpn,
+        remote_qkey,
+        mad: [0; MAD_LEN],
+    };
+    pending.mad.copy_from_slice(mad);
+    let now = std::time::Instant::now();
+    let mut g = shared.lock();
+    let Some(gsi) = g.gsi.as_mut() else {
+        return ENODEV;
+    };
+    gsi.peers.expire(now);
+    let route = gsi.peers.route(ip, now, pending);
+    match route {
+        Route::Now(mac) => {
+            let r = post_mad(&mut g, Remote { ip, mac }, remote_qpn, remote_qkey, mad);
+            g.pump(false);
+            shared.after_post(&g);
+            r
+        }
+        Route::Queued => 0,
+        Route::Unreachable => libc::EHOSTUNREACH,
+        Route::Full => EAGAIN,
+        Route::Resolve => {
+            drop(g);
+            let for_thread = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name("uroce-gsi-arp".into())
+                .spawn(move || {
+                    let mac = crate::qp::remote_to(&for_thread, ip, true)
+                        .ok()
+                        .map(|r| r.mac);
+                    resolved(&for_thread, ip, mac);
+                });
+            if spawned.is_err() {
+                resolved(shared, ip, None);
+                return EAGAIN;
+            }
+            0
+        }
+    }
+}
+
+/// The resolution of `ip` ended: the MADs that waited for it go out (or are dropped).
+fn resolved(shared: &Arc<Shared>, ip: IpAddr, mac: Option<[u8; 6]>) {
+    let mut g = shared.lock();
+    let Some(gsi) = g.gsi.as_mut() else {
+        return;
+    };
+    let waited = gsi.peers.resolved(ip, mac, std::time::Instant::now());
+    let Some(mac) = mac else {
+        return;
+    };
+    for m in &waited {
+        let _ = post_mad(
+            &mut g,
+            Remote { ip, mac },
+            m.remote_qpn,
+            m.remote_qkey,
+            &m.mad,
+        );
+    }
+    g.pump(false);
+    shared.after_post(&g);
+}
+
+/// Posts `mad` on QP 1 to `dest`: 0, or EAGAIN when every send slot is in flight (the
+/// CM's own retry sends it again), EINVAL when the post is refused.
+fn post_mad(g: &mut Inner, dest: Remote, remote_qpn: u32, remote_qkey: u32, mad: &[u8]) -> c_int {
+    let Inner { uroce, gsi, .. } = g;
     let Some(gsi) = gsi.as_mut() else {
         return ENODEV;
     };
@@ -294,8 +390,6 @@ pub unsafe extern "C" fn uroce_gsi_send(
         gsi.free_send.push(slot);
         return EINVAL;
     }
-    g.pump(false);
-    shared.after_post(&g);
     0
 }
 crate::exports::default_version!(uroce_gsi_send, "UROCE_PRIVATE_1");
@@ -376,7 +470,13 @@ pub unsafe extern "C" fn uroce_gsi_resolve(
         2000
     };
     match crate::qp::remote_within(&shared, ip, needs_l2, std::time::Duration::from_millis(ms)) {
-        Ok(_) => 0,
+        Ok(r) => {
+            // The CM's first MAD to the peer then goes at once.
+            if needs_l2 {
+                resolved(&shared, ip, Some(r.mac));
+            }
+            0
+        }
         Err(e) => e,
     }
 }

@@ -31,6 +31,7 @@ pub mod device;
 mod engine;
 mod exports;
 mod gsi;
+mod gsi_peers;
 mod loopback;
 mod mw;
 mod qp;
