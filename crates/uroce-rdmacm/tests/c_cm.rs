@@ -8,7 +8,8 @@
 //! - `rdma_accept`'s private data reaches the client's ESTABLISHED event;
 //! - `rdma_migrate_id`: the accepted id's events come on the channel it was moved to, and
 //!   none on the old one;
-//! - after a disconnect, DISCONNECTED then TIMEWAIT_EXIT on both sides.
+//! - after a disconnect, DISCONNECTED then TIMEWAIT_EXIT on both sides;
+//! - all of it again over IPv6 (ends with IPv6 addresses only).
 //!
 //! Needs root, iproute2, gcc and librdmacm-dev; skips (saying which is missing) otherwise.
 
@@ -56,7 +57,7 @@ static struct ibv_qp_init_attr qp_caps(void) {
     return a;
 }
 
-static int server(int port) {
+static int server(int port, int v6) {
     struct rdma_event_channel *ch = rdma_create_event_channel(), *ch2 = rdma_create_event_channel();
     CHECK(ch && ch2);
     struct rdma_cm_id *listen;
@@ -65,7 +66,8 @@ static int server(int port) {
     CHECK(rdma_set_option(listen, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof one) == 0);
     CHECK(rdma_set_option(listen, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof one) == 0);
     struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(port) };
-    CHECK(rdma_bind_addr(listen, (struct sockaddr *)&sin) == 0);
+    struct sockaddr_in6 sin6 = { .sin6_family = AF_INET6, .sin6_port = htons(port) };
+    CHECK(rdma_bind_addr(listen, v6 ? (struct sockaddr *)&sin6 : (struct sockaddr *)&sin) == 0);
     CHECK(rdma_listen(listen, 4) == 0);
     printf("listening\n");
     fflush(stdout);
@@ -122,8 +124,15 @@ static struct rdma_cm_id *resolved(struct rdma_event_channel *ch, const char *ad
     errno = 0;
     CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 0) == -1 && errno == EINVAL);
     struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(port) };
-    CHECK(inet_pton(AF_INET, addr, &sin.sin_addr) == 1);
-    CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, 2000) == 0);
+    struct sockaddr_in6 sin6 = { .sin6_family = AF_INET6, .sin6_port = htons(port) };
+    struct sockaddr *to = (struct sockaddr *)&sin;
+    if (strchr(addr, ':')) {
+        CHECK(inet_pton(AF_INET6, addr, &sin6.sin6_addr) == 1);
+        to = (struct sockaddr *)&sin6;
+    } else {
+        CHECK(inet_pton(AF_INET, addr, &sin.sin_addr) == 1);
+    }
+    CHECK(rdma_resolve_addr(id, NULL, to, 2000) == 0);
     CHECK(rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 5000)) == 0);
     CHECK(rdma_resolve_route(id, 2000) == 0);
     CHECK(rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 5000)) == 0);
@@ -188,14 +197,15 @@ static int client(const char *addr, int port) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc == 3 && strcmp(argv[1], "s") == 0) return server(atoi(argv[2]));
+    if (argc == 3 && strcmp(argv[1], "s") == 0) return server(atoi(argv[2]), 0);
+    if (argc == 3 && strcmp(argv[1], "s6") == 0) return server(atoi(argv[2]), 1);
     if (argc == 4 && strcmp(argv[1], "c") == 0) return client(argv[2], atoi(argv[3]));
-    printf("usage: s PORT | c ADDR PORT\n");
+    printf("usage: s|s6 PORT | c ADDR PORT\n");
     return 2;
 }
 "#;
 
-fn suite(backend: &str, port: u16) {
+fn suite(backend: &str, port: u16, v6: bool) {
     if let Err(e) = netns::check_privileges() {
         eprintln!("SKIP: {e}");
         return;
@@ -208,9 +218,32 @@ fn suite(backend: &str, port: u16) {
     let Some(exe) = common::compile_c(&lib, "cm", PROGRAM, &["-lrdmacm", "-libverbs"]) else {
         return;
     };
-    let pair = VethPair::create(&format!("cc{}", &backend[..1]), 1500).expect("veth pair");
+    let tag = format!("cc{}{}", &backend[..1], if v6 { "6" } else { "" });
+    let pair = VethPair::create(&tag, 1500).expect("veth pair");
     let exe = exe.to_str().unwrap().to_string();
-    let (a, port) = (pair.addrs[0].to_string(), port.to_string());
+    let (mut a, port) = (pair.addrs[0].to_string(), port.to_string());
+    let mode = if v6 {
+        // IPv6 only: each end's IPv4 address taken away (a device sends from IPv6 only
+        // when it has no IPv4 address), a ULA of its own given, without duplicate address
+        // detection's wait.
+        for i in 0..2 {
+            let ip = |args: &[&str]| {
+                let ok = std::process::Command::new("ip")
+                    .args(["-n", &pair.ns[i]])
+                    .args(args)
+                    .status()
+                    .is_ok_and(|s| s.success());
+                assert!(ok, "ip {args:?}");
+            };
+            ip(&["-4", "addr", "flush", "dev", &pair.ifaces[i]]);
+            let addr = format!("fd00:77::{}/64", i + 1);
+            ip(&["addr", "add", &addr, "dev", &pair.ifaces[i], "nodad"]);
+        }
+        a = "fd00:77::1".into();
+        "s6"
+    } else {
+        "s"
+    };
     // Short CM timers, so that the time waits end within the test.
     let env = [
         ("UROCE_BACKEND", backend),
@@ -220,7 +253,7 @@ fn suite(backend: &str, port: u16) {
         &pair.ns[0],
         &lib,
         &env,
-        &["timeout", "60", &exe, "s", &port],
+        &["timeout", "60", &exe, mode, &port],
     )
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
@@ -237,7 +270,8 @@ fn suite(backend: &str, port: u16) {
     .expect("client");
     let srv = srv.wait_with_output().expect("server output");
     let what = format!(
-        "over {backend}\n-- server:\n{}\n-- client:\n{}",
+        "over {backend}{}\n-- server:\n{}\n-- client:\n{}",
+        if v6 { ", IPv6" } else { "" },
         text(&srv),
         text(&cli)
     );
@@ -256,10 +290,20 @@ fn suite(backend: &str, port: u16) {
 
 #[test]
 fn options_reject_data_migrate_and_time_wait_over_udp() {
-    suite("udp", 7471);
+    suite("udp", 7471, false);
 }
 
 #[test]
 fn options_reject_data_migrate_and_time_wait_over_af_xdp() {
-    suite("xdp", 7472);
+    suite("xdp", 7472, false);
+}
+
+#[test]
+fn the_same_over_ipv6_over_udp() {
+    suite("udp", 7473, true);
+}
+
+#[test]
+fn the_same_over_ipv6_over_af_xdp() {
+    suite("xdp", 7474, true);
 }
