@@ -28,7 +28,7 @@ fn main() {
         } else {
             uroce::wire::parse_headers(black_box(f))
         };
-        acc = acc.wrapping_add(p.map(|p| p.bth.psn).unwrap_or(0));
+        acc = acc.wrapping_add(p.map(|p| p.bth.psn()).unwrap_or(0));
     }
     println!(
         "{:.1} ns/frame ({acc})",

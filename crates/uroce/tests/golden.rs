@@ -28,7 +28,7 @@ fn golden(name: &str) -> Vec<(Opcode, usize)> {
         out.truncate(n);
         out.extend_from_slice(p.trailer);
         assert_eq!(&out, f, "{name} frame {} re-emitted differently", i + 1);
-        seen.push((p.bth.opcode, p.payload.len()));
+        seen.push((p.bth.opcode(), p.payload.len()));
     }
     seen
 }

@@ -1104,7 +1104,7 @@ mod tests {
                     let IpRepr::V4(ip) = p.ip else {
                         panic!("not IPv4")
                     };
-                    got.push((p.bth.psn, ip.tos));
+                    got.push((p.bth.psn(), ip.tos));
                 })
                 .unwrap();
             assert_eq!(k, got.len() - before);

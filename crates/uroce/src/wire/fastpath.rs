@@ -23,8 +23,7 @@ use super::packet::{ExtHeaders, IpRepr, RocePacket};
 use super::Opcode;
 use super::{aeth::AethRepr, deth::DethRepr, immdt, reth, reth::RethRepr};
 use super::{
-    be16, be32, bth, icrc, ipv4, BthRepr, EthernetRepr, Ipv4Repr, UdpRepr, WireError, ICRC_LEN,
-    ROCEV2_UDP_PORT,
+    bth, icrc, ipv4, Bth, EthernetRepr, Ipv4Repr, UdpRepr, WireError, ICRC_LEN, ROCEV2_UDP_PORT,
 };
 
 const ETH: usize = super::ethernet::HEADER_LEN;
@@ -132,8 +131,20 @@ pub(crate) fn build(frame: &[u8], c: Checked) -> Result<RocePacket<'_>, WireErro
         ExtShape::Imm => packet::<IMM>(frame, roce_len, op),
         ExtShape::RethImm => packet::<RETH_IMM>(frame, roce_len, op),
         ExtShape::Deth => packet::<DETH>(frame, roce_len, op),
-        ExtShape::Other => packet::<OTHER>(frame, roce_len, op),
+        ExtShape::Other => packet_other(frame, roce_len, op),
     }
+}
+
+/// [`packet`] for the rarer shapes of extension headers (atomics, invalidate, FLUSH,
+/// DETH with ImmDt, CNP), out of line: their loop over the headers calls out, and
+/// inline it made every packet save and restore the registers those calls preserve.
+#[inline(never)]
+fn packet_other<'a>(
+    frame: &'a [u8],
+    roce_len: usize,
+    op: &'static FastOp,
+) -> Result<RocePacket<'a>, WireError> {
+    packet::<OTHER>(frame, roce_len, op)
 }
 
 const BARE: u8 = 0;
@@ -198,23 +209,12 @@ fn packet<'a, const S: u8>(
         _ => ext_headers(ExtShape::Other, op.headers, x),
     };
     let [d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5, ..] = *h;
-    let flags = h[B + 1];
-    let w1 = h32(h, B + 4);
-    let w2 = h32(h, B + 8);
+    let Some(b) = h[B..].first_chunk::<{ bth::HEADER_LEN }>() else {
+        return Err(NOT_HERE); // not reached: within the fixed headers
+    };
     Ok(RocePacket {
         ext,
-        bth: BthRepr {
-            opcode: op.opcode,
-            solicited: flags & 0x80 != 0,
-            mig_req: flags & 0x40 != 0,
-            pad_count: (flags >> 4) & 0x03,
-            pkey: h16(h, B + 2),
-            fecn: w1 & 0x8000_0000 != 0,
-            becn: w1 & 0x4000_0000 != 0,
-            dest_qp: w1 & bth::QPN_MASK,
-            ack_req: w2 & 0x8000_0000 != 0,
-            psn: w2 & bth::PSN_MASK,
-        },
+        bth: Bth::new(op.opcode, *b),
         payload,
         eth: Some(EthernetRepr {
             dst: [d0, d1, d2, d3, d4, d5],
@@ -265,23 +265,8 @@ pub(crate) struct Transport<'a> {
 impl Transport<'_> {
     /// The BTH.
     #[inline(always)]
-    pub(crate) fn bth(&self) -> BthRepr {
-        let b = self.b;
-        let flags = b[1];
-        let w1 = be32(b, 4);
-        let w2 = be32(b, 8);
-        BthRepr {
-            opcode: self.opcode,
-            solicited: flags & 0x80 != 0,
-            mig_req: flags & 0x40 != 0,
-            pad_count: (flags >> 4) & 0x03,
-            pkey: be16(b, 2),
-            fecn: w1 & 0x8000_0000 != 0,
-            becn: w1 & 0x4000_0000 != 0,
-            dest_qp: w1 & bth::QPN_MASK,
-            ack_req: w2 & 0x8000_0000 != 0,
-            psn: w2 & bth::PSN_MASK,
-        }
+    pub(crate) fn bth(&self) -> Bth {
+        Bth::new(self.opcode, *self.b)
     }
 }
 

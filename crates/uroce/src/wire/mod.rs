@@ -63,7 +63,7 @@ pub mod udp;
 
 pub use aeth::{AethRepr, NakCode, Syndrome};
 pub use atomic::{AtomicAckEthRepr, AtomicEthRepr};
-pub use bth::BthRepr;
+pub use bth::{Bth, BthRepr};
 pub use builder::FrameRepr;
 pub use datagram::DatagramRepr;
 pub use deth::DethRepr;

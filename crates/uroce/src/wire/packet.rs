@@ -204,8 +204,8 @@ pub struct RocePacket<'a> {
     pub ip_header: &'a [u8],
     /// UDP header.
     pub udp: UdpRepr,
-    /// BTH.
-    pub bth: BthRepr,
+    /// BTH, as its bytes: each field read when asked ([`bth::Bth`]).
+    pub bth: bth::Bth,
     /// Extension headers.
     pub ext: ExtHeaders,
     /// Payload, pad excluded.
@@ -223,7 +223,7 @@ impl RocePacket<'_> {
             eth: self.eth,
             ip: self.ip,
             udp: self.udp,
-            bth: self.bth,
+            bth: self.bth.repr(),
             ext: self.ext,
         }
     }
@@ -331,6 +331,14 @@ struct TransportParts<'a> {
     payload: Option<&'a [u8]>,
 }
 
+impl TransportParts<'_> {
+    /// The BTH [`transport_layer`] parsed from the start of `p`, kept as its bytes.
+    fn kept(&self, p: &[u8]) -> Option<bth::Bth> {
+        let b = p.first_chunk::<{ bth::HEADER_LEN }>()?;
+        self.bth.map(|r| bth::Bth::new(r.opcode, *b))
+    }
+}
+
 /// Parses an Ethernet frame carrying RoCEv2 and verifies its IPv4 checksum and ICRC.
 pub fn parse(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
     use super::fastpath;
@@ -411,7 +419,7 @@ pub fn parse_datagram_computed<'a>(
     }
     let mut t = TransportParts::default();
     transport_layer(roce, 0, &mut t)?;
-    match (t.bth, t.payload) {
+    match (t.kept(roce), t.payload) {
         (Some(bth), Some(payload)) => Ok(RocePacket {
             eth: None,
             ip: d.ip,
@@ -464,7 +472,7 @@ fn parse_layers(b: &[u8], base: usize, verify: bool) -> Result<RocePacket<'_>, W
     };
     let mut t = TransportParts::default();
     transport_layer(l4.payload, l4.base, &mut t)?;
-    match (t.bth, t.payload) {
+    match (t.kept(l4.payload), t.payload) {
         (Some(bth), Some(payload)) => Ok(RocePacket {
             eth: None,
             ip: l3.ip,
@@ -1056,7 +1064,7 @@ mod tests {
             .iter()
             .filter(|f| {
                 f.get(12..14) == Some(&[8, 0])
-                    && parse(f).is_ok_and(|p| p.bth.opcode.is_supported())
+                    && parse(f).is_ok_and(|p| p.bth.opcode().is_supported())
             })
             .count();
         assert!(common > 100, "{common}");
@@ -1122,9 +1130,10 @@ mod tests {
                                 f.headers,
                                 &roce[bth::HEADER_LEN..f.ext_end],
                             );
+                            assert_eq!(Some(f.bth().repr()), t.bth);
                             assert_eq!(
                                 (Some(f.bth()), ext, Some(f.payload)),
-                                (t.bth, t.ext, t.payload),
+                                (t.kept(&roce), t.ext, t.payload),
                                 "opcode {op:#04x} flags {flags:#04x}, {rest} bytes"
                             );
                             taken += 1;
@@ -1164,9 +1173,10 @@ mod tests {
             let got = parse_datagram(&d, &h, roce).unwrap();
             let mut t = TransportParts::default();
             transport_layer(roce, 0, &mut t).unwrap();
+            assert_eq!(got.bth.repr(), t.bth.unwrap());
             assert_eq!(
                 (got.bth, got.ext, got.payload),
-                (t.bth.unwrap(), t.ext, t.payload.unwrap())
+                (t.kept(roce).unwrap(), t.ext, t.payload.unwrap())
             );
         }
     }

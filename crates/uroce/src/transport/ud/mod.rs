@@ -104,7 +104,7 @@ impl Service for UdQp {
     ) -> Result<(), Fatal> {
         let (Some(deth), true) = (
             p.ext.deth,
-            matches!(p.bth.opcode, Opcode::UdSendOnly | Opcode::UdSendOnlyImm),
+            matches!(p.bth.opcode(), Opcode::UdSendOnly | Opcode::UdSendOnlyImm),
         ) else {
             core.counters.dropped += 1;
             return Ok(());
@@ -113,7 +113,7 @@ impl Service for UdQp {
             core.counters.qkey_violation += 1;
             return Ok(());
         }
-        if p.bth.pkey & 0x7fff != self.pkey & 0x7fff {
+        if p.bth.pkey() & 0x7fff != self.pkey & 0x7fff {
             core.counters.dropped += 1;
             return Ok(());
         }
@@ -189,7 +189,7 @@ impl Service for UdQp {
                 p.ext.imm,
                 from,
             )
-            .solicited(p.bth.solicited)
+            .solicited(p.bth.solicited())
             .with_grh(),
         ));
         Ok(())
