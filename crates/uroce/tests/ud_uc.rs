@@ -410,7 +410,7 @@ fn cnp_at_most_once_per_interval_to_the_right_qpn() {
         assert_eq!(p.bth.opcode(), Opcode::Cnp);
         assert_eq!(p.bth.dest_qp(), a.qpn, "addressed to the sender's QP");
         assert!(p.bth.becn());
-        assert_eq!(p.ip.dst(), addr(1, false));
+        assert_eq!(p.ip().dst(), addr(1, false));
     }
     let c = b.ctx.qp_counters(b.qpn).unwrap();
     assert_eq!((c.np_ecn_marked_roce_packets, c.np_cnp_sent), (10_000, 20));

@@ -162,7 +162,7 @@ impl Context {
 
     /// A packet whose ICRC verified: to its QP (or the reaction point, for a CNP).
     fn handle_packet(&mut self, now: Instant, p: &RocePacket<'_>) -> Result<(), WireError> {
-        if p.ip.dst() != self.cfg.ip {
+        if p.ip().dst() != self.cfg.ip {
             self.counters.rx_not_for_us += 1;
             return Ok(());
         }
@@ -183,7 +183,7 @@ impl Context {
             self.counters.rx_unknown_qp += 1;
             return Ok(());
         };
-        if p.ip.ecn() == 3 {
+        if p.ip().ecn() == 3 {
             // Notification point: CE seen; at most one CNP per QP per interval.
             qp.counters_mut().np_ecn_marked_roce_packets += 1;
             if self.np.on_ce(qpn, now) {
@@ -193,7 +193,7 @@ impl Context {
                     dest_qp: qp.peer_qpn(p),
                     pkey: p.bth.pkey(),
                     to: Remote {
-                        ip: p.ip.src(),
+                        ip: p.ip().src(),
                         mac: p.eth.map_or([0; 6], |e| e.src),
                     },
                 });

@@ -19,12 +19,10 @@
 
 use super::ethernet::ETHERTYPE_IPV4;
 use super::opcode::{ExtHeader, ExtShape, OP_TABLE};
-use super::packet::{ExtHeaders, IpRepr, RocePacket};
+use super::packet::{ExtHeaders, RocePacket};
 use super::Opcode;
 use super::{aeth::AethRepr, deth::DethRepr, immdt, reth, reth::RethRepr};
-use super::{
-    bth, icrc, ipv4, Bth, EthernetRepr, Ipv4Repr, UdpRepr, WireError, ICRC_LEN, ROCEV2_UDP_PORT,
-};
+use super::{bth, icrc, ipv4, Bth, EthernetRepr, UdpRepr, WireError, ICRC_LEN, ROCEV2_UDP_PORT};
 
 const ETH: usize = super::ethernet::HEADER_LEN;
 const IP: usize = ipv4::MIN_HEADER_LEN;
@@ -221,17 +219,6 @@ fn packet<'a, const S: u8>(
             src: [s0, s1, s2, s3, s4, s5],
             vlan: None,
             ethertype: ETHERTYPE_IPV4,
-        }),
-        ip: IpRepr::V4(Ipv4Repr {
-            src: h32(h, I + 12).into(),
-            dst: h32(h, I + 16).into(),
-            tos: h[I + 1],
-            ident: h16(h, I + 4),
-            dont_frag: h[I + 6] & 0x40 != 0,
-            ttl: h[I + 8],
-            protocol: ipv4::PROTO_UDP,
-            options: [0; 40],
-            options_len: 0,
         }),
         ip_header: &h[I..U],
         udp: UdpRepr {

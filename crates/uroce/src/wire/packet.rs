@@ -24,6 +24,18 @@ pub enum IpRepr {
 }
 
 impl IpRepr {
+    /// The fields of `header`, a whole IP header a parser checked (IPv6 when its version
+    /// nibble says 6 and it is 40 bytes or more, IPv4 otherwise): never panics.
+    #[inline]
+    pub(crate) fn read(header: &[u8]) -> Self {
+        if header.first().is_some_and(|v| v >> 4 == 6) {
+            if let Ok(h) = ipv6::Header::new_checked(header) {
+                return Self::V6(Ipv6Repr::parse(&h));
+            }
+        }
+        Self::V4(Ipv4Repr::read(header))
+    }
+
     /// 4 or 6.
     pub fn version(&self) -> u8 {
         match self {
@@ -194,13 +206,17 @@ impl ExtHeaders {
 }
 
 /// A parsed RoCEv2 packet whose ICRC verified. Borrowed from the frame it came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// The IP header and the BTH are kept as their bytes and read when asked
+/// ([`RocePacket::ip`], [`bth::Bth`]): a receive reads a few of their fields (the
+/// destination address and ECN, the QPN, PSN and opcode), and decoding all of them into
+/// representations for every packet was most of what writing the packet cost.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct RocePacket<'a> {
     /// Ethernet header (`None` when parsed from the IP header on, see [`parse_ip`]).
     pub eth: Option<EthernetRepr>,
-    /// IP header.
-    pub ip: IpRepr,
-    /// The IP header's bytes as received (a UD receive copies them into its GRH area).
+    /// The IP header's bytes as received, options included, checked by the parser
+    /// ([`RocePacket::ip`] reads its fields; a UD receive copies it into its GRH area).
     pub ip_header: &'a [u8],
     /// UDP header.
     pub udp: UdpRepr,
@@ -217,15 +233,38 @@ pub struct RocePacket<'a> {
 }
 
 impl RocePacket<'_> {
+    /// The IP header, read from [`RocePacket::ip_header`] (an IPv4 or IPv6 header by
+    /// its version nibble; for a datagram, the header its [`super::DatagramRepr`] wrote).
+    #[inline]
+    pub fn ip(&self) -> IpRepr {
+        IpRepr::read(self.ip_header)
+    }
+
     /// The representation that [`super::FrameRepr::emit`] turns back into this frame.
     pub fn frame_repr(&self) -> super::FrameRepr {
         super::FrameRepr {
             eth: self.eth,
-            ip: self.ip,
+            ip: self.ip(),
             udp: self.udp,
             bth: self.bth.repr(),
             ext: self.ext,
         }
+    }
+}
+
+impl core::fmt::Debug for RocePacket<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RocePacket")
+            .field("eth", &self.eth)
+            .field("ip", &self.ip())
+            .field("ip_header", &self.ip_header)
+            .field("udp", &self.udp)
+            .field("bth", &self.bth)
+            .field("ext", &self.ext)
+            .field("payload", &self.payload)
+            .field("icrc", &self.icrc)
+            .field("trailer", &self.trailer)
+            .finish()
     }
 }
 
@@ -403,7 +442,6 @@ pub fn parse_datagram_computed<'a>(
     if let Some(t) = super::fastpath::transport(roce) {
         return Ok(RocePacket {
             eth: None,
-            ip: d.ip,
             ip_header: headers.ip(),
             udp: d.udp,
             bth: t.bth(),
@@ -422,7 +460,6 @@ pub fn parse_datagram_computed<'a>(
     match (t.kept(roce), t.payload) {
         (Some(bth), Some(payload)) => Ok(RocePacket {
             eth: None,
-            ip: d.ip,
             ip_header: headers.ip(),
             udp: d.udp,
             bth,
@@ -475,7 +512,6 @@ fn parse_layers(b: &[u8], base: usize, verify: bool) -> Result<RocePacket<'_>, W
     match (t.kept(l4.payload), t.payload) {
         (Some(bth), Some(payload)) => Ok(RocePacket {
             eth: None,
-            ip: l3.ip,
             ip_header: l3.header,
             udp: l4.udp,
             bth,
@@ -1161,11 +1197,11 @@ mod tests {
     fn the_datagram_transport_agrees_with_the_general_parser() {
         for f in corpus() {
             let Ok(p) = parse(&f) else { continue };
-            let Some(IpRepr::V4(_)) = Some(p.ip) else {
+            let Some(IpRepr::V4(_)) = Some(p.ip()) else {
                 continue;
             };
             let d = crate::wire::DatagramRepr {
-                ip: p.ip,
+                ip: p.ip(),
                 udp: p.udp,
             };
             let roce = &f[14 + p.ip_header.len() + 8..f.len() - p.trailer.len()];

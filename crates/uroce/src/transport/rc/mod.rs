@@ -160,7 +160,7 @@ impl Service for RcQp {
             return Ok(());
         };
         // A connected QP takes packets from its peer only.
-        if p.ip.src() != path.remote.ip || !pkey_matches(p.bth.pkey(), path.pkey) {
+        if p.ip().src() != path.remote.ip || !pkey_matches(p.bth.pkey(), path.pkey) {
             core.counters.dropped += 1;
             return Ok(());
         }

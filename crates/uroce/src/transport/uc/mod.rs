@@ -339,7 +339,7 @@ impl Service for UcQp {
         }
         // A connected QP takes packets from its peer only.
         if p.bth.pkey() & 0x7fff != self.pkey & 0x7fff
-            || self.remote.is_some_and(|r| r.ip != p.ip.src())
+            || self.remote.is_some_and(|r| r.ip != p.ip().src())
         {
             core.counters.dropped += 1;
             return Ok(());
