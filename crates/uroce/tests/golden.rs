@@ -153,7 +153,7 @@ fn rxe_ip_identification_is_recovered_from_the_icrc() {
     ] {
         for f in frames(name) {
             let Ok(p) = wire::parse(&f) else { continue };
-            let wire::IpRepr::V4(ip) = p.ip() else {
+            let wire::IpRepr::V4(ip) = p.ip().repr() else {
                 continue;
             };
             let ihl = usize::from(f[14] & 0x0f) * 4;

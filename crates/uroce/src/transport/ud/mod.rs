@@ -144,7 +144,7 @@ impl Service for UdQp {
         let placed = match &r.local {
             Local::Empty => true,
             Local::One(span) => io.mem.write(*span).is_some_and(|buf| {
-                grh::ud_receive_grh(&p.ip(), p.ip_header, buf).is_ok()
+                grh::ud_receive_grh(p.ip(), buf).is_ok()
                     && buf
                         .get_mut(GRH_LEN..GRH_LEN + len)
                         .map(|d| d.copy_from_slice(p.payload))
@@ -154,7 +154,7 @@ impl Service for UdQp {
             // scattered in order (ibverbs' UD receive layout, whatever the entries).
             many => {
                 let mut g = [0u8; GRH_LEN];
-                grh::ud_receive_grh(&p.ip(), p.ip_header, &mut g).is_ok()
+                grh::ud_receive_grh(p.ip(), &mut g).is_ok()
                     && many.copy_in(io.mem, 0, &g)
                     && many.copy_in(io.mem, GRH_LEN, p.payload)
             }
