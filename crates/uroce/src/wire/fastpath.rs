@@ -4,7 +4,8 @@
 //! opcode's rule. Every field is read at a fixed offset after one length check, the
 //! opcode's facts come from one table lookup ([`FAST_OPS`]) and the [`RocePacket`] is
 //! written once, without the per-layer views and representations the general parser
-//! builds and copies. Three steps, which the parsers call: [`check`] (is it the common
+//! builds and copies (its IP header and BTH as the frame's bytes, which the packet reads
+//! on demand). Three steps, which the parsers call: [`check`] (is it the common
 //! frame?), [`build`] (the packet, read again from the frame rather than held over from
 //! the checks) and, for `parse`, [`verify`] (its IPv4 header checksum and ICRC) last:
 //! with the packet written, little is kept across the CRC's calls (fewer instructions
