@@ -433,7 +433,7 @@ fn perf_dscp_source_ports_and_ecn_on_the_wire() {
     let mut roce = 0;
     for f in &frames {
         let Ok(p) = wire::parse(f) else { continue };
-        let wire::IpRepr::V4(ip) = p.ip else {
+        let wire::IpRepr::V4(ip) = p.ip().repr() else {
             continue;
         };
         roce += 1;
@@ -499,7 +499,7 @@ fn gso_segments_on_the_wire_carry_good_icrcs() {
             continue;
         }
         let p = wire::parse(f).unwrap_or_else(|e| panic!("a frame on the veth: {e}"));
-        let wire::IpRepr::V4(ip) = p.ip else {
+        let wire::IpRepr::V4(ip) = p.ip().repr() else {
             continue;
         };
         roce += 1;

@@ -65,7 +65,7 @@ fn bench(c: &mut Criterion) {
             b.iter(|| repr.emit(black_box(&payload), &mut out).unwrap())
         });
         g.bench_function(BenchmarkId::new("parse_headers", frame.len()), |b| {
-            b.iter(|| parse_headers(black_box(&frame)).unwrap().bth.psn)
+            b.iter(|| parse_headers(black_box(&frame)).unwrap().bth.psn())
         });
         g.finish();
     }

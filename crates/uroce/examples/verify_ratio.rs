@@ -84,7 +84,7 @@ fn count(args: &[String]) {
             ))
         }),
         "headers" => repeat(n, || {
-            parse_headers(black_box(&f)).map_or(0, |p| u64::from(p.bth.psn))
+            parse_headers(black_box(&f)).map_or(0, |p| u64::from(p.bth.psn()))
         }),
         _ => repeat(n, || {
             parse(black_box(&f)).map_or(0, |p| p.payload.len() as u64)
@@ -130,7 +130,7 @@ fn main() {
                     ));
                 }),
                 batch(n, &mut || {
-                    black_box(parse_headers(black_box(&f)).map(|p| p.bth.psn).ok());
+                    black_box(parse_headers(black_box(&f)).map(|p| p.bth.psn()).ok());
                 }),
             ];
             for (b, t) in best.iter_mut().zip(t) {

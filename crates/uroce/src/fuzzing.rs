@@ -20,7 +20,7 @@ pub fn frame(data: &[u8]) {
                 "parse accepted what dissect refused: {:?}",
                 d.error
             );
-            assert_eq!(d.bth, Some(p.bth));
+            assert_eq!(d.bth, Some(p.bth.repr()));
             let r = p.frame_repr();
             let mut out = vec![0u8; r.buffer_len(p.payload.len())];
             let n = r

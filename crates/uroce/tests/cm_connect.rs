@@ -225,7 +225,7 @@ impl Wire {
                 while let Some(n) = src.ctx.poll_frame(self.now, &mut buf) {
                     moved += 1;
                     let p = uroce::wire::parse(&buf[..n]).unwrap();
-                    if p.bth.dest_qp == GSI_QPN {
+                    if p.bth.dest_qp() == GSI_QPN {
                         let k = &mut self.gsi_frames[usize::from(!from_a)];
                         *k += 1;
                         if drop(from_a, *k - 1) {

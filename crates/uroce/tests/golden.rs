@@ -28,7 +28,7 @@ fn golden(name: &str) -> Vec<(Opcode, usize)> {
         out.truncate(n);
         out.extend_from_slice(p.trailer);
         assert_eq!(&out, f, "{name} frame {} re-emitted differently", i + 1);
-        seen.push((p.bth.opcode, p.payload.len()));
+        seen.push((p.bth.opcode(), p.payload.len()));
     }
     seen
 }
@@ -153,7 +153,9 @@ fn rxe_ip_identification_is_recovered_from_the_icrc() {
     ] {
         for f in frames(name) {
             let Ok(p) = wire::parse(&f) else { continue };
-            let wire::IpRepr::V4(ip) = p.ip else { continue };
+            let wire::IpRepr::V4(ip) = p.ip().repr() else {
+                continue;
+            };
             let ihl = usize::from(f[14] & 0x0f) * 4;
             let ip_hdr = &f[14..14 + ihl];
             let udp = &f[14 + ihl..14 + ihl + 8];

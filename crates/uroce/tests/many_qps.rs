@@ -160,8 +160,8 @@ fn a_due_retransmission_fires_among_10000_idle_qps() {
     let n = a.c.poll_frame(due, &mut buf).unwrap();
     let again = wire::parse(&buf[..n]).unwrap().bth;
     assert_eq!(
-        (again.dest_qp, again.psn),
-        (first.dest_qp, first.psn),
+        (again.dest_qp(), again.psn()),
+        (first.dest_qp(), first.psn()),
         "resent"
     );
     assert!(a.c.poll_frame(due, &mut buf).is_none());
@@ -195,7 +195,7 @@ fn two_busy_qps_take_turns() {
     let mut order = Vec::new();
     while let Some(n) = a.c.poll_frame(t0, &mut buf) {
         let p = wire::parse(&buf[..n]).unwrap();
-        order.push(p.bth.dest_qp);
+        order.push(p.bth.dest_qp());
         b.c.handle_frame(t0, &buf[..n]).unwrap();
     }
     assert_eq!(order.len(), 32);
@@ -291,8 +291,8 @@ fn sent(a: &mut Side, b: &mut Side, now: Instant) -> Vec<u32> {
     let mut v = Vec::new();
     while let Some(n) = a.c.poll_frame(now, &mut buf) {
         let p = wire::parse(&buf[..n]).unwrap();
-        assert_ne!(p.bth.opcode, Opcode::Cnp);
-        v.push(p.bth.dest_qp);
+        assert_ne!(p.bth.opcode(), Opcode::Cnp);
+        v.push(p.bth.dest_qp());
         b.c.handle_frame(now, &buf[..n]).unwrap();
     }
     v

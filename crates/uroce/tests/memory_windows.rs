@@ -292,8 +292,8 @@ fn send_with_invalidate_revokes_the_window_and_says_so() {
         .iter()
         .filter(|s| s.from_a)
         .map(|s| wire::parse(&s.frame).unwrap())
-        .filter(|f| f.bth.opcode != Opcode::RcWriteOnly)
-        .map(|f| (f.bth.opcode, f.ext.ieth))
+        .filter(|f| f.bth.opcode() != Opcode::RcWriteOnly)
+        .map(|f| (f.bth.opcode(), f.ext.ieth))
         .collect();
     assert_eq!(
         sends,
@@ -338,7 +338,7 @@ fn short_send_with_invalidate_is_send_only_with_ieth() {
     let f = p.log.iter().find(|s| s.from_a).unwrap();
     let f = wire::parse(&f.frame).unwrap();
     assert_eq!(
-        (f.bth.opcode, f.ext.ieth),
+        (f.bth.opcode(), f.ext.ieth),
         (Opcode::RcSendOnlyInv, Some(rkey))
     );
     let wb = p.wcs_b();

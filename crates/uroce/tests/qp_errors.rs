@@ -315,7 +315,7 @@ fn ud_wr(x: &Node, wr_id: u64, len: u32, bad_lkey: bool, signaled: bool) -> UdSe
 fn opcodes(frames: &[Vec<u8>]) -> Vec<Opcode> {
     frames
         .iter()
-        .map(|f| uroce::wire::parse(f).unwrap().bth.opcode)
+        .map(|f| uroce::wire::parse(f).unwrap().bth.opcode())
         .collect()
 }
 

@@ -241,7 +241,7 @@ impl Node {
     fn frames(&mut self) -> Vec<Opcode> {
         drain(&mut self.ctx, Instant::now())
             .iter()
-            .map(|f| uroce::wire::parse(f).unwrap().bth.opcode)
+            .map(|f| uroce::wire::parse(f).unwrap().bth.opcode())
             .collect()
     }
 }
@@ -433,7 +433,7 @@ fn rc_sqd_finishes_what_is_in_progress_and_starts_nothing_until_rts() {
     let mut buf = vec![0u8; 5000];
     let n = p.a.poll_frame(p.now, &mut buf).unwrap();
     assert_eq!(
-        wire::parse(&buf[..n]).unwrap().bth.opcode,
+        wire::parse(&buf[..n]).unwrap().bth.opcode(),
         Opcode::RcWriteFirst
     );
     p.b.handle_frame(p.now, &buf[..n]).unwrap();
@@ -564,7 +564,7 @@ fn sqe_to_rts_resumes_the_send_queue() {
         n.send(3, 10, false);
         let psn1 = drain(&mut n.ctx, Instant::now())
             .iter()
-            .map(|f| uroce::wire::parse(f).unwrap().bth.psn)
+            .map(|f| uroce::wire::parse(f).unwrap().bth.psn())
             .collect::<Vec<_>>();
         assert_eq!(psn1, [700], "{t:?}: WR 1 only");
         assert_eq!(n.state(), QpState::Sqe, "{t:?}");
@@ -594,7 +594,7 @@ fn sqe_to_rts_resumes_the_send_queue() {
         let after = drain(&mut n.ctx, Instant::now());
         let psns: Vec<u32> = after
             .iter()
-            .map(|f| uroce::wire::parse(f).unwrap().bth.psn)
+            .map(|f| uroce::wire::parse(f).unwrap().bth.psn())
             .collect();
         assert_eq!(psns, [701], "{t:?}");
         assert_eq!(summary(&n.ctx.poll_cq(n.cq, 10)), [(5, WcStatus::Success)]);
@@ -635,7 +635,7 @@ fn sqd_to_sqd_timeout_changes_the_retransmission_timer() {
     p.now = t0 + t14;
     p.a.handle_timeout(p.now);
     let n = p.a.poll_frame(p.now, &mut buf).unwrap();
-    assert_eq!(wire::parse(&buf[..n]).unwrap().bth.psn, A_PSN, "resent");
+    assert_eq!(wire::parse(&buf[..n]).unwrap().bth.psn(), A_PSN, "resent");
     p.b.handle_frame(p.now, &buf[..n]).unwrap();
     p.run(|_, _| 1, 0);
     assert_eq!(summary(&p.wcs_a()), [(1, WcStatus::Success)]);
@@ -669,7 +669,7 @@ fn sqd_to_sqd_timeout_changes_the_retransmission_timer() {
     p.now = t1 + t10;
     p.a.handle_timeout(p.now);
     let n = p.a.poll_frame(p.now, &mut buf).unwrap();
-    assert_eq!(wire::parse(&buf[..n]).unwrap().bth.psn, A_PSN + 1);
+    assert_eq!(wire::parse(&buf[..n]).unwrap().bth.psn(), A_PSN + 1);
     assert_eq!(p.a.poll_timeout(), Some(p.now + t10));
 }
 

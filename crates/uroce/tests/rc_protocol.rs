@@ -385,7 +385,7 @@ fn read_response_loss_is_recovered_by_a_partial_rerequest() {
     assert_eq!(reqs.len(), 2);
     let again = wire::parse(&reqs[1].frame).unwrap();
     assert_eq!(
-        again.bth.psn,
+        again.bth.psn(),
         A_PSN + 1,
         "asks again from the missing response"
     );

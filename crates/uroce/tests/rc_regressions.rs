@@ -116,7 +116,7 @@ fn a_duplicate_read_gets_the_same_access_check() {
     for f in &out {
         let pk = wire::parse(f).unwrap();
         if matches!(
-            pk.bth.opcode,
+            pk.bth.opcode(),
             Opcode::RcReadResponseFirst
                 | Opcode::RcReadResponseMiddle
                 | Opcode::RcReadResponseLast

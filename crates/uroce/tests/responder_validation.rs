@@ -31,7 +31,7 @@ fn answers(p: &mut Pair) -> Vec<(Opcode, u32, Option<Syndrome>)> {
         .iter()
         .map(|f| {
             let pk = wire::parse(f).unwrap();
-            (pk.bth.opcode, pk.bth.psn, pk.ext.aeth.map(|a| a.kind()))
+            (pk.bth.opcode(), pk.bth.psn(), pk.ext.aeth.map(|a| a.kind()))
         })
         .collect()
 }

@@ -198,7 +198,7 @@ fn opcodes(log: &[(bool, Vec<u8>)], from_a: bool) -> Vec<(Opcode, usize)> {
         .filter(|(f, _)| *f == from_a)
         .map(|(_, f)| {
             let p = wire::parse(f).unwrap();
-            (p.bth.opcode, p.payload.len())
+            (p.bth.opcode(), p.payload.len())
         })
         .collect()
 }
@@ -378,7 +378,7 @@ fn read_scatters_into_three_sges_and_resumes_after_a_lost_response() {
         if from_a {
             return false;
         }
-        let op = wire::parse(f).unwrap().bth.opcode;
+        let op = wire::parse(f).unwrap().bth.opcode();
         if op == Opcode::RcReadResponseMiddle {
             responses += 1;
             return responses == 1;
@@ -704,7 +704,7 @@ fn retransmission_from_the_middle_of_a_gathered_message() {
     let mut dropped = false;
     let log = pump(&mut a, &mut b, 10, |from_a, _, f| {
         let p = wire::parse(f).unwrap();
-        if from_a && p.bth.psn == 501 && !dropped {
+        if from_a && p.bth.psn() == 501 && !dropped {
             dropped = true;
             return true;
         }
@@ -713,7 +713,7 @@ fn retransmission_from_the_middle_of_a_gathered_message() {
     let psns: Vec<u32> = log
         .iter()
         .filter(|(from_a, _)| *from_a)
-        .map(|(_, f)| wire::parse(f).unwrap().bth.psn)
+        .map(|(_, f)| wire::parse(f).unwrap().bth.psn())
         .collect();
     assert_eq!(psns.iter().filter(|&&p| p == 501).count(), 2, "{psns:?}");
     assert_eq!(b.read(400_000, 1138), want);

@@ -183,7 +183,7 @@ impl Net {
                 while let Some(len) = self.nodes[i].ctx.poll_frame(self.now, &mut buf) {
                     moved = true;
                     let frame = buf[..len].to_vec();
-                    let IpAddr::V4(dst) = wire::parse(&frame).unwrap().ip.dst() else {
+                    let IpAddr::V4(dst) = wire::parse(&frame).unwrap().ip().dst() else {
                         unreachable!()
                     };
                     let from = self.nodes[i].n;

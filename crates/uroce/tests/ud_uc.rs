@@ -154,8 +154,8 @@ fn ud_delivers_with_grh_src_qp_and_sender() {
         let sent = pump(&mut a, &mut b, Instant::now());
         assert_eq!(sent.len(), 1);
         let p = wire::parse(&sent[0]).unwrap();
-        assert_eq!(p.bth.opcode, Opcode::UdSendOnlyImm);
-        assert_eq!(p.bth.psn, 77);
+        assert_eq!(p.bth.opcode(), Opcode::UdSendOnlyImm);
+        assert_eq!(p.bth.psn(), 77);
         assert_eq!(
             (p.ext.deth.unwrap().qkey, p.ext.deth.unwrap().src_qp),
             (QKEY, a.qpn)
@@ -407,10 +407,10 @@ fn cnp_at_most_once_per_interval_to_the_right_qpn() {
     }
     for (_, f) in &cnps {
         let p = wire::parse(f).unwrap();
-        assert_eq!(p.bth.opcode, Opcode::Cnp);
-        assert_eq!(p.bth.dest_qp, a.qpn, "addressed to the sender's QP");
-        assert!(p.bth.becn);
-        assert_eq!(p.ip.dst(), addr(1, false));
+        assert_eq!(p.bth.opcode(), Opcode::Cnp);
+        assert_eq!(p.bth.dest_qp(), a.qpn, "addressed to the sender's QP");
+        assert!(p.bth.becn());
+        assert_eq!(p.ip().dst(), addr(1, false));
     }
     let c = b.ctx.qp_counters(b.qpn).unwrap();
     assert_eq!((c.np_ecn_marked_roce_packets, c.np_cnp_sent), (10_000, 20));

@@ -1565,8 +1565,8 @@ mod tests {
         );
         let f = frame_of(&t, &r.bytes);
         let p = wire::parse(&f).unwrap();
-        assert_eq!(p.bth.psn, 0xff_ffff);
-        assert_eq!(p.bth.dest_qp, 0x11);
+        assert_eq!(p.bth.psn(), 0xff_ffff);
+        assert_eq!(p.bth.dest_qp(), 0x11);
         assert_eq!(p.ext.reth.unwrap().va, 0x10_0000 + 64);
         assert_eq!(p.payload.len(), 100);
         assert_eq!(r.expect, Expect::Ack);
@@ -1585,7 +1585,7 @@ mod tests {
         );
         assert!(r.whole);
         let p = wire::parse(&r.bytes).unwrap();
-        assert_eq!(p.bth.psn, 9);
+        assert_eq!(p.bth.psn(), 9);
         let r = render(
             &Spec::Ip {
                 edge: IpEdge::TtlZero,
@@ -1647,7 +1647,7 @@ mod tests {
         );
         assert_eq!(r.expect, Expect::AckOrRnr);
         assert_eq!(
-            wire::parse(&r.bytes).unwrap().bth.opcode,
+            wire::parse(&r.bytes).unwrap().bth.opcode(),
             Opcode::RcSendOnly
         );
         // Its base frame cut inside the BTH is malformed, after it a shorter SEND (with
@@ -1791,9 +1791,9 @@ mod tests {
         let t = target();
         let f = frame_of(&t, &ack_for(&t, 0xab_cdef, 7));
         let p = wire::parse(&f).unwrap();
-        assert_eq!(p.bth.opcode, Opcode::RcAck);
-        assert_eq!(p.bth.psn, 0xab_cdef);
-        assert_eq!(p.bth.dest_qp, t.dest_qp);
+        assert_eq!(p.bth.opcode(), Opcode::RcAck);
+        assert_eq!(p.bth.psn(), 0xab_cdef);
+        assert_eq!(p.bth.dest_qp(), t.dest_qp);
         let a = p.ext.aeth.unwrap();
         assert_eq!(a.msn, 7);
         assert!(matches!(

@@ -708,12 +708,12 @@ fn fuzz_answer(r: &Received<'_>) -> Option<(u32, Response)> {
     let (qp, resp) = match r {
         Received::Frame(f) => {
             let p = wire::parse(f).ok()?;
-            (p.bth.dest_qp, Response::of(&p))
+            (p.bth.dest_qp(), Response::of(&p))
         }
         Received::Datagram { datagram, roce, .. } => {
             let h = datagram.header_bytes(roce.len()).ok()?;
             let p = wire::parse_datagram(datagram, &h, roce).ok()?;
-            (p.bth.dest_qp, Response::of(&p))
+            (p.bth.dest_qp(), Response::of(&p))
         }
     };
     (FAKE_QPN_BASE..FAKE_QPN_BASE + 64)

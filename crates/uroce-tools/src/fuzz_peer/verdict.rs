@@ -23,8 +23,8 @@ impl Response {
     /// What a parsed packet says.
     pub fn of(p: &RocePacket<'_>) -> Self {
         Self {
-            opcode: p.bth.opcode.value(),
-            psn: p.bth.psn,
+            opcode: p.bth.opcode().value(),
+            psn: p.bth.psn(),
             syndrome: p.ext.aeth.map(|a| a.syndrome),
         }
     }

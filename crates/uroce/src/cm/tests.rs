@@ -912,7 +912,7 @@ fn rxe_psn(n: usize) -> u32 {
         .nth(n - 1)
         .unwrap()
         .unwrap();
-    crate::wire::parse(f.data).unwrap().bth.psn
+    crate::wire::parse(f.data).unwrap().bth.psn()
 }
 
 fn ip4(s: &str) -> IpAddr {

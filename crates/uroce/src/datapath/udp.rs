@@ -1101,10 +1101,10 @@ mod tests {
                     let p = wire::parse_datagram(datagram, &h, roce).unwrap();
                     // The ICRC the backend computed is the one the headers give.
                     assert_eq!(icrc, Some(p.icrc));
-                    let IpRepr::V4(ip) = p.ip else {
+                    let IpRepr::V4(ip) = p.ip().repr() else {
                         panic!("not IPv4")
                     };
-                    got.push((p.bth.psn, ip.tos));
+                    got.push((p.bth.psn(), ip.tos));
                 })
                 .unwrap();
             assert_eq!(k, got.len() - before);

@@ -162,12 +162,12 @@ impl Context {
 
     /// A packet whose ICRC verified: to its QP (or the reaction point, for a CNP).
     fn handle_packet(&mut self, now: Instant, p: &RocePacket<'_>) -> Result<(), WireError> {
-        if p.ip.dst() != self.cfg.ip {
+        if p.ip().dst() != self.cfg.ip {
             self.counters.rx_not_for_us += 1;
             return Ok(());
         }
-        let qpn = p.bth.dest_qp;
-        if p.bth.opcode == Opcode::Cnp {
+        let qpn = p.bth.dest_qp();
+        if p.bth.opcode() == Opcode::Cnp {
             // A CNP names the QP whose flow was marked: hand it to that QP's reaction point.
             match self.qps.get_mut(&qpn) {
                 Some(qp) => {
@@ -183,7 +183,7 @@ impl Context {
             self.counters.rx_unknown_qp += 1;
             return Ok(());
         };
-        if p.ip.ecn() == 3 {
+        if p.ip().ecn() == 3 {
             // Notification point: CE seen; at most one CNP per QP per interval.
             qp.counters_mut().np_ecn_marked_roce_packets += 1;
             if self.np.on_ce(qpn, now) {
@@ -191,9 +191,9 @@ impl Context {
                 self.cnps.push_back(CnpJob {
                     from_qpn: qpn,
                     dest_qp: qp.peer_qpn(p),
-                    pkey: p.bth.pkey,
+                    pkey: p.bth.pkey(),
                     to: Remote {
-                        ip: p.ip.src(),
+                        ip: p.ip().src(),
                         mac: p.eth.map_or([0; 6], |e| e.src),
                     },
                 });
@@ -212,7 +212,7 @@ impl Context {
         let due = qp.events_due()
             || super::srq_mut(&mut self.srqs, srq).is_some_and(|s| s.limit_reached());
         if due {
-            self.take_qp_events(p.bth.dest_qp);
+            self.take_qp_events(p.bth.dest_qp());
         }
         self.route_completions();
         Ok(())

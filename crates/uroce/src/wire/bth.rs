@@ -204,6 +204,121 @@ impl BthRepr {
     }
 }
 
+/// A received BTH as its 12 bytes, read field by field when asked: what a parsed packet
+/// ([`super::RocePacket`]) carries. The parser checked it (a known opcode, TVer 0,
+/// IBTA Vol. 1 §9.2), so each accessor is a load and a shift or mask; keeping the bytes
+/// instead of [`BthRepr`]'s ten fields (five of them flags) saves the receive path a
+/// decode of fields that most packets never read. The reserved bits are kept as they came
+/// (the ICRC covers them) and read by no accessor but [`Bth::as_bytes`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Bth {
+    /// The opcode of byte 0, known.
+    opcode: Opcode,
+    b: [u8; HEADER_LEN],
+}
+
+impl Bth {
+    /// The BTH `b`, whose opcode byte is `opcode`'s and whose TVer is 0 (the caller
+    /// checked).
+    #[inline(always)]
+    pub(crate) fn new(opcode: Opcode, b: [u8; HEADER_LEN]) -> Self {
+        debug_assert!(b[field::OPCODE] == opcode.value() && b[field::FLAGS] & 0x0f == 0);
+        Self { opcode, b }
+    }
+    /// Checks the 12 bytes at the start of `buf` as [`BthRepr::parse`] does (a known
+    /// opcode, TVer 0) and keeps them.
+    pub fn parse(buf: &[u8]) -> Result<Self, WireError> {
+        let h = Header::new_checked(buf)?;
+        let r = BthRepr::parse(&h)?;
+        let mut b = [0u8; HEADER_LEN];
+        b.copy_from_slice(&buf[..HEADER_LEN]);
+        Ok(Self::new(r.opcode, b))
+    }
+    /// The opcode.
+    #[inline]
+    pub fn opcode(&self) -> Opcode {
+        self.opcode
+    }
+    /// Solicited event.
+    #[inline]
+    pub fn solicited(&self) -> bool {
+        self.b[field::FLAGS] & 0x80 != 0
+    }
+    /// Migration request.
+    #[inline]
+    pub fn mig_req(&self) -> bool {
+        self.b[field::FLAGS] & 0x40 != 0
+    }
+    /// Pad count: bytes of padding after the payload (0..=3).
+    #[inline]
+    pub fn pad_count(&self) -> u8 {
+        (self.b[field::FLAGS] >> 4) & 0x03
+    }
+    /// Partition key.
+    #[inline]
+    pub fn pkey(&self) -> u16 {
+        u16::from_be_bytes([self.b[field::PKEY], self.b[field::PKEY + 1]])
+    }
+    /// Forward explicit congestion notification.
+    #[inline]
+    pub fn fecn(&self) -> bool {
+        self.b[field::RESV8A] & 0x80 != 0
+    }
+    /// Backward explicit congestion notification.
+    #[inline]
+    pub fn becn(&self) -> bool {
+        self.b[field::RESV8A] & 0x40 != 0
+    }
+    /// Destination QP (24 bits).
+    #[inline]
+    pub fn dest_qp(&self) -> u32 {
+        let [_, _, _, _, r, q0, q1, q2, ..] = self.b;
+        u32::from_be_bytes([r, q0, q1, q2]) & QPN_MASK
+    }
+    /// Acknowledge request.
+    #[inline]
+    pub fn ack_req(&self) -> bool {
+        self.b[field::ACK] & 0x80 != 0
+    }
+    /// PSN (24 bits).
+    #[inline]
+    pub fn psn(&self) -> u32 {
+        let [.., a, p0, p1, p2] = self.b;
+        u32::from_be_bytes([a, p0, p1, p2]) & PSN_MASK
+    }
+    /// The BTH's fields as a [`BthRepr`] (reserved bits dropped).
+    pub fn repr(&self) -> BthRepr {
+        BthRepr {
+            opcode: self.opcode,
+            solicited: self.solicited(),
+            mig_req: self.mig_req(),
+            pad_count: self.pad_count(),
+            pkey: self.pkey(),
+            fecn: self.fecn(),
+            becn: self.becn(),
+            dest_qp: self.dest_qp(),
+            ack_req: self.ack_req(),
+            psn: self.psn(),
+        }
+    }
+    /// The 12 bytes as received.
+    pub fn as_bytes(&self) -> &[u8; HEADER_LEN] {
+        &self.b
+    }
+}
+
+impl From<Bth> for BthRepr {
+    fn from(b: Bth) -> Self {
+        b.repr()
+    }
+}
+
+impl core::fmt::Debug for Bth {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.repr().fmt(f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,5 +369,31 @@ mod tests {
         assert!(h.solicited() && h.mig_req() && h.fecn() && !h.becn() && !h.ack_req());
         assert_eq!((h.pad_count(), h.tver()), (2, 3));
         assert_eq!((h.resv6(), h.resv7()), (0x15, 0x2a));
+    }
+
+    /// The kept bytes read as the parsed fields do, for every flag bit and the widest
+    /// QPN and PSN; reserved bits stay in the bytes and out of the fields.
+    #[test]
+    fn a_kept_bth_reads_what_the_repr_parses() {
+        for flags in [0x00u8, 0x80, 0x40, 0x10, 0x20, 0x30, 0xf0] {
+            for (r4, r8) in [(0x00u8, 0x00u8), (0x80, 0x80), (0x40, 0x7f), (0xff, 0xff)] {
+                let b = [
+                    0x0a, flags, 0x80, 0x01, r4, 0xff, 0xfe, 0xfd, r8, 0xfc, 0xfb, 0xfa,
+                ];
+                let kept = Bth::parse(&b).unwrap();
+                let r = BthRepr::parse(&Header::new_checked(&b[..]).unwrap()).unwrap();
+                assert_eq!(kept.repr(), r, "{b:02x?}");
+                assert_eq!(BthRepr::from(kept), r);
+                assert_eq!(kept.as_bytes(), &b);
+                assert_eq!((kept.dest_qp(), kept.psn()), (0xff_fefd, 0xfc_fbfa));
+            }
+        }
+        let mut b = [0u8; 12];
+        b[1] = 0x02;
+        assert!(matches!(
+            Bth::parse(&b),
+            Err(WireError::BadTver { tver: 2, .. })
+        ));
+        assert!(Bth::parse(&b[..11]).is_err());
     }
 }

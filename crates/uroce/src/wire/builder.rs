@@ -237,7 +237,7 @@ mod tests {
         assert_eq!(n, 14 + 20 + 8 + 12 + 16 + 8 + 4);
         let p = parse(&buf[..n]).unwrap();
         assert_eq!(p.payload, b"hello");
-        assert_eq!(p.bth.pad_count, 3);
+        assert_eq!(p.bth.pad_count(), 3);
         assert_eq!(p.ext.reth, r.ext.reth);
     }
 

@@ -906,7 +906,7 @@ mod tests {
         for (i, f) in crate::pcap::Reader::new(file).unwrap().enumerate() {
             let f = f.unwrap();
             let p = crate::wire::parse(f.data).unwrap();
-            if p.bth.dest_qp == GSI && p.payload.len() == MAD_LEN {
+            if p.bth.dest_qp() == GSI && p.payload.len() == MAD_LEN {
                 out.push((i + 1, p.payload.to_vec()));
             }
         }

@@ -210,7 +210,7 @@ mod tests {
             let mut f = vec![0u8; r.buffer_len(0)];
             let n = r.emit(&[], &mut f).unwrap();
             let p = wire::parse(&f[..n]).unwrap();
-            assert_eq!((p.ip, p.udp), (dg.ip, dg.udp));
+            assert_eq!((p.ip().repr(), p.udp), (dg.ip, dg.udp));
             let at = dg.link_headers_len();
             let h = dg.header_bytes(n - at).unwrap();
             assert_eq!(h.as_slice(), &f[14..at]);

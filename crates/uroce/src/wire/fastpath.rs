@@ -4,7 +4,8 @@
 //! opcode's rule. Every field is read at a fixed offset after one length check, the
 //! opcode's facts come from one table lookup ([`FAST_OPS`]) and the [`RocePacket`] is
 //! written once, without the per-layer views and representations the general parser
-//! builds and copies. Three steps, which the parsers call: [`check`] (is it the common
+//! builds and copies (its IP header and BTH as the frame's bytes, which the packet reads
+//! on demand). Three steps, which the parsers call: [`check`] (is it the common
 //! frame?), [`build`] (the packet, read again from the frame rather than held over from
 //! the checks) and, for `parse`, [`verify`] (its IPv4 header checksum and ICRC) last:
 //! with the packet written, little is kept across the CRC's calls (fewer instructions
@@ -19,13 +20,10 @@
 
 use super::ethernet::ETHERTYPE_IPV4;
 use super::opcode::{ExtHeader, ExtShape, OP_TABLE};
-use super::packet::{ExtHeaders, IpRepr, RocePacket};
+use super::packet::{ExtHeaders, RocePacket};
 use super::Opcode;
 use super::{aeth::AethRepr, deth::DethRepr, immdt, reth, reth::RethRepr};
-use super::{
-    be16, be32, bth, icrc, ipv4, BthRepr, EthernetRepr, Ipv4Repr, UdpRepr, WireError, ICRC_LEN,
-    ROCEV2_UDP_PORT,
-};
+use super::{bth, icrc, ipv4, Bth, EthernetRepr, UdpRepr, WireError, ICRC_LEN, ROCEV2_UDP_PORT};
 
 const ETH: usize = super::ethernet::HEADER_LEN;
 const IP: usize = ipv4::MIN_HEADER_LEN;
@@ -132,8 +130,20 @@ pub(crate) fn build(frame: &[u8], c: Checked) -> Result<RocePacket<'_>, WireErro
         ExtShape::Imm => packet::<IMM>(frame, roce_len, op),
         ExtShape::RethImm => packet::<RETH_IMM>(frame, roce_len, op),
         ExtShape::Deth => packet::<DETH>(frame, roce_len, op),
-        ExtShape::Other => packet::<OTHER>(frame, roce_len, op),
+        ExtShape::Other => packet_other(frame, roce_len, op),
     }
+}
+
+/// [`packet`] for the rarer shapes of extension headers (atomics, invalidate, FLUSH,
+/// DETH with ImmDt, CNP), out of line: their loop over the headers calls out, and
+/// inline it made every packet save and restore the registers those calls preserve.
+#[inline(never)]
+fn packet_other<'a>(
+    frame: &'a [u8],
+    roce_len: usize,
+    op: &'static FastOp,
+) -> Result<RocePacket<'a>, WireError> {
+    packet::<OTHER>(frame, roce_len, op)
 }
 
 const BARE: u8 = 0;
@@ -198,40 +208,18 @@ fn packet<'a, const S: u8>(
         _ => ext_headers(ExtShape::Other, op.headers, x),
     };
     let [d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5, ..] = *h;
-    let flags = h[B + 1];
-    let w1 = h32(h, B + 4);
-    let w2 = h32(h, B + 8);
+    let Some(b) = h[B..].first_chunk::<{ bth::HEADER_LEN }>() else {
+        return Err(NOT_HERE); // not reached: within the fixed headers
+    };
     Ok(RocePacket {
         ext,
-        bth: BthRepr {
-            opcode: op.opcode,
-            solicited: flags & 0x80 != 0,
-            mig_req: flags & 0x40 != 0,
-            pad_count: (flags >> 4) & 0x03,
-            pkey: h16(h, B + 2),
-            fecn: w1 & 0x8000_0000 != 0,
-            becn: w1 & 0x4000_0000 != 0,
-            dest_qp: w1 & bth::QPN_MASK,
-            ack_req: w2 & 0x8000_0000 != 0,
-            psn: w2 & bth::PSN_MASK,
-        },
+        bth: Bth::new(op.opcode, *b),
         payload,
         eth: Some(EthernetRepr {
             dst: [d0, d1, d2, d3, d4, d5],
             src: [s0, s1, s2, s3, s4, s5],
             vlan: None,
             ethertype: ETHERTYPE_IPV4,
-        }),
-        ip: IpRepr::V4(Ipv4Repr {
-            src: h32(h, I + 12).into(),
-            dst: h32(h, I + 16).into(),
-            tos: h[I + 1],
-            ident: h16(h, I + 4),
-            dont_frag: h[I + 6] & 0x40 != 0,
-            ttl: h[I + 8],
-            protocol: ipv4::PROTO_UDP,
-            options: [0; 40],
-            options_len: 0,
         }),
         ip_header: &h[I..U],
         udp: UdpRepr {
@@ -265,23 +253,8 @@ pub(crate) struct Transport<'a> {
 impl Transport<'_> {
     /// The BTH.
     #[inline(always)]
-    pub(crate) fn bth(&self) -> BthRepr {
-        let b = self.b;
-        let flags = b[1];
-        let w1 = be32(b, 4);
-        let w2 = be32(b, 8);
-        BthRepr {
-            opcode: self.opcode,
-            solicited: flags & 0x80 != 0,
-            mig_req: flags & 0x40 != 0,
-            pad_count: (flags >> 4) & 0x03,
-            pkey: be16(b, 2),
-            fecn: w1 & 0x8000_0000 != 0,
-            becn: w1 & 0x4000_0000 != 0,
-            dest_qp: w1 & bth::QPN_MASK,
-            ack_req: w2 & 0x8000_0000 != 0,
-            psn: w2 & bth::PSN_MASK,
-        }
+    pub(crate) fn bth(&self) -> Bth {
+        Bth::new(self.opcode, *self.b)
     }
 }
 

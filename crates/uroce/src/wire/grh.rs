@@ -18,7 +18,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::{be16, be32, check_len, need, put16, put32, IpRepr, WireError};
+use super::{be16, be32, check_len, need, put16, put32, IpView, WireError};
 
 /// Length of the GRH.
 pub const HEADER_LEN: usize = 40;
@@ -223,16 +223,17 @@ pub fn gid_from_ipv4(a: Ipv4Addr) -> Ipv6Addr {
 
 /// Fills the 40-byte GRH area of a UD receive buffer from the received IP header, as
 /// ibverbs does for RoCEv2: IPv6 header verbatim, or 20 zero bytes then the IPv4 header.
-/// `ip_header` is the header as it arrived (its first 20 or 40 bytes are used).
-pub fn ud_receive_grh(ip: &IpRepr, ip_header: &[u8], out: &mut [u8]) -> Result<(), WireError> {
+/// `ip` is the header as it arrived (its first 20 or 40 bytes are used).
+pub fn ud_receive_grh(ip: IpView<'_>, out: &mut [u8]) -> Result<(), WireError> {
     need(out, HEADER_LEN)?;
-    match ip {
-        IpRepr::V4(_) => {
+    let ip_header = ip.bytes();
+    match ip.version() {
+        4 => {
             check_len("IPv4 header", ip_header, 20, 0)?;
             out[..20].fill(0);
             out[20..40].copy_from_slice(&ip_header[..20]);
         }
-        IpRepr::V6(_) => {
+        _ => {
             check_len("IPv6 header", ip_header, 40, 0)?;
             out[..40].copy_from_slice(&ip_header[..40]);
         }

@@ -217,11 +217,25 @@ impl Ipv4Repr {
 
     /// Parses a checked view (fragmentation and lengths are the packet parser's business).
     pub fn parse<T: AsRef<[u8]>>(h: &Header<T>) -> Self {
-        let all = h.buffer.as_ref();
-        let mut b = [0u8; MIN_HEADER_LEN];
-        b.copy_from_slice(&all[..MIN_HEADER_LEN]);
+        Self::read(&h.buffer.as_ref()[..h.header_len()])
+    }
+
+    /// The fields of `header`, a whole IPv4 header (options included) that a parser
+    /// checked: what [`super::RocePacket::ip`] reads on demand. Never panics: a header
+    /// shorter than 20 bytes reads as zeros past its end, options past 40 bytes are
+    /// dropped (neither comes from a parser).
+    #[inline]
+    pub(crate) fn read(header: &[u8]) -> Self {
+        let (b, opts) = match header.split_first_chunk::<MIN_HEADER_LEN>() {
+            Some((b, opts)) => (*b, opts),
+            None => {
+                let mut b = [0u8; MIN_HEADER_LEN];
+                b[..header.len()].copy_from_slice(header);
+                (b, &[][..])
+            }
+        };
         let mut options = [0u8; 40];
-        let opts = h.options();
+        let opts = &opts[..opts.len().min(options.len())];
         if !opts.is_empty() {
             options[..opts.len()].copy_from_slice(opts);
         }

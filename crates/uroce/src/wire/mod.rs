@@ -63,7 +63,7 @@ pub mod udp;
 
 pub use aeth::{AethRepr, NakCode, Syndrome};
 pub use atomic::{AtomicAckEthRepr, AtomicEthRepr};
-pub use bth::BthRepr;
+pub use bth::{Bth, BthRepr};
 pub use builder::FrameRepr;
 pub use datagram::DatagramRepr;
 pub use deth::DethRepr;
@@ -75,7 +75,8 @@ pub use ipv6::Ipv6Repr;
 pub use opcode::{ExtHeader, Opcode, TransportKind};
 pub use packet::{
     dissect, dissect_ip, parse, parse_datagram, parse_datagram_computed, parse_datagram_misfit,
-    parse_headers, parse_ip, parse_misfit, Dissection, ExtHeaders, IpRepr, Misfit, RocePacket,
+    parse_headers, parse_ip, parse_misfit, Dissection, ExtHeaders, IpRepr, IpView, Misfit,
+    RocePacket,
 };
 pub use reth::RethRepr;
 pub use udp::UdpRepr;

@@ -24,6 +24,18 @@ pub enum IpRepr {
 }
 
 impl IpRepr {
+    /// The fields of `header`, a whole IP header a parser checked (IPv6 when its version
+    /// nibble says 6 and it is 40 bytes or more, IPv4 otherwise): never panics.
+    #[inline]
+    pub(crate) fn read(header: &[u8]) -> Self {
+        if header.first().is_some_and(|v| v >> 4 == 6) {
+            if let Ok(h) = ipv6::Header::new_checked(header) {
+                return Self::V6(Ipv6Repr::parse(&h));
+            }
+        }
+        Self::V4(Ipv4Repr::read(header))
+    }
+
     /// 4 or 6.
     pub fn version(&self) -> u8 {
         match self {
@@ -194,18 +206,22 @@ impl ExtHeaders {
 }
 
 /// A parsed RoCEv2 packet whose ICRC verified. Borrowed from the frame it came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// The IP header and the BTH are kept as their bytes and read when asked
+/// ([`RocePacket::ip`], [`bth::Bth`]): a receive reads a few of their fields (the
+/// destination address and ECN, the QPN, PSN and opcode), and decoding all of them into
+/// representations for every packet was most of what writing the packet cost.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct RocePacket<'a> {
     /// Ethernet header (`None` when parsed from the IP header on, see [`parse_ip`]).
     pub eth: Option<EthernetRepr>,
-    /// IP header.
-    pub ip: IpRepr,
-    /// The IP header's bytes as received (a UD receive copies them into its GRH area).
+    /// The IP header's bytes as received, options included, checked by the parser
+    /// ([`RocePacket::ip`] reads its fields; a UD receive copies it into its GRH area).
     pub ip_header: &'a [u8],
     /// UDP header.
     pub udp: UdpRepr,
-    /// BTH.
-    pub bth: BthRepr,
+    /// BTH, as its bytes: each field read when asked ([`bth::Bth`]).
+    pub bth: bth::Bth,
     /// Extension headers.
     pub ext: ExtHeaders,
     /// Payload, pad excluded.
@@ -217,15 +233,139 @@ pub struct RocePacket<'a> {
 }
 
 impl RocePacket<'_> {
+    /// The IP header, read field by field from [`RocePacket::ip_header`] when asked
+    /// (for a datagram, the header its [`super::DatagramRepr`] wrote);
+    /// [`IpView::repr`] for all of it.
+    #[inline]
+    pub fn ip(&self) -> IpView<'_> {
+        IpView { b: self.ip_header }
+    }
+
     /// The representation that [`super::FrameRepr::emit`] turns back into this frame.
     pub fn frame_repr(&self) -> super::FrameRepr {
         super::FrameRepr {
             eth: self.eth,
-            ip: self.ip,
+            ip: self.ip().repr(),
             udp: self.udp,
-            bth: self.bth,
+            bth: self.bth.repr(),
             ext: self.ext,
         }
+    }
+}
+
+/// The IP header of a [`RocePacket`], read from its bytes (which the parser checked)
+/// one field at a time: the methods of [`IpRepr`] that a receive asks for, without
+/// decoding the rest (the 40 bytes of IPv4 options among them). IPv6 when the version
+/// nibble says 6 and the header is 40 bytes or more, IPv4 otherwise, as
+/// [`IpView::repr`] reads it; no method panics, whatever the bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct IpView<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> IpView<'a> {
+    #[inline]
+    fn is_v6(&self) -> bool {
+        self.b.len() >= ipv6::HEADER_LEN && self.b[0] >> 4 == 6
+    }
+    /// `N` bytes at `at`, zeros where the header is shorter.
+    #[inline]
+    fn at<const N: usize>(&self, at: usize) -> [u8; N] {
+        match self.b.get(at..).and_then(|s| s.first_chunk::<N>()) {
+            Some(a) => *a,
+            None => [0; N],
+        }
+    }
+    /// One byte at `at`, 0 past the end.
+    #[inline]
+    fn byte(&self, at: usize) -> u8 {
+        self.b.get(at).copied().unwrap_or(0)
+    }
+    /// The whole header as an [`IpRepr`].
+    pub fn repr(&self) -> IpRepr {
+        IpRepr::read(self.b)
+    }
+    /// The header's bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.b
+    }
+    /// 4 or 6.
+    #[inline]
+    pub fn version(&self) -> u8 {
+        if self.is_v6() {
+            6
+        } else {
+            4
+        }
+    }
+    /// Source address.
+    #[inline]
+    pub fn src(&self) -> IpAddr {
+        if self.is_v6() {
+            IpAddr::from(self.at::<16>(8))
+        } else {
+            IpAddr::from(self.at::<4>(12))
+        }
+    }
+    /// Destination address.
+    #[inline]
+    pub fn dst(&self) -> IpAddr {
+        if self.is_v6() {
+            IpAddr::from(self.at::<16>(24))
+        } else {
+            IpAddr::from(self.at::<4>(16))
+        }
+    }
+    /// The IPv4 TOS byte or the IPv6 traffic class.
+    #[inline]
+    fn traffic_class(&self) -> u8 {
+        if self.is_v6() {
+            (self.byte(0) << 4) | (self.byte(1) >> 4)
+        } else {
+            self.byte(1)
+        }
+    }
+    /// ECN codepoint: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE.
+    #[inline]
+    pub fn ecn(&self) -> u8 {
+        self.traffic_class() & 0x03
+    }
+    /// DSCP: the upper 6 bits of the TOS byte or traffic class.
+    #[inline]
+    pub fn dscp(&self) -> u8 {
+        self.traffic_class() >> 2
+    }
+    /// IPv4 time to live, or IPv6 hop limit.
+    #[inline]
+    pub fn ttl(&self) -> u8 {
+        self.byte(if self.is_v6() { 7 } else { 8 })
+    }
+    /// IPv4 identification (`None` for IPv6).
+    #[inline]
+    pub fn ident(&self) -> Option<u16> {
+        (!self.is_v6()).then(|| u16::from_be_bytes(self.at::<2>(4)))
+    }
+}
+
+impl core::fmt::Debug for IpView<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.repr().fmt(f)
+    }
+}
+
+impl core::fmt::Debug for RocePacket<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RocePacket")
+            .field("eth", &self.eth)
+            .field("ip", &self.ip())
+            .field("ip_header", &self.ip_header)
+            .field("udp", &self.udp)
+            .field("bth", &self.bth)
+            .field("ext", &self.ext)
+            .field("payload", &self.payload)
+            .field("icrc", &self.icrc)
+            .field("trailer", &self.trailer)
+            .finish()
     }
 }
 
@@ -331,6 +471,14 @@ struct TransportParts<'a> {
     payload: Option<&'a [u8]>,
 }
 
+impl TransportParts<'_> {
+    /// The BTH [`transport_layer`] parsed from the start of `p`, kept as its bytes.
+    fn kept(&self, p: &[u8]) -> Option<bth::Bth> {
+        let b = p.first_chunk::<{ bth::HEADER_LEN }>()?;
+        self.bth.map(|r| bth::Bth::new(r.opcode, *b))
+    }
+}
+
 /// Parses an Ethernet frame carrying RoCEv2 and verifies its IPv4 checksum and ICRC.
 pub fn parse(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
     use super::fastpath;
@@ -395,7 +543,6 @@ pub fn parse_datagram_computed<'a>(
     if let Some(t) = super::fastpath::transport(roce) {
         return Ok(RocePacket {
             eth: None,
-            ip: d.ip,
             ip_header: headers.ip(),
             udp: d.udp,
             bth: t.bth(),
@@ -411,10 +558,9 @@ pub fn parse_datagram_computed<'a>(
     }
     let mut t = TransportParts::default();
     transport_layer(roce, 0, &mut t)?;
-    match (t.bth, t.payload) {
+    match (t.kept(roce), t.payload) {
         (Some(bth), Some(payload)) => Ok(RocePacket {
             eth: None,
-            ip: d.ip,
             ip_header: headers.ip(),
             udp: d.udp,
             bth,
@@ -464,10 +610,9 @@ fn parse_layers(b: &[u8], base: usize, verify: bool) -> Result<RocePacket<'_>, W
     };
     let mut t = TransportParts::default();
     transport_layer(l4.payload, l4.base, &mut t)?;
-    match (t.bth, t.payload) {
+    match (t.kept(l4.payload), t.payload) {
         (Some(bth), Some(payload)) => Ok(RocePacket {
             eth: None,
-            ip: l3.ip,
             ip_header: l3.header,
             udp: l4.udp,
             bth,
@@ -1056,7 +1201,7 @@ mod tests {
             .iter()
             .filter(|f| {
                 f.get(12..14) == Some(&[8, 0])
-                    && parse(f).is_ok_and(|p| p.bth.opcode.is_supported())
+                    && parse(f).is_ok_and(|p| p.bth.opcode().is_supported())
             })
             .count();
         assert!(common > 100, "{common}");
@@ -1122,9 +1267,10 @@ mod tests {
                                 f.headers,
                                 &roce[bth::HEADER_LEN..f.ext_end],
                             );
+                            assert_eq!(Some(f.bth().repr()), t.bth);
                             assert_eq!(
                                 (Some(f.bth()), ext, Some(f.payload)),
-                                (t.bth, t.ext, t.payload),
+                                (t.kept(&roce), t.ext, t.payload),
                                 "opcode {op:#04x} flags {flags:#04x}, {rest} bytes"
                             );
                             taken += 1;
@@ -1152,11 +1298,11 @@ mod tests {
     fn the_datagram_transport_agrees_with_the_general_parser() {
         for f in corpus() {
             let Ok(p) = parse(&f) else { continue };
-            let Some(IpRepr::V4(_)) = Some(p.ip) else {
+            let Some(IpRepr::V4(_)) = Some(p.ip().repr()) else {
                 continue;
             };
             let d = crate::wire::DatagramRepr {
-                ip: p.ip,
+                ip: p.ip().repr(),
                 udp: p.udp,
             };
             let roce = &f[14 + p.ip_header.len() + 8..f.len() - p.trailer.len()];
@@ -1164,9 +1310,56 @@ mod tests {
             let got = parse_datagram(&d, &h, roce).unwrap();
             let mut t = TransportParts::default();
             transport_layer(roce, 0, &mut t).unwrap();
+            assert_eq!(got.bth.repr(), t.bth.unwrap());
             assert_eq!(
                 (got.bth, got.ext, got.payload),
-                (t.bth.unwrap(), t.ext, t.payload.unwrap())
+                (t.kept(roce).unwrap(), t.ext, t.payload.unwrap())
+            );
+        }
+    }
+
+    /// A packet's IP header read field by field ([`IpView`]) says what the IP layer's
+    /// representation says, for every frame of the corpus (IPv4 and IPv6, with the TOS
+    /// or traffic class varied), and reads without panicking from any bytes.
+    #[test]
+    fn the_ip_view_reads_what_the_ip_layer_parses() {
+        let mut seen = [0usize; 2];
+        for mut f in corpus() {
+            for tos in [0x00u8, 0x03, 0xfd] {
+                // IPv4: the TOS byte; IPv6: the traffic class across bytes 0 and 1.
+                match f.get(14).map(|v| v >> 4) {
+                    Some(4) => f[15] = tos,
+                    Some(6) => {
+                        f[14] = 0x60 | tos >> 4;
+                        f[15] = (f[15] & 0x0f) | tos << 4;
+                    }
+                    _ => {}
+                }
+                let Ok(p) = parse_headers(&f) else { continue };
+                let (ip, r) = (p.ip(), ip_layer(&f[14..], 14, false).unwrap().ip);
+                assert_eq!(ip.repr(), r);
+                assert_eq!(
+                    (ip.version(), ip.src(), ip.dst(), ip.ecn(), ip.dscp()),
+                    (r.version(), r.src(), r.dst(), r.ecn(), r.dscp())
+                );
+                assert_eq!(
+                    (ip.ttl(), ip.ident(), ip.bytes()),
+                    (r.ttl(), r.ident(), p.ip_header)
+                );
+                seen[usize::from(ip.version() == 6)] += 1;
+            }
+        }
+        assert!(seen[0] > 100 && seen[1] > 100, "{seen:?}");
+        for b in [&[][..], &[0x60; 39], &[0x45; 19], &[0xff; 64]] {
+            let v = IpView { b };
+            let _ = (
+                v.repr(),
+                v.src(),
+                v.dst(),
+                v.ecn(),
+                v.ttl(),
+                v.ident(),
+                v.version(),
             );
         }
     }

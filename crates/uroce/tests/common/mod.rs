@@ -27,10 +27,10 @@ pub struct Seen {
 
 impl Seen {
     pub fn opcode(&self) -> Opcode {
-        wire::parse(&self.frame).unwrap().bth.opcode
+        wire::parse(&self.frame).unwrap().bth.opcode()
     }
     pub fn psn(&self) -> u32 {
-        wire::parse(&self.frame).unwrap().bth.psn
+        wire::parse(&self.frame).unwrap().bth.psn()
     }
     pub fn syndrome(&self) -> Option<Syndrome> {
         wire::parse(&self.frame).unwrap().ext.aeth.map(|a| a.kind())

@@ -160,13 +160,13 @@ impl Service for RcQp {
             return Ok(());
         };
         // A connected QP takes packets from its peer only.
-        if p.ip.src() != path.remote.ip || !pkey_matches(p.bth.pkey, path.pkey) {
+        if p.ip().src() != path.remote.ip || !pkey_matches(p.bth.pkey(), path.pkey) {
             core.counters.dropped += 1;
             return Ok(());
         }
         use crate::wire::Opcode::*;
         let is_response = matches!(
-            p.bth.opcode,
+            p.bth.opcode(),
             RcAck
                 | RcAtomicAck
                 | RcReadResponseFirst

@@ -400,20 +400,20 @@ impl Requester {
         p: &RocePacket<'_>,
         c: &mut QpCounters,
     ) -> Result<(), Fatal> {
-        let psn = p.bth.psn;
+        let psn = p.bth.psn();
         // A response must name a PSN we sent and that is not yet fully answered.
         // A response must name a PSN already sent (not merely reserved for a message
         // still going out), and no older than the last one acknowledged; a NAK must name
         // one not yet acknowledged.
         let d_una = psn_diff(psn, self.una);
-        let is_nak = p.bth.opcode == Opcode::RcAck
+        let is_nak = p.bth.opcode() == Opcode::RcAck
             && !matches!(p.ext.aeth.map(|a| a.kind()), Some(Syndrome::Ack { .. }));
         if psn_diff(self.sent_hw, psn) <= 0 || d_una < -1 || (is_nak && d_una < 0) {
             c.dropped += 1;
             return Ok(());
         }
         use Opcode::*;
-        match p.bth.opcode {
+        match p.bth.opcode() {
             RcAck => {
                 let Some(aeth) = p.ext.aeth else {
                     return Ok(());
@@ -517,7 +517,7 @@ impl Requester {
         p: &RocePacket<'_>,
         c: &mut QpCounters,
     ) -> Result<(), Fatal> {
-        let psn = p.bth.psn;
+        let psn = p.bth.psn();
         let Some(i) = self.oldest_rd_atomic() else {
             c.dropped += 1;
             return Ok(());
@@ -546,7 +546,7 @@ impl Requester {
         let total = u64::from(w.wr.sge.length);
         let len = p.payload.len() as u64;
         let is_last = matches!(
-            p.bth.opcode,
+            p.bth.opcode(),
             Opcode::RcReadResponseLast | Opcode::RcReadResponseOnly
         );
         let expect = if is_last {

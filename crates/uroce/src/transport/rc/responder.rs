@@ -194,11 +194,11 @@ impl Responder {
         c: &mut QpCounters,
         rq: &mut VecDeque<RecvBuf>,
     ) -> Result<(), Fatal> {
-        if p.bth.opcode.transport() != TransportKind::Rc {
+        if p.bth.opcode().transport() != TransportKind::Rc {
             c.dropped += 1;
             return Ok(());
         }
-        let psn = p.bth.psn;
+        let psn = p.bth.psn();
         let d = psn_diff(psn, self.epsn);
         if d > 0 {
             self.out_of_sequence(c);
@@ -346,8 +346,8 @@ impl Responder {
         rq: &mut VecDeque<RecvBuf>,
     ) -> Verdict {
         use Opcode::*;
-        let op = p.bth.opcode;
-        let psn = p.bth.psn;
+        let op = p.bth.opcode();
+        let psn = p.bth.psn();
         let mtu = path.mtu as usize;
         let len = p.payload.len();
         // Opcode sequence (§9.7.5.2.3): continuation packets only inside a message.
@@ -431,7 +431,7 @@ impl Responder {
                             p.ext.imm,
                             path,
                         )
-                        .solicited(p.bth.solicited);
+                        .solicited(p.bth.solicited());
                     if let Some(rkey) = inv {
                         wc = wc.with_inv(rkey);
                     }
@@ -510,7 +510,7 @@ impl Responder {
                                     p.ext.imm,
                                     path,
                                 )
-                                .solicited(p.bth.solicited);
+                                .solicited(p.bth.solicited());
                             io.wcs.push((self.cq, wc));
                         }
                     }
@@ -618,7 +618,7 @@ impl Responder {
             _ => return Verdict::Nak(NakCode::InvalidRequest),
         }
         self.epsn = psn_add(psn, 1);
-        if p.bth.ack_req {
+        if p.bth.ack_req() {
             self.queue_ack(psn);
         }
         Verdict::Done
@@ -627,8 +627,8 @@ impl Responder {
     /// A request with a PSN already executed (§9.7.5.2.2): SEND / WRITE are acknowledged
     /// again, READ is answered again from memory, an atomic gets its saved result.
     fn duplicate(&mut self, path: &Path, mem: &Memory, p: &RocePacket<'_>) {
-        let psn = p.bth.psn;
-        match p.bth.opcode {
+        let psn = p.bth.psn();
+        match p.bth.opcode() {
             Opcode::RcReadRequest => {
                 let Some(reth) = p.ext.reth else { return };
                 // Only a retransmission of a READ this responder executed, asking for the

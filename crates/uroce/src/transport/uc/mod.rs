@@ -91,7 +91,7 @@ impl UcQp {
         starts: bool,
     ) -> bool {
         use Opcode::*;
-        let op = p.bth.opcode;
+        let op = p.bth.opcode();
         let mtu = self.mtu as usize;
         let len = p.payload.len();
         let last = !(op.is_first() || op.is_middle());
@@ -198,7 +198,7 @@ impl UcQp {
                             p.ext.imm,
                             peer,
                         )
-                        .solicited(p.bth.solicited),
+                        .solicited(p.bth.solicited()),
                     ));
                 } else {
                     *offset = end;
@@ -243,7 +243,7 @@ impl UcQp {
                                     p.ext.imm,
                                     peer,
                                 )
-                                .solicited(p.bth.solicited),
+                                .solicited(p.bth.solicited()),
                             ));
                         }
                     }
@@ -333,18 +333,18 @@ impl Service for UcQp {
         io: &mut Io<'_>,
         p: &RocePacket<'_>,
     ) -> Result<(), Fatal> {
-        if p.bth.opcode.transport() != TransportKind::Uc {
+        if p.bth.opcode().transport() != TransportKind::Uc {
             core.counters.dropped += 1;
             return Ok(());
         }
         // A connected QP takes packets from its peer only.
-        if p.bth.pkey & 0x7fff != self.pkey & 0x7fff
-            || self.remote.is_some_and(|r| r.ip != p.ip.src())
+        if p.bth.pkey() & 0x7fff != self.pkey & 0x7fff
+            || self.remote.is_some_and(|r| r.ip != p.ip().src())
         {
             core.counters.dropped += 1;
             return Ok(());
         }
-        let op = p.bth.opcode;
+        let op = p.bth.opcode();
         let starts = op.is_first()
             || matches!(
                 op,
@@ -353,7 +353,7 @@ impl Service for UcQp {
                     | Opcode::UcWriteOnly
                     | Opcode::UcWriteOnlyImm
             );
-        let d = psn_diff(p.bth.psn, self.epsn);
+        let d = psn_diff(p.bth.psn(), self.epsn);
         if d < 0 {
             core.counters.dropped += 1; // a duplicate: UC drops it silently
             return Ok(());
@@ -367,7 +367,7 @@ impl Service for UcQp {
                 return Ok(());
             }
         }
-        self.epsn = psn_add(p.bth.psn, 1);
+        self.epsn = psn_add(p.bth.psn(), 1);
         if starts && self.cur.is_some() {
             self.abort_message(core, io); // the LAST of the previous message never came
         }

@@ -104,7 +104,7 @@ impl Service for UdQp {
     ) -> Result<(), Fatal> {
         let (Some(deth), true) = (
             p.ext.deth,
-            matches!(p.bth.opcode, Opcode::UdSendOnly | Opcode::UdSendOnlyImm),
+            matches!(p.bth.opcode(), Opcode::UdSendOnly | Opcode::UdSendOnlyImm),
         ) else {
             core.counters.dropped += 1;
             return Ok(());
@@ -113,7 +113,7 @@ impl Service for UdQp {
             core.counters.qkey_violation += 1;
             return Ok(());
         }
-        if p.bth.pkey & 0x7fff != self.pkey & 0x7fff {
+        if p.bth.pkey() & 0x7fff != self.pkey & 0x7fff {
             core.counters.dropped += 1;
             return Ok(());
         }
@@ -124,7 +124,7 @@ impl Service for UdQp {
         let len = p.payload.len();
         let from = Some(Peer {
             qpn: deth.src_qp,
-            ip: p.ip.src(),
+            ip: p.ip().src(),
         });
         if (r.len as usize) < GRH_LEN + len {
             io.wcs.push((
@@ -144,7 +144,7 @@ impl Service for UdQp {
         let placed = match &r.local {
             Local::Empty => true,
             Local::One(span) => io.mem.write(*span).is_some_and(|buf| {
-                grh::ud_receive_grh(&p.ip, p.ip_header, buf).is_ok()
+                grh::ud_receive_grh(p.ip(), buf).is_ok()
                     && buf
                         .get_mut(GRH_LEN..GRH_LEN + len)
                         .map(|d| d.copy_from_slice(p.payload))
@@ -154,7 +154,7 @@ impl Service for UdQp {
             // scattered in order (ibverbs' UD receive layout, whatever the entries).
             many => {
                 let mut g = [0u8; GRH_LEN];
-                grh::ud_receive_grh(&p.ip, p.ip_header, &mut g).is_ok()
+                grh::ud_receive_grh(p.ip(), &mut g).is_ok()
                     && many.copy_in(io.mem, 0, &g)
                     && many.copy_in(io.mem, GRH_LEN, p.payload)
             }
@@ -189,7 +189,7 @@ impl Service for UdQp {
                 p.ext.imm,
                 from,
             )
-            .solicited(p.bth.solicited)
+            .solicited(p.bth.solicited())
             .with_grh(),
         ));
         Ok(())
