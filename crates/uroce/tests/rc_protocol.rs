@@ -453,7 +453,7 @@ fn acks_after_a_spurious_timeout_resume_a_partly_sent_message() {
     let resent = drain(&mut p.a, p.now);
     let psns: Vec<u32> = resent
         .iter()
-        .map(|f| wire::parse(f).unwrap().bth.psn)
+        .map(|f| wire::parse(f).unwrap().bth.psn())
         .collect();
     // Go-back-N from the oldest PSN in a window halved to 8: X's first 8 packets.
     assert_eq!(psns, (0..8).map(|i| psn_add(A_PSN, i)).collect::<Vec<_>>());
@@ -462,7 +462,7 @@ fn acks_after_a_spurious_timeout_resume_a_partly_sent_message() {
         p.a.handle_frame(p.now, f).unwrap();
     }
     let next = drain(&mut p.a, p.now);
-    let psn = |f: &Vec<u8>| wire::parse(f).unwrap().bth.psn;
+    let psn = |f: &Vec<u8>| wire::parse(f).unwrap().bth.psn();
     assert_eq!(
         next.first().map(psn),
         Some(psn_add(A_PSN, 16)),
