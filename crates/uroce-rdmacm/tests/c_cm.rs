@@ -214,7 +214,7 @@ fn suite(backend: &str, port: u16, v6: bool) {
         eprintln!("SKIP: <rdma/rdma_cma.h> is missing (apt-get install librdmacm-dev)");
         return;
     }
-    let lib = common::both_libraries_dir(&format!("ccm-{backend}"));
+    let lib = common::both_libraries_dir(&format!("ccm-{backend}{}", if v6 { "6" } else { "" }));
     let Some(exe) = common::compile_c(&lib, "cm", PROGRAM, &["-lrdmacm", "-libverbs"]) else {
         return;
     };
