@@ -208,7 +208,16 @@ impl Context {
             srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_packet(&mut io, p);
-        self.sched.touch(qpn, qp);
+        // Only a response (an ACK or NAK, a READ response, an atomic ACK) reaches the
+        // requester, whose timers are the only ones a packet moves (RC's retransmission
+        // timer and RNR wait; UC and UD have none): a request leaves the QP's time where
+        // it was, and does not ask for it (with 10,000 QPs that is a cache line of the
+        // responder's QP not read). A request that takes the QP to ERR stops its timers:
+        // the entry in the heap then fires, finds nothing due and goes.
+        self.sched.wake(qpn, qp);
+        if is_response(p.bth.opcode) {
+            self.sched.rearm(qpn, qp);
+        }
         let due = qp.events_due()
             || super::srq_mut(&mut self.srqs, srq).is_some_and(|s| s.limit_reached());
         if due {
@@ -217,4 +226,19 @@ impl Context {
         self.route_completions();
         Ok(())
     }
+}
+
+/// Whether `op` is a response, which the requester takes (IBTA Vol. 1 §9.7.5.1).
+#[inline]
+fn is_response(op: Opcode) -> bool {
+    use Opcode::*;
+    matches!(
+        op,
+        RcAck
+            | RcAtomicAck
+            | RcReadResponseFirst
+            | RcReadResponseMiddle
+            | RcReadResponseLast
+            | RcReadResponseOnly
+    )
 }

@@ -119,13 +119,23 @@ impl QpIndex {
     }
 }
 
+/// A QP and its QPN, on a cache line boundary: the QP's hot fields come first
+/// (`endpoint/qp.rs`), and start a line, so a packet touches the fewest lines of it;
+/// the QPN, read when walking the table, comes last.
+#[repr(C, align(64))]
+struct Slot {
+    /// `None` for a slot freed by `remove`.
+    qp: Option<Qp>,
+    qpn: u32,
+}
+
 /// QPs by QPN.
 #[derive(Default)]
 pub(crate) struct QpTable {
     /// QPN → slot.
     index: QpIndex,
-    /// The QPs and their QPNs; `None` for a slot freed by `remove`.
-    slots: Vec<Option<(u32, Qp)>>,
+    /// The QPs and their QPNs.
+    slots: Vec<Slot>,
     /// Slots freed, for the next `insert`.
     free: Vec<u32>,
 }
@@ -145,14 +155,14 @@ impl QpTable {
     #[inline]
     pub(crate) fn get(&self, qpn: &u32) -> Option<&Qp> {
         let i = self.index.get(*qpn)?;
-        self.slots[i as usize].as_ref().map(|(_, q)| q)
+        self.slots[i as usize].qp.as_ref()
     }
 
     /// QP `qpn`, to change.
     #[inline]
     pub(crate) fn get_mut(&mut self, qpn: &u32) -> Option<&mut Qp> {
         let i = self.index.get(*qpn)?;
-        self.slots[i as usize].as_mut().map(|(_, q)| q)
+        self.slots[i as usize].qp.as_mut()
     }
 
     /// Adds QP `qpn` (replacing one of that number).
@@ -163,11 +173,11 @@ impl QpTable {
         }
         let i = match self.free.pop() {
             Some(i) => {
-                self.slots[i as usize] = Some((qpn, qp));
+                self.slots[i as usize] = Slot { qp: Some(qp), qpn };
                 i
             }
             None => {
-                self.slots.push(Some((qpn, qp)));
+                self.slots.push(Slot { qp: Some(qp), qpn });
                 self.slots.len() as u32 - 1
             }
         };
@@ -179,17 +189,21 @@ impl QpTable {
     pub(crate) fn remove(&mut self, qpn: &u32) -> Option<Qp> {
         let i = self.index.remove(*qpn)?;
         self.free.push(i);
-        self.slots[i as usize].take().map(|(_, q)| q)
+        self.slots[i as usize].qp.take()
     }
 
     /// Every QP with its QPN.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&u32, &Qp)> {
-        self.slots.iter().flatten().map(|(n, q)| (n, q))
+        self.slots
+            .iter()
+            .filter_map(|s| s.qp.as_ref().map(|q| (&s.qpn, q)))
     }
 
     /// Every QP with its QPN, to change.
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&u32, &mut Qp)> {
-        self.slots.iter_mut().flatten().map(|(n, q)| (&*n, q))
+        self.slots
+            .iter_mut()
+            .filter_map(|s| s.qp.as_mut().map(|q| (&s.qpn, q)))
     }
 
     /// Every QP.
