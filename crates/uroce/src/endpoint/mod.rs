@@ -17,11 +17,12 @@
 //!
 //! No `unsafe` here but [`Context::reg_mr_raw`], the door for registering the
 //! application's memory in place (its contract is stated there; `mem/buffer.rs` holds
-//! the pointer).
+//! the pointer), and the prefetch hint of `prefetch.rs`, which reads nothing.
 
 #![deny(unsafe_code)]
 
 mod cq;
+mod prefetch;
 mod qp;
 mod receive;
 mod resources;

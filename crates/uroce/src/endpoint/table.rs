@@ -119,6 +119,12 @@ impl QpIndex {
     }
 }
 
+/// Cache lines at the start of a slot that a packet reads (`endpoint/qp.rs`).
+const HOT_SLOT_LINES: usize = 3;
+/// Cache lines at the start of a QP's service state (RC: path, requester, responder)
+/// that a packet may read.
+const HOT_SERVICE_LINES: usize = 6;
+
 /// A QP and its QPN, on a cache line boundary: the QP's hot fields come first
 /// (`endpoint/qp.rs`), and start a line, so a packet touches the fewest lines of it;
 /// the QPN, read when walking the table, comes last.
@@ -163,6 +169,22 @@ impl QpTable {
     pub(crate) fn get_mut(&mut self, qpn: &u32) -> Option<&mut Qp> {
         let i = self.index.get(*qpn)?;
         self.slots[i as usize].qp.as_mut()
+    }
+
+    /// Asks the cache for QP `qpn`'s hot lines ahead of their use (`prefetch.rs`): its
+    /// slot's first [`HOT_SLOT_LINES`], then those of its service's state. Finding the
+    /// slot reads the index, and finding the service reads the slot's first line: two
+    /// loads that may miss, after which the other lines come in parallel.
+    #[inline]
+    pub(crate) fn prefetch(&self, qpn: u32) {
+        let Some(i) = self.index.get(qpn) else {
+            return;
+        };
+        let slot = &self.slots[i as usize];
+        super::prefetch::lines((slot as *const Slot).cast(), HOT_SLOT_LINES);
+        if let Some(qp) = &slot.qp {
+            super::prefetch::lines(qp.service_ptr(), HOT_SERVICE_LINES);
+        }
     }
 
     /// Adds QP `qpn` (replacing one of that number).

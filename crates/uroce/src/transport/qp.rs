@@ -523,6 +523,11 @@ impl Qp {
         !self.core.state.flushes_sends() && self.fault.is_none()
     }
 
+    /// Where the service's state lies, for a prefetch hint only (never dereferenced).
+    pub(crate) fn service_ptr(&self) -> *const u8 {
+        (&*self.service as *const dyn Service).cast()
+    }
+
     /// The state.
     pub(crate) fn state(&self) -> QpState {
         self.core.state
