@@ -1,8 +1,8 @@
 //! The UDP socket backend: RoCEv2 over an ordinary UDP socket on port 4791.
 //!
 //! The kernel builds Ethernet, IP and UDP, so uroce must know what it will put in the
-//! fields the ICRC covers: the UDP source port (one socket per QP source port, so ECMP
-//! entropy is kept), the IP identification (0: Linux sends ID 0 on unconnected sockets
+//! fields the ICRC covers: the UDP source port (one socket per source port the context
+//! gives its QPs: one per QP for ECMP entropy, or a pool they share), the IP identification (0: Linux sends ID 0 on unconnected sockets
 //! with "don't fragment" set, which uroce asks for with IP_PMTUDISC_DO), DF, and the
 //! lengths. The context writes the RoCE part and says where it goes ([`Transmit`]): those
 //! bytes are sent as they are. On receive the socket gives the UDP payload, the source
