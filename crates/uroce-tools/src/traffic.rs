@@ -10,6 +10,11 @@ use anyhow::{bail, Context as _};
 use uroce::congestion::dcqcn;
 use uroce::verbs::{Context, ContextConfig};
 
+/// UDP source ports the QPs share over the UDP backend unless `--udp-sports` says
+/// otherwise: a batch of 64 datagrams then takes at most this many `sendmmsg` calls, and
+/// ECMP still sees this many flows.
+pub const DEFAULT_UDP_SPORTS: u16 = 4;
+
 /// What an endpoint puts in the headers the network looks at, and whether DCQCN runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Traffic {
@@ -17,6 +22,9 @@ pub struct Traffic {
     pub dscp: u8,
     /// UDP source ports are `sport_base | (hash(QPN) & 0x3fff)`: ECMP entropy, fixed per QP.
     pub sport_base: u16,
+    /// UDP source ports the QPs share (`Context::set_udp_sports`): `Some(0)` one per QP,
+    /// `Some(n)` a pool of `n`; `None` chooses by backend ([`Traffic::udp_sports_for`]).
+    pub udp_sports: Option<u16>,
     /// DCQCN: a profile (`paper` or `mlx5`) and knobs by their mlx5 names
     /// (`rpg_ai_rate=10,...`). Data packets then carry ECT(0), the reaction point paces
     /// each QP, and the notification point answers CE marks with CNPs.
@@ -28,6 +36,7 @@ impl Default for Traffic {
         Self {
             dscp: 0,
             sport_base: 0xc000,
+            udp_sports: None,
             dcqcn: None,
         }
     }
@@ -47,7 +56,20 @@ impl Traffic {
                 self.sport_base
             );
         }
+        if self.udp_sports.is_some_and(|n| n > 0x4000) {
+            bail!("--udp-sports is at most 16384 (the ports are BASE | 14 bits)");
+        }
         self.dcqcn_params(100e9).map(|_| ())
+    }
+
+    /// How many UDP source ports the QPs share over a backend: what `--udp-sports` said,
+    /// or by default [`DEFAULT_UDP_SPORTS`] over the UDP backend, which sends from a
+    /// socket per source port (a socket per QP would be a descriptor and, with QPs
+    /// taking turns, a system call per packet), and one per QP over AF_XDP, which builds
+    /// its frames itself and batches whatever the ports (ECMP entropy for free).
+    pub fn udp_sports_for(&self, udp_backend: bool) -> u16 {
+        self.udp_sports
+            .unwrap_or(if udp_backend { DEFAULT_UDP_SPORTS } else { 0 })
     }
 
     fn dcqcn_params(&self, line_rate_bps: f64) -> anyhow::Result<Option<dcqcn::Params>> {
@@ -91,6 +113,11 @@ impl Traffic {
         let mut s = String::new();
         if self.dscp != 0 {
             s.push_str(&format!(", DSCP {}", self.dscp));
+        }
+        match self.udp_sports {
+            Some(0) => s.push_str(", a UDP source port per QP"),
+            Some(n) => s.push_str(&format!(", {n} UDP source ports")),
+            None => {}
         }
         if self.sport_base != Self::default().sport_base {
             s.push_str(&format!(

@@ -13,6 +13,12 @@ pub struct TrafficArgs {
     /// QPs for ECMP. 16384, 32768 or 49152.
     #[arg(long, default_value_t = 0xc000)]
     sport_base: u16,
+    /// UDP source ports the QPs share: 0 gives each QP its own (SPORT_BASE | 14 bits of
+    /// its QPN's hash, as rdma_rxe), N a pool of N (SPORT_BASE | hash % N). Default: 4
+    /// over the UDP backend (a socket per port: fewer sockets, one sendmmsg per port per
+    /// batch), one per QP over AF_XDP. More ports, more ECMP entropy.
+    #[arg(long)]
+    udp_sports: Option<u16>,
     /// Turn DCQCN on with this profile (paper or mlx5): data packets carry ECT(0), each
     /// QP is paced by its reaction point, CE-marked packets are answered with CNPs.
     #[arg(long)]
@@ -28,6 +34,7 @@ impl TrafficArgs {
         let t = Traffic {
             dscp: self.dscp,
             sport_base: self.sport_base,
+            udp_sports: self.udp_sports,
             dcqcn: self.dcqcn.clone().map(|p| (p, self.dcqcn_set.clone())),
         };
         t.validate()?;

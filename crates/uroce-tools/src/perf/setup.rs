@@ -31,29 +31,43 @@ pub(super) struct Setup {
 pub(super) const WINDOW: usize = 32;
 
 pub(super) fn setup(cfg: &PerfConfig, local: IpAddr) -> anyhow::Result<Setup> {
-    // The UDP backend sends each QP's datagrams from the QP's own source port, through a
-    // socket of its own: a descriptor per QP, beyond the usual limit of 1024.
-    let want = u64::from(cfg.qps) + 256;
-    let files = raise_open_files(want);
+    // The UDP backend sends each source port's datagrams through a socket of its own:
+    // with a port per QP (`--udp-sports 0`) a descriptor per QP, beyond the usual limit
+    // of 1024; by default the QPs share a few ports.
     let link = local_link(cfg.iface.as_deref(), local)?;
     let iface = link.iface.clone();
     let (backend, datapath) = open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.impair)?;
-    if datapath.starts_with("UDP") && files < want {
+    let udp = datapath.starts_with("UDP");
+    let sports = cfg.traffic.udp_sports_for(udp);
+    let sockets = match sports {
+        0 => cfg.qps,
+        n => cfg.qps.min(u32::from(n)),
+    };
+    let want = u64::from(sockets) + 256;
+    let files = raise_open_files(want);
+    if udp && files < want {
         bail!(
-            "--qps {} over the UDP backend needs a socket per QP (its UDP source port): \
-             the open-files limit is {files}, raise it to {want} (ulimit -n), or use AF_XDP",
+            "--qps {} over the UDP backend with a source port per QP needs a socket per QP: \
+             the open-files limit is {files}, raise it to {want} (ulimit -n), share ports \
+             (--udp-sports N) or use AF_XDP",
             cfg.qps
         );
     }
     let mac = link.mac_for(&*backend)?;
     let mut ctx = cfg.traffic.context(&iface, mac, local, seed_of(local))?;
+    ctx.set_udp_sports(sports);
     let (cq, qps, mr) = rc_resources(&mut ctx, cfg.qps, cfg.size)?;
     Ok(Setup {
         ep: Endpoint::new(ctx, backend),
         qps,
         cq,
         mr,
-        datapath: datapath + &cfg.traffic.describe(),
+        datapath: datapath
+            + &cfg.traffic.describe()
+            + &match (cfg.traffic.udp_sports, sports) {
+                (None, n) if n > 0 => format!(", {n} UDP source ports"),
+                _ => String::new(),
+            },
         iface,
         local,
     })

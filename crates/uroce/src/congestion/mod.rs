@@ -62,8 +62,9 @@ pub struct ReactionPoint {
     pub cnps: u64,
     /// When the last one arrived.
     pub last_cnp: Option<Instant>,
-    /// The DCQCN rate state, when DCQCN is on.
-    pub dcqcn: Option<dcqcn::ReactionPoint>,
+    /// The DCQCN rate state, when DCQCN is on: boxed, so that a QP without DCQCN keeps
+    /// one word for it (a context may hold 10,000 QPs; see "Many QPs" in DESIGN.md).
+    pub dcqcn: Option<Box<dcqcn::ReactionPoint>>,
 }
 
 impl ReactionPoint {

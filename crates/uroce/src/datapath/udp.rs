@@ -1,8 +1,8 @@
 //! The UDP socket backend: RoCEv2 over an ordinary UDP socket on port 4791.
 //!
 //! The kernel builds Ethernet, IP and UDP, so uroce must know what it will put in the
-//! fields the ICRC covers: the UDP source port (one socket per QP source port, so ECMP
-//! entropy is kept), the IP identification (0: Linux sends ID 0 on unconnected sockets
+//! fields the ICRC covers: the UDP source port (one socket per source port the context
+//! gives its QPs: one per QP for ECMP entropy, or a pool they share), the IP identification (0: Linux sends ID 0 on unconnected sockets
 //! with "don't fragment" set, which uroce asks for with IP_PMTUDISC_DO), DF, and the
 //! lengths. The context writes the RoCE part and says where it goes ([`Transmit`]): those
 //! bytes are sent as they are. On receive the socket gives the UDP payload, the source
@@ -18,7 +18,11 @@
 //! are accepted with UDP_NO_CHECK6_RX.
 //!
 //! Frames are batched: `send_with` queues up to 64 datagrams that `flush` hands over with
-//! one `sendmmsg` per run of the same source port. Within it, a run of datagrams to the
+//! one `sendmmsg` per source port among them (grouped by port, each QP's datagrams in
+//! their order: with many QPs taking turns, runs of one port would be one datagram
+//! long). How many ports, hence sockets, there are is the context's choice
+//! ([`crate::verbs::Context::set_udp_sports`]): one per QP by default, or a pool the QPs
+//! share. Within a port's send, a run of datagrams to the
 //! same destination and QP with the same TOS and size (the last may be shorter) is one
 //! message with UDP_SEGMENT (GSO): the kernel cuts it back into those datagrams, once
 //! for up to 64 KiB instead of once per packet, or hands it whole to a device that
@@ -70,6 +74,8 @@ pub struct UdpBackend {
     tx_next: usize,
     /// Times the kernel had no room for queued datagrams (they waited, none was lost).
     pub tx_blocked: u64,
+    /// `sendmmsg` calls made (system calls on the send side).
+    pub tx_calls: u64,
     /// Receive slots of `rx_slot` bytes (a whole coalesced datagram with GRO), the
     /// control-message space of each, what `recvmmsg` said of each, how many it filled
     /// and the next packet to hand up (slot, offset).
@@ -325,6 +331,7 @@ impl UdpBackend {
             txq: Vec::with_capacity(TX_BATCH),
             tx_next: 0,
             tx_blocked: 0,
+            tx_calls: 0,
             rxbuf: vec![0; slots * slot],
             rx_slot: slot,
             rxcmsg: vec![[0; 8]; RX_BATCH],
@@ -487,7 +494,7 @@ impl UdpBackend {
         true
     }
 
-    /// Sends the queued datagrams: one `sendmmsg` per run of the same source port, each
+    /// Sends the queued datagrams: one `sendmmsg` per source port in the batch, each
     /// message of it a GSO send of a run of datagrams ([`gso_run`]) while the kernel
     /// takes them, or one datagram.
     ///
@@ -496,6 +503,13 @@ impl UdpBackend {
     /// clean path (before, those datagrams were counted as sent and dropped, and RC had
     /// to retransmit them).
     fn send_queued(&mut self) -> io::Result<()> {
+        // One `sendmmsg` per source port, not per run of it: datagrams of QPs that took
+        // turns (a different port each) are grouped by port, and within a port by
+        // destination QP (GSO runs), keeping the order of each (port, QP) pair, which is
+        // the only order RoCE asks for (a QP's packets all leave from its port). A slot's
+        // offset (`start`) grows with the order it was queued in: it is the tie-break,
+        // and the sort (in place, no allocation) is stable in effect.
+        self.txq[self.tx_next..].sort_unstable_by_key(|q| (q.sport, q.dest_qp, q.start));
         let mut i = self.tx_next;
         while i < self.txq.len() {
             let sport = self.txq[i].sport;
@@ -587,6 +601,7 @@ impl UdpBackend {
         // SAFETY: `msgs[..nmsg]` point at live addresses, control messages and queued
         // bytes, all alive for the call.
         let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), nmsg as u32, libc::MSG_DONTWAIT) };
+        self.tx_calls += 1;
         if r > 0 {
             return Some(counts[..r as usize].iter().sum());
         }
@@ -1415,5 +1430,37 @@ mod tests {
             rx.idents_recovered, 0,
             "every datagram left with identification 0"
         );
+    }
+
+    /// Datagrams of QPs that take turns, each QP with its own source port, go with one
+    /// `sendmmsg` per port, not one per datagram, and each port's datagrams arrive in
+    /// the order they were queued.
+    #[test]
+    fn a_batch_sends_once_per_source_port() {
+        let (a, b) = (Ipv4Addr::new(127, 0, 74, 1), Ipv4Addr::new(127, 0, 74, 2));
+        let mut rx = UdpBackend::bind(b).unwrap();
+        let mut tx = UdpBackend::bind(a).unwrap();
+        for i in 0..12u32 {
+            let mut repr = frame(a, b, 0, i);
+            repr.udp.src_port = 0xc001 + (i % 3) as u16;
+            repr.bth.dest_qp = 0x20 + i % 3;
+            let queued = tx
+                .send_with(&mut |buf| Some(transmit(&repr, &[i as u8; 40], buf)))
+                .unwrap();
+            assert!(queued);
+        }
+        tx.flush().unwrap();
+        assert_eq!(tx.tx_calls, 3, "one sendmmsg per source port");
+        let got = receive_all(&mut rx, 12, 32);
+        assert_eq!(got.len(), 12);
+        for port in 0..3 {
+            let psns: Vec<u32> = got
+                .iter()
+                .map(|&(psn, _)| psn)
+                .filter(|psn| psn % 3 == port)
+                .collect();
+            let want: Vec<u32> = (0..12).filter(|psn| psn % 3 == port).collect();
+            assert_eq!(psns, want, "port {port}'s datagrams in order");
+        }
     }
 }

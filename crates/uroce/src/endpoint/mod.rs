@@ -17,11 +17,12 @@
 //!
 //! No `unsafe` here but [`Context::reg_mr_raw`], the door for registering the
 //! application's memory in place (its contract is stated there; `mem/buffer.rs` holds
-//! the pointer).
+//! the pointer), and the prefetch hint of `prefetch.rs`, which reads nothing.
 
 #![deny(unsafe_code)]
 
 mod cq;
+mod prefetch;
 mod qp;
 mod receive;
 mod resources;
@@ -118,6 +119,8 @@ pub struct Context {
     sched: Schedule,
     /// Bytes in flight per QP ([`Context::set_inflight_budget`]).
     inflight_budget: Option<u64>,
+    /// UDP source ports the QPs share, 0 for one per QP ([`Context::set_udp_sports`]).
+    udp_sports: u16,
     /// Start of DCQCN rate state for QPs created after `enable_dcqcn`.
     epoch: Instant,
     wcs: Vec<(CqId, WorkCompletion)>,
@@ -145,6 +148,7 @@ impl Context {
             dcqcn: None,
             sched: Schedule::default(),
             inflight_budget: None,
+            udp_sports: 0,
             epoch: now,
             wcs: Vec::new(),
             gather: Vec::with_capacity(crate::transport::MAX_SGE as usize),
@@ -298,6 +302,69 @@ fn srq_mut(srqs: &mut [Option<Srq>], id: Option<SrqId>) -> Option<&mut Srq> {
 
 /// The UDP source port of a QP: fixed for its life, spread for ECMP (IBTA A17.3.1).
 pub fn udp_source_port(base: u16, qpn: u32) -> u16 {
-    let h = qpn.wrapping_mul(0x9e37_79b1) >> 18;
-    base | (h as u16 & 0x3fff)
+    base | sport_hash(qpn)
+}
+
+/// 14 bits of a multiplicative hash of the QPN, as rdma_rxe takes 14 bits of
+/// `hash_32(qpn)` for its source port in 0xc000..=0xffff.
+fn sport_hash(qpn: u32) -> u16 {
+    (qpn.wrapping_mul(0x9e37_79b1) >> 18) as u16 & 0x3fff
+}
+
+/// The UDP source port of QP `qpn` when the QPs share `count` ports (0: one per QP,
+/// [`udp_source_port`]): `base | hash(QPN) % count`, still fixed for the QP's life, so
+/// its packets keep their order on one ECMP path.
+pub fn udp_source_port_of(base: u16, qpn: u32, count: u16) -> u16 {
+    match count {
+        0 => udp_source_port(base, qpn),
+        n => base | (sport_hash(qpn) % n),
+    }
+}
+
+impl Context {
+    /// How many UDP source ports the QPs share: `0` (the default) gives each QP its own,
+    /// `base | 14 bits of a hash of its QPN` as rdma_rxe does (ECMP can then spread QPs
+    /// over paths one by one), `n` (at most 16,384) makes them `base | hash % n`: a
+    /// backend that sends from a socket per source port (the UDP backend) then holds at
+    /// most `n` sockets and sends a batch with at most `n` system calls, whatever the
+    /// number of QPs, at the price of ECMP seeing at most `n` flows. A QP's port stays
+    /// fixed for its life; set this before the QPs send.
+    pub fn set_udp_sports(&mut self, n: u16) {
+        self.udp_sports = n.min(0x4000);
+    }
+
+    /// See [`Context::set_udp_sports`].
+    pub fn udp_sports(&self) -> u16 {
+        self.udp_sports
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{udp_source_port, udp_source_port_of};
+
+    /// With a pool of `n` ports, QPs take at most `n` of them, `base` to `base + n - 1`;
+    /// with none (0), each QP has the port of [`udp_source_port`], and 1,000 consecutive
+    /// QPNs spread over hundreds of ports.
+    #[test]
+    fn pooled_source_ports_stay_in_the_pool() {
+        let qpns = 0x100..0x100 + 1000u32;
+        for n in [1u16, 4, 16] {
+            let mut seen: Vec<u16> = qpns
+                .clone()
+                .map(|q| udp_source_port_of(0xc000, q, n))
+                .collect();
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen.len(), usize::from(n), "{n} ports used");
+            assert!(seen.iter().all(|&p| (0xc000..0xc000 + n).contains(&p)));
+        }
+        let mut own: Vec<u16> = qpns.clone().map(|q| udp_source_port(0xc000, q)).collect();
+        assert!(qpns
+            .clone()
+            .all(|q| udp_source_port_of(0xc000, q, 0) == udp_source_port(0xc000, q)));
+        own.sort_unstable();
+        own.dedup();
+        assert!(own.len() > 900, "{} ports for 1,000 QPs", own.len());
+    }
 }

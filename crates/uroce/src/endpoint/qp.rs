@@ -15,10 +15,15 @@ use crate::transport::{self, QpCaps, QpType, Service};
 /// One QP: its transport QP, the reaction point its packets wait for, and its place in
 /// the ready list and the timer heap. It derefs to the transport QP, which the context
 /// drives.
+///
+/// `repr(C)`: its place in the schedule and its reaction point (whose DCQCN state is a
+/// pointer, `None` when DCQCN is off) come first, with the transport QP's hot fields
+/// right behind them, so that a packet reads the first few cache lines of its QP only.
+#[repr(C)]
 pub(crate) struct Qp {
-    qp: transport::Qp,
-    pub(crate) rp: ReactionPoint,
     pub(crate) sched: QpSched,
+    pub(crate) rp: ReactionPoint,
+    qp: transport::Qp,
 }
 
 impl Qp {
@@ -32,9 +37,9 @@ impl Qp {
             }
         });
         Self {
-            qp,
-            rp,
             sched: QpSched::default(),
+            rp,
+            qp,
         }
     }
 }

@@ -353,7 +353,7 @@ impl Context {
         };
         let mut rp = ReactionPoint::default();
         if let Some(p) = self.dcqcn {
-            rp.dcqcn = Some(dcqcn::ReactionPoint::new(p, self.epoch));
+            rp.dcqcn = Some(Box::new(dcqcn::ReactionPoint::new(p, self.epoch)));
         }
         let mut qp = Qp::new(qpn, pd, &caps, rp);
         qp.set_init_ex(ex)?;
@@ -388,7 +388,7 @@ impl Context {
         self.cnp_dscp = p.cnp_dscp;
         self.cfg.tos = (self.cfg.tos & !0x03) | 0x02;
         for qp in self.qps.values_mut() {
-            qp.rp.dcqcn = Some(dcqcn::ReactionPoint::new(p, now));
+            qp.rp.dcqcn = Some(Box::new(dcqcn::ReactionPoint::new(p, now)));
         }
     }
 

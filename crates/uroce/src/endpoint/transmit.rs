@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::{udp_source_port, Context};
+use super::{udp_source_port_of, Context};
 use crate::transport::{Io, OutPacket, Payload};
 use crate::wire::{self, cnp, DatagramRepr, ExtHeaders, FrameRepr, WireError};
 
@@ -136,7 +136,7 @@ impl Context {
     /// A packet the transport produced that cannot be built (`buf` too small for it, a
     /// peer of the other IP version) is counted in `tx_dropped`; RC recovers it as a loss.
     fn emit(&mut self, qpn: u32, pkt: &OutPacket, tos: u8, buf: &mut [u8]) -> Option<Transmit> {
-        let sport = udp_source_port(self.cfg.udp_sport_base, qpn);
+        let sport = udp_source_port_of(self.cfg.udp_sport_base, qpn, self.udp_sports);
         let Some(datagram) = DatagramRepr::roce(self.cfg.ip, pkt.to.ip, sport, tos) else {
             self.counters.tx_dropped += 1;
             return None;

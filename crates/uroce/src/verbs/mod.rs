@@ -6,7 +6,8 @@
 #![forbid(unsafe_code)]
 
 pub use crate::endpoint::{
-    udp_source_port, AsyncEvent, Context, ContextConfig, ContextCounters, MwBind, MAX_CQE,
+    udp_source_port, udp_source_port_of, AsyncEvent, Context, ContextConfig, ContextCounters,
+    MwBind, MAX_CQE,
 };
 pub use crate::mem::{inc_rkey, Access, Mr, Mw, MwId, MwType, PdId, RegError};
 pub use crate::transport::{

@@ -54,12 +54,11 @@ impl Wqe {
     }
 }
 
-/// Requester state of one QP.
+/// Requester state of one QP. `repr(C)`: what sending a packet and taking an ACK read
+/// (the send queue, the PSNs, the window, the timers) first, the rest after.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(crate) struct Requester {
-    qpn: u32,
-    pd: PdId,
-    cq: CqId,
     sq: VecDeque<Wqe>,
     /// sq[..started] have PSNs.
     started: usize,
@@ -69,22 +68,27 @@ pub(crate) struct Requester {
     una: u32,
     /// Next PSN to (re)transmit; equal to `next_psn` when nothing is owed.
     tx_psn: u32,
+    /// Every PSN before this one has been sent at least once.
+    sent_hw: u32,
+    last_ackreq: u32,
+    /// In-flight limit in PSNs. Go-back-N resends everything after a loss, so on a lossy
+    /// path a full window of 2048 packets would be resent again and again: the limit
+    /// halves on each loss episode and grows by one per window acknowledged (AIMD).
+    inflight_limit: u32,
     rd_atomic_inflight: u32,
     max_rd_atomic: u32,
+    timer: Option<Instant>,
+    rnr_until: Option<Instant>,
+    /// SQD: no work request is started; those started go on (rdma_rxe's QP_STATE_DRAIN).
+    draining: bool,
+    /// A local operation (BIND_MW, LOCAL_INV) failed and has just completed in error:
+    /// the QP must go to ERR ([`Requester::take_local_error`]).
+    local_error: Option<WcStatus>,
     timeout: Option<Duration>,
     retry_cnt: u8,
     retry_left: u8,
     rnr_retry: u8,
     rnr_left: u8,
-    timer: Option<Instant>,
-    rnr_until: Option<Instant>,
-    last_ackreq: u32,
-    /// Every PSN before this one has been sent at least once.
-    sent_hw: u32,
-    /// In-flight limit in PSNs. Go-back-N resends everything after a loss, so on a lossy
-    /// path a full window of 2048 packets would be resent again and again: the limit
-    /// halves on each loss episode and grows by one per window acknowledged (AIMD).
-    inflight_limit: u32,
     inflight_credit: u32,
     /// The most PSNs the limit may reach: what the receiver can hold
     /// ([`Requester::set_inflight_cap`]); 0 for [`MAX_INFLIGHT_PSNS`].
@@ -94,11 +98,9 @@ pub(crate) struct Requester {
     /// A READ re-request went out at this PSN: later responses beyond it are expected
     /// to be discarded, do not re-request again for each of them.
     rerequested: Option<u32>,
-    /// SQD: no work request is started; those started go on (rdma_rxe's QP_STATE_DRAIN).
-    draining: bool,
-    /// A local operation (BIND_MW, LOCAL_INV) failed and has just completed in error:
-    /// the QP must go to ERR ([`Requester::take_local_error`]).
-    local_error: Option<WcStatus>,
+    qpn: u32,
+    pd: PdId,
+    cq: CqId,
 }
 
 impl Requester {
