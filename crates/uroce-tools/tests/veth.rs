@@ -490,7 +490,7 @@ fn perf_qps_share_a_pool_of_source_ports() {
     let mut ports = std::collections::BTreeSet::new();
     for f in &frames {
         let Ok(p) = wire::parse(f) else { continue };
-        if p.ip.src() == std::net::IpAddr::V4(pair.addrs[0]) {
+        if p.ip().src() == std::net::IpAddr::V4(pair.addrs[0]) {
             ports.insert(p.udp.src_port);
         }
     }

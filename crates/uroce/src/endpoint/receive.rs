@@ -228,7 +228,7 @@ impl Context {
         // responder's QP not read). A request that takes the QP to ERR stops its timers:
         // the entry in the heap then fires, finds nothing due and goes.
         self.sched.wake(qpn, qp);
-        if is_response(p.bth.opcode) {
+        if is_response(p.bth.opcode()) {
             self.sched.rearm(qpn, qp);
         }
         let due = qp.events_due()
