@@ -12,8 +12,9 @@
 #   --bulk: bulk throughput against kernel TCP instead, each round in one go: iperf3 (one
 #   TCP stream), then for each of `uroce perf write`, `read` and `send` (BULK_OPS) of
 #   64 KiB messages (path MTU 4096, one QP): the UDP backend with GSO/GRO (`udp`), AF_XDP
-#   as uroce sets it up (`xdp`) and AF_XDP tuned as BULK_XDP_TUNED says (`xdp-tuned`;
-#   default "UROCE_XDP_BUSY_POLL=50 UROCE_XDP_TX_BATCH=64", both ends), plus the UDP
+#   as uroce sets it up (`xdp`) and AF_XDP set otherwise at both ends as BULK_XDP_VARIANTS
+#   says (NAME:ENV=VAL[,ENV=VAL] ...; default `xdp-256`, a TX batch of 256, and
+#   `xdp-busy`, that and busy polling 50 us), plus the UDP
 #   backend with GSO/GRO off (`udp-nogso`) when BULK_NOGSO=1 and the UDP backend of
 #   UROCE_BIN_BASE when set (a build to compare with, e.g. main's); Gb/s, the ratio to
 #   TCP, CPU-seconds of each end (user + system, /usr/bin/time) and per GB moved; then
@@ -193,15 +194,18 @@ fi
 if [ $BULK -eq 1 ]; then
   command -v iperf3 >/dev/null || { echo "iperf3 is missing (scripts/setup.sh --bench)" >&2; exit 1; }
   OPS=${BULK_OPS:-write read send}
-  read -r -a TUNED <<<"${BULK_XDP_TUNED:-UROCE_XDP_BUSY_POLL=50 UROCE_XDP_TX_BATCH=64}"
+  read -r -a VARIANTS <<<"${BULK_XDP_VARIANTS:-xdp-256:UROCE_XDP_TX_BATCH=256 xdp-busy:UROCE_XDP_TX_BATCH=256,UROCE_XDP_BUSY_POLL=50}"
   rows=$(mktemp)
-  echo "xdp-tuned: ${TUNED[*]}"
+  echo "AF_XDP variants: ${VARIANTS[*]}"
   echo "round  op     what         Gb/s  x TCP  CPU-s client/server  CPU-s per GB client/server  retransmits"
   for r in $(seq "$ROUNDS"); do
     echo "$r - tcp $(bulk_tcp)" >>"$rows"
     for op in $OPS; do
-      runs=("udp:$(bulk_uroce "$B" "$op" udp)" "xdp:$(bulk_uroce "$B" "$op" xdp)"
-        "xdp-tuned:$(bulk_uroce "$B" "$op" xdp "${TUNED[@]}")")
+      runs=("udp:$(bulk_uroce "$B" "$op" udp)" "xdp:$(bulk_uroce "$B" "$op" xdp)")
+      for v in "${VARIANTS[@]}"; do
+        IFS=, read -r -a envs <<<"${v#*:}"
+        runs+=("${v%%:*}:$(bulk_uroce "$B" "$op" xdp "${envs[@]}")")
+      done
       if [ "${BULK_NOGSO:-0}" = 1 ]; then
         runs+=("udp-nogso:$(bulk_uroce "$B" "$op" udp UROCE_UDP_GSO=0)")
       fi

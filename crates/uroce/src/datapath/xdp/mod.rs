@@ -21,7 +21,10 @@ mod bpf;
 mod config;
 mod ring;
 
-pub use config::{BusyPoll, XdpConfig, BUSY_POLL_ENV, KERNEL_TX_BATCH, MAX_TX_BATCH, TX_BATCH_ENV};
+pub use config::{
+    BusyPoll, XdpConfig, BUSY_POLL_ENV, DEFAULT_TX_BATCH, KERNEL_TX_BATCH, MAX_TX_BATCH,
+    TX_BATCH_ENV,
+};
 
 use std::ffi::CString;
 use std::io;
@@ -101,8 +104,8 @@ pub struct XdpMode {
     pub napi_id: u32,
     /// Busy polling as asked for (and set on every socket).
     pub busy_poll: Option<BusyPoll>,
-    /// Frames the kernel takes per wake-up in copy mode (32 unless more was asked for
-    /// and the kernel has `XDP_MAX_TX_SKB_BUDGET`).
+    /// Frames the kernel takes per wake-up in copy mode: 32 descriptors (16 multi-buffer
+    /// frames) unless more was asked for and the kernel has `XDP_MAX_TX_SKB_BUDGET`.
     pub tx_budget: u32,
 }
 
@@ -123,7 +126,7 @@ impl std::fmt::Display for XdpMode {
                 ""
             }
         )?;
-        if self.tx_budget != KERNEL_TX_BATCH {
+        if self.tx_budget > KERNEL_TX_BATCH {
             write!(f, ", {} frames per wake-up", self.tx_budget)?;
         }
         if let Some(bp) = self.busy_poll {
@@ -252,14 +255,16 @@ struct SockaddrXdp {
     shared_umem_fd: u32,
 }
 
-/// Sets what `cfg` asks for on a bound socket whose TX ring has `tx_ring` entries;
-/// returns the socket's NAPI id (0: none) and the frames the kernel takes per wake-up.
+/// Sets what `cfg` asks for on a bound socket whose TX ring has `tx_ring` entries and
+/// whose frames take `descs` descriptors each (2 with multi-buffer); returns the
+/// socket's NAPI id (0: none) and the frames the kernel takes per wake-up (its budget
+/// counts descriptors).
 /// Busy polling the kernel refuses is an error naming the option (EPERM: CAP_NET_ADMIN
 /// is missing; ENOPROTOOPT: a kernel before 5.11); a TX budget it does not know
 /// (before 6.17) leaves the kernel's 32, which only means more wake-ups.
-fn tune(fd: i32, cfg: &XdpConfig, tx_ring: u32) -> io::Result<(u32, u32)> {
+fn tune(fd: i32, cfg: &XdpConfig, tx_ring: u32, descs: u32) -> io::Result<(u32, u32)> {
     let mut tx_budget = KERNEL_TX_BATCH;
-    let want = cfg.tx_batch.min(tx_ring);
+    let want = cfg.tx_batch.saturating_mul(descs).min(tx_ring);
     if want > KERNEL_TX_BATCH {
         match sockopt(fd, XDP_MAX_TX_SKB_BUDGET, &want) {
             Ok(()) => tx_budget = want,
@@ -308,7 +313,7 @@ fn tune(fd: i32, cfg: &XdpConfig, tx_ring: u32) -> io::Result<(u32, u32)> {
     if r != 0 {
         napi = 0;
     }
-    Ok((napi, tx_budget))
+    Ok((napi, tx_budget / descs.max(1)))
 }
 
 /// Opens one AF_XDP socket on `queue` with room for `frames` frames in flight each way.
@@ -413,7 +418,7 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool, frames: u32) -> io::Result<(S
         tx_batch: KERNEL_TX_BATCH,
         busy_poll: false,
         napi_id: 0,
-        tx_budget: KERNEL_TX_BATCH,
+        tx_budget: KERNEL_TX_BATCH / if sg { 2 } else { 1 },
         stalled_since: None,
         spill: sg,
         tx_base: u64::from(rx_chunks) * u64::from(CHUNK),
@@ -607,7 +612,7 @@ impl XdpBackend {
                 multi_buffer: sg,
                 napi_id: first.map_or(0, |s| s.napi_id),
                 busy_poll: cfg.busy_poll,
-                tx_budget: first.map_or(KERNEL_TX_BATCH, |s| s.tx_budget),
+                tx_budget: first.map_or(0, |s| s.tx_budget),
             },
             socks,
             _attach: attach,
@@ -692,7 +697,8 @@ impl LossyLink {
 impl Socket {
     /// Applies `cfg` to the bound socket ([`tune`]).
     fn tune(&mut self, cfg: &XdpConfig) -> io::Result<()> {
-        let (napi_id, tx_budget) = tune(self.fd.as_raw_fd(), cfg, self.tx.size())?;
+        let descs = if self.spill { 2 } else { 1 };
+        let (napi_id, tx_budget) = tune(self.fd.as_raw_fd(), cfg, self.tx.size(), descs)?;
         self.tx_batch = cfg.tx_batch;
         self.busy_poll = cfg.busy_poll.is_some() && napi_id >= MIN_NAPI_ID;
         self.napi_id = napi_id;
