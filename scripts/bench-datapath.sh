@@ -13,8 +13,8 @@
 #   TCP stream), then for each of `uroce perf write`, `read` and `send` (BULK_OPS) of
 #   64 KiB messages (path MTU 4096, one QP): the UDP backend with GSO/GRO (`udp`), AF_XDP
 #   as uroce sets it up (`xdp`) and AF_XDP set otherwise at both ends as BULK_XDP_VARIANTS
-#   says (NAME:ENV=VAL[,ENV=VAL] ...; default `xdp-256`, a TX batch of 256, and
-#   `xdp-busy`, that and busy polling 50 us), plus the UDP
+#   says (NAME:ENV=VAL[,ENV=VAL] ...; default `xdp-32`, the kernel's TX batch of 32
+#   instead of uroce's 256, and `xdp-busy`, busy polling 50 us), plus the UDP
 #   backend with GSO/GRO off (`udp-nogso`) when BULK_NOGSO=1 and the UDP backend of
 #   UROCE_BIN_BASE when set (a build to compare with, e.g. main's); Gb/s, the ratio to
 #   TCP, CPU-seconds of each end (user + system, /usr/bin/time) and per GB moved; then
@@ -194,7 +194,7 @@ fi
 if [ $BULK -eq 1 ]; then
   command -v iperf3 >/dev/null || { echo "iperf3 is missing (scripts/setup.sh --bench)" >&2; exit 1; }
   OPS=${BULK_OPS:-write read send}
-  read -r -a VARIANTS <<<"${BULK_XDP_VARIANTS:-xdp-256:UROCE_XDP_TX_BATCH=256 xdp-busy:UROCE_XDP_TX_BATCH=256,UROCE_XDP_BUSY_POLL=50}"
+  read -r -a VARIANTS <<<"${BULK_XDP_VARIANTS:-xdp-32:UROCE_XDP_TX_BATCH=32 xdp-busy:UROCE_XDP_BUSY_POLL=50}"
   rows=$(mktemp)
   echo "AF_XDP variants: ${VARIANTS[*]}"
   echo "round  op     what         Gb/s  x TCP  CPU-s client/server  CPU-s per GB client/server  retransmits"

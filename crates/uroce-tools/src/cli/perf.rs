@@ -83,7 +83,7 @@ pub struct Args {
     busy_poll: Option<uroce::datapath::xdp::BusyPoll>,
     /// AF_XDP: frames queued before the kernel is woken to send them (1 to 2048; the
     /// kernel takes up to as many per wake-up, Linux 6.17 or later). Default:
-    /// UROCE_XDP_TX_BATCH, else 32.
+    /// UROCE_XDP_TX_BATCH, else 256.
     #[arg(long, value_name = "N")]
     xdp_tx_batch: Option<u32>,
     /// TCP port of the out-of-band exchange.
