@@ -10,11 +10,15 @@
 # Usage: scripts/bench-datapath.sh [ROUNDS] [SECONDS]     (default 2 rounds of 3 s)
 #        scripts/bench-datapath.sh --bulk [ROUNDS] [SECONDS]
 #   --bulk: bulk throughput against kernel TCP instead, each round in one go: iperf3 (one
-#   TCP stream), then `uroce perf write` of 64 KiB messages (path MTU 4096, one QP) over
-#   the UDP backend with GSO/GRO and with them off (UROCE_UDP_GSO=0), and over the UDP
-#   backend of UROCE_BIN_BASE when set (a build to compare with, e.g. main's); Gb/s, the
-#   ratio to TCP, CPU-seconds of each end (user + system, /usr/bin/time) and per GB; then
-#   the medians of the ratios.
+#   TCP stream), then for each of `uroce perf write`, `read` and `send` (BULK_OPS) of
+#   64 KiB messages (path MTU 4096, one QP): the UDP backend with GSO/GRO (`udp`), AF_XDP
+#   as uroce sets it up (`xdp`) and AF_XDP set otherwise at both ends as BULK_XDP_VARIANTS
+#   says (NAME:ENV=VAL[,ENV=VAL] ...; default `xdp-32`, the kernel's TX batch of 32
+#   instead of uroce's 256, and `xdp-busy`, busy polling 50 us), plus the UDP
+#   backend with GSO/GRO off (`udp-nogso`) when BULK_NOGSO=1 and the UDP backend of
+#   UROCE_BIN_BASE when set (a build to compare with, e.g. main's); Gb/s, the ratio to
+#   TCP, CPU-seconds of each end (user + system, /usr/bin/time) and per GB moved; then
+#   the medians of the ratios and of the CPU-seconds per GB.
 #        scripts/bench-datapath.sh --verbs [ROUNDS] [SECONDS]
 #   --verbs: what the drop-in libibverbs.so.1 costs: perftest's unmodified ib_write_bw at
 #   both ends on uroce's library (target/release/libibverbs.so.1) against `uroce perf
@@ -75,21 +79,28 @@ field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])
 # cpu FILE: user + system seconds that /usr/bin/time wrote to FILE
 cpu() { python3 -c "import sys; u,s=open('$1').read().split()[-2:]; print(float(u)+float(s))"; }
 
-# bulk_uroce BIN [ENV=VAL]: "Gb/s client_cpu server_cpu retransmits" of a 64 KiB RC WRITE
-# run over UDP
+# bulk_uroce BIN OP BACKEND [ENV=VAL ...]: "Gb/s client_cpu server_cpu retransmits" of
+# 64 KiB RC OP messages (write, read or send) over BACKEND, ENV at both ends; "0 0 0 -"
+# when the run failed
 bulk_uroce() {
-  local bin=$1 envs=${2:-UROCE_NOTHING=1} t1 t2 out
+  local bin=$1 op=$2 be=$3 t1 t2 out
+  shift 3
   t1=$(mktemp) t2=$(mktemp)
-  ip netns exec "$Z" env "$envs" /usr/bin/time -f '%U %S' -o "$t2" \
-    "$bin" perf write --backend udp -m 4096 --port 18778 >/dev/null 2>&1 &
+  ip netns exec "$Z" env UROCE_NOTHING=1 "$@" /usr/bin/time -f '%U %S' -o "$t2" \
+    "$bin" perf "$op" --backend "$be" -m 4096 --port 18778 >/dev/null 2>&1 &
   local sp=$!
   sleep 0.5
-  out=$(ip netns exec "$A" env "$envs" /usr/bin/time -f '%U %S' -o "$t1" \
-    "$bin" perf write 10.99.0.2 --backend udp -m 4096 --size 65536 --port 18778 \
+  out=$(ip netns exec "$A" env UROCE_NOTHING=1 "$@" /usr/bin/time -f '%U %S' -o "$t1" \
+    "$bin" perf "$op" 10.99.0.2 --backend "$be" -m 4096 --size 65536 --port 18778 \
     --duration "$DUR" --json 2>/dev/null |
-    python3 -c "import json,sys; v=json.loads(sys.stdin.read()); print(v['bw_gbps'], v['retransmits'])")
+    python3 -c "import json,sys; v=json.loads(sys.stdin.read()); print(v['bw_gbps'], v['retransmits'])" ||
+    true)
   wait $sp || true
-  echo "${out% *} $(cpu "$t1") $(cpu "$t2") ${out#* }"
+  if [ -z "$out" ]; then
+    echo "0 0 0 -"
+  else
+    echo "${out% *} $(cpu "$t1") $(cpu "$t2") ${out#* }"
+  fi
   rm -f "$t1" "$t2"
 }
 
@@ -182,38 +193,62 @@ fi
 
 if [ $BULK -eq 1 ]; then
   command -v iperf3 >/dev/null || { echo "iperf3 is missing (scripts/setup.sh --bench)" >&2; exit 1; }
+  OPS=${BULK_OPS:-write read send}
+  read -r -a VARIANTS <<<"${BULK_XDP_VARIANTS:-xdp-32:UROCE_XDP_TX_BATCH=32 xdp-busy:UROCE_XDP_BUSY_POLL=50}"
   rows=$(mktemp)
-  echo "round  what             Gb/s  x TCP  CPU-s client/server  CPU-s per GB client/server  retransmits"
+  echo "AF_XDP variants: ${VARIANTS[*]}"
+  echo "round  op     what         Gb/s  x TCP  CPU-s client/server  CPU-s per GB client/server  retransmits"
   for r in $(seq "$ROUNDS"); do
-    runs=("tcp:$(bulk_tcp)" "udp-gso:$(bulk_uroce "$B")" "udp-nogso:$(bulk_uroce "$B" UROCE_UDP_GSO=0)")
-    if [ -n "${UROCE_BIN_BASE:-}" ]; then
-      runs+=("udp-base:$(bulk_uroce "$UROCE_BIN_BASE")")
-    fi
-    for run in "${runs[@]}"; do echo "$r ${run%%:*} ${run#*:}" >>"$rows"; done
+    echo "$r - tcp $(bulk_tcp)" >>"$rows"
+    for op in $OPS; do
+      runs=("udp:$(bulk_uroce "$B" "$op" udp)" "xdp:$(bulk_uroce "$B" "$op" xdp)")
+      for v in "${VARIANTS[@]}"; do
+        IFS=, read -r -a envs <<<"${v#*:}"
+        runs+=("${v%%:*}:$(bulk_uroce "$B" "$op" xdp "${envs[@]}")")
+      done
+      if [ "${BULK_NOGSO:-0}" = 1 ]; then
+        runs+=("udp-nogso:$(bulk_uroce "$B" "$op" udp UROCE_UDP_GSO=0)")
+      fi
+      if [ -n "${UROCE_BIN_BASE:-}" ]; then
+        runs+=("udp-base:$(bulk_uroce "$UROCE_BIN_BASE" "$op" udp)")
+      fi
+      for run in "${runs[@]}"; do echo "$r $op ${run%%:*} ${run#*:}" >>"$rows"; done
+    done
     python3 - "$rows" "$r" "$DUR" <<'PY'
 import sys
 rows = [l.split() for l in open(sys.argv[1]) if l.split()[0] == sys.argv[2]]
 dur = float(sys.argv[3])
-tcp = float(rows[0][2])
-for r, what, g, c, s, rx in rows:
+tcp = float(rows[0][3])
+for r, op, what, g, c, s, rx in rows:
     g, c, s = float(g), float(c), float(s)
-    gb = g * dur / 8
-    print(f"{r:>5}  {what:<12} {g:8.2f}  {g / tcp:5.2f}  {c:6.2f} / {s:6.2f}       {c / gb:6.3f} / {s / gb:6.3f}  {rx:>11}")
+    gb = max(g * dur / 8, 1e-9)
+    print(f"{r:>5}  {op:<5}  {what:<10} {g:6.2f}  {g / tcp:5.2f}  {c:6.2f} / {s:6.2f}       {c / gb:6.3f} / {s / gb:6.3f}  {rx:>11}")
 PY
   done
-  python3 - "$rows" <<'PY'
+  python3 - "$rows" "$DUR" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
+dur = float(sys.argv[2])
 rounds = sorted({r[0] for r in rows})
-whats = [w for w in dict.fromkeys(r[1] for r in rows) if w != "tcp"]
-for w in whats:
-    ratios = []
+med = lambda xs: statistics.median(xs) if xs else float("nan")
+def per_gb(r):
+    gb = max(float(r[3]) * dur / 8, 1e-9)
+    return float(r[4]) / gb, float(r[5]) / gb
+tcp = [r for r in rows if r[2] == "tcp"]
+c, s = zip(*map(per_gb, tcp))
+print(f"median tcp                 CPU-s per GB client / server {med(c):.3f} / {med(s):.3f}")
+for op, what in dict.fromkeys((r[1], r[2]) for r in rows if r[2] != "tcp"):
+    ratios, cs, ss = [], [], []
     for rd in rounds:
-        t = [float(r[2]) for r in rows if r[0] == rd and r[1] == "tcp"]
-        u = [float(r[2]) for r in rows if r[0] == rd and r[1] == w]
-        if t and u:
-            ratios.append(u[0] / t[0])
-    print(f"median {w:<12} x TCP {statistics.median(ratios):.2f}  (rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
+        t = [float(r[3]) for r in rows if r[0] == rd and r[2] == "tcp"]
+        u = [r for r in rows if r[0] == rd and r[1] == op and r[2] == what]
+        if t and u and float(u[0][3]) > 0:
+            ratios.append(float(u[0][3]) / t[0])
+            c1, s1 = per_gb(u[0])
+            cs.append(c1)
+            ss.append(s1)
+    print(f"median {op:<5} {what:<10} x TCP {med(ratios):.2f}  (rounds: {', '.join(f'{x:.2f}' for x in ratios)});"
+          f"  CPU-s per GB client / server {med(cs):.3f} / {med(ss):.3f}")
 PY
   rm -f "$rows"
   exit 0

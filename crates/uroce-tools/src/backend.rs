@@ -7,7 +7,7 @@ use anyhow::{anyhow, bail, Context as _};
 
 use uroce::datapath::impair::{Impaired, Impairment};
 use uroce::datapath::udp::UdpBackend;
-use uroce::datapath::xdp::XdpBackend;
+use uroce::datapath::xdp::{XdpBackend, XdpConfig};
 use uroce::datapath::Backend;
 use uroce::transport::rc::MAX_INFLIGHT_PSNS;
 use uroce::verbs::Mtu;
@@ -41,6 +41,26 @@ impl BackendChoice {
 /// Bytes of a frame above the path MTU's payload: every header uroce may put around it.
 const FRAME_OVERHEAD: u32 = 100;
 
+/// The AF_XDP tuning the command line asked for ([`set_xdp_config`]).
+static XDP_CONFIG: std::sync::OnceLock<XdpConfig> = std::sync::OnceLock::new();
+
+/// Sets the AF_XDP tuning (TX batch, busy polling) of every AF_XDP backend this process
+/// opens from now on: `uroce perf --busy-poll` / `--xdp-tx-batch`. Once per process.
+pub fn set_xdp_config(c: XdpConfig) -> anyhow::Result<()> {
+    c.validate().map_err(|e| anyhow!(e))?;
+    XDP_CONFIG
+        .set(c)
+        .map_err(|_| anyhow!("the AF_XDP tuning was set already"))
+}
+
+/// What [`set_xdp_config`] set, else `UROCE_XDP_TX_BATCH` and `UROCE_XDP_BUSY_POLL`.
+fn xdp_config() -> anyhow::Result<XdpConfig> {
+    match XDP_CONFIG.get() {
+        Some(c) => Ok(*c),
+        None => XdpConfig::from_env().map_err(|e| anyhow!(e)),
+    }
+}
+
 /// The backend `choice` asks for: AF_XDP on `iface` (none: not possible, `no_iface` says
 /// why), else the UDP backend on `local`; received frames impaired as `impair` says.
 /// Returns the backend and a line saying what it is.
@@ -55,11 +75,14 @@ pub fn open(
     let xdp = match (choice, iface) {
         (BackendChoice::Udp, _) => None,
         (_, None) => Some(Err(anyhow!("{no_iface}"))),
-        (_, Some(i)) => Some(
-            XdpBackend::open(i, 2, mtu.bytes() + FRAME_OVERHEAD, MAX_INFLIGHT_PSNS)
-                .map(|b| (b, i))
-                .with_context(|| format!("AF_XDP on {i}")),
-        ),
+        (_, Some(i)) => {
+            let cfg = xdp_config()?;
+            Some(
+                XdpBackend::open_with(i, 2, mtu.bytes() + FRAME_OVERHEAD, MAX_INFLIGHT_PSNS, &cfg)
+                    .map(|b| (b, i))
+                    .with_context(|| format!("AF_XDP on {i}")),
+            )
+        }
     };
     let seed = seed_of(local);
     match xdp {
@@ -91,8 +114,14 @@ pub fn open_per_loop(
 ) -> anyhow::Result<(Vec<Boxed>, String)> {
     let mut why = String::new();
     if choice != BackendChoice::Udp {
-        match XdpBackend::open_per_queue(iface, n, mtu.bytes() + FRAME_OVERHEAD, MAX_INFLIGHT_PSNS)
-        {
+        let cfg = xdp_config()?;
+        match XdpBackend::open_per_queue_with(
+            iface,
+            n,
+            mtu.bytes() + FRAME_OVERHEAD,
+            MAX_INFLIGHT_PSNS,
+            &cfg,
+        ) {
             Ok(v) => {
                 let v = v
                     .into_iter()

@@ -320,6 +320,67 @@ fn interrupted_perf_leaves_no_xdp_program_or_process() {
     }
 }
 
+/// AF_XDP with busy polling and a TX batch of 64 at both ends (`--busy-poll 50,16
+/// --xdp-tx-batch 64`): the sockets take the options (the kernel refuses them without
+/// CAP_NET_ADMIN, which fails the run), traffic still flows, and the datapath line says
+/// what the kernel made of them: busy polling on a NAPI, or none (veth names no NAPI for
+/// its queues, so on veth it is "no NAPI"). A busy-poll value the kernel would refuse
+/// fails the run with a message naming it.
+#[test]
+fn perf_over_af_xdp_with_busy_polling() {
+    if !can_run() {
+        return;
+    }
+    let pair = netns::VethPair::create("busy", 9000).unwrap();
+    let tuned = [
+        "--backend=xdp",
+        "--busy-poll",
+        "50,16",
+        "--xdp-tx-batch",
+        "64",
+    ];
+    let server = uroce_in(&pair.ns[1], &["perf", "write", "--port", "18603"])
+        .args(tuned)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let addr = pair.addrs[1].to_string();
+    let out = uroce_in(&pair.ns[0], &["perf", "write", &addr, "--port", "18603"])
+        .args(tuned)
+        .args(["--duration", "1", "--json"])
+        .output()
+        .unwrap();
+    let server_out = server.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("AF_XDP") && !out.status.success() && !stderr.contains("SO_") {
+        eprintln!("SKIP: AF_XDP perf not possible here: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["iterations"].as_u64().unwrap() > 10, "{v}");
+    let datapath = v["datapath"].as_str().unwrap();
+    assert!(datapath.contains("busy poll 50 µs"), "{datapath}");
+    assert!(
+        datapath.contains(" on NAPI ") || datapath.contains("(no NAPI: polls nothing)"),
+        "{datapath}"
+    );
+    let served = String::from_utf8_lossy(&server_out.stderr);
+    assert!(served.contains("busy poll 50 µs"), "{served}");
+    // Refused before any socket is opened: zero microseconds is not busy polling.
+    let bad = uroce_in(&pair.ns[0], &["perf", "write", &addr, "--busy-poll", "0"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let why = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        why.contains("--busy-poll") && why.contains("microseconds"),
+        "{why}"
+    );
+}
+
 /// `uroce perf` server in one namespace, client in the other, over each datapath.
 #[test]
 fn perf_client_and_server_over_veth() {

@@ -14,7 +14,8 @@
 //!
 //! The datapath is opened lazily (listing and querying devices, as `ibv_devinfo` does,
 //! opens none): `UROCE_BACKEND` = `auto` (default: AF_XDP on the device's interface
-//! where the process may set it up, else the UDP backend), `xdp` or `udp`.
+//! where the process may set it up, else the UDP backend), `xdp` or `udp`; AF_XDP is tuned
+//! by `UROCE_XDP_TX_BATCH` and `UROCE_XDP_BUSY_POLL` ([`uroce::datapath::xdp::XdpConfig`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
@@ -25,7 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use uroce::datapath::udp::UdpBackend;
-use uroce::datapath::xdp::XdpBackend;
+use uroce::datapath::xdp::{XdpBackend, XdpConfig};
 use uroce::datapath::Backend;
 use uroce::net::link_watch::LinkWatch;
 use uroce::verbs::{AsyncEvent, CqId, Mr, Mtu, PdId, SrqId, WorkCompletion};
@@ -569,12 +570,16 @@ fn open_backend(inner: &Inner) -> Result<Box<dyn Backend + Send>, c_int> {
         .ok()
         .and_then(|i| Mtu::fitting(i.mtu))
         .unwrap_or(Mtu::M1024);
+    // UROCE_XDP_TX_BATCH and UROCE_XDP_BUSY_POLL tune AF_XDP; a value out of range is
+    // EINVAL, as a bad UROCE_BACKEND is.
+    let xdp = XdpConfig::from_env().map_err(|_| libc::EINVAL)?;
     let open = || {
-        XdpBackend::open(
+        XdpBackend::open_with(
             iface,
             2,
             mtu.bytes() + FRAME_OVERHEAD,
             uroce::transport::rc::MAX_INFLIGHT_PSNS,
+            &xdp,
         )
     };
     let xdp = match choice.as_str() {

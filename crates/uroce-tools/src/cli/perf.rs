@@ -74,6 +74,18 @@ pub struct Args {
     /// Interface for AF_XDP (default: the one holding the local address).
     #[arg(long)]
     iface: Option<String>,
+    /// AF_XDP busy polling: USEC[,BUDGET][,noprefer] sets SO_BUSY_POLL (microseconds
+    /// per poll), SO_BUSY_POLL_BUDGET (packets per poll, default the kernel's 8) and
+    /// SO_PREFER_BUSY_POLL (on unless noprefer) on the AF_XDP sockets; needs
+    /// CAP_NET_ADMIN, and a driver that ties its queues to a NAPI (not veth: the line
+    /// naming the datapath says). Default: UROCE_XDP_BUSY_POLL, else off.
+    #[arg(long, value_name = "USEC[,BUDGET][,noprefer]")]
+    busy_poll: Option<uroce::datapath::xdp::BusyPoll>,
+    /// AF_XDP: frames queued before the kernel is woken to send them (1 to 2048; the
+    /// kernel takes up to as many per wake-up, Linux 6.17 or later). Default:
+    /// UROCE_XDP_TX_BATCH, else 256.
+    #[arg(long, value_name = "N")]
+    xdp_tx_batch: Option<u32>,
     /// TCP port of the out-of-band exchange.
     #[arg(short = 'p', long, default_value_t = 18515)]
     port: u16,
@@ -115,6 +127,14 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     if !(a.duration > 0.0 && a.duration <= 3600.0) {
         bail!("--duration {} is out of range (0, 3600]", a.duration);
     }
+    let mut xdp = uroce::datapath::xdp::XdpConfig::from_env().map_err(anyhow::Error::msg)?;
+    if let Some(bp) = a.busy_poll {
+        xdp.busy_poll = Some(bp);
+    }
+    if let Some(n) = a.xdp_tx_batch {
+        xdp.tx_batch = n;
+    }
+    uroce_tools::backend::set_xdp_config(xdp).context("--busy-poll / --xdp-tx-batch")?;
     let impair = a.impair.impairment()?;
     let traffic = a.traffic.traffic()?;
     let mtu = a

@@ -13,9 +13,18 @@
 //! Each socket buffers as many received frames as an RC requester keeps unacknowledged
 //! (2048): a burst from one QP over a fast link (veth) then never finds the fill ring
 //! empty. [`XdpBackend::stats`] has the kernel's counters when it does.
+//!
+//! [`XdpConfig`] tunes how often the kernel is woken to send and turns on busy polling;
+//! [`XdpBackend::open_with`] takes it.
 
 mod bpf;
+mod config;
 mod ring;
+
+pub use config::{
+    BusyPoll, XdpConfig, BUSY_POLL_ENV, DEFAULT_TX_BATCH, KERNEL_TX_BATCH, MAX_TX_BATCH,
+    TX_BATCH_ENV,
+};
 
 use std::ffi::CString;
 use std::io;
@@ -29,6 +38,16 @@ const AF_XDP: i32 = 44;
 const SOL_XDP: i32 = 283;
 const XDP_MMAP_OFFSETS: i32 = 1;
 const XDP_STATISTICS: i32 = 7;
+const XDP_MAX_TX_SKB_BUDGET: i32 = 9;
+// SOL_SOCKET options of asm-generic/socket.h (x86, arm64, riscv; not mips, sparc,
+// parisc or alpha, which number them differently).
+const SO_BUSY_POLL: i32 = 46;
+const SO_INCOMING_NAPI_ID: i32 = 56;
+const SO_PREFER_BUSY_POLL: i32 = 69;
+const SO_BUSY_POLL_BUDGET: i32 = 70;
+/// NAPI ids below this are not NAPI instances (`MIN_NAPI_ID` in include/net/busy_poll.h:
+/// smaller values are sender_cpu hints).
+const MIN_NAPI_ID: u32 = 8 * 1024;
 const XDP_RX_RING: i32 = 2;
 const XDP_TX_RING: i32 = 3;
 const XDP_UMEM_REG: i32 = 4;
@@ -79,6 +98,15 @@ pub struct XdpMode {
     pub zero_copy: bool,
     /// Multi-buffer frames (XDP_USE_SG).
     pub multi_buffer: bool,
+    /// The NAPI instance the kernel tied the (first) socket to, which busy polling
+    /// polls; 0 when the driver names none (veth, generic XDP): busy polling then polls
+    /// nothing.
+    pub napi_id: u32,
+    /// Busy polling as asked for (and set on every socket).
+    pub busy_poll: Option<BusyPoll>,
+    /// Frames the kernel takes per wake-up in copy mode: 32 descriptors (16 multi-buffer
+    /// frames) unless more was asked for and the kernel has `XDP_MAX_TX_SKB_BUDGET`.
+    pub tx_budget: u32,
 }
 
 impl std::fmt::Display for XdpMode {
@@ -97,7 +125,19 @@ impl std::fmt::Display for XdpMode {
             } else {
                 ""
             }
-        )
+        )?;
+        if self.tx_budget > KERNEL_TX_BATCH {
+            write!(f, ", {} frames per wake-up", self.tx_budget)?;
+        }
+        if let Some(bp) = self.busy_poll {
+            write!(f, ", busy poll {} µs", bp.usecs)?;
+            if self.napi_id >= MIN_NAPI_ID {
+                write!(f, " on NAPI {}", self.napi_id)?;
+            } else {
+                write!(f, " (no NAPI: polls nothing)")?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -119,6 +159,14 @@ struct Socket {
     tx_pending: Vec<u8>,
     /// Frames queued on the TX ring since the last wake-up.
     unkicked: u32,
+    /// Frames queued before the kernel is woken ([`XdpConfig::tx_batch`]).
+    tx_batch: u32,
+    /// Busy polling is on: an empty RX ring is worth a `recvfrom` (which polls the NAPI).
+    busy_poll: bool,
+    /// The NAPI the kernel tied the socket to (0: none).
+    napi_id: u32,
+    /// Frames the kernel takes per wake-up.
+    tx_budget: u32,
     /// Since when the kernel has refused to take queued frames (copy mode).
     stalled_since: Option<std::time::Instant>,
     /// Multi-buffer: only every other RX chunk is offered to the kernel, and the chunk
@@ -128,9 +176,6 @@ struct Socket {
 
 /// Chunks a received frame may span (a 4096-byte path MTU takes two).
 const MAX_PARTS: usize = 4;
-
-/// Copy-mode AF_XDP sends at most this many frames per wake-up (the kernel's batch).
-const TX_BATCH: u32 = 32;
 
 /// The steering program attached to an interface, shared by the backends using it.
 struct Attachment {
@@ -152,11 +197,15 @@ pub struct XdpBackend {
 }
 
 fn sockopt<T>(fd: i32, name: i32, v: &T) -> io::Result<()> {
+    setsockopt(fd, SOL_XDP, name, v)
+}
+
+fn setsockopt<T>(fd: i32, level: i32, name: i32, v: &T) -> io::Result<()> {
     // SAFETY: `v` is a live value of the size passed.
     let r = unsafe {
         libc::setsockopt(
             fd,
-            SOL_XDP,
+            level,
             name,
             (v as *const T).cast(),
             std::mem::size_of::<T>() as u32,
@@ -204,6 +253,67 @@ struct SockaddrXdp {
     ifindex: u32,
     queue_id: u32,
     shared_umem_fd: u32,
+}
+
+/// Sets what `cfg` asks for on a bound socket whose TX ring has `tx_ring` entries and
+/// whose frames take `descs` descriptors each (2 with multi-buffer); returns the
+/// socket's NAPI id (0: none) and the frames the kernel takes per wake-up (its budget
+/// counts descriptors).
+/// Busy polling the kernel refuses is an error naming the option (EPERM: CAP_NET_ADMIN
+/// is missing; ENOPROTOOPT: a kernel before 5.11); a TX budget it does not know
+/// (before 6.17) leaves the kernel's 32, which only means more wake-ups.
+fn tune(fd: i32, cfg: &XdpConfig, tx_ring: u32, descs: u32) -> io::Result<(u32, u32)> {
+    let mut tx_budget = KERNEL_TX_BATCH;
+    let want = cfg.tx_batch.saturating_mul(descs).min(tx_ring);
+    if want > KERNEL_TX_BATCH {
+        match sockopt(fd, XDP_MAX_TX_SKB_BUDGET, &want) {
+            Ok(()) => tx_budget = want,
+            Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => {}
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("XDP_MAX_TX_SKB_BUDGET {want}: {e}"),
+                ))
+            }
+        }
+    }
+    if let Some(bp) = cfg.busy_poll {
+        let why = |what: String, e: io::Error| {
+            let hint = match e.raw_os_error() {
+                Some(libc::EPERM) => " (needs CAP_NET_ADMIN)",
+                Some(libc::ENOPROTOOPT) => " (the kernel is older than 5.11)",
+                _ => "",
+            };
+            io::Error::new(e.kind(), format!("{what} on the AF_XDP socket: {e}{hint}"))
+        };
+        let usecs = i32::try_from(bp.usecs).unwrap_or(i32::MAX);
+        setsockopt(fd, libc::SOL_SOCKET, SO_BUSY_POLL, &usecs)
+            .map_err(|e| why(format!("SO_BUSY_POLL {usecs} µs"), e))?;
+        let prefer = i32::from(bp.prefer);
+        setsockopt(fd, libc::SOL_SOCKET, SO_PREFER_BUSY_POLL, &prefer)
+            .map_err(|e| why(format!("SO_PREFER_BUSY_POLL {prefer}"), e))?;
+        if let Some(b) = bp.budget {
+            let b = i32::from(b);
+            setsockopt(fd, libc::SOL_SOCKET, SO_BUSY_POLL_BUDGET, &b)
+                .map_err(|e| why(format!("SO_BUSY_POLL_BUDGET {b}"), e))?;
+        }
+    }
+    let mut napi = 0u32;
+    let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+    // SAFETY: `napi` is a writable u32 and `len` its size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_INCOMING_NAPI_ID,
+            (&mut napi as *mut u32).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        napi = 0;
+    }
+    Ok((napi, tx_budget / descs.max(1)))
 }
 
 /// Opens one AF_XDP socket on `queue` with room for `frames` frames in flight each way.
@@ -305,6 +415,10 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool, frames: u32) -> io::Result<(S
         free_tx: Vec::new(),
         tx_pending: Vec::new(),
         unkicked: 0,
+        tx_batch: KERNEL_TX_BATCH,
+        busy_poll: false,
+        napi_id: 0,
+        tx_budget: KERNEL_TX_BATCH / if sg { 2 } else { 1 },
         stalled_since: None,
         spill: sg,
         tx_base: u64::from(rx_chunks) * u64::from(CHUNK),
@@ -373,13 +487,29 @@ impl XdpBackend {
     /// the receive side. Errors say what failed (capabilities: CAP_BPF, CAP_NET_ADMIN,
     /// CAP_NET_RAW).
     pub fn open(iface: &str, queues: u32, mtu: u32, frames: u32) -> io::Result<Self> {
+        Self::open_with(iface, queues, mtu, frames, &XdpConfig::default())
+    }
+
+    /// [`XdpBackend::open`] tuned as `cfg` says (TX batch, busy polling). Fails on a
+    /// `cfg` out of range and when the kernel refuses busy polling (see [`BusyPoll`]).
+    pub fn open_with(
+        iface: &str,
+        queues: u32,
+        mtu: u32,
+        frames: u32,
+        cfg: &XdpConfig,
+    ) -> io::Result<Self> {
+        cfg.validate()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let mac = if_mac(iface)?;
         let (attach, map, ifindex, native, sg) = Self::attach(iface, queues.max(1), mtu)?;
         let mut socks = Vec::new();
         let mut zero_copy = true;
         for q in 0..queues.max(1) {
             match open_socket(ifindex, q, sg, frames) {
-                Ok((s, zc)) => {
+                Ok((mut s, zc)) => {
+                    s.tune(cfg)
+                        .map_err(|e| io::Error::new(e.kind(), format!("{iface} queue {q}: {e}")))?;
                     bpf::map_set(map, q, s.fd.as_raw_fd())?;
                     zero_copy &= zc;
                     socks.push(s);
@@ -394,7 +524,7 @@ impl XdpBackend {
                 Err(_) => break,
             }
         }
-        Ok(Self::with(socks, attach, mac, native, zero_copy, sg))
+        Ok(Self::with(socks, attach, mac, native, zero_copy, sg, cfg))
     }
 
     /// One backend per receive queue `0..count` of `iface`, sharing one steering
@@ -402,11 +532,24 @@ impl XdpBackend {
     /// k; over veth it arrives on the peer's queue k). Fails when a queue cannot be bound.
     /// `mtu` and `frames` as for [`XdpBackend::open`].
     pub fn open_per_queue(iface: &str, count: u32, mtu: u32, frames: u32) -> io::Result<Vec<Self>> {
+        Self::open_per_queue_with(iface, count, mtu, frames, &XdpConfig::default())
+    }
+
+    /// [`XdpBackend::open_per_queue`] tuned as `cfg` says.
+    pub fn open_per_queue_with(
+        iface: &str,
+        count: u32,
+        mtu: u32,
+        frames: u32,
+        cfg: &XdpConfig,
+    ) -> io::Result<Vec<Self>> {
+        cfg.validate()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let mac = if_mac(iface)?;
         let (attach, map, ifindex, native, sg) = Self::attach(iface, count.max(1), mtu)?;
         let mut out = Vec::new();
         for q in 0..count.max(1) {
-            let (s, zc) = open_socket(ifindex, q, sg, frames).map_err(|e| {
+            let (mut s, zc) = open_socket(ifindex, q, sg, frames).map_err(|e| {
                 io::Error::new(
                     e.kind(),
                     format!(
@@ -414,8 +557,18 @@ impl XdpBackend {
                     ),
                 )
             })?;
+            s.tune(cfg)
+                .map_err(|e| io::Error::new(e.kind(), format!("{iface} queue {q}: {e}")))?;
             bpf::map_set(map, q, s.fd.as_raw_fd())?;
-            out.push(Self::with(vec![s], attach.clone(), mac, native, zc, sg));
+            out.push(Self::with(
+                vec![s],
+                attach.clone(),
+                mac,
+                native,
+                zc,
+                sg,
+                cfg,
+            ));
         }
         Ok(out)
     }
@@ -449,16 +602,21 @@ impl XdpBackend {
         native: bool,
         zero_copy: bool,
         sg: bool,
+        cfg: &XdpConfig,
     ) -> Self {
+        let first = socks.first();
         Self {
-            socks,
-            _attach: attach,
-            mac,
             mode: XdpMode {
                 native,
                 zero_copy,
                 multi_buffer: sg,
+                napi_id: first.map_or(0, |s| s.napi_id),
+                busy_poll: cfg.busy_poll,
+                tx_budget: first.map_or(0, |s| s.tx_budget),
             },
+            socks,
+            _attach: attach,
+            mac,
             next_rx: 0,
             scratch: vec![0; 2 * CHUNK as usize],
         }
@@ -537,6 +695,17 @@ impl LossyLink {
 }
 
 impl Socket {
+    /// Applies `cfg` to the bound socket ([`tune`]).
+    fn tune(&mut self, cfg: &XdpConfig) -> io::Result<()> {
+        let descs = if self.spill { 2 } else { 1 };
+        let (napi_id, tx_budget) = tune(self.fd.as_raw_fd(), cfg, self.tx.size(), descs)?;
+        self.tx_batch = cfg.tx_batch;
+        self.busy_poll = cfg.busy_poll.is_some() && napi_id >= MIN_NAPI_ID;
+        self.napi_id = napi_id;
+        self.tx_budget = tx_budget;
+        Ok(())
+    }
+
     /// Takes finished TX descriptors back; a slot is free once all of its are done.
     fn reclaim(&mut self) {
         while let Some(addr) = self.comp.pop_addr() {
@@ -676,10 +845,31 @@ impl Backend for XdpBackend {
         if count > 0 {
             return Ok(count);
         }
+        let busy = self.socks.iter().any(|s| s.busy_poll);
+        if busy {
+            // Poll the queue's NAPI from here (one round each), as the kernel's own
+            // softirq would have.
+            count = self.busy_poll_round(max, handle);
+            if count > 0 {
+                return Ok(count);
+            }
+        }
         if !self.mode.zero_copy && self.socks.iter().any(Socket::tx_retry_soon) {
             // Frames the kernel has not taken yet: do not sleep on receive; the caller's
             // next flush wakes the kernel again.
             return Ok(0);
+        }
+        if busy {
+            // Keep polling for up to the socket's busy-poll time before sleeping.
+            let usecs = self.mode.busy_poll.map_or(0, |b| b.usecs);
+            let until =
+                std::time::Instant::now() + timeout.min(Duration::from_micros(usecs.into()));
+            while std::time::Instant::now() < until {
+                count = self.busy_poll_round(max, handle);
+                if count > 0 {
+                    return Ok(count);
+                }
+            }
         }
         let mut pfds = [libc::pollfd {
             fd: -1,
@@ -701,6 +891,26 @@ impl Backend for XdpBackend {
 }
 
 impl XdpBackend {
+    /// One `recvfrom` on each busy-polling socket (the kernel polls its NAPI once,
+    /// `__xsk_recvmsg` in net/xdp/xsk.c), then what arrived.
+    fn busy_poll_round(&mut self, max: usize, handle: &mut dyn FnMut(Received<'_>)) -> usize {
+        for s in self.socks.iter().filter(|s| s.busy_poll) {
+            // SAFETY: a zero-length, non-blocking recvfrom on our own socket: the kernel
+            // writes no data (AF_XDP frames arrive on the RX ring).
+            unsafe {
+                libc::recvfrom(
+                    s.fd.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                );
+            }
+        }
+        self.drain(max, handle)
+    }
+
     /// Takes a free TX slot, lets `build` write a frame into it and say where in the slot
     /// the frame starts and how long it is, and queues it on the TX ring.
     fn send_in_place(&mut self, build: &mut PlaceFrame<'_>) -> io::Result<bool> {
@@ -752,7 +962,7 @@ impl XdpBackend {
         }
         s.tx.submit();
         s.unkicked += 1;
-        if s.unkicked >= TX_BATCH {
+        if s.unkicked >= s.tx_batch {
             s.push_out(zero_copy);
         }
         Ok(true)

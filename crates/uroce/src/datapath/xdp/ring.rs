@@ -193,6 +193,11 @@ impl Ring {
         unsafe { self.desc.add((idx & (self.size - 1)) as usize * self.entry) }
     }
 
+    /// Entries the ring holds.
+    pub(super) fn size(&self) -> u32 {
+        self.size
+    }
+
     /// Producer rings: entries we may still fill.
     pub(super) fn free_slots(&self) -> u32 {
         self.size - self.local.wrapping_sub(self.cons().load(Ordering::Acquire))
