@@ -488,6 +488,54 @@ fn acks_after_a_spurious_timeout_resume_a_partly_sent_message() {
     );
 }
 
+/// The same late ACK, when it also says a READ's responses were lost (it acknowledges a
+/// request after the READ while the READ has none of its data: an implied NAK, IBTA
+/// §9.7.5.1.4): the READ is asked for again at once, from its first missing response, not
+/// skipped by going on after the furthest PSN sent (which left it to another timeout).
+#[test]
+fn a_late_ack_that_implies_lost_read_responses_asks_for_them_again() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let read = SendOp::Read {
+        remote_addr: p.rb.addr,
+        rkey: p.rb.rkey,
+    };
+    let w = write_op(&p, 0);
+    p.post(1, w, 5 * 1024); // PSNs +0..+4
+    p.post(2, read, 10 * 1024); // +5..+14
+    let w = write_op(&p, 16 * 1024);
+    p.post(3, w, 1024); // +15
+    let first = drain(&mut p.a, p.now);
+    assert_eq!(first.len(), 7);
+    for f in &first {
+        p.b.handle_frame(p.now, f).unwrap();
+    }
+    // Of B's answers only the ACK of +15 gets through, late: the READ's responses and the
+    // first ACK are lost.
+    let psn = |f: &Vec<u8>| wire::parse(f).unwrap().bth.psn();
+    let last_ack = drain(&mut p.b, p.now)
+        .into_iter()
+        .find(|f| psn(f) == psn_add(A_PSN, 15))
+        .expect("B acknowledges the last WRITE");
+    p.now = p.a.poll_timeout().expect("the ACK timer runs");
+    p.a.handle_timeout(p.now);
+    p.a.handle_frame(p.now, &last_ack).unwrap();
+    let next = drain(&mut p.a, p.now);
+    let first_out = wire::parse(next.first().expect("A sends at once")).unwrap();
+    assert_eq!(first_out.bth.opcode(), Opcode::RcReadRequest);
+    assert_eq!(first_out.bth.psn(), psn_add(A_PSN, 5));
+    for f in &next {
+        p.b.handle_frame(p.now, f).unwrap();
+    }
+    p.run(|_, _| 1, 10);
+    let wcs = p.wcs_a();
+    assert_eq!(wcs.len(), 3);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    assert_eq!(
+        p.a.mr_bytes(&p.la)[..10 * 1024],
+        p.b.mr_bytes(&p.rb)[..10 * 1024]
+    );
+}
+
 /// `Context::set_inflight_budget`: a requester keeps no more bytes in flight (in packets
 /// of its path MTU) than the budget, present QPs and those created later alike, and
 /// sends the rest as ACKs come back; without a budget a 64-packet WRITE goes out whole.

@@ -632,9 +632,18 @@ impl Requester {
             // receiver, not a loss). Sending the rest of them again would only pile
             // duplicates on a receiver that is behind; go on after the furthest PSN
             // sent instead. A packet that was truly lost there shows as a sequence NAK
-            // or another timeout.
+            // or another timeout. Except where the ACK also says a READ's or an
+            // atomic's responses were lost (an implied NAK at `una`, its first missing
+            // response, which the cursor behind it did not move back to): that request
+            // is asked for again first.
             if psn_diff(una, self.tx_psn) > 0 {
-                self.tx_psn = self.sent_hw;
+                self.tx_psn = match implied_nak {
+                    Some(at) => {
+                        self.rerequested = Some(at);
+                        at
+                    }
+                    None => self.sent_hw,
+                };
             }
             self.retry_left = self.retry_cnt;
             self.rnr_left = self.rnr_retry;
