@@ -305,6 +305,11 @@ impl Shared {
         Ok(())
     }
 
+    /// Whether the device is being closed ([`Shared::stop`] was called).
+    pub fn is_stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
     /// Stops the progress thread (the device is being closed).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);

@@ -322,17 +322,30 @@ fn send_resolving(
         Route::Full => EAGAIN,
         Route::Resolve => {
             drop(g);
-            let for_thread = shared.clone();
+            // The thread holds the device only while it sends a request or takes the
+            // answer, so closing the device is not kept waiting for an ARP's seconds.
+            let weak = Arc::downgrade(shared);
             let spawned = std::thread::Builder::new()
                 .name("uroce-gsi-arp".into())
                 .spawn(move || {
-                    let mac = crate::qp::remote_to(&for_thread, ip, true)
-                        .ok()
-                        .map(|r| r.mac);
-                    resolved(&for_thread, ip, mac);
+                    let mut guard = Unresolved(Some((weak.clone(), ip)));
+                    let mac = crate::qp::remote_within_weak(
+                        &weak,
+                        ip,
+                        true,
+                        uroce::net::neighbours::GIVE_UP,
+                    )
+                    .ok()
+                    .map(|r| r.mac);
+                    guard.0 = None;
+                    if let Some(s) = weak.upgrade() {
+                        resolved(&s, ip, mac);
+                    }
                 });
             if spawned.is_err() {
-                resolved(shared, ip, None);
+                if let Some(gsi) = shared.lock().gsi.as_mut() {
+                    gsi.peers.forget(ip);
+                }
                 return EAGAIN;
             }
             0
@@ -340,14 +353,30 @@ fn send_resolving(
     }
 }
 
-/// The resolution of `ip` ended: the MADs that waited for it go out (or are dropped).
+/// Ends a resolution whose thread stopped without an answer (it panicked): its MADs are
+/// dropped and the peer counts as not answering, rather than waiting for ever.
+struct Unresolved(Option<(std::sync::Weak<Shared>, IpAddr)>);
+
+impl Drop for Unresolved {
+    fn drop(&mut self) {
+        if let Some((weak, ip)) = self.0.take() {
+            if let Some(s) = weak.upgrade() {
+                resolved(&s, ip, None);
+            }
+        }
+    }
+}
+
+/// The resolution of `ip` ended: the MADs that waited for it go out (or are dropped); on
+/// a device being closed they are dropped.
 fn resolved(shared: &Arc<Shared>, ip: IpAddr, mac: Option<[u8; 6]>) {
+    let stopping = shared.is_stopping();
     let mut g = shared.lock();
     let Some(gsi) = g.gsi.as_mut() else {
         return;
     };
     let waited = gsi.peers.resolved(ip, mac, std::time::Instant::now());
-    let Some(mac) = mac else {
+    let (Some(mac), false) = (mac, stopping) else {
         return;
     };
     for m in &waited {

@@ -23,6 +23,9 @@ pub(crate) const UNREACHABLE_FOR: Duration = uroce::net::neighbours::GIVE_UP;
 /// MADs that wait for one peer's MAC; more are refused (EAGAIN), as a full neighbour
 /// queue drops them.
 pub(crate) const PENDING_MAX: usize = 16;
+/// Resolutions under way at once (a thread each); a MAD to yet another peer is refused
+/// (EAGAIN) until one ends, so that MADs from many addresses cannot start many threads.
+pub(crate) const RESOLVING_MAX: usize = 32;
 
 /// A MAD waiting for its peer's MAC.
 pub(crate) struct Pending {
@@ -49,7 +52,8 @@ pub(crate) enum Route {
     Resolve,
     /// The peer did not answer lately (EHOSTUNREACH).
     Unreachable,
-    /// Too many MADs wait for this peer already (EAGAIN).
+    /// Too many MADs wait for this peer already, or too many resolutions are under way
+    /// (EAGAIN).
     Full,
 }
 
@@ -73,16 +77,38 @@ impl Peers {
                 Route::Queued
             }
             _ => {
+                let resolving = self
+                    .map
+                    .values()
+                    .filter(|p| matches!(p, Peer::Resolving { .. }))
+                    .count();
+                if resolving >= RESOLVING_MAX {
+                    return Route::Full;
+                }
                 self.map.insert(ip, Peer::Resolving { pending: vec![mad] });
                 Route::Resolve
             }
         }
     }
 
+    /// Gives up a resolution that could not be started (no thread): its MADs are dropped
+    /// and the next MAD to `ip` starts one again.
+    pub fn forget(&mut self, ip: IpAddr) {
+        if matches!(self.map.get(&ip), Some(Peer::Resolving { .. })) {
+            self.map.remove(&ip);
+        }
+    }
+
     /// `ip` answered with `mac` (learnt elsewhere too: `rdma_resolve_addr`'s own
     /// resolution), or did not answer (`None`); returns the MADs that waited, to send to
     /// `mac` (or to drop).
+    /// A failure does not undo a MAC found meanwhile by another resolution.
     pub fn resolved(&mut self, ip: IpAddr, mac: Option<[u8; 6]>, now: Instant) -> Vec<Pending> {
+        if mac.is_none()
+            && matches!(self.map.get(&ip), Some(Peer::Known { until, .. }) if now < *until)
+        {
+            return Vec::new();
+        }
         let entry = match mac {
             Some(mac) => Peer::Known {
                 mac,
@@ -166,6 +192,29 @@ mod tests {
         let other = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 8));
         assert!(p.resolved(other, Some(MAC), t).is_empty());
         assert_eq!(p.route(other, t, mad(1)), Route::Now(MAC));
+    }
+
+    #[test]
+    fn a_failure_does_not_undo_a_mac_found_meanwhile() {
+        let (mut p, t) = (Peers::default(), Instant::now());
+        assert_eq!(p.route(IP, t, mad(1)), Route::Resolve);
+        // rdma_resolve_addr's own resolution answers first, the thread's fails later.
+        assert_eq!(p.resolved(IP, Some(MAC), t).len(), 1);
+        assert!(p.resolved(IP, None, t).is_empty());
+        assert_eq!(p.route(IP, t, mad(2)), Route::Now(MAC));
+    }
+
+    #[test]
+    fn resolutions_under_way_are_bounded_and_one_not_started_is_forgotten() {
+        let (mut p, t) = (Peers::default(), Instant::now());
+        let ip = |i: usize| IpAddr::V4(std::net::Ipv4Addr::new(10, 1, (i / 256) as u8, i as u8));
+        for i in 0..RESOLVING_MAX {
+            assert_eq!(p.route(ip(i), t, mad(1)), Route::Resolve);
+        }
+        assert_eq!(p.route(ip(RESOLVING_MAX), t, mad(1)), Route::Full);
+        p.forget(ip(0));
+        assert_eq!(p.route(ip(RESOLVING_MAX), t, mad(1)), Route::Resolve);
+        assert_eq!(p.route(ip(0), t, mad(1)), Route::Full, "still 32 under way");
     }
 
     #[test]

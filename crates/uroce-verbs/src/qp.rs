@@ -167,8 +167,21 @@ pub(crate) fn remote_within(
     needs_l2: bool,
     timeout: std::time::Duration,
 ) -> Result<Remote, c_int> {
+    remote_within_weak(&Arc::downgrade(shared), ip, needs_l2, timeout)
+}
+
+/// [`remote_within`] for a caller that must not keep the device open while it waits (a
+/// thread of QP 1's, `crate::gsi`): the device is reached for each frame sent, and the
+/// answer is EHOSTUNREACH once it is closed.
+pub(crate) fn remote_within_weak(
+    shared: &std::sync::Weak<Shared>,
+    ip: IpAddr,
+    needs_l2: bool,
+    timeout: std::time::Duration,
+) -> Result<Remote, c_int> {
     let (device, local) = {
-        let g = shared.lock();
+        let s = shared.upgrade().ok_or(libc::EHOSTUNREACH)?;
+        let g = s.lock();
         (g.device, g.uroce.config().ip)
     };
     let mac = device.mac();
@@ -183,9 +196,12 @@ pub(crate) fn remote_within(
         mac,
         local,
         ip,
-        &mut |f| match shared.lock().backend() {
-            Some(b) => b.send(f),
-            None => Err(std::io::Error::other("the datapath is closed")),
+        &mut |f| match shared.upgrade() {
+            Some(s) if !s.is_stopping() => match s.lock().backend() {
+                Some(b) => b.send(f),
+                None => Err(std::io::Error::other("the datapath is closed")),
+            },
+            _ => Err(std::io::Error::other("the device is closed")),
         },
         timeout,
     )
