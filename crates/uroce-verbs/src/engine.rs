@@ -576,8 +576,12 @@ fn open_backend(inner: &Inner) -> Result<Box<dyn Backend + Send>, c_int> {
         .and_then(|i| Mtu::fitting(i.mtu))
         .unwrap_or(Mtu::M1024);
     // UROCE_XDP_TX_BATCH and UROCE_XDP_BUSY_POLL tune AF_XDP; a value out of range is
-    // EINVAL, as a bad UROCE_BACKEND is.
-    let xdp = XdpConfig::from_env().map_err(|_| libc::EINVAL)?;
+    // EINVAL, as a bad UROCE_BACKEND is, unless AF_XDP is not to be tried at all.
+    let xdp = if choice == "udp" {
+        XdpConfig::default()
+    } else {
+        XdpConfig::from_env().map_err(|_| libc::EINVAL)?
+    };
     let open = || {
         XdpBackend::open_with(
             iface,

@@ -165,6 +165,10 @@ struct Socket {
     busy_poll: bool,
     /// The NAPI the kernel tied the socket to (0: none).
     napi_id: u32,
+    /// Busy polling was asked for and the socket had no NAPI when bound: how many more
+    /// times to look for one after frames arrive, before taking it that the driver has
+    /// none (veth).
+    napi_checks: u8,
     /// Frames the kernel takes per wake-up.
     tx_budget: u32,
     /// Since when the kernel has refused to take queued frames (copy mode).
@@ -298,6 +302,12 @@ fn tune(fd: i32, cfg: &XdpConfig, tx_ring: u32, descs: u32) -> io::Result<(u32, 
                 .map_err(|e| why(format!("SO_BUSY_POLL_BUDGET {b}"), e))?;
         }
     }
+    Ok((napi_id_of(fd), tx_budget / descs.max(1)))
+}
+
+/// The NAPI the kernel tied socket `fd` to (`SO_INCOMING_NAPI_ID`; 0 for none yet): set
+/// at bind from the driver's queue since Linux 6.13, on receive before that.
+fn napi_id_of(fd: i32) -> u32 {
     let mut napi = 0u32;
     let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
     // SAFETY: `napi` is a writable u32 and `len` its size.
@@ -311,9 +321,10 @@ fn tune(fd: i32, cfg: &XdpConfig, tx_ring: u32, descs: u32) -> io::Result<(u32, 
         )
     };
     if r != 0 {
-        napi = 0;
+        0
+    } else {
+        napi
     }
-    Ok((napi, tx_budget / descs.max(1)))
 }
 
 /// Opens one AF_XDP socket on `queue` with room for `frames` frames in flight each way.
@@ -418,6 +429,7 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool, frames: u32) -> io::Result<(S
         tx_batch: KERNEL_TX_BATCH,
         busy_poll: false,
         napi_id: 0,
+        napi_checks: 0,
         tx_budget: KERNEL_TX_BATCH / if sg { 2 } else { 1 },
         stalled_since: None,
         spill: sg,
@@ -702,6 +714,11 @@ impl Socket {
         self.tx_batch = cfg.tx_batch;
         self.busy_poll = cfg.busy_poll.is_some() && napi_id >= MIN_NAPI_ID;
         self.napi_id = napi_id;
+        self.napi_checks = if cfg.busy_poll.is_some() && !self.busy_poll {
+            16
+        } else {
+            0
+        };
         self.tx_budget = tx_budget;
         Ok(())
     }
@@ -843,6 +860,7 @@ impl Backend for XdpBackend {
         }
         let mut count = self.drain(max, handle);
         if count > 0 {
+            self.look_for_napi();
             return Ok(count);
         }
         let busy = self.socks.iter().any(|s| s.busy_poll);
@@ -891,6 +909,23 @@ impl Backend for XdpBackend {
 }
 
 impl XdpBackend {
+    /// Frames arrived: a copy-mode socket asked to busy poll may have its NAPI now.
+    fn look_for_napi(&mut self) {
+        for (i, s) in self.socks.iter_mut().enumerate() {
+            if s.napi_checks == 0 {
+                continue;
+            }
+            s.napi_checks -= 1;
+            let napi = napi_id_of(s.fd.as_raw_fd());
+            if napi >= MIN_NAPI_ID {
+                (s.napi_id, s.busy_poll, s.napi_checks) = (napi, true, 0);
+                if i == 0 {
+                    self.mode.napi_id = napi;
+                }
+            }
+        }
+    }
+
     /// One `recvfrom` on each busy-polling socket (the kernel polls its NAPI once,
     /// `__xsk_recvmsg` in net/xdp/xsk.c), then what arrived.
     fn busy_poll_round(&mut self, max: usize, handle: &mut dyn FnMut(Received<'_>)) -> usize {
