@@ -894,3 +894,27 @@ fn sqd_while_draining_takes_only_err() {
     );
     assert_eq!(p.a.poll_async_event(), None, "never drained");
 }
+
+/// The QPs' shared UDP source ports are set before any QP exists: a QP's port is fixed for
+/// its life, and changing it under a QP that sends could reorder its packets.
+#[test]
+fn udp_source_ports_are_shared_only_before_qps_exist() {
+    let mut empty = Context::new(
+        ContextConfig {
+            mac: [2, 0, 0, 0, 0, 9],
+            ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)),
+            seed: 9,
+            udp_sport_base: 0xc000,
+            tos: 0,
+        },
+        Instant::now(),
+    );
+    assert!(empty.set_udp_sports(4).is_ok());
+    assert_eq!(empty.udp_sports(), 4);
+    let (mut c, _, _) = ctx(1);
+    assert!(matches!(
+        c.set_udp_sports(4),
+        Err(uroce::verbs::VerbsError::Busy)
+    ));
+    assert_eq!(c.udp_sports(), 0);
+}

@@ -55,7 +55,8 @@ pub(super) fn setup(cfg: &PerfConfig, local: IpAddr) -> anyhow::Result<Setup> {
     }
     let mac = link.mac_for(&*backend)?;
     let mut ctx = cfg.traffic.context(&iface, mac, local, seed_of(local))?;
-    ctx.set_udp_sports(sports);
+    ctx.set_udp_sports(sports)
+        .map_err(|e| anyhow::anyhow!("sharing UDP source ports: {e}"))?;
     let (cq, qps, mr) = rc_resources(&mut ctx, cfg.qps, cfg.size)?;
     Ok(Setup {
         ep: Endpoint::new(ctx, backend),

@@ -328,9 +328,15 @@ impl Context {
     /// backend that sends from a socket per source port (the UDP backend) then holds at
     /// most `n` sockets and sends a batch with at most `n` system calls, whatever the
     /// number of QPs, at the price of ECMP seeing at most `n` flows. A QP's port stays
-    /// fixed for its life; set this before the QPs send.
-    pub fn set_udp_sports(&mut self, n: u16) {
+    /// fixed for its life, so this is set before any QP is created: with QPs it is
+    /// [`crate::verbs::VerbsError::Busy`] (a QP whose packets changed port could see them overtake each
+    /// other, one port's batch going before another's).
+    pub fn set_udp_sports(&mut self, n: u16) -> Result<(), crate::verbs::VerbsError> {
+        if self.qps.iter().next().is_some() {
+            return Err(crate::verbs::VerbsError::Busy);
+        }
         self.udp_sports = n.min(0x4000);
+        Ok(())
     }
 
     /// See [`Context::set_udp_sports`].
