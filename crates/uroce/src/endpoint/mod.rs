@@ -312,19 +312,20 @@ fn sport_hash(qpn: u32) -> u16 {
 }
 
 /// The UDP source port of QP `qpn` when the QPs share `count` ports (0: one per QP,
-/// [`udp_source_port`]): `base | hash(QPN) % count`, still fixed for the QP's life, so
-/// its packets keep their order on one ECMP path.
+/// [`udp_source_port`]): `base + hash(QPN) % count`, still fixed for the QP's life, so
+/// its packets keep their order on one ECMP path. Added, not or-ed, so that a base with
+/// low bits set still gives `count` different ports.
 pub fn udp_source_port_of(base: u16, qpn: u32, count: u16) -> u16 {
     match count {
         0 => udp_source_port(base, qpn),
-        n => base | (sport_hash(qpn) % n),
+        n => base.wrapping_add(sport_hash(qpn) % n),
     }
 }
 
 impl Context {
     /// How many UDP source ports the QPs share: `0` (the default) gives each QP its own,
     /// `base | 14 bits of a hash of its QPN` as rdma_rxe does (ECMP can then spread QPs
-    /// over paths one by one), `n` (at most 16,384) makes them `base | hash % n`: a
+    /// over paths one by one), `n` (at most 16,384) makes them `base + hash % n`: a
     /// backend that sends from a socket per source port (the UDP backend) then holds at
     /// most `n` sockets and sends a batch with at most `n` system calls, whatever the
     /// number of QPs, at the price of ECMP seeing at most `n` flows. A QP's port stays
@@ -364,6 +365,14 @@ mod tests {
             seen.dedup();
             assert_eq!(seen.len(), usize::from(n), "{n} ports used");
             assert!(seen.iter().all(|&p| (0xc000..0xc000 + n).contains(&p)));
+            // A base that is not a multiple of the pool still gives `n` ports.
+            let mut odd: Vec<u16> = qpns
+                .clone()
+                .map(|q| udp_source_port_of(0xc001, q, n))
+                .collect();
+            odd.sort_unstable();
+            odd.dedup();
+            assert_eq!(odd.len(), usize::from(n), "{n} ports from base 0xc001");
         }
         let mut own: Vec<u16> = qpns.clone().map(|q| udp_source_port(0xc000, q)).collect();
         assert!(qpns
