@@ -228,7 +228,7 @@ impl Context {
         // responder's QP not read). A request that takes the QP to ERR stops its timers:
         // the entry in the heap then fires, finds nothing due and goes.
         self.sched.wake(qpn, qp);
-        if is_response(p.bth.opcode()) {
+        if p.bth.opcode().is_rc_response() {
             self.sched.rearm(qpn, qp);
         }
         let due = qp.events_due()
@@ -239,19 +239,4 @@ impl Context {
         self.route_completions();
         Ok(())
     }
-}
-
-/// Whether `op` is a response, which the requester takes (IBTA Vol. 1 §9.7.5.1).
-#[inline]
-fn is_response(op: Opcode) -> bool {
-    use Opcode::*;
-    matches!(
-        op,
-        RcAck
-            | RcAtomicAck
-            | RcReadResponseFirst
-            | RcReadResponseMiddle
-            | RcReadResponseLast
-            | RcReadResponseOnly
-    )
 }

@@ -392,6 +392,20 @@ impl Opcode {
         )
     }
 
+    /// True for what an RC responder sends its requester: ACK / NAK, ATOMIC ACK and READ
+    /// responses (IBTA Vol. 1 §9.2.3); everything else on an RC QP is a request.
+    pub const fn is_rc_response(self) -> bool {
+        matches!(
+            self,
+            Self::RcAck
+                | Self::RcAtomicAck
+                | Self::RcReadResponseFirst
+                | Self::RcReadResponseMiddle
+                | Self::RcReadResponseLast
+                | Self::RcReadResponseOnly
+        )
+    }
+
     /// True for a middle packet (`*_MIDDLE`).
     pub const fn is_middle(self) -> bool {
         matches!(

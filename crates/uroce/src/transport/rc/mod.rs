@@ -169,17 +169,7 @@ impl Service for RcQp {
             core.counters.dropped += 1;
             return Ok(());
         }
-        use crate::wire::Opcode::*;
-        let is_response = matches!(
-            p.bth.opcode(),
-            RcAck
-                | RcAtomicAck
-                | RcReadResponseFirst
-                | RcReadResponseMiddle
-                | RcReadResponseLast
-                | RcReadResponseOnly
-        );
-        if !is_response {
+        if !p.bth.opcode().is_rc_response() {
             return self
                 .resp
                 .on_request(&path, io, p, &mut core.counters, &mut core.rq);
