@@ -505,11 +505,12 @@ impl UdpBackend {
     fn send_queued(&mut self) -> io::Result<()> {
         // One `sendmmsg` per source port, not per run of it: datagrams of QPs that took
         // turns (a different port each) are grouped by port, and within a port by
-        // destination QP (GSO runs), keeping the order of each (port, QP) pair, which is
-        // the only order RoCE asks for (a QP's packets all leave from its port). A slot's
-        // offset (`start`) grows with the order it was queued in: it is the tie-break,
-        // and the sort (in place, no allocation) is stable in effect.
-        self.txq[self.tx_next..].sort_unstable_by_key(|q| (q.sport, q.dest_qp, q.start));
+        // destination (address, then QP: GSO runs, which go to one of each), keeping the
+        // order of each (port, destination) pair, which is the only order RoCE asks for
+        // (a QP's packets all leave from its port to its peer). A slot's offset (`start`)
+        // grows with the order it was queued in: it is the tie-break, and the sort (in
+        // place, no allocation) is stable in effect.
+        self.txq[self.tx_next..].sort_unstable_by_key(|q| (q.sport, q.dst, q.dest_qp, q.start));
         let mut i = self.tx_next;
         while i < self.txq.len() {
             let sport = self.txq[i].sport;
