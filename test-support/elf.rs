@@ -59,6 +59,17 @@ pub fn symbol_list(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// Fails listing what `lib` exports beyond `want` and what it lacks of it.
+pub fn assert_exports(lib: &Path, want: &BTreeSet<String>) {
+    let ours = exported(lib);
+    let missing: Vec<_> = want.difference(&ours).collect();
+    let extra: Vec<_> = ours.difference(want).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}\nextra {extra:?}"
+    );
+}
+
 /// True (and a SKIP line) when binutils' readelf is not installed.
 pub fn readelf_missing() -> bool {
     if Command::new("readelf").arg("--version").output().is_err() {

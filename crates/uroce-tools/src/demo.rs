@@ -58,9 +58,9 @@ pub struct DemoReport {
     /// Frames the kernel dropped because an endpoint's receive buffers were full
     /// (client, server; AF_XDP counts them).
     pub rx_overruns: [u64; 2],
-    /// Frames the veth pair's two ends dropped (client side, server side): lost on the
-    /// path, before either endpoint's buffers, when a receiving CPU fell behind; `None`
-    /// without the veth pair or when the counters cannot be read.
+    /// Frames the veth pair's two ends counted as dropped (client side, server side), as
+    /// `ip -s link` shows them; `None` without the veth pair or when the counters cannot
+    /// be read.
     pub path_drops: Option<[u64; 2]>,
 }
 
@@ -398,7 +398,7 @@ pub fn run(cfg: &DemoConfig) -> anyhow::Result<DemoReport> {
         if let (Ok(a), Ok(b)) = (p.drops(0), p.drops(1)) {
             report.path_drops = Some([a, b]);
             report.lines.push(format!(
-                "frames the veth pair counted as dropped (its queue full, or a full AF_XDP socket behind it): client side {a}, server side {b}"
+                "frames the veth pair counted as dropped (ip -s link): client side {a}, server side {b}"
             ));
         }
     }

@@ -196,8 +196,9 @@ impl VethPair {
 
 impl VethPair {
     /// Frames side `i`'s interface dropped, as `ip -s link` counts them (receive and
-    /// transmit): on veth, the frames its queue had no room for when the receiving CPU
-    /// fell behind, and those its XDP program could not hand to a full AF_XDP socket.
+    /// transmit). On veth this counted the frames its XDP program could not hand to a full
+    /// AF_XDP socket (seen equal to that socket's own count); which of veth's other drops
+    /// it shows depends on the kernel.
     pub fn drops(&self, i: usize) -> io::Result<u64> {
         let out = Command::new("ip")
             .args(["-n", &self.ns[i], "-s", "-j", "link", "show", "dev"])

@@ -368,7 +368,7 @@ impl Drop for Unresolved {
 }
 
 /// The resolution of `ip` ended: the MADs that waited for it go out (or are dropped); on
-/// a device being closed they are dropped.
+/// a device being closed they are dropped. With none waiting the engine is not pumped.
 fn resolved(shared: &Arc<Shared>, ip: IpAddr, mac: Option<[u8; 6]>) {
     let stopping = shared.is_stopping();
     let mut g = shared.lock();
@@ -376,7 +376,7 @@ fn resolved(shared: &Arc<Shared>, ip: IpAddr, mac: Option<[u8; 6]>) {
         return;
     };
     let waited = gsi.peers.resolved(ip, mac, std::time::Instant::now());
-    let (Some(mac), false) = (mac, stopping) else {
+    let (Some(mac), false, false) = (mac, stopping, waited.is_empty()) else {
         return;
     };
     for m in &waited {

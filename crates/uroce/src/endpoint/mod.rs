@@ -333,7 +333,7 @@ impl Context {
     /// [`crate::verbs::VerbsError::Busy`] (a QP whose packets changed port could see them overtake each
     /// other, one port's batch going before another's).
     pub fn set_udp_sports(&mut self, n: u16) -> Result<(), crate::verbs::VerbsError> {
-        if self.qps.iter().next().is_some() {
+        if self.qps.len() > 0 {
             return Err(crate::verbs::VerbsError::Busy);
         }
         self.udp_sports = n.min(0x4000);
