@@ -356,3 +356,82 @@ fn uc_reserved_opcode_drops_the_message_and_resynchronises() {
     assert_eq!(wc, vec![(1, WcStatus::Success, 16)]);
     assert_eq!(c.qp_state(q), Some(QpState::Rtr));
 }
+
+/// Issue 26: a reserved UC opcode (0x3f) at the expected PSN moves nothing: the good SEND
+/// ONLY at the same PSN that follows is delivered (the misfit used to advance the expected
+/// PSN, and the good packet was dropped as a duplicate).
+#[test]
+fn uc_reserved_opcode_at_the_expected_psn_leaves_the_responder_as_it_was() {
+    let (mut c, cq, q, _) = uc_b();
+    let f = mkframe(
+        1,
+        2,
+        BthRepr::new(Opcode::UcSendOnly, q, 100),
+        ExtHeaders::default(),
+        &[5; 24],
+    );
+    let _ = c.handle_frame(Instant::now(), &with_opcode(f, 0x3f));
+    assert!(c.poll_cq(cq, 8).is_empty());
+    assert_eq!(c.qp_counters(q).unwrap().uc_msg_dropped, 0);
+    uc(&mut c, q, Opcode::UcSendOnly, 100, 40);
+    let wc: Vec<(u64, WcStatus, u32)> = c
+        .poll_cq(cq, 8)
+        .iter()
+        .map(|w| (w.wr_id, w.status, w.byte_len))
+        .collect();
+    assert_eq!(wc, vec![(1, WcStatus::Success, 40)]);
+    // Inside a message it leaves the message alone too: the PSN rules drop what follows.
+    uc(&mut c, q, Opcode::UcSendFirst, 101, MTU);
+    let f = mkframe(
+        1,
+        2,
+        BthRepr::new(Opcode::UcSendLast, q, 102),
+        ExtHeaders::default(),
+        &[0; 8],
+    );
+    let _ = c.handle_frame(Instant::now(), &with_opcode(f, 0x3f));
+    uc(&mut c, q, Opcode::UcSendLast, 102, 8);
+    let wc: Vec<(u64, WcStatus, u32)> = c
+        .poll_cq(cq, 8)
+        .iter()
+        .map(|w| (w.wr_id, w.status, w.byte_len))
+        .collect();
+    assert_eq!(wc, vec![(2, WcStatus::Success, MTU as u32 + 8)]);
+    assert_eq!(c.qp_state(q), Some(QpState::Rtr));
+}
+
+/// RC misfits out of sequence or behind it leave the responder as it was: one sequence
+/// NAK for the expected PSN (class B), the duplicate dropped, and the SEND at the
+/// expected PSN then completes and is acknowledged as if nothing had come before it.
+#[test]
+fn rc_misfits_out_of_sequence_leave_the_responder_as_it_was() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    p.post_recv(1);
+    for k in [2, 0xff_fffe] {
+        let f = mkframe(
+            1,
+            2,
+            req(&p, Opcode::RcSendOnly, k),
+            ExtHeaders::default(),
+            &[1; 8],
+        );
+        let _ = p.b.handle_frame(p.now, &with_opcode(f, 0x1b));
+    }
+    let mut bth = req(&p, Opcode::RcSendOnly, 0);
+    bth.ack_req = true;
+    let f = mkframe(1, 2, bth, ExtHeaders::default(), &[7; 32]);
+    p.b.handle_frame(p.now, &f).unwrap();
+    assert_eq!(
+        answers(&mut p),
+        vec![
+            (
+                Opcode::RcAck,
+                A_PSN,
+                Some(Syndrome::Nak(NakCode::PsnSequenceError))
+            ),
+            (Opcode::RcAck, A_PSN, Some(Syndrome::Ack { credits: 31 })),
+        ]
+    );
+    assert_eq!(send_recv_wcs(&mut p), vec![(1, WcStatus::Success, 32)]);
+    assert_eq!(p.b.qp_state(p.qb), Some(QpState::Rts));
+}

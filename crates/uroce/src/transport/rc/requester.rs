@@ -1,6 +1,18 @@
 //! The RC requester (IBTA §9.7.4 and the completer of §9.7.5.1): cuts work requests into
 //! packets, numbers them, retransmits go-back-N on timeout or NAK, waits on RNR NAKs,
 //! takes READ and atomic responses into local memory, and completes work requests in order.
+//!
+//! Loss recovery has two clocks. The local ACK timeout (IBTA §9.7.6.1.3, the QP's
+//! `timeout`) is the one the spec counts: it spends the retry count and ends in
+//! RETRY_EXC_ERR. Inside a loss episode (after a sequence NAK or a timeout, until `una`
+//! passes what had been sent when it began) a second, shorter one runs: the recovery
+//! probe. When no response has moved `una` for [`PROBE_RTTS`] smoothed round trips, the
+//! requester goes back to `una` as the timeout would, without spending a retry. A
+//! window of a few PSNs at heavy loss otherwise stalls whenever the responder's one
+//! sequence NAK (§9.7.5.2.2: one per sequence error) is lost, and waits out the whole
+//! timeout, a thousand round trips on a LAN, for each. Resending early is safe: the
+//! responder takes a duplicate as §9.7.5.2.2 asks (re-ACKs it, replays a READ or an
+//! atomic from its replay state). A clean path never opens an episode, so never probes.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -25,6 +37,16 @@ pub const MAX_INFLIGHT_PSNS: u32 = 2048;
 const MIN_INFLIGHT_PSNS: u32 = 8;
 /// Ask for an ACK at least this often inside long messages.
 const ACKREQ_EVERY: i32 = 32;
+/// The recovery probe waits this many smoothed round trips without progress...
+const PROBE_RTTS: u32 = 4;
+/// ... and never less than this (a round trip measured on an idle loopback is a few
+/// microseconds; scheduling noise is larger).
+const MIN_PROBE_WAIT: Duration = Duration::from_micros(20);
+/// Probes in a row without progress, each waiting twice as long as the one before; then
+/// only the local ACK timeout runs until a response moves `una` again (a peer that is
+/// gone costs a few go-back-Ns more, not one per round trip). The wait never exceeds
+/// half the local ACK timeout, which stays the one that counts retries.
+const MAX_PROBES: u8 = 3;
 
 #[derive(Debug, Clone)]
 struct Wqe {
@@ -98,6 +120,16 @@ pub(crate) struct Requester {
     /// A READ re-request went out at this PSN: later responses beyond it are expected
     /// to be discarded, do not re-request again for each of them.
     rerequested: Option<u32>,
+    /// Smoothed round trip from a request asking for an ACK to the response that
+    /// acknowledges it, first packets only (a resent one is never timed: Karn's rule).
+    srtt: Option<Duration>,
+    /// The packet being timed for `srtt`: its PSN and when it left.
+    rtt_sample: Option<(u32, Instant)>,
+    /// Inside a loss episode: when the recovery probe goes back to `una` if no response
+    /// moved it (see the module's doc).
+    probe_at: Option<Instant>,
+    /// Probes in a row without progress.
+    probe_backoff: u8,
     qpn: u32,
     pd: PdId,
     cq: CqId,
@@ -255,10 +287,30 @@ impl Requester {
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        match (self.timer, self.rnr_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        [self.timer, self.rnr_until, self.probe_at]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// How long the recovery probe waits: none before a round trip was measured, nor
+    /// after [`MAX_PROBES`] in a row without progress.
+    fn probe_wait(&self) -> Option<Duration> {
+        if self.probe_backoff >= MAX_PROBES {
+            return None;
         }
+        let w = (self.srtt? * PROBE_RTTS).max(MIN_PROBE_WAIT) * (1u32 << self.probe_backoff);
+        Some(self.timeout.map_or(w, |t| w.min(t / 2)))
+    }
+
+    /// (Re)starts the recovery probe from `now`, inside a loss episode with something
+    /// outstanding; stops it otherwise.
+    fn arm_probe(&mut self, now: Instant) {
+        self.probe_at = if self.recover.is_some() && self.outstanding() {
+            self.probe_wait().map(|w| now + w)
+        } else {
+            None
+        };
     }
 
     fn outstanding(&self) -> bool {
@@ -382,6 +434,9 @@ impl Requester {
         }
         if pkt.bth.ack_req {
             self.last_ackreq = psn;
+            if !resent && self.rtt_sample.is_none() {
+                self.rtt_sample = Some((psn, io.now));
+            }
         }
         if resent {
             c.retransmits += 1;
@@ -452,6 +507,9 @@ impl Requester {
                             self.spend_retry();
                         }
                         self.rewind(psn);
+                        if self.probe_at.is_none() {
+                            self.arm_probe(io.now);
+                        }
                     }
                     Syndrome::Nak(code) => {
                         // An older READ or atomic still waits for its data: its responses
@@ -539,6 +597,9 @@ impl Requester {
                 self.rerequested = Some(w.next_resp);
                 let at = w.next_resp;
                 self.rewind(at);
+                if self.probe_at.is_none() {
+                    self.arm_probe(io.now);
+                }
             }
             return Ok(());
         }
@@ -626,7 +687,16 @@ impl Requester {
             if self.recover.is_some_and(|r| psn_diff(una, r) >= 0) {
                 self.recover = None;
             }
+            if let Some((timed, sent)) = self.rtt_sample {
+                if psn_diff(una, timed) > 0 {
+                    // RFC 6298's gain of 1/8.
+                    let sample = now.saturating_duration_since(sent);
+                    self.srtt = Some(self.srtt.map_or(sample, |s| (s * 7 + sample) / 8));
+                    self.rtt_sample = None;
+                }
+            }
             self.una = una;
+            self.probe_backoff = 0;
             // An ACK past what the go-back-N has sent again means the first sends are
             // getting through after all (the timeout was spurious: a slow or starved
             // receiver, not a loss). Sending the rest of them again would only pile
@@ -649,6 +719,7 @@ impl Requester {
             self.rnr_left = self.rnr_retry;
             self.timer = None;
             self.arm(now);
+            self.arm_probe(now);
         }
     }
 
@@ -684,6 +755,8 @@ impl Requester {
         self.inflight_limit = (self.inflight_limit / 2).max(MIN_INFLIGHT_PSNS);
         self.inflight_credit = 0;
         self.recover = Some(self.sent_hw);
+        // What is in flight now may be resent: not a clean sample any more.
+        self.rtt_sample = None;
     }
 
     /// Go back to `psn` (go-back-N).
@@ -762,6 +835,21 @@ impl Requester {
                 self.tx_psn = self.una;
                 self.rerequested = None;
                 self.arm(io.now);
+                self.arm_probe(io.now);
+            }
+        }
+        // The recovery probe: the loss episode went quiet, go back to `una` now rather
+        // than at the timeout (no retry spent, no timeout counted).
+        if let Some(t) = self.probe_at {
+            if io.now >= t {
+                self.probe_at = None;
+                if self.recover.is_some() && self.outstanding() && self.rnr_until.is_none() {
+                    self.tx_psn = self.una;
+                    self.rerequested = None;
+                    self.rtt_sample = None;
+                    self.probe_backoff = self.probe_backoff.saturating_add(1);
+                    self.arm_probe(io.now);
+                }
             }
         }
         if let Some(t) = self.rnr_until {
@@ -781,6 +869,7 @@ impl Requester {
         }
         self.started = 0;
         self.timer = None;
+        self.probe_at = None;
         self.rnr_until = None;
         self.una = self.next_psn;
         self.tx_psn = self.next_psn;

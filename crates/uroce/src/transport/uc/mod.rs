@@ -2,7 +2,10 @@
 //! and C9-...): SEND and RDMA WRITE (with and without immediate), messages cut by path MTU,
 //! no acknowledgements and no retransmission. A lost packet loses its whole message: the
 //! responder drops what it has of it, puts the receive back, and resynchronises on the
-//! next FIRST or ONLY packet. A partial message never completes as good.
+//! next FIRST or ONLY packet. A partial message never completes as good. A packet whose
+//! transport header breaks the opcode table (a reserved opcode, a bad pad count) touches
+//! no responder state: it is dropped and counted as rdma_rxe drops it before its
+//! responder sees it, and the PSN rules then drop what is left of its message.
 
 use std::collections::VecDeque;
 
@@ -355,7 +358,10 @@ impl Service for UcQp {
             );
         let d = psn_diff(p.bth.psn(), self.epsn);
         if d < 0 {
-            core.counters.dropped += 1; // a duplicate: UC drops it silently
+            // Behind the expected PSN: a duplicate the link made (UC never resends), dropped
+            // so that no message is delivered twice. rdma_rxe takes a FIRST or ONLY there
+            // as a new message; uroce keeps its at-most-once delivery (tests/dgram_sim.rs).
+            core.counters.dropped += 1;
             return Ok(());
         }
         if d > 0 {
@@ -377,26 +383,6 @@ impl Service for UcQp {
         }
         if !self.accept(core, io, p, starts) {
             self.abort_message(core, io);
-        }
-        Ok(())
-    }
-
-    /// A UC packet whose transport header breaks the opcode table (a reserved UC
-    /// opcode, a bad pad count): the message it belongs to is dropped whole and the
-    /// responder resynchronises on the next FIRST or ONLY (class D1, §9.9.3; rdma_rxe
-    /// drop_msg). Anything else is dropped and counted.
-    fn on_misfit(
-        &mut self,
-        core: &mut QpCore,
-        io: &mut Io<'_>,
-        m: &crate::wire::Misfit,
-    ) -> Result<(), Fatal> {
-        core.counters.dropped += 1;
-        let from_peer =
-            m.pkey & 0x7fff == self.pkey & 0x7fff && self.remote.is_none_or(|r| r.ip == m.ip.src());
-        if m.opcode & 0xe0 == 0x20 && from_peer && psn_diff(m.psn, self.epsn) >= 0 {
-            self.abort_message(core, io);
-            self.epsn = psn_add(m.psn, 1);
         }
         Ok(())
     }
