@@ -32,11 +32,14 @@
 //!
 //! The library never prints, never exits, never forks and never runs a program.
 
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
+
 pub mod abi;
 mod addrinfo;
 mod api;
 mod events;
 mod exports;
+pub mod ffi;
 mod qp;
 mod state;
 mod verbs;

@@ -301,6 +301,8 @@ fn open_devices() -> Result<Vec<Device>, c_int> {
         };
         // SAFETY: zeroed C structures are valid; the context is open.
         let mut port: ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: ibv_query_port of the loaded libibverbs on an open context, into a
+        // live local of the size it expects.
         let mtu = if unsafe { (v.query_port)(ctx, 1, &mut port) } == 0 {
             match port.active_mtu {
                 1 => Mtu::M256,
@@ -314,6 +316,7 @@ fn open_devices() -> Result<Vec<Device>, c_int> {
         };
         // SAFETY: as above.
         let mut attr: ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: ibv_query_device on an open context, into a live local.
         let (guid, max_rd) = if unsafe { (v.query_device)(ctx, &mut attr) } == 0 {
             (
                 u64::from_be(attr.node_guid),
