@@ -30,6 +30,17 @@ use crate::verbs_abi::{ibv_context, ibv_pd, ibv_qp_attr, ibv_qp_init_attr};
 
 use crate::ffi::{self, set_errno};
 
+/// The value of a `Result<T, errno>`, or else a return of -1 with that errno from the
+/// entry point (the `?` of the calls that answer -1 with errno).
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return fail(e),
+        }
+    };
+}
+
 /// -1 with errno `e`.
 fn fail(e: c_int) -> c_int {
     set_errno(e);
@@ -202,10 +213,12 @@ fn id_key(g: &State, id: *mut rdma_cm_id) -> Result<usize, c_int> {
 
 /// The C id of key `k`. It is not part of the state (the program holds it and reads it),
 /// but only this library writes it, and only under the lock `g` proves is held.
+/// EINVAL when `k` is not an id.
 #[allow(clippy::mut_from_ref)]
-fn cid(g: &State, k: usize) -> &mut rdma_cm_id {
+fn cid(g: &State, k: usize) -> Result<&mut rdma_cm_id, c_int> {
+    let obj = g.id(k)?.obj;
     // SAFETY: the object is live while it is in `ids`; callers hold the lock.
-    unsafe { &mut (*g.ids[&k].obj).id }
+    Ok(unsafe { &mut (*obj).id })
 }
 
 // ---------------------------------------------------------------------------------
@@ -337,7 +350,7 @@ fn complete(id: *mut rdma_cm_id) -> c_int {
     let (sync, channel) = {
         let g = lock();
         match g.ids.get(&(id as usize)) {
-            Some(i) => (i.sync, cid(&g, id as usize).channel),
+            Some(i) => (i.sync, tri!(cid(&g, id as usize)).channel),
             None => return fail(libc::EINVAL),
         }
     };
@@ -483,7 +496,7 @@ pub(crate) fn discard_id(g: &mut State, k: usize) {
         return;
     }
     release_cm(g, k);
-    let x = g.ids.remove(&k).expect("checked");
+    let Some(x) = g.ids.remove(&k) else { return };
     // SAFETY: the id's object; the program never had it.
     let b = unsafe { Box::from_raw(x.obj) };
     if x.sync {
@@ -516,7 +529,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             return fail(libc::EINVAL);
         };
         release_cm(&mut g, k);
-        let x = g.ids.remove(&k).expect("checked");
+        let x = tri!(g.ids.remove(&k).ok_or(libc::EINVAL));
         // Its queued events go; a listener's connection requests not taken yet are
         // rejected, as the kernel's `ucma_cleanup_ctx_events` does.
         let children = g
@@ -561,15 +574,15 @@ fn ephemeral_port(g: &mut State, ps: c_int) -> u16 {
 }
 
 fn bind(g: &mut Guard, k: usize, addr: SocketAddr) -> Result<(), c_int> {
-    let ps = g.ids[&k].ps;
-    if g.ids[&k].phase != Phase::Idle {
+    let ps = g.id(k)?.ps;
+    if g.id(k)?.phase != Phase::Idle {
         return Err(libc::EINVAL);
     }
     let mut addr = addr;
     if addr.port() == 0 {
         addr.set_port(ephemeral_port(g, ps));
     } else {
-        let reuse = g.ids[&k].reuseaddr;
+        let reuse = g.id(k)?.reuseaddr;
         // A connection a listener accepted holds no port of its own (the kernel's
         // bind lists hold the ids that were bound).
         let clash = g.ids.iter().any(|(&o, x)| {
@@ -594,10 +607,10 @@ fn bind(g: &mut Guard, k: usize, addr: SocketAddr) -> Result<(), c_int> {
         Some(g.device_of(addr.ip())?)
     };
     if let Some(d) = dev {
-        let obj = g.ids[&k].obj;
+        let obj = g.id(k)?.obj;
         g.attach(obj, d);
     }
-    let x = g.ids.get_mut(&k).expect("checked");
+    let x = g.id_mut(k)?;
     x.dev = dev;
     x.src = Some(addr);
     x.phase = Phase::Bound;
@@ -665,7 +678,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             Ok(k) => k,
             Err(e) => return fail(e),
         };
-        if g.ids[&k].phase == Phase::Idle {
+        if tri!(g.id(k)).phase == Phase::Idle {
             let any = src.unwrap_or(if dst.is_ipv4() {
                 (Ipv4Addr::UNSPECIFIED, 0).into()
             } else {
@@ -675,10 +688,10 @@ pub unsafe extern "C" fn rdma_resolve_addr(
                 return fail(e);
             }
         }
-        if g.ids[&k].phase != Phase::Bound {
+        if tri!(g.id(k)).phase != Phase::Bound {
             return fail(libc::EINVAL);
         }
-        let bound = g.ids[&k].src.expect("bound");
+        let bound = tri!(tri!(g.id(k)).src.ok_or(libc::EINVAL));
         let source = if bound.ip().is_unspecified() {
             route_source(dst.ip())
         } else {
@@ -688,14 +701,14 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         let dev = dev.and_then(|(d, ip)| g.open_gsi(d).map(|_| (d, ip)));
         match dev {
             Ok((d, ip)) => {
-                let obj = g.ids[&k].obj;
+                let obj = tri!(g.id(k)).obj;
                 g.attach(obj, d);
-                let x = g.ids.get_mut(&k).expect("checked");
+                let x = tri!(g.id_mut(k));
                 x.dev = Some(d);
                 x.src = Some(SocketAddr::new(ip, bound.port()));
                 x.dst = Some(dst);
                 x.phase = Phase::AddrQuery;
-                let ctx = g.devices.as_ref().expect("open")[d].ctx as usize;
+                let ctx = tri!(g.dev(d)).ctx as usize;
                 // The peer's MAC (ARP / NDP where the datapath needs it) on a thread of its
                 // own, as the kernel's address resolution runs on its workqueue; the event
                 // comes when it is known, or ADDR_ERROR after `timeout_ms`.
@@ -735,12 +748,16 @@ fn resolved(g: &mut State, k: usize, r: Result<(), c_int>) {
     }
     match r {
         Ok(()) => {
-            g.ids.get_mut(&k).expect("checked").phase = Phase::AddrResolved;
+            if let Ok(x) = g.id_mut(k) {
+                x.phase = Phase::AddrResolved;
+            }
             set_route(g, k);
             push(g, k, 0, RDMA_CM_EVENT_ADDR_RESOLVED, 0, Param::None);
         }
         Err(e) => {
-            g.ids.get_mut(&k).expect("checked").phase = Phase::Bound;
+            if let Ok(x) = g.id_mut(k) {
+                x.phase = Phase::Bound;
+            }
             push(g, k, 0, RDMA_CM_EVENT_ADDR_ERROR, -e, Param::None);
         }
     }
@@ -759,10 +776,10 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
             Ok(k) => k,
             Err(e) => return fail(e),
         };
-        if g.ids[&k].phase != Phase::AddrResolved {
+        if tri!(g.id(k)).phase != Phase::AddrResolved {
             return fail(libc::EINVAL);
         }
-        g.ids.get_mut(&k).expect("checked").phase = Phase::RouteResolved;
+        tri!(g.id_mut(k)).phase = Phase::RouteResolved;
         set_route(&g, k);
         push(&mut g, k, 0, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, Param::None);
         drop(g);
@@ -784,7 +801,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
             Ok(k) => k,
             Err(e) => return fail(e),
         };
-        match g.ids[&k].phase {
+        match tri!(g.id(k)).phase {
             // Listening already: a new backlog, which the CM does not need.
             Phase::Listening => return 0,
             // Not bound: the wildcard and a free port, as the kernel does.
@@ -796,8 +813,8 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
             Phase::Bound => {}
             _ => return fail(libc::EINVAL),
         }
-        let x = &g.ids[&k];
-        let (dev, ps, port) = (x.dev, x.ps, x.src.expect("bound").port());
+        let x = tri!(g.id(k));
+        let (dev, ps, port) = (x.dev, x.ps, tri!(x.src.ok_or(libc::EINVAL)).port());
         let sid = service_id(port_space(ps), port);
         let devs: Vec<usize> = match dev {
             Some(d) => vec![d],
@@ -813,14 +830,14 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
             if let Err(e) = g.open_gsi(d) {
                 return fail(e);
             }
-            let c = &mut g.devices.as_mut().expect("open")[d].cm;
+            let c = &mut tri!(g.dev_mut(d)).cm;
             // Another id listening on the same service at another address shares it.
             let _ = c.listen(sid);
             if backlog > 0 {
                 // The CM's backlog is per device; rdma_listen's is a hint (the kernel's too).
             }
         }
-        g.ids.get_mut(&k).expect("checked").phase = Phase::Listening;
+        tri!(g.id_mut(k)).phase = Phase::Listening;
         0
     })
 }
@@ -892,18 +909,18 @@ pub unsafe extern "C" fn rdma_connect(
             Ok(k) => k,
             Err(e) => return fail(e),
         };
-        let x = &g.ids[&k];
+        let x = tri!(g.id(k));
         if x.phase != Phase::RouteResolved {
             return fail(libc::EINVAL);
         }
         let (d, src, dst, ps, tos) = (
-            x.dev.expect("resolved"),
-            x.src.expect("resolved"),
-            x.dst.expect("resolved"),
+            tri!(x.dev.ok_or(libc::EINVAL)),
+            tri!(x.src.ok_or(libc::EINVAL)),
+            tri!(x.dst.ok_or(libc::EINVAL)),
             x.ps,
             x.tos,
         );
-        let c = cid(&g, k);
+        let c = tri!(cid(&g, k));
         let (qp, qp_type, srq) = (c.qp, c.qp_type, !c.srq.is_null());
         let ip_space = ps != RDMA_PS_IB;
         let private = if ip_space {
@@ -917,7 +934,7 @@ pub unsafe extern "C" fn rdma_connect(
         let now = Instant::now();
         let sid = service_id(port_space(ps), dst.port());
         let r = if qp_type == 4 {
-            let dev = &mut g.devices.as_mut().expect("resolved")[d];
+            let dev = &mut tri!(g.dev_mut(d));
             dev.cm.sidr_resolve(
                 now,
                 &SidrParams {
@@ -934,8 +951,8 @@ pub unsafe extern "C" fn rdma_connect(
                 return fail(libc::EINVAL);
             }
             let psn = (g.random() & 0xff_ffff) as u32;
-            g.ids.get_mut(&k).expect("checked").psn = psn;
-            let dev = &mut g.devices.as_mut().expect("resolved")[d];
+            tri!(g.id_mut(k)).psn = psn;
+            let dev = &mut tri!(g.dev_mut(d));
             let mut p = ConnectParams::new(sid, dst.ip(), qpn, psn);
             p.transport = if qp_type == 3 {
                 Transport::Uc
@@ -958,10 +975,8 @@ pub unsafe extern "C" fn rdma_connect(
         };
         match r {
             Ok(cm) => {
-                g.devices.as_mut().expect("resolved")[d]
-                    .by_cm
-                    .insert(cm.0, k);
-                let x = g.ids.get_mut(&k).expect("checked");
+                tri!(g.dev_mut(d)).by_cm.insert(cm.0, k);
+                let x = tri!(g.id_mut(k));
                 x.cm = Some(cm);
                 x.phase = Phase::Connecting;
                 finish(g);
@@ -993,17 +1008,17 @@ pub unsafe extern "C" fn rdma_accept(
             Ok(k) => k,
             Err(e) => return fail(e),
         };
-        let x = &g.ids[&k];
+        let x = tri!(g.id(k));
         let (Some(d), Some(cm), Phase::Connecting, Some(_)) = (x.dev, x.cm, x.phase, x.listener)
         else {
             return fail(libc::EINVAL);
         };
         let req = x.req.clone();
-        let c = cid(&g, k);
+        let c = tri!(cid(&g, k));
         let (qp, qp_type, srq) = (c.qp, c.qp_type, !c.srq.is_null());
         let qpn = qpn_of(qp, param);
         if qp_type == 4 {
-            let r = g.devices.as_mut().expect("child")[d].cm.sidr_reply(
+            let r = tri!(g.dev_mut(d)).cm.sidr_reply(
                 Instant::now(),
                 cm,
                 &SidrReplyParams {
@@ -1016,10 +1031,10 @@ pub unsafe extern "C" fn rdma_accept(
             if r.is_err() {
                 return fail(libc::EINVAL);
             }
-            let x = g.ids.get_mut(&k).expect("checked");
+            let x = tri!(g.id_mut(k));
             x.phase = Phase::Connected;
             x.cm = None;
-            g.devices.as_mut().expect("child")[d].by_cm.remove(&cm.0);
+            tri!(g.dev_mut(d)).by_cm.remove(&cm.0);
             finish(g);
             return 0;
         }
@@ -1029,8 +1044,8 @@ pub unsafe extern "C" fn rdma_accept(
         let Some(req) = req else {
             return fail(libc::EINVAL);
         };
-        let psn = g.ids[&k].psn;
-        let dev = &mut g.devices.as_mut().expect("child")[d];
+        let psn = tri!(g.id(k)).psn;
+        let dev = &mut tri!(g.dev_mut(d));
         let mut p = AcceptParams::new(qpn, psn);
         // This side's view of the REQ (see `events::connect_request`): at most what the peer
         // can take.
@@ -1052,7 +1067,7 @@ pub unsafe extern "C" fn rdma_accept(
                 .and_then(|_| qp::modify_from_cm(&g, k, QpState::Rtr))
                 .and_then(|_| qp::modify_from_cm(&g, k, QpState::Rts));
             if let Err(e) = r {
-                let _ = g.devices.as_mut().expect("child")[d].cm.reject(cm, &[]);
+                let _ = tri!(g.dev_mut(d)).cm.reject(cm, &[]);
                 finish(g);
                 return fail(e);
             }
@@ -1087,12 +1102,12 @@ pub unsafe extern "C" fn rdma_reject(
             Ok(k) => k,
             Err(e) => return fail(e),
         };
-        let x = &g.ids[&k];
+        let x = tri!(g.id(k));
         let (Some(d), Some(cm)) = (x.dev, x.cm) else {
             return fail(libc::EINVAL);
         };
-        let ud = cid(&g, k).qp_type == 4;
-        let dev = &mut g.devices.as_mut().expect("child")[d];
+        let ud = tri!(cid(&g, k)).qp_type == 4;
+        let dev = &mut tri!(g.dev_mut(d));
         let r = if ud {
             dev.cm.sidr_reply(
                 Instant::now(),
@@ -1108,7 +1123,7 @@ pub unsafe extern "C" fn rdma_reject(
             dev.cm.reject(cm, &user)
         };
         dev.by_cm.remove(&cm.0);
-        let x = g.ids.get_mut(&k).expect("checked");
+        let x = tri!(g.id_mut(k));
         x.cm = None;
         x.phase = Phase::Disconnected;
         finish(g);
@@ -1130,7 +1145,7 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
             Ok(k) => k,
             Err(e) => return fail(e),
         };
-        let c = cid(&g, k);
+        let c = tri!(cid(&g, k));
         let (qp, qp_type) = (c.qp, c.qp_type);
         if !qp.is_null() && qp_type != 4 {
             if let Ok(v) = verbs() {
@@ -1142,12 +1157,12 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
                 unsafe { (v.modify_qp)(qp, &mut a, qp::IBV_QP_STATE) };
             }
         }
-        let x = &g.ids[&k];
+        let x = tri!(g.id(k));
         let r = match (x.dev, x.cm, x.phase) {
             // A DREQ, unless one was sent or came already (the kernel's rdma_disconnect
             // answers 0 then too).
             (Some(d), Some(cm), Phase::Connected) => {
-                let sent = g.devices.as_mut().expect("connected")[d]
+                let sent = tri!(g.dev_mut(d))
                     .cm
                     .disconnect(Instant::now(), cm, &[])
                     .is_ok();
@@ -1156,7 +1171,7 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
             (_, _, Phase::Connected | Phase::Disconnected) => Ok(false),
             _ => Err(libc::EINVAL),
         };
-        let sync = g.ids[&k].sync;
+        let sync = tri!(g.id(k)).sync;
         finish(g);
         // A DREP the CM thread owes the peer leaves before this returns.
         state::sends_done();
@@ -1183,13 +1198,13 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
             Ok(k) => k,
             Err(e) => return fail(e),
         };
-        let x = &g.ids[&k];
+        let x = tri!(g.id(k));
         let (Some(d), Some(cm)) = (x.dev, x.cm) else {
             return fail(libc::EINVAL);
         };
-        let r = g.devices.as_mut().expect("connecting")[d].cm.rtu(cm, &[]);
+        let r = tri!(g.dev_mut(d)).cm.rtu(cm, &[]);
         if r.is_ok() {
-            g.ids.get_mut(&k).expect("checked").phase = Phase::Connected;
+            tri!(g.id_mut(k)).phase = Phase::Connected;
         }
         finish(g);
         ret(r.map_err(|_| libc::EINVAL))
@@ -1225,7 +1240,7 @@ pub unsafe extern "C" fn rdma_create_qp(
             Ok(k) => k,
             Err(e) => return fail(e),
         };
-        let c = cid(&g, k);
+        let c = tri!(cid(&g, k));
         let pd = if pd.is_null() { c.pd } else { pd };
         if c.verbs.is_null() || pd.is_null() || !c.qp.is_null() {
             return fail(libc::EINVAL);
@@ -1297,18 +1312,18 @@ pub unsafe extern "C" fn rdma_create_qp(
         });
         match qp {
             Ok(qp) => {
-                let c = cid(&g, k);
+                let c = tri!(cid(&g, k));
                 c.qp = qp;
                 c.pd = pd;
                 if made {
-                    g.ids.get_mut(&k).expect("checked").own_cqs = true;
+                    tri!(g.id_mut(k)).own_cqs = true;
                 }
                 0
             }
             Err(e) => {
                 if made {
                     // What this call made goes, as librdmacm's `ucma_destroy_cqs`.
-                    destroy_own_cqs(v, cid(&g, k));
+                    destroy_own_cqs(v, tri!(cid(&g, k)));
                 }
                 fail(e)
             }
@@ -1327,8 +1342,9 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
         let Ok(v) = verbs() else { return };
         let mut g = lock();
         let Ok(k) = id_key(&g, id) else { return };
-        let own = std::mem::take(&mut g.ids.get_mut(&k).expect("checked").own_cqs);
-        let c = cid(&g, k);
+        let Ok(x) = g.id_mut(k) else { return };
+        let own = std::mem::take(&mut x.own_cqs);
+        let Ok(c) = cid(&g, k) else { return };
         if !c.qp.is_null() {
             // SAFETY: the id's QP, destroyed once (the field is cleared).
             unsafe { (v.destroy_qp)(c.qp) };
@@ -1393,7 +1409,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
                 0
             }
             Err(_) if to == QpState::Init => {
-                let ud = cid(&g, k).qp_type == 4;
+                let ud = tri!(cid(&g, k)).qp_type == 4;
                 *attr = ibv_qp_attr {
                     qp_state: 1,
                     port_num: 1,
@@ -1446,7 +1462,7 @@ pub unsafe extern "C" fn rdma_set_option(
             Ok(k) => k,
             Err(e) => return fail(e),
         };
-        let x = g.ids.get_mut(&k).expect("checked");
+        let x = tri!(g.id_mut(k));
         match (level, optname) {
             (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => x.tos = byte,
             (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => x.reuseaddr = int != 0,
@@ -1593,12 +1609,14 @@ pub unsafe extern "C" fn rdma_create_ep(
             if !qp_init_attr.is_null() {
                 // SAFETY: the caller's attributes, copied.
                 let mut a = Box::new(unsafe { std::ptr::read(qp_init_attr) });
-                a.qp_type = cid(&lock(), cm_id as usize).qp_type;
-                lock()
-                    .ids
-                    .get_mut(&(cm_id as usize))
-                    .expect("made")
-                    .ep_qp_init = Some(a);
+                a.qp_type = match cid(&lock(), cm_id as usize) {
+                    Ok(c) => c.qp_type,
+                    Err(e) => return undo(e),
+                };
+                match lock().id_mut(cm_id as usize) {
+                    Ok(x) => x.ep_qp_init = Some(a),
+                    Err(e) => return undo(e),
+                }
             }
         } else {
             // SAFETY: the caller's addresses.
@@ -1664,7 +1682,7 @@ pub unsafe extern "C" fn rdma_get_request(
             if !x.sync {
                 return fail(libc::EINVAL);
             }
-            let c = cid(&g, listen as usize);
+            let c = tri!(cid(&g, listen as usize));
             (
                 c.channel,
                 x.ep_qp_init.as_deref().map(|a| {
@@ -1743,7 +1761,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
         } else {
             return fail(libc::EINVAL);
         };
-        let from = g.ids[&k].channel;
+        let from = tri!(g.id(k)).channel;
         let mut moved = Vec::new();
         if let Some(c) = g.channels.get_mut(&from) {
             c.queue.retain(|&e| {
@@ -1764,10 +1782,10 @@ pub unsafe extern "C" fn rdma_migrate_id(
                 state::signal(c.fd.as_raw_fd());
             }
         }
-        let x = g.ids.get_mut(&k).expect("checked");
+        let x = tri!(g.id_mut(k));
         let old_sync = std::mem::replace(&mut x.sync, sync);
         x.channel = to as usize;
-        let old = std::mem::replace(&mut cid(&g, k).channel, to);
+        let old = std::mem::replace(&mut tri!(cid(&g, k)).channel, to);
         drop(g);
         if old_sync {
             // SAFETY: the id's former own channel, used by nothing else now.
