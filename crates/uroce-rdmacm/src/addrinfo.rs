@@ -31,90 +31,92 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     hints: *const rdma_addrinfo,
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
-    if res.is_null() || (node.is_null() && service.is_null()) {
-        // SAFETY: the thread's errno.
-        unsafe { *libc::__errno_location() = libc::EINVAL };
-        return -1;
-    }
-    // SAFETY: the caller's contract.
-    let hints = unsafe { hints.as_ref() };
-    let flags = hints.map_or(0, |h| h.ai_flags);
-    let passive = flags & RAI_PASSIVE != 0;
-    let qp_type = match hints.map_or(0, |h| h.ai_qp_type) {
-        0 => match hints.map_or(0, |h| h.ai_port_space) {
-            RDMA_PS_UDP | RDMA_PS_IPOIB => 4,
-            _ => 2,
-        },
-        t => t,
-    };
-    let port_space = match hints.map_or(0, |h| h.ai_port_space) {
-        0 if qp_type == 4 => RDMA_PS_UDP,
-        0 => RDMA_PS_TCP,
-        ps => ps,
-    };
-    // SAFETY: an all-zero addrinfo is a valid hints structure.
-    let mut h: libc::addrinfo = unsafe { std::mem::zeroed() };
-    h.ai_family = hints.map_or(0, |h| h.ai_family);
-    h.ai_socktype = if qp_type == 4 {
-        libc::SOCK_DGRAM
-    } else {
-        libc::SOCK_STREAM
-    };
-    if passive {
-        h.ai_flags |= libc::AI_PASSIVE;
-    }
-    if flags & RAI_NUMERICHOST != 0 {
-        h.ai_flags |= libc::AI_NUMERICHOST;
-    }
-    let mut ai: *mut libc::addrinfo = std::ptr::null_mut();
-    // SAFETY: the strings are the caller's; `h` and `ai` are live.
-    let r = unsafe { libc::getaddrinfo(node, service, &h, &mut ai) };
-    if r != 0 {
-        return r;
-    }
-    // SAFETY: an all-zero box is valid (null pointers, zero numbers).
-    let mut b: Box<AddrInfoBox> = Box::new(unsafe { std::mem::zeroed() });
-    // SAFETY: getaddrinfo succeeded: `ai` is a list of at least one entry whose address
-    // has `ai_addrlen` bytes (at most a sockaddr_storage).
-    let (family, len) = unsafe {
-        let first = &*ai;
-        let len = (first.ai_addrlen as usize).min(std::mem::size_of::<sockaddr_storage>());
-        let to = if passive { &mut b.src } else { &mut b.dst };
-        std::ptr::copy_nonoverlapping(
-            first.ai_addr.cast::<u8>(),
-            (to as *mut sockaddr_storage).cast::<u8>(),
-            len,
-        );
-        libc::freeaddrinfo(ai);
-        (first_family(&b, passive), len as socklen_t)
-    };
-    b.ai.ai_flags = flags;
-    b.ai.ai_family = family;
-    b.ai.ai_qp_type = qp_type;
-    b.ai.ai_port_space = port_space;
-    if passive {
-        b.ai.ai_src_len = len;
-        b.ai.ai_src_addr = (&mut b.src as *mut sockaddr_storage).cast::<sockaddr>();
-    } else {
-        b.ai.ai_dst_len = len;
-        b.ai.ai_dst_addr = (&mut b.dst as *mut sockaddr_storage).cast::<sockaddr>();
-        if let Some(h) = hints.filter(|h| !h.ai_src_addr.is_null() && h.ai_src_len > 0) {
-            let n = (h.ai_src_len as usize).min(std::mem::size_of::<sockaddr_storage>());
-            // SAFETY: the hints' source address has `ai_src_len` bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    h.ai_src_addr.cast::<u8>(),
-                    (&mut b.src as *mut sockaddr_storage).cast::<u8>(),
-                    n,
-                )
-            };
-            b.ai.ai_src_len = n as socklen_t;
-            b.ai.ai_src_addr = (&mut b.src as *mut sockaddr_storage).cast::<sockaddr>();
+    crate::ffi::minus1("rdma_getaddrinfo", move || {
+        if res.is_null() || (node.is_null() && service.is_null()) {
+            // SAFETY: the thread's errno.
+            unsafe { *libc::__errno_location() = libc::EINVAL };
+            return -1;
         }
-    }
-    // SAFETY: the caller's pointer. `AddrInfoBox` starts with the `rdma_addrinfo`.
-    unsafe { *res = Box::into_raw(b).cast::<rdma_addrinfo>() };
-    0
+        // SAFETY: the caller's contract.
+        let hints = unsafe { hints.as_ref() };
+        let flags = hints.map_or(0, |h| h.ai_flags);
+        let passive = flags & RAI_PASSIVE != 0;
+        let qp_type = match hints.map_or(0, |h| h.ai_qp_type) {
+            0 => match hints.map_or(0, |h| h.ai_port_space) {
+                RDMA_PS_UDP | RDMA_PS_IPOIB => 4,
+                _ => 2,
+            },
+            t => t,
+        };
+        let port_space = match hints.map_or(0, |h| h.ai_port_space) {
+            0 if qp_type == 4 => RDMA_PS_UDP,
+            0 => RDMA_PS_TCP,
+            ps => ps,
+        };
+        // SAFETY: an all-zero addrinfo is a valid hints structure.
+        let mut h: libc::addrinfo = unsafe { std::mem::zeroed() };
+        h.ai_family = hints.map_or(0, |h| h.ai_family);
+        h.ai_socktype = if qp_type == 4 {
+            libc::SOCK_DGRAM
+        } else {
+            libc::SOCK_STREAM
+        };
+        if passive {
+            h.ai_flags |= libc::AI_PASSIVE;
+        }
+        if flags & RAI_NUMERICHOST != 0 {
+            h.ai_flags |= libc::AI_NUMERICHOST;
+        }
+        let mut ai: *mut libc::addrinfo = std::ptr::null_mut();
+        // SAFETY: the strings are the caller's; `h` and `ai` are live.
+        let r = unsafe { libc::getaddrinfo(node, service, &h, &mut ai) };
+        if r != 0 {
+            return r;
+        }
+        // SAFETY: an all-zero box is valid (null pointers, zero numbers).
+        let mut b: Box<AddrInfoBox> = Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: getaddrinfo succeeded: `ai` is a list of at least one entry whose address
+        // has `ai_addrlen` bytes (at most a sockaddr_storage).
+        let (family, len) = unsafe {
+            let first = &*ai;
+            let len = (first.ai_addrlen as usize).min(std::mem::size_of::<sockaddr_storage>());
+            let to = if passive { &mut b.src } else { &mut b.dst };
+            std::ptr::copy_nonoverlapping(
+                first.ai_addr.cast::<u8>(),
+                (to as *mut sockaddr_storage).cast::<u8>(),
+                len,
+            );
+            libc::freeaddrinfo(ai);
+            (first_family(&b, passive), len as socklen_t)
+        };
+        b.ai.ai_flags = flags;
+        b.ai.ai_family = family;
+        b.ai.ai_qp_type = qp_type;
+        b.ai.ai_port_space = port_space;
+        if passive {
+            b.ai.ai_src_len = len;
+            b.ai.ai_src_addr = (&mut b.src as *mut sockaddr_storage).cast::<sockaddr>();
+        } else {
+            b.ai.ai_dst_len = len;
+            b.ai.ai_dst_addr = (&mut b.dst as *mut sockaddr_storage).cast::<sockaddr>();
+            if let Some(h) = hints.filter(|h| !h.ai_src_addr.is_null() && h.ai_src_len > 0) {
+                let n = (h.ai_src_len as usize).min(std::mem::size_of::<sockaddr_storage>());
+                // SAFETY: the hints' source address has `ai_src_len` bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        h.ai_src_addr.cast::<u8>(),
+                        (&mut b.src as *mut sockaddr_storage).cast::<u8>(),
+                        n,
+                    )
+                };
+                b.ai.ai_src_len = n as socklen_t;
+                b.ai.ai_src_addr = (&mut b.src as *mut sockaddr_storage).cast::<sockaddr>();
+            }
+        }
+        // SAFETY: the caller's pointer. `AddrInfoBox` starts with the `rdma_addrinfo`.
+        unsafe { *res = Box::into_raw(b).cast::<rdma_addrinfo>() };
+        0
+    })
 }
 crate::exports::default_version!(rdma_getaddrinfo, "RDMACM_1.0");
 
@@ -132,11 +134,13 @@ fn first_family(b: &AddrInfoBox, passive: bool) -> c_int {
 /// `res` is null or a list from `rdma_getaddrinfo`.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
-    let mut p = res;
-    while !p.is_null() {
-        // SAFETY: every entry is an `AddrInfoBox` leaked by rdma_getaddrinfo.
-        let b = unsafe { Box::from_raw(p.cast::<AddrInfoBox>()) };
-        p = b.ai.ai_next;
-    }
+    crate::ffi::void("rdma_freeaddrinfo", move || {
+        let mut p = res;
+        while !p.is_null() {
+            // SAFETY: every entry is an `AddrInfoBox` leaked by rdma_getaddrinfo.
+            let b = unsafe { Box::from_raw(p.cast::<AddrInfoBox>()) };
+            p = b.ai.ai_next;
+        }
+    })
 }
 crate::exports::default_version!(rdma_freeaddrinfo, "RDMACM_1.0");

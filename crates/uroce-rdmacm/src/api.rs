@@ -28,9 +28,17 @@ use crate::state::{self, finish, gid_of, lock, Channel, Guard, Id, IdBox, Phase,
 use crate::verbs::verbs;
 use crate::verbs_abi::{ibv_context, ibv_pd, ibv_qp_attr, ibv_qp_init_attr};
 
-fn set_errno(e: c_int) {
-    // SAFETY: the thread's errno is always writable.
-    unsafe { *libc::__errno_location() = e };
+use crate::ffi::{self, set_errno};
+
+/// The value of a `Result<T, errno>`, or else a return of -1 with that errno from the
+/// entry point (the `?` of the calls that answer -1 with errno).
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return fail(e),
+        }
+    };
 }
 
 /// -1 with errno `e`.
@@ -205,10 +213,12 @@ fn id_key(g: &State, id: *mut rdma_cm_id) -> Result<usize, c_int> {
 
 /// The C id of key `k`. It is not part of the state (the program holds it and reads it),
 /// but only this library writes it, and only under the lock `g` proves is held.
+/// EINVAL when `k` is not an id.
 #[allow(clippy::mut_from_ref)]
-fn cid(g: &State, k: usize) -> &mut rdma_cm_id {
+fn cid(g: &State, k: usize) -> Result<&mut rdma_cm_id, c_int> {
+    let obj = g.id(k)?.obj;
     // SAFETY: the object is live while it is in `ids`; callers hold the lock.
-    unsafe { &mut (*g.ids[&k].obj).id }
+    Ok(unsafe { &mut (*obj).id })
 }
 
 // ---------------------------------------------------------------------------------
@@ -235,13 +245,15 @@ pub(crate) fn new_channel(g: &mut State) -> Result<*mut rdma_event_channel, c_in
 /// `rdma_create_event_channel`: a channel whose `fd` is readable while events wait.
 #[no_mangle]
 pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
-    match new_channel(&mut lock()) {
-        Ok(c) => c,
-        Err(e) => {
-            set_errno(e);
-            std::ptr::null_mut()
+    crate::ffi::ptr("rdma_create_event_channel", move || {
+        match new_channel(&mut lock()) {
+            Ok(c) => c,
+            Err(e) => {
+                set_errno(e);
+                std::ptr::null_mut()
+            }
         }
-    }
+    })
 }
 default_version!(rdma_create_event_channel, "RDMACM_1.0");
 
@@ -251,10 +263,12 @@ default_version!(rdma_create_event_channel, "RDMACM_1.0");
 /// `channel` is a channel of this library, not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
-    let c = lock().channels.remove(&(channel as usize));
-    if let Some(c) = c {
-        free_channel(c);
-    }
+    crate::ffi::void("rdma_destroy_event_channel", move || {
+        let c = lock().channels.remove(&(channel as usize));
+        if let Some(c) = c {
+            free_channel(c);
+        }
+    })
 }
 default_version!(rdma_destroy_event_channel, "RDMACM_1.0");
 
@@ -295,17 +309,19 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     channel: *mut rdma_event_channel,
     event: *mut *mut rdma_cm_event,
 ) -> c_int {
-    if event.is_null() {
-        return fail(libc::EINVAL);
-    }
-    match get_event(channel) {
-        Ok(e) => {
-            // SAFETY: the caller's pointer.
-            unsafe { *event = e };
-            0
+    crate::ffi::minus1("rdma_get_cm_event", move || {
+        if event.is_null() {
+            return fail(libc::EINVAL);
         }
-        Err(e) => fail(e),
-    }
+        match get_event(channel) {
+            Ok(e) => {
+                // SAFETY: the caller's pointer.
+                unsafe { *event = e };
+                0
+            }
+            Err(e) => fail(e),
+        }
+    })
 }
 default_version!(rdma_get_cm_event, "RDMACM_1.0");
 
@@ -315,14 +331,16 @@ default_version!(rdma_get_cm_event, "RDMACM_1.0");
 /// `event` is an event of this library or any pointer (refused).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
-    let known = lock().outstanding.remove(&(event as usize)).is_some();
-    if !known {
-        return fail(libc::EINVAL);
-    }
-    // SAFETY: an outstanding event is a box this library leaked (`EventBox` starts with
-    // the event).
-    drop(unsafe { Box::from_raw(event.cast::<state::EventBox>()) });
-    0
+    crate::ffi::minus1("rdma_ack_cm_event", move || {
+        let known = lock().outstanding.remove(&(event as usize)).is_some();
+        if !known {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: an outstanding event is a box this library leaked (`EventBox` starts with
+        // the event).
+        drop(unsafe { Box::from_raw(event.cast::<state::EventBox>()) });
+        0
+    })
 }
 default_version!(rdma_ack_cm_event, "RDMACM_1.0");
 
@@ -332,7 +350,7 @@ fn complete(id: *mut rdma_cm_id) -> c_int {
     let (sync, channel) = {
         let g = lock();
         match g.ids.get(&(id as usize)) {
-            Some(i) => (i.sync, cid(&g, id as usize).channel),
+            Some(i) => (i.sync, tri!(cid(&g, id as usize)).channel),
             None => return fail(libc::EINVAL),
         }
     };
@@ -426,17 +444,19 @@ pub unsafe extern "C" fn rdma_create_id(
     context: *mut c_void,
     ps: rdma_port_space,
 ) -> c_int {
-    if id.is_null() {
-        return fail(libc::EINVAL);
-    }
-    match create_id(channel, context, ps, None) {
-        Ok(p) => {
-            // SAFETY: the caller's pointer.
-            unsafe { *id = p };
-            0
+    crate::ffi::minus1("rdma_create_id", move || {
+        if id.is_null() {
+            return fail(libc::EINVAL);
         }
-        Err(e) => fail(e),
-    }
+        match create_id(channel, context, ps, None) {
+            Ok(p) => {
+                // SAFETY: the caller's pointer.
+                unsafe { *id = p };
+                0
+            }
+            Err(e) => fail(e),
+        }
+    })
 }
 default_version!(rdma_create_id, "RDMACM_1.0");
 
@@ -476,7 +496,7 @@ pub(crate) fn discard_id(g: &mut State, k: usize) {
         return;
     }
     release_cm(g, k);
-    let x = g.ids.remove(&k).expect("checked");
+    let Some(x) = g.ids.remove(&k) else { return };
     // SAFETY: the id's object; the program never had it.
     let b = unsafe { Box::from_raw(x.obj) };
     if x.sync {
@@ -503,37 +523,39 @@ fn free_channel(c: Channel) {
 /// `id` is an id of this library, not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    let mut g = lock();
-    let Ok(k) = id_key(&g, id) else {
-        return fail(libc::EINVAL);
-    };
-    release_cm(&mut g, k);
-    let x = g.ids.remove(&k).expect("checked");
-    // Its queued events go; a listener's connection requests not taken yet are
-    // rejected, as the kernel's `ucma_cleanup_ctx_events` does.
-    let children = g
-        .channels
-        .get_mut(&x.channel)
-        .map(|c| events::forget_queued(c, k))
-        .unwrap_or_default();
-    for child in children {
-        discard_id(&mut g, child);
-    }
-    // SAFETY: the id's object, alive until now.
-    let b = unsafe { Box::from_raw(x.obj) };
-    // A synchronous id's last event, unless the program acknowledged it already.
-    if !b.id.event.is_null() && g.outstanding.remove(&(b.id.event as usize)).is_some() {
-        // SAFETY: an event this library handed out and nobody freed.
-        drop(unsafe { Box::from_raw(b.id.event.cast::<state::EventBox>()) });
-    }
-    let own_channel = x.sync.then_some(b.id.channel);
-    finish(g);
-    state::sends_done();
-    if let Some(c) = own_channel {
-        // SAFETY: the id's own channel, used by nothing else.
-        unsafe { rdma_destroy_event_channel(c) };
-    }
-    0
+    crate::ffi::minus1("rdma_destroy_id", move || {
+        let mut g = lock();
+        let Ok(k) = id_key(&g, id) else {
+            return fail(libc::EINVAL);
+        };
+        release_cm(&mut g, k);
+        let x = tri!(g.ids.remove(&k).ok_or(libc::EINVAL));
+        // Its queued events go; a listener's connection requests not taken yet are
+        // rejected, as the kernel's `ucma_cleanup_ctx_events` does.
+        let children = g
+            .channels
+            .get_mut(&x.channel)
+            .map(|c| events::forget_queued(c, k))
+            .unwrap_or_default();
+        for child in children {
+            discard_id(&mut g, child);
+        }
+        // SAFETY: the id's object, alive until now.
+        let b = unsafe { Box::from_raw(x.obj) };
+        // A synchronous id's last event, unless the program acknowledged it already.
+        if !b.id.event.is_null() && g.outstanding.remove(&(b.id.event as usize)).is_some() {
+            // SAFETY: an event this library handed out and nobody freed.
+            drop(unsafe { Box::from_raw(b.id.event.cast::<state::EventBox>()) });
+        }
+        let own_channel = x.sync.then_some(b.id.channel);
+        finish(g);
+        state::sends_done();
+        if let Some(c) = own_channel {
+            // SAFETY: the id's own channel, used by nothing else.
+            unsafe { rdma_destroy_event_channel(c) };
+        }
+        0
+    })
 }
 default_version!(rdma_destroy_id, "RDMACM_1.0");
 
@@ -552,15 +574,15 @@ fn ephemeral_port(g: &mut State, ps: c_int) -> u16 {
 }
 
 fn bind(g: &mut Guard, k: usize, addr: SocketAddr) -> Result<(), c_int> {
-    let ps = g.ids[&k].ps;
-    if g.ids[&k].phase != Phase::Idle {
+    let ps = g.id(k)?.ps;
+    if g.id(k)?.phase != Phase::Idle {
         return Err(libc::EINVAL);
     }
     let mut addr = addr;
     if addr.port() == 0 {
         addr.set_port(ephemeral_port(g, ps));
     } else {
-        let reuse = g.ids[&k].reuseaddr;
+        let reuse = g.id(k)?.reuseaddr;
         // A connection a listener accepted holds no port of its own (the kernel's
         // bind lists hold the ids that were bound).
         let clash = g.ids.iter().any(|(&o, x)| {
@@ -585,10 +607,10 @@ fn bind(g: &mut Guard, k: usize, addr: SocketAddr) -> Result<(), c_int> {
         Some(g.device_of(addr.ip())?)
     };
     if let Some(d) = dev {
-        let obj = g.ids[&k].obj;
+        let obj = g.id(k)?.obj;
         g.attach(obj, d);
     }
-    let x = g.ids.get_mut(&k).expect("checked");
+    let x = g.id_mut(k)?;
     x.dev = dev;
     x.src = Some(addr);
     x.phase = Phase::Bound;
@@ -604,13 +626,15 @@ fn bind(g: &mut Guard, k: usize, addr: SocketAddr) -> Result<(), c_int> {
 /// `addr` points at a sockaddr_in or sockaddr_in6.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
-    // SAFETY: the caller's contract.
-    let Some(a) = (unsafe { read_sockaddr(addr) }) else {
-        return fail(libc::EAFNOSUPPORT);
-    };
-    let mut g = lock();
-    let r = id_key(&g, id).and_then(|k| bind(&mut g, k, a));
-    ret(r)
+    crate::ffi::minus1("rdma_bind_addr", move || {
+        // SAFETY: the caller's contract.
+        let Some(a) = (unsafe { read_sockaddr(addr) }) else {
+            return fail(libc::EAFNOSUPPORT);
+        };
+        let mut g = lock();
+        let r = id_key(&g, id).and_then(|k| bind(&mut g, k, a));
+        ret(r)
+    })
 }
 default_version!(rdma_bind_addr, "RDMACM_1.0");
 
@@ -643,60 +667,63 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     dst: *mut sockaddr,
     timeout_ms: c_int,
 ) -> c_int {
-    // SAFETY: the caller's contract.
-    let (src, Some(dst)) = (unsafe { read_sockaddr(src) }, unsafe { read_sockaddr(dst) }) else {
-        return fail(libc::EINVAL);
-    };
-    let mut g = lock();
-    let k = match id_key(&g, id) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
-    };
-    if g.ids[&k].phase == Phase::Idle {
-        let any = src.unwrap_or(if dst.is_ipv4() {
-            (Ipv4Addr::UNSPECIFIED, 0).into()
-        } else {
-            (Ipv6Addr::UNSPECIFIED, 0).into()
-        });
-        if let Err(e) = bind(&mut g, k, any) {
-            return fail(e);
-        }
-    }
-    if g.ids[&k].phase != Phase::Bound {
-        return fail(libc::EINVAL);
-    }
-    let bound = g.ids[&k].src.expect("bound");
-    let source = if bound.ip().is_unspecified() {
-        route_source(dst.ip())
-    } else {
-        Ok(bound.ip())
-    };
-    let dev = source.and_then(|ip| g.device_of(ip).map(|d| (d, ip)));
-    let dev = dev.and_then(|(d, ip)| g.open_gsi(d).map(|_| (d, ip)));
-    match dev {
-        Ok((d, ip)) => {
-            let obj = g.ids[&k].obj;
-            g.attach(obj, d);
-            let x = g.ids.get_mut(&k).expect("checked");
-            x.dev = Some(d);
-            x.src = Some(SocketAddr::new(ip, bound.port()));
-            x.dst = Some(dst);
-            x.phase = Phase::AddrQuery;
-            let ctx = g.devices.as_ref().expect("open")[d].ctx as usize;
-            // The peer's MAC (ARP / NDP where the datapath needs it) on a thread of its
-            // own, as the kernel's address resolution runs on its workqueue; the event
-            // comes when it is known, or ADDR_ERROR after `timeout_ms`.
-            let spawned = std::thread::Builder::new()
-                .name("uroce-rdmacm-addr".into())
-                .spawn(move || resolve_neighbour(k, ctx, dst.ip(), timeout_ms));
-            if spawned.is_err() {
-                resolved(&mut g, k, Err(libc::EAGAIN));
+    crate::ffi::minus1("rdma_resolve_addr", move || {
+        // SAFETY: the caller's contract.
+        let (src, Some(dst)) = (unsafe { read_sockaddr(src) }, unsafe { read_sockaddr(dst) })
+        else {
+            return fail(libc::EINVAL);
+        };
+        let mut g = lock();
+        let k = match id_key(&g, id) {
+            Ok(k) => k,
+            Err(e) => return fail(e),
+        };
+        if tri!(g.id(k)).phase == Phase::Idle {
+            let any = src.unwrap_or(if dst.is_ipv4() {
+                (Ipv4Addr::UNSPECIFIED, 0).into()
+            } else {
+                (Ipv6Addr::UNSPECIFIED, 0).into()
+            });
+            if let Err(e) = bind(&mut g, k, any) {
+                return fail(e);
             }
         }
-        Err(e) => push(&mut g, k, 0, RDMA_CM_EVENT_ADDR_ERROR, -e, Param::None),
-    }
-    drop(g);
-    complete(id)
+        if tri!(g.id(k)).phase != Phase::Bound {
+            return fail(libc::EINVAL);
+        }
+        let bound = tri!(tri!(g.id(k)).src.ok_or(libc::EINVAL));
+        let source = if bound.ip().is_unspecified() {
+            route_source(dst.ip())
+        } else {
+            Ok(bound.ip())
+        };
+        let dev = source.and_then(|ip| g.device_of(ip).map(|d| (d, ip)));
+        let dev = dev.and_then(|(d, ip)| g.open_gsi(d).map(|_| (d, ip)));
+        match dev {
+            Ok((d, ip)) => {
+                let obj = tri!(g.id(k)).obj;
+                g.attach(obj, d);
+                let x = tri!(g.id_mut(k));
+                x.dev = Some(d);
+                x.src = Some(SocketAddr::new(ip, bound.port()));
+                x.dst = Some(dst);
+                x.phase = Phase::AddrQuery;
+                let ctx = tri!(g.dev(d)).ctx as usize;
+                // The peer's MAC (ARP / NDP where the datapath needs it) on a thread of its
+                // own, as the kernel's address resolution runs on its workqueue; the event
+                // comes when it is known, or ADDR_ERROR after `timeout_ms`.
+                let spawned = std::thread::Builder::new()
+                    .name("uroce-rdmacm-addr".into())
+                    .spawn(move || resolve_neighbour(k, ctx, dst.ip(), timeout_ms));
+                if spawned.is_err() {
+                    resolved(&mut g, k, Err(libc::EAGAIN));
+                }
+            }
+            Err(e) => push(&mut g, k, 0, RDMA_CM_EVENT_ADDR_ERROR, -e, Param::None),
+        }
+        drop(g);
+        complete(id)
+    })
 }
 default_version!(rdma_resolve_addr, "RDMACM_1.0");
 
@@ -721,12 +748,16 @@ fn resolved(g: &mut State, k: usize, r: Result<(), c_int>) {
     }
     match r {
         Ok(()) => {
-            g.ids.get_mut(&k).expect("checked").phase = Phase::AddrResolved;
+            if let Ok(x) = g.id_mut(k) {
+                x.phase = Phase::AddrResolved;
+            }
             set_route(g, k);
             push(g, k, 0, RDMA_CM_EVENT_ADDR_RESOLVED, 0, Param::None);
         }
         Err(e) => {
-            g.ids.get_mut(&k).expect("checked").phase = Phase::Bound;
+            if let Ok(x) = g.id_mut(k) {
+                x.phase = Phase::Bound;
+            }
             push(g, k, 0, RDMA_CM_EVENT_ADDR_ERROR, -e, Param::None);
         }
     }
@@ -739,19 +770,21 @@ fn resolved(g: &mut State, k: usize, r: Result<(), c_int>) {
 /// `id` is an id of this library.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
-    let mut g = lock();
-    let k = match id_key(&g, id) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
-    };
-    if g.ids[&k].phase != Phase::AddrResolved {
-        return fail(libc::EINVAL);
-    }
-    g.ids.get_mut(&k).expect("checked").phase = Phase::RouteResolved;
-    set_route(&g, k);
-    push(&mut g, k, 0, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, Param::None);
-    drop(g);
-    complete(id)
+    crate::ffi::minus1("rdma_resolve_route", move || {
+        let mut g = lock();
+        let k = match id_key(&g, id) {
+            Ok(k) => k,
+            Err(e) => return fail(e),
+        };
+        if tri!(g.id(k)).phase != Phase::AddrResolved {
+            return fail(libc::EINVAL);
+        }
+        tri!(g.id_mut(k)).phase = Phase::RouteResolved;
+        set_route(&g, k);
+        push(&mut g, k, 0, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, Param::None);
+        drop(g);
+        complete(id)
+    })
 }
 default_version!(rdma_resolve_route, "RDMACM_1.0");
 
@@ -762,49 +795,51 @@ default_version!(rdma_resolve_route, "RDMACM_1.0");
 /// `id` is an id of this library.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
-    let mut g = lock();
-    let k = match id_key(&g, id) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
-    };
-    match g.ids[&k].phase {
-        // Listening already: a new backlog, which the CM does not need.
-        Phase::Listening => return 0,
-        // Not bound: the wildcard and a free port, as the kernel does.
-        Phase::Idle => {
-            if let Err(e) = bind(&mut g, k, (Ipv4Addr::UNSPECIFIED, 0).into()) {
+    crate::ffi::minus1("rdma_listen", move || {
+        let mut g = lock();
+        let k = match id_key(&g, id) {
+            Ok(k) => k,
+            Err(e) => return fail(e),
+        };
+        match tri!(g.id(k)).phase {
+            // Listening already: a new backlog, which the CM does not need.
+            Phase::Listening => return 0,
+            // Not bound: the wildcard and a free port, as the kernel does.
+            Phase::Idle => {
+                if let Err(e) = bind(&mut g, k, (Ipv4Addr::UNSPECIFIED, 0).into()) {
+                    return fail(e);
+                }
+            }
+            Phase::Bound => {}
+            _ => return fail(libc::EINVAL),
+        }
+        let x = tri!(g.id(k));
+        let (dev, ps, port) = (x.dev, x.ps, tri!(x.src.ok_or(libc::EINVAL)).port());
+        let sid = service_id(port_space(ps), port);
+        let devs: Vec<usize> = match dev {
+            Some(d) => vec![d],
+            None => match g.devices() {
+                Ok(v) => (0..v.len()).collect(),
+                Err(e) => return fail(e),
+            },
+        };
+        if devs.is_empty() {
+            return fail(libc::ENODEV);
+        }
+        for d in devs {
+            if let Err(e) = g.open_gsi(d) {
                 return fail(e);
             }
+            let c = &mut tri!(g.dev_mut(d)).cm;
+            // Another id listening on the same service at another address shares it.
+            let _ = c.listen(sid);
+            if backlog > 0 {
+                // The CM's backlog is per device; rdma_listen's is a hint (the kernel's too).
+            }
         }
-        Phase::Bound => {}
-        _ => return fail(libc::EINVAL),
-    }
-    let x = &g.ids[&k];
-    let (dev, ps, port) = (x.dev, x.ps, x.src.expect("bound").port());
-    let sid = service_id(port_space(ps), port);
-    let devs: Vec<usize> = match dev {
-        Some(d) => vec![d],
-        None => match g.devices() {
-            Ok(v) => (0..v.len()).collect(),
-            Err(e) => return fail(e),
-        },
-    };
-    if devs.is_empty() {
-        return fail(libc::ENODEV);
-    }
-    for d in devs {
-        if let Err(e) = g.open_gsi(d) {
-            return fail(e);
-        }
-        let c = &mut g.devices.as_mut().expect("open")[d].cm;
-        // Another id listening on the same service at another address shares it.
-        let _ = c.listen(sid);
-        if backlog > 0 {
-            // The CM's backlog is per device; rdma_listen's is a hint (the kernel's too).
-        }
-    }
-    g.ids.get_mut(&k).expect("checked").phase = Phase::Listening;
-    0
+        tri!(g.id_mut(k)).phase = Phase::Listening;
+        0
+    })
 }
 default_version!(rdma_listen, "RDMACM_1.0");
 
@@ -864,92 +899,92 @@ pub unsafe extern "C" fn rdma_connect(
     id: *mut rdma_cm_id,
     conn_param: *mut rdma_conn_param,
 ) -> c_int {
-    // SAFETY: the caller's contract.
-    let user = unsafe { user_data(conn_param) };
-    // SAFETY: as above.
-    let param = unsafe { conn_param.as_ref() }.copied();
-    let mut g = lock();
-    let k = match id_key(&g, id) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
-    };
-    let x = &g.ids[&k];
-    if x.phase != Phase::RouteResolved {
-        return fail(libc::EINVAL);
-    }
-    let (d, src, dst, ps, tos) = (
-        x.dev.expect("resolved"),
-        x.src.expect("resolved"),
-        x.dst.expect("resolved"),
-        x.ps,
-        x.tos,
-    );
-    let c = cid(&g, k);
-    let (qp, qp_type, srq) = (c.qp, c.qp_type, !c.srq.is_null());
-    let ip_space = ps != RDMA_PS_IB;
-    let private = if ip_space {
-        match ip_private_data(src.ip(), src.port(), dst.ip(), &user) {
-            Ok(p) => p,
-            Err(_) => return fail(libc::EINVAL),
-        }
-    } else {
-        user
-    };
-    let now = Instant::now();
-    let sid = service_id(port_space(ps), dst.port());
-    let r = if qp_type == 4 {
-        let dev = &mut g.devices.as_mut().expect("resolved")[d];
-        dev.cm.sidr_resolve(
-            now,
-            &SidrParams {
-                service_id: sid,
-                peer: dst.ip(),
-                timeout: state::cm_timing().0,
-                max_retries: state::cm_timing().1,
-                private_data: private,
-            },
-        )
-    } else {
-        let qpn = qpn_of(qp, param);
-        if qpn == 0 {
+    crate::ffi::minus1("rdma_connect", move || {
+        // SAFETY: the caller's contract.
+        let user = unsafe { user_data(conn_param) };
+        // SAFETY: as above.
+        let param = unsafe { conn_param.as_ref() }.copied();
+        let mut g = lock();
+        let k = match id_key(&g, id) {
+            Ok(k) => k,
+            Err(e) => return fail(e),
+        };
+        let x = tri!(g.id(k));
+        if x.phase != Phase::RouteResolved {
             return fail(libc::EINVAL);
         }
-        let psn = (g.random() & 0xff_ffff) as u32;
-        g.ids.get_mut(&k).expect("checked").psn = psn;
-        let dev = &mut g.devices.as_mut().expect("resolved")[d];
-        let mut p = ConnectParams::new(sid, dst.ip(), qpn, psn);
-        p.transport = if qp_type == 3 {
-            Transport::Uc
+        let (d, src, dst, ps, tos) = (
+            tri!(x.dev.ok_or(libc::EINVAL)),
+            tri!(x.src.ok_or(libc::EINVAL)),
+            tri!(x.dst.ok_or(libc::EINVAL)),
+            x.ps,
+            x.tos,
+        );
+        let c = tri!(cid(&g, k));
+        let (qp, qp_type, srq) = (c.qp, c.qp_type, !c.srq.is_null());
+        let ip_space = ps != RDMA_PS_IB;
+        let private = if ip_space {
+            match ip_private_data(src.ip(), src.port(), dst.ip(), &user) {
+                Ok(p) => p,
+                Err(_) => return fail(libc::EINVAL),
+            }
         } else {
-            Transport::Rc
+            user
         };
-        p.path_mtu = dev.mtu;
-        match depths(param, dev.max_rd_atomic) {
-            Ok((r, i)) => (p.responder_resources, p.initiator_depth) = (r, i),
-            Err(e) => return fail(e),
+        let now = Instant::now();
+        let sid = service_id(port_space(ps), dst.port());
+        let r = if qp_type == 4 {
+            let dev = &mut tri!(g.dev_mut(d));
+            dev.cm.sidr_resolve(
+                now,
+                &SidrParams {
+                    service_id: sid,
+                    peer: dst.ip(),
+                    timeout: state::cm_timing().0,
+                    max_retries: state::cm_timing().1,
+                    private_data: private,
+                },
+            )
+        } else {
+            let qpn = qpn_of(qp, param);
+            if qpn == 0 {
+                return fail(libc::EINVAL);
+            }
+            let psn = (g.random() & 0xff_ffff) as u32;
+            tri!(g.id_mut(k)).psn = psn;
+            let dev = &mut tri!(g.dev_mut(d));
+            let mut p = ConnectParams::new(sid, dst.ip(), qpn, psn);
+            p.transport = if qp_type == 3 {
+                Transport::Uc
+            } else {
+                Transport::Rc
+            };
+            p.path_mtu = dev.mtu;
+            match depths(param, dev.max_rd_atomic) {
+                Ok((r, i)) => (p.responder_resources, p.initiator_depth) = (r, i),
+                Err(e) => return fail(e),
+            }
+            p.retry_count = param.map_or(7, |p| p.retry_count.min(7));
+            p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
+            p.srq = srq || param.is_some_and(|p| p.srq != 0);
+            p.traffic_class = tos;
+            p.flow_label = uroce::cm::flow_label(src.port(), dst.port());
+            (p.remote_cm_response_timeout, p.max_cm_retries) = state::cm_timing();
+            p.private_data = private;
+            dev.cm.connect(now, &p)
+        };
+        match r {
+            Ok(cm) => {
+                tri!(g.dev_mut(d)).by_cm.insert(cm.0, k);
+                let x = tri!(g.id_mut(k));
+                x.cm = Some(cm);
+                x.phase = Phase::Connecting;
+                finish(g);
+                complete(id)
+            }
+            Err(_) => fail(libc::EINVAL),
         }
-        p.retry_count = param.map_or(7, |p| p.retry_count.min(7));
-        p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
-        p.srq = srq || param.is_some_and(|p| p.srq != 0);
-        p.traffic_class = tos;
-        p.flow_label = uroce::cm::flow_label(src.port(), dst.port());
-        (p.remote_cm_response_timeout, p.max_cm_retries) = state::cm_timing();
-        p.private_data = private;
-        dev.cm.connect(now, &p)
-    };
-    match r {
-        Ok(cm) => {
-            g.devices.as_mut().expect("resolved")[d]
-                .by_cm
-                .insert(cm.0, k);
-            let x = g.ids.get_mut(&k).expect("checked");
-            x.cm = Some(cm);
-            x.phase = Phase::Connecting;
-            finish(g);
-            complete(id)
-        }
-        Err(_) => fail(libc::EINVAL),
-    }
+    })
 }
 default_version!(rdma_connect, "RDMACM_1.0");
 
@@ -963,80 +998,83 @@ pub unsafe extern "C" fn rdma_accept(
     id: *mut rdma_cm_id,
     conn_param: *mut rdma_conn_param,
 ) -> c_int {
-    // SAFETY: the caller's contract.
-    let user = unsafe { user_data(conn_param) };
-    // SAFETY: as above.
-    let param = unsafe { conn_param.as_ref() }.copied();
-    let mut g = lock();
-    let k = match id_key(&g, id) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
-    };
-    let x = &g.ids[&k];
-    let (Some(d), Some(cm), Phase::Connecting, Some(_)) = (x.dev, x.cm, x.phase, x.listener) else {
-        return fail(libc::EINVAL);
-    };
-    let req = x.req.clone();
-    let c = cid(&g, k);
-    let (qp, qp_type, srq) = (c.qp, c.qp_type, !c.srq.is_null());
-    let qpn = qpn_of(qp, param);
-    if qp_type == 4 {
-        let r = g.devices.as_mut().expect("child")[d].cm.sidr_reply(
-            Instant::now(),
-            cm,
-            &SidrReplyParams {
-                status: uroce::cm::SIDR_VALID,
-                qpn,
-                qkey: RDMA_UDP_QKEY,
-                private_data: user,
-            },
-        );
-        if r.is_err() {
+    crate::ffi::minus1("rdma_accept", move || {
+        // SAFETY: the caller's contract.
+        let user = unsafe { user_data(conn_param) };
+        // SAFETY: as above.
+        let param = unsafe { conn_param.as_ref() }.copied();
+        let mut g = lock();
+        let k = match id_key(&g, id) {
+            Ok(k) => k,
+            Err(e) => return fail(e),
+        };
+        let x = tri!(g.id(k));
+        let (Some(d), Some(cm), Phase::Connecting, Some(_)) = (x.dev, x.cm, x.phase, x.listener)
+        else {
+            return fail(libc::EINVAL);
+        };
+        let req = x.req.clone();
+        let c = tri!(cid(&g, k));
+        let (qp, qp_type, srq) = (c.qp, c.qp_type, !c.srq.is_null());
+        let qpn = qpn_of(qp, param);
+        if qp_type == 4 {
+            let r = tri!(g.dev_mut(d)).cm.sidr_reply(
+                Instant::now(),
+                cm,
+                &SidrReplyParams {
+                    status: uroce::cm::SIDR_VALID,
+                    qpn,
+                    qkey: RDMA_UDP_QKEY,
+                    private_data: user,
+                },
+            );
+            if r.is_err() {
+                return fail(libc::EINVAL);
+            }
+            let x = tri!(g.id_mut(k));
+            x.phase = Phase::Connected;
+            x.cm = None;
+            tri!(g.dev_mut(d)).by_cm.remove(&cm.0);
+            finish(g);
+            return 0;
+        }
+        if qpn == 0 {
             return fail(libc::EINVAL);
         }
-        let x = g.ids.get_mut(&k).expect("checked");
-        x.phase = Phase::Connected;
-        x.cm = None;
-        g.devices.as_mut().expect("child")[d].by_cm.remove(&cm.0);
+        let Some(req) = req else {
+            return fail(libc::EINVAL);
+        };
+        let psn = tri!(g.id(k)).psn;
+        let dev = &mut tri!(g.dev_mut(d));
+        let mut p = AcceptParams::new(qpn, psn);
+        // This side's view of the REQ (see `events::connect_request`): at most what the peer
+        // can take.
+        match depths(param, dev.max_rd_atomic) {
+            Ok((r, i)) => {
+                p.responder_resources = r.min(req.initiator_depth);
+                p.initiator_depth = i.min(req.responder_resources);
+            }
+            Err(e) => return fail(e),
+        }
+        p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
+        p.srq = srq || param.is_some_and(|p| p.srq != 0);
+        p.private_data = user;
+        if dev.cm.accept(Instant::now(), cm, &p).is_err() {
+            return fail(libc::EINVAL);
+        }
+        if !qp.is_null() {
+            let r = qp::modify_from_cm(&g, k, QpState::Init)
+                .and_then(|_| qp::modify_from_cm(&g, k, QpState::Rtr))
+                .and_then(|_| qp::modify_from_cm(&g, k, QpState::Rts));
+            if let Err(e) = r {
+                let _ = tri!(g.dev_mut(d)).cm.reject(cm, &[]);
+                finish(g);
+                return fail(e);
+            }
+        }
         finish(g);
-        return 0;
-    }
-    if qpn == 0 {
-        return fail(libc::EINVAL);
-    }
-    let Some(req) = req else {
-        return fail(libc::EINVAL);
-    };
-    let psn = g.ids[&k].psn;
-    let dev = &mut g.devices.as_mut().expect("child")[d];
-    let mut p = AcceptParams::new(qpn, psn);
-    // This side's view of the REQ (see `events::connect_request`): at most what the peer
-    // can take.
-    match depths(param, dev.max_rd_atomic) {
-        Ok((r, i)) => {
-            p.responder_resources = r.min(req.initiator_depth);
-            p.initiator_depth = i.min(req.responder_resources);
-        }
-        Err(e) => return fail(e),
-    }
-    p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
-    p.srq = srq || param.is_some_and(|p| p.srq != 0);
-    p.private_data = user;
-    if dev.cm.accept(Instant::now(), cm, &p).is_err() {
-        return fail(libc::EINVAL);
-    }
-    if !qp.is_null() {
-        let r = qp::modify_from_cm(&g, k, QpState::Init)
-            .and_then(|_| qp::modify_from_cm(&g, k, QpState::Rtr))
-            .and_then(|_| qp::modify_from_cm(&g, k, QpState::Rts));
-        if let Err(e) = r {
-            let _ = g.devices.as_mut().expect("child")[d].cm.reject(cm, &[]);
-            finish(g);
-            return fail(e);
-        }
-    }
-    finish(g);
-    complete(id)
+        complete(id)
+    })
 }
 default_version!(rdma_accept, "RDMACM_1.0");
 
@@ -1051,43 +1089,46 @@ pub unsafe extern "C" fn rdma_reject(
     private_data: *const c_void,
     len: u8,
 ) -> c_int {
-    let user = if private_data.is_null() || len == 0 {
-        Vec::new()
-    } else {
-        // SAFETY: the caller's contract.
-        unsafe { std::slice::from_raw_parts(private_data.cast::<u8>(), usize::from(len)) }.to_vec()
-    };
-    let mut g = lock();
-    let k = match id_key(&g, id) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
-    };
-    let x = &g.ids[&k];
-    let (Some(d), Some(cm)) = (x.dev, x.cm) else {
-        return fail(libc::EINVAL);
-    };
-    let ud = cid(&g, k).qp_type == 4;
-    let dev = &mut g.devices.as_mut().expect("child")[d];
-    let r = if ud {
-        dev.cm.sidr_reply(
-            Instant::now(),
-            cm,
-            &SidrReplyParams {
-                status: uroce::cm::SIDR_REJECT,
-                qpn: 0,
-                qkey: 0,
-                private_data: user,
-            },
-        )
-    } else {
-        dev.cm.reject(cm, &user)
-    };
-    dev.by_cm.remove(&cm.0);
-    let x = g.ids.get_mut(&k).expect("checked");
-    x.cm = None;
-    x.phase = Phase::Disconnected;
-    finish(g);
-    ret(r.map_err(|_| libc::EINVAL))
+    crate::ffi::minus1("rdma_reject", move || {
+        let user = if private_data.is_null() || len == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { std::slice::from_raw_parts(private_data.cast::<u8>(), usize::from(len)) }
+                .to_vec()
+        };
+        let mut g = lock();
+        let k = match id_key(&g, id) {
+            Ok(k) => k,
+            Err(e) => return fail(e),
+        };
+        let x = tri!(g.id(k));
+        let (Some(d), Some(cm)) = (x.dev, x.cm) else {
+            return fail(libc::EINVAL);
+        };
+        let ud = tri!(cid(&g, k)).qp_type == 4;
+        let dev = &mut tri!(g.dev_mut(d));
+        let r = if ud {
+            dev.cm.sidr_reply(
+                Instant::now(),
+                cm,
+                &SidrReplyParams {
+                    status: uroce::cm::SIDR_REJECT,
+                    qpn: 0,
+                    qkey: 0,
+                    private_data: user,
+                },
+            )
+        } else {
+            dev.cm.reject(cm, &user)
+        };
+        dev.by_cm.remove(&cm.0);
+        let x = tri!(g.id_mut(k));
+        x.cm = None;
+        x.phase = Phase::Disconnected;
+        finish(g);
+        ret(r.map_err(|_| libc::EINVAL))
+    })
 }
 default_version!(rdma_reject, "RDMACM_1.0");
 
@@ -1098,47 +1139,49 @@ default_version!(rdma_reject, "RDMACM_1.0");
 /// `id` is an id of this library.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    let mut g = lock();
-    let k = match id_key(&g, id) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
-    };
-    let c = cid(&g, k);
-    let (qp, qp_type) = (c.qp, c.qp_type);
-    if !qp.is_null() && qp_type != 4 {
-        if let Ok(v) = verbs() {
-            let mut a = ibv_qp_attr {
-                qp_state: 6,
-                ..ibv_qp_attr::default()
-            };
-            // SAFETY: the program's QP and a live attribute struct.
-            unsafe { (v.modify_qp)(qp, &mut a, qp::IBV_QP_STATE) };
+    crate::ffi::minus1("rdma_disconnect", move || {
+        let mut g = lock();
+        let k = match id_key(&g, id) {
+            Ok(k) => k,
+            Err(e) => return fail(e),
+        };
+        let c = tri!(cid(&g, k));
+        let (qp, qp_type) = (c.qp, c.qp_type);
+        if !qp.is_null() && qp_type != 4 {
+            if let Ok(v) = verbs() {
+                let mut a = ibv_qp_attr {
+                    qp_state: 6,
+                    ..ibv_qp_attr::default()
+                };
+                // SAFETY: the program's QP and a live attribute struct.
+                unsafe { (v.modify_qp)(qp, &mut a, qp::IBV_QP_STATE) };
+            }
         }
-    }
-    let x = &g.ids[&k];
-    let r = match (x.dev, x.cm, x.phase) {
-        // A DREQ, unless one was sent or came already (the kernel's rdma_disconnect
-        // answers 0 then too).
-        (Some(d), Some(cm), Phase::Connected) => {
-            let sent = g.devices.as_mut().expect("connected")[d]
-                .cm
-                .disconnect(Instant::now(), cm, &[])
-                .is_ok();
-            Ok(sent)
+        let x = tri!(g.id(k));
+        let r = match (x.dev, x.cm, x.phase) {
+            // A DREQ, unless one was sent or came already (the kernel's rdma_disconnect
+            // answers 0 then too).
+            (Some(d), Some(cm), Phase::Connected) => {
+                let sent = tri!(g.dev_mut(d))
+                    .cm
+                    .disconnect(Instant::now(), cm, &[])
+                    .is_ok();
+                Ok(sent)
+            }
+            (_, _, Phase::Connected | Phase::Disconnected) => Ok(false),
+            _ => Err(libc::EINVAL),
+        };
+        let sync = tri!(g.id(k)).sync;
+        finish(g);
+        // A DREP the CM thread owes the peer leaves before this returns.
+        state::sends_done();
+        match r {
+            // A synchronous id waits for its DISCONNECTED (the DREP, or the DREQ's retries).
+            Ok(true) if sync => complete(id),
+            Ok(_) => 0,
+            Err(e) => fail(e),
         }
-        (_, _, Phase::Connected | Phase::Disconnected) => Ok(false),
-        _ => Err(libc::EINVAL),
-    };
-    let sync = g.ids[&k].sync;
-    finish(g);
-    // A DREP the CM thread owes the peer leaves before this returns.
-    state::sends_done();
-    match r {
-        // A synchronous id waits for its DISCONNECTED (the DREP, or the DREQ's retries).
-        Ok(true) if sync => complete(id),
-        Ok(_) => 0,
-        Err(e) => fail(e),
-    }
+    })
 }
 default_version!(rdma_disconnect, "RDMACM_1.0");
 
@@ -1149,21 +1192,23 @@ default_version!(rdma_disconnect, "RDMACM_1.0");
 /// `id` is an id of this library.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    let mut g = lock();
-    let k = match id_key(&g, id) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
-    };
-    let x = &g.ids[&k];
-    let (Some(d), Some(cm)) = (x.dev, x.cm) else {
-        return fail(libc::EINVAL);
-    };
-    let r = g.devices.as_mut().expect("connecting")[d].cm.rtu(cm, &[]);
-    if r.is_ok() {
-        g.ids.get_mut(&k).expect("checked").phase = Phase::Connected;
-    }
-    finish(g);
-    ret(r.map_err(|_| libc::EINVAL))
+    crate::ffi::minus1("rdma_establish", move || {
+        let mut g = lock();
+        let k = match id_key(&g, id) {
+            Ok(k) => k,
+            Err(e) => return fail(e),
+        };
+        let x = tri!(g.id(k));
+        let (Some(d), Some(cm)) = (x.dev, x.cm) else {
+            return fail(libc::EINVAL);
+        };
+        let r = tri!(g.dev_mut(d)).cm.rtu(cm, &[]);
+        if r.is_ok() {
+            tri!(g.id_mut(k)).phase = Phase::Connected;
+        }
+        finish(g);
+        ret(r.map_err(|_| libc::EINVAL))
+    })
 }
 default_version!(rdma_establish, "RDMACM_1.2");
 
@@ -1182,106 +1227,108 @@ pub unsafe extern "C" fn rdma_create_qp(
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    let v = match verbs() {
-        Ok(v) => v,
-        Err(e) => return fail(e),
-    };
-    if attr.is_null() {
-        return fail(libc::EINVAL);
-    }
-    let g = lock();
-    let k = match id_key(&g, id) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
-    };
-    let c = cid(&g, k);
-    let pd = if pd.is_null() { c.pd } else { pd };
-    if c.verbs.is_null() || pd.is_null() || !c.qp.is_null() {
-        return fail(libc::EINVAL);
-    }
-    // SAFETY: the caller's contract.
-    let a = unsafe { &mut *attr };
-    let mut made = false;
-    let mut failed = None;
-    for (want, size, cq, ch) in [
-        (
-            a.send_cq.is_null(),
-            a.cap.max_send_wr,
-            &mut c.send_cq,
-            &mut c.send_cq_channel,
-        ),
-        (
-            a.recv_cq.is_null(),
-            a.cap.max_recv_wr,
-            &mut c.recv_cq,
-            &mut c.recv_cq_channel,
-        ),
-    ] {
-        if want && cq.is_null() && failed.is_none() {
-            made = true;
-            // SAFETY: an open context.
-            *ch = unsafe { (v.create_comp_channel)(c.verbs) };
-            if ch.is_null() {
-                failed = Some(libc::ENOMEM);
-                continue;
-            }
-            // SAFETY: as above, with the channel just made.
-            *cq = unsafe { (v.create_cq)(c.verbs, size.max(1) as c_int, id.cast(), *ch, 0) };
-            if cq.is_null() {
-                failed = Some(libc::ENOMEM);
+    crate::ffi::minus1("rdma_create_qp", move || {
+        let v = match verbs() {
+            Ok(v) => v,
+            Err(e) => return fail(e),
+        };
+        if attr.is_null() {
+            return fail(libc::EINVAL);
+        }
+        let g = lock();
+        let k = match id_key(&g, id) {
+            Ok(k) => k,
+            Err(e) => return fail(e),
+        };
+        let c = tri!(cid(&g, k));
+        let pd = if pd.is_null() { c.pd } else { pd };
+        if c.verbs.is_null() || pd.is_null() || !c.qp.is_null() {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: the caller's contract.
+        let a = unsafe { &mut *attr };
+        let mut made = false;
+        let mut failed = None;
+        for (want, size, cq, ch) in [
+            (
+                a.send_cq.is_null(),
+                a.cap.max_send_wr,
+                &mut c.send_cq,
+                &mut c.send_cq_channel,
+            ),
+            (
+                a.recv_cq.is_null(),
+                a.cap.max_recv_wr,
+                &mut c.recv_cq,
+                &mut c.recv_cq_channel,
+            ),
+        ] {
+            if want && cq.is_null() && failed.is_none() {
+                made = true;
+                // SAFETY: an open context.
+                *ch = unsafe { (v.create_comp_channel)(c.verbs) };
+                if ch.is_null() {
+                    failed = Some(libc::ENOMEM);
+                    continue;
+                }
+                // SAFETY: as above, with the channel just made.
+                *cq = unsafe { (v.create_cq)(c.verbs, size.max(1) as c_int, id.cast(), *ch, 0) };
+                if cq.is_null() {
+                    failed = Some(libc::ENOMEM);
+                }
             }
         }
-    }
-    let qp = match failed {
-        Some(e) => Err(e),
-        None => {
-            if a.send_cq.is_null() {
-                a.send_cq = c.send_cq;
+        let qp = match failed {
+            Some(e) => Err(e),
+            None => {
+                if a.send_cq.is_null() {
+                    a.send_cq = c.send_cq;
+                }
+                if a.recv_cq.is_null() {
+                    a.recv_cq = c.recv_cq;
+                }
+                if a.srq.is_null() {
+                    a.srq = c.srq;
+                }
+                // SAFETY: the PD and attributes are the caller's, the CQs ours or the
+                // caller's.
+                let qp = unsafe { (v.create_qp)(pd, attr) };
+                if qp.is_null() {
+                    Err(errno_or(libc::EINVAL))
+                } else {
+                    Ok(qp)
+                }
             }
-            if a.recv_cq.is_null() {
-                a.recv_cq = c.recv_cq;
+        };
+        let mut g = g;
+        let psn = (g.random() & 0xff_ffff) as u32;
+        let qp = qp.and_then(|qp| {
+            // SAFETY: the QP just made.
+            let ud = unsafe { (*qp).qp_type } == 4;
+            qp::init_new_qp(qp, ud, psn).map(|_| qp).inspect_err(|_| {
+                // SAFETY: as above.
+                unsafe { (v.destroy_qp)(qp) };
+            })
+        });
+        match qp {
+            Ok(qp) => {
+                let c = tri!(cid(&g, k));
+                c.qp = qp;
+                c.pd = pd;
+                if made {
+                    tri!(g.id_mut(k)).own_cqs = true;
+                }
+                0
             }
-            if a.srq.is_null() {
-                a.srq = c.srq;
-            }
-            // SAFETY: the PD and attributes are the caller's, the CQs ours or the
-            // caller's.
-            let qp = unsafe { (v.create_qp)(pd, attr) };
-            if qp.is_null() {
-                Err(errno_or(libc::EINVAL))
-            } else {
-                Ok(qp)
+            Err(e) => {
+                if made {
+                    // What this call made goes, as librdmacm's `ucma_destroy_cqs`.
+                    destroy_own_cqs(v, tri!(cid(&g, k)));
+                }
+                fail(e)
             }
         }
-    };
-    let mut g = g;
-    let psn = (g.random() & 0xff_ffff) as u32;
-    let qp = qp.and_then(|qp| {
-        // SAFETY: the QP just made.
-        let ud = unsafe { (*qp).qp_type } == 4;
-        qp::init_new_qp(qp, ud, psn).map(|_| qp).inspect_err(|_| {
-            // SAFETY: as above.
-            unsafe { (v.destroy_qp)(qp) };
-        })
-    });
-    match qp {
-        Ok(qp) => {
-            let c = cid(&g, k);
-            c.qp = qp;
-            c.pd = pd;
-            if made {
-                g.ids.get_mut(&k).expect("checked").own_cqs = true;
-            }
-            0
-        }
-        Err(e) => {
-            if made {
-                // What this call made goes, as librdmacm's `ucma_destroy_cqs`.
-                destroy_own_cqs(v, cid(&g, k));
-            }
-            fail(e)
-        }
-    }
+    })
 }
 default_version!(rdma_create_qp, "RDMACM_1.0");
 
@@ -1291,19 +1338,22 @@ default_version!(rdma_create_qp, "RDMACM_1.0");
 /// `id` is an id of this library.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
-    let Ok(v) = verbs() else { return };
-    let mut g = lock();
-    let Ok(k) = id_key(&g, id) else { return };
-    let own = std::mem::take(&mut g.ids.get_mut(&k).expect("checked").own_cqs);
-    let c = cid(&g, k);
-    if !c.qp.is_null() {
-        // SAFETY: the id's QP, destroyed once (the field is cleared).
-        unsafe { (v.destroy_qp)(c.qp) };
-        c.qp = std::ptr::null_mut();
-    }
-    if own {
-        destroy_own_cqs(v, c);
-    }
+    crate::ffi::void("rdma_destroy_qp", move || {
+        let Ok(v) = verbs() else { return };
+        let mut g = lock();
+        let Ok(k) = id_key(&g, id) else { return };
+        let Ok(x) = g.id_mut(k) else { return };
+        let own = std::mem::take(&mut x.own_cqs);
+        let Ok(c) = cid(&g, k) else { return };
+        if !c.qp.is_null() {
+            // SAFETY: the id's QP, destroyed once (the field is cleared).
+            unsafe { (v.destroy_qp)(c.qp) };
+            c.qp = std::ptr::null_mut();
+        }
+        if own {
+            destroy_own_cqs(v, c);
+        }
+    })
 }
 
 /// Destroys the CQs and completion channels `rdma_create_qp` made for id `c`.
@@ -1338,45 +1388,47 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     qp_attr: *mut ibv_qp_attr,
     qp_attr_mask: *mut c_int,
 ) -> c_int {
-    if qp_attr.is_null() || qp_attr_mask.is_null() {
-        return fail(libc::EINVAL);
-    }
-    let g = lock();
-    let k = match id_key(&g, id) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
-    };
-    // SAFETY: the caller's contract.
-    let (attr, mask) = unsafe { (&mut *qp_attr, &mut *qp_attr_mask) };
-    let Some(to) = qp::state_of(attr.qp_state) else {
-        return fail(libc::EINVAL);
-    };
-    match qp::cm_attr(&g, k, to) {
-        Ok((a, m)) => {
-            *attr = a;
-            *mask = m;
-            0
+    crate::ffi::minus1("rdma_init_qp_attr", move || {
+        if qp_attr.is_null() || qp_attr_mask.is_null() {
+            return fail(libc::EINVAL);
         }
-        Err(_) if to == QpState::Init => {
-            let ud = cid(&g, k).qp_type == 4;
-            *attr = ibv_qp_attr {
-                qp_state: 1,
-                port_num: 1,
-                qkey: RDMA_UDP_QKEY,
-                ..ibv_qp_attr::default()
-            };
-            *mask = qp::IBV_QP_STATE
-                | qp::IBV_QP_PKEY_INDEX
-                | qp::IBV_QP_PORT
-                | if ud {
-                    qp::IBV_QP_QKEY
-                } else {
-                    qp::IBV_QP_ACCESS_FLAGS
+        let g = lock();
+        let k = match id_key(&g, id) {
+            Ok(k) => k,
+            Err(e) => return fail(e),
+        };
+        // SAFETY: the caller's contract.
+        let (attr, mask) = unsafe { (&mut *qp_attr, &mut *qp_attr_mask) };
+        let Some(to) = qp::state_of(attr.qp_state) else {
+            return fail(libc::EINVAL);
+        };
+        match qp::cm_attr(&g, k, to) {
+            Ok((a, m)) => {
+                *attr = a;
+                *mask = m;
+                0
+            }
+            Err(_) if to == QpState::Init => {
+                let ud = tri!(cid(&g, k)).qp_type == 4;
+                *attr = ibv_qp_attr {
+                    qp_state: 1,
+                    port_num: 1,
+                    qkey: RDMA_UDP_QKEY,
+                    ..ibv_qp_attr::default()
                 };
-            0
+                *mask = qp::IBV_QP_STATE
+                    | qp::IBV_QP_PKEY_INDEX
+                    | qp::IBV_QP_PORT
+                    | if ud {
+                        qp::IBV_QP_QKEY
+                    } else {
+                        qp::IBV_QP_ACCESS_FLAGS
+                    };
+                0
+            }
+            Err(e) => fail(e),
         }
-        Err(e) => fail(e),
-    }
+    })
 }
 default_version!(rdma_init_qp_attr, "RDMACM_1.2");
 
@@ -1393,32 +1445,34 @@ pub unsafe extern "C" fn rdma_set_option(
     optval: *mut c_void,
     optlen: usize,
 ) -> c_int {
-    if optval.is_null() || optlen == 0 {
-        return fail(libc::EINVAL);
-    }
-    // SAFETY: the caller's contract (at least one byte).
-    let byte = unsafe { *optval.cast::<u8>() };
-    let int = if optlen >= 4 {
-        // SAFETY: as above, four bytes.
-        unsafe { optval.cast::<c_int>().read_unaligned() }
-    } else {
-        c_int::from(byte)
-    };
-    let mut g = lock();
-    let k = match id_key(&g, id) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
-    };
-    let x = g.ids.get_mut(&k).expect("checked");
-    match (level, optname) {
-        (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => x.tos = byte,
-        (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => x.reuseaddr = int != 0,
-        (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => x.afonly = int != 0,
-        (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => x.ack_timeout = Some(byte.min(31)),
-        (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {}
-        _ => return fail(libc::ENOSYS),
-    }
-    0
+    crate::ffi::minus1("rdma_set_option", move || {
+        if optval.is_null() || optlen == 0 {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: the caller's contract (at least one byte).
+        let byte = unsafe { *optval.cast::<u8>() };
+        let int = if optlen >= 4 {
+            // SAFETY: as above, four bytes.
+            unsafe { optval.cast::<c_int>().read_unaligned() }
+        } else {
+            c_int::from(byte)
+        };
+        let mut g = lock();
+        let k = match id_key(&g, id) {
+            Ok(k) => k,
+            Err(e) => return fail(e),
+        };
+        let x = tri!(g.id_mut(k));
+        match (level, optname) {
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => x.tos = byte,
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => x.reuseaddr = int != 0,
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => x.afonly = int != 0,
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => x.ack_timeout = Some(byte.min(31)),
+            (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {}
+            _ => return fail(libc::ENOSYS),
+        }
+        0
+    })
 }
 default_version!(rdma_set_option, "RDMACM_1.0");
 
@@ -1429,30 +1483,32 @@ default_version!(rdma_set_option, "RDMACM_1.0");
 /// `num_devices` is null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
-    let mut g = lock();
-    let ctxs: Vec<*mut ibv_context> = match g.devices() {
-        Ok(v) => v.iter().map(|d| d.ctx).collect(),
-        Err(e) => {
-            set_errno(e);
-            return std::ptr::null_mut();
+    crate::ffi::ptr("rdma_get_devices", move || {
+        let mut g = lock();
+        let ctxs: Vec<*mut ibv_context> = match g.devices() {
+            Ok(v) => v.iter().map(|d| d.ctx).collect(),
+            Err(e) => {
+                set_errno(e);
+                return std::ptr::null_mut();
+            }
+        };
+        // SAFETY: calloc of n+1 pointers; checked for null.
+        let list = unsafe { libc::calloc(ctxs.len() + 1, std::mem::size_of::<*mut ibv_context>()) }
+            .cast::<*mut ibv_context>();
+        if list.is_null() {
+            set_errno(libc::ENOMEM);
+            return list;
         }
-    };
-    // SAFETY: calloc of n+1 pointers; checked for null.
-    let list = unsafe { libc::calloc(ctxs.len() + 1, std::mem::size_of::<*mut ibv_context>()) }
-        .cast::<*mut ibv_context>();
-    if list.is_null() {
-        set_errno(libc::ENOMEM);
-        return list;
-    }
-    for (i, c) in ctxs.iter().enumerate() {
-        // SAFETY: within the n+1 allocated.
-        unsafe { *list.add(i) = *c };
-    }
-    if !num_devices.is_null() {
-        // SAFETY: the caller's pointer.
-        unsafe { *num_devices = ctxs.len() as c_int };
-    }
-    list
+        for (i, c) in ctxs.iter().enumerate() {
+            // SAFETY: within the n+1 allocated.
+            unsafe { *list.add(i) = *c };
+        }
+        if !num_devices.is_null() {
+            // SAFETY: the caller's pointer.
+            unsafe { *num_devices = ctxs.len() as c_int };
+        }
+        list
+    })
 }
 default_version!(rdma_get_devices, "RDMACM_1.0");
 
@@ -1462,8 +1518,10 @@ default_version!(rdma_get_devices, "RDMACM_1.0");
 /// `list` came from `rdma_get_devices`.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
-    // SAFETY: the caller's contract: calloc'ed by rdma_get_devices.
-    unsafe { libc::free(list.cast()) };
+    crate::ffi::void("rdma_free_devices", move || {
+        // SAFETY: the caller's contract: calloc'ed by rdma_get_devices.
+        unsafe { libc::free(list.cast()) };
+    })
 }
 default_version!(rdma_free_devices, "RDMACM_1.0");
 
@@ -1483,7 +1541,7 @@ fn port_of_id(id: *mut rdma_cm_id, src: bool) -> u16 {
 /// `id` is an id of this library.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
-    port_of_id(id, true)
+    ffi::call("rdma_get_src_port", || 0, move || port_of_id(id, true))
 }
 default_version!(rdma_get_src_port, "RDMACM_1.0");
 
@@ -1493,7 +1551,7 @@ default_version!(rdma_get_src_port, "RDMACM_1.0");
 /// `id` is an id of this library.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
-    port_of_id(id, false)
+    ffi::call("rdma_get_dst_port", || 0, move || port_of_id(id, false))
 }
 default_version!(rdma_get_dst_port, "RDMACM_1.0");
 
@@ -1514,70 +1572,74 @@ pub unsafe extern "C" fn rdma_create_ep(
     pd: *mut ibv_pd,
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    if id.is_null() || res.is_null() {
-        return fail(libc::EINVAL);
-    }
-    // SAFETY: the caller's contract.
-    let r = unsafe { &*res };
-    let qp_type = if r.ai_qp_type != 0 {
-        Some(r.ai_qp_type)
-    } else {
-        None
-    };
-    let ps = if r.ai_port_space != 0 {
-        r.ai_port_space
-    } else {
-        RDMA_PS_TCP
-    };
-    let cm_id = match create_id(std::ptr::null_mut(), std::ptr::null_mut(), ps, qp_type) {
-        Ok(c) => c,
-        Err(e) => return fail(e),
-    };
-    let undo = move |e: c_int| {
-        // SAFETY: the id just made.
-        unsafe { rdma_destroy_id(cm_id) };
-        fail(e)
-    };
-    if !pd.is_null() {
-        // SAFETY: the id just made (ours, live).
-        unsafe { (*cm_id).pd = pd };
-    }
-    if r.ai_flags & RAI_PASSIVE != 0 {
-        // SAFETY: the caller's addresses.
-        if unsafe { rdma_bind_addr(cm_id, r.ai_src_addr) } != 0 {
-            return undo(errno());
+    crate::ffi::minus1("rdma_create_ep", move || {
+        if id.is_null() || res.is_null() {
+            return fail(libc::EINVAL);
         }
-        if !qp_init_attr.is_null() {
-            // SAFETY: the caller's attributes, copied.
-            let mut a = Box::new(unsafe { std::ptr::read(qp_init_attr) });
-            a.qp_type = cid(&lock(), cm_id as usize).qp_type;
-            lock()
-                .ids
-                .get_mut(&(cm_id as usize))
-                .expect("made")
-                .ep_qp_init = Some(a);
+        // SAFETY: the caller's contract.
+        let r = unsafe { &*res };
+        let qp_type = if r.ai_qp_type != 0 {
+            Some(r.ai_qp_type)
+        } else {
+            None
+        };
+        let ps = if r.ai_port_space != 0 {
+            r.ai_port_space
+        } else {
+            RDMA_PS_TCP
+        };
+        let cm_id = match create_id(std::ptr::null_mut(), std::ptr::null_mut(), ps, qp_type) {
+            Ok(c) => c,
+            Err(e) => return fail(e),
+        };
+        let undo = move |e: c_int| {
+            // SAFETY: the id just made.
+            unsafe { rdma_destroy_id(cm_id) };
+            fail(e)
+        };
+        if !pd.is_null() {
+            // SAFETY: the id just made (ours, live).
+            unsafe { (*cm_id).pd = pd };
         }
-    } else {
-        // SAFETY: the caller's addresses.
-        if unsafe { rdma_resolve_addr(cm_id, r.ai_src_addr, r.ai_dst_addr, 2000) } != 0 {
-            return undo(errno());
-        }
-        // SAFETY: the id just made.
-        if unsafe { rdma_resolve_route(cm_id, 2000) } != 0 {
-            return undo(errno());
-        }
-        if !qp_init_attr.is_null() {
-            // SAFETY: the caller's attributes.
-            unsafe { (*qp_init_attr).qp_type = (*cm_id).qp_type };
-            // SAFETY: as above.
-            if unsafe { rdma_create_qp(cm_id, pd, qp_init_attr) } != 0 {
+        if r.ai_flags & RAI_PASSIVE != 0 {
+            // SAFETY: the caller's addresses.
+            if unsafe { rdma_bind_addr(cm_id, r.ai_src_addr) } != 0 {
                 return undo(errno());
             }
+            if !qp_init_attr.is_null() {
+                // SAFETY: the caller's attributes, copied.
+                let mut a = Box::new(unsafe { std::ptr::read(qp_init_attr) });
+                a.qp_type = match cid(&lock(), cm_id as usize) {
+                    Ok(c) => c.qp_type,
+                    Err(e) => return undo(e),
+                };
+                match lock().id_mut(cm_id as usize) {
+                    Ok(x) => x.ep_qp_init = Some(a),
+                    Err(e) => return undo(e),
+                }
+            }
+        } else {
+            // SAFETY: the caller's addresses.
+            if unsafe { rdma_resolve_addr(cm_id, r.ai_src_addr, r.ai_dst_addr, 2000) } != 0 {
+                return undo(errno());
+            }
+            // SAFETY: the id just made.
+            if unsafe { rdma_resolve_route(cm_id, 2000) } != 0 {
+                return undo(errno());
+            }
+            if !qp_init_attr.is_null() {
+                // SAFETY: the caller's attributes.
+                unsafe { (*qp_init_attr).qp_type = (*cm_id).qp_type };
+                // SAFETY: as above.
+                if unsafe { rdma_create_qp(cm_id, pd, qp_init_attr) } != 0 {
+                    return undo(errno());
+                }
+            }
         }
-    }
-    // SAFETY: the caller's pointer.
-    unsafe { *id = cm_id };
-    0
+        // SAFETY: the caller's pointer.
+        unsafe { *id = cm_id };
+        0
+    })
 }
 default_version!(rdma_create_ep, "RDMACM_1.0");
 
@@ -1587,11 +1649,13 @@ default_version!(rdma_create_ep, "RDMACM_1.0");
 /// `id` is an id of this library, not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        rdma_destroy_qp(id);
-        rdma_destroy_id(id);
-    }
+    crate::ffi::void("rdma_destroy_ep", move || {
+        // SAFETY: the caller's contract.
+        unsafe {
+            rdma_destroy_qp(id);
+            rdma_destroy_id(id);
+        }
+    })
 }
 default_version!(rdma_destroy_ep, "RDMACM_1.0");
 
@@ -1606,63 +1670,68 @@ pub unsafe extern "C" fn rdma_get_request(
     listen: *mut rdma_cm_id,
     id: *mut *mut rdma_cm_id,
 ) -> c_int {
-    if id.is_null() {
-        return fail(libc::EINVAL);
-    }
-    let (channel, attr, pd) = {
-        let g = lock();
-        let Some(x) = g.ids.get(&(listen as usize)) else {
+    crate::ffi::minus1("rdma_get_request", move || {
+        if id.is_null() {
             return fail(libc::EINVAL);
+        }
+        let (channel, attr, pd) = {
+            let g = lock();
+            let Some(x) = g.ids.get(&(listen as usize)) else {
+                return fail(libc::EINVAL);
+            };
+            if !x.sync {
+                return fail(libc::EINVAL);
+            }
+            let c = tri!(cid(&g, listen as usize));
+            (
+                c.channel,
+                x.ep_qp_init.as_deref().map(|a| {
+                    // SAFETY: a bitwise copy of a C structure of plain data and pointers
+                    // (`ibv_qp_init_attr` is not `Copy` only because verbs_abi does not
+                    // derive it); the copy owns nothing.
+                    unsafe { std::ptr::read(a) }
+                }),
+                c.pd,
+            )
         };
-        if !x.sync {
-            return fail(libc::EINVAL);
+        // SAFETY: the program's listener.
+        let l = unsafe { &mut *listen };
+        if !l.event.is_null() {
+            // SAFETY: an event of this library.
+            unsafe { rdma_ack_cm_event(l.event) };
+            l.event = std::ptr::null_mut();
         }
-        let c = cid(&g, listen as usize);
-        (
-            c.channel,
-            x.ep_qp_init
-                .as_deref()
-                .map(|a| unsafe { std::ptr::read(a) }),
-            c.pd,
-        )
-    };
-    // SAFETY: the program's listener.
-    let l = unsafe { &mut *listen };
-    if !l.event.is_null() {
-        // SAFETY: an event of this library.
-        unsafe { rdma_ack_cm_event(l.event) };
-        l.event = std::ptr::null_mut();
-    }
-    let event = match get_event(channel) {
-        Ok(e) => e,
-        Err(e) => return fail(e),
-    };
-    // SAFETY: a live event box.
-    let (ty, status, new) = unsafe { ((*event).event, (*event).status, (*event).id) };
-    let refuse = match ty {
-        RDMA_CM_EVENT_REJECTED => Some(libc::ECONNREFUSED),
-        _ if status != 0 => Some(status.abs()),
-        RDMA_CM_EVENT_CONNECT_REQUEST => None,
-        _ => Some(libc::EINVAL),
-    };
-    if let Some(e) = refuse {
-        l.event = event;
-        return fail(e);
-    }
-    if let Some(mut a) = attr {
-        // SAFETY: the new id (live: its request is not acknowledged) and a copy of the
-        // attributes.
-        if unsafe { rdma_create_qp(new, pd, &mut a) } != 0 {
+        let event = match get_event(channel) {
+            Ok(e) => e,
+            Err(e) => return fail(e),
+        };
+        // SAFETY: a live event box.
+        let (ty, status, new) = unsafe { ((*event).event, (*event).status, (*event).id) };
+        let refuse = match ty {
+            RDMA_CM_EVENT_REJECTED => Some(libc::ECONNREFUSED),
+            _ if status != 0 => Some(status.abs()),
+            RDMA_CM_EVENT_CONNECT_REQUEST => None,
+            _ => Some(libc::EINVAL),
+        };
+        if let Some(e) = refuse {
             l.event = event;
-            return -1;
+            return fail(e);
         }
-    }
-    // SAFETY: the new id and the caller's pointer.
-    unsafe {
-        (*new).event = event;
-        *id = new;
-    }
-    0
+        if let Some(mut a) = attr {
+            // SAFETY: the new id (live: its request is not acknowledged) and a copy of the
+            // attributes.
+            if unsafe { rdma_create_qp(new, pd, &mut a) } != 0 {
+                l.event = event;
+                return -1;
+            }
+        }
+        // SAFETY: the new id and the caller's pointer.
+        unsafe {
+            (*new).event = event;
+            *id = new;
+        }
+        0
+    })
 }
 default_version!(rdma_get_request, "RDMACM_1.0");
 
@@ -1676,52 +1745,54 @@ pub unsafe extern "C" fn rdma_migrate_id(
     id: *mut rdma_cm_id,
     channel: *mut rdma_event_channel,
 ) -> c_int {
-    let mut g = lock();
-    let k = match id_key(&g, id) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
-    };
-    let (to, sync) = if channel.is_null() {
-        match new_channel(&mut g) {
-            Ok(c) => (c, true),
+    crate::ffi::minus1("rdma_migrate_id", move || {
+        let mut g = lock();
+        let k = match id_key(&g, id) {
+            Ok(k) => k,
             Err(e) => return fail(e),
-        }
-    } else if g.channels.contains_key(&(channel as usize)) {
-        (channel, false)
-    } else {
-        return fail(libc::EINVAL);
-    };
-    let from = g.ids[&k].channel;
-    let mut moved = Vec::new();
-    if let Some(c) = g.channels.get_mut(&from) {
-        c.queue.retain(|&e| {
-            // SAFETY: queued events are live boxes.
-            let (of, listen) = unsafe { ((*e).ev.id as usize, (*e).ev.listen_id as usize) };
-            // The id's events, and a listener's connection requests.
-            let mine = of == k || listen == k;
-            if mine {
-                moved.push(e);
+        };
+        let (to, sync) = if channel.is_null() {
+            match new_channel(&mut g) {
+                Ok(c) => (c, true),
+                Err(e) => return fail(e),
             }
-            !mine
-        });
-        c.stale += moved.len();
-    }
-    if let Some(c) = g.channels.get_mut(&(to as usize)) {
-        for e in moved {
-            c.queue.push_back(e);
-            state::signal(c.fd.as_raw_fd());
+        } else if g.channels.contains_key(&(channel as usize)) {
+            (channel, false)
+        } else {
+            return fail(libc::EINVAL);
+        };
+        let from = tri!(g.id(k)).channel;
+        let mut moved = Vec::new();
+        if let Some(c) = g.channels.get_mut(&from) {
+            c.queue.retain(|&e| {
+                // SAFETY: queued events are live boxes.
+                let (of, listen) = unsafe { ((*e).ev.id as usize, (*e).ev.listen_id as usize) };
+                // The id's events, and a listener's connection requests.
+                let mine = of == k || listen == k;
+                if mine {
+                    moved.push(e);
+                }
+                !mine
+            });
+            c.stale += moved.len();
         }
-    }
-    let x = g.ids.get_mut(&k).expect("checked");
-    let old_sync = std::mem::replace(&mut x.sync, sync);
-    x.channel = to as usize;
-    let old = std::mem::replace(&mut cid(&g, k).channel, to);
-    drop(g);
-    if old_sync {
-        // SAFETY: the id's former own channel, used by nothing else now.
-        unsafe { rdma_destroy_event_channel(old) };
-    }
-    0
+        if let Some(c) = g.channels.get_mut(&(to as usize)) {
+            for e in moved {
+                c.queue.push_back(e);
+                state::signal(c.fd.as_raw_fd());
+            }
+        }
+        let x = tri!(g.id_mut(k));
+        let old_sync = std::mem::replace(&mut x.sync, sync);
+        x.channel = to as usize;
+        let old = std::mem::replace(&mut tri!(cid(&g, k)).channel, to);
+        drop(g);
+        if old_sync {
+            // SAFETY: the id's former own channel, used by nothing else now.
+            unsafe { rdma_destroy_event_channel(old) };
+        }
+        0
+    })
 }
 default_version!(rdma_migrate_id, "RDMACM_1.0");
 

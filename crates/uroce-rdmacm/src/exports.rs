@@ -21,6 +21,7 @@ use std::ffi::{c_char, c_int, c_long, c_void, CStr};
 use libc::{fd_set, iovec, msghdr, nfds_t, off_t, pollfd, sockaddr, socklen_t, timeval, ENOSYS};
 
 use crate::abi::*;
+use crate::ffi;
 use crate::verbs_abi::ibv_pd;
 
 /// Binds the `#[no_mangle]` item `$name` to the default version `$name@@$node`.
@@ -39,12 +40,7 @@ macro_rules! default_version {
 #[allow(unused_imports)]
 pub(crate) use default_version;
 
-/// Sets the calling thread's `errno`.
-pub(crate) fn set_errno(value: c_int) {
-    // SAFETY: __errno_location returns the address of this thread's errno, valid for the
-    // thread's life; writing an int there is what setting errno means.
-    unsafe { *libc::__errno_location() = value };
-}
+pub(crate) use crate::ffi::set_errno;
 
 /// The return type of an unsupported entry point of kind `$kind`.
 macro_rules! stub_ret {
@@ -57,33 +53,51 @@ macro_rules! stub_ret {
     (void) => { () };
 }
 
-/// What an unsupported entry point of kind `$kind` answers.
+/// What an unsupported entry point of kind `$kind` answers, through the C boundary
+/// ([`crate::ffi`]: a panic there answers EIO as the kind says a failure).
 macro_rules! stub_body {
-    (minus1) => {{
-        set_errno(ENOSYS);
-        -1
-    }};
-    (minus1_ssize) => {{
-        set_errno(ENOSYS);
-        -1
-    }};
-    (minus1_off) => {{
-        set_errno(ENOSYS);
-        -1
-    }};
-    (minus1_size) => {{
-        set_errno(ENOSYS);
-        usize::MAX
-    }};
-    (ptr, $pointee:ty) => {{
-        set_errno(ENOSYS);
-        std::ptr::null_mut()
-    }};
-    (port) => {
-        0
+    ($name:expr, minus1) => {
+        ffi::minus1($name, || {
+            set_errno(ENOSYS);
+            -1
+        })
     };
-    (void) => {
-        ()
+    ($name:expr, minus1_ssize) => {
+        ffi::minus1($name, || {
+            set_errno(ENOSYS);
+            -1
+        })
+    };
+    ($name:expr, minus1_off) => {
+        ffi::minus1($name, || {
+            set_errno(ENOSYS);
+            -1
+        })
+    };
+    ($name:expr, minus1_size) => {
+        ffi::call(
+            $name,
+            || {
+                set_errno(libc::EIO);
+                usize::MAX
+            },
+            || {
+                set_errno(ENOSYS);
+                usize::MAX
+            },
+        )
+    };
+    ($name:expr, ptr, $pointee:ty) => {
+        ffi::ptr($name, || {
+            set_errno(ENOSYS);
+            std::ptr::null_mut()
+        })
+    };
+    ($name:expr, port) => {
+        ffi::call($name, || 0, || 0)
+    };
+    ($name:expr, void) => {
+        ffi::void($name, || ())
     };
 }
 
@@ -96,7 +110,7 @@ macro_rules! unsupported {
         #[no_mangle]
         #[allow(unused_variables)]
         pub extern "C" fn $name($($arg: $ty),*) -> stub_ret!($kind $(, $pointee)?) {
-            stub_body!($kind $(, $pointee)?)
+            stub_body!(stringify!($name), $kind $(, $pointee)?)
         }
         default_version!($name, $node);
     )* };
@@ -249,7 +263,8 @@ pub fn event_name(event: rdma_cm_event_type) -> &'static CStr {
 /// NULL.
 #[no_mangle]
 pub extern "C" fn rdma_event_str(event: rdma_cm_event_type) -> *const c_char {
-    event_name(event).as_ptr()
+    let failed = || c"UNKNOWN EVENT".as_ptr();
+    ffi::call("rdma_event_str", failed, || event_name(event).as_ptr())
 }
 default_version!(rdma_event_str, "RDMACM_1.0");
 

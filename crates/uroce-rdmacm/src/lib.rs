@@ -16,6 +16,9 @@
 //!   every other one answers "unsupported" as the headers document failure (-1 with errno
 //!   `ENOSYS`, NULL with errno `ENOSYS`, nothing for the destroy calls).
 //!
+//! - [`ffi`]: the C boundary every exported call goes through: a panic becomes -1 (or
+//!   NULL) with errno `EIO`, never an abort of the host program.
+//!
 //! The plan. Ids, event channels (a pollable fd per channel), address and route resolution
 //! from the host's routes and neighbours, and connection establishment run on uroce's
 //! sans-IO connection manager (`uroce::cm`), whose MADs travel on QP 1 of the device.
@@ -32,11 +35,14 @@
 //!
 //! The library never prints, never exits, never forks and never runs a program.
 
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
+
 pub mod abi;
 mod addrinfo;
 mod api;
 mod events;
 mod exports;
+pub mod ffi;
 mod qp;
 mod state;
 mod verbs;

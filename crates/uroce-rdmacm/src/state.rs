@@ -301,6 +301,8 @@ fn open_devices() -> Result<Vec<Device>, c_int> {
         };
         // SAFETY: zeroed C structures are valid; the context is open.
         let mut port: ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: ibv_query_port of the loaded libibverbs on an open context, into a
+        // live local of the size it expects.
         let mtu = if unsafe { (v.query_port)(ctx, 1, &mut port) } == 0 {
             match port.active_mtu {
                 1 => Mtu::M256,
@@ -314,6 +316,7 @@ fn open_devices() -> Result<Vec<Device>, c_int> {
         };
         // SAFETY: as above.
         let mut attr: ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: ibv_query_device on an open context, into a live local.
         let (guid, max_rd) = if unsafe { (v.query_device)(ctx, &mut attr) } == 0 {
             (
                 u64::from_be(attr.node_guid),
@@ -349,12 +352,38 @@ fn run_seed() -> u64 {
 }
 
 impl State {
+    /// The id of key `k`; EINVAL when there is none (not one of ours, or destroyed).
+    pub(crate) fn id(&self, k: usize) -> Result<&Id, c_int> {
+        self.ids.get(&k).ok_or(libc::EINVAL)
+    }
+
+    /// [`State::id`], to change it.
+    pub(crate) fn id_mut(&mut self, k: usize) -> Result<&mut Id, c_int> {
+        self.ids.get_mut(&k).ok_or(libc::EINVAL)
+    }
+
+    /// Open device `d`; ENODEV when the devices are not open or there is no such one.
+    pub(crate) fn dev(&self, d: usize) -> Result<&Device, c_int> {
+        self.devices
+            .as_ref()
+            .and_then(|v| v.get(d))
+            .ok_or(libc::ENODEV)
+    }
+
+    /// [`State::dev`], to change it.
+    pub(crate) fn dev_mut(&mut self, d: usize) -> Result<&mut Device, c_int> {
+        self.devices
+            .as_mut()
+            .and_then(|v| v.get_mut(d))
+            .ok_or(libc::ENODEV)
+    }
+
     /// The devices, opened now if they are not yet.
     pub fn devices(&mut self) -> Result<&mut Vec<Device>, c_int> {
         if self.devices.is_none() {
             self.devices = Some(open_devices()?);
         }
-        Ok(self.devices.as_mut().expect("just set"))
+        self.devices.as_mut().ok_or(libc::ENODEV)
     }
 
     /// The device whose context sends from `ip` (or has it in its GID table).

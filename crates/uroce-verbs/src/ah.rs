@@ -16,9 +16,9 @@ use uroce::verbs::Remote;
 use crate::abi::{ibv_ah, ibv_ah_attr, ibv_context, ibv_pd, ibv_wc};
 use crate::device::{shared_of, with_inner};
 use crate::exports::default_version;
+use crate::ffi::set_errno;
 use crate::qp::{gid_of, remote_of};
 use crate::resources::{disown, null_with, own, owner_of};
-use crate::util::set_errno;
 
 /// An address handle handed out.
 #[derive(Debug, Clone, Copy)]
@@ -51,64 +51,68 @@ pub fn sender_of(grh: &[u8; 40]) -> Option<IpAddr> {
 /// `attr` points at a readable `struct ibv_ah_attr`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
-    let Some(ctx) = owner_of(pd) else {
-        return null_with(EINVAL);
-    };
-    if attr.is_null() {
-        return null_with(EINVAL);
-    }
-    // SAFETY: the caller's readable ibv_ah_attr.
-    let a = unsafe { *attr };
-    let Some(shared) = shared_of(ctx) else {
-        return null_with(EINVAL);
-    };
-    // Where it goes first, without the lock (it may take an ARP exchange).
-    let remote = match remote_of(&shared, &a) {
-        Ok(r) => r,
-        Err(e) => return null_with(e),
-    };
-    let mut g = shared.lock();
-    let made = (|| {
-        let inner = &mut *g;
-        if !inner.pds.contains_key(&(pd as usize)) {
-            return Err(EINVAL);
+    crate::ffi::ptr("ibv_create_ah", move || {
+        let Some(ctx) = owner_of(pd) else {
+            return null_with(EINVAL);
+        };
+        if attr.is_null() {
+            return null_with(EINVAL);
         }
-        let ah = Box::into_raw(Box::new(ibv_ah {
-            context: ctx,
-            pd,
-            handle: 0,
-        }));
-        inner.ahs.insert(
-            ah as usize,
-            AhEntry {
-                remote,
-                pd: pd as usize,
-            },
-        );
-        own(ah, ctx);
-        Ok(ah)
-    })();
-    drop(g);
-    made.unwrap_or_else(null_with)
+        // SAFETY: the caller's readable ibv_ah_attr.
+        let a = unsafe { *attr };
+        let Some(shared) = shared_of(ctx) else {
+            return null_with(EINVAL);
+        };
+        // Where it goes first, without the lock (it may take an ARP exchange).
+        let remote = match remote_of(&shared, &a) {
+            Ok(r) => r,
+            Err(e) => return null_with(e),
+        };
+        let mut g = shared.lock();
+        let made = (|| {
+            let inner = &mut *g;
+            if !inner.pds.contains_key(&(pd as usize)) {
+                return Err(EINVAL);
+            }
+            let ah = Box::into_raw(Box::new(ibv_ah {
+                context: ctx,
+                pd,
+                handle: 0,
+            }));
+            inner.ahs.insert(
+                ah as usize,
+                AhEntry {
+                    remote,
+                    pd: pd as usize,
+                },
+            );
+            own(ah, ctx);
+            Ok(ah)
+        })();
+        drop(g);
+        made.unwrap_or_else(null_with)
+    })
 }
 default_version!(ibv_create_ah, "IBVERBS_1.1");
 
 /// `ibv_destroy_ah`: 0, or EINVAL for an unknown handle.
 #[no_mangle]
 pub extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    let Some(ctx) = owner_of(ah) else {
-        return EINVAL;
-    };
-    with_inner(ctx, |inner| {
-        if inner.ahs.remove(&(ah as usize)).is_none() {
+    crate::ffi::errno("ibv_destroy_ah", move || {
+        let Some(ctx) = owner_of(ah) else {
             return EINVAL;
-        }
-        disown(ah);
-        // SAFETY: registered, so from Box::into_raw in ibv_create_ah, freed once.
-        drop(unsafe { Box::from_raw(ah) });
-        0
+        };
+        with_inner(ctx, |inner| {
+            if inner.ahs.remove(&(ah as usize)).is_none() {
+                return EINVAL;
+            }
+            disown(ah);
+            // SAFETY: registered, so from Box::into_raw in ibv_create_ah, freed once.
+            unsafe { crate::ffi::free_c(ah) };
+            0
+        })
+        .unwrap_or(EINVAL)
     })
-    .unwrap_or(EINVAL)
 }
 default_version!(ibv_destroy_ah, "IBVERBS_1.1");
 
@@ -125,42 +129,44 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     grh: *mut u8,
     ah_attr: *mut ibv_ah_attr,
 ) -> c_int {
-    let Some(shared) = shared_of(ctx) else {
-        set_errno(EINVAL);
-        return -1;
-    };
-    if wc.is_null() || grh.is_null() || ah_attr.is_null() {
-        set_errno(EINVAL);
-        return -1;
-    }
-    // Our own GID, the one the answer goes from (rdma-core looks up the GRH's
-    // destination GID in the table; uroce receives on its one address).
-    let (device, local) = {
-        let g = shared.lock();
-        (g.device, g.uroce.config().ip)
-    };
-    let own = gid_of(local).raw;
-    let sgid_index = uroce::net::addresses::interface_info(device.iface())
-        .ok()
-        .and_then(|i| crate::device::gids(&i).iter().position(|g| g.raw == own));
-    // SAFETY: the caller's completion and 40-byte GRH area.
-    let (w, g) = unsafe { (*wc, grh.cast::<[u8; 40]>().read()) };
-    let sender = (w.wc_flags & WC_GRH != 0).then(|| sender_of(&g)).flatten();
-    let (Some(ip), Some(sgid_index)) = (sender, sgid_index) else {
-        set_errno(EINVAL);
-        return -1;
-    };
-    let mut a = ibv_ah_attr {
-        is_global: 1,
-        port_num,
-        ..Default::default()
-    };
-    a.grh.dgid = gid_of(ip);
-    a.grh.sgid_index = sgid_index as u8;
-    a.grh.hop_limit = 64;
-    // SAFETY: the caller's writable ibv_ah_attr.
-    unsafe { ah_attr.write(a) };
-    0
+    crate::ffi::minus1("ibv_init_ah_from_wc", move || {
+        let Some(shared) = shared_of(ctx) else {
+            set_errno(EINVAL);
+            return -1;
+        };
+        if wc.is_null() || grh.is_null() || ah_attr.is_null() {
+            set_errno(EINVAL);
+            return -1;
+        }
+        // Our own GID, the one the answer goes from (rdma-core looks up the GRH's
+        // destination GID in the table; uroce receives on its one address).
+        let (device, local) = {
+            let g = shared.lock();
+            (g.device, g.uroce.config().ip)
+        };
+        let own = gid_of(local).raw;
+        let sgid_index = uroce::net::addresses::interface_info(device.iface())
+            .ok()
+            .and_then(|i| crate::device::gids(&i).iter().position(|g| g.raw == own));
+        // SAFETY: the caller's completion and 40-byte GRH area.
+        let (w, g) = unsafe { (*wc, grh.cast::<[u8; 40]>().read()) };
+        let sender = (w.wc_flags & WC_GRH != 0).then(|| sender_of(&g)).flatten();
+        let (Some(ip), Some(sgid_index)) = (sender, sgid_index) else {
+            set_errno(EINVAL);
+            return -1;
+        };
+        let mut a = ibv_ah_attr {
+            is_global: 1,
+            port_num,
+            ..Default::default()
+        };
+        a.grh.dgid = gid_of(ip);
+        a.grh.sgid_index = sgid_index as u8;
+        a.grh.hop_limit = 64;
+        // SAFETY: the caller's writable ibv_ah_attr.
+        unsafe { ah_attr.write(a) };
+        0
+    })
 }
 default_version!(ibv_init_ah_from_wc, "IBVERBS_1.1");
 
@@ -175,17 +181,19 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     grh: *mut u8,
     port_num: u8,
 ) -> *mut ibv_ah {
-    let Some(ctx) = owner_of(pd) else {
-        return null_with(EINVAL);
-    };
-    let mut a = ibv_ah_attr::default();
-    // SAFETY: forwarded as the caller passed them; `a` is a live local.
-    unsafe {
-        if ibv_init_ah_from_wc(ctx, port_num, wc, grh, &mut a) != 0 {
-            return std::ptr::null_mut();
+    crate::ffi::ptr("ibv_create_ah_from_wc", move || {
+        let Some(ctx) = owner_of(pd) else {
+            return null_with(EINVAL);
+        };
+        let mut a = ibv_ah_attr::default();
+        // SAFETY: forwarded as the caller passed them; `a` is a live local.
+        unsafe {
+            if ibv_init_ah_from_wc(ctx, port_num, wc, grh, &mut a) != 0 {
+                return std::ptr::null_mut();
+            }
+            ibv_create_ah(pd, &mut a)
         }
-        ibv_create_ah(pd, &mut a)
-    }
+    })
 }
 default_version!(ibv_create_ah_from_wc, "IBVERBS_1.1");
 

@@ -23,60 +23,64 @@ use crate::abi::{ibv_async_event, ibv_comp_channel, ibv_context, ibv_cq, ibv_wc}
 use crate::device::{shared_of, with_inner};
 use crate::engine::{self, ChannelEntry, CqEntry};
 use crate::exports::default_version;
+use crate::ffi::set_errno;
 use crate::resources::{disown, null_with, own, owner_of};
-use crate::util::set_errno;
 
 /// `ibv_create_comp_channel`: a channel whose `fd` becomes readable with each completion
 /// event of the CQs created on it.
 #[no_mangle]
 pub extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
-    let made = with_inner(ctx, |inner| {
-        let fd = engine::semaphore().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
-        let ch = Box::into_raw(Box::new(ibv_comp_channel {
-            context: ctx,
-            fd: fd.as_raw_fd(),
-            refcnt: 0,
-        }));
-        inner.channels.insert(
-            ch as usize,
-            ChannelEntry {
-                fd,
-                events: Default::default(),
-            },
-        );
-        own(ch, ctx);
-        Ok(ch)
-    });
-    match made {
-        Some(Ok(ch)) => ch,
-        Some(Err(e)) => null_with(e),
-        None => null_with(EINVAL),
-    }
+    crate::ffi::ptr("ibv_create_comp_channel", move || {
+        let made = with_inner(ctx, |inner| {
+            let fd = engine::semaphore().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+            let ch = Box::into_raw(Box::new(ibv_comp_channel {
+                context: ctx,
+                fd: fd.as_raw_fd(),
+                refcnt: 0,
+            }));
+            inner.channels.insert(
+                ch as usize,
+                ChannelEntry {
+                    fd,
+                    events: Default::default(),
+                },
+            );
+            own(ch, ctx);
+            Ok(ch)
+        });
+        match made {
+            Some(Ok(ch)) => ch,
+            Some(Err(e)) => null_with(e),
+            None => null_with(EINVAL),
+        }
+    })
 }
 default_version!(ibv_create_comp_channel, "IBVERBS_1.0");
 
 /// `ibv_destroy_comp_channel`: 0, EBUSY while a CQ uses it, EINVAL for an unknown one.
 #[no_mangle]
 pub extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-    let Some(ctx) = owner_of(channel) else {
-        return EINVAL;
-    };
-    with_inner(ctx, |inner| {
-        let c = channel as usize;
-        if !inner.channels.contains_key(&c) {
+    crate::ffi::errno("ibv_destroy_comp_channel", move || {
+        let Some(ctx) = owner_of(channel) else {
             return EINVAL;
-        }
-        if inner.cqs.values().any(|e| e.channel == c) {
-            return EBUSY;
-        }
-        inner.channels.remove(&c);
-        disown(channel);
-        // SAFETY: registered, so from Box::into_raw in ibv_create_comp_channel, freed
-        // once: it has just left the registry.
-        drop(unsafe { Box::from_raw(channel) });
-        0
+        };
+        with_inner(ctx, |inner| {
+            let c = channel as usize;
+            if !inner.channels.contains_key(&c) {
+                return EINVAL;
+            }
+            if inner.cqs.values().any(|e| e.channel == c) {
+                return EBUSY;
+            }
+            inner.channels.remove(&c);
+            disown(channel);
+            // SAFETY: registered, so from Box::into_raw in ibv_create_comp_channel, freed
+            // once: it has just left the registry.
+            unsafe { crate::ffi::free_c(channel) };
+            0
+        })
+        .unwrap_or(EINVAL)
     })
-    .unwrap_or(EINVAL)
 }
 default_version!(ibv_destroy_comp_channel, "IBVERBS_1.0");
 
@@ -91,40 +95,40 @@ pub extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    let (Ok(cqe), 0) = (u32::try_from(cqe), comp_vector) else {
-        return null_with(EINVAL);
-    };
-    let made = with_inner(ctx, |inner| {
-        let ch = channel as usize;
-        if !channel.is_null() && !inner.channels.contains_key(&ch) {
-            return Err(EINVAL);
+    crate::ffi::ptr("ibv_create_cq", move || {
+        let (Ok(cqe), 0) = (u32::try_from(cqe), comp_vector) else {
+            return null_with(EINVAL);
+        };
+        let made = with_inner(ctx, |inner| {
+            let ch = channel as usize;
+            if !channel.is_null() && !inner.channels.contains_key(&ch) {
+                return Err(EINVAL);
+            }
+            let id = inner.uroce.create_cq(cqe).map_err(|e| e.errno())?;
+            let depth = inner.uroce.cq_depth(id).unwrap_or(cqe);
+            let mut c: ibv_cq = crate::ffi::zeroed();
+            c.context = ctx;
+            c.channel = channel;
+            c.cq_context = cq_context;
+            c.handle = id.0;
+            c.cqe = c_int::try_from(depth).unwrap_or(c_int::MAX);
+            let c = Box::into_raw(Box::new(c));
+            inner.cqs.insert(c as usize, CqEntry { id, channel: ch });
+            inner.cq_by_id.insert(id.0, c as usize);
+            if !channel.is_null() {
+                // SAFETY: a registered channel is a live Box from ibv_create_comp_channel;
+                // its refcnt is written under the context's lock only.
+                unsafe { crate::ffi::object(channel).refcnt += 1 };
+            }
+            own(c, ctx);
+            Ok(c)
+        });
+        match made {
+            Some(Ok(cq)) => cq,
+            Some(Err(e)) => null_with(e),
+            None => null_with(EINVAL),
         }
-        let id = inner.uroce.create_cq(cqe).map_err(|e| e.errno())?;
-        let depth = inner.uroce.cq_depth(id).unwrap_or(cqe);
-        // SAFETY: all zeros is PTHREAD_MUTEX_INITIALIZER / PTHREAD_COND_INITIALIZER in
-        // glibc, and a valid value for every other field (NULL pointers, zero counts).
-        let mut c: ibv_cq = unsafe { std::mem::zeroed() };
-        c.context = ctx;
-        c.channel = channel;
-        c.cq_context = cq_context;
-        c.handle = id.0;
-        c.cqe = c_int::try_from(depth).unwrap_or(c_int::MAX);
-        let c = Box::into_raw(Box::new(c));
-        inner.cqs.insert(c as usize, CqEntry { id, channel: ch });
-        inner.cq_by_id.insert(id.0, c as usize);
-        if !channel.is_null() {
-            // SAFETY: a registered channel is a live Box from ibv_create_comp_channel;
-            // its refcnt is written under the context's lock only.
-            unsafe { (*channel).refcnt += 1 };
-        }
-        own(c, ctx);
-        Ok(c)
-    });
-    match made {
-        Some(Ok(cq)) => cq,
-        Some(Err(e)) => null_with(e),
-        None => null_with(EINVAL),
-    }
+    })
 }
 default_version!(ibv_create_cq, "IBVERBS_1.1");
 
@@ -132,45 +136,49 @@ default_version!(ibv_create_cq, "IBVERBS_1.1");
 /// `ibv_get_cq_event` are not acknowledged; EINVAL for an unknown CQ.
 #[no_mangle]
 pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    let Some(ctx) = owner_of(cq) else {
-        return EINVAL;
-    };
-    with_inner(ctx, |inner| {
-        let c = cq as usize;
-        let Some(e) = inner.cqs.get(&c).copied() else {
+    crate::ffi::errno("ibv_destroy_cq", move || {
+        let Some(ctx) = owner_of(cq) else {
             return EINVAL;
         };
-        if inner.qps.values().any(|q| q.send_cq == c || q.recv_cq == c) {
-            return EBUSY;
-        }
-        // Events delivered to the channel and not taken yet go with the CQ (as the
-        // kernel drops them); those taken and not acknowledged keep it (libibverbs would
-        // wait for them for ever: EBUSY instead).
-        let pending = inner.channels.get(&e.channel).map_or(0, |ch| {
-            ch.events
-                .iter()
-                .filter(|&&(p, id)| p == c && id == e.id.0)
-                .count()
-        });
-        if inner.uroce.cq_events_unacked(e.id) as usize > pending {
-            return EBUSY;
-        }
-        inner.cqs.remove(&c);
-        inner.cq_by_id.remove(&e.id.0);
-        inner.forget_async_events_of(c);
-        disown(cq);
-        // SAFETY: registered, so from Box::into_raw in ibv_create_cq, freed once: it
-        // has just left the registry. Its channel (registered while the CQ uses it) is
-        // live.
-        unsafe {
-            if !(*cq).channel.is_null() {
-                (*(*cq).channel).refcnt -= 1;
+        with_inner(ctx, |inner| {
+            let c = cq as usize;
+            let Some(e) = inner.cqs.get(&c).copied() else {
+                return EINVAL;
+            };
+            if inner.qps.values().any(|q| q.send_cq == c || q.recv_cq == c) {
+                return EBUSY;
             }
-            drop(Box::from_raw(cq));
-        }
-        0
+            // Events delivered to the channel and not taken yet go with the CQ (as the
+            // kernel drops them); those taken and not acknowledged keep it (libibverbs would
+            // wait for them for ever: EBUSY instead).
+            let pending = inner.channels.get(&e.channel).map_or(0, |ch| {
+                ch.events
+                    .iter()
+                    .filter(|&&(p, id)| p == c && id == e.id.0)
+                    .count()
+            });
+            if inner.uroce.cq_events_unacked(e.id) as usize > pending {
+                return EBUSY;
+            }
+            inner.cqs.remove(&c);
+            inner.cq_by_id.remove(&e.id.0);
+            inner.forget_async_events_of(c);
+            disown(cq);
+            // SAFETY: `cq` was registered until just now, so it is a live Box from
+            // ibv_create_cq; the context's lock is held.
+            let channel = unsafe { crate::ffi::object(cq).channel };
+            if !channel.is_null() {
+                // SAFETY: the CQ's channel is registered while the CQ uses it (a channel
+                // with CQs cannot be destroyed), and the context's lock is held.
+                unsafe { crate::ffi::object(channel).refcnt -= 1 };
+            }
+            // SAFETY: from Box::into_raw in ibv_create_cq, freed once: it has just left the
+            // registry, under the lock.
+            unsafe { crate::ffi::free_c(cq) };
+            0
+        })
+        .unwrap_or(EINVAL)
     })
-    .unwrap_or(EINVAL)
 }
 default_version!(ibv_destroy_cq, "IBVERBS_1.1");
 
@@ -234,49 +242,53 @@ pub fn wc_of(w: &WorkCompletion) -> ibv_wc {
 /// `ibv_context_ops.poll_cq` (the inline `ibv_poll_cq`): up to `n` completions into
 /// `wc`, their number, or -1 for a CQ that is not one of ours.
 pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
-    let Ok(n) = usize::try_from(n) else { return -1 };
-    if cq.is_null() || (wc.is_null() && n > 0) {
-        return -1;
-    }
-    // SAFETY: the inline ibv_poll_cq read `cq->context` already to find this function.
-    let Some(shared) = shared_of(unsafe { (*cq).context }) else {
-        return -1;
-    };
-    let mut g = shared.lock();
-    let Some(e) = g.cqs.get(&(cq as usize)).copied() else {
-        return -1;
-    };
-    let inner = &mut *g;
-    inner.wcs.clear();
-    let mut got = inner.uroce.poll_cq_into(e.id, n, &mut inner.wcs);
-    if got < n && inner.started() {
-        inner.pump(true);
-        got += inner.uroce.poll_cq_into(e.id, n - got, &mut inner.wcs);
-    }
-    shared.app_polled();
-    for (i, w) in inner.wcs.iter().enumerate() {
-        // SAFETY: the caller's array holds `n` entries and i < got <= n.
-        unsafe { wc.add(i).write(wc_of(w)) };
-    }
-    got as c_int
+    crate::ffi::minus1("poll_cq", move || {
+        let Ok(n) = usize::try_from(n) else { return -1 };
+        if cq.is_null() || (wc.is_null() && n > 0) {
+            return -1;
+        }
+        // SAFETY: the inline ibv_poll_cq read `cq->context` already to find this function.
+        let Some(shared) = shared_of(unsafe { (*cq).context }) else {
+            return -1;
+        };
+        let mut g = shared.lock();
+        let Some(e) = g.cqs.get(&(cq as usize)).copied() else {
+            return -1;
+        };
+        let inner = &mut *g;
+        inner.wcs.clear();
+        let mut got = inner.uroce.poll_cq_into(e.id, n, &mut inner.wcs);
+        if got < n && inner.started() {
+            inner.pump(true);
+            got += inner.uroce.poll_cq_into(e.id, n - got, &mut inner.wcs);
+        }
+        shared.app_polled();
+        for (i, w) in inner.wcs.iter().enumerate() {
+            // SAFETY: the caller's array holds `n` entries and i < got <= n.
+            unsafe { wc.add(i).write(wc_of(w)) };
+        }
+        got as c_int
+    })
 }
 
 /// `ibv_context_ops.req_notify_cq` (the inline `ibv_req_notify_cq`): 0 or the errno.
 pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    if cq.is_null() {
-        return EINVAL;
-    }
-    // SAFETY: the inline ibv_req_notify_cq read `cq->context` already.
-    with_inner(unsafe { (*cq).context }, |inner| {
-        let Some(e) = inner.cqs.get(&(cq as usize)).copied() else {
+    crate::ffi::errno("req_notify_cq", move || {
+        if cq.is_null() {
             return EINVAL;
-        };
-        match inner.uroce.req_notify_cq(e.id, solicited_only != 0) {
-            Ok(()) => 0,
-            Err(e) => e.errno(),
         }
+        // SAFETY: the inline ibv_req_notify_cq read `cq->context` already.
+        with_inner(unsafe { (*cq).context }, |inner| {
+            let Some(e) = inner.cqs.get(&(cq as usize)).copied() else {
+                return EINVAL;
+            };
+            match inner.uroce.req_notify_cq(e.id, solicited_only != 0) {
+                Ok(()) => 0,
+                Err(e) => e.errno(),
+            }
+        })
+        .unwrap_or(EINVAL)
     })
-    .unwrap_or(EINVAL)
 }
 
 /// `ibv_get_cq_event`: waits for the channel's next completion event (unless its fd was
@@ -291,52 +303,54 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     cq: *mut *mut ibv_cq,
     cq_context: *mut *mut c_void,
 ) -> c_int {
-    let Some(ctx) = owner_of(channel) else {
-        set_errno(EINVAL);
-        return -1;
-    };
-    // SAFETY: a registered channel is live; its fd is ours until it is destroyed.
-    let fd = unsafe { (*channel).fd };
-    if let Some(shared) = shared_of(ctx) {
-        shared.app_waits();
-    }
-    loop {
-        if let Err(e) = engine::take_one(fd) {
-            set_errno(e);
+    crate::ffi::minus1("ibv_get_cq_event", move || {
+        let Some(ctx) = owner_of(channel) else {
+            set_errno(EINVAL);
             return -1;
+        };
+        // SAFETY: a registered channel is live; its fd is ours until it is destroyed.
+        let fd = unsafe { (*channel).fd };
+        if let Some(shared) = shared_of(ctx) {
+            shared.app_waits();
         }
-        // The oldest event, unless its CQ was destroyed since (then the next one).
-        let got = with_inner(ctx, |inner| {
-            let (c, id) = inner
-                .channels
-                .get_mut(&(channel as usize))?
-                .events
-                .pop_front()?;
-            let live = inner.cqs.get(&c).is_some_and(|e| e.id.0 == id);
-            // SAFETY: a registered CQ is a live Box; read under the lock.
-            Some(live.then(|| (c, unsafe { (*(c as *mut ibv_cq)).cq_context })))
-        })
-        .flatten();
-        match got {
-            Some(Some((c, context))) => {
-                // SAFETY: the out-pointers are the caller's, as verbs.h has them.
-                unsafe {
-                    if !cq.is_null() {
-                        *cq = c as *mut ibv_cq;
-                    }
-                    if !cq_context.is_null() {
-                        *cq_context = context;
-                    }
-                }
-                return 0;
-            }
-            Some(None) => continue,
-            None => {
-                set_errno(EINVAL);
+        loop {
+            if let Err(e) = engine::take_one(fd) {
+                set_errno(e);
                 return -1;
             }
+            // The oldest event, unless its CQ was destroyed since (then the next one).
+            let got = with_inner(ctx, |inner| {
+                let (c, id) = inner
+                    .channels
+                    .get_mut(&(channel as usize))?
+                    .events
+                    .pop_front()?;
+                let live = inner.cqs.get(&c).is_some_and(|e| e.id.0 == id);
+                // SAFETY: a registered CQ is a live Box; read under the lock.
+                Some(live.then(|| (c, unsafe { (*(c as *mut ibv_cq)).cq_context })))
+            })
+            .flatten();
+            match got {
+                Some(Some((c, context))) => {
+                    // SAFETY: the out-pointers are the caller's, as verbs.h has them.
+                    unsafe {
+                        if !cq.is_null() {
+                            *cq = c as *mut ibv_cq;
+                        }
+                        if !cq_context.is_null() {
+                            *cq_context = context;
+                        }
+                    }
+                    return 0;
+                }
+                Some(None) => continue,
+                None => {
+                    set_errno(EINVAL);
+                    return -1;
+                }
+            }
         }
-    }
+    })
 }
 default_version!(ibv_get_cq_event, "IBVERBS_1.1");
 
@@ -344,16 +358,17 @@ default_version!(ibv_get_cq_event, "IBVERBS_1.1");
 /// `ibv_get_cq_event`.
 #[no_mangle]
 pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: u32) {
-    let Some(ctx) = owner_of(cq) else { return };
-    with_inner(ctx, |inner| {
-        if let Some(e) = inner.cqs.get(&(cq as usize)).copied() {
-            inner.uroce.ack_cq_events(e.id, nevents);
-            // SAFETY: a registered CQ is live; the count is written under the lock.
-            unsafe {
-                (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents)
-            };
-        }
-    });
+    crate::ffi::void("ibv_ack_cq_events", move || {
+        let Some(ctx) = owner_of(cq) else { return };
+        with_inner(ctx, |inner| {
+            if let Some(e) = inner.cqs.get(&(cq as usize)).copied() {
+                inner.uroce.ack_cq_events(e.id, nevents);
+                // SAFETY: a registered CQ is live; the count is written under the lock.
+                let cq = unsafe { crate::ffi::object(cq) };
+                cq.comp_events_completed = cq.comp_events_completed.wrapping_add(nevents);
+            }
+        });
+    })
 }
 default_version!(ibv_ack_cq_events, "IBVERBS_1.1");
 
@@ -367,41 +382,45 @@ pub unsafe extern "C" fn ibv_get_async_event(
     ctx: *mut ibv_context,
     event: *mut ibv_async_event,
 ) -> c_int {
-    let Some(shared) = shared_of(ctx) else {
-        set_errno(EINVAL);
-        return -1;
-    };
-    if event.is_null() {
-        set_errno(EINVAL);
-        return -1;
-    }
-    shared.app_waits();
-    loop {
-        if let Err(e) = engine::take_one(shared.async_fd.as_raw_fd()) {
-            set_errno(e);
+    crate::ffi::minus1("ibv_get_async_event", move || {
+        let Some(shared) = shared_of(ctx) else {
+            set_errno(EINVAL);
+            return -1;
+        };
+        if event.is_null() {
+            set_errno(EINVAL);
             return -1;
         }
-        let got = shared.lock().async_events.pop_front();
-        match got {
-            // Its object was destroyed since: the next one.
-            Some(engine::AsyncEntry(ev)) if ev.event_type == engine::FORGOTTEN => continue,
-            Some(engine::AsyncEntry(ev)) => {
-                // SAFETY: `event` is the caller's writable ibv_async_event.
-                unsafe { event.write(ev) };
-                return 0;
-            }
-            None => {
-                set_errno(libc::EAGAIN);
+        shared.app_waits();
+        loop {
+            if let Err(e) = engine::take_one(shared.async_fd.as_raw_fd()) {
+                set_errno(e);
                 return -1;
             }
+            let got = shared.lock().async_events.pop_front();
+            match got {
+                // Its object was destroyed since: the next one.
+                Some(engine::AsyncEntry(ev)) if ev.event_type == engine::FORGOTTEN => continue,
+                Some(engine::AsyncEntry(ev)) => {
+                    // SAFETY: `event` is the caller's writable ibv_async_event.
+                    unsafe { event.write(ev) };
+                    return 0;
+                }
+                None => {
+                    set_errno(libc::EAGAIN);
+                    return -1;
+                }
+            }
         }
-    }
+    })
 }
 default_version!(ibv_get_async_event, "IBVERBS_1.1");
 
 /// `ibv_ack_async_event`: nothing to release (uroce's objects do not wait for it).
 #[no_mangle]
-pub extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}
+pub extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {
+    crate::ffi::void("ibv_ack_async_event", move || {})
+}
 default_version!(ibv_ack_async_event, "IBVERBS_1.1");
 
 #[cfg(test)]

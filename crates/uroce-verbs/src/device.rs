@@ -31,7 +31,7 @@ use crate::abi::{
     self, ibv_context, ibv_device, ibv_device_attr, ibv_gid, ibv_port_attr, verbs_context,
 };
 use crate::engine::{Inner, Shared};
-use crate::util::set_errno;
+use crate::ffi::{self, set_errno};
 
 /// Entries in a port's GID table (`gid_tbl_len`).
 pub const GID_TABLE_LEN: usize = 16;
@@ -259,8 +259,7 @@ fn open(device: &'static Device) -> *mut ibv_context {
         _compat_detach_mcast: None,
         _compat_async_event: None,
     };
-    // SAFETY: pthread_mutex_t all zeros is PTHREAD_MUTEX_INITIALIZER in glibc.
-    let mutex: libc::pthread_mutex_t = unsafe { std::mem::zeroed() };
+    let mutex: libc::pthread_mutex_t = crate::ffi::zeroed();
     let vctx = verbs_context {
         query_port: Some(query_port_ex),
         advise_mr: None,
@@ -487,17 +486,6 @@ fn live_info(device: &Device) -> Result<InterfaceInfo, c_int> {
     addresses::interface_info(&device.iface).map_err(|_| ENODEV)
 }
 
-/// Writes the first `len` bytes of `value` to `dst`.
-///
-/// # Safety
-/// `dst` must be valid for writes of `len` bytes.
-unsafe fn write_prefix<T: Copy>(dst: *mut c_void, value: &T, len: usize) {
-    let n = len.min(std::mem::size_of::<T>());
-    // SAFETY: `value` has size_of::<T>() ≥ n readable bytes; the caller promises `dst`
-    // has `len` ≥ n writable bytes; they cannot overlap (`value` is our local).
-    unsafe { std::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), dst.cast::<u8>(), n) };
-}
-
 /// `verbs_context.query_port`, what the inline `ibv_query_port` calls.
 unsafe extern "C" fn query_port_ex(
     ctx: *mut ibv_context,
@@ -505,20 +493,20 @@ unsafe extern "C" fn query_port_ex(
     attr: *mut ibv_port_attr,
     len: usize,
 ) -> c_int {
-    let Some(device) = context(ctx) else {
-        return EINVAL;
-    };
-    if port != 1 || attr.is_null() {
-        return EINVAL;
-    }
-    match live_info(device) {
-        // SAFETY: `attr` points at `len` writable bytes (verbs.h passes sizeof).
-        Ok(info) => unsafe {
-            write_prefix(attr.cast(), &port_attr(&info), len);
-            0
-        },
-        Err(e) => e,
-    }
+    crate::ffi::errno("query_port_ex", move || {
+        let Some(device) = context(ctx) else {
+            return EINVAL;
+        };
+        if port != 1 {
+            return EINVAL;
+        }
+        let written = live_info(device).and_then(|info| {
+            // SAFETY: `attr` is NULL or points at `len` writable bytes (verbs.h passes
+            // sizeof).
+            unsafe { ffi::write_prefix(attr.cast(), &port_attr(&info), len) }
+        });
+        written.err().unwrap_or(0)
+    })
 }
 
 /// `verbs_context.query_device_ex`, what the inline `ibv_query_device_ex` calls.
@@ -528,26 +516,22 @@ unsafe extern "C" fn query_device_ex(
     attr: *mut abi::ibv_device_attr_ex,
     len: usize,
 ) -> c_int {
-    let Some(device) = context(ctx) else {
-        return EINVAL;
-    };
-    if attr.is_null() {
-        return EINVAL;
-    }
-    // SAFETY: a non-NULL `input` points at a `struct ibv_query_device_ex_input` (a u32).
-    if !input.is_null() && unsafe { *input.cast::<u32>() } != 0 {
-        return EINVAL;
-    }
-    // SAFETY: all zeros is a valid ibv_device_attr_ex (integers and byte arrays).
-    let mut ex: abi::ibv_device_attr_ex = unsafe { std::mem::zeroed() };
-    ex.orig_attr = device_attr(device);
-    ex.phys_port_cnt_ex = 1;
-    // SAFETY: `attr` points at `len` writable bytes.
-    unsafe {
-        std::ptr::write_bytes(attr.cast::<u8>(), 0, len);
-        write_prefix(attr.cast(), &ex, len);
-    }
-    0
+    crate::ffi::errno("query_device_ex", move || {
+        let Some(device) = context(ctx) else {
+            return EINVAL;
+        };
+        // SAFETY: `input` is NULL or points at a `struct ibv_query_device_ex_input` (its
+        // `comp_mask`, a u32, first).
+        if !input.is_null() && unsafe { ffi::read(input.cast::<u32>()) } != Ok(0) {
+            return EINVAL;
+        }
+        let mut ex: abi::ibv_device_attr_ex = crate::ffi::zeroed();
+        ex.orig_attr = device_attr(device);
+        ex.phys_port_cnt_ex = 1;
+        // SAFETY: `attr` is NULL or points at `len` writable bytes.
+        let written = unsafe { ffi::write_prefix(attr.cast(), &ex, len) };
+        written.err().unwrap_or(0)
+    })
 }
 
 // The exported entry points.
@@ -558,29 +542,30 @@ unsafe extern "C" fn query_device_ex(
 /// `num_devices` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
-    let devices = match list() {
-        Ok(d) => d,
-        Err(e) => {
-            set_errno(e);
+    crate::ffi::ptr("ibv_get_device_list", move || {
+        let devices = match list() {
+            Ok(d) => d,
+            Err(e) => {
+                set_errno(e);
+                return std::ptr::null_mut();
+            }
+        };
+        // SAFETY: calloc of n+1 pointers; the last stays NULL as the list's end.
+        let arr =
+            unsafe { libc::calloc(devices.len() + 1, std::mem::size_of::<*mut ibv_device>()) }
+                .cast::<*mut ibv_device>();
+        if arr.is_null() {
+            set_errno(libc::ENOMEM);
             return std::ptr::null_mut();
         }
-    };
-    // SAFETY: calloc of n+1 pointers; the last stays NULL as the list's end.
-    let arr = unsafe { libc::calloc(devices.len() + 1, std::mem::size_of::<*mut ibv_device>()) }
-        .cast::<*mut ibv_device>();
-    if arr.is_null() {
-        set_errno(libc::ENOMEM);
-        return std::ptr::null_mut();
-    }
-    for (i, d) in devices.iter().enumerate() {
-        // SAFETY: i < n, inside the allocation.
-        unsafe { *arr.add(i) = d.cast() };
-    }
-    if !num_devices.is_null() {
+        for (i, d) in devices.iter().enumerate() {
+            // SAFETY: i < n, inside the allocation.
+            unsafe { *arr.add(i) = d.cast() };
+        }
         // SAFETY: the caller passes NULL or a writable int.
-        unsafe { *num_devices = devices.len() as c_int };
-    }
-    arr
+        unsafe { ffi::write_opt(num_devices, devices.len() as c_int) };
+        arr
+    })
 }
 crate::exports::default_version!(ibv_get_device_list, "IBVERBS_1.1");
 
@@ -590,53 +575,59 @@ crate::exports::default_version!(ibv_get_device_list, "IBVERBS_1.1");
 /// `list` is NULL or came from [`ibv_get_device_list`] and is freed once.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
-    // SAFETY: the list was allocated with calloc by ibv_get_device_list.
-    unsafe { libc::free(list.cast()) };
+    crate::ffi::void("ibv_free_device_list", move || {
+        // SAFETY: the list was allocated with calloc by ibv_get_device_list.
+        unsafe { libc::free(list.cast()) };
+    })
 }
 crate::exports::default_version!(ibv_free_device_list, "IBVERBS_1.1");
 
 /// `ibv_get_device_name`.
 #[no_mangle]
 pub extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
-    match device(dev) {
+    let failed = || ffi::null_with::<c_char>(libc::EIO).cast_const();
+    ffi::call("ibv_get_device_name", failed, || match device(dev) {
         Some(d) => d.dev.name.as_ptr(),
-        None => {
-            set_errno(EINVAL);
-            std::ptr::null()
-        }
-    }
+        None => ffi::null_with::<c_char>(EINVAL).cast_const(),
+    })
 }
 crate::exports::default_version!(ibv_get_device_name, "IBVERBS_1.1");
 
 /// `ibv_get_device_guid`.
 #[no_mangle]
 pub extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
-    device(dev).map_or(0, Device::guid)
+    ffi::call(
+        "ibv_get_device_guid",
+        || 0,
+        || device(dev).map_or(0, Device::guid),
+    )
 }
 crate::exports::default_version!(ibv_get_device_guid, "IBVERBS_1.1");
 
 /// `ibv_open_device`.
 #[no_mangle]
 pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
-    match device(dev) {
+    crate::ffi::ptr("ibv_open_device", move || match device(dev) {
         Some(d) => open(d),
         None => {
             set_errno(ENODEV);
             std::ptr::null_mut()
         }
-    }
+    })
 }
 crate::exports::default_version!(ibv_open_device, "IBVERBS_1.1");
 
 /// `ibv_close_device`: 0, or -1 with errno EINVAL for a context that is not open.
 #[no_mangle]
 pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
-    if close(ctx) {
-        0
-    } else {
-        set_errno(EINVAL);
-        -1
-    }
+    crate::ffi::minus1("ibv_close_device", move || {
+        if close(ctx) {
+            0
+        } else {
+            set_errno(EINVAL);
+            -1
+        }
+    })
 }
 crate::exports::default_version!(ibv_close_device, "IBVERBS_1.1");
 
@@ -649,15 +640,14 @@ pub unsafe extern "C" fn ibv_query_device(
     ctx: *mut ibv_context,
     attr: *mut ibv_device_attr,
 ) -> c_int {
-    let Some(device) = context(ctx) else {
-        return EINVAL;
-    };
-    if attr.is_null() {
-        return EINVAL;
-    }
-    // SAFETY: `attr` points at a writable ibv_device_attr.
-    unsafe { attr.write(device_attr(device)) };
-    0
+    crate::ffi::errno("ibv_query_device", move || {
+        let Some(device) = context(ctx) else {
+            return EINVAL;
+        };
+        // SAFETY: `attr` is NULL or points at a writable ibv_device_attr.
+        let written = unsafe { ffi::write(attr, device_attr(device)) };
+        written.err().unwrap_or(0)
+    })
 }
 crate::exports::default_version!(ibv_query_device, "IBVERBS_1.1");
 
@@ -672,8 +662,10 @@ pub unsafe extern "C" fn ibv_query_port(
     port: u8,
     attr: *mut c_void,
 ) -> c_int {
-    // SAFETY: forwarded with the compat structure's size.
-    unsafe { query_port_ex(ctx, port, attr.cast(), abi::COMPAT_PORT_ATTR_SIZE) }
+    crate::ffi::errno("ibv_query_port", move || {
+        // SAFETY: forwarded with the compat structure's size.
+        unsafe { query_port_ex(ctx, port, attr.cast(), abi::COMPAT_PORT_ATTR_SIZE) }
+    })
 }
 crate::exports::default_version!(ibv_query_port, "IBVERBS_1.1");
 
@@ -701,21 +693,19 @@ pub unsafe extern "C" fn ibv_query_gid(
     index: c_int,
     gid: *mut ibv_gid,
 ) -> c_int {
-    if gid.is_null() {
-        set_errno(EINVAL);
-        return -1;
-    }
-    match gid_at(ctx, u32::from(port), index) {
-        Ok(g) => {
-            // SAFETY: `gid` points at a writable ibv_gid.
-            unsafe { gid.write(g.unwrap_or_default()) };
-            0
+    crate::ffi::minus1("ibv_query_gid", move || {
+        let written = gid_at(ctx, u32::from(port), index).and_then(|g| {
+            // SAFETY: `gid` is NULL or points at a writable ibv_gid.
+            unsafe { ffi::write(gid, g.unwrap_or_default()) }
+        });
+        match written {
+            Ok(()) => 0,
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
         }
-        Err(e) => {
-            set_errno(e);
-            -1
-        }
-    }
+    })
 }
 crate::exports::default_version!(ibv_query_gid, "IBVERBS_1.1");
 
@@ -731,18 +721,19 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     index: u32,
     gid_type: *mut c_int,
 ) -> c_int {
-    let result = match gid_at(ctx, u32::from(port), c_int::try_from(index).unwrap_or(-1)) {
-        Ok(Some(_)) if !gid_type.is_null() => {
-            // SAFETY: `gid_type` points at a writable int.
-            unsafe { gid_type.write(abi::IBV_GID_TYPE_SYSFS_ROCE_V2) };
-            return 0;
-        }
-        Ok(Some(_)) => EINVAL,
-        Ok(None) => ENODATA,
-        Err(e) => e,
-    };
-    set_errno(result);
-    -1
+    crate::ffi::minus1("ibv_query_gid_type", move || {
+        let result = match gid_at(ctx, u32::from(port), c_int::try_from(index).unwrap_or(-1)) {
+            // SAFETY: `gid_type` is NULL or points at a writable int.
+            Ok(Some(_)) => match unsafe { ffi::write(gid_type, abi::IBV_GID_TYPE_SYSFS_ROCE_V2) } {
+                Ok(()) => return 0,
+                Err(e) => e,
+            },
+            Ok(None) => ENODATA,
+            Err(e) => e,
+        };
+        set_errno(result);
+        -1
+    })
 }
 crate::exports::default_version!(ibv_query_gid_type, "IBVERBS_PRIVATE_34");
 
@@ -760,28 +751,31 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     flags: u32,
     entry_size: usize,
 ) -> c_int {
-    if entry.is_null() || flags != 0 || entry_size < std::mem::size_of::<abi::ibv_gid_entry>() {
-        return EINVAL;
-    }
-    let Some(device) = context(ctx) else {
-        return EINVAL;
-    };
-    match gid_at(ctx, port, c_int::try_from(index).unwrap_or(-1)) {
-        Ok(Some(gid)) => {
-            let e = abi::ibv_gid_entry {
-                gid,
-                gid_index: index,
-                port_num: port,
-                gid_type: abi::IBV_GID_TYPE_ROCE_V2,
-                ndev_ifindex: device.ifindex,
-            };
-            // SAFETY: `entry` has at least size_of::<ibv_gid_entry>() writable bytes.
-            unsafe { entry.write(e) };
-            0
+    crate::ffi::errno("_ibv_query_gid_ex", move || {
+        if flags != 0 || entry_size < std::mem::size_of::<abi::ibv_gid_entry>() {
+            return EINVAL;
         }
-        Ok(None) => ENODATA,
-        Err(e) => e,
-    }
+        let Some(device) = context(ctx) else {
+            return EINVAL;
+        };
+        match gid_at(ctx, port, c_int::try_from(index).unwrap_or(-1)) {
+            Ok(Some(gid)) => {
+                let e = abi::ibv_gid_entry {
+                    gid,
+                    gid_index: index,
+                    port_num: port,
+                    gid_type: abi::IBV_GID_TYPE_ROCE_V2,
+                    ndev_ifindex: device.ifindex,
+                };
+                // SAFETY: `entry` is NULL or has `entry_size` writable bytes, checked to be
+                // at least size_of::<ibv_gid_entry>().
+                let written = unsafe { ffi::write(entry, e) };
+                written.err().unwrap_or(0)
+            }
+            Ok(None) => ENODATA,
+            Err(e) => e,
+        }
+    })
 }
 crate::exports::default_version!(_ibv_query_gid_ex, "IBVERBS_1.11");
 
@@ -796,13 +790,20 @@ pub unsafe extern "C" fn ibv_query_pkey(
     index: c_int,
     pkey: *mut u16,
 ) -> c_int {
-    if context(ctx).is_none() || port != 1 || index != 0 || pkey.is_null() {
-        set_errno(EINVAL);
-        return -1;
-    }
-    // SAFETY: `pkey` points at a writable u16.
-    unsafe { pkey.write(0xffff) };
-    0
+    crate::ffi::minus1("ibv_query_pkey", move || {
+        let written = match context(ctx).is_some() && port == 1 && index == 0 {
+            // SAFETY: `pkey` is NULL or points at a writable u16.
+            true => unsafe { ffi::write(pkey, 0xffff) },
+            false => Err(EINVAL),
+        };
+        match written {
+            Ok(()) => 0,
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
 }
 crate::exports::default_version!(ibv_query_pkey, "IBVERBS_1.1");
 
@@ -900,8 +901,7 @@ mod tests {
     #[test]
     fn guid_is_eui64_of_the_mac_in_network_order() {
         let d = Device {
-            // SAFETY: all zeros is a valid ibv_device (integers, NULL options, byte arrays).
-            dev: unsafe { std::mem::zeroed() },
+            dev: crate::ffi::zeroed(),
             iface: "x".into(),
             ifindex: 1,
             mac: [0x00, 0x11, 0x22, 0x33, 0x44, 0x55],

@@ -16,9 +16,10 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::AtomicBool;
 
-use libc::EOPNOTSUPP;
+use libc::{EIO, EOPNOTSUPP};
 
-use crate::util::{self, set_errno};
+use crate::ffi::{self, set_errno};
+use crate::util;
 
 /// Binds the `#[no_mangle]` function `$name` to the default version `$name@@$node`.
 macro_rules! default_version {
@@ -45,29 +46,32 @@ macro_rules! stub_ret {
     (void) => { () };
 }
 
+/// The answer of an unsupported entry point of kind `$kind`, through the C boundary
+/// ([`crate::ffi`]; a panic there answers EIO as the kind says a failure).
 macro_rules! stub_body {
-    (ptr) => {{
-        set_errno(EOPNOTSUPP);
-        std::ptr::null_mut()
-    }};
-    (errno) => {
-        EOPNOTSUPP
+    ($name:expr, ptr) => {
+        ffi::ptr($name, || ffi::null_with(EOPNOTSUPP))
     };
-    (minus1) => {{
-        set_errno(EOPNOTSUPP);
-        -1
-    }};
-    (neg_isize) => {
-        -(EOPNOTSUPP as isize)
+    ($name:expr, errno) => {
+        ffi::errno($name, || EOPNOTSUPP)
     };
-    (zero) => {
-        0
+    ($name:expr, minus1) => {
+        ffi::minus1($name, || {
+            set_errno(EOPNOTSUPP);
+            -1
+        })
     };
-    (zero_u64) => {
-        0
+    ($name:expr, neg_isize) => {
+        ffi::call($name, || -(EIO as isize), || -(EOPNOTSUPP as isize))
     };
-    (void) => {
-        ()
+    ($name:expr, zero) => {
+        ffi::call($name, || 0, || 0)
+    };
+    ($name:expr, zero_u64) => {
+        ffi::call($name, || 0, || 0)
+    };
+    ($name:expr, void) => {
+        ffi::void($name, || ())
     };
 }
 
@@ -76,7 +80,7 @@ macro_rules! unsupported {
     ($($name:ident : $kind:ident @@ $node:literal;)*) => { $(
         #[no_mangle]
         pub extern "C" fn $name() -> stub_ret!($kind) {
-            stub_body!($kind)
+            stub_body!(stringify!($name), $kind)
         }
         default_version!($name, $node);
     )* };
@@ -90,7 +94,7 @@ macro_rules! compat {
             #[allow(unused_imports)]
             use super::*;
             extern "C" fn compat() -> stub_ret!($kind) {
-                stub_body!($kind)
+                stub_body!(concat!(stringify!($name), "@", $node), $kind)
             }
             core::arch::global_asm!(
                 ".globl {0}",
@@ -258,28 +262,28 @@ default_version!(verbs_allow_disassociate_destroy, "IBVERBS_PRIVATE_34");
 /// `ibv_fork_init`: nothing to prepare.
 #[no_mangle]
 pub extern "C" fn ibv_fork_init() -> c_int {
-    0
+    ffi::call("ibv_fork_init", || EIO, || 0)
 }
 default_version!(ibv_fork_init, "IBVERBS_1.1");
 
 /// `ibv_is_fork_initialized`: `IBV_FORK_UNNEEDED`.
 #[no_mangle]
 pub extern "C" fn ibv_is_fork_initialized() -> c_int {
-    2
+    ffi::call("ibv_is_fork_initialized", || 2, || 2)
 }
 default_version!(ibv_is_fork_initialized, "IBVERBS_1.13");
 
 /// `ibv_dontfork_range`: nothing to protect.
 #[no_mangle]
 pub extern "C" fn ibv_dontfork_range(_base: *mut c_void, _size: usize) -> c_int {
-    0
+    ffi::call("ibv_dontfork_range", || EIO, || 0)
 }
 default_version!(ibv_dontfork_range, "IBVERBS_1.1");
 
 /// `ibv_dofork_range`: nothing to release.
 #[no_mangle]
 pub extern "C" fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
-    0
+    ffi::call("ibv_dofork_range", || EIO, || 0)
 }
 default_version!(ibv_dofork_range, "IBVERBS_1.1");
 
@@ -288,55 +292,63 @@ default_version!(ibv_dofork_range, "IBVERBS_1.1");
 /// `ibv_rate_to_mult`.
 #[no_mangle]
 pub extern "C" fn ibv_rate_to_mult(rate: c_int) -> c_int {
-    util::rate_to_mult(rate)
+    ffi::call("ibv_rate_to_mult", || -1, || util::rate_to_mult(rate))
 }
 default_version!(ibv_rate_to_mult, "IBVERBS_1.0");
 
 /// `mult_to_ibv_rate`.
 #[no_mangle]
 pub extern "C" fn mult_to_ibv_rate(mult: c_int) -> c_int {
-    util::mult_to_rate(mult)
+    ffi::call("mult_to_ibv_rate", || 0, || util::mult_to_rate(mult))
 }
 default_version!(mult_to_ibv_rate, "IBVERBS_1.0");
 
 /// `ibv_rate_to_mbps`.
 #[no_mangle]
 pub extern "C" fn ibv_rate_to_mbps(rate: c_int) -> c_int {
-    util::rate_to_mbps(rate)
+    ffi::call("ibv_rate_to_mbps", || -1, || util::rate_to_mbps(rate))
 }
 default_version!(ibv_rate_to_mbps, "IBVERBS_1.1");
 
 /// `mbps_to_ibv_rate`.
 #[no_mangle]
 pub extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
-    util::mbps_to_rate(mbps)
+    ffi::call("mbps_to_ibv_rate", || 0, || util::mbps_to_rate(mbps))
 }
 default_version!(mbps_to_ibv_rate, "IBVERBS_1.1");
 
 /// `ibv_node_type_str`.
 #[no_mangle]
 pub extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
-    util::node_type_str(node_type)
+    ffi::call("ibv_node_type_str", util::unknown, || {
+        util::node_type_str(node_type)
+    })
 }
 default_version!(ibv_node_type_str, "IBVERBS_1.1");
 
 /// `ibv_port_state_str`.
 #[no_mangle]
 pub extern "C" fn ibv_port_state_str(state: c_int) -> *const c_char {
-    util::port_state_str(state)
+    ffi::call("ibv_port_state_str", util::unknown, || {
+        util::port_state_str(state)
+    })
 }
 default_version!(ibv_port_state_str, "IBVERBS_1.1");
 
 /// `ibv_event_type_str`.
 #[no_mangle]
 pub extern "C" fn ibv_event_type_str(event: c_int) -> *const c_char {
-    util::event_type_str(event)
+    ffi::call("ibv_event_type_str", util::unknown, || {
+        util::event_type_str(event)
+    })
 }
 default_version!(ibv_event_type_str, "IBVERBS_1.1");
 
 /// `ibv_wc_status_str`.
 #[no_mangle]
 pub extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
-    util::wc_status_str(status)
+    ffi::call("ibv_wc_status_str", util::unknown, || {
+        util::wc_status_str(status)
+    })
 }
 default_version!(ibv_wc_status_str, "IBVERBS_1.1");

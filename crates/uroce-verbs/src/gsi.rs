@@ -225,14 +225,14 @@ fn peer_of(shared: &Shared, gid: [u8; 16]) -> (IpAddr, bool) {
 /// `ctx` is a context from `ibv_open_device`, or any pointer (refused with EINVAL).
 #[no_mangle]
 pub unsafe extern "C" fn uroce_gsi_open(ctx: *mut ibv_context) -> c_int {
-    match open(ctx) {
+    crate::ffi::neg_errno("uroce_gsi_open", move || match open(ctx) {
         Ok(shared) => shared
             .lock()
             .gsi
             .as_ref()
             .map_or(-ENODEV, |g| g.fd.as_raw_fd()),
         Err(e) => -e,
-    }
+    })
 }
 crate::exports::default_version!(uroce_gsi_open, "UROCE_PRIVATE_1");
 
@@ -255,34 +255,36 @@ pub unsafe extern "C" fn uroce_gsi_send(
     mad: *const u8,
     len: usize,
 ) -> c_int {
-    if gid.is_null() || mad.is_null() || len != MAD_LEN {
-        return EINVAL;
-    }
-    // SAFETY: the caller passes 16 readable bytes at `gid` and `len` at `mad`.
-    let (gid, mad) = unsafe {
-        (
-            *gid.cast::<[u8; 16]>(),
-            std::slice::from_raw_parts(mad, len),
-        )
-    };
-    let shared = match open(ctx) {
-        Ok(s) => s,
-        Err(e) => return e,
-    };
-    let (ip, needs_l2) = peer_of(&shared, gid);
-    if needs_l2 && ip != shared.lock().uroce.config().ip {
-        return send_resolving(&shared, ip, remote_qpn, remote_qkey, mad);
-    }
-    // No MAC to find (the kernel's UDP stack finds it, or the peer is this device).
-    let dest = match crate::qp::remote_to(&shared, ip, needs_l2) {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
-    let mut g = shared.lock();
-    let r = post_mad(&mut g, dest, remote_qpn, remote_qkey, mad);
-    g.pump(false);
-    shared.after_post(&g);
-    r
+    crate::ffi::errno("uroce_gsi_send", move || {
+        if gid.is_null() || mad.is_null() || len != MAD_LEN {
+            return EINVAL;
+        }
+        // SAFETY: the caller passes 16 readable bytes at `gid` and `len` at `mad`.
+        let (gid, mad) = unsafe {
+            (
+                *gid.cast::<[u8; 16]>(),
+                std::slice::from_raw_parts(mad, len),
+            )
+        };
+        let shared = match open(ctx) {
+            Ok(s) => s,
+            Err(e) => return e,
+        };
+        let (ip, needs_l2) = peer_of(&shared, gid);
+        if needs_l2 && ip != shared.lock().uroce.config().ip {
+            return send_resolving(&shared, ip, remote_qpn, remote_qkey, mad);
+        }
+        // No MAC to find (the kernel's UDP stack finds it, or the peer is this device).
+        let dest = match crate::qp::remote_to(&shared, ip, needs_l2) {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        let mut g = shared.lock();
+        let r = post_mad(&mut g, dest, remote_qpn, remote_qkey, mad);
+        g.pump(false);
+        shared.after_post(&g);
+        r
+    })
 }
 
 /// [`uroce_gsi_send`] to a peer whose MAC uroce finds itself: sent now when it is known,
@@ -439,33 +441,35 @@ pub unsafe extern "C" fn uroce_gsi_recv(
     mad: *mut u8,
     len: usize,
 ) -> c_int {
-    if gid.is_null() || src_qp.is_null() || mad.is_null() || len < MAD_LEN {
-        return -EINVAL;
-    }
-    let Some(shared) = crate::device::shared_of(ctx) else {
-        return -EINVAL;
-    };
-    let mut g = shared.lock();
-    let Inner { uroce, gsi, .. } = &mut *g;
-    let Some(gsi) = gsi.as_mut() else {
-        return -EINVAL;
-    };
-    gsi.drain(uroce);
-    let Some(m) = gsi.inbox.pop_front() else {
-        return 0;
-    };
-    let raw = match m.from {
-        IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
-        IpAddr::V6(v) => v.octets(),
-    };
-    // SAFETY: the caller passes 16 writable bytes at `gid`, a u32 at `src_qp` and `len`
-    // (checked to be at least MAD_LEN) at `mad`.
-    unsafe {
-        gid.cast::<[u8; 16]>().write_unaligned(raw);
-        src_qp.write_unaligned(m.src_qp);
-        std::ptr::copy_nonoverlapping(m.mad.as_ptr(), mad, MAD_LEN);
-    }
-    MAD_LEN as c_int
+    crate::ffi::neg_errno("uroce_gsi_recv", move || {
+        if gid.is_null() || src_qp.is_null() || mad.is_null() || len < MAD_LEN {
+            return -EINVAL;
+        }
+        let Some(shared) = crate::device::shared_of(ctx) else {
+            return -EINVAL;
+        };
+        let mut g = shared.lock();
+        let Inner { uroce, gsi, .. } = &mut *g;
+        let Some(gsi) = gsi.as_mut() else {
+            return -EINVAL;
+        };
+        gsi.drain(uroce);
+        let Some(m) = gsi.inbox.pop_front() else {
+            return 0;
+        };
+        let raw = match m.from {
+            IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+            IpAddr::V6(v) => v.octets(),
+        };
+        // SAFETY: the caller passes 16 writable bytes at `gid`, a u32 at `src_qp` and `len`
+        // (checked to be at least MAD_LEN) at `mad`.
+        unsafe {
+            gid.cast::<[u8; 16]>().write_unaligned(raw);
+            src_qp.write_unaligned(m.src_qp);
+            std::ptr::copy_nonoverlapping(m.mad.as_ptr(), mad, MAD_LEN);
+        }
+        MAD_LEN as c_int
+    })
 }
 crate::exports::default_version!(uroce_gsi_recv, "UROCE_PRIVATE_1");
 
@@ -483,30 +487,33 @@ pub unsafe extern "C" fn uroce_gsi_resolve(
     gid: *const u8,
     timeout_ms: c_int,
 ) -> c_int {
-    if gid.is_null() {
-        return EINVAL;
-    }
-    // SAFETY: the caller passes 16 readable bytes at `gid`.
-    let gid = unsafe { *gid.cast::<[u8; 16]>() };
-    let shared = match open(ctx) {
-        Ok(s) => s,
-        Err(e) => return e,
-    };
-    let (ip, needs_l2) = peer_of(&shared, gid);
-    let ms = if timeout_ms > 0 {
-        timeout_ms as u64
-    } else {
-        2000
-    };
-    match crate::qp::remote_within(&shared, ip, needs_l2, std::time::Duration::from_millis(ms)) {
-        Ok(r) => {
-            // The CM's first MAD to the peer then goes at once.
-            if needs_l2 {
-                resolved(&shared, ip, Some(r.mac));
-            }
-            0
+    crate::ffi::errno("uroce_gsi_resolve", move || {
+        if gid.is_null() {
+            return EINVAL;
         }
-        Err(e) => e,
-    }
+        // SAFETY: the caller passes 16 readable bytes at `gid`.
+        let gid = unsafe { *gid.cast::<[u8; 16]>() };
+        let shared = match open(ctx) {
+            Ok(s) => s,
+            Err(e) => return e,
+        };
+        let (ip, needs_l2) = peer_of(&shared, gid);
+        let ms = if timeout_ms > 0 {
+            timeout_ms as u64
+        } else {
+            2000
+        };
+        match crate::qp::remote_within(&shared, ip, needs_l2, std::time::Duration::from_millis(ms))
+        {
+            Ok(r) => {
+                // The CM's first MAD to the peer then goes at once.
+                if needs_l2 {
+                    resolved(&shared, ip, Some(r.mac));
+                }
+                0
+            }
+            Err(e) => e,
+        }
+    })
 }
 crate::exports::default_version!(uroce_gsi_resolve, "UROCE_PRIVATE_1");

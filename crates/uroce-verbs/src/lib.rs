@@ -22,7 +22,13 @@
 //! knows of the host it asks the kernel over rtnetlink (`uroce::net`).
 //!
 //! `unsafe` is confined to the C ABI: each exported function that takes a pointer is an
-//! `unsafe extern "C" fn` whose contract is the one `verbs.h` states for it.
+//! `unsafe extern "C" fn` whose contract is the one `verbs.h` states for it, and every
+//! function C calls runs inside [`ffi`]'s entry points, which turn a panic into the
+//! verb's documented failure (errno `EIO`) instead of an abort of the host program;
+//! `ffi` also holds the conversions of C pointers. Every `unsafe` block says why it is
+//! sound (`clippy::undocumented_unsafe_blocks` is denied).
+
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 pub mod abi;
 mod ah;
@@ -30,6 +36,7 @@ mod cq;
 pub mod device;
 mod engine;
 mod exports;
+pub mod ffi;
 mod gsi;
 mod gsi_peers;
 mod loopback;

@@ -260,88 +260,88 @@ pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
-    let Some(ctx) = owner_of(pd) else {
-        return null_with(EINVAL);
-    };
-    if attr.is_null() {
-        return null_with(EINVAL);
-    }
-    // SAFETY: `attr` is the caller's readable ibv_qp_init_attr.
-    let a = unsafe { &mut *attr };
-    let Some(shared) = shared_of(ctx) else {
-        return null_with(EINVAL);
-    };
-    let mut g = shared.lock();
-    let made = (|| {
-        let inner = &mut *g;
-        let qp_type = qp_type_of(a.qp_type)?;
-        let pd_id = *inner.pds.get(&(pd as usize)).ok_or(EINVAL)?;
-        let send_cq = inner.cqs.get(&(a.send_cq as usize)).ok_or(EINVAL)?.id;
-        let recv_cq = inner.cqs.get(&(a.recv_cq as usize)).ok_or(EINVAL)?.id;
-        let srq = match a.srq.is_null() {
-            true => None,
-            false => Some(inner.srqs.get(&(a.srq as usize)).ok_or(EINVAL)?.id),
+    crate::ffi::ptr("ibv_create_qp", move || {
+        let Some(ctx) = owner_of(pd) else {
+            return null_with(EINVAL);
         };
-        // The device's limits (ibv_query_device's max_qp_wr, as rdma_rxe's rxe_qp_chk_cap).
-        let max_wr = crate::device::MAX_QP_WR;
-        if a.cap.max_send_wr > max_wr || (srq.is_none() && a.cap.max_recv_wr > max_wr) {
-            return Err(EINVAL);
+        if attr.is_null() {
+            return null_with(EINVAL);
         }
-        shared.start(inner)?;
-        let caps = QpCaps {
-            qp_type,
-            send_cq,
-            recv_cq,
-            max_send_wr: a.cap.max_send_wr.max(1) as usize,
-            max_recv_wr: a.cap.max_recv_wr.max(1) as usize,
+        // SAFETY: `attr` is the caller's readable ibv_qp_init_attr.
+        let a = unsafe { &mut *attr };
+        let Some(shared) = shared_of(ctx) else {
+            return null_with(EINVAL);
         };
-        let ex = QpInitEx {
-            max_inline_data: a.cap.max_inline_data,
-            sq_sig_all: a.sq_sig_all != 0,
-            srq,
-            max_send_sge: a.cap.max_send_sge,
-            max_recv_sge: a.cap.max_recv_sge,
-        };
-        let qpn = inner
-            .uroce
-            .create_qp_ex(pd_id, caps, ex)
-            .map_err(|e| e.errno())?;
-        if let Ok((_, i)) = inner.uroce.query_qp(qpn) {
-            a.cap = cap_of(&i);
+        let mut g = shared.lock();
+        let made = (|| {
+            let inner = &mut *g;
+            let qp_type = qp_type_of(a.qp_type)?;
+            let pd_id = *inner.pds.get(&(pd as usize)).ok_or(EINVAL)?;
+            let send_cq = inner.cqs.get(&(a.send_cq as usize)).ok_or(EINVAL)?.id;
+            let recv_cq = inner.cqs.get(&(a.recv_cq as usize)).ok_or(EINVAL)?.id;
+            let srq = match a.srq.is_null() {
+                true => None,
+                false => Some(inner.srqs.get(&(a.srq as usize)).ok_or(EINVAL)?.id),
+            };
+            // The device's limits (ibv_query_device's max_qp_wr, as rdma_rxe's rxe_qp_chk_cap).
+            let max_wr = crate::device::MAX_QP_WR;
+            if a.cap.max_send_wr > max_wr || (srq.is_none() && a.cap.max_recv_wr > max_wr) {
+                return Err(EINVAL);
+            }
+            shared.start(inner)?;
+            let caps = QpCaps {
+                qp_type,
+                send_cq,
+                recv_cq,
+                max_send_wr: a.cap.max_send_wr.max(1) as usize,
+                max_recv_wr: a.cap.max_recv_wr.max(1) as usize,
+            };
+            let ex = QpInitEx {
+                max_inline_data: a.cap.max_inline_data,
+                sq_sig_all: a.sq_sig_all != 0,
+                srq,
+                max_send_sge: a.cap.max_send_sge,
+                max_recv_sge: a.cap.max_recv_sge,
+            };
+            let qpn = inner
+                .uroce
+                .create_qp_ex(pd_id, caps, ex)
+                .map_err(|e| e.errno())?;
+            if let Ok((_, i)) = inner.uroce.query_qp(qpn) {
+                a.cap = cap_of(&i);
+            }
+            let mut q: ibv_qp = crate::ffi::zeroed();
+            q.context = ctx;
+            q.qp_context = a.qp_context;
+            q.pd = pd;
+            q.send_cq = a.send_cq;
+            q.recv_cq = a.recv_cq;
+            q.srq = a.srq;
+            q.handle = qpn;
+            q.qp_num = qpn;
+            q.state = 0;
+            q.qp_type = a.qp_type;
+            let q = Box::into_raw(Box::new(q));
+            inner.qps.insert(
+                q as usize,
+                QpEntry {
+                    qpn,
+                    pd: pd as usize,
+                    send_cq: a.send_cq as usize,
+                    recv_cq: a.recv_cq as usize,
+                    ud: qp_type == QpType::Ud,
+                },
+            );
+            inner.qp_by_qpn.insert(qpn, q as usize);
+            own(q, ctx);
+            Ok(q)
+        })();
+        drop(g);
+        match made {
+            Ok(q) => q,
+            Err(e) => null_with(e),
         }
-        // SAFETY: all zeros is PTHREAD_MUTEX_INITIALIZER / PTHREAD_COND_INITIALIZER in
-        // glibc and a valid value for every other field.
-        let mut q: ibv_qp = unsafe { std::mem::zeroed() };
-        q.context = ctx;
-        q.qp_context = a.qp_context;
-        q.pd = pd;
-        q.send_cq = a.send_cq;
-        q.recv_cq = a.recv_cq;
-        q.srq = a.srq;
-        q.handle = qpn;
-        q.qp_num = qpn;
-        q.state = 0;
-        q.qp_type = a.qp_type;
-        let q = Box::into_raw(Box::new(q));
-        inner.qps.insert(
-            q as usize,
-            QpEntry {
-                qpn,
-                pd: pd as usize,
-                send_cq: a.send_cq as usize,
-                recv_cq: a.recv_cq as usize,
-                ud: qp_type == QpType::Ud,
-            },
-        );
-        inner.qp_by_qpn.insert(qpn, q as usize);
-        own(q, ctx);
-        Ok(q)
-    })();
-    drop(g);
-    match made {
-        Ok(q) => q,
-        Err(e) => null_with(e),
-    }
+    })
 }
 default_version!(ibv_create_qp, "IBVERBS_1.1");
 
@@ -404,60 +404,62 @@ pub unsafe extern "C" fn ibv_modify_qp(
     attr: *mut ibv_qp_attr,
     mask: c_int,
 ) -> c_int {
-    let Some(ctx) = owner_of(qp) else {
-        return EINVAL;
-    };
-    if attr.is_null() {
-        return EINVAL;
-    }
-    let mask = match QpAttrMask::from_bits(mask as u32) {
-        Ok(m) => m,
-        Err(_) => return EOPNOTSUPP,
-    };
-    // SAFETY: `attr` is the caller's readable ibv_qp_attr.
-    let c = unsafe { *attr };
-    let Some(shared) = shared_of(ctx) else {
-        return EINVAL;
-    };
-    // The peer's address first, without the lock (it may take an ARP exchange).
-    let remote = match mask.contains(QpAttrMask::AV) {
-        true => match remote_of(&shared, &c.ah_attr) {
-            Ok(r) => Some(r),
-            Err(e) => return e,
-        },
-        false => None,
-    };
-    let mut g = shared.lock();
-    let inner = &mut *g;
-    {
-        let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
+    crate::ffi::errno("ibv_modify_qp", move || {
+        let Some(ctx) = owner_of(qp) else {
             return EINVAL;
         };
-        let mut mask = mask;
-        let mut a = match attr_of(&c, mask, remote) {
-            Ok(a) => a,
-            Err(e) => return e,
+        if attr.is_null() {
+            return EINVAL;
+        }
+        let mask = match QpAttrMask::from_bits(mask as u32) {
+            Ok(m) => m,
+            Err(_) => return EOPNOTSUPP,
         };
-        let now = inner.uroce.qp_state(e.qpn);
-        let ud_rtr = e.ud && a.qp_state == QpState::Rtr && now == Some(QpState::Init);
-        if ud_rtr && !mask.contains(QpAttrMask::PATH_MTU) {
-            // ibverbs has no path MTU for UD: the port's.
-            a.path_mtu = port_mtu(inner);
-            mask |= QpAttrMask::PATH_MTU;
-        }
-        match inner.uroce.modify_qp(e.qpn, &a, mask) {
-            Ok(()) => {
-                if let Some(s) = inner.uroce.qp_state(e.qpn) {
-                    // SAFETY: a registered QP is a live Box; `state` is written under
-                    // the context's lock.
-                    unsafe { (*qp).state = state_code(s) };
-                }
-                inner.pump(false);
-                0
+        // SAFETY: `attr` is the caller's readable ibv_qp_attr.
+        let c = unsafe { *attr };
+        let Some(shared) = shared_of(ctx) else {
+            return EINVAL;
+        };
+        // The peer's address first, without the lock (it may take an ARP exchange).
+        let remote = match mask.contains(QpAttrMask::AV) {
+            true => match remote_of(&shared, &c.ah_attr) {
+                Ok(r) => Some(r),
+                Err(e) => return e,
+            },
+            false => None,
+        };
+        let mut g = shared.lock();
+        let inner = &mut *g;
+        {
+            let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
+                return EINVAL;
+            };
+            let mut mask = mask;
+            let mut a = match attr_of(&c, mask, remote) {
+                Ok(a) => a,
+                Err(e) => return e,
+            };
+            let now = inner.uroce.qp_state(e.qpn);
+            let ud_rtr = e.ud && a.qp_state == QpState::Rtr && now == Some(QpState::Init);
+            if ud_rtr && !mask.contains(QpAttrMask::PATH_MTU) {
+                // ibverbs has no path MTU for UD: the port's.
+                a.path_mtu = port_mtu(inner);
+                mask |= QpAttrMask::PATH_MTU;
             }
-            Err(e) => e.errno(),
+            match inner.uroce.modify_qp(e.qpn, &a, mask) {
+                Ok(()) => {
+                    if let Some(s) = inner.uroce.qp_state(e.qpn) {
+                        // SAFETY: a registered QP is a live Box; `state` is written under
+                        // the context's lock.
+                        unsafe { crate::ffi::object(qp).state = state_code(s) };
+                    }
+                    inner.pump(false);
+                    0
+                }
+                Err(e) => e.errno(),
+            }
         }
-    }
+    })
 }
 default_version!(ibv_modify_qp, "IBVERBS_1.1");
 
@@ -473,97 +475,101 @@ pub unsafe extern "C" fn ibv_query_qp(
     _mask: c_int,
     init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    let Some(ctx) = owner_of(qp) else {
-        return EINVAL;
-    };
-    if attr.is_null() || init_attr.is_null() {
-        return EINVAL;
-    }
-    with_inner(ctx, |inner| {
-        let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
+    crate::ffi::errno("ibv_query_qp", move || {
+        let Some(ctx) = owner_of(qp) else {
             return EINVAL;
         };
-        let Ok((a, i)) = inner.uroce.query_qp(e.qpn) else {
+        if attr.is_null() || init_attr.is_null() {
             return EINVAL;
-        };
-        let cap = cap_of(&i);
-        let mut ah = ibv_ah_attr {
-            is_global: 1,
-            port_num: 1,
-            ..Default::default()
-        };
-        ah.grh.dgid = gid_of(a.ah_attr.ip);
-        ah.grh.hop_limit = 64;
-        let c = ibv_qp_attr {
-            qp_state: state_code(a.qp_state),
-            cur_qp_state: state_code(a.qp_state),
-            path_mtu: mtu_code(a.path_mtu),
-            path_mig_state: 0,
-            qkey: a.qkey,
-            rq_psn: a.rq_psn,
-            sq_psn: a.sq_psn,
-            dest_qp_num: a.dest_qp_num,
-            qp_access_flags: crate::resources::access_bits(a.qp_access_flags),
-            cap,
-            ah_attr: ah,
-            alt_ah_attr: Default::default(),
-            pkey_index: 0,
-            alt_pkey_index: 0,
-            en_sqd_async_notify: u8::from(a.en_sqd_async_notify),
-            sq_draining: u8::from(a.sq_draining),
-            max_rd_atomic: a.max_rd_atomic,
-            max_dest_rd_atomic: a.max_dest_rd_atomic,
-            min_rnr_timer: a.min_rnr_timer,
-            port_num: 1,
-            timeout: a.timeout,
-            retry_cnt: a.retry_cnt,
-            rnr_retry: a.rnr_retry,
-            alt_port_num: 0,
-            alt_timeout: 0,
-            rate_limit: 0,
-        };
-        // SAFETY: `qp` is a live Box (registered; `state` is written under the lock, as
-        // rdma-core's ibv_query_qp does); the out-pointers are the caller's.
-        unsafe {
-            (*qp).state = state_code(a.qp_state);
-            attr.write(c);
-            let q = &*qp;
-            init_attr.write(ibv_qp_init_attr {
-                qp_context: q.qp_context,
-                send_cq: q.send_cq,
-                recv_cq: q.recv_cq,
-                srq: q.srq,
-                cap,
-                qp_type: q.qp_type,
-                sq_sig_all: c_int::from(i.ex.sq_sig_all),
-            });
         }
-        0
+        with_inner(ctx, |inner| {
+            let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
+                return EINVAL;
+            };
+            let Ok((a, i)) = inner.uroce.query_qp(e.qpn) else {
+                return EINVAL;
+            };
+            let cap = cap_of(&i);
+            let mut ah = ibv_ah_attr {
+                is_global: 1,
+                port_num: 1,
+                ..Default::default()
+            };
+            ah.grh.dgid = gid_of(a.ah_attr.ip);
+            ah.grh.hop_limit = 64;
+            let c = ibv_qp_attr {
+                qp_state: state_code(a.qp_state),
+                cur_qp_state: state_code(a.qp_state),
+                path_mtu: mtu_code(a.path_mtu),
+                path_mig_state: 0,
+                qkey: a.qkey,
+                rq_psn: a.rq_psn,
+                sq_psn: a.sq_psn,
+                dest_qp_num: a.dest_qp_num,
+                qp_access_flags: crate::resources::access_bits(a.qp_access_flags),
+                cap,
+                ah_attr: ah,
+                alt_ah_attr: Default::default(),
+                pkey_index: 0,
+                alt_pkey_index: 0,
+                en_sqd_async_notify: u8::from(a.en_sqd_async_notify),
+                sq_draining: u8::from(a.sq_draining),
+                max_rd_atomic: a.max_rd_atomic,
+                max_dest_rd_atomic: a.max_dest_rd_atomic,
+                min_rnr_timer: a.min_rnr_timer,
+                port_num: 1,
+                timeout: a.timeout,
+                retry_cnt: a.retry_cnt,
+                rnr_retry: a.rnr_retry,
+                alt_port_num: 0,
+                alt_timeout: 0,
+                rate_limit: 0,
+            };
+            // SAFETY: `qp` is a live Box (registered; `state` is written under the lock, as
+            // rdma-core's ibv_query_qp does); the out-pointers are the caller's.
+            unsafe {
+                (*qp).state = state_code(a.qp_state);
+                attr.write(c);
+                let q = &*qp;
+                init_attr.write(ibv_qp_init_attr {
+                    qp_context: q.qp_context,
+                    send_cq: q.send_cq,
+                    recv_cq: q.recv_cq,
+                    srq: q.srq,
+                    cap,
+                    qp_type: q.qp_type,
+                    sq_sig_all: c_int::from(i.ex.sq_sig_all),
+                });
+            }
+            0
+        })
+        .unwrap_or(EINVAL)
     })
-    .unwrap_or(EINVAL)
 }
 default_version!(ibv_query_qp, "IBVERBS_1.1");
 
 /// `ibv_destroy_qp`: 0 or EINVAL for an unknown QP.
 #[no_mangle]
 pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    let Some(ctx) = owner_of(qp) else {
-        return EINVAL;
-    };
-    with_inner(ctx, |inner| {
-        let Some(e) = inner.qps.remove(&(qp as usize)) else {
+    crate::ffi::errno("ibv_destroy_qp", move || {
+        let Some(ctx) = owner_of(qp) else {
             return EINVAL;
         };
-        inner.qp_by_qpn.remove(&e.qpn);
-        let _ = inner.uroce.destroy_qp(e.qpn);
-        inner.forget_async_events_of(qp as usize);
-        disown(qp);
-        // SAFETY: registered, so from Box::into_raw in ibv_create_qp, freed once: it
-        // has just left the registry.
-        drop(unsafe { Box::from_raw(qp) });
-        0
+        with_inner(ctx, |inner| {
+            let Some(e) = inner.qps.remove(&(qp as usize)) else {
+                return EINVAL;
+            };
+            inner.qp_by_qpn.remove(&e.qpn);
+            let _ = inner.uroce.destroy_qp(e.qpn);
+            inner.forget_async_events_of(qp as usize);
+            disown(qp);
+            // SAFETY: registered, so from Box::into_raw in ibv_create_qp, freed once: it
+            // has just left the registry.
+            unsafe { crate::ffi::free_c(qp) };
+            0
+        })
+        .unwrap_or(EINVAL)
     })
-    .unwrap_or(EINVAL)
 }
 default_version!(ibv_destroy_qp, "IBVERBS_1.1");
 
@@ -797,28 +803,30 @@ pub(crate) unsafe extern "C" fn post_send(
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
-    // SAFETY: `qp` and `bad` as the inline ibv_post_send passes them.
-    let Some(shared) = (unsafe { context_of(qp) }) else {
-        // SAFETY: as above.
-        return unsafe { refuse(wr, bad) };
-    };
-    let mut g = shared.lock();
-    let Some(e) = g.qps.get(&(qp as usize)).copied() else {
-        // SAFETY: as above.
-        return unsafe { refuse(wr, bad) };
-    };
-    // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
-    let r = unsafe {
-        post_list(
-            &mut g,
-            wr,
-            bad,
-            |w| w.next,
-            |inner, w| post_one_send(inner, e, w),
-        )
-    };
-    shared.after_post(&g);
-    r
+    crate::ffi::errno("post_send", move || {
+        // SAFETY: `qp` and `bad` as the inline ibv_post_send passes them.
+        let Some(shared) = (unsafe { context_of(qp) }) else {
+            // SAFETY: as above.
+            return unsafe { refuse(wr, bad) };
+        };
+        let mut g = shared.lock();
+        let Some(e) = g.qps.get(&(qp as usize)).copied() else {
+            // SAFETY: as above.
+            return unsafe { refuse(wr, bad) };
+        };
+        // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
+        let r = unsafe {
+            post_list(
+                &mut g,
+                wr,
+                bad,
+                |w| w.next,
+                |inner, w| post_one_send(inner, e, w),
+            )
+        };
+        shared.after_post(&g);
+        r
+    })
 }
 
 /// Posts one receive work request on a QP.
@@ -848,26 +856,28 @@ pub(crate) unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    // SAFETY: `qp` and `bad` as the inline ibv_post_recv passes them.
-    let Some(shared) = (unsafe { context_of(qp) }) else {
-        // SAFETY: as above.
-        return unsafe { refuse(wr, bad) };
-    };
-    let mut g = shared.lock();
-    let Some(e) = g.qps.get(&(qp as usize)).copied() else {
-        // SAFETY: as above.
-        return unsafe { refuse(wr, bad) };
-    };
-    // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
-    unsafe {
-        post_list(
-            &mut g,
-            wr,
-            bad,
-            |w| w.next,
-            |inner, w| post_one_recv(inner, e.qpn, w),
-        )
-    }
+    crate::ffi::errno("post_recv", move || {
+        // SAFETY: `qp` and `bad` as the inline ibv_post_recv passes them.
+        let Some(shared) = (unsafe { context_of(qp) }) else {
+            // SAFETY: as above.
+            return unsafe { refuse(wr, bad) };
+        };
+        let mut g = shared.lock();
+        let Some(e) = g.qps.get(&(qp as usize)).copied() else {
+            // SAFETY: as above.
+            return unsafe { refuse(wr, bad) };
+        };
+        // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
+        unsafe {
+            post_list(
+                &mut g,
+                wr,
+                bad,
+                |w| w.next,
+                |inner, w| post_one_recv(inner, e.qpn, w),
+            )
+        }
+    })
 }
 
 /// Reads a receive list for an SRQ (shared with [`crate::srq`]).

@@ -19,7 +19,6 @@ use uroce::verbs::Access;
 use crate::abi::{ibv_context, ibv_mr, ibv_pd};
 use crate::device::with_inner;
 use crate::exports::default_version;
-use crate::util::set_errno;
 
 /// Object address → the `ibv_context` it belongs to.
 static OWNERS: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
@@ -47,10 +46,7 @@ pub(crate) fn disown<T>(obj: *const T) {
     }
 }
 
-pub(crate) fn null_with<T>(errno: c_int) -> *mut T {
-    set_errno(errno);
-    std::ptr::null_mut()
-}
+pub(crate) use crate::ffi::null_with;
 
 // ibv_access_flags.
 const ACCESS_DATA: c_uint = 0x1f; // LOCAL_WRITE .. MW_BIND, uroce's Access bits
@@ -94,17 +90,19 @@ pub fn access_bits(a: Access) -> c_uint {
 /// `ibv_alloc_pd`.
 #[no_mangle]
 pub extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
-    let made = with_inner(ctx, |inner| {
-        let id = inner.uroce.alloc_pd();
-        let pd = Box::into_raw(Box::new(ibv_pd {
-            context: ctx,
-            handle: id.0,
-        }));
-        inner.pds.insert(pd as usize, id);
-        own(pd, ctx);
-        pd
-    });
-    made.unwrap_or_else(|| null_with(EINVAL))
+    crate::ffi::ptr("ibv_alloc_pd", move || {
+        let made = with_inner(ctx, |inner| {
+            let id = inner.uroce.alloc_pd();
+            let pd = Box::into_raw(Box::new(ibv_pd {
+                context: ctx,
+                handle: id.0,
+            }));
+            inner.pds.insert(pd as usize, id);
+            own(pd, ctx);
+            pd
+        });
+        made.unwrap_or_else(|| null_with(EINVAL))
+    })
 }
 default_version!(ibv_alloc_pd, "IBVERBS_1.1");
 
@@ -112,34 +110,47 @@ default_version!(ibv_alloc_pd, "IBVERBS_1.1");
 /// window uses it, EINVAL for an unknown PD.
 #[no_mangle]
 pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    let Some(ctx) = owner_of(pd) else {
-        return EINVAL;
-    };
-    with_inner(ctx, |inner| {
-        let Some(&id) = inner.pds.get(&(pd as usize)) else {
+    crate::ffi::errno("ibv_dealloc_pd", move || {
+        let Some(ctx) = owner_of(pd) else {
             return EINVAL;
         };
-        let p = pd as usize;
-        if inner.mrs.values().any(|m| m.pd == id)
-            || inner.qps.values().any(|q| q.pd == p)
-            || inner.ahs.values().any(|a| a.pd == p)
-            || inner.srqs.values().any(|s| s.pd == p)
-            || inner.mws.values().any(|m| m.1 == p)
-        {
-            return EBUSY;
-        }
-        inner.pds.remove(&(pd as usize));
-        disown(pd);
-        // SAFETY: `pd` was registered, so it came from Box::into_raw in ibv_alloc_pd and
-        // is freed once: it has just left the registry.
-        drop(unsafe { Box::from_raw(pd) });
-        0
+        with_inner(ctx, |inner| {
+            let Some(&id) = inner.pds.get(&(pd as usize)) else {
+                return EINVAL;
+            };
+            let p = pd as usize;
+            if inner.mrs.values().any(|m| m.pd == id)
+                || inner.qps.values().any(|q| q.pd == p)
+                || inner.ahs.values().any(|a| a.pd == p)
+                || inner.srqs.values().any(|s| s.pd == p)
+                || inner.mws.values().any(|m| m.1 == p)
+            {
+                return EBUSY;
+            }
+            inner.pds.remove(&(pd as usize));
+            disown(pd);
+            // SAFETY: `pd` was registered, so it came from Box::into_raw in ibv_alloc_pd and
+            // is freed once: it has just left the registry.
+            unsafe { crate::ffi::free_c(pd) };
+            0
+        })
+        .unwrap_or(EINVAL)
     })
-    .unwrap_or(EINVAL)
 }
 default_version!(ibv_dealloc_pd, "IBVERBS_1.1");
 
-fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint) -> *mut ibv_mr {
+/// Registers the caller's `len` bytes at `addr` as a memory region of `pd`.
+///
+/// # Safety
+/// `ibv_reg_mr`'s contract: unless this fails, the `len` bytes at `addr` stay valid for
+/// reads and writes until `ibv_dereg_mr` of the region returned succeeds.
+unsafe fn reg(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
     let Some(ctx) = owner_of(pd) else {
         return null_with(EINVAL);
     };
@@ -155,7 +166,8 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint
         let Some(&id) = inner.pds.get(&(pd as usize)) else {
             return Err(EINVAL);
         };
-        // SAFETY: ibv_reg_mr's contract gives reg_mr_raw's first and last conditions:
+        // SAFETY: this function's contract (ibv_reg_mr's) gives reg_mr_raw's first and
+        // last conditions:
         // the caller's `len` bytes at `addr` stay valid for reads and writes until
         // ibv_dereg_mr succeeds. The stack reaches them only during calls into this
         // context (under its lock, on the program's threads or the progress thread).
@@ -200,7 +212,10 @@ pub unsafe extern "C" fn ibv_reg_mr(
     len: usize,
     access: c_int,
 ) -> *mut ibv_mr {
-    reg(pd, addr, len, addr as u64, access as c_uint)
+    crate::ffi::ptr("ibv_reg_mr", move || {
+        // SAFETY: this function's contract is reg's.
+        unsafe { reg(pd, addr, len, addr as u64, access as c_uint) }
+    })
 }
 default_version!(ibv_reg_mr, "IBVERBS_1.1");
 
@@ -216,7 +231,10 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     iova: u64,
     access: c_int,
 ) -> *mut ibv_mr {
-    reg(pd, addr, len, iova, access as c_uint)
+    crate::ffi::ptr("ibv_reg_mr_iova", move || {
+        // SAFETY: this function's contract is reg's.
+        unsafe { reg(pd, addr, len, iova, access as c_uint) }
+    })
 }
 default_version!(ibv_reg_mr_iova, "IBVERBS_1.7");
 
@@ -232,31 +250,36 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     iova: u64,
     access: c_uint,
 ) -> *mut ibv_mr {
-    reg(pd, addr, len, iova, access)
+    crate::ffi::ptr("ibv_reg_mr_iova2", move || {
+        // SAFETY: this function's contract is reg's.
+        unsafe { reg(pd, addr, len, iova, access) }
+    })
 }
 default_version!(ibv_reg_mr_iova2, "IBVERBS_1.8");
 
 /// `ibv_dereg_mr`: 0, or the errno (EBUSY while in use, EINVAL for an unknown region).
 #[no_mangle]
 pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    let Some(ctx) = owner_of(mr) else {
-        return EINVAL;
-    };
-    with_inner(ctx, |inner| {
-        let Some(m) = inner.mrs.get(&(mr as usize)).copied() else {
+    crate::ffi::errno("ibv_dereg_mr", move || {
+        let Some(ctx) = owner_of(mr) else {
             return EINVAL;
         };
-        if let Err(e) = inner.uroce.dereg_mr(&m) {
-            return e.errno();
-        }
-        inner.mrs.remove(&(mr as usize));
-        disown(mr);
-        // SAFETY: `mr` was registered, so it came from Box::into_raw in `reg` and is
-        // freed once: it has just left the registry.
-        drop(unsafe { Box::from_raw(mr) });
-        0
+        with_inner(ctx, |inner| {
+            let Some(m) = inner.mrs.get(&(mr as usize)).copied() else {
+                return EINVAL;
+            };
+            if let Err(e) = inner.uroce.dereg_mr(&m) {
+                return e.errno();
+            }
+            inner.mrs.remove(&(mr as usize));
+            disown(mr);
+            // SAFETY: `mr` was registered, so it came from Box::into_raw in `reg` and is
+            // freed once: it has just left the registry.
+            unsafe { crate::ffi::free_c(mr) };
+            0
+        })
+        .unwrap_or(EINVAL)
     })
-    .unwrap_or(EINVAL)
 }
 default_version!(ibv_dereg_mr, "IBVERBS_1.1");
 

@@ -1,13 +1,11 @@
-//! Helpers shared by the exported functions: errno, and the conversions and names that
+//! Helpers shared by the exported functions: the conversions and names that
 //! libibverbs answers without a device (rates, enum names).
 
 use std::ffi::{c_char, c_int, CStr};
 
-/// Sets the calling thread's `errno`.
-pub(crate) fn set_errno(value: c_int) {
-    // SAFETY: __errno_location returns the address of this thread's errno, valid for the
-    // thread's life; writing an int there is what setting errno means.
-    unsafe { *libc::__errno_location() = value };
+/// What the `*_str` calls answer for a value they do not know (and after a panic).
+pub(crate) fn unknown() -> *const c_char {
+    c"unknown".as_ptr()
 }
 
 /// `(enum ibv_rate, multiple of 2.5 Gb/s, Mb/s)`, from `enum ibv_rate` in verbs.h.

@@ -1,0 +1,259 @@
+//! The C boundary of `libibverbs.so.1`: every function C calls goes through here.
+//!
+//! - **Entry points.** Each exported function, and each function pointer handed to C (the
+//!   `ibv_context_ops` and `verbs_context` entries the inline verbs of verbs.h call), runs
+//!   its body inside one of [`ptr`], [`errno`], [`minus1`], [`neg_errno`], [`void`] or
+//!   [`call`]. They catch a panic (`std::panic::catch_unwind`; a panic that reached an
+//!   `extern "C"` function would abort the host program) and answer it as the verb
+//!   documents a failure, with `EIO`: NULL with errno `EIO` for a call returning a
+//!   pointer (`ibv_alloc_pd`, `ibv_reg_mr`, `ibv_create_qp`...), the value `EIO` for one
+//!   returning an errno value (`ibv_post_send`, `ibv_modify_qp`, `ibv_dereg_mr`...), -1
+//!   with errno `EIO` for one returning -1 (`ibv_close_device`, `ibv_get_cq_event`,
+//!   `ibv_query_gid`, and `ibv_poll_cq`, whose failure is negative), `-EIO` for uroce's
+//!   private calls that return a negated errno. A panic leaves no lock held that a later
+//!   call would refuse: every lock of this crate is taken as `lock().unwrap_or_else(|e|
+//!   e.into_inner())`. Nothing here installs a panic hook: the default one reports a
+//!   panic on stderr, which is the runtime's, not this library's, output. (A build with
+//!   `panic = "abort"` aborts all the same; the workspace does not build so.)
+//! - **Pointers.** What turns a C pointer into a Rust value is here, each `unsafe fn`
+//!   stating the C contract it relies on: [`write`] and [`write_opt`] for out-pointers,
+//!   [`read`] for in-structures, [`write_prefix`] for the extensible structures, [`zeroed`]
+//!   for the C structures whose all-zeros value is valid, and [`free_c`] / [`object`] for
+//!   the objects handed to the program as boxes. NULL where C must pass an object is
+//!   EINVAL. The rest of the crate calls these with its verb's contract as the `SAFETY`
+//!   reason.
+//! - **The test hook.** In a debug build only (`cfg(debug_assertions)`, so never in the
+//!   release library a program is deployed with), `UROCE_TEST_PANIC=<entry point>` makes
+//!   the first call of that entry point in the process panic inside its entry, so a test
+//!   shows a C program getting the error and going on (`tests/panic.rs`). It is an
+//!   environment variable with a name nobody sets by chance rather than an exported
+//!   symbol because the exported symbol set is libibverbs' own, and rather than a cargo
+//!   feature because the integration tests load the library `cargo test` builds with the
+//!   crate's default features.
+
+use std::ffi::c_int;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use libc::{EINVAL, EIO};
+
+/// The environment variable of the test hook (debug builds only, see the module docs).
+pub const TEST_PANIC_ENV: &str = "UROCE_TEST_PANIC";
+
+/// Sets the calling thread's `errno`.
+pub(crate) fn set_errno(value: c_int) {
+    // SAFETY: __errno_location returns the address of this thread's errno, valid for the
+    // thread's life; writing an int there is what setting errno means.
+    unsafe { *libc::__errno_location() = value };
+}
+
+#[cfg(debug_assertions)]
+fn test_hook(name: &str) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::OnceLock;
+    static TARGET: OnceLock<Option<String>> = OnceLock::new();
+    static FIRED: AtomicBool = AtomicBool::new(false);
+    let target = TARGET.get_or_init(|| std::env::var(TEST_PANIC_ENV).ok());
+    if target.as_deref() == Some(name) && !FIRED.swap(true, Ordering::Relaxed) {
+        panic!("{TEST_PANIC_ENV}: the panic asked for in {name}");
+    }
+}
+
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+fn test_hook(_name: &str) {}
+
+/// Runs the body of the C entry point `name`; if it panics, the answer is `failed()`.
+pub(crate) fn call<R>(
+    name: &'static str,
+    failed: impl FnOnce() -> R,
+    body: impl FnOnce() -> R,
+) -> R {
+    // AssertUnwindSafe: after a panic the only state a later call sees is behind this
+    // crate's mutexes, which it takes poisoned or not, each kept consistent by its
+    // holder between statements that can fail; the worst a half-done verb leaves is an
+    // object that was allocated and not handed out.
+    match catch_unwind(AssertUnwindSafe(|| {
+        test_hook(name);
+        body()
+    })) {
+        Ok(r) => r,
+        Err(_) => failed(),
+    }
+}
+
+/// A verb that returns a pointer, NULL with errno on failure: NULL with errno EIO on a
+/// panic.
+pub(crate) fn ptr<T>(name: &'static str, body: impl FnOnce() -> *mut T) -> *mut T {
+    call(name, || null_with(EIO), body)
+}
+
+/// A verb that returns 0 or an errno value: EIO on a panic.
+pub(crate) fn errno(name: &'static str, body: impl FnOnce() -> c_int) -> c_int {
+    call(name, || EIO, body)
+}
+
+/// A verb that returns 0 (or a count) or -1 with errno: -1 with errno EIO on a panic.
+pub(crate) fn minus1(name: &'static str, body: impl FnOnce() -> c_int) -> c_int {
+    call(
+        name,
+        || {
+            set_errno(EIO);
+            -1
+        },
+        body,
+    )
+}
+
+/// uroce's private calls, which return a negated errno: -EIO on a panic.
+pub(crate) fn neg_errno(name: &'static str, body: impl FnOnce() -> c_int) -> c_int {
+    call(name, || -EIO, body)
+}
+
+/// A verb with nothing to return: errno EIO on a panic, for what it is worth.
+pub(crate) fn void(name: &'static str, body: impl FnOnce()) {
+    call(name, || set_errno(EIO), body)
+}
+
+/// NULL with errno `errno`.
+pub(crate) fn null_with<T>(errno: c_int) -> *mut T {
+    set_errno(errno);
+    std::ptr::null_mut()
+}
+
+/// Writes `value` to the caller's out-pointer `p`; EINVAL for NULL.
+///
+/// # Safety
+/// `p` is NULL or valid for a write of a `T` (the verb's C contract).
+pub(crate) unsafe fn write<T>(p: *mut T, value: T) -> Result<(), c_int> {
+    if p.is_null() {
+        return Err(EINVAL);
+    }
+    // SAFETY: not NULL, so writable as the caller promises.
+    unsafe { p.write(value) };
+    Ok(())
+}
+
+/// Writes `value` to the caller's optional out-pointer `p` (nothing for NULL).
+///
+/// # Safety
+/// As [`write`].
+pub(crate) unsafe fn write_opt<T>(p: *mut T, value: T) {
+    // SAFETY: as this function's contract; NULL is refused, not written.
+    let _ = unsafe { write(p, value) };
+}
+
+/// A copy of the caller's structure at `p`; EINVAL for NULL.
+///
+/// # Safety
+/// `p` is NULL or valid for a read of a `T` (the verb's C contract).
+pub(crate) unsafe fn read<T: Copy>(p: *const T) -> Result<T, c_int> {
+    if p.is_null() {
+        return Err(EINVAL);
+    }
+    // SAFETY: not NULL, so readable as the caller promises.
+    Ok(unsafe { p.read() })
+}
+
+/// Writes the first `len` bytes of `value` to `dst` (an extensible structure the caller
+/// says is `len` bytes long); EINVAL for NULL.
+///
+/// # Safety
+/// `dst` is NULL or valid for writes of `len` bytes.
+pub(crate) unsafe fn write_prefix<T: Copy>(
+    dst: *mut std::ffi::c_void,
+    value: &T,
+    len: usize,
+) -> Result<(), c_int> {
+    if dst.is_null() {
+        return Err(EINVAL);
+    }
+    let n = len.min(std::mem::size_of::<T>());
+    // SAFETY: `value` has size_of::<T>() ≥ n readable bytes; the caller promises `dst`
+    // has `len` ≥ n writable bytes; they cannot overlap (`value` is the caller's local).
+    unsafe {
+        std::ptr::write_bytes(dst.cast::<u8>(), 0, len);
+        std::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), dst.cast::<u8>(), n);
+    }
+    Ok(())
+}
+
+/// A C structure whose all-zeros value is valid: integers, raw pointers, `Option`s of
+/// function pointers, and glibc's `pthread_mutex_t` / `pthread_cond_t`, whose all-zeros
+/// values are their static initialisers.
+///
+/// # Safety
+/// Implement only for types that are valid when all their bytes are zero.
+pub(crate) unsafe trait Zeroable: Sized {}
+
+/// The all-zeros `T`.
+pub(crate) fn zeroed<T: Zeroable>() -> T {
+    // SAFETY: `Zeroable` says all zeros is a valid T.
+    unsafe { std::mem::zeroed() }
+}
+
+// SAFETY: each is a `#[repr(C)]` structure of integers, raw pointers, byte arrays and
+// pthread mutexes / conditions (all zeros is PTHREAD_*_INITIALIZER in glibc).
+unsafe impl Zeroable for crate::abi::ibv_cq {}
+// SAFETY: as above.
+unsafe impl Zeroable for crate::abi::ibv_qp {}
+// SAFETY: as above.
+unsafe impl Zeroable for crate::abi::ibv_srq {}
+// SAFETY: as above (integers and byte arrays).
+unsafe impl Zeroable for crate::abi::ibv_device_attr_ex {}
+// SAFETY: integers, NULL `Option`s of function pointers and byte arrays.
+unsafe impl Zeroable for crate::abi::ibv_device {}
+// SAFETY: glibc's PTHREAD_MUTEX_INITIALIZER is all zeros.
+unsafe impl Zeroable for libc::pthread_mutex_t {}
+
+/// Frees an object handed to the program as `Box::into_raw(Box::new(value))`.
+///
+/// # Safety
+/// `p` came from `Box::<T>::into_raw`, and is freed once: the caller has just
+/// taken it out of the registry that knew it, under the lock that guards that registry.
+pub(crate) unsafe fn free_c<T>(p: *mut T) {
+    // SAFETY: as this function's contract.
+    drop(unsafe { Box::from_raw(p) });
+}
+
+/// The object at `p`, one of this library's own (a `Box` handed out), to change a field
+/// the program reads (`cq->comp_events_completed`, `qp->state`, `mw->rkey`).
+///
+/// # Safety
+/// `p` came from `Box::<T>::into_raw` and is still registered, and the caller holds the lock of
+/// the registry that knows it, so no other call of this library reaches it meanwhile.
+pub(crate) unsafe fn object<'a, T>(p: *mut T) -> &'a mut T {
+    // SAFETY: as this function's contract.
+    unsafe { &mut *p }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_the_verbs_failure() {
+        assert!(ptr::<u8>("t", || panic!("boom")).is_null());
+        // SAFETY: reading this thread's errno.
+        assert_eq!(unsafe { *libc::__errno_location() }, EIO);
+        assert_eq!(errno("t", || panic!("boom")), EIO);
+        assert_eq!(minus1("t", || panic!("boom")), -1);
+        assert_eq!(neg_errno("t", || panic!("boom")), -EIO);
+        void("t", || panic!("boom"));
+        assert_eq!(errno("t", || 7), 7);
+    }
+
+    #[test]
+    fn null_pointers_are_einval() {
+        // SAFETY: NULL is refused before any access.
+        unsafe {
+            assert_eq!(write(std::ptr::null_mut::<u32>(), 1), Err(EINVAL));
+            assert_eq!(read(std::ptr::null::<u32>()), Err(EINVAL));
+        }
+        let mut x = 0u32;
+        // SAFETY: a live local.
+        unsafe {
+            assert_eq!(write(&mut x, 5), Ok(()));
+            assert_eq!(read(&x), Ok(5));
+        }
+    }
+}
