@@ -442,14 +442,12 @@ impl Memory {
 
     /// Bytes of a checked span, to copy out; `None` if its region went away since the
     /// check.
-    #[inline]
     pub fn read(&self, s: Span) -> Option<SharedBytes<'_>> {
         self.by_lkey.get(&s.lkey)?.data.view(s.offset, s.len)
     }
 
     /// Bytes of a checked span, to copy in or for an atomic; `None` if its region went
     /// away since the check.
-    #[inline]
     pub fn write(&mut self, s: Span) -> Option<SharedBytesMut<'_>> {
         self.by_lkey
             .get_mut(&s.lkey)?
@@ -459,14 +457,12 @@ impl Memory {
 
     /// Copies `data` into a checked span of the same length; false (and nothing written)
     /// if the region went away or the lengths differ.
-    #[inline]
     pub fn copy_in(&mut self, s: Span, data: &[u8]) -> bool {
         self.write(s).is_some_and(|mut dst| dst.copy_from(data))
     }
 
     /// Copies a checked span out into `dst` of the same length; false (`dst` untouched)
     /// if the region went away or the lengths differ.
-    #[inline]
     pub fn copy_out(&self, s: Span, dst: &mut [u8]) -> bool {
         self.read(s).is_some_and(|src| src.copy_to(dst))
     }
