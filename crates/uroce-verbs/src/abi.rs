@@ -603,6 +603,8 @@ pub const IBV_PORT_DOWN: c_int = 1;
 pub const IBV_PORT_ACTIVE: c_int = 4;
 pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 pub const IBV_ATOMIC_HCA: c_int = 1;
+/// Remote atomics are atomic with the CPU's own on the same word (uroce: `AtomicU64`).
+pub const IBV_ATOMIC_GLOB: c_int = 2;
 pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
 /// `IBV_GID_TYPE_SYSFS_ROCE_V2` (rdma-core's driver.h), what `ibv_query_gid_type` answers.
 pub const IBV_GID_TYPE_SYSFS_ROCE_V2: c_int = 1;

@@ -461,7 +461,9 @@ fn device_attr(device: &Device) -> ibv_device_attr {
         max_res_rd_atom: 0,
         max_qp_init_rd_atom: 16,
         max_ee_init_rd_atom: 0,
-        atomic_cap: abi::IBV_ATOMIC_HCA,
+        // A peer's FETCH_ADD / CMP_SWAP is one atomic operation on the program's word
+        // (uroce's mem/shared.rs), atomic with the program's own atomics too.
+        atomic_cap: abi::IBV_ATOMIC_GLOB,
         max_ee: 0,
         max_rdd: 0,
         max_mw: 1 << 16,

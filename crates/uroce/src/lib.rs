@@ -11,8 +11,8 @@
 //! `uroce-tools` crate.
 //!
 //! `unsafe` lives in [`datapath`] and [`net`] (the kernel's interfaces), and in `mem`'s
-//! `buffer.rs` with [`endpoint::Context::reg_mr_raw`] (the application's memory
-//! registered in place, its contract stated there); every other module forbids it.
+//! `shared.rs` with [`endpoint::Context::reg_mr_raw`] (the program's memory registered in
+//! place and shared with it, its contract stated there); every other module forbids it.
 
 pub mod cm;
 pub mod congestion;

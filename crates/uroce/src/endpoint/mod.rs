@@ -16,8 +16,8 @@
 //! - `srq`: shared receive queues (create, modify, post, destroy) and their events.
 //!
 //! No `unsafe` here but [`Context::reg_mr_raw`], the door for registering the
-//! application's memory in place (its contract is stated there; `mem/buffer.rs` holds
-//! the pointer), and the prefetch hint of `prefetch.rs`, which reads nothing.
+//! program's memory in place (its contract is stated there; `mem/shared.rs` holds the
+//! pointer and reaches the bytes), and the prefetch hint of `prefetch.rs`, which reads nothing.
 
 #![deny(unsafe_code)]
 

@@ -47,14 +47,15 @@ impl Context {
         Ok(self.mem.register(pd, data, access)?)
     }
 
-    /// Registers `len` bytes of the application's memory at `addr`, in place, as a memory
+    /// Registers `len` bytes of the program's memory at `addr`, in place, as a memory
     /// region of `pd` with `access` (ibv_reg_mr). The region's address ([`Mr::addr`],
     /// what local SGEs and a peer's RETH name) is `addr` itself, as ibverbs' iova is the
     /// registered address. Received data (SEND, RDMA WRITE, READ responses, atomic
     /// results) is written into this memory, and outgoing data (SEND, RDMA WRITE, READ
     /// responses) read from it, where it is, with no copy in between, as a NIC's DMA
-    /// does. [`Context::dereg_mr`] ends the registration and gives nothing back: the
-    /// memory was the application's all along.
+    /// does; a peer's FETCH_ADD / CMP_SWAP is one atomic operation on the 8-byte word
+    /// (IBV_ATOMIC_GLOB). [`Context::dereg_mr`] ends the registration and gives nothing
+    /// back: the memory was the program's all along.
     ///
     /// Refused as the kernel's `ib_umem_get` refuses them: `len` 0 and a range that
     /// wraps around the address space (EINVAL), a null `addr` (EFAULT); and, as for
@@ -63,35 +64,37 @@ impl Context {
     ///
     /// # Safety
     ///
-    /// This is the contract of every region registered in place, stated once here:
+    /// This is the contract of every region registered in place, stated once here; it is
+    /// ibverbs' own (the program keeps the memory mapped while it is registered):
     ///
     /// - From this call until [`Context::dereg_mr`] of the region succeeds (or the
     ///   context is dropped), `addr` must be valid for reads and writes of `len` bytes:
-    ///   allocated, not freed, not moved, writable whatever `access` says
-    ///   ([`Context::mr_bytes_mut`] writes any region).
-    /// - The stack reads and writes those bytes during calls into this `Context` (any
-    ///   method: packets in and out, timers, posting, polling; they move payload between
-    ///   the wire and the region, as a NIC's DMA does at any time), and through the
-    ///   slices [`Context::mr_bytes`] and [`Context::mr_bytes_mut`] return, while those
-    ///   live. Meanwhile nothing else may access the bytes: the caller must not hold a
-    ///   Rust reference (`&[u8]`, `&mut [u8]`) into them across such a call, nor pass
-    ///   one into such a call (a buffer given to `poll_transmit`, a frame given to
-    ///   `handle_frame`), nor access them from another thread while such a call runs.
-    /// - Between calls into the context, the caller may read and write the memory as it
-    ///   likes through `addr` or pointers made from it (for a `Vec<u8>`:
-    ///   `Vec::as_mut_ptr` / `Vec::as_ptr`, which by their documentation never
-    ///   invalidate one another), but not through the reference or owner `addr` was
-    ///   taken from (indexing the `Vec`, a `&mut [u8]` made before): in Rust's aliasing
-    ///   rules such an access invalidates `addr` for the stack. As with a NIC, what the
-    ///   caller finds there is only settled for bytes no posted work request and no
-    ///   peer's access (with the region's rkey) may still change: a receive buffer or a
-    ///   READ destination after its completion, a remote-writable region once the peer
-    ///   said it is done.
-    /// - Once `dereg_mr` succeeds, the stack never touches the memory again.
+    ///   allocated, not freed, not moved, writable whatever `access` says.
+    /// - The memory is the program's, not the context's: it must not overlap a region
+    ///   registered with [`Context::reg_mr`], whose bytes the context lends out as
+    ///   slices ([`Context::mr_bytes`]).
     ///
-    /// Overlapping regions, and the same memory registered twice, are allowed (as in
-    /// ibverbs); the stack never makes two references to the same bytes while one of them
-    /// writes.
+    /// Within that, the memory is shared with the stack as with a NIC, and the program
+    /// may read and write it at any time, from any thread. The stack reaches it during
+    /// calls into this `Context` (any method: packets in and out, timers, posting,
+    /// polling, on whichever thread makes them) only through raw copies and 8-byte
+    /// atomics (`mem/shared.rs`), never through a Rust reference, so it assumes nothing
+    /// about what else touches the bytes. What the program finds there is settled, as
+    /// with a NIC, only for bytes no posted work request and no peer's access (with the
+    /// region's rkey) may still change: a receive buffer or a READ destination after its
+    /// completion, a remote-writable region once the peer said it is done; a byte it
+    /// writes while a transfer reads it may go out either way. An 8-byte aligned word the
+    /// program updates with atomic operations (`__atomic_fetch_add`,
+    /// `AtomicU64::from_ptr`) is updated atomically by a peer's FETCH_ADD / CMP_SWAP
+    /// too. A Rust program reaches the memory through `addr` or pointers made from it
+    /// (for a `Vec<u8>`: `Vec::as_mut_ptr`, which never invalidates another pointer to
+    /// it), not through a reference held while a call into the context runs, nor through
+    /// the owner `addr` was taken from (indexing the `Vec`): in Rust's aliasing rules
+    /// such an access would claim the bytes for itself alone. Once `dereg_mr` succeeds,
+    /// the stack never touches the memory again.
+    ///
+    /// Overlapping in-place regions, and the same memory registered twice, are allowed
+    /// (as in ibverbs).
     #[allow(unsafe_code)]
     pub unsafe fn reg_mr_raw(
         &mut self,
@@ -102,7 +105,7 @@ impl Context {
     ) -> Result<Mr, VerbsError> {
         // SAFETY: the caller keeps this function's contract, which is the one
         // `Buffer::borrowed` asks for (valid for reads and writes of `len` bytes until
-        // deregistered; not accessed elsewhere while the stack may access it).
+        // deregistered; not the context's own memory).
         let data = unsafe { crate::mem::Buffer::borrowed(addr, len) }?;
         Ok(self.mem.register_buffer(pd, data, access)?)
     }
@@ -188,14 +191,37 @@ impl Context {
             || self.srqs.iter().flatten().any(|s| s.refers_to(lkey))
     }
 
-    /// The bytes of a region (empty for an unknown region).
+    /// The bytes of a region the context owns ([`Context::reg_mr`]); empty for an
+    /// unknown region and for one registered in place ([`Context::reg_mr_raw`]), which
+    /// the program reaches through its own pointer or copies out with
+    /// [`Context::mr_read`] (its memory is never lent as a Rust reference: the program
+    /// may change it at any time).
     pub fn mr_bytes(&self, mr: &Mr) -> &[u8] {
         self.mem.bytes(mr.lkey).unwrap_or(&[])
     }
 
-    /// The bytes of a region, writable (empty for an unknown region).
+    /// The bytes of a region the context owns, writable; empty for an unknown region and
+    /// for one registered in place (write it with [`Context::mr_write`]).
     pub fn mr_bytes_mut(&mut self, mr: &Mr) -> &mut [u8] {
         self.mem.bytes_mut(mr.lkey).unwrap_or(&mut [])
+    }
+
+    /// Copies the region's bytes `[offset, offset + dst.len())` into `dst`, whoever owns
+    /// them; false, `dst` untouched, for an unknown region or a range not inside it.
+    pub fn mr_read(&self, mr: &Mr, offset: usize, dst: &mut [u8]) -> bool {
+        let got = self.mem.view(mr.lkey);
+        got.and_then(|v| v.sub(offset, dst.len()))
+            .is_some_and(|v| v.copy_to(dst))
+    }
+
+    /// Copies `src` into the region's bytes from `offset` on, whoever owns them; false,
+    /// nothing written, for an unknown region or a range not inside it.
+    pub fn mr_write(&mut self, mr: &Mr, offset: usize, src: &[u8]) -> bool {
+        let got = self.mem.view_mut(mr.lkey);
+        got.is_some_and(|mut v| {
+            v.sub(offset, src.len())
+                .is_some_and(|mut w| w.copy_from(src))
+        })
     }
 
     /// Creates a completion queue of at least `cqe` entries (ibv_create_cq): rounded up to

@@ -153,10 +153,7 @@ impl Context {
         let len = pkt.payload.len();
         let mut whole = true;
         let built = repr.emit_roce_with(len, buf, |dst| match pkt.payload {
-            Payload::Span(s) => match mem.read(s) {
-                Some(src) if src.len() == dst.len() => dst.copy_from_slice(src),
-                _ => whole = false,
-            },
+            Payload::Span(s) => whole = mem.copy_out(s, dst),
             p => whole = p.copy_out(mem, staged, dst),
         });
         // A payload whose region went away is not sent, never sent as something else:

@@ -1,14 +1,15 @@
 //! Memory: protection domains and registered memory regions (IBTA §10.6), with the one
 //! bounds-and-rights check that every remote access goes through.
 //!
-//! A region's bytes are either the application's, registered in place (ibverbs'
-//! `ibv_reg_mr`: the NIC reads and writes them where they are; see
-//! [`crate::endpoint::Context::reg_mr_raw`] for the contract), or the stack's own, a
+//! A region's bytes are either the program's, registered in place (ibverbs'
+//! `ibv_reg_mr`: the NIC reads and writes them where they are, while the program runs;
+//! see [`crate::endpoint::Context::reg_mr_raw`] for the contract), or the stack's own, a
 //! `Vec<u8>` handed over at registration and back at [`Memory::deregister`]. Either way
 //! the stack reaches them through the table, by key, and only the bytes one access
-//! checked: a packet's payload moves between the wire buffer and the region once, in
-//! place, with no copy in between. `buffer.rs` holds the pointer, and is the only code of
-//! `mem` with `unsafe`. Keys come from `keys.rs`: never the same twice in a context's life
+//! checked, as [`SharedBytes`] / [`SharedBytesMut`]: raw copies and atomics, never a Rust
+//! reference, since the program may touch its memory at any time. A packet's payload
+//! moves between the wire buffer and the region once, in place, with no copy in between.
+//! `shared.rs` holds the pointer, and is the only code of `mem` with `unsafe`. Keys come from `keys.rs`: never the same twice in a context's life
 //! (a deregistered region's rkey never names another region), and not sequential (a peer
 //! that knows one rkey cannot count to the next).
 //! Memory windows (`window.rs`) are rkeys of their own over part of a region; the rkey
@@ -16,11 +17,12 @@
 
 #![deny(unsafe_code)]
 
-mod buffer;
 mod keys;
+mod shared;
 
-pub(crate) use buffer::Buffer;
 use keys::Keys;
+pub(crate) use shared::Buffer;
+pub use shared::{SharedBytes, SharedBytesMut};
 
 mod window;
 
@@ -333,17 +335,31 @@ impl Memory {
         self.by_lkey.get(&lkey).map(|r| r.mr)
     }
 
-    /// The whole region's bytes, for the application.
+    /// The whole region's bytes as a slice, for a region whose bytes the stack owns
+    /// ([`Memory::register`]); `None` for the program's memory registered in place, which
+    /// the program may change at any time and so is never lent as a reference (read it
+    /// with [`Memory::view`]).
     pub fn bytes(&self, lkey: u32) -> Option<&[u8]> {
-        let r = self.by_lkey.get(&lkey)?;
-        r.data.slice(0, r.data.len())
+        self.by_lkey.get(&lkey)?.data.owned_bytes()
     }
 
-    /// The whole region's bytes, writable, for the application.
+    /// The whole region's bytes, writable, for a region whose bytes the stack owns;
+    /// `None` for the program's (write them with [`Memory::view_mut`]).
     pub fn bytes_mut(&mut self, lkey: u32) -> Option<&mut [u8]> {
+        self.by_lkey.get_mut(&lkey)?.data.owned_bytes_mut()
+    }
+
+    /// The whole region's bytes, whoever owns them, to copy out.
+    pub fn view(&self, lkey: u32) -> Option<SharedBytes<'_>> {
+        let r = self.by_lkey.get(&lkey)?;
+        r.data.view(0, r.data.len())
+    }
+
+    /// The whole region's bytes, whoever owns them, to copy in.
+    pub fn view_mut(&mut self, lkey: u32) -> Option<SharedBytesMut<'_>> {
         let r = self.by_lkey.get_mut(&lkey)?;
         let len = r.data.len();
-        r.data.slice_mut(0, len)
+        r.data.view_mut(0, len)
     }
 
     /// The one check for remote access (IBTA §10.6.3.2, C10-..), for a request arriving
@@ -424,29 +440,31 @@ impl Memory {
         })
     }
 
-    /// Bytes of a checked span; `None` if its region went away since the check.
-    pub fn read(&self, s: Span) -> Option<&[u8]> {
-        self.by_lkey.get(&s.lkey)?.data.slice(s.offset, s.len)
+    /// Bytes of a checked span, to copy out; `None` if its region went away since the
+    /// check.
+    pub fn read(&self, s: Span) -> Option<SharedBytes<'_>> {
+        self.by_lkey.get(&s.lkey)?.data.view(s.offset, s.len)
     }
 
-    /// Writable bytes of a checked span; `None` if its region went away since the check.
-    pub fn write(&mut self, s: Span) -> Option<&mut [u8]> {
+    /// Bytes of a checked span, to copy in or for an atomic; `None` if its region went
+    /// away since the check.
+    pub fn write(&mut self, s: Span) -> Option<SharedBytesMut<'_>> {
         self.by_lkey
             .get_mut(&s.lkey)?
             .data
-            .slice_mut(s.offset, s.len)
+            .view_mut(s.offset, s.len)
     }
 
     /// Copies `data` into a checked span of the same length; false (and nothing written)
     /// if the region went away or the lengths differ.
     pub fn copy_in(&mut self, s: Span, data: &[u8]) -> bool {
-        match self.write(s) {
-            Some(dst) if dst.len() == data.len() => {
-                dst.copy_from_slice(data);
-                true
-            }
-            _ => false,
-        }
+        self.write(s).is_some_and(|mut dst| dst.copy_from(data))
+    }
+
+    /// Copies a checked span out into `dst` of the same length; false (`dst` untouched)
+    /// if the region went away or the lengths differ.
+    pub fn copy_out(&self, s: Span, dst: &mut [u8]) -> bool {
+        self.read(s).is_some_and(|src| src.copy_to(dst))
     }
 }
 
@@ -538,7 +556,7 @@ mod tests {
 
     /// ibv_dereg_mr of a handle that is not (or no longer) registered: EINVAL, never a
     /// panic; and ibv_reg_mr's refusal of a region of length 0 (EINVAL, the kernel's
-    /// `ib_umem_get`). Regions over the caller's memory are tested in `buffer.rs`, the
+    /// `ib_umem_get`). Regions over the caller's memory are tested in `shared.rs`, the
     /// one module allowed the `unsafe` their registration takes.
     #[test]
     fn deregistration_and_registration_refusals() {

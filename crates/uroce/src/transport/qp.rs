@@ -484,10 +484,9 @@ impl Qp {
                 .ok_or(VerbsError::InvalidWr(
                     "inline data outside every registered region",
                 ))?;
-            let data = mem
-                .read(src)
-                .ok_or(VerbsError::InvalidWr("inline data's region went away"))?;
-            tmp[at..at + n].copy_from_slice(data);
+            if !mem.copy_out(src, &mut tmp[at..at + n]) {
+                return Err(VerbsError::InvalidWr("inline data's region went away"));
+            }
             at += n;
         }
         let slot_len = self.ex.max_inline_data as usize;

@@ -184,21 +184,11 @@ impl Payload {
     pub fn copy_out(&self, mem: &Memory, staged: &[Span], dst: &mut [u8]) -> bool {
         match self {
             Payload::None => dst.is_empty(),
-            Payload::Span(s) => match mem.read(*s) {
-                Some(src) if src.len() == dst.len() => {
-                    dst.copy_from_slice(src);
-                    true
-                }
-                _ => false,
-            },
+            Payload::Span(s) => mem.copy_out(*s, dst),
             Payload::Gathered(n) => {
                 dst.len() == *n
-                    && walk(staged, 0, *n, |s, at| match mem.read(s) {
-                        Some(src) => {
-                            dst[at..at + src.len()].copy_from_slice(src);
-                            true
-                        }
-                        None => false,
+                    && walk(staged, 0, *n, |s, at| {
+                        mem.copy_out(s, &mut dst[at..at + s.len])
                     })
             }
         }

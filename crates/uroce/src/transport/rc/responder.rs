@@ -595,20 +595,18 @@ impl Responder {
                     Ok(s) => s,
                     Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
                 };
-                let Some(cell) = io.mem.write(span).filter(|c| c.len() == 8) else {
+                // One atomic step on the program's own word (IBV_ATOMIC_GLOB): a local
+                // `__atomic_*` on the same word never loses an update against it.
+                let done = io.mem.write(span).and_then(|mut word| {
+                    if op == RcFetchAdd {
+                        word.fetch_add(a.swap_add)
+                    } else {
+                        word.compare_swap(a.compare, a.swap_add)
+                    }
+                });
+                let Some(orig) = done else {
                     return Verdict::Nak(NakCode::RemoteAccessError);
                 };
-                let mut b = [0u8; 8];
-                b.copy_from_slice(&cell[..8]);
-                let orig = u64::from_le_bytes(b);
-                let new = if op == RcFetchAdd {
-                    orig.wrapping_add(a.swap_add)
-                } else if orig == a.compare {
-                    a.swap_add
-                } else {
-                    orig
-                };
-                cell[..8].copy_from_slice(&new.to_le_bytes());
                 // Executed once: a duplicate of this PSN is answered from here (§9.7.5.2.2).
                 self.atomic_replay.push_back((psn, orig));
                 let keep = (self.max_dest_rd_atomic as usize).max(16);

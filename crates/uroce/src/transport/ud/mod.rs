@@ -143,12 +143,13 @@ impl Service for UdQp {
         }
         let placed = match &r.local {
             Local::Empty => true,
-            Local::One(span) => io.mem.write(*span).is_some_and(|buf| {
-                grh::ud_receive_grh(p.ip(), buf).is_ok()
+            Local::One(span) => io.mem.write(*span).is_some_and(|mut buf| {
+                let mut g = [0u8; GRH_LEN];
+                grh::ud_receive_grh(p.ip(), &mut g).is_ok()
+                    && buf.sub(0, GRH_LEN).is_some_and(|mut d| d.copy_from(&g))
                     && buf
-                        .get_mut(GRH_LEN..GRH_LEN + len)
-                        .map(|d| d.copy_from_slice(p.payload))
-                        .is_some()
+                        .sub(GRH_LEN, len)
+                        .is_some_and(|mut d| d.copy_from(p.payload))
             }),
             // Over several entries: the 40 bytes of GRH first, then the payload, both
             // scattered in order (ibverbs' UD receive layout, whatever the entries).
