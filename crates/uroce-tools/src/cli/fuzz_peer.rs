@@ -14,16 +14,18 @@ use uroce_tools::fuzz_peer::{self, FuzzConfig, Limit, PeerConfig, PeerTool, Verd
 /// What `uroce fuzz-peer --help` says after the options.
 pub const HELP: &str = "\
 The peer runs a server that stays up; start it first:
-  uroce perf write -m 1024                          (a uroce peer; give --mtu the same -m)
+  uroce perf write --keep-serving                   (a uroce peer: both take the smaller -m)
   ib_write_bw -d DEV -x IDX -p 18515 & ib_write_bw -d DEV -x IDX -p 18516
                                                     (perftest: the fuzz QP's server and
                                                      the known-good QP's, with --tool ib_write_bw)
   ib_write_bw -d DEV -x IDX -q 4                    (--peer-qps 4: its last QP is the known-good one)
   ibv_rc_pingpong -g IDX -n 1000000000              (--tool ibv_rc_pingpong, -s its -s;
                                                      ibv_ud_pingpong likewise)
-A perftest or uroce perf server serves one client: to go on once every fuzz QP of the
-peer is in the error state, and to shrink a finding, give --restart-cmd (it must return
-once the peer listens again). Exit status: 0 no finding, 1 a finding, 2 an error.";
+Once every fuzz QP of the peer is in the error state the fuzzer connects again (a uroce
+perf server with --keep-serving takes it); a perftest server or a pingpong serves one
+client: to go on, and to shrink a finding, give --restart-cmd (it must return once the
+peer listens again). scripts/fuzz-peers.sh runs every uroce peer this way. Exit status:
+0 no finding, 1 a finding, 2 an error.";
 
 /// Arguments of `uroce fuzz-peer`.
 #[derive(clap::Args)]
@@ -54,7 +56,8 @@ pub struct Args {
     /// Fuzz frames to send (default 2000 when no --duration).
     #[arg(long)]
     iters: Option<u64>,
-    /// Path MTU (256..4096; a uroce perf server must run with the same -m).
+    /// Path MTU (256..4096; against a uroce perf or perftest server the smaller of both
+    /// sides' wins, as their exchange says; a pingpong peer must run with the same -m).
     #[arg(short = 'm', long, default_value_t = 1024)]
     mtu: u32,
     /// Fuzz QPs to ask a uroce perf server for (1..=63).

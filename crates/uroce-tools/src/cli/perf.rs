@@ -104,6 +104,32 @@ pub struct Args {
     /// One JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// Server: serve clients one after another until interrupted, instead of exiting
+    /// after the first (a long `uroce fuzz-peer` run reconnects when it has used up the
+    /// QPs it was given). A client that fails is reported and the next one served.
+    #[arg(long)]
+    keep_serving: bool,
+}
+
+/// Serves one client that connected on `tcp`: a uroce client (it opens with a JSON line)
+/// or a perftest one (its version string), with the test `pt` names.
+fn serve_one(
+    cfg: &PerfConfig,
+    pt: Option<&perftest::Config>,
+    tcp: std::net::TcpStream,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut first = [0u8; 1];
+    tcp.peek(&mut first)?;
+    if first[0] == b'{' {
+        let what = uroce_tools::perf::serve(cfg, tcp)?;
+        eprintln!("uroce perf: {what}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let pt = pt.context("a perftest client connected, but `raw` is not a perftest test")?;
+    uroce::datapath::catch_interrupts();
+    let out = perftest::serve(pt, tcp)?;
+    print_perftest(&out, json)
 }
 
 /// Runs server or client.
@@ -202,19 +228,36 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     };
     let Some(server_addr) = a.server else {
         eprintln!("uroce perf: waiting for a client on TCP port {}", cfg.port);
-        let tcp = uroce_tools::perf::accept_one(cfg.port)?;
-        // A uroce client opens with a JSON line, perftest with its version string.
-        let mut first = [0u8; 1];
-        tcp.peek(&mut first)?;
-        if first[0] == b'{' {
-            let what = uroce_tools::perf::serve(&cfg, tcp)?;
-            eprintln!("uroce perf: {what}");
-            return Ok(ExitCode::SUCCESS);
+        if !a.keep_serving {
+            let tcp = uroce_tools::perf::accept_one(cfg.port)?;
+            return serve_one(&cfg, pt.as_ref(), tcp, a.json);
         }
-        let pt = pt.context("a perftest client connected, but `raw` is not a perftest test")?;
         uroce::datapath::catch_interrupts();
-        let out = perftest::serve(&pt, tcp)?;
-        return print_perftest(&out, a.json);
+        let listener = uroce_tools::perf::listen(cfg.port)?;
+        // Accepting does not block, so that Ctrl-C ends the server between clients too.
+        listener.set_nonblocking(true)?;
+        let mut served = 0u64;
+        while !uroce::datapath::interrupted() {
+            let tcp = match listener.accept() {
+                Ok((tcp, _)) => tcp,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                Err(e) => return Err(e).context("accepting a client"),
+            };
+            tcp.set_nonblocking(false)?;
+            served += 1;
+            if let Err(e) = serve_one(&cfg, pt.as_ref(), tcp, a.json) {
+                eprintln!("uroce perf: client {served}: {e:#}");
+            }
+            eprintln!(
+                "uroce perf: waiting for the next client on TCP port {}",
+                cfg.port
+            );
+        }
+        eprintln!("uroce perf: interrupted after {served} clients");
+        return Ok(ExitCode::SUCCESS);
     };
     if a.perftest {
         let pt = pt.context("`raw` is not a perftest test")?;

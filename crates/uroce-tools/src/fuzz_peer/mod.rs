@@ -511,7 +511,18 @@ fn connect(cfg: &FuzzConfig, restart: bool) -> anyhow::Result<Session> {
             bail!("restarting the peer: {why}");
         }
     }
-    Session::connect(&cfg.peer, cfg.seed)
+    // The AF_XDP socket of a session just closed may hold its queue a moment longer
+    // (EBUSY): a new session is tried again until `connect_for` runs out.
+    let start = Instant::now();
+    loop {
+        match Session::connect(&cfg.peer, cfg.seed) {
+            Ok(s) => return Ok(s),
+            Err(_) if start.elapsed() < cfg.peer.connect_for => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn write_pcap(path: &std::path::Path, frames: &[Vec<u8>]) -> anyhow::Result<()> {
@@ -534,7 +545,18 @@ pub fn run(cfg: &FuzzConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<S
         seed: cfg.seed,
         ..Summary::default()
     };
-    let mut d = Driver::new(connect(cfg, false)?);
+    let first = connect(cfg, false)?;
+    // Every later session (a fresh peer, a replay) takes the datapath the first one got:
+    // the frames are generated for it (whole frames or RoCE bytes), and `auto` falling
+    // back to UDP while the last AF_XDP socket still holds its queue would not send them.
+    let mut pinned = cfg.clone();
+    pinned.peer.backend = if first.whole_frames {
+        crate::backend::BackendChoice::Xdp
+    } else {
+        crate::backend::BackendChoice::Udp
+    };
+    let cfg = &pinned;
+    let mut d = Driver::new(first);
     sum.datapath = d.sess.datapath.clone();
     let mut gen = Generator::new(cfg.seed, d.sess.whole_frames);
     let mut since_specs: Vec<Spec> = Vec::new();
@@ -559,15 +581,20 @@ pub fn run(cfg: &FuzzConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<S
                     break;
                 }
                 if !d.has_target() {
-                    // Every fuzz QP of this peer is in the error state: a fresh peer, or stop.
-                    if cfg.restart_cmd.is_none() {
-                        sum.ended = "every fuzz QP of the peer is in the error state; give --restart-cmd to go on with a fresh peer".into();
-                        break 'run;
-                    }
+                    // Every fuzz QP of this peer is in the error state: a fresh peer (the
+                    // restart command's, or a new connection to a server that keeps
+                    // serving, `uroce perf --keep-serving`), or stop.
                     used_before += d.used();
                     sum.stray_answers += d.sess.stray;
                     drop(d);
-                    d = Driver::new(connect(cfg, true)?);
+                    d = match connect(cfg, cfg.restart_cmd.is_some()) {
+                        Ok(s) => Driver::new(s),
+                        Err(e) if cfg.restart_cmd.is_none() => {
+                            sum.ended = format!("every fuzz QP of the peer is in the error state and it took no new connection ({e:#}); run the peer as a server that keeps serving (uroce perf --keep-serving) or give --restart-cmd to go on with a fresh peer");
+                            break 'outer;
+                        }
+                        Err(e) => return Err(e),
+                    };
                     sum.peer_restarts += 1;
                     // The frames sent to the old peer are no cause of anything now.
                     since_specs.clear();

@@ -19,7 +19,7 @@ use super::mutate::{Target, Track};
 use super::verdict::Response;
 use crate::backend::{self, BackendChoice, Boxed};
 use crate::link::{local_link, peer_mac};
-use crate::perf::exchange::{read_json, send_json, Hello};
+use crate::perf::exchange::{agreed_mtu, read_json, send_json, Hello};
 use crate::perf::PerfOp;
 use crate::perftest::{Keys, VERSION};
 use uroce::datapath::impair::Impairment;
@@ -336,9 +336,14 @@ impl Session {
                     threads: 1,
                     rkeys: Vec::new(),
                     addrs: Vec::new(),
+                    mtu: cfg.mtu.bytes(),
                 };
                 send_json(&tcp, &mine)?;
                 let theirs: Hello = read_json(&tcp, "hello from the uroce perf server")?;
+                // The server takes the smaller of both path MTUs, and so do the rules
+                // here: a frame judged at 1024 bytes against a server at 4096 (a WRITE
+                // FIRST of 1024 bytes is short there) was a wrong verdict of the fuzzer's.
+                let mtu = agreed_mtu(cfg.mtu, theirs.mtu);
                 if theirs.qpns.len() != qpns.len() {
                     bail!(
                         "the peer made {} QPs, {} were asked for",
@@ -355,7 +360,7 @@ impl Session {
                         theirs.addr,
                         region,
                         true,
-                        cfg.mtu,
+                        mtu,
                     ));
                 }
                 ctx.modify_qp_rtr(
@@ -364,7 +369,7 @@ impl Session {
                         remote,
                         dest_qpn: theirs.qpns[n as usize],
                         rq_psn: theirs.psn,
-                        path_mtu: cfg.mtu,
+                        path_mtu: mtu,
                         max_dest_rd_atomic: 16,
                         min_rnr_timer: 1,
                     },

@@ -31,6 +31,19 @@ pub(crate) struct Hello {
     pub(crate) rkeys: Vec<u32>,
     #[serde(default)]
     pub(crate) addrs: Vec<u64>,
+    /// The sender's path MTU in bytes (0 from a peer that does not say): both sides use
+    /// the smaller of the two ([`agreed_mtu`]), as perftest's exchange does.
+    #[serde(default)]
+    pub(crate) mtu: u32,
+}
+
+/// The path MTU both sides use: the smaller of ours and the one the peer's [`Hello`]
+/// names (ours where it names none or one that is not an IBTA MTU).
+pub(crate) fn agreed_mtu(ours: uroce::verbs::Mtu, theirs: u32) -> uroce::verbs::Mtu {
+    match uroce::verbs::Mtu::from_bytes(theirs) {
+        Some(t) if t.bytes() < ours.bytes() => t,
+        _ => ours,
+    }
 }
 
 /// Writes `v` as one JSON line.
@@ -63,8 +76,13 @@ pub(super) fn peer_stopped(tcp: &TcpStream) -> bool {
 /// Waits for one client on TCP `port`, over IPv6 or IPv4 (dual-stack where the host has
 /// IPv6, else IPv4 only); the listener is closed once it has come.
 pub fn accept_one(port: u16) -> anyhow::Result<TcpStream> {
-    let l = TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)))
+    Ok(listen(port)?.accept()?.0)
+}
+
+/// Listens on TCP `port` for clients one after another (`uroce perf --keep-serving`), as
+/// [`accept_one`] does for one.
+pub fn listen(port: u16) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)))
         .or_else(|_| TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))))
-        .with_context(|| format!("listening on TCP {port}"))?;
-    Ok(l.accept()?.0)
+        .with_context(|| format!("listening on TCP {port}"))
 }

@@ -24,7 +24,7 @@ mod setup;
 mod threads;
 
 pub use crate::traffic::Traffic;
-pub use exchange::accept_one;
+pub use exchange::{accept_one, listen};
 use exchange::{read_json, Hello};
 use setup::{connect, send_hello, setup, WINDOW};
 
@@ -213,6 +213,7 @@ pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> anyhow::Result<String> {
         op: theirs.op,
         size: theirs.size,
         qps: theirs.qpns.len().max(1) as u32,
+        mtu: exchange::agreed_mtu(cfg.mtu, theirs.mtu),
         ..cfg.clone()
     };
     let mut s = setup(&cfg, local)?;

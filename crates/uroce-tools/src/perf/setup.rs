@@ -145,6 +145,7 @@ pub(super) fn send_hello(
         threads: 1,
         rkeys: Vec::new(),
         addrs: Vec::new(),
+        mtu: cfg.mtu.bytes(),
     };
     send_json(tcp, &mine)
 }
@@ -178,7 +179,7 @@ pub(super) fn connect(
             remote,
             dest_qpn,
             rq_psn: hello.psn,
-            path_mtu: cfg.mtu,
+            path_mtu: super::exchange::agreed_mtu(cfg.mtu, hello.mtu),
             max_dest_rd_atomic: 16,
             min_rnr_timer: 1,
         };

@@ -101,6 +101,7 @@ fn hello(cfg: &PerfConfig, lanes: &[Lane], psn: u32) -> Hello {
         threads: lanes.len() as u32,
         rkeys: lanes.iter().map(|l| l.mr.rkey).collect(),
         addrs: lanes.iter().map(|l| l.mr.addr).collect(),
+        mtu: cfg.mtu.bytes(),
     }
 }
 
@@ -128,7 +129,7 @@ fn start(
             remote: Remote { ip: peer, mac },
             dest_qpn: theirs.qpns[k],
             rq_psn: theirs.psn,
-            path_mtu: cfg.mtu,
+            path_mtu: super::exchange::agreed_mtu(cfg.mtu, theirs.mtu),
             max_dest_rd_atomic: 16,
             min_rnr_timer: 1,
         };
