@@ -311,6 +311,67 @@ pub(crate) fn calloc_list<T>(items: &[*mut T]) -> *mut *mut T {
     list
 }
 
+// ---------------------------------------------------------------------------------
+// The state's raw pointers, and the system calls on its descriptors.
+
+// SAFETY: an id's raw pointers (the QP init attributes `rdma_create_ep` kept) are
+// addresses of the program's verbs objects, only handed back to libibverbs; every access
+// is under the state's mutex.
+unsafe impl Send for crate::state::Id {}
+// SAFETY: a device's context and PD are libibverbs objects this library opened, used
+// from any thread as libibverbs allows, under the state's mutex.
+unsafe impl Send for crate::state::Device {}
+
+/// A new eventfd (close-on-exec, with `flags`).
+pub(crate) fn eventfd(flags: c_int) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd takes no pointers; a negative return is an error.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one to an eventfd's counter.
+pub(crate) fn signal(fd: std::os::fd::RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 to an eventfd.
+    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// Takes one count from a semaphore eventfd, blocking unless it is non-blocking.
+pub(crate) fn take_one(fd: std::os::fd::RawFd) -> Result<(), c_int> {
+    let mut n: u64 = 0;
+    loop {
+        // SAFETY: reads 8 bytes into a live u64 from an eventfd.
+        let r = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
+        if r == 8 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// Empties a non-blocking eventfd's counter.
+pub(crate) fn drain(fd: std::os::fd::RawFd) {
+    let mut n: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd.
+    let _ = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
+}
+
+/// `poll(2)` on `fds` for up to `ms` milliseconds.
+pub(crate) fn poll(fds: &mut [libc::pollfd], ms: c_int) {
+    // SAFETY: a live array of pollfds, of its length.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,10 +6,12 @@
 //! One mutex guards it all. MADs are sent after it is released (finding a peer's MAC may
 //! take an ARP exchange), by whoever made them: an API call or the CM thread.
 
+#![deny(unsafe_code)]
+
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -97,12 +99,6 @@ pub(crate) struct Id {
     pub req: Option<Box<uroce::cm::ConnectRequest>>,
 }
 
-// SAFETY: the raw pointers are addresses of objects this library allocated (or the
-// program's, only handed back); every access to them is under the state's mutex.
-unsafe impl Send for Id {}
-// SAFETY: as for `Id`.
-unsafe impl Send for Device {}
-
 /// The C `rdma_cm_id` and the path record its route points at.
 #[repr(C)]
 pub struct IdBox {
@@ -150,9 +146,6 @@ pub(crate) struct State {
     pub deferred: Option<Vec<(usize, CBox<EventBox>)>>,
 }
 
-// SAFETY: as for `Id`.
-unsafe impl Send for State {}
-
 /// The CM thread's wake-up eventfd.
 fn wake_fd() -> RawFd {
     static WAKE: OnceLock<OwnedFd> = OnceLock::new();
@@ -160,40 +153,7 @@ fn wake_fd() -> RawFd {
         .as_raw_fd()
 }
 
-pub(crate) fn eventfd(flags: c_int) -> std::io::Result<OwnedFd> {
-    // SAFETY: eventfd takes no pointers; a negative return is an error.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just opened and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Adds one to an eventfd's counter.
-pub(crate) fn signal(fd: RawFd) {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a live u64 to an eventfd.
-    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
-}
-
-/// Takes one count from a semaphore eventfd, blocking unless it is non-blocking.
-pub(crate) fn take_one(fd: RawFd) -> Result<(), c_int> {
-    let mut n: u64 = 0;
-    loop {
-        // SAFETY: reads 8 bytes into a live u64 from an eventfd.
-        let r = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
-        if r == 8 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO);
-        if e != libc::EINTR {
-            return Err(e);
-        }
-    }
-}
+pub(crate) use crate::ffi::{eventfd, signal, take_one};
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
@@ -506,13 +466,10 @@ fn cm_thread() {
             })
             .collect();
         let ms = timeout.as_micros().div_ceil(1000) as c_int;
-        // SAFETY: a live array of pollfds.
-        unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+        crate::ffi::poll(&mut pfds, ms);
         for p in &pfds {
             if p.revents != 0 {
-                let mut n: u64 = 0;
-                // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd.
-                let _ = unsafe { libc::read(p.fd, (&mut n as *mut u64).cast(), 8) };
+                crate::ffi::drain(p.fd);
             }
         }
     }
