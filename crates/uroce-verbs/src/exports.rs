@@ -467,3 +467,49 @@ pub(crate) unsafe extern "C" fn post_recv(
         crate::qp::post_recv(ctx, qp, list)
     })
 }
+
+// ---------------------------------------------------------------------------------------
+// Memory windows (`mw.rs`, safe code): the `ibv_context_ops` entries.
+
+/// `ibv_context_ops.alloc_mw`.
+///
+/// # Safety
+/// None beyond the ABI: `pd` is only looked up.
+pub(crate) unsafe extern "C" fn alloc_mw(
+    pd: *mut crate::abi::ibv_pd,
+    mw_type: c_int,
+) -> *mut crate::abi::ibv_mw {
+    ffi::ptr("alloc_mw", move || crate::mw::alloc_mw(pd, mw_type))
+}
+
+/// `ibv_context_ops.dealloc_mw`.
+///
+/// # Safety
+/// None beyond the ABI: `mw` is only looked up.
+pub(crate) unsafe extern "C" fn dealloc_mw(mw: *mut crate::abi::ibv_mw) -> c_int {
+    ffi::errno("dealloc_mw", move || crate::mw::dealloc_mw(mw))
+}
+
+/// `ibv_context_ops.bind_mw`.
+///
+/// # Safety
+/// As verbs.h has `ibv_bind_mw`'s arguments: `mw` NULL or readable, `bind` NULL or a
+/// readable `struct ibv_mw_bind`.
+pub(crate) unsafe extern "C" fn bind_mw(
+    qp: *mut crate::abi::ibv_qp,
+    mw: *mut crate::abi::ibv_mw,
+    bind: *mut crate::abi::ibv_mw_bind,
+) -> c_int {
+    ffi::errno("bind_mw", move || {
+        if qp.is_null() || mw.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller's contract (the inline ibv_bind_mw read `mw->context`
+        // already).
+        let (ctx, b) = unsafe { (ffi::mw_context(mw), ffi::read(bind)) };
+        match b {
+            Ok(b) => crate::mw::bind_mw(qp, mw, ctx, b),
+            Err(e) => e,
+        }
+    })
+}

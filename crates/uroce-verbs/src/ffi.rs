@@ -258,6 +258,44 @@ pub(crate) fn take_qp(
     Some(e)
 }
 
+/// The memory window object `mw` if it is registered in `inner` (a key of `inner.mws`),
+/// as [`qp_object`].
+pub(crate) fn mw_object(
+    inner: &mut crate::engine::Inner,
+    mw: *mut crate::abi::ibv_mw,
+) -> Option<&mut crate::abi::ibv_mw> {
+    if !inner.mws.contains_key(&(mw as usize)) {
+        return None;
+    }
+    // SAFETY: a key of `mws` is a live Box from `alloc_mw`, freed only as it leaves the
+    // registry (`take_mw`); `inner` is borrowed mutably for the reference's life.
+    Some(unsafe { object(mw) })
+}
+
+/// Takes window `mw` out of `inner`'s registry and frees its C object, as [`take_qp`].
+pub(crate) fn take_mw(
+    inner: &mut crate::engine::Inner,
+    mw: *mut crate::abi::ibv_mw,
+) -> Option<(uroce::verbs::Mw, usize)> {
+    let e = inner.mws.remove(&(mw as usize))?;
+    // SAFETY: a key of `mws` is a live Box from `alloc_mw`; it has just left the
+    // registry, under the context's lock, so it is freed once.
+    unsafe { free_c(mw) };
+    Some(e)
+}
+
+/// The context window `mw` names (`mw->context`), as [`qp_context`].
+///
+/// # Safety
+/// `mw` is NULL or readable.
+pub(crate) unsafe fn mw_context(mw: *mut crate::abi::ibv_mw) -> *mut crate::abi::ibv_context {
+    if mw.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the caller's contract.
+    unsafe { (*mw).context }
+}
+
 /// The context QP `qp` names (`qp->context`), as the inline posting verbs of verbs.h
 /// read it; NULL for a NULL QP.
 ///

@@ -485,14 +485,16 @@ pub(crate) fn destroy_qp(qp: *mut ibv_qp) -> c_int {
         return EINVAL;
     };
     with_inner(ctx, |inner| {
-        // Its C object is freed as it leaves the registry.
-        let Some(e) = crate::ffi::take_qp(inner, qp) else {
+        let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
             return EINVAL;
         };
         inner.qp_by_qpn.remove(&e.qpn);
         let _ = inner.uroce.destroy_qp(e.qpn);
         inner.forget_async_events_of(qp as usize);
+        // Disowned first, then its C object freed as it leaves the registry, so a new
+        // object at this address (of any context) is owned only after.
         disown(qp);
+        crate::ffi::take_qp(inner, qp);
         0
     })
     .unwrap_or(EINVAL)
