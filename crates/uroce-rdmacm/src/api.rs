@@ -6,9 +6,15 @@
 //! the kernel reports later comes as an event on the id's channel. An id created
 //! without a channel is synchronous, as librdmacm's: the call waits for its event and
 //! leaves it in `id->event`.
+//!
+//! Safe code: the exported functions (`exports.rs`) turn their C arguments into values
+//! here (`ffi.rs`), the C objects this library hands out are `CBox`es of the state, and
+//! the libibverbs calls go through `verbs.rs`.
+
+#![deny(unsafe_code)]
 
 use std::ffi::{c_int, c_void};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
@@ -18,17 +24,13 @@ use uroce::cm::{
 };
 use uroce::verbs::QpState;
 
-use libc::sockaddr;
-
 use crate::abi::*;
 use crate::events::{self, push, Param};
-use crate::exports::default_version;
+use crate::ffi::{self, set_errno, CBox};
 use crate::qp;
 use crate::state::{self, finish, gid_of, lock, Channel, Guard, Id, IdBox, Phase, State};
 use crate::verbs::verbs;
 use crate::verbs_abi::{ibv_context, ibv_pd, ibv_qp_attr, ibv_qp_init_attr};
-
-use crate::ffi::{self, set_errno};
 
 /// The value of a `Result<T, errno>`, or else a return of -1 with that errno from the
 /// entry point (the `?` of the calls that answer -1 with errno).
@@ -42,7 +44,7 @@ macro_rules! tri {
 }
 
 /// -1 with errno `e`.
-fn fail(e: c_int) -> c_int {
+pub(crate) fn fail(e: c_int) -> c_int {
     set_errno(e);
     -1
 }
@@ -55,47 +57,12 @@ fn ret(r: Result<(), c_int>) -> c_int {
     }
 }
 
-/// The IP socket address at `p`, if it is one.
-///
-/// # Safety
-/// `p` is null or points at a sockaddr of the size its family implies.
-unsafe fn read_sockaddr(p: *const sockaddr) -> Option<SocketAddr> {
-    if p.is_null() {
-        return None;
-    }
-    let p = p.cast::<libc::sockaddr>();
-    // SAFETY: the caller's contract: a sockaddr of its family's size.
-    unsafe {
-        match c_int::from((*p).sa_family) {
-            libc::AF_INET => {
-                let s = p.cast::<libc::sockaddr_in>().read_unaligned();
-                Some(SocketAddr::V4(SocketAddrV4::new(
-                    Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)),
-                    u16::from_be(s.sin_port),
-                )))
-            }
-            libc::AF_INET6 => {
-                let s = p.cast::<libc::sockaddr_in6>().read_unaligned();
-                Some(SocketAddr::V6(SocketAddrV6::new(
-                    Ipv6Addr::from(s.sin6_addr.s6_addr),
-                    u16::from_be(s.sin6_port),
-                    s.sin6_flowinfo,
-                    s.sin6_scope_id,
-                )))
-            }
-            _ => None,
-        }
-    }
-}
-
 /// Writes `a` into a sockaddr_storage-sized place.
 pub(crate) fn write_sockaddr(dst: &mut rdma_sockaddr, a: SocketAddr) {
-    // SAFETY: an all-zero sockaddr_storage is valid; the union is that large.
-    unsafe { std::ptr::write_bytes(dst as *mut rdma_sockaddr, 0, 1) };
-    let p = (dst as *mut rdma_sockaddr).cast::<u8>();
+    *dst = ffi::zeroed();
     match a {
         SocketAddr::V4(v) => {
-            let s = libc::sockaddr_in {
+            dst.sin = libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
                 sin_port: v.port().to_be(),
                 sin_addr: libc::in_addr {
@@ -103,11 +70,9 @@ pub(crate) fn write_sockaddr(dst: &mut rdma_sockaddr, a: SocketAddr) {
                 },
                 sin_zero: [0; 8],
             };
-            // SAFETY: the union holds a sockaddr_in.
-            unsafe { p.cast::<libc::sockaddr_in>().write_unaligned(s) };
         }
         SocketAddr::V6(v) => {
-            let s = libc::sockaddr_in6 {
+            dst.sin6 = libc::sockaddr_in6 {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: v.port().to_be(),
                 sin6_flowinfo: v.flowinfo(),
@@ -116,8 +81,6 @@ pub(crate) fn write_sockaddr(dst: &mut rdma_sockaddr, a: SocketAddr) {
                 },
                 sin6_scope_id: v.scope_id(),
             };
-            // SAFETY: the union holds a sockaddr_in6.
-            unsafe { p.cast::<libc::sockaddr_in6>().write_unaligned(s) };
         }
     }
 }
@@ -147,47 +110,43 @@ pub(crate) fn new_id_box(
     context: *mut c_void,
     ps: c_int,
     qp_type: c_int,
-) -> *mut IdBox {
-    // SAFETY: an all-zero rdma_cm_id and path record (null pointers, zeros) are valid.
-    let mut b: Box<IdBox> = Box::new(unsafe { std::mem::zeroed() });
+) -> CBox<IdBox> {
+    let mut b: CBox<IdBox> = CBox::new(ffi::zeroed());
     b.id.channel = channel;
     b.id.context = context;
     b.id.ps = ps;
     b.id.qp_type = qp_type;
-    Box::into_raw(b)
+    b
 }
 
 /// Fills id `i`'s route (addresses, GIDs, path record) from what the library knows.
-pub(crate) fn set_route(g: &State, i: usize) {
-    let Some(id) = g.ids.get(&i) else { return };
-    // SAFETY: the id's object is live while it is in `ids`; only this library writes the
-    // route (under the lock).
-    let b = unsafe { &mut *id.obj };
-    if let Some(s) = id.src {
+pub(crate) fn set_route(g: &mut State, i: usize) {
+    let State { ids, devices, .. } = g;
+    let Some(id) = ids.get_mut(&i) else { return };
+    let dev = id.dev.and_then(|d| devices.as_ref().and_then(|v| v.get(d)));
+    let (src, dst, phase, tos) = (id.src, id.dst, id.phase, id.tos);
+    let b = &mut *id.obj;
+    if let Some(s) = src {
         write_sockaddr(&mut b.id.route.addr.src, s);
     }
-    if let Some(d) = id.dst {
+    if let Some(d) = dst {
         write_sockaddr(&mut b.id.route.addr.dst, d);
     }
-    let dev = id.dev.and_then(|d| g.devices.as_ref().map(|v| &v[d]));
-    // SAFETY: writing plain data into the union's only member.
-    unsafe {
-        let ib = &mut b.id.route.addr.addr.ibaddr;
-        if let Some(dev) = dev {
-            ib.sgid.raw = gid_of(dev.ip);
-        }
-        if let Some(d) = id.dst {
-            ib.dgid.raw = gid_of(d.ip());
-        }
-        ib.pkey = 0xffff;
+    let ib = ffi::ib_addr(&mut b.id.route.addr.addr);
+    if let Some(dev) = dev {
+        ib.sgid.raw = gid_of(dev.ip);
     }
-    if let (Some(dev), Some(d), true) = (dev, id.dst, id.phase != Phase::AddrResolved) {
+    if let Some(d) = dst {
+        ib.dgid.raw = gid_of(d.ip());
+    }
+    ib.pkey = 0xffff;
+    if let (Some(dev), Some(d), true) = (dev, dst, phase != Phase::AddrResolved) {
         let p = &mut b.path;
         p.dgid.raw = gid_of(d.ip());
         p.sgid.raw = gid_of(dev.ip);
         p.pkey = 0xffffu16.to_be();
         p.hop_limit = 64;
-        p.traffic_class = id.tos;
+        p.traffic_class = tos;
         p.reversible = 1;
         p.numb_path = 1;
         p.mtu_selector = 2;
@@ -211,14 +170,15 @@ fn id_key(g: &State, id: *mut rdma_cm_id) -> Result<usize, c_int> {
     }
 }
 
-/// The C id of key `k`. It is not part of the state (the program holds it and reads it),
-/// but only this library writes it, and only under the lock `g` proves is held.
-/// EINVAL when `k` is not an id.
-#[allow(clippy::mut_from_ref)]
-fn cid(g: &State, k: usize) -> Result<&mut rdma_cm_id, c_int> {
-    let obj = g.id(k)?.obj;
-    // SAFETY: the object is live while it is in `ids`; callers hold the lock.
-    Ok(unsafe { &mut (*obj).id })
+/// The C id of key `k` (the program holds it and reads it; only this library writes
+/// it, under the lock). EINVAL when `k` is not an id.
+fn cid(g: &State, k: usize) -> Result<&rdma_cm_id, c_int> {
+    Ok(&g.id(k)?.obj.id)
+}
+
+/// [`cid`], to change it.
+fn cid_mut(g: &mut State, k: usize) -> Result<&mut rdma_cm_id, c_int> {
+    Ok(&mut g.id_mut(k)?.obj.id)
 }
 
 // ---------------------------------------------------------------------------------
@@ -229,9 +189,10 @@ fn cid(g: &State, k: usize) -> Result<&mut rdma_cm_id, c_int> {
 pub(crate) fn new_channel(g: &mut State) -> Result<*mut rdma_event_channel, c_int> {
     let fd = state::eventfd(libc::EFD_SEMAPHORE)
         .map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
-    let obj = Box::into_raw(Box::new(rdma_event_channel { fd: fd.as_raw_fd() }));
+    let obj = CBox::new(rdma_event_channel { fd: fd.as_raw_fd() });
+    let p = obj.as_ptr();
     g.channels.insert(
-        obj as usize,
+        obj.addr(),
         Channel {
             obj,
             fd,
@@ -239,41 +200,38 @@ pub(crate) fn new_channel(g: &mut State) -> Result<*mut rdma_event_channel, c_in
             stale: 0,
         },
     );
-    Ok(obj)
+    Ok(p)
 }
 
 /// `rdma_create_event_channel`: a channel whose `fd` is readable while events wait.
-#[no_mangle]
-pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
-    crate::ffi::ptr("rdma_create_event_channel", move || {
-        match new_channel(&mut lock()) {
-            Ok(c) => c,
-            Err(e) => {
-                set_errno(e);
-                std::ptr::null_mut()
-            }
+pub(crate) fn create_event_channel() -> *mut rdma_event_channel {
+    match new_channel(&mut lock()) {
+        Ok(c) => c,
+        Err(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
         }
-    })
+    }
 }
-default_version!(rdma_create_event_channel, "RDMACM_1.0");
 
 /// `rdma_destroy_event_channel`: the channel's events not taken yet are freed.
-///
-/// # Safety
-/// `channel` is a channel of this library, not used afterwards.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
-    crate::ffi::void("rdma_destroy_event_channel", move || {
-        let c = lock().channels.remove(&(channel as usize));
-        if let Some(c) = c {
-            free_channel(c);
-        }
-    })
+pub(crate) fn destroy_event_channel(channel: *mut rdma_event_channel) {
+    let c = lock().channels.remove(&(channel as usize));
+    // Its object and queued events are freed (outside the lock).
+    drop(c);
 }
-default_version!(rdma_destroy_event_channel, "RDMACM_1.0");
+
+/// An event taken from a channel (handed out, now outstanding).
+pub(crate) struct Taken {
+    pub ptr: *mut rdma_cm_event,
+    pub event: rdma_cm_event_type,
+    pub status: c_int,
+    /// The event's id.
+    pub id: *mut rdma_cm_id,
+}
 
 /// Takes the next event of `channel` (blocking unless its fd is non-blocking).
-fn get_event(channel: *mut rdma_event_channel) -> Result<*mut rdma_cm_event, c_int> {
+pub(crate) fn get_event(channel: *mut rdma_event_channel) -> Result<Taken, c_int> {
     let fd = {
         let g = lock();
         g.channels
@@ -291,8 +249,14 @@ fn get_event(channel: *mut rdma_event_channel) -> Result<*mut rdma_cm_event, c_i
             .ok_or(libc::EINVAL)?;
         match c.queue.pop_front() {
             Some(e) => {
-                g.outstanding.insert(e as usize, 0);
-                return Ok(e.cast());
+                let taken = Taken {
+                    ptr: e.as_ptr().cast(),
+                    event: e.ev.event,
+                    status: e.ev.status,
+                    id: e.ev.id,
+                };
+                g.outstanding.insert(e.addr(), e);
+                return Ok(taken);
             }
             // The count of an event dropped since: take the next.
             None => c.stale = c.stale.saturating_sub(1),
@@ -300,78 +264,47 @@ fn get_event(channel: *mut rdma_event_channel) -> Result<*mut rdma_cm_event, c_i
     }
 }
 
-/// `rdma_get_cm_event`.
-///
-/// # Safety
-/// `event` points at a writable pointer.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_get_cm_event(
-    channel: *mut rdma_event_channel,
-    event: *mut *mut rdma_cm_event,
-) -> c_int {
-    crate::ffi::minus1("rdma_get_cm_event", move || {
-        if event.is_null() {
-            return fail(libc::EINVAL);
-        }
-        match get_event(channel) {
-            Ok(e) => {
-                // SAFETY: the caller's pointer.
-                unsafe { *event = e };
-                0
-            }
-            Err(e) => fail(e),
-        }
-    })
-}
-default_version!(rdma_get_cm_event, "RDMACM_1.0");
-
 /// `rdma_ack_cm_event`: frees an event taken with `rdma_get_cm_event`.
-///
-/// # Safety
-/// `event` is an event of this library or any pointer (refused).
-#[no_mangle]
-pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
-    crate::ffi::minus1("rdma_ack_cm_event", move || {
-        let known = lock().outstanding.remove(&(event as usize)).is_some();
-        if !known {
-            return fail(libc::EINVAL);
+pub(crate) fn ack_cm_event(event: *mut rdma_cm_event) -> c_int {
+    let e = lock().outstanding.remove(&(event as usize));
+    match e {
+        Some(e) => {
+            drop(e);
+            0
         }
-        // SAFETY: an outstanding event is a box this library leaked (`EventBox` starts with
-        // the event).
-        drop(unsafe { Box::from_raw(event.cast::<state::EventBox>()) });
-        0
-    })
+        None => fail(libc::EINVAL),
+    }
 }
-default_version!(rdma_ack_cm_event, "RDMACM_1.0");
 
 /// A synchronous id's wait for the event its call causes (`ucma_complete`): the event is
 /// left in `id->event`; an error event is the call's errno.
 fn complete(id: *mut rdma_cm_id) -> c_int {
-    let (sync, channel) = {
-        let g = lock();
-        match g.ids.get(&(id as usize)) {
-            Some(i) => (i.sync, tri!(cid(&g, id as usize)).channel),
-            None => return fail(libc::EINVAL),
+    let k = id as usize;
+    let (channel, prev) = {
+        let mut g = lock();
+        let Ok(x) = g.id_mut(k) else {
+            return fail(libc::EINVAL);
+        };
+        if !x.sync {
+            return 0;
         }
+        let c = &mut x.obj.id;
+        (
+            c.channel,
+            std::mem::replace(&mut c.event, std::ptr::null_mut()),
+        )
     };
-    if !sync {
-        return 0;
-    }
-    // SAFETY: the id is live (the program owns it until rdma_destroy_id).
-    let idr = unsafe { &mut *id };
-    if !idr.event.is_null() {
-        // SAFETY: an event this library handed out.
-        unsafe { rdma_ack_cm_event(idr.event) };
-        idr.event = std::ptr::null_mut();
+    if !prev.is_null() {
+        ack_cm_event(prev);
     }
     match get_event(channel) {
         Ok(e) => {
-            idr.event = e;
-            // SAFETY: a live event box.
-            let (ty, status) = unsafe { ((*e).event, (*e).status) };
-            match ty {
+            if let Ok(c) = cid_mut(&mut lock(), k) {
+                c.event = e.ptr;
+            }
+            match e.event {
                 RDMA_CM_EVENT_REJECTED => fail(libc::ECONNREFUSED),
-                _ if status != 0 => fail(status.abs()),
+                _ if e.status != 0 => fail(e.status.abs()),
                 RDMA_CM_EVENT_UNREACHABLE => fail(libc::ETIMEDOUT),
                 RDMA_CM_EVENT_ADDR_ERROR
                 | RDMA_CM_EVENT_ROUTE_ERROR
@@ -386,7 +319,8 @@ fn complete(id: *mut rdma_cm_id) -> c_int {
 // ---------------------------------------------------------------------------------
 // Ids.
 
-fn create_id(
+/// A new id (`channel` null: a synchronous one, with a channel of its own).
+pub(crate) fn create_id(
     channel: *mut rdma_event_channel,
     context: *mut c_void,
     ps: c_int,
@@ -394,10 +328,7 @@ fn create_id(
 ) -> Result<*mut rdma_cm_id, c_int> {
     let qp_type = qp_type.or_else(|| qp_type_of(ps)).ok_or(libc::EINVAL)?;
     let (channel, sync) = if channel.is_null() {
-        let c = rdma_create_event_channel();
-        if c.is_null() {
-            return Err(libc::EMFILE);
-        }
+        let c = new_channel(&mut lock()).map_err(|_| libc::EMFILE)?;
         (c, true)
     } else {
         (channel, false)
@@ -407,8 +338,9 @@ fn create_id(
         return Err(libc::EINVAL);
     }
     let obj = new_id_box(channel, context, ps, qp_type);
+    let p = obj.as_ptr();
     g.ids.insert(
-        obj as usize,
+        obj.addr(),
         Id {
             obj,
             ps,
@@ -430,35 +362,8 @@ fn create_id(
             req: None,
         },
     );
-    Ok(obj.cast())
+    Ok(p.cast())
 }
-
-/// `rdma_create_id`: RDMA_PS_TCP / RDMA_PS_IB ids carry RC, RDMA_PS_UDP / IPOIB UD.
-///
-/// # Safety
-/// `id` points at a writable pointer; `channel` is null or a channel of this library.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_create_id(
-    channel: *mut rdma_event_channel,
-    id: *mut *mut rdma_cm_id,
-    context: *mut c_void,
-    ps: rdma_port_space,
-) -> c_int {
-    crate::ffi::minus1("rdma_create_id", move || {
-        if id.is_null() {
-            return fail(libc::EINVAL);
-        }
-        match create_id(channel, context, ps, None) {
-            Ok(p) => {
-                // SAFETY: the caller's pointer.
-                unsafe { *id = p };
-                0
-            }
-            Err(e) => fail(e),
-        }
-    })
-}
-default_version!(rdma_create_id, "RDMACM_1.0");
 
 /// Undoes what the CM holds for id `k` (as the kernel's `rdma_destroy_id`): a connection
 /// is disconnected (DREQ) or its REQ rejected, a listen stopped.
@@ -497,67 +402,47 @@ pub(crate) fn discard_id(g: &mut State, k: usize) {
     }
     release_cm(g, k);
     let Some(x) = g.ids.remove(&k) else { return };
-    // SAFETY: the id's object; the program never had it.
-    let b = unsafe { Box::from_raw(x.obj) };
     if x.sync {
-        if let Some(c) = g.channels.remove(&(b.id.channel as usize)) {
-            free_channel(c);
-        }
+        // Its own channel, with the channel's queued events.
+        drop(g.channels.remove(&(x.obj.id.channel as usize)));
     }
-}
-
-/// Frees a channel taken out of the state: its queued events and its object.
-fn free_channel(c: Channel) {
-    for e in c.queue {
-        // SAFETY: queued events are boxes this library leaked.
-        drop(unsafe { Box::from_raw(e) });
-    }
-    // SAFETY: the box was leaked by new_channel.
-    drop(unsafe { Box::from_raw(c.obj) });
 }
 
 /// `rdma_destroy_id`: events of the id not taken yet are dropped; one taken must have
 /// been acknowledged (it is not touched here).
-///
-/// # Safety
-/// `id` is an id of this library, not used afterwards.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    crate::ffi::minus1("rdma_destroy_id", move || {
-        let mut g = lock();
-        let Ok(k) = id_key(&g, id) else {
-            return fail(libc::EINVAL);
-        };
-        release_cm(&mut g, k);
-        let x = tri!(g.ids.remove(&k).ok_or(libc::EINVAL));
-        // Its queued events go; a listener's connection requests not taken yet are
-        // rejected, as the kernel's `ucma_cleanup_ctx_events` does.
-        let children = g
-            .channels
-            .get_mut(&x.channel)
-            .map(|c| events::forget_queued(c, k))
-            .unwrap_or_default();
-        for child in children {
-            discard_id(&mut g, child);
-        }
-        // SAFETY: the id's object, alive until now.
-        let b = unsafe { Box::from_raw(x.obj) };
-        // A synchronous id's last event, unless the program acknowledged it already.
-        if !b.id.event.is_null() && g.outstanding.remove(&(b.id.event as usize)).is_some() {
-            // SAFETY: an event this library handed out and nobody freed.
-            drop(unsafe { Box::from_raw(b.id.event.cast::<state::EventBox>()) });
-        }
-        let own_channel = x.sync.then_some(b.id.channel);
-        finish(g);
-        state::sends_done();
-        if let Some(c) = own_channel {
-            // SAFETY: the id's own channel, used by nothing else.
-            unsafe { rdma_destroy_event_channel(c) };
-        }
-        0
-    })
+pub(crate) fn destroy_id(id: *mut rdma_cm_id) -> c_int {
+    let mut g = lock();
+    let Ok(k) = id_key(&g, id) else {
+        return fail(libc::EINVAL);
+    };
+    release_cm(&mut g, k);
+    let x = tri!(g.ids.remove(&k).ok_or(libc::EINVAL));
+    // Its queued events go; a listener's connection requests not taken yet are
+    // rejected, as the kernel's `ucma_cleanup_ctx_events` does.
+    let children = g
+        .channels
+        .get_mut(&x.channel)
+        .map(|c| events::forget_queued(c, k))
+        .unwrap_or_default();
+    for child in children {
+        discard_id(&mut g, child);
+    }
+    // A synchronous id's last event, unless the program acknowledged it already.
+    let last = x.obj.id.event;
+    let last = (!last.is_null())
+        .then(|| g.outstanding.remove(&(last as usize)))
+        .flatten();
+    let own_channel = x.sync.then_some(x.obj.id.channel);
+    finish(g);
+    drop(last);
+    state::sends_done();
+    if let Some(c) = own_channel {
+        destroy_event_channel(c);
+    }
+    // The id's object, alive until now.
+    drop(x);
+    0
 }
-default_version!(rdma_destroy_id, "RDMACM_1.0");
 
 /// A free port for `ps` (the kernel's ephemeral range).
 fn ephemeral_port(g: &mut State, ps: c_int) -> u16 {
@@ -607,8 +492,7 @@ fn bind(g: &mut Guard, k: usize, addr: SocketAddr) -> Result<(), c_int> {
         Some(g.device_of(addr.ip())?)
     };
     if let Some(d) = dev {
-        let obj = g.id(k)?.obj;
-        g.attach(obj, d);
+        g.attach(k, d);
     }
     let x = g.id_mut(k)?;
     x.dev = dev;
@@ -621,22 +505,14 @@ fn bind(g: &mut Guard, k: usize, addr: SocketAddr) -> Result<(), c_int> {
 /// `rdma_bind_addr`: a source address (one of a uroce device's, or the wildcard) and
 /// port (0: one is chosen); EADDRINUSE when another id has it, EADDRNOTAVAIL for an
 /// address no uroce device has.
-///
-/// # Safety
-/// `addr` points at a sockaddr_in or sockaddr_in6.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
-    crate::ffi::minus1("rdma_bind_addr", move || {
-        // SAFETY: the caller's contract.
-        let Some(a) = (unsafe { read_sockaddr(addr) }) else {
-            return fail(libc::EAFNOSUPPORT);
-        };
-        let mut g = lock();
-        let r = id_key(&g, id).and_then(|k| bind(&mut g, k, a));
-        ret(r)
-    })
+pub(crate) fn bind_addr(id: *mut rdma_cm_id, addr: Option<SocketAddr>) -> c_int {
+    let Some(a) = addr else {
+        return fail(libc::EAFNOSUPPORT);
+    };
+    let mut g = lock();
+    let r = id_key(&g, id).and_then(|k| bind(&mut g, k, a));
+    ret(r)
 }
-default_version!(rdma_bind_addr, "RDMACM_1.0");
 
 /// The source address the host's routes choose for `dst` (a connected UDP socket's
 /// local address: the kernel's route lookup, no privilege needed).
@@ -657,86 +533,75 @@ fn route_source(dst: IpAddr) -> Result<IpAddr, c_int> {
 /// `rdma_resolve_addr`: the source address from `src` or the host's routes, the device
 /// that has it; RDMA_CM_EVENT_ADDR_RESOLVED, or ADDR_ERROR when no uroce device has the
 /// source address. The peer's MAC is found when the first MAD goes to it.
-///
-/// # Safety
-/// `src` is null or a sockaddr; `dst` a sockaddr.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_resolve_addr(
+pub(crate) fn resolve_addr(
     id: *mut rdma_cm_id,
-    src: *mut sockaddr,
-    dst: *mut sockaddr,
+    src: Option<SocketAddr>,
+    dst: Option<SocketAddr>,
     timeout_ms: c_int,
 ) -> c_int {
-    crate::ffi::minus1("rdma_resolve_addr", move || {
-        // SAFETY: the caller's contract.
-        let (src, Some(dst)) = (unsafe { read_sockaddr(src) }, unsafe { read_sockaddr(dst) })
-        else {
-            return fail(libc::EINVAL);
-        };
-        let mut g = lock();
-        let k = match id_key(&g, id) {
-            Ok(k) => k,
-            Err(e) => return fail(e),
-        };
-        if tri!(g.id(k)).phase == Phase::Idle {
-            let any = src.unwrap_or(if dst.is_ipv4() {
-                (Ipv4Addr::UNSPECIFIED, 0).into()
-            } else {
-                (Ipv6Addr::UNSPECIFIED, 0).into()
-            });
-            if let Err(e) = bind(&mut g, k, any) {
-                return fail(e);
-            }
-        }
-        if tri!(g.id(k)).phase != Phase::Bound {
-            return fail(libc::EINVAL);
-        }
-        let bound = tri!(tri!(g.id(k)).src.ok_or(libc::EINVAL));
-        let source = if bound.ip().is_unspecified() {
-            route_source(dst.ip())
+    let Some(dst) = dst else {
+        return fail(libc::EINVAL);
+    };
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    if tri!(g.id(k)).phase == Phase::Idle {
+        let any = src.unwrap_or(if dst.is_ipv4() {
+            (Ipv4Addr::UNSPECIFIED, 0).into()
         } else {
-            Ok(bound.ip())
-        };
-        let dev = source.and_then(|ip| g.device_of(ip).map(|d| (d, ip)));
-        let dev = dev.and_then(|(d, ip)| g.open_gsi(d).map(|_| (d, ip)));
-        match dev {
-            Ok((d, ip)) => {
-                let obj = tri!(g.id(k)).obj;
-                g.attach(obj, d);
-                let x = tri!(g.id_mut(k));
-                x.dev = Some(d);
-                x.src = Some(SocketAddr::new(ip, bound.port()));
-                x.dst = Some(dst);
-                x.phase = Phase::AddrQuery;
-                let ctx = tri!(g.dev(d)).ctx as usize;
-                // The peer's MAC (ARP / NDP where the datapath needs it) on a thread of its
-                // own, as the kernel's address resolution runs on its workqueue; the event
-                // comes when it is known, or ADDR_ERROR after `timeout_ms`.
-                let spawned = std::thread::Builder::new()
-                    .name("uroce-rdmacm-addr".into())
-                    .spawn(move || resolve_neighbour(k, ctx, dst.ip(), timeout_ms));
-                if spawned.is_err() {
-                    resolved(&mut g, k, Err(libc::EAGAIN));
-                }
-            }
-            Err(e) => push(&mut g, k, 0, RDMA_CM_EVENT_ADDR_ERROR, -e, Param::None),
+            (Ipv6Addr::UNSPECIFIED, 0).into()
+        });
+        if let Err(e) = bind(&mut g, k, any) {
+            return fail(e);
         }
-        drop(g);
-        complete(id)
-    })
+    }
+    if tri!(g.id(k)).phase != Phase::Bound {
+        return fail(libc::EINVAL);
+    }
+    let bound = tri!(tri!(g.id(k)).src.ok_or(libc::EINVAL));
+    let source = if bound.ip().is_unspecified() {
+        route_source(dst.ip())
+    } else {
+        Ok(bound.ip())
+    };
+    let dev = source.and_then(|ip| g.device_of(ip).map(|d| (d, ip)));
+    let dev = dev.and_then(|(d, ip)| g.open_gsi(d).map(|_| (d, ip)));
+    match dev {
+        Ok((d, ip)) => {
+            g.attach(k, d);
+            let x = tri!(g.id_mut(k));
+            x.dev = Some(d);
+            x.src = Some(SocketAddr::new(ip, bound.port()));
+            x.dst = Some(dst);
+            x.phase = Phase::AddrQuery;
+            let ctx = tri!(g.dev(d)).ctx as usize;
+            // The peer's MAC (ARP / NDP where the datapath needs it) on a thread of its
+            // own, as the kernel's address resolution runs on its workqueue; the event
+            // comes when it is known, or ADDR_ERROR after `timeout_ms`.
+            let spawned = std::thread::Builder::new()
+                .name("uroce-rdmacm-addr".into())
+                .spawn(move || resolve_neighbour(k, ctx, dst.ip(), timeout_ms));
+            if spawned.is_err() {
+                resolved(&mut g, k, Err(libc::EAGAIN));
+            }
+        }
+        Err(e) => push(&mut g, k, 0, RDMA_CM_EVENT_ADDR_ERROR, -e, Param::None),
+    }
+    drop(g);
+    complete(id)
 }
-default_version!(rdma_resolve_addr, "RDMACM_1.0");
 
 /// Finds the MAC of `peer` from the context `ctx` of id `k`, then reports it.
 fn resolve_neighbour(k: usize, ctx: usize, peer: IpAddr, timeout_ms: c_int) {
     let gid = gid_of(peer);
-    let r = verbs().and_then(|v| {
-        // SAFETY: an open context of this library's devices; 16 live bytes.
-        match unsafe { (v.gsi_resolve)(ctx as *mut ibv_context, gid.as_ptr(), timeout_ms) } {
+    let r = verbs().and_then(
+        |v| match v.gsi_resolve(ctx as *mut ibv_context, &gid, timeout_ms) {
             0 => Ok(()),
             e => Err(e),
-        }
-    });
+        },
+    );
     resolved(&mut lock(), k, r);
 }
 
@@ -765,83 +630,69 @@ fn resolved(g: &mut State, k: usize, r: Result<(), c_int>) {
 
 /// `rdma_resolve_route`: over RoCE the path is made locally (GIDs, the port's MTU, the
 /// CM's packet life time), as the kernel's `cma_resolve_iboe_route`.
-///
-/// # Safety
-/// `id` is an id of this library.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
-    crate::ffi::minus1("rdma_resolve_route", move || {
-        let mut g = lock();
-        let k = match id_key(&g, id) {
-            Ok(k) => k,
-            Err(e) => return fail(e),
-        };
-        if tri!(g.id(k)).phase != Phase::AddrResolved {
-            return fail(libc::EINVAL);
-        }
-        tri!(g.id_mut(k)).phase = Phase::RouteResolved;
-        set_route(&g, k);
-        push(&mut g, k, 0, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, Param::None);
-        drop(g);
-        complete(id)
-    })
+pub(crate) fn resolve_route(id: *mut rdma_cm_id) -> c_int {
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    if tri!(g.id(k)).phase != Phase::AddrResolved {
+        return fail(libc::EINVAL);
+    }
+    tri!(g.id_mut(k)).phase = Phase::RouteResolved;
+    set_route(&mut g, k);
+    push(&mut g, k, 0, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, Param::None);
+    drop(g);
+    complete(id)
 }
-default_version!(rdma_resolve_route, "RDMACM_1.0");
 
 /// `rdma_listen`: REQs (and SIDR_REQs) for the id's port space and port arrive as
 /// RDMA_CM_EVENT_CONNECT_REQUEST on new ids; a wildcard id listens on every device.
-///
-/// # Safety
-/// `id` is an id of this library.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
-    crate::ffi::minus1("rdma_listen", move || {
-        let mut g = lock();
-        let k = match id_key(&g, id) {
-            Ok(k) => k,
-            Err(e) => return fail(e),
-        };
-        match tri!(g.id(k)).phase {
-            // Listening already: a new backlog, which the CM does not need.
-            Phase::Listening => return 0,
-            // Not bound: the wildcard and a free port, as the kernel does.
-            Phase::Idle => {
-                if let Err(e) = bind(&mut g, k, (Ipv4Addr::UNSPECIFIED, 0).into()) {
-                    return fail(e);
-                }
-            }
-            Phase::Bound => {}
-            _ => return fail(libc::EINVAL),
-        }
-        let x = tri!(g.id(k));
-        let (dev, ps, port) = (x.dev, x.ps, tri!(x.src.ok_or(libc::EINVAL)).port());
-        let sid = service_id(port_space(ps), port);
-        let devs: Vec<usize> = match dev {
-            Some(d) => vec![d],
-            None => match g.devices() {
-                Ok(v) => (0..v.len()).collect(),
-                Err(e) => return fail(e),
-            },
-        };
-        if devs.is_empty() {
-            return fail(libc::ENODEV);
-        }
-        for d in devs {
-            if let Err(e) = g.open_gsi(d) {
+pub(crate) fn listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    match tri!(g.id(k)).phase {
+        // Listening already: a new backlog, which the CM does not need.
+        Phase::Listening => return 0,
+        // Not bound: the wildcard and a free port, as the kernel does.
+        Phase::Idle => {
+            if let Err(e) = bind(&mut g, k, (Ipv4Addr::UNSPECIFIED, 0).into()) {
                 return fail(e);
             }
-            let c = &mut tri!(g.dev_mut(d)).cm;
-            // Another id listening on the same service at another address shares it.
-            let _ = c.listen(sid);
-            if backlog > 0 {
-                // The CM's backlog is per device; rdma_listen's is a hint (the kernel's too).
-            }
         }
-        tri!(g.id_mut(k)).phase = Phase::Listening;
-        0
-    })
+        Phase::Bound => {}
+        _ => return fail(libc::EINVAL),
+    }
+    let x = tri!(g.id(k));
+    let (dev, ps, port) = (x.dev, x.ps, tri!(x.src.ok_or(libc::EINVAL)).port());
+    let sid = service_id(port_space(ps), port);
+    let devs: Vec<usize> = match dev {
+        Some(d) => vec![d],
+        None => match g.devices() {
+            Ok(v) => (0..v.len()).collect(),
+            Err(e) => return fail(e),
+        },
+    };
+    if devs.is_empty() {
+        return fail(libc::ENODEV);
+    }
+    for d in devs {
+        if let Err(e) = g.open_gsi(d) {
+            return fail(e);
+        }
+        let c = &mut tri!(g.dev_mut(d)).cm;
+        // Another id listening on the same service at another address shares it.
+        let _ = c.listen(sid);
+        if backlog > 0 {
+            // The CM's backlog is per device; rdma_listen's is a hint (the kernel's too).
+        }
+    }
+    tri!(g.id_mut(k)).phase = Phase::Listening;
+    0
 }
-default_version!(rdma_listen, "RDMACM_1.0");
 
 /// The READ / atomic depths a parameter block asks for, (responder resources,
 /// initiator depth): RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH, or no parameters, mean the
@@ -864,670 +715,487 @@ fn qpn_of(qp: *mut crate::verbs_abi::ibv_qp, param: Option<rdma_conn_param>) -> 
     if qp.is_null() {
         param.map_or(0, |p| p.qp_num)
     } else {
-        // SAFETY: the id's QP is a live QP of the program's.
-        unsafe { (*qp).qp_num }
+        crate::verbs::qp_num(qp)
     }
-}
-
-/// The program's private data of a connection parameter block.
-///
-/// # Safety
-/// `p` is null or a parameter block whose private data pointer has its length.
-unsafe fn user_data(p: *const rdma_conn_param) -> Vec<u8> {
-    if p.is_null() {
-        return Vec::new();
-    }
-    // SAFETY: the caller's contract.
-    let p = unsafe { &*p };
-    if p.private_data.is_null() || p.private_data_len == 0 {
-        return Vec::new();
-    }
-    // SAFETY: as above.
-    unsafe {
-        std::slice::from_raw_parts(p.private_data.cast::<u8>(), usize::from(p.private_data_len))
-    }
-    .to_vec()
 }
 
 /// `rdma_connect`: a REQ (RC, UC) or a SIDR_REQ (UD) to the resolved peer, with the RDMA
-/// CM IP addressing header in front of the program's private data.
-///
-/// # Safety
-/// `conn_param` is null or a parameter block.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_connect(
-    id: *mut rdma_cm_id,
-    conn_param: *mut rdma_conn_param,
-) -> c_int {
-    crate::ffi::minus1("rdma_connect", move || {
-        // SAFETY: the caller's contract.
-        let user = unsafe { user_data(conn_param) };
-        // SAFETY: as above.
-        let param = unsafe { conn_param.as_ref() }.copied();
-        let mut g = lock();
-        let k = match id_key(&g, id) {
-            Ok(k) => k,
-            Err(e) => return fail(e),
-        };
-        let x = tri!(g.id(k));
-        if x.phase != Phase::RouteResolved {
-            return fail(libc::EINVAL);
+/// CM IP addressing header in front of the program's private data `user`.
+pub(crate) fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>, user: Vec<u8>) -> c_int {
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let x = tri!(g.id(k));
+    if x.phase != Phase::RouteResolved {
+        return fail(libc::EINVAL);
+    }
+    let (d, src, dst, ps, tos) = (
+        tri!(x.dev.ok_or(libc::EINVAL)),
+        tri!(x.src.ok_or(libc::EINVAL)),
+        tri!(x.dst.ok_or(libc::EINVAL)),
+        x.ps,
+        x.tos,
+    );
+    let c = tri!(cid(&g, k));
+    let (qp, qp_type, srq) = (c.qp, c.qp_type, !c.srq.is_null());
+    let ip_space = ps != RDMA_PS_IB;
+    let private = if ip_space {
+        match ip_private_data(src.ip(), src.port(), dst.ip(), &user) {
+            Ok(p) => p,
+            Err(_) => return fail(libc::EINVAL),
         }
-        let (d, src, dst, ps, tos) = (
-            tri!(x.dev.ok_or(libc::EINVAL)),
-            tri!(x.src.ok_or(libc::EINVAL)),
-            tri!(x.dst.ok_or(libc::EINVAL)),
-            x.ps,
-            x.tos,
-        );
-        let c = tri!(cid(&g, k));
-        let (qp, qp_type, srq) = (c.qp, c.qp_type, !c.srq.is_null());
-        let ip_space = ps != RDMA_PS_IB;
-        let private = if ip_space {
-            match ip_private_data(src.ip(), src.port(), dst.ip(), &user) {
-                Ok(p) => p,
-                Err(_) => return fail(libc::EINVAL),
-            }
-        } else {
-            user
-        };
-        let now = Instant::now();
-        let sid = service_id(port_space(ps), dst.port());
-        let r = if qp_type == 4 {
-            let dev = &mut tri!(g.dev_mut(d));
-            dev.cm.sidr_resolve(
-                now,
-                &SidrParams {
-                    service_id: sid,
-                    peer: dst.ip(),
-                    timeout: state::cm_timing().0,
-                    max_retries: state::cm_timing().1,
-                    private_data: private,
-                },
-            )
-        } else {
-            let qpn = qpn_of(qp, param);
-            if qpn == 0 {
-                return fail(libc::EINVAL);
-            }
-            let psn = (g.random() & 0xff_ffff) as u32;
-            tri!(g.id_mut(k)).psn = psn;
-            let dev = &mut tri!(g.dev_mut(d));
-            let mut p = ConnectParams::new(sid, dst.ip(), qpn, psn);
-            p.transport = if qp_type == 3 {
-                Transport::Uc
-            } else {
-                Transport::Rc
-            };
-            p.path_mtu = dev.mtu;
-            match depths(param, dev.max_rd_atomic) {
-                Ok((r, i)) => (p.responder_resources, p.initiator_depth) = (r, i),
-                Err(e) => return fail(e),
-            }
-            p.retry_count = param.map_or(7, |p| p.retry_count.min(7));
-            p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
-            p.srq = srq || param.is_some_and(|p| p.srq != 0);
-            p.traffic_class = tos;
-            p.flow_label = uroce::cm::flow_label(src.port(), dst.port());
-            (p.remote_cm_response_timeout, p.max_cm_retries) = state::cm_timing();
-            p.private_data = private;
-            dev.cm.connect(now, &p)
-        };
-        match r {
-            Ok(cm) => {
-                tri!(g.dev_mut(d)).by_cm.insert(cm.0, k);
-                let x = tri!(g.id_mut(k));
-                x.cm = Some(cm);
-                x.phase = Phase::Connecting;
-                finish(g);
-                complete(id)
-            }
-            Err(_) => fail(libc::EINVAL),
-        }
-    })
-}
-default_version!(rdma_connect, "RDMACM_1.0");
-
-/// `rdma_accept`: answers the CONNECT_REQUEST of id `id` with a REP (its QP brought to
-/// RTR and RTS first, as librdmacm does) or, for UD, a SIDR_REP naming its QP.
-///
-/// # Safety
-/// `conn_param` is null or a parameter block.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_accept(
-    id: *mut rdma_cm_id,
-    conn_param: *mut rdma_conn_param,
-) -> c_int {
-    crate::ffi::minus1("rdma_accept", move || {
-        // SAFETY: the caller's contract.
-        let user = unsafe { user_data(conn_param) };
-        // SAFETY: as above.
-        let param = unsafe { conn_param.as_ref() }.copied();
-        let mut g = lock();
-        let k = match id_key(&g, id) {
-            Ok(k) => k,
-            Err(e) => return fail(e),
-        };
-        let x = tri!(g.id(k));
-        let (Some(d), Some(cm), Phase::Connecting, Some(_)) = (x.dev, x.cm, x.phase, x.listener)
-        else {
-            return fail(libc::EINVAL);
-        };
-        let req = x.req.clone();
-        let c = tri!(cid(&g, k));
-        let (qp, qp_type, srq) = (c.qp, c.qp_type, !c.srq.is_null());
+    } else {
+        user
+    };
+    let now = Instant::now();
+    let sid = service_id(port_space(ps), dst.port());
+    let r = if qp_type == 4 {
+        let dev = &mut tri!(g.dev_mut(d));
+        dev.cm.sidr_resolve(
+            now,
+            &SidrParams {
+                service_id: sid,
+                peer: dst.ip(),
+                timeout: state::cm_timing().0,
+                max_retries: state::cm_timing().1,
+                private_data: private,
+            },
+        )
+    } else {
         let qpn = qpn_of(qp, param);
-        if qp_type == 4 {
-            let r = tri!(g.dev_mut(d)).cm.sidr_reply(
-                Instant::now(),
-                cm,
-                &SidrReplyParams {
-                    status: uroce::cm::SIDR_VALID,
-                    qpn,
-                    qkey: RDMA_UDP_QKEY,
-                    private_data: user,
-                },
-            );
-            if r.is_err() {
-                return fail(libc::EINVAL);
-            }
-            let x = tri!(g.id_mut(k));
-            x.phase = Phase::Connected;
-            x.cm = None;
-            tri!(g.dev_mut(d)).by_cm.remove(&cm.0);
-            finish(g);
-            return 0;
-        }
         if qpn == 0 {
             return fail(libc::EINVAL);
         }
-        let Some(req) = req else {
-            return fail(libc::EINVAL);
-        };
-        let psn = tri!(g.id(k)).psn;
+        let psn = (g.random() & 0xff_ffff) as u32;
+        tri!(g.id_mut(k)).psn = psn;
         let dev = &mut tri!(g.dev_mut(d));
-        let mut p = AcceptParams::new(qpn, psn);
-        // This side's view of the REQ (see `events::connect_request`): at most what the peer
-        // can take.
+        let mut p = ConnectParams::new(sid, dst.ip(), qpn, psn);
+        p.transport = if qp_type == 3 {
+            Transport::Uc
+        } else {
+            Transport::Rc
+        };
+        p.path_mtu = dev.mtu;
         match depths(param, dev.max_rd_atomic) {
-            Ok((r, i)) => {
-                p.responder_resources = r.min(req.initiator_depth);
-                p.initiator_depth = i.min(req.responder_resources);
-            }
+            Ok((r, i)) => (p.responder_resources, p.initiator_depth) = (r, i),
             Err(e) => return fail(e),
         }
+        p.retry_count = param.map_or(7, |p| p.retry_count.min(7));
         p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
         p.srq = srq || param.is_some_and(|p| p.srq != 0);
-        p.private_data = user;
-        if dev.cm.accept(Instant::now(), cm, &p).is_err() {
+        p.traffic_class = tos;
+        p.flow_label = uroce::cm::flow_label(src.port(), dst.port());
+        (p.remote_cm_response_timeout, p.max_cm_retries) = state::cm_timing();
+        p.private_data = private;
+        dev.cm.connect(now, &p)
+    };
+    match r {
+        Ok(cm) => {
+            tri!(g.dev_mut(d)).by_cm.insert(cm.0, k);
+            let x = tri!(g.id_mut(k));
+            x.cm = Some(cm);
+            x.phase = Phase::Connecting;
+            finish(g);
+            complete(id)
+        }
+        Err(_) => fail(libc::EINVAL),
+    }
+}
+
+/// `rdma_accept`: answers the CONNECT_REQUEST of id `id` with a REP (its QP brought to
+/// RTR and RTS first, as librdmacm does) or, for UD, a SIDR_REP naming its QP.
+pub(crate) fn accept(id: *mut rdma_cm_id, param: Option<rdma_conn_param>, user: Vec<u8>) -> c_int {
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let x = tri!(g.id(k));
+    let (Some(d), Some(cm), Phase::Connecting, Some(_)) = (x.dev, x.cm, x.phase, x.listener) else {
+        return fail(libc::EINVAL);
+    };
+    let req = x.req.clone();
+    let c = tri!(cid(&g, k));
+    let (qp, qp_type, srq) = (c.qp, c.qp_type, !c.srq.is_null());
+    let qpn = qpn_of(qp, param);
+    if qp_type == 4 {
+        let r = tri!(g.dev_mut(d)).cm.sidr_reply(
+            Instant::now(),
+            cm,
+            &SidrReplyParams {
+                status: uroce::cm::SIDR_VALID,
+                qpn,
+                qkey: RDMA_UDP_QKEY,
+                private_data: user,
+            },
+        );
+        if r.is_err() {
             return fail(libc::EINVAL);
         }
-        if !qp.is_null() {
-            let r = qp::modify_from_cm(&g, k, QpState::Init)
-                .and_then(|_| qp::modify_from_cm(&g, k, QpState::Rtr))
-                .and_then(|_| qp::modify_from_cm(&g, k, QpState::Rts));
-            if let Err(e) = r {
-                let _ = tri!(g.dev_mut(d)).cm.reject(cm, &[]);
-                finish(g);
-                return fail(e);
-            }
-        }
+        let x = tri!(g.id_mut(k));
+        x.phase = Phase::Connected;
+        x.cm = None;
+        tri!(g.dev_mut(d)).by_cm.remove(&cm.0);
         finish(g);
-        complete(id)
-    })
+        return 0;
+    }
+    if qpn == 0 {
+        return fail(libc::EINVAL);
+    }
+    let Some(req) = req else {
+        return fail(libc::EINVAL);
+    };
+    let psn = tri!(g.id(k)).psn;
+    let dev = &mut tri!(g.dev_mut(d));
+    let mut p = AcceptParams::new(qpn, psn);
+    // This side's view of the REQ (see `events::connect_request`): at most what the peer
+    // can take.
+    match depths(param, dev.max_rd_atomic) {
+        Ok((r, i)) => {
+            p.responder_resources = r.min(req.initiator_depth);
+            p.initiator_depth = i.min(req.responder_resources);
+        }
+        Err(e) => return fail(e),
+    }
+    p.rnr_retry_count = param.map_or(7, |p| p.rnr_retry_count.min(7));
+    p.srq = srq || param.is_some_and(|p| p.srq != 0);
+    p.private_data = user;
+    if dev.cm.accept(Instant::now(), cm, &p).is_err() {
+        return fail(libc::EINVAL);
+    }
+    if !qp.is_null() {
+        let r = qp::modify_from_cm(&g, k, QpState::Init)
+            .and_then(|_| qp::modify_from_cm(&g, k, QpState::Rtr))
+            .and_then(|_| qp::modify_from_cm(&g, k, QpState::Rts));
+        if let Err(e) = r {
+            let _ = tri!(g.dev_mut(d)).cm.reject(cm, &[]);
+            finish(g);
+            return fail(e);
+        }
+    }
+    finish(g);
+    complete(id)
 }
-default_version!(rdma_accept, "RDMACM_1.0");
 
 /// `rdma_reject`: a REJ (reason 28, consumer defined, with the private data) or a
-/// SIDR_REP with status "rejected".
-///
-/// # Safety
-/// `private_data` is null or `len` readable bytes.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_reject(
-    id: *mut rdma_cm_id,
-    private_data: *const c_void,
-    len: u8,
-) -> c_int {
-    crate::ffi::minus1("rdma_reject", move || {
-        let user = if private_data.is_null() || len == 0 {
-            Vec::new()
-        } else {
-            // SAFETY: the caller's contract.
-            unsafe { std::slice::from_raw_parts(private_data.cast::<u8>(), usize::from(len)) }
-                .to_vec()
-        };
-        let mut g = lock();
-        let k = match id_key(&g, id) {
-            Ok(k) => k,
-            Err(e) => return fail(e),
-        };
-        let x = tri!(g.id(k));
-        let (Some(d), Some(cm)) = (x.dev, x.cm) else {
-            return fail(libc::EINVAL);
-        };
-        let ud = tri!(cid(&g, k)).qp_type == 4;
-        let dev = &mut tri!(g.dev_mut(d));
-        let r = if ud {
-            dev.cm.sidr_reply(
-                Instant::now(),
-                cm,
-                &SidrReplyParams {
-                    status: uroce::cm::SIDR_REJECT,
-                    qpn: 0,
-                    qkey: 0,
-                    private_data: user,
-                },
-            )
-        } else {
-            dev.cm.reject(cm, &user)
-        };
-        dev.by_cm.remove(&cm.0);
-        let x = tri!(g.id_mut(k));
-        x.cm = None;
-        x.phase = Phase::Disconnected;
-        finish(g);
-        ret(r.map_err(|_| libc::EINVAL))
-    })
+/// SIDR_REP with status "rejected", with the private data `user`.
+pub(crate) fn reject(id: *mut rdma_cm_id, user: Vec<u8>) -> c_int {
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let x = tri!(g.id(k));
+    let (Some(d), Some(cm)) = (x.dev, x.cm) else {
+        return fail(libc::EINVAL);
+    };
+    let ud = tri!(cid(&g, k)).qp_type == 4;
+    let dev = &mut tri!(g.dev_mut(d));
+    let r = if ud {
+        dev.cm.sidr_reply(
+            Instant::now(),
+            cm,
+            &SidrReplyParams {
+                status: uroce::cm::SIDR_REJECT,
+                qpn: 0,
+                qkey: 0,
+                private_data: user,
+            },
+        )
+    } else {
+        dev.cm.reject(cm, &user)
+    };
+    dev.by_cm.remove(&cm.0);
+    let x = tri!(g.id_mut(k));
+    x.cm = None;
+    x.phase = Phase::Disconnected;
+    finish(g);
+    ret(r.map_err(|_| libc::EINVAL))
 }
-default_version!(rdma_reject, "RDMACM_1.0");
 
 /// `rdma_disconnect`: the QP to the error state, and a DREQ (or nothing more when the
 /// peer's DREQ came first: it was answered).
-///
-/// # Safety
-/// `id` is an id of this library.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    crate::ffi::minus1("rdma_disconnect", move || {
-        let mut g = lock();
-        let k = match id_key(&g, id) {
-            Ok(k) => k,
-            Err(e) => return fail(e),
-        };
-        let c = tri!(cid(&g, k));
-        let (qp, qp_type) = (c.qp, c.qp_type);
-        if !qp.is_null() && qp_type != 4 {
-            if let Ok(v) = verbs() {
-                let mut a = ibv_qp_attr {
-                    qp_state: 6,
-                    ..ibv_qp_attr::default()
-                };
-                // SAFETY: the program's QP and a live attribute struct.
-                unsafe { (v.modify_qp)(qp, &mut a, qp::IBV_QP_STATE) };
-            }
+pub(crate) fn disconnect(id: *mut rdma_cm_id) -> c_int {
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let c = tri!(cid(&g, k));
+    let (qp, qp_type) = (c.qp, c.qp_type);
+    if !qp.is_null() && qp_type != 4 {
+        if let Ok(v) = verbs() {
+            let mut a = ibv_qp_attr {
+                qp_state: 6,
+                ..ibv_qp_attr::default()
+            };
+            v.modify_qp(qp, &mut a, qp::IBV_QP_STATE);
         }
-        let x = tri!(g.id(k));
-        let r = match (x.dev, x.cm, x.phase) {
-            // A DREQ, unless one was sent or came already (the kernel's rdma_disconnect
-            // answers 0 then too).
-            (Some(d), Some(cm), Phase::Connected) => {
-                let sent = tri!(g.dev_mut(d))
-                    .cm
-                    .disconnect(Instant::now(), cm, &[])
-                    .is_ok();
-                Ok(sent)
-            }
-            (_, _, Phase::Connected | Phase::Disconnected) => Ok(false),
-            _ => Err(libc::EINVAL),
-        };
-        let sync = tri!(g.id(k)).sync;
-        finish(g);
-        // A DREP the CM thread owes the peer leaves before this returns.
-        state::sends_done();
-        match r {
-            // A synchronous id waits for its DISCONNECTED (the DREP, or the DREQ's retries).
-            Ok(true) if sync => complete(id),
-            Ok(_) => 0,
-            Err(e) => fail(e),
+    }
+    let x = tri!(g.id(k));
+    let r = match (x.dev, x.cm, x.phase) {
+        // A DREQ, unless one was sent or came already (the kernel's rdma_disconnect
+        // answers 0 then too).
+        (Some(d), Some(cm), Phase::Connected) => {
+            let sent = tri!(g.dev_mut(d))
+                .cm
+                .disconnect(Instant::now(), cm, &[])
+                .is_ok();
+            Ok(sent)
         }
-    })
+        (_, _, Phase::Connected | Phase::Disconnected) => Ok(false),
+        _ => Err(libc::EINVAL),
+    };
+    let sync = tri!(g.id(k)).sync;
+    finish(g);
+    // A DREP the CM thread owes the peer leaves before this returns.
+    state::sends_done();
+    match r {
+        // A synchronous id waits for its DISCONNECTED (the DREP, or the DREQ's retries).
+        Ok(true) if sync => complete(id),
+        Ok(_) => 0,
+        Err(e) => fail(e),
+    }
 }
-default_version!(rdma_disconnect, "RDMACM_1.0");
 
 /// `rdma_establish`: the RTU of a connection whose QP the program brought up itself
 /// after RDMA_CM_EVENT_CONNECT_RESPONSE.
-///
-/// # Safety
-/// `id` is an id of this library.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    crate::ffi::minus1("rdma_establish", move || {
-        let mut g = lock();
-        let k = match id_key(&g, id) {
-            Ok(k) => k,
-            Err(e) => return fail(e),
-        };
-        let x = tri!(g.id(k));
-        let (Some(d), Some(cm)) = (x.dev, x.cm) else {
-            return fail(libc::EINVAL);
-        };
-        let r = tri!(g.dev_mut(d)).cm.rtu(cm, &[]);
-        if r.is_ok() {
-            tri!(g.id_mut(k)).phase = Phase::Connected;
-        }
-        finish(g);
-        ret(r.map_err(|_| libc::EINVAL))
-    })
+pub(crate) fn establish(id: *mut rdma_cm_id) -> c_int {
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let x = tri!(g.id(k));
+    let (Some(d), Some(cm)) = (x.dev, x.cm) else {
+        return fail(libc::EINVAL);
+    };
+    let r = tri!(g.dev_mut(d)).cm.rtu(cm, &[]);
+    if r.is_ok() {
+        tri!(g.id_mut(k)).phase = Phase::Connected;
+    }
+    finish(g);
+    ret(r.map_err(|_| libc::EINVAL))
 }
-default_version!(rdma_establish, "RDMACM_1.2");
 
 // ---------------------------------------------------------------------------------
 // QPs.
 
 /// `rdma_create_qp`: a QP on the id's device (CQs with completion channels made when the
 /// attributes name none, as librdmacm's `ucma_create_cqs`), moved to INIT (UD: on to RTS
-/// with the UDP port space's Q_Key).
-///
-/// # Safety
-/// `pd` is null or a PD of the id's device; `attr` points at QP init attributes.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_create_qp(
+/// with the UDP port space's Q_Key). `pd` is null or a PD of the id's device.
+pub(crate) fn create_qp(
     id: *mut rdma_cm_id,
     pd: *mut ibv_pd,
-    attr: *mut ibv_qp_init_attr,
+    attr: Option<&mut ibv_qp_init_attr>,
 ) -> c_int {
-    crate::ffi::minus1("rdma_create_qp", move || {
-        let v = match verbs() {
-            Ok(v) => v,
-            Err(e) => return fail(e),
-        };
-        if attr.is_null() {
-            return fail(libc::EINVAL);
-        }
-        let g = lock();
-        let k = match id_key(&g, id) {
-            Ok(k) => k,
-            Err(e) => return fail(e),
-        };
-        let c = tri!(cid(&g, k));
-        let pd = if pd.is_null() { c.pd } else { pd };
-        if c.verbs.is_null() || pd.is_null() || !c.qp.is_null() {
-            return fail(libc::EINVAL);
-        }
-        // SAFETY: the caller's contract.
-        let a = unsafe { &mut *attr };
-        let mut made = false;
-        let mut failed = None;
-        for (want, size, cq, ch) in [
-            (
-                a.send_cq.is_null(),
-                a.cap.max_send_wr,
-                &mut c.send_cq,
-                &mut c.send_cq_channel,
-            ),
-            (
-                a.recv_cq.is_null(),
-                a.cap.max_recv_wr,
-                &mut c.recv_cq,
-                &mut c.recv_cq_channel,
-            ),
-        ] {
-            if want && cq.is_null() && failed.is_none() {
-                made = true;
-                // SAFETY: an open context.
-                *ch = unsafe { (v.create_comp_channel)(c.verbs) };
-                if ch.is_null() {
-                    failed = Some(libc::ENOMEM);
-                    continue;
-                }
-                // SAFETY: as above, with the channel just made.
-                *cq = unsafe { (v.create_cq)(c.verbs, size.max(1) as c_int, id.cast(), *ch, 0) };
-                if cq.is_null() {
-                    failed = Some(libc::ENOMEM);
-                }
+    let v = match verbs() {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
+    let Some(a) = attr else {
+        return fail(libc::EINVAL);
+    };
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let c = tri!(cid_mut(&mut g, k));
+    let pd = if pd.is_null() { c.pd } else { pd };
+    if c.verbs.is_null() || pd.is_null() || !c.qp.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let ctx = c.verbs;
+    let mut made = false;
+    let mut failed = None;
+    for (want, size, cq, ch) in [
+        (
+            a.send_cq.is_null(),
+            a.cap.max_send_wr,
+            &mut c.send_cq,
+            &mut c.send_cq_channel,
+        ),
+        (
+            a.recv_cq.is_null(),
+            a.cap.max_recv_wr,
+            &mut c.recv_cq,
+            &mut c.recv_cq_channel,
+        ),
+    ] {
+        if want && cq.is_null() && failed.is_none() {
+            made = true;
+            *ch = v.create_comp_channel(ctx);
+            if ch.is_null() {
+                failed = Some(libc::ENOMEM);
+                continue;
+            }
+            *cq = v.create_cq(ctx, size.max(1) as c_int, id.cast(), *ch);
+            if cq.is_null() {
+                failed = Some(libc::ENOMEM);
             }
         }
-        let qp = match failed {
-            Some(e) => Err(e),
-            None => {
-                if a.send_cq.is_null() {
-                    a.send_cq = c.send_cq;
-                }
-                if a.recv_cq.is_null() {
-                    a.recv_cq = c.recv_cq;
-                }
-                if a.srq.is_null() {
-                    a.srq = c.srq;
-                }
-                // SAFETY: the PD and attributes are the caller's, the CQs ours or the
-                // caller's.
-                let qp = unsafe { (v.create_qp)(pd, attr) };
-                if qp.is_null() {
-                    Err(errno_or(libc::EINVAL))
-                } else {
-                    Ok(qp)
-                }
+    }
+    let qp = match failed {
+        Some(e) => Err(e),
+        None => {
+            if a.send_cq.is_null() {
+                a.send_cq = c.send_cq;
             }
-        };
-        let mut g = g;
-        let psn = (g.random() & 0xff_ffff) as u32;
-        let qp = qp.and_then(|qp| {
-            // SAFETY: the QP just made.
-            let ud = unsafe { (*qp).qp_type } == 4;
-            qp::init_new_qp(qp, ud, psn).map(|_| qp).inspect_err(|_| {
-                // SAFETY: as above.
-                unsafe { (v.destroy_qp)(qp) };
-            })
-        });
-        match qp {
-            Ok(qp) => {
-                let c = tri!(cid(&g, k));
-                c.qp = qp;
-                c.pd = pd;
-                if made {
-                    tri!(g.id_mut(k)).own_cqs = true;
-                }
-                0
+            if a.recv_cq.is_null() {
+                a.recv_cq = c.recv_cq;
             }
-            Err(e) => {
-                if made {
-                    // What this call made goes, as librdmacm's `ucma_destroy_cqs`.
-                    destroy_own_cqs(v, tri!(cid(&g, k)));
-                }
-                fail(e)
+            if a.srq.is_null() {
+                a.srq = c.srq;
+            }
+            let qp = v.create_qp(pd, a);
+            if qp.is_null() {
+                Err(errno_or(libc::EINVAL))
+            } else {
+                Ok(qp)
             }
         }
-    })
+    };
+    let psn = (g.random() & 0xff_ffff) as u32;
+    let qp = qp.and_then(|qp| {
+        let ud = crate::verbs::qp_type(qp) == 4;
+        qp::init_new_qp(qp, ud, psn).map(|_| qp).inspect_err(|_| {
+            v.destroy_qp(qp);
+        })
+    });
+    match qp {
+        Ok(qp) => {
+            let c = tri!(cid_mut(&mut g, k));
+            c.qp = qp;
+            c.pd = pd;
+            if made {
+                tri!(g.id_mut(k)).own_cqs = true;
+            }
+            0
+        }
+        Err(e) => {
+            if made {
+                // What this call made goes, as librdmacm's `ucma_destroy_cqs`.
+                destroy_own_cqs(v, tri!(cid_mut(&mut g, k)));
+            }
+            fail(e)
+        }
+    }
 }
-default_version!(rdma_create_qp, "RDMACM_1.0");
 
 /// `rdma_destroy_qp`: the QP, and the CQs and channels `rdma_create_qp` made.
-///
-/// # Safety
-/// `id` is an id of this library.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
-    crate::ffi::void("rdma_destroy_qp", move || {
-        let Ok(v) = verbs() else { return };
-        let mut g = lock();
-        let Ok(k) = id_key(&g, id) else { return };
-        let Ok(x) = g.id_mut(k) else { return };
-        let own = std::mem::take(&mut x.own_cqs);
-        let Ok(c) = cid(&g, k) else { return };
-        if !c.qp.is_null() {
-            // SAFETY: the id's QP, destroyed once (the field is cleared).
-            unsafe { (v.destroy_qp)(c.qp) };
-            c.qp = std::ptr::null_mut();
-        }
-        if own {
-            destroy_own_cqs(v, c);
-        }
-    })
+pub(crate) fn destroy_qp(id: *mut rdma_cm_id) {
+    let Ok(v) = verbs() else { return };
+    let mut g = lock();
+    let Ok(k) = id_key(&g, id) else { return };
+    let Ok(x) = g.id_mut(k) else { return };
+    let own = std::mem::take(&mut x.own_cqs);
+    let c = &mut x.obj.id;
+    if !c.qp.is_null() {
+        // Destroyed once: the field is cleared.
+        v.destroy_qp(c.qp);
+        c.qp = std::ptr::null_mut();
+    }
+    if own {
+        destroy_own_cqs(v, c);
+    }
 }
 
-/// Destroys the CQs and completion channels `rdma_create_qp` made for id `c`.
+/// Destroys the CQs and completion channels `rdma_create_qp` made for id `c`, each once
+/// (the fields are cleared).
 fn destroy_own_cqs(v: &crate::verbs::Verbs, c: &mut rdma_cm_id) {
     for (cq, ch) in [
         (&mut c.send_cq, &mut c.send_cq_channel),
         (&mut c.recv_cq, &mut c.recv_cq_channel),
     ] {
-        // SAFETY: objects this library made for the id, destroyed once (cleared).
-        unsafe {
-            if !cq.is_null() {
-                (v.destroy_cq)(*cq);
-                *cq = std::ptr::null_mut();
-            }
-            if !ch.is_null() {
-                (v.destroy_comp_channel)(*ch);
-                *ch = std::ptr::null_mut();
-            }
+        if !cq.is_null() {
+            v.destroy_cq(*cq);
+            *cq = std::ptr::null_mut();
+        }
+        if !ch.is_null() {
+            v.destroy_comp_channel(*ch);
+            *ch = std::ptr::null_mut();
         }
     }
 }
-default_version!(rdma_destroy_qp, "RDMACM_1.0");
 
-/// `rdma_init_qp_attr`: the attributes for moving the id's QP to `qp_attr->qp_state`:
-/// INIT before a connection as `rdma_create_qp` sets it, else what the CM negotiated.
-///
-/// # Safety
-/// `qp_attr` and `qp_attr_mask` are writable.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_init_qp_attr(
-    id: *mut rdma_cm_id,
-    qp_attr: *mut ibv_qp_attr,
-    qp_attr_mask: *mut c_int,
-) -> c_int {
-    crate::ffi::minus1("rdma_init_qp_attr", move || {
-        if qp_attr.is_null() || qp_attr_mask.is_null() {
-            return fail(libc::EINVAL);
+/// `rdma_init_qp_attr`: the attributes for moving the id's QP to `attr.qp_state`: INIT
+/// before a connection as `rdma_create_qp` sets it, else what the CM negotiated.
+pub(crate) fn init_qp_attr(id: *mut rdma_cm_id, attr: &mut ibv_qp_attr, mask: &mut c_int) -> c_int {
+    let g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let Some(to) = qp::state_of(attr.qp_state) else {
+        return fail(libc::EINVAL);
+    };
+    match qp::cm_attr(&g, k, to) {
+        Ok((a, m)) => {
+            *attr = a;
+            *mask = m;
+            0
         }
-        let g = lock();
-        let k = match id_key(&g, id) {
-            Ok(k) => k,
-            Err(e) => return fail(e),
-        };
-        // SAFETY: the caller's contract.
-        let (attr, mask) = unsafe { (&mut *qp_attr, &mut *qp_attr_mask) };
-        let Some(to) = qp::state_of(attr.qp_state) else {
-            return fail(libc::EINVAL);
-        };
-        match qp::cm_attr(&g, k, to) {
-            Ok((a, m)) => {
-                *attr = a;
-                *mask = m;
-                0
-            }
-            Err(_) if to == QpState::Init => {
-                let ud = tri!(cid(&g, k)).qp_type == 4;
-                *attr = ibv_qp_attr {
-                    qp_state: 1,
-                    port_num: 1,
-                    qkey: RDMA_UDP_QKEY,
-                    ..ibv_qp_attr::default()
+        Err(_) if to == QpState::Init => {
+            let ud = tri!(cid(&g, k)).qp_type == 4;
+            *attr = ibv_qp_attr {
+                qp_state: 1,
+                port_num: 1,
+                qkey: RDMA_UDP_QKEY,
+                ..ibv_qp_attr::default()
+            };
+            *mask = qp::IBV_QP_STATE
+                | qp::IBV_QP_PKEY_INDEX
+                | qp::IBV_QP_PORT
+                | if ud {
+                    qp::IBV_QP_QKEY
+                } else {
+                    qp::IBV_QP_ACCESS_FLAGS
                 };
-                *mask = qp::IBV_QP_STATE
-                    | qp::IBV_QP_PKEY_INDEX
-                    | qp::IBV_QP_PORT
-                    | if ud {
-                        qp::IBV_QP_QKEY
-                    } else {
-                        qp::IBV_QP_ACCESS_FLAGS
-                    };
-                0
-            }
-            Err(e) => fail(e),
+            0
         }
-    })
+        Err(e) => fail(e),
+    }
 }
-default_version!(rdma_init_qp_attr, "RDMACM_1.2");
 
 /// `rdma_set_option`: RDMA_OPTION_ID_TOS, _REUSEADDR, _AFONLY, _ACK_TIMEOUT;
 /// RDMA_OPTION_IB_PATH is accepted and ignored (the path over RoCE is made locally).
-///
-/// # Safety
-/// `optval` points at `optlen` readable bytes.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_set_option(
-    id: *mut rdma_cm_id,
-    level: c_int,
-    optname: c_int,
-    optval: *mut c_void,
-    optlen: usize,
-) -> c_int {
-    crate::ffi::minus1("rdma_set_option", move || {
-        if optval.is_null() || optlen == 0 {
-            return fail(libc::EINVAL);
-        }
-        // SAFETY: the caller's contract (at least one byte).
-        let byte = unsafe { *optval.cast::<u8>() };
-        let int = if optlen >= 4 {
-            // SAFETY: as above, four bytes.
-            unsafe { optval.cast::<c_int>().read_unaligned() }
-        } else {
-            c_int::from(byte)
-        };
-        let mut g = lock();
-        let k = match id_key(&g, id) {
-            Ok(k) => k,
-            Err(e) => return fail(e),
-        };
-        let x = tri!(g.id_mut(k));
-        match (level, optname) {
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => x.tos = byte,
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => x.reuseaddr = int != 0,
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => x.afonly = int != 0,
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => x.ack_timeout = Some(byte.min(31)),
-            (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {}
-            _ => return fail(libc::ENOSYS),
-        }
-        0
-    })
+/// `val` is the option's first bytes (at least one, at most four): a byte, or an int
+/// when there are four.
+pub(crate) fn set_option(id: *mut rdma_cm_id, level: c_int, optname: c_int, val: &[u8]) -> c_int {
+    let byte = val.first().copied().unwrap_or(0);
+    let int = match val {
+        &[a, b, c, d, ..] => c_int::from_ne_bytes([a, b, c, d]),
+        _ => c_int::from(byte),
+    };
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let x = tri!(g.id_mut(k));
+    match (level, optname) {
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => x.tos = byte,
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => x.reuseaddr = int != 0,
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => x.afonly = int != 0,
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => x.ack_timeout = Some(byte.min(31)),
+        (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {}
+        _ => return fail(libc::ENOSYS),
+    }
+    0
 }
-default_version!(rdma_set_option, "RDMACM_1.0");
 
-/// `rdma_get_devices`: the open contexts of every uroce device, NULL-terminated (free
-/// with `rdma_free_devices`).
-///
-/// # Safety
-/// `num_devices` is null or writable.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
-    crate::ffi::ptr("rdma_get_devices", move || {
-        let mut g = lock();
-        let ctxs: Vec<*mut ibv_context> = match g.devices() {
-            Ok(v) => v.iter().map(|d| d.ctx).collect(),
-            Err(e) => {
-                set_errno(e);
-                return std::ptr::null_mut();
-            }
-        };
-        // SAFETY: calloc of n+1 pointers; checked for null.
-        let list = unsafe { libc::calloc(ctxs.len() + 1, std::mem::size_of::<*mut ibv_context>()) }
-            .cast::<*mut ibv_context>();
-        if list.is_null() {
-            set_errno(libc::ENOMEM);
-            return list;
-        }
-        for (i, c) in ctxs.iter().enumerate() {
-            // SAFETY: within the n+1 allocated.
-            unsafe { *list.add(i) = *c };
-        }
-        if !num_devices.is_null() {
-            // SAFETY: the caller's pointer.
-            unsafe { *num_devices = ctxs.len() as c_int };
-        }
-        list
-    })
+/// `rdma_get_devices`: the open contexts of every uroce device.
+pub(crate) fn device_contexts() -> Result<Vec<*mut ibv_context>, c_int> {
+    let mut g = lock();
+    g.devices().map(|v| v.iter().map(|d| d.ctx).collect())
 }
-default_version!(rdma_get_devices, "RDMACM_1.0");
-
-/// `rdma_free_devices`.
-///
-/// # Safety
-/// `list` came from `rdma_get_devices`.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
-    crate::ffi::void("rdma_free_devices", move || {
-        // SAFETY: the caller's contract: calloc'ed by rdma_get_devices.
-        unsafe { libc::free(list.cast()) };
-    })
-}
-default_version!(rdma_free_devices, "RDMACM_1.0");
 
 /// The port of id `id`'s source (`src`) or destination address, in network order; 0 for
 /// an id without one.
-fn port_of_id(id: *mut rdma_cm_id, src: bool) -> u16 {
+pub(crate) fn port_of_id(id: *mut rdma_cm_id, src: bool) -> u16 {
     let g = lock();
     g.ids
         .get(&(id as usize))
@@ -1535,268 +1203,189 @@ fn port_of_id(id: *mut rdma_cm_id, src: bool) -> u16 {
         .map_or(0, |s| s.port().to_be())
 }
 
-/// `rdma_get_src_port`.
-///
-/// # Safety
-/// `id` is an id of this library.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
-    ffi::call("rdma_get_src_port", || 0, move || port_of_id(id, true))
-}
-default_version!(rdma_get_src_port, "RDMACM_1.0");
-
-/// `rdma_get_dst_port`.
-///
-/// # Safety
-/// `id` is an id of this library.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
-    ffi::call("rdma_get_dst_port", || 0, move || port_of_id(id, false))
-}
-default_version!(rdma_get_dst_port, "RDMACM_1.0");
-
 // ---------------------------------------------------------------------------------
 // The synchronous endpoint calls of <rdma/rdma_verbs.h>'s programs.
 
-/// `rdma_create_ep`: a synchronous id for `res`: passive (RAI_PASSIVE) bound to its source
-/// address, keeping `pd` and `qp_init_attr` for `rdma_get_request`; active with its
-/// address and route resolved and, given `qp_init_attr`, its QP made.
-///
-/// # Safety
-/// `id` is writable; `res` an `rdma_addrinfo`; `pd` null or a PD; `qp_init_attr` null or
-/// QP init attributes.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_create_ep(
-    id: *mut *mut rdma_cm_id,
-    res: *mut rdma_addrinfo,
-    pd: *mut ibv_pd,
-    qp_init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
-    crate::ffi::minus1("rdma_create_ep", move || {
-        if id.is_null() || res.is_null() {
-            return fail(libc::EINVAL);
-        }
-        // SAFETY: the caller's contract.
-        let r = unsafe { &*res };
-        let qp_type = if r.ai_qp_type != 0 {
-            Some(r.ai_qp_type)
-        } else {
-            None
-        };
-        let ps = if r.ai_port_space != 0 {
-            r.ai_port_space
-        } else {
-            RDMA_PS_TCP
-        };
-        let cm_id = match create_id(std::ptr::null_mut(), std::ptr::null_mut(), ps, qp_type) {
-            Ok(c) => c,
-            Err(e) => return fail(e),
-        };
-        let undo = move |e: c_int| {
-            // SAFETY: the id just made.
-            unsafe { rdma_destroy_id(cm_id) };
-            fail(e)
-        };
-        if !pd.is_null() {
-            // SAFETY: the id just made (ours, live).
-            unsafe { (*cm_id).pd = pd };
-        }
-        if r.ai_flags & RAI_PASSIVE != 0 {
-            // SAFETY: the caller's addresses.
-            if unsafe { rdma_bind_addr(cm_id, r.ai_src_addr) } != 0 {
-                return undo(errno());
-            }
-            if !qp_init_attr.is_null() {
-                // SAFETY: the caller's attributes, copied.
-                let mut a = Box::new(unsafe { std::ptr::read(qp_init_attr) });
-                a.qp_type = match cid(&lock(), cm_id as usize) {
-                    Ok(c) => c.qp_type,
-                    Err(e) => return undo(e),
-                };
-                match lock().id_mut(cm_id as usize) {
-                    Ok(x) => x.ep_qp_init = Some(a),
-                    Err(e) => return undo(e),
-                }
-            }
-        } else {
-            // SAFETY: the caller's addresses.
-            if unsafe { rdma_resolve_addr(cm_id, r.ai_src_addr, r.ai_dst_addr, 2000) } != 0 {
-                return undo(errno());
-            }
-            // SAFETY: the id just made.
-            if unsafe { rdma_resolve_route(cm_id, 2000) } != 0 {
-                return undo(errno());
-            }
-            if !qp_init_attr.is_null() {
-                // SAFETY: the caller's attributes.
-                unsafe { (*qp_init_attr).qp_type = (*cm_id).qp_type };
-                // SAFETY: as above.
-                if unsafe { rdma_create_qp(cm_id, pd, qp_init_attr) } != 0 {
-                    return undo(errno());
-                }
-            }
-        }
-        // SAFETY: the caller's pointer.
-        unsafe { *id = cm_id };
-        0
-    })
+/// What `rdma_create_ep` takes from its `rdma_addrinfo`.
+pub(crate) struct EpInfo {
+    pub flags: c_int,
+    pub qp_type: c_int,
+    pub port_space: c_int,
+    pub src: Option<SocketAddr>,
+    pub dst: Option<SocketAddr>,
 }
-default_version!(rdma_create_ep, "RDMACM_1.0");
+
+/// `rdma_create_ep`: a synchronous id for `r`: passive (RAI_PASSIVE) bound to its source
+/// address, keeping `pd` and `qp_init_attr` for `rdma_get_request`; active with its
+/// address and route resolved and, given `qp_init_attr`, its QP made. Err: the errno.
+pub(crate) fn create_ep(
+    r: EpInfo,
+    pd: *mut ibv_pd,
+    qp_init_attr: Option<&mut ibv_qp_init_attr>,
+) -> Result<*mut rdma_cm_id, c_int> {
+    let qp_type = if r.qp_type != 0 {
+        Some(r.qp_type)
+    } else {
+        None
+    };
+    let ps = if r.port_space != 0 {
+        r.port_space
+    } else {
+        RDMA_PS_TCP
+    };
+    let cm_id = create_id(std::ptr::null_mut(), std::ptr::null_mut(), ps, qp_type)?;
+    let k = cm_id as usize;
+    let undo = move |e: c_int| {
+        destroy_id(cm_id);
+        Err(e)
+    };
+    if !pd.is_null() {
+        match cid_mut(&mut lock(), k) {
+            Ok(c) => c.pd = pd,
+            Err(e) => return undo(e),
+        }
+    }
+    if r.flags & RAI_PASSIVE != 0 {
+        if bind_addr(cm_id, r.src) != 0 {
+            return undo(errno());
+        }
+        if let Some(attr) = qp_init_attr {
+            let mut a = Box::new(ffi::copy_qp_init_attr(attr));
+            let mut g = lock();
+            a.qp_type = match cid(&g, k) {
+                Ok(c) => c.qp_type,
+                Err(e) => return undo(e),
+            };
+            match g.id_mut(k) {
+                Ok(x) => x.ep_qp_init = Some(a),
+                Err(e) => return undo(e),
+            }
+        }
+    } else {
+        if resolve_addr(cm_id, r.src, r.dst, 2000) != 0 {
+            return undo(errno());
+        }
+        if resolve_route(cm_id) != 0 {
+            return undo(errno());
+        }
+        if let Some(a) = qp_init_attr {
+            a.qp_type = match cid(&lock(), k) {
+                Ok(c) => c.qp_type,
+                Err(e) => return undo(e),
+            };
+            if create_qp(cm_id, pd, Some(a)) != 0 {
+                return undo(errno());
+            }
+        }
+    }
+    Ok(cm_id)
+}
 
 /// `rdma_destroy_ep`: the id's QP (and what `rdma_create_qp` made for it), then the id.
-///
-/// # Safety
-/// `id` is an id of this library, not used afterwards.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
-    crate::ffi::void("rdma_destroy_ep", move || {
-        // SAFETY: the caller's contract.
-        unsafe {
-            rdma_destroy_qp(id);
-            rdma_destroy_id(id);
-        }
-    })
+pub(crate) fn destroy_ep(id: *mut rdma_cm_id) {
+    destroy_qp(id);
+    destroy_id(id);
 }
-default_version!(rdma_destroy_ep, "RDMACM_1.0");
 
-/// `rdma_get_request`: the next connection request of a synchronous listener, with the
-/// QP `rdma_create_ep` was asked for made on it; the request event is left in the new
-/// id's `event`.
-///
-/// # Safety
-/// `listen` is an id of this library; `id` is writable.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_get_request(
-    listen: *mut rdma_cm_id,
-    id: *mut *mut rdma_cm_id,
-) -> c_int {
-    crate::ffi::minus1("rdma_get_request", move || {
-        if id.is_null() {
-            return fail(libc::EINVAL);
+/// `rdma_get_request`: the next connection request of the synchronous listener `listen`,
+/// with the QP `rdma_create_ep` was asked for made on it; the request event is left in
+/// the new id's `event`. Err: the errno.
+pub(crate) fn get_request(listen: *mut rdma_cm_id) -> Result<*mut rdma_cm_id, c_int> {
+    let l = listen as usize;
+    let (channel, attr, pd, prev) = {
+        let mut g = lock();
+        let x = g.ids.get_mut(&l).ok_or(libc::EINVAL)?;
+        if !x.sync {
+            return Err(libc::EINVAL);
         }
-        let (channel, attr, pd) = {
-            let g = lock();
-            let Some(x) = g.ids.get(&(listen as usize)) else {
-                return fail(libc::EINVAL);
-            };
-            if !x.sync {
-                return fail(libc::EINVAL);
-            }
-            let c = tri!(cid(&g, listen as usize));
-            (
-                c.channel,
-                x.ep_qp_init.as_deref().map(|a| {
-                    // SAFETY: a bitwise copy of a C structure of plain data and pointers
-                    // (`ibv_qp_init_attr` is not `Copy` only because verbs_abi does not
-                    // derive it); the copy owns nothing.
-                    unsafe { std::ptr::read(a) }
-                }),
-                c.pd,
-            )
-        };
-        // SAFETY: the program's listener.
-        let l = unsafe { &mut *listen };
-        if !l.event.is_null() {
-            // SAFETY: an event of this library.
-            unsafe { rdma_ack_cm_event(l.event) };
-            l.event = std::ptr::null_mut();
+        let attr = x.ep_qp_init.as_deref().map(ffi::copy_qp_init_attr);
+        let c = &mut x.obj.id;
+        let prev = std::mem::replace(&mut c.event, std::ptr::null_mut());
+        (c.channel, attr, c.pd, prev)
+    };
+    if !prev.is_null() {
+        ack_cm_event(prev);
+    }
+    let event = get_event(channel)?;
+    // The listener keeps an event it could not hand on.
+    let keep = |e: *mut rdma_cm_event| {
+        if let Ok(c) = cid_mut(&mut lock(), l) {
+            c.event = e;
         }
-        let event = match get_event(channel) {
-            Ok(e) => e,
-            Err(e) => return fail(e),
-        };
-        // SAFETY: a live event box.
-        let (ty, status, new) = unsafe { ((*event).event, (*event).status, (*event).id) };
-        let refuse = match ty {
-            RDMA_CM_EVENT_REJECTED => Some(libc::ECONNREFUSED),
-            _ if status != 0 => Some(status.abs()),
-            RDMA_CM_EVENT_CONNECT_REQUEST => None,
-            _ => Some(libc::EINVAL),
-        };
-        if let Some(e) = refuse {
-            l.event = event;
-            return fail(e);
+    };
+    let refuse = match event.event {
+        RDMA_CM_EVENT_REJECTED => Some(libc::ECONNREFUSED),
+        _ if event.status != 0 => Some(event.status.abs()),
+        RDMA_CM_EVENT_CONNECT_REQUEST => None,
+        _ => Some(libc::EINVAL),
+    };
+    if let Some(e) = refuse {
+        keep(event.ptr);
+        return Err(e);
+    }
+    let new = event.id;
+    if let Some(mut a) = attr {
+        // The new id is live: its request is not acknowledged.
+        if create_qp(new, pd, Some(&mut a)) != 0 {
+            keep(event.ptr);
+            return Err(errno());
         }
-        if let Some(mut a) = attr {
-            // SAFETY: the new id (live: its request is not acknowledged) and a copy of the
-            // attributes.
-            if unsafe { rdma_create_qp(new, pd, &mut a) } != 0 {
-                l.event = event;
-                return -1;
-            }
-        }
-        // SAFETY: the new id and the caller's pointer.
-        unsafe {
-            (*new).event = event;
-            *id = new;
-        }
-        0
-    })
+    }
+    match cid_mut(&mut lock(), new as usize) {
+        Ok(c) => c.event = event.ptr,
+        Err(e) => return Err(e),
+    }
+    Ok(new)
 }
-default_version!(rdma_get_request, "RDMACM_1.0");
 
 /// `rdma_migrate_id`: the id's events go to `channel` from now on (NULL: a channel of its
 /// own, making the id synchronous); its queued events move with it.
-///
-/// # Safety
-/// `id` is an id of this library; `channel` null or a channel of this library.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_migrate_id(
-    id: *mut rdma_cm_id,
-    channel: *mut rdma_event_channel,
-) -> c_int {
-    crate::ffi::minus1("rdma_migrate_id", move || {
-        let mut g = lock();
-        let k = match id_key(&g, id) {
-            Ok(k) => k,
+pub(crate) fn migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> c_int {
+    let mut g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let (to, sync) = if channel.is_null() {
+        match new_channel(&mut g) {
+            Ok(c) => (c, true),
             Err(e) => return fail(e),
-        };
-        let (to, sync) = if channel.is_null() {
-            match new_channel(&mut g) {
-                Ok(c) => (c, true),
-                Err(e) => return fail(e),
-            }
-        } else if g.channels.contains_key(&(channel as usize)) {
-            (channel, false)
-        } else {
-            return fail(libc::EINVAL);
-        };
-        let from = tri!(g.id(k)).channel;
-        let mut moved = Vec::new();
-        if let Some(c) = g.channels.get_mut(&from) {
-            c.queue.retain(|&e| {
-                // SAFETY: queued events are live boxes.
-                let (of, listen) = unsafe { ((*e).ev.id as usize, (*e).ev.listen_id as usize) };
-                // The id's events, and a listener's connection requests.
-                let mine = of == k || listen == k;
-                if mine {
-                    moved.push(e);
-                }
-                !mine
-            });
-            c.stale += moved.len();
         }
-        if let Some(c) = g.channels.get_mut(&(to as usize)) {
-            for e in moved {
-                c.queue.push_back(e);
-                state::signal(c.fd.as_raw_fd());
-            }
+    } else if g.channels.contains_key(&(channel as usize)) {
+        (channel, false)
+    } else {
+        return fail(libc::EINVAL);
+    };
+    let from = tri!(g.id(k)).channel;
+    let mut moved = std::collections::VecDeque::new();
+    if let Some(c) = g.channels.get_mut(&from) {
+        // The id's events, and a listener's connection requests.
+        let (mine, rest) = std::mem::take(&mut c.queue)
+            .into_iter()
+            .partition(|e| e.ev.id as usize == k || e.ev.listen_id as usize == k);
+        c.queue = rest;
+        moved = mine;
+        c.stale += moved.len();
+    }
+    if let Some(c) = g.channels.get_mut(&(to as usize)) {
+        for e in moved {
+            c.queue.push_back(e);
+            state::signal(c.fd.as_raw_fd());
         }
-        let x = tri!(g.id_mut(k));
-        let old_sync = std::mem::replace(&mut x.sync, sync);
-        x.channel = to as usize;
-        let old = std::mem::replace(&mut tri!(cid(&g, k)).channel, to);
-        drop(g);
-        if old_sync {
-            // SAFETY: the id's former own channel, used by nothing else now.
-            unsafe { rdma_destroy_event_channel(old) };
-        }
-        0
-    })
+    }
+    let x = tri!(g.id_mut(k));
+    let old_sync = std::mem::replace(&mut x.sync, sync);
+    x.channel = to as usize;
+    let old = std::mem::replace(&mut tri!(cid_mut(&mut g, k)).channel, to);
+    drop(g);
+    if old_sync {
+        // The id's former own channel, used by nothing else now.
+        destroy_event_channel(old);
+    }
+    0
 }
-default_version!(rdma_migrate_id, "RDMACM_1.0");
 
-fn errno() -> c_int {
+pub(crate) fn errno() -> c_int {
     errno_or(libc::EINVAL)
 }
 

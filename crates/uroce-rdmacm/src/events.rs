@@ -2,6 +2,8 @@
 //! and `cma_req_handler` make them from the IB CM's), queued on the id's channel, handed
 //! out by `rdma_get_cm_event` and freed by `rdma_ack_cm_event`.
 
+#![deny(unsafe_code)]
+
 use std::ffi::c_int;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -12,6 +14,7 @@ use uroce::verbs::QpState;
 use uroce::wire::cm_repr::IpCmHeaderRepr;
 
 use crate::abi::*;
+use crate::ffi::CBox;
 use crate::qp;
 use crate::state::{gid_of, signal, Channel, EventBox, Id, Phase, State};
 use crate::verbs_abi::ibv_ah_attr;
@@ -55,8 +58,7 @@ pub(crate) fn push(
     let Some(chan) = g.ids.get(&on).map(|i| i.channel) else {
         return;
     };
-    // SAFETY: an all-zero rdma_cm_event (null pointers, zero numbers) is valid.
-    let mut b: Box<EventBox> = Box::new(unsafe { std::mem::zeroed() });
+    let mut b: CBox<EventBox> = CBox::new(crate::ffi::zeroed());
     b.ev.id = id as *mut rdma_cm_id;
     b.ev.listen_id = listen_id as *mut rdma_cm_id;
     b.ev.event = event;
@@ -114,19 +116,17 @@ pub(crate) fn push(
             };
         }
     }
-    let e = Box::into_raw(b);
     match g.deferred.as_mut() {
-        Some(d) => d.push((chan, e)),
-        None => deliver(g, chan, e),
+        Some(d) => d.push((chan, b)),
+        None => deliver(g, chan, b),
     }
 }
 
 /// Queues event `e` on channel `chan` and counts it in the channel's fd, if its id (and
 /// the listener of a connection request) and the channel are still there; otherwise the
 /// event is freed, and a connection request's new id with it (its REQ rejected).
-pub(crate) fn deliver(g: &mut State, chan: usize, e: *mut EventBox) {
-    // SAFETY: `e` is a live box made by `push`.
-    let (id, listen) = unsafe { ((*e).ev.id as usize, (*e).ev.listen_id as usize) };
+pub(crate) fn deliver(g: &mut State, chan: usize, e: CBox<EventBox>) {
+    let (id, listen) = (e.ev.id as usize, e.ev.listen_id as usize);
     let alive = g.ids.contains_key(&id) && (listen == 0 || g.ids.contains_key(&listen));
     match g.channels.get_mut(&chan) {
         Some(c) if alive => {
@@ -134,8 +134,7 @@ pub(crate) fn deliver(g: &mut State, chan: usize, e: *mut EventBox) {
             signal(c.fd.as_raw_fd());
         }
         _ => {
-            // SAFETY: as above; in no queue.
-            drop(unsafe { Box::from_raw(e) });
+            drop(e);
             if listen != 0 {
                 crate::api::discard_id(g, id);
             }
@@ -149,17 +148,15 @@ pub(crate) fn deliver(g: &mut State, chan: usize, e: *mut EventBox) {
 pub(crate) fn forget_queued(c: &mut Channel, id: usize) -> Vec<usize> {
     let mut children = Vec::new();
     let mut dropped = 0;
-    c.queue.retain(|&e| {
-        // SAFETY: queued events are live boxes of this library.
-        let (of, listen) = unsafe { ((*e).ev.id as usize, (*e).ev.listen_id as usize) };
+    c.queue.retain(|e| {
+        let (of, listen) = (e.ev.id as usize, e.ev.listen_id as usize);
         let mine = of == id || listen == id;
         if mine {
             if listen == id {
                 children.push(of);
             }
+            // The event is freed as `retain` drops it.
             dropped += 1;
-            // SAFETY: the box was leaked by `push` and is in no other list.
-            drop(unsafe { Box::from_raw(e) });
         }
         !mine
     });
@@ -390,8 +387,7 @@ fn new_child(
     let l = &g.ids[&listener];
     let local = SocketAddr::new(ip, l.src.map_or(0, |s| s.port()));
     let (ps, mut channel, tos, sync) = (l.ps, l.channel, l.tos, l.sync);
-    // SAFETY: the listener's object is live while it is in `ids`.
-    let (lctx, mut lchan) = unsafe { ((*l.obj).id.context, (*l.obj).id.channel) };
+    let (lctx, mut lchan) = (l.obj.id.context, l.obj.id.channel);
     // A synchronous listener's children are synchronous, each with a channel of its own
     // (librdmacm migrates them), so that rdma_accept can wait for its ESTABLISHED.
     if sync {
@@ -401,8 +397,7 @@ fn new_child(
         }
     }
     let obj = crate::api::new_id_box(lchan, lctx, ps, qp_type);
-    g.attach(obj, d);
-    let p = obj as usize;
+    let p = obj.addr();
     let psn = (g.random() & 0xff_ffff) as u32;
     g.ids.insert(
         p,
@@ -427,6 +422,7 @@ fn new_child(
             req: None,
         },
     );
+    g.attach(p, d);
     crate::api::set_route(g, p);
     g.devices.as_mut().expect("device")[d].by_cm.insert(cm.0, p);
     p
@@ -526,8 +522,7 @@ fn connect_reply(g: &mut State, d: usize, cm: CmId, rep: &ConnectReply) {
     let Some(i) = id_of(g, d, cm) else {
         return;
     };
-    // SAFETY: the id's object is live while it is in `ids`.
-    let has_qp = unsafe { !(*g.ids[&i].obj).id.qp.is_null() };
+    let has_qp = !g.ids[&i].obj.id.qp.is_null();
     // This side's view, as `cm_format_rep_event`: the peer's initiator depth is what
     // this side may take as responder, and the other way round.
     let param = Param::Conn {

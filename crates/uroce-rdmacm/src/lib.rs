@@ -18,6 +18,9 @@
 //!
 //! - [`ffi`]: the C boundary every exported call goes through: a panic becomes -1 (or
 //!   NULL) with errno `EIO`, never an abort of the host program.
+//!   With `exports` (the exported functions, thin wrappers), `verbs` (the calls into the
+//!   loaded libibverbs) and `addrinfo` it holds all the crate's `unsafe`: `api`,
+//!   `events`, `qp` and `state` are `#![deny(unsafe_code)]`.
 //!
 //! The plan. Ids, event channels (a pollable fd per channel), address and route resolution
 //! from the host's routes and neighbours, and connection establishment run on uroce's

@@ -3,6 +3,8 @@
 //! the INIT attributes of a QP not connected yet (`ucma_init_conn_qp`,
 //! `ucma_init_ud_qp`).
 
+#![deny(unsafe_code)]
+
 use std::ffi::c_int;
 
 use uroce::cm::mtu_code;
@@ -110,14 +112,12 @@ pub(crate) fn cm_attr(g: &State, i: usize, to: QpState) -> Result<(ibv_qp_attr, 
 /// Moves id `i`'s QP to `to` with the CM's attributes.
 pub(crate) fn modify_from_cm(g: &State, i: usize, to: QpState) -> Result<(), c_int> {
     let (mut attr, mask) = cm_attr(g, i, to)?;
-    // SAFETY: the id's object is live while it is in `ids`.
-    let qp = unsafe { (*g.ids[&i].obj).id.qp };
+    let qp = g.id(i)?.obj.id.qp;
     if qp.is_null() {
         return Err(libc::EINVAL);
     }
     let v = verbs()?;
-    // SAFETY: a QP of the program's (an ibverbs object) and a live attribute struct.
-    match unsafe { (v.modify_qp)(qp, &mut attr, mask) } {
+    match v.modify_qp(qp, &mut attr, mask) {
         0 => Ok(()),
         e => Err(e),
     }
@@ -143,8 +143,7 @@ pub(crate) fn init_new_qp(
         | IBV_QP_PKEY_INDEX
         | IBV_QP_PORT
         | if ud { IBV_QP_QKEY } else { IBV_QP_ACCESS_FLAGS };
-    // SAFETY: a QP just created and a live attribute struct.
-    let r = unsafe { (v.modify_qp)(qp, &mut a, mask) };
+    let r = v.modify_qp(qp, &mut a, mask);
     if r != 0 {
         return Err(r);
     }
@@ -155,8 +154,7 @@ pub(crate) fn init_new_qp(
         qp_state: 2,
         ..ibv_qp_attr::default()
     };
-    // SAFETY: as above.
-    let r = unsafe { (v.modify_qp)(qp, &mut a, IBV_QP_STATE) };
+    let r = v.modify_qp(qp, &mut a, IBV_QP_STATE);
     if r != 0 {
         return Err(r);
     }
@@ -165,8 +163,7 @@ pub(crate) fn init_new_qp(
         sq_psn,
         ..ibv_qp_attr::default()
     };
-    // SAFETY: as above.
-    match unsafe { (v.modify_qp)(qp, &mut a, IBV_QP_STATE | IBV_QP_SQ_PSN) } {
+    match v.modify_qp(qp, &mut a, IBV_QP_STATE | IBV_QP_SQ_PSN) {
         0 => Ok(()),
         e => Err(e),
     }
@@ -175,8 +172,7 @@ pub(crate) fn init_new_qp(
 /// Moves id `i`'s QP (RC or UC) to the error state, if it has one.
 pub(crate) fn to_error(g: &State, i: usize) {
     let Some(id) = g.ids.get(&i) else { return };
-    // SAFETY: the id's object is live while it is in `ids`.
-    let (qp, qp_type) = unsafe { ((*id.obj).id.qp, (*id.obj).id.qp_type) };
+    let (qp, qp_type) = (id.obj.id.qp, id.obj.id.qp_type);
     if qp.is_null() || qp_type == 4 {
         return;
     }
@@ -185,7 +181,6 @@ pub(crate) fn to_error(g: &State, i: usize) {
             qp_state: 6,
             ..ibv_qp_attr::default()
         };
-        // SAFETY: the program's QP and a live attribute struct.
-        unsafe { (v.modify_qp)(qp, &mut a, IBV_QP_STATE) };
+        v.modify_qp(qp, &mut a, IBV_QP_STATE);
     }
 }

@@ -6,10 +6,12 @@
 //! One mutex guards it all. MADs are sent after it is released (finding a peer's MAC may
 //! take an ARP exchange), by whoever made them: an API call or the CM thread.
 
+#![deny(unsafe_code)]
+
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -17,8 +19,9 @@ use uroce::cm::{CmConfig, CmEndpoint, CmId, OutMad};
 use uroce::verbs::Mtu;
 
 use crate::abi::{ibv_sa_path_rec, rdma_cm_event, rdma_cm_id, rdma_event_channel};
+use crate::ffi::CBox;
 use crate::verbs::verbs;
-use crate::verbs_abi::{ibv_context, ibv_device_attr, ibv_gid, ibv_port_attr};
+use crate::verbs_abi::ibv_context;
 
 /// An open uroce device as the CM uses it.
 pub(crate) struct Device {
@@ -61,8 +64,9 @@ pub(crate) enum Phase {
 
 /// An `rdma_cm_id` and what the library knows of it.
 pub(crate) struct Id {
-    /// The C object (a Box leaked to the program, freed by `rdma_destroy_id`).
-    pub obj: *mut IdBox,
+    /// The C object (its address is the program's `rdma_cm_id *`; freed with the `Id`, by
+    /// `rdma_destroy_id`).
+    pub obj: CBox<IdBox>,
     pub ps: c_int,
     pub channel: usize,
     /// The id made its own channel (`rdma_create_id` without one: synchronous calls).
@@ -95,12 +99,6 @@ pub(crate) struct Id {
     pub req: Option<Box<uroce::cm::ConnectRequest>>,
 }
 
-// SAFETY: the raw pointers are addresses of objects this library allocated (or the
-// program's, only handed back); every access to them is under the state's mutex.
-unsafe impl Send for Id {}
-// SAFETY: as for `Id`.
-unsafe impl Send for Device {}
-
 /// The C `rdma_cm_id` and the path record its route points at.
 #[repr(C)]
 pub struct IdBox {
@@ -111,17 +109,17 @@ pub struct IdBox {
 /// An event channel: its eventfd (a semaphore: one count per event queued, or dropped
 /// after it was counted) and the events not taken yet.
 pub(crate) struct Channel {
-    pub obj: *mut rdma_event_channel,
+    /// The C object (its address is the program's `rdma_event_channel *`), held to be
+    /// freed with the channel.
+    #[allow(dead_code)]
+    pub obj: CBox<rdma_event_channel>,
     pub fd: OwnedFd,
-    pub queue: VecDeque<*mut EventBox>,
+    pub queue: VecDeque<CBox<EventBox>>,
     /// Counts in the fd whose events were dropped (their id destroyed or moved): taken
     /// by `rdma_get_cm_event` without an event. The fd is never read under the lock
     /// (a blocking read there could wait for ever while another thread took the count).
     pub stale: usize,
 }
-
-// SAFETY: as for `Id`.
-unsafe impl Send for Channel {}
 
 /// The C `rdma_cm_event` and the private data its parameters point at.
 #[repr(C)]
@@ -136,8 +134,8 @@ pub(crate) struct State {
     pub devices: Option<Vec<Device>>,
     pub ids: HashMap<usize, Id>,
     pub channels: HashMap<usize, Channel>,
-    /// Events handed out and not acknowledged.
-    pub outstanding: HashMap<usize, usize>,
+    /// Events handed out and not acknowledged, by address.
+    pub outstanding: HashMap<usize, CBox<EventBox>>,
     /// Next value of the generator of PSNs and ports.
     rng: u64,
     /// The CM thread runs.
@@ -145,11 +143,8 @@ pub(crate) struct State {
     /// While the CM thread handles what arrived: the events it made, each with its
     /// channel, queued only once the MADs that answer what arrived are sent (a DREP must
     /// leave before the program, told it is disconnected, may exit).
-    pub deferred: Option<Vec<(usize, *mut EventBox)>>,
+    pub deferred: Option<Vec<(usize, CBox<EventBox>)>>,
 }
-
-// SAFETY: as for `Id`.
-unsafe impl Send for State {}
 
 /// The CM thread's wake-up eventfd.
 fn wake_fd() -> RawFd {
@@ -158,40 +153,7 @@ fn wake_fd() -> RawFd {
         .as_raw_fd()
 }
 
-pub(crate) fn eventfd(flags: c_int) -> std::io::Result<OwnedFd> {
-    // SAFETY: eventfd takes no pointers; a negative return is an error.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just opened and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Adds one to an eventfd's counter.
-pub(crate) fn signal(fd: RawFd) {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a live u64 to an eventfd.
-    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
-}
-
-/// Takes one count from a semaphore eventfd, blocking unless it is non-blocking.
-pub(crate) fn take_one(fd: RawFd) -> Result<(), c_int> {
-    let mut n: u64 = 0;
-    loop {
-        // SAFETY: reads 8 bytes into a live u64 from an eventfd.
-        let r = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
-        if r == 8 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO);
-        if e != libc::EINTR {
-            return Err(e);
-        }
-    }
-}
+pub(crate) use crate::ffi::{eventfd, signal, take_one};
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
@@ -259,29 +221,21 @@ pub(crate) fn ip_of_gid(raw: [u8; 16]) -> IpAddr {
 /// not link-local.
 fn open_devices() -> Result<Vec<Device>, c_int> {
     let v = verbs()?;
-    let mut n: c_int = 0;
-    // SAFETY: `n` is a live int; the list is never freed (the contexts keep the devices).
-    let list = unsafe { (v.get_device_list)(&mut n) };
-    if list.is_null() {
+    let list = v.device_list();
+    if list.is_empty() {
         return Err(libc::ENODEV);
     }
     let mut out = Vec::new();
-    for i in 0..usize::try_from(n).unwrap_or(0) {
-        // SAFETY: the list holds `n` device pointers.
-        let dev = unsafe { *list.add(i) };
-        // SAFETY: a device of the list.
-        let ctx = unsafe { (v.open_device)(dev) };
+    for dev in list {
+        let ctx = v.open_device(dev);
         if ctx.is_null() {
             continue;
         }
         let mut gids = Vec::new();
         for index in 0..16u8 {
-            let mut gid = ibv_gid { raw: [0; 16] };
-            // SAFETY: an open context and a live ibv_gid.
-            if unsafe { (v.query_gid)(ctx, 1, c_int::from(index), &mut gid) } != 0 {
+            let Some(raw) = v.query_gid(ctx, c_int::from(index)) else {
                 break;
-            }
-            let raw = gid.raw;
+            };
             if raw != [0; 16] {
                 gids.push((index, ip_of_gid(raw)));
             }
@@ -299,31 +253,19 @@ fn open_devices() -> Result<Vec<Device>, c_int> {
         let Some((sgid_index, ip)) = pick else {
             continue;
         };
-        // SAFETY: zeroed C structures are valid; the context is open.
-        let mut port: ibv_port_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: ibv_query_port of the loaded libibverbs on an open context, into a
-        // live local of the size it expects.
-        let mtu = if unsafe { (v.query_port)(ctx, 1, &mut port) } == 0 {
-            match port.active_mtu {
-                1 => Mtu::M256,
-                2 => Mtu::M512,
-                4 => Mtu::M2048,
-                5 => Mtu::M4096,
-                _ => Mtu::M1024,
-            }
-        } else {
-            Mtu::M1024
+        let mtu = match v.query_port(ctx).map(|p| p.active_mtu) {
+            Some(1) => Mtu::M256,
+            Some(2) => Mtu::M512,
+            Some(4) => Mtu::M2048,
+            Some(5) => Mtu::M4096,
+            _ => Mtu::M1024,
         };
-        // SAFETY: as above.
-        let mut attr: ibv_device_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: ibv_query_device on an open context, into a live local.
-        let (guid, max_rd) = if unsafe { (v.query_device)(ctx, &mut attr) } == 0 {
-            (
+        let (guid, max_rd) = match v.query_device(ctx) {
+            Some(attr) => (
                 u64::from_be(attr.node_guid),
                 u8::try_from(attr.max_qp_rd_atom).unwrap_or(u8::MAX),
-            )
-        } else {
-            (0, 16)
+            ),
+            None => (0, 16),
         };
         let seed = run_seed() ^ guid;
         out.push(Device {
@@ -394,23 +336,24 @@ impl State {
             .ok_or(libc::EADDRNOTAVAIL)
     }
 
-    /// Puts device `d` into the C id `obj`: its context, port 1 and the device's PD.
-    pub fn attach(&mut self, obj: *mut IdBox, d: usize) {
+    /// Puts device `d` into the C id of id `k`: its context, port 1 and the device's PD.
+    pub fn attach(&mut self, k: usize, d: usize) {
         let Ok(v) = verbs() else { return };
         let Some(dev) = self.devices.as_mut().and_then(|v| v.get_mut(d)) else {
             return;
         };
         if dev.pd.is_null() {
-            // SAFETY: an open context.
-            dev.pd = unsafe { (v.alloc_pd)(dev.ctx) };
+            dev.pd = v.alloc_pd(dev.ctx);
         }
-        // SAFETY: `obj` is a live id of this library (the lock is held).
-        unsafe {
-            (*obj).id.verbs = dev.ctx;
-            (*obj).id.port_num = 1;
-            if (*obj).id.pd.is_null() {
-                (*obj).id.pd = dev.pd;
-            }
+        let (ctx, pd) = (dev.ctx, dev.pd);
+        let Some(x) = self.ids.get_mut(&k) else {
+            return;
+        };
+        let id = &mut x.obj.id;
+        id.verbs = ctx;
+        id.port_num = 1;
+        if id.pd.is_null() {
+            id.pd = pd;
         }
     }
 
@@ -419,8 +362,7 @@ impl State {
         let v = verbs()?;
         let dev = &mut self.devices()?[d];
         if dev.gsi_fd.is_none() {
-            // SAFETY: an open context.
-            let fd = unsafe { (v.gsi_open)(dev.ctx) };
+            let fd = v.gsi_open(dev.ctx);
             if fd < 0 {
                 return Err(-fd);
             }
@@ -524,13 +466,10 @@ fn cm_thread() {
             })
             .collect();
         let ms = timeout.as_micros().div_ceil(1000) as c_int;
-        // SAFETY: a live array of pollfds.
-        unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+        crate::ffi::poll(&mut pfds, ms);
         for p in &pfds {
             if p.revents != 0 {
-                let mut n: u64 = 0;
-                // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd.
-                let _ = unsafe { libc::read(p.fd, (&mut n as *mut u64).cast(), 8) };
+                crate::ffi::drain(p.fd);
             }
         }
     }
@@ -544,17 +483,7 @@ fn send_quiet(out: Vec<(*mut ibv_context, OutMad)>) {
     let Ok(v) = verbs() else { return };
     for (ctx, m) in out {
         let gid = gid_of(m.to);
-        // SAFETY: an open context; 16 bytes of GID and the MAD's bytes are live.
-        let _ = unsafe {
-            (v.gsi_send)(
-                ctx,
-                gid.as_ptr(),
-                m.remote_qpn,
-                m.qkey,
-                m.mad.as_ptr(),
-                m.mad.len(),
-            )
-        };
+        let _ = v.gsi_send(ctx, &gid, m.remote_qpn, m.qkey, &m.mad);
     }
 }
 
@@ -571,16 +500,7 @@ fn receive_all(g: &mut State, now: Instant, buf: &mut [u8; 256]) {
         loop {
             let mut gid = [0u8; 16];
             let mut src_qp = 0u32;
-            // SAFETY: an open context; 16 bytes, a u32 and 256 bytes, all live.
-            let n = unsafe {
-                (v.gsi_recv)(
-                    d.ctx,
-                    gid.as_mut_ptr(),
-                    &mut src_qp,
-                    buf.as_mut_ptr(),
-                    buf.len(),
-                )
-            };
+            let n = v.gsi_recv(d.ctx, &mut gid, &mut src_qp, buf);
             if n <= 0 {
                 break;
             }

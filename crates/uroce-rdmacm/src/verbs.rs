@@ -9,6 +9,14 @@
 //! `UROCE_PRIVATE_1`) exist only in uroce's library: without them the loaded
 //! libibverbs is another one (Debian's, talking to a kernel uroce is not), and every call
 //! that needs a device fails with ENODEV.
+//!
+//! This module is the crate's boundary with that library: the rest of the crate calls
+//! the safe methods of [`Verbs`], whose pointer arguments are, by the crate's own
+//! invariant, objects of the loaded libibverbs (contexts it opened, and the PDs, CQs,
+//! completion channels and QPs of an id, made by it or handed to it by the program with
+//! `rdma_create_qp` / `rdma_create_ep`, which the program keeps alive as `rdma_cma.h`
+//! requires) or null where `verbs.h` allows it. The fields, the raw entry points, are
+//! private to this module.
 
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::OnceLock;
@@ -23,7 +31,7 @@ macro_rules! verbs_table {
         /// The entry points, resolved once.
         #[allow(non_snake_case)]
         pub struct Verbs {
-            $(pub $field: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
+            $($field: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
         }
 
         impl Verbs {
@@ -101,4 +109,154 @@ pub fn verbs() -> Result<&'static Verbs, c_int> {
         })
         .as_ref()
         .map_err(|_| libc::ENODEV)
+}
+
+impl Verbs {
+    /// `ibv_get_device_list`: the devices (never freed: the contexts keep them).
+    pub fn device_list(&self) -> Vec<*mut ibv_device> {
+        let mut n: c_int = 0;
+        // SAFETY: `n` is a live int.
+        let list = unsafe { (self.get_device_list)(&mut n) };
+        if list.is_null() {
+            return Vec::new();
+        }
+        (0..usize::try_from(n).unwrap_or(0))
+            // SAFETY: the list holds `n` device pointers.
+            .map(|i| unsafe { *list.add(i) })
+            .collect()
+    }
+
+    /// `ibv_open_device` of a device of [`Verbs::device_list`].
+    pub fn open_device(&self, dev: *mut ibv_device) -> *mut ibv_context {
+        // SAFETY: a device of the list (the module's invariant).
+        unsafe { (self.open_device)(dev) }
+    }
+
+    /// `ibv_query_gid` of port 1.
+    pub fn query_gid(&self, ctx: *mut ibv_context, index: c_int) -> Option<[u8; 16]> {
+        let mut gid = ibv_gid { raw: [0; 16] };
+        // SAFETY: an open context and a live ibv_gid.
+        match unsafe { (self.query_gid)(ctx, 1, index, &mut gid) } {
+            0 => Some(gid.raw),
+            _ => None,
+        }
+    }
+
+    /// `ibv_query_port` of port 1.
+    pub fn query_port(&self, ctx: *mut ibv_context) -> Option<ibv_port_attr> {
+        let mut port: ibv_port_attr = crate::ffi::zeroed();
+        // SAFETY: an open context, into a live local of the size it expects.
+        (unsafe { (self.query_port)(ctx, 1, &mut port) } == 0).then_some(port)
+    }
+
+    /// `ibv_query_device`.
+    pub fn query_device(&self, ctx: *mut ibv_context) -> Option<ibv_device_attr> {
+        let mut attr: ibv_device_attr = crate::ffi::zeroed();
+        // SAFETY: an open context, into a live local.
+        (unsafe { (self.query_device)(ctx, &mut attr) } == 0).then_some(attr)
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self, ctx: *mut ibv_context) -> *mut ibv_pd {
+        // SAFETY: an open context.
+        unsafe { (self.alloc_pd)(ctx) }
+    }
+
+    /// `ibv_create_comp_channel`.
+    pub fn create_comp_channel(&self, ctx: *mut ibv_context) -> *mut ibv_comp_channel {
+        // SAFETY: an open context.
+        unsafe { (self.create_comp_channel)(ctx) }
+    }
+
+    /// `ibv_destroy_comp_channel`.
+    pub fn destroy_comp_channel(&self, ch: *mut ibv_comp_channel) -> c_int {
+        // SAFETY: a channel of the loaded library, destroyed once (callers clear it).
+        unsafe { (self.destroy_comp_channel)(ch) }
+    }
+
+    /// `ibv_create_cq` (`cq_context` is handed back to the program only).
+    pub fn create_cq(
+        &self,
+        ctx: *mut ibv_context,
+        cqe: c_int,
+        cq_context: *mut c_void,
+        ch: *mut ibv_comp_channel,
+    ) -> *mut ibv_cq {
+        // SAFETY: an open context and a channel of it (or null).
+        unsafe { (self.create_cq)(ctx, cqe, cq_context, ch, 0) }
+    }
+
+    /// `ibv_destroy_cq`.
+    pub fn destroy_cq(&self, cq: *mut ibv_cq) -> c_int {
+        // SAFETY: a CQ of the loaded library, destroyed once (callers clear it).
+        unsafe { (self.destroy_cq)(cq) }
+    }
+
+    /// `ibv_create_qp`.
+    pub fn create_qp(&self, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> *mut ibv_qp {
+        // SAFETY: a PD of the loaded library; live attributes whose CQs and SRQ are its
+        // objects or null.
+        unsafe { (self.create_qp)(pd, attr) }
+    }
+
+    /// `ibv_modify_qp`: 0 or an errno.
+    pub fn modify_qp(&self, qp: *mut ibv_qp, attr: &mut ibv_qp_attr, mask: c_int) -> c_int {
+        // SAFETY: a QP of the loaded library and a live attribute struct.
+        unsafe { (self.modify_qp)(qp, attr, mask) }
+    }
+
+    /// `ibv_destroy_qp`.
+    pub fn destroy_qp(&self, qp: *mut ibv_qp) -> c_int {
+        // SAFETY: a QP of the loaded library, destroyed once (callers clear it).
+        unsafe { (self.destroy_qp)(qp) }
+    }
+
+    /// `uroce_gsi_open`: QP 1's descriptor, or a negative errno.
+    pub fn gsi_open(&self, ctx: *mut ibv_context) -> c_int {
+        // SAFETY: an open context.
+        unsafe { (self.gsi_open)(ctx) }
+    }
+
+    /// `uroce_gsi_send`: a MAD to `gid`'s QP `qpn`.
+    pub fn gsi_send(
+        &self,
+        ctx: *mut ibv_context,
+        gid: &[u8; 16],
+        qpn: u32,
+        qkey: u32,
+        mad: &[u8],
+    ) -> c_int {
+        // SAFETY: an open context; the GID and the MAD are live.
+        unsafe { (self.gsi_send)(ctx, gid.as_ptr(), qpn, qkey, mad.as_ptr(), mad.len()) }
+    }
+
+    /// `uroce_gsi_recv`: a MAD into `buf` (its length), or 0 / negative for none.
+    pub fn gsi_recv(
+        &self,
+        ctx: *mut ibv_context,
+        gid: &mut [u8; 16],
+        src_qp: &mut u32,
+        buf: &mut [u8],
+    ) -> c_int {
+        // SAFETY: an open context; 16 bytes, a u32 and the buffer, all live.
+        unsafe { (self.gsi_recv)(ctx, gid.as_mut_ptr(), src_qp, buf.as_mut_ptr(), buf.len()) }
+    }
+
+    /// `uroce_gsi_resolve`: finds `gid`'s MAC; 0 or an errno.
+    pub fn gsi_resolve(&self, ctx: *mut ibv_context, gid: &[u8; 16], timeout_ms: c_int) -> c_int {
+        // SAFETY: an open context; 16 live bytes.
+        unsafe { (self.gsi_resolve)(ctx, gid.as_ptr(), timeout_ms) }
+    }
+}
+
+/// A QP's number (`qp->qp_num`) of a live, non-null QP of the loaded library.
+pub fn qp_num(qp: *mut ibv_qp) -> u32 {
+    // SAFETY: the module's invariant; callers check null.
+    unsafe { (*qp).qp_num }
+}
+
+/// A QP's type (`qp->qp_type`), as [`qp_num`].
+pub fn qp_type(qp: *mut ibv_qp) -> c_int {
+    // SAFETY: as for `qp_num`.
+    unsafe { (*qp).qp_type }
 }

@@ -352,3 +352,164 @@ pub extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
     })
 }
 default_version!(ibv_wc_status_str, "IBVERBS_1.1");
+
+// ---------------------------------------------------------------------------------------
+// Queue pairs (`qp.rs`, safe code): each turns its C arguments into values through the
+// audited helpers of `ffi.rs` and calls its body there.
+
+/// `ibv_create_qp`: a QP in RESET; `attr->cap` is updated with what was granted.
+///
+/// # Safety
+/// `attr` is NULL or points at a readable and writable `struct ibv_qp_init_attr` that
+/// nothing else touches during the call.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut crate::abi::ibv_pd,
+    attr: *mut crate::abi::ibv_qp_init_attr,
+) -> *mut crate::abi::ibv_qp {
+    ffi::ptr("ibv_create_qp", move || {
+        // SAFETY: the caller's contract.
+        let attr = unsafe { ffi::in_out(attr) };
+        crate::qp::create_qp(pd, attr)
+    })
+}
+default_version!(ibv_create_qp, "IBVERBS_1.1");
+
+/// `ibv_modify_qp`: 0, or the errno ibverbs gives.
+///
+/// # Safety
+/// `attr` is NULL or points at a readable `struct ibv_qp_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut crate::abi::ibv_qp,
+    attr: *mut crate::abi::ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    ffi::errno("ibv_modify_qp", move || {
+        // SAFETY: the caller's contract.
+        let attr = unsafe { ffi::read(attr) }.ok();
+        crate::qp::modify_qp(qp, attr, mask)
+    })
+}
+default_version!(ibv_modify_qp, "IBVERBS_1.1");
+
+/// `ibv_query_qp`: the QP's attributes (all of them, whatever `mask` asks) and what it
+/// was created with.
+///
+/// # Safety
+/// `attr` and `init_attr` are NULL or point at writable structures.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut crate::abi::ibv_qp,
+    attr: *mut crate::abi::ibv_qp_attr,
+    _mask: c_int,
+    init_attr: *mut crate::abi::ibv_qp_init_attr,
+) -> c_int {
+    ffi::errno("ibv_query_qp", move || {
+        if attr.is_null() || init_attr.is_null() {
+            return libc::EINVAL;
+        }
+        match crate::qp::query_qp(qp) {
+            Ok((a, i)) => {
+                // SAFETY: the caller's pointers, not NULL.
+                let _ = unsafe { ffi::write(attr, a) };
+                // SAFETY: as above.
+                let _ = unsafe { ffi::write(init_attr, i) };
+                0
+            }
+            Err(e) => e,
+        }
+    })
+}
+default_version!(ibv_query_qp, "IBVERBS_1.1");
+
+/// `ibv_destroy_qp`: 0 or EINVAL for an unknown QP.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_qp(qp: *mut crate::abi::ibv_qp) -> c_int {
+    ffi::errno("ibv_destroy_qp", move || crate::qp::destroy_qp(qp))
+}
+default_version!(ibv_destroy_qp, "IBVERBS_1.1");
+
+/// `ibv_context_ops.post_send` (the inline `ibv_post_send`).
+///
+/// # Safety
+/// As verbs.h has `ibv_post_send`'s arguments: `qp` NULL or readable, `wr` a valid list
+/// (see `ffi::WrList::new`), `bad` NULL or writable.
+pub(crate) unsafe extern "C" fn post_send(
+    qp: *mut crate::abi::ibv_qp,
+    wr: *mut crate::abi::ibv_send_wr,
+    bad: *mut *mut crate::abi::ibv_send_wr,
+) -> c_int {
+    ffi::errno("post_send", move || {
+        // SAFETY: the caller's contract (the inline ibv_post_send read `qp->context`
+        // already).
+        let ctx = unsafe { ffi::qp_context(qp) };
+        // SAFETY: as above.
+        let list = unsafe { ffi::WrList::new(wr, bad) };
+        crate::qp::post_send(ctx, qp, list)
+    })
+}
+
+/// `ibv_context_ops.post_recv` (the inline `ibv_post_recv`), as [`post_send`].
+///
+/// # Safety
+/// As [`post_send`].
+pub(crate) unsafe extern "C" fn post_recv(
+    qp: *mut crate::abi::ibv_qp,
+    wr: *mut crate::abi::ibv_recv_wr,
+    bad: *mut *mut crate::abi::ibv_recv_wr,
+) -> c_int {
+    ffi::errno("post_recv", move || {
+        // SAFETY: the caller's contract.
+        let ctx = unsafe { ffi::qp_context(qp) };
+        // SAFETY: as above.
+        let list = unsafe { ffi::WrList::new(wr, bad) };
+        crate::qp::post_recv(ctx, qp, list)
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Memory windows (`mw.rs`, safe code): the `ibv_context_ops` entries.
+
+/// `ibv_context_ops.alloc_mw`.
+///
+/// # Safety
+/// None beyond the ABI: `pd` is only looked up.
+pub(crate) unsafe extern "C" fn alloc_mw(
+    pd: *mut crate::abi::ibv_pd,
+    mw_type: c_int,
+) -> *mut crate::abi::ibv_mw {
+    ffi::ptr("alloc_mw", move || crate::mw::alloc_mw(pd, mw_type))
+}
+
+/// `ibv_context_ops.dealloc_mw`.
+///
+/// # Safety
+/// None beyond the ABI: `mw` is only looked up.
+pub(crate) unsafe extern "C" fn dealloc_mw(mw: *mut crate::abi::ibv_mw) -> c_int {
+    ffi::errno("dealloc_mw", move || crate::mw::dealloc_mw(mw))
+}
+
+/// `ibv_context_ops.bind_mw`.
+///
+/// # Safety
+/// As verbs.h has `ibv_bind_mw`'s arguments: `mw` NULL or readable, `bind` NULL or a
+/// readable `struct ibv_mw_bind`.
+pub(crate) unsafe extern "C" fn bind_mw(
+    qp: *mut crate::abi::ibv_qp,
+    mw: *mut crate::abi::ibv_mw,
+    bind: *mut crate::abi::ibv_mw_bind,
+) -> c_int {
+    ffi::errno("bind_mw", move || {
+        if qp.is_null() || mw.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller's contract (the inline ibv_bind_mw read `mw->context`
+        // already).
+        let (ctx, b) = unsafe { (ffi::mw_context(mw), ffi::read(bind)) };
+        match b {
+            Ok(b) => crate::mw::bind_mw(qp, mw, ctx, b),
+            Err(e) => e,
+        }
+    })
+}

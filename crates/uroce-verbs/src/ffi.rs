@@ -226,6 +226,300 @@ pub(crate) unsafe fn object<'a, T>(p: *mut T) -> &'a mut T {
     unsafe { &mut *p }
 }
 
+// ---------------------------------------------------------------------------------
+// Queue pairs: the QP objects of a context's registry, and the work request lists the
+// program posts.
+
+/// The QP object `qp` if it is registered in `inner` (a key of `inner.qps`), to read and
+/// change the fields the program reads (`qp->state`); the reference borrows `inner`, so
+/// no other call of this library reaches the object meanwhile.
+pub(crate) fn qp_object(
+    inner: &mut crate::engine::Inner,
+    qp: *mut crate::abi::ibv_qp,
+) -> Option<&mut crate::abi::ibv_qp> {
+    if !inner.qps.contains_key(&(qp as usize)) {
+        return None;
+    }
+    // SAFETY: a key of `qps` is a live Box from `ibv_create_qp`, freed only as it leaves
+    // the registry (`take_qp`); `inner` is borrowed mutably for the reference's life.
+    Some(unsafe { object(qp) })
+}
+
+/// Takes QP `qp` out of `inner`'s registry and frees its C object: its entry, or None
+/// when it is not registered.
+pub(crate) fn take_qp(
+    inner: &mut crate::engine::Inner,
+    qp: *mut crate::abi::ibv_qp,
+) -> Option<crate::engine::QpEntry> {
+    let e = inner.qps.remove(&(qp as usize))?;
+    // SAFETY: a key of `qps` is a live Box from `ibv_create_qp`; it has just left the
+    // registry, under the context's lock, so it is freed once.
+    unsafe { free_c(qp) };
+    Some(e)
+}
+
+/// The memory window object `mw` if it is registered in `inner` (a key of `inner.mws`),
+/// as [`qp_object`].
+pub(crate) fn mw_object(
+    inner: &mut crate::engine::Inner,
+    mw: *mut crate::abi::ibv_mw,
+) -> Option<&mut crate::abi::ibv_mw> {
+    if !inner.mws.contains_key(&(mw as usize)) {
+        return None;
+    }
+    // SAFETY: a key of `mws` is a live Box from `alloc_mw`, freed only as it leaves the
+    // registry (`take_mw`); `inner` is borrowed mutably for the reference's life.
+    Some(unsafe { object(mw) })
+}
+
+/// Takes window `mw` out of `inner`'s registry and frees its C object, as [`take_qp`].
+pub(crate) fn take_mw(
+    inner: &mut crate::engine::Inner,
+    mw: *mut crate::abi::ibv_mw,
+) -> Option<(uroce::verbs::Mw, usize)> {
+    let e = inner.mws.remove(&(mw as usize))?;
+    // SAFETY: a key of `mws` is a live Box from `alloc_mw`; it has just left the
+    // registry, under the context's lock, so it is freed once.
+    unsafe { free_c(mw) };
+    Some(e)
+}
+
+/// The context window `mw` names (`mw->context`), as [`qp_context`].
+///
+/// # Safety
+/// `mw` is NULL or readable.
+pub(crate) unsafe fn mw_context(mw: *mut crate::abi::ibv_mw) -> *mut crate::abi::ibv_context {
+    if mw.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the caller's contract.
+    unsafe { (*mw).context }
+}
+
+/// The context QP `qp` names (`qp->context`), as the inline posting verbs of verbs.h
+/// read it; NULL for a NULL QP.
+///
+/// # Safety
+/// `qp` is NULL or readable.
+pub(crate) unsafe fn qp_context(qp: *mut crate::abi::ibv_qp) -> *mut crate::abi::ibv_context {
+    if qp.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the caller's contract.
+    unsafe { (*qp).context }
+}
+
+/// The context SRQ `srq` names, as [`qp_context`].
+///
+/// # Safety
+/// `srq` is NULL or readable.
+pub(crate) unsafe fn srq_context(srq: *mut crate::abi::ibv_srq) -> *mut crate::abi::ibv_context {
+    if srq.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the caller's contract.
+    unsafe { (*srq).context }
+}
+
+/// The program's structure at `p` to read and change for the call's duration, if `p` is
+/// not NULL.
+///
+/// # Safety
+/// `p` is NULL or points at a `T` that nothing else accesses during the call.
+pub(crate) unsafe fn in_out<'a, T>(p: *mut T) -> Option<&'a mut T> {
+    // SAFETY: the caller's contract.
+    unsafe { p.as_mut() }
+}
+
+/// A work request of `ibv_post_send` / `ibv_post_recv` / `ibv_post_srq_recv`.
+pub(crate) trait WorkRequest {
+    fn next_wr(&self) -> *mut Self;
+    fn sg(&self) -> (*const crate::abi::ibv_sge, c_int);
+}
+
+impl WorkRequest for crate::abi::ibv_send_wr {
+    fn next_wr(&self) -> *mut Self {
+        self.next
+    }
+    fn sg(&self) -> (*const crate::abi::ibv_sge, c_int) {
+        (self.sg_list, self.num_sge)
+    }
+}
+
+impl WorkRequest for crate::abi::ibv_recv_wr {
+    fn next_wr(&self) -> *mut Self {
+        self.next
+    }
+    fn sg(&self) -> (*const crate::abi::ibv_sge, c_int) {
+        (self.sg_list, self.num_sge)
+    }
+}
+
+/// The list of work requests a post hands over, and its `bad_wr` out-pointer.
+pub(crate) struct WrList<W> {
+    head: *mut W,
+    bad: *mut *mut W,
+}
+
+impl<W: WorkRequest> WrList<W> {
+    /// # Safety
+    /// The posting verb's contract (verbs.h): `head` is NULL or a `next`-linked,
+    /// NULL-terminated list of readable requests, each one's `sg_list` pointing at its
+    /// `num_sge` readable SGEs and, for a send with IBV_SEND_INLINE, each SGE naming
+    /// `length` readable bytes at `addr`, all for the call's duration; the union members
+    /// a request's opcode (and QP type) names are filled; `bad` is NULL or writable.
+    pub(crate) unsafe fn new(head: *mut W, bad: *mut *mut W) -> Self {
+        Self { head, bad }
+    }
+
+    /// Refuses the whole list: `*bad` is its first request; EINVAL.
+    pub(crate) fn refuse(self) -> c_int {
+        self.set_bad(self.head);
+        EINVAL
+    }
+
+    fn set_bad(&self, wr: *mut W) {
+        if !self.bad.is_null() {
+            // SAFETY: `bad` is writable (`new`'s contract).
+            unsafe { *self.bad = wr };
+        }
+    }
+
+    /// Calls `one` for each request in order; on the first failure sets `*bad` to it and
+    /// returns its errno (0 when all were taken).
+    pub(crate) fn each(self, mut one: impl FnMut(Wr<'_, W>) -> Result<(), c_int>) -> c_int {
+        let mut wr = self.head;
+        while !wr.is_null() {
+            // SAFETY: a node of the list (`new`'s contract).
+            let w = unsafe { &*wr };
+            if let Err(e) = one(Wr(w)) {
+                self.set_bad(wr);
+                return e;
+            }
+            wr = w.next_wr();
+        }
+        0
+    }
+}
+
+/// One request of a [`WrList`], with what its contract makes readable.
+pub(crate) struct Wr<'a, W>(&'a W);
+
+impl<W> std::ops::Deref for Wr<'_, W> {
+    type Target = W;
+    fn deref(&self) -> &W {
+        self.0
+    }
+}
+
+impl<W: WorkRequest> Wr<'_, W> {
+    /// The request's SGEs, into `out`; EINVAL for a negative count or more than `out`
+    /// holds.
+    pub(crate) fn sges<'b>(
+        &self,
+        out: &'b mut [uroce::verbs::Sge; uroce::verbs::MAX_SGE as usize],
+    ) -> Result<&'b [uroce::verbs::Sge], c_int> {
+        let (list, n) = self.0.sg();
+        let n = usize::try_from(n).map_err(|_| EINVAL)?;
+        if n > out.len() || (n > 0 && list.is_null()) {
+            return Err(EINVAL);
+        }
+        for (i, o) in out.iter_mut().take(n).enumerate() {
+            // SAFETY: i < n entries (the list's contract).
+            let s = unsafe { list.add(i).read() };
+            *o = uroce::verbs::Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            };
+        }
+        Ok(&out[..n])
+    }
+}
+
+// enum ibv_wr_opcode, as the union accessors below need them.
+const WR_RDMA_WRITE: c_int = 0;
+const WR_RDMA_WRITE_WITH_IMM: c_int = 1;
+const WR_SEND: c_int = 2;
+const WR_SEND_WITH_IMM: c_int = 3;
+const WR_RDMA_READ: c_int = 4;
+const WR_ATOMIC_CMP_AND_SWP: c_int = 5;
+const WR_ATOMIC_FETCH_AND_ADD: c_int = 6;
+const WR_BIND_MW: c_int = 8;
+/// `enum ibv_send_flags`' IBV_SEND_INLINE.
+const SEND_INLINE: std::ffi::c_uint = 8;
+
+impl Wr<'_, crate::abi::ibv_send_wr> {
+    /// `wr.ud`, for a SEND or SEND_WITH_IMM request posted to a UD QP (the caller's
+    /// QP type: verbs.h has UD sends fill `wr.ud`); None for another opcode.
+    pub(crate) fn ud(&self) -> Option<crate::abi::ibv_send_wr_ud> {
+        if !matches!(self.0.opcode, WR_SEND | WR_SEND_WITH_IMM) {
+            return None;
+        }
+        // SAFETY: the member the opcode of a UD send names (the list's contract).
+        Some(unsafe { self.0.wr.ud })
+    }
+
+    /// `wr.rdma`, for an RDMA WRITE (with immediate) or READ; None otherwise.
+    pub(crate) fn rdma(&self) -> Option<crate::abi::ibv_send_wr_rdma> {
+        if !matches!(
+            self.0.opcode,
+            WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM | WR_RDMA_READ
+        ) {
+            return None;
+        }
+        // SAFETY: the member the opcode names (the list's contract).
+        Some(unsafe { self.0.wr.rdma })
+    }
+
+    /// `wr.atomic`, for an atomic; None otherwise.
+    pub(crate) fn atomic(&self) -> Option<crate::abi::ibv_send_wr_atomic> {
+        if !matches!(
+            self.0.opcode,
+            WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD
+        ) {
+            return None;
+        }
+        // SAFETY: the member the opcode names (the list's contract).
+        Some(unsafe { self.0.wr.atomic })
+    }
+
+    /// `bind_mw`, for IBV_WR_BIND_MW; None otherwise.
+    pub(crate) fn bind_mw(&self) -> Option<crate::abi::ibv_send_wr_bind_mw> {
+        if self.0.opcode != WR_BIND_MW {
+            return None;
+        }
+        // SAFETY: the member the opcode names (the list's contract).
+        Some(unsafe { self.0.ext.bind_mw })
+    }
+
+    /// Copies the bytes the request's SGEs name (IBV_SEND_INLINE: read at post time,
+    /// registered or not) into `dst`: the count; EINVAL when the request is not inline
+    /// or they do not fit.
+    pub(crate) fn gather_inline(&self, dst: &mut [u8]) -> Result<usize, c_int> {
+        if self.0.send_flags & SEND_INLINE == 0 {
+            return Err(EINVAL);
+        }
+        let mut buf = [uroce::verbs::Sge::default(); uroce::verbs::MAX_SGE as usize];
+        let list = self.sges(&mut buf)?;
+        let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
+        if total > dst.len() as u64 {
+            return Err(EINVAL);
+        }
+        let mut at = 0;
+        for s in list.iter().filter(|s| s.length > 0) {
+            let n = s.length as usize;
+            // SAFETY: an inline request's SGEs name readable bytes (the list's contract);
+            // `dst` has room for all of them (checked above).
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.addr as *const u8, dst[at..at + n].as_mut_ptr(), n)
+            };
+            at += n;
+        }
+        Ok(at)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,9 @@
 //! function C calls runs inside [`ffi`]'s entry points, which turn a panic into the
 //! verb's documented failure (errno `EIO`) instead of an abort of the host program;
 //! `ffi` also holds the conversions of C pointers. Every `unsafe` block says why it is
-//! sound (`clippy::undocumented_unsafe_blocks` is denied).
+//! sound (`clippy::undocumented_unsafe_blocks` is denied). The modules made safe code so
+//! far say `#![deny(unsafe_code)]` (`qp`, `mw`); their exported functions are wrappers in
+//! `exports`.
 
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 

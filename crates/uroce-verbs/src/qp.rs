@@ -8,6 +8,12 @@
 //! or IPv6 address; `is_global` must be set, as RoCE has no LIDs); over AF_XDP the next
 //! hop's MAC address is resolved from the kernel's tables (netlink), else by ARP / NDP on
 //! the datapath, never by running a program.
+//!
+//! Safe code: the exported verbs and the posting ops are wrappers in `exports.rs` that
+//! turn their C arguments into values through `ffi.rs` (the QP objects through its
+//! registry-checked `qp_object` / `take_qp`, the posted lists as `ffi::WrList`).
+
+#![deny(unsafe_code)]
 
 use std::ffi::{c_int, c_uint};
 use std::net::{IpAddr, Ipv6Addr};
@@ -22,11 +28,11 @@ use uroce::verbs::{
 
 use crate::abi::{
     ibv_ah_attr, ibv_gid, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_init_attr, ibv_recv_wr,
-    ibv_send_wr, ibv_sge,
+    ibv_send_wr,
 };
 use crate::device::{shared_of, with_inner};
 use crate::engine::{Inner, QpEntry, Shared};
-use crate::exports::default_version;
+use crate::ffi::{Wr, WrList};
 use crate::resources::{access_of, disown, null_with, own, owner_of};
 
 // enum ibv_qp_type.
@@ -209,32 +215,6 @@ pub(crate) fn remote_within_weak(
     Ok(Remote { ip, mac: r.mac })
 }
 
-/// Reads a C array of `n` SGEs into `out`; EINVAL for a negative count or more than
-/// [`MAX_SGE`].
-///
-/// # Safety
-/// `list` points at `n` readable `ibv_sge`s when `n` > 0.
-unsafe fn sges(
-    list: *const ibv_sge,
-    n: c_int,
-    out: &mut [Sge; MAX_SGE as usize],
-) -> Result<&[Sge], c_int> {
-    let n = usize::try_from(n).map_err(|_| EINVAL)?;
-    if n > out.len() || (n > 0 && list.is_null()) {
-        return Err(EINVAL);
-    }
-    for (i, o) in out.iter_mut().take(n).enumerate() {
-        // SAFETY: i < n entries, as the caller promises.
-        let s = unsafe { list.add(i).read() };
-        *o = Sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        };
-    }
-    Ok(&out[..n])
-}
-
 /// What a QP was granted, as `struct ibv_qp_cap` says it (`max_recv_wr` 0 on an SRQ).
 fn cap_of(i: &QpInitAttr) -> ibv_qp_cap {
     ibv_qp_cap {
@@ -252,98 +232,86 @@ fn cap_of(i: &QpInitAttr) -> ibv_qp_cap {
 
 /// `ibv_create_qp`: a QP in RESET; `attr->cap` is updated with what was granted. EINVAL
 /// for CQs or an SRQ not of the PD's context; EOPNOTSUPP for raw packet and XRC QPs.
-///
-/// # Safety
-/// `attr` points at a readable and writable `struct ibv_qp_init_attr`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_create_qp(
-    pd: *mut ibv_pd,
-    attr: *mut ibv_qp_init_attr,
-) -> *mut ibv_qp {
-    crate::ffi::ptr("ibv_create_qp", move || {
-        let Some(ctx) = owner_of(pd) else {
-            return null_with(EINVAL);
+pub(crate) fn create_qp(pd: *mut ibv_pd, attr: Option<&mut ibv_qp_init_attr>) -> *mut ibv_qp {
+    let Some(ctx) = owner_of(pd) else {
+        return null_with(EINVAL);
+    };
+    let Some(a) = attr else {
+        return null_with(EINVAL);
+    };
+    let Some(shared) = shared_of(ctx) else {
+        return null_with(EINVAL);
+    };
+    let mut g = shared.lock();
+    let made = (|| {
+        let inner = &mut *g;
+        let qp_type = qp_type_of(a.qp_type)?;
+        let pd_id = *inner.pds.get(&(pd as usize)).ok_or(EINVAL)?;
+        let send_cq = inner.cqs.get(&(a.send_cq as usize)).ok_or(EINVAL)?.id;
+        let recv_cq = inner.cqs.get(&(a.recv_cq as usize)).ok_or(EINVAL)?.id;
+        let srq = match a.srq.is_null() {
+            true => None,
+            false => Some(inner.srqs.get(&(a.srq as usize)).ok_or(EINVAL)?.id),
         };
-        if attr.is_null() {
-            return null_with(EINVAL);
+        // The device's limits (ibv_query_device's max_qp_wr, as rdma_rxe's rxe_qp_chk_cap).
+        let max_wr = crate::device::MAX_QP_WR;
+        if a.cap.max_send_wr > max_wr || (srq.is_none() && a.cap.max_recv_wr > max_wr) {
+            return Err(EINVAL);
         }
-        // SAFETY: `attr` is the caller's readable ibv_qp_init_attr.
-        let a = unsafe { &mut *attr };
-        let Some(shared) = shared_of(ctx) else {
-            return null_with(EINVAL);
+        shared.start(inner)?;
+        let caps = QpCaps {
+            qp_type,
+            send_cq,
+            recv_cq,
+            max_send_wr: a.cap.max_send_wr.max(1) as usize,
+            max_recv_wr: a.cap.max_recv_wr.max(1) as usize,
         };
-        let mut g = shared.lock();
-        let made = (|| {
-            let inner = &mut *g;
-            let qp_type = qp_type_of(a.qp_type)?;
-            let pd_id = *inner.pds.get(&(pd as usize)).ok_or(EINVAL)?;
-            let send_cq = inner.cqs.get(&(a.send_cq as usize)).ok_or(EINVAL)?.id;
-            let recv_cq = inner.cqs.get(&(a.recv_cq as usize)).ok_or(EINVAL)?.id;
-            let srq = match a.srq.is_null() {
-                true => None,
-                false => Some(inner.srqs.get(&(a.srq as usize)).ok_or(EINVAL)?.id),
-            };
-            // The device's limits (ibv_query_device's max_qp_wr, as rdma_rxe's rxe_qp_chk_cap).
-            let max_wr = crate::device::MAX_QP_WR;
-            if a.cap.max_send_wr > max_wr || (srq.is_none() && a.cap.max_recv_wr > max_wr) {
-                return Err(EINVAL);
-            }
-            shared.start(inner)?;
-            let caps = QpCaps {
-                qp_type,
-                send_cq,
-                recv_cq,
-                max_send_wr: a.cap.max_send_wr.max(1) as usize,
-                max_recv_wr: a.cap.max_recv_wr.max(1) as usize,
-            };
-            let ex = QpInitEx {
-                max_inline_data: a.cap.max_inline_data,
-                sq_sig_all: a.sq_sig_all != 0,
-                srq,
-                max_send_sge: a.cap.max_send_sge,
-                max_recv_sge: a.cap.max_recv_sge,
-            };
-            let qpn = inner
-                .uroce
-                .create_qp_ex(pd_id, caps, ex)
-                .map_err(|e| e.errno())?;
-            if let Ok((_, i)) = inner.uroce.query_qp(qpn) {
-                a.cap = cap_of(&i);
-            }
-            let mut q: ibv_qp = crate::ffi::zeroed();
-            q.context = ctx;
-            q.qp_context = a.qp_context;
-            q.pd = pd;
-            q.send_cq = a.send_cq;
-            q.recv_cq = a.recv_cq;
-            q.srq = a.srq;
-            q.handle = qpn;
-            q.qp_num = qpn;
-            q.state = 0;
-            q.qp_type = a.qp_type;
-            let q = Box::into_raw(Box::new(q));
-            inner.qps.insert(
-                q as usize,
-                QpEntry {
-                    qpn,
-                    pd: pd as usize,
-                    send_cq: a.send_cq as usize,
-                    recv_cq: a.recv_cq as usize,
-                    ud: qp_type == QpType::Ud,
-                },
-            );
-            inner.qp_by_qpn.insert(qpn, q as usize);
-            own(q, ctx);
-            Ok(q)
-        })();
-        drop(g);
-        match made {
-            Ok(q) => q,
-            Err(e) => null_with(e),
+        let ex = QpInitEx {
+            max_inline_data: a.cap.max_inline_data,
+            sq_sig_all: a.sq_sig_all != 0,
+            srq,
+            max_send_sge: a.cap.max_send_sge,
+            max_recv_sge: a.cap.max_recv_sge,
+        };
+        let qpn = inner
+            .uroce
+            .create_qp_ex(pd_id, caps, ex)
+            .map_err(|e| e.errno())?;
+        if let Ok((_, i)) = inner.uroce.query_qp(qpn) {
+            a.cap = cap_of(&i);
         }
-    })
+        let mut q: ibv_qp = crate::ffi::zeroed();
+        q.context = ctx;
+        q.qp_context = a.qp_context;
+        q.pd = pd;
+        q.send_cq = a.send_cq;
+        q.recv_cq = a.recv_cq;
+        q.srq = a.srq;
+        q.handle = qpn;
+        q.qp_num = qpn;
+        q.state = 0;
+        q.qp_type = a.qp_type;
+        let q = Box::into_raw(Box::new(q));
+        inner.qps.insert(
+            q as usize,
+            QpEntry {
+                qpn,
+                pd: pd as usize,
+                send_cq: a.send_cq as usize,
+                recv_cq: a.recv_cq as usize,
+                ud: qp_type == QpType::Ud,
+            },
+        );
+        inner.qp_by_qpn.insert(qpn, q as usize);
+        own(q, ctx);
+        Ok(q)
+    })();
+    drop(g);
+    match made {
+        Ok(q) => q,
+        Err(e) => null_with(e),
+    }
 }
-default_version!(ibv_create_qp, "IBVERBS_1.1");
 
 /// uroce's attributes for a C `ibv_qp_attr` under `mask`.
 fn attr_of(c: &ibv_qp_attr, mask: QpAttrMask, remote: Option<Remote>) -> Result<QpAttr, c_int> {
@@ -394,195 +362,151 @@ fn port_mtu(inner: &Inner) -> Mtu {
 /// `ibv_modify_qp`: 0, or the errno ibverbs gives: EINVAL for a change the QP state
 /// table does not allow, a required attribute missing or one not allowed, EOPNOTSUPP for
 /// attributes uroce does not have (alternate path, path migration, rate limit),
-/// EHOSTUNREACH when the peer's MAC address cannot be found.
-///
-/// # Safety
-/// `attr` points at a readable `struct ibv_qp_attr`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_modify_qp(
-    qp: *mut ibv_qp,
-    attr: *mut ibv_qp_attr,
-    mask: c_int,
-) -> c_int {
-    crate::ffi::errno("ibv_modify_qp", move || {
-        let Some(ctx) = owner_of(qp) else {
+/// EHOSTUNREACH when the peer's MAC address cannot be found. `attr`: the caller's
+/// attributes (None for NULL).
+pub(crate) fn modify_qp(qp: *mut ibv_qp, attr: Option<ibv_qp_attr>, mask: c_int) -> c_int {
+    let Some(ctx) = owner_of(qp) else {
+        return EINVAL;
+    };
+    let Some(c) = attr else {
+        return EINVAL;
+    };
+    let mask = match QpAttrMask::from_bits(mask as u32) {
+        Ok(m) => m,
+        Err(_) => return EOPNOTSUPP,
+    };
+    let Some(shared) = shared_of(ctx) else {
+        return EINVAL;
+    };
+    // The peer's address first, without the lock (it may take an ARP exchange).
+    let remote = match mask.contains(QpAttrMask::AV) {
+        true => match remote_of(&shared, &c.ah_attr) {
+            Ok(r) => Some(r),
+            Err(e) => return e,
+        },
+        false => None,
+    };
+    let mut g = shared.lock();
+    let inner = &mut *g;
+    {
+        let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
             return EINVAL;
         };
-        if attr.is_null() {
-            return EINVAL;
+        let mut mask = mask;
+        let mut a = match attr_of(&c, mask, remote) {
+            Ok(a) => a,
+            Err(e) => return e,
+        };
+        let now = inner.uroce.qp_state(e.qpn);
+        let ud_rtr = e.ud && a.qp_state == QpState::Rtr && now == Some(QpState::Init);
+        if ud_rtr && !mask.contains(QpAttrMask::PATH_MTU) {
+            // ibverbs has no path MTU for UD: the port's.
+            a.path_mtu = port_mtu(inner);
+            mask |= QpAttrMask::PATH_MTU;
         }
-        let mask = match QpAttrMask::from_bits(mask as u32) {
-            Ok(m) => m,
-            Err(_) => return EOPNOTSUPP,
-        };
-        // SAFETY: `attr` is the caller's readable ibv_qp_attr.
-        let c = unsafe { *attr };
-        let Some(shared) = shared_of(ctx) else {
-            return EINVAL;
-        };
-        // The peer's address first, without the lock (it may take an ARP exchange).
-        let remote = match mask.contains(QpAttrMask::AV) {
-            true => match remote_of(&shared, &c.ah_attr) {
-                Ok(r) => Some(r),
-                Err(e) => return e,
-            },
-            false => None,
-        };
-        let mut g = shared.lock();
-        let inner = &mut *g;
-        {
-            let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
-                return EINVAL;
-            };
-            let mut mask = mask;
-            let mut a = match attr_of(&c, mask, remote) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
-            let now = inner.uroce.qp_state(e.qpn);
-            let ud_rtr = e.ud && a.qp_state == QpState::Rtr && now == Some(QpState::Init);
-            if ud_rtr && !mask.contains(QpAttrMask::PATH_MTU) {
-                // ibverbs has no path MTU for UD: the port's.
-                a.path_mtu = port_mtu(inner);
-                mask |= QpAttrMask::PATH_MTU;
-            }
-            match inner.uroce.modify_qp(e.qpn, &a, mask) {
-                Ok(()) => {
-                    if let Some(s) = inner.uroce.qp_state(e.qpn) {
-                        // SAFETY: a registered QP is a live Box; `state` is written under
-                        // the context's lock.
-                        unsafe { crate::ffi::object(qp).state = state_code(s) };
+        match inner.uroce.modify_qp(e.qpn, &a, mask) {
+            Ok(()) => {
+                if let Some(s) = inner.uroce.qp_state(e.qpn) {
+                    if let Some(q) = crate::ffi::qp_object(inner, qp) {
+                        q.state = state_code(s);
                     }
-                    inner.pump(false);
-                    0
                 }
-                Err(e) => e.errno(),
+                inner.pump(false);
+                0
             }
+            Err(e) => e.errno(),
         }
-    })
+    }
 }
-default_version!(ibv_modify_qp, "IBVERBS_1.1");
 
 /// `ibv_query_qp`: the QP's attributes (all of them, whatever `mask` asks) and what it
-/// was created with.
-///
-/// # Safety
-/// `attr` and `init_attr` point at writable structures.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_query_qp(
-    qp: *mut ibv_qp,
-    attr: *mut ibv_qp_attr,
-    _mask: c_int,
-    init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
-    crate::ffi::errno("ibv_query_qp", move || {
-        let Some(ctx) = owner_of(qp) else {
-            return EINVAL;
+/// was created with; EINVAL for an unknown QP. The QP's `state` is brought up to date.
+pub(crate) fn query_qp(qp: *mut ibv_qp) -> Result<(ibv_qp_attr, ibv_qp_init_attr), c_int> {
+    let ctx = owner_of(qp).ok_or(EINVAL)?;
+    with_inner(ctx, |inner| {
+        let e = inner.qps.get(&(qp as usize)).copied().ok_or(EINVAL)?;
+        let (a, i) = inner.uroce.query_qp(e.qpn).map_err(|_| EINVAL)?;
+        let cap = cap_of(&i);
+        let mut ah = ibv_ah_attr {
+            is_global: 1,
+            port_num: 1,
+            ..Default::default()
         };
-        if attr.is_null() || init_attr.is_null() {
-            return EINVAL;
-        }
-        with_inner(ctx, |inner| {
-            let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
-                return EINVAL;
-            };
-            let Ok((a, i)) = inner.uroce.query_qp(e.qpn) else {
-                return EINVAL;
-            };
-            let cap = cap_of(&i);
-            let mut ah = ibv_ah_attr {
-                is_global: 1,
-                port_num: 1,
-                ..Default::default()
-            };
-            ah.grh.dgid = gid_of(a.ah_attr.ip);
-            ah.grh.hop_limit = 64;
-            let c = ibv_qp_attr {
-                qp_state: state_code(a.qp_state),
-                cur_qp_state: state_code(a.qp_state),
-                path_mtu: mtu_code(a.path_mtu),
-                path_mig_state: 0,
-                qkey: a.qkey,
-                rq_psn: a.rq_psn,
-                sq_psn: a.sq_psn,
-                dest_qp_num: a.dest_qp_num,
-                qp_access_flags: crate::resources::access_bits(a.qp_access_flags),
-                cap,
-                ah_attr: ah,
-                alt_ah_attr: Default::default(),
-                pkey_index: 0,
-                alt_pkey_index: 0,
-                en_sqd_async_notify: u8::from(a.en_sqd_async_notify),
-                sq_draining: u8::from(a.sq_draining),
-                max_rd_atomic: a.max_rd_atomic,
-                max_dest_rd_atomic: a.max_dest_rd_atomic,
-                min_rnr_timer: a.min_rnr_timer,
-                port_num: 1,
-                timeout: a.timeout,
-                retry_cnt: a.retry_cnt,
-                rnr_retry: a.rnr_retry,
-                alt_port_num: 0,
-                alt_timeout: 0,
-                rate_limit: 0,
-            };
-            // SAFETY: `qp` is a live Box (registered; `state` is written under the lock, as
-            // rdma-core's ibv_query_qp does); the out-pointers are the caller's.
-            unsafe {
-                (*qp).state = state_code(a.qp_state);
-                attr.write(c);
-                let q = &*qp;
-                init_attr.write(ibv_qp_init_attr {
-                    qp_context: q.qp_context,
-                    send_cq: q.send_cq,
-                    recv_cq: q.recv_cq,
-                    srq: q.srq,
-                    cap,
-                    qp_type: q.qp_type,
-                    sq_sig_all: c_int::from(i.ex.sq_sig_all),
-                });
-            }
-            0
-        })
-        .unwrap_or(EINVAL)
+        ah.grh.dgid = gid_of(a.ah_attr.ip);
+        ah.grh.hop_limit = 64;
+        let c = ibv_qp_attr {
+            qp_state: state_code(a.qp_state),
+            cur_qp_state: state_code(a.qp_state),
+            path_mtu: mtu_code(a.path_mtu),
+            path_mig_state: 0,
+            qkey: a.qkey,
+            rq_psn: a.rq_psn,
+            sq_psn: a.sq_psn,
+            dest_qp_num: a.dest_qp_num,
+            qp_access_flags: crate::resources::access_bits(a.qp_access_flags),
+            cap,
+            ah_attr: ah,
+            alt_ah_attr: Default::default(),
+            pkey_index: 0,
+            alt_pkey_index: 0,
+            en_sqd_async_notify: u8::from(a.en_sqd_async_notify),
+            sq_draining: u8::from(a.sq_draining),
+            max_rd_atomic: a.max_rd_atomic,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            port_num: 1,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            alt_port_num: 0,
+            alt_timeout: 0,
+            rate_limit: 0,
+        };
+        // `state` is written under the lock, as rdma-core's ibv_query_qp does.
+        let q = crate::ffi::qp_object(inner, qp).ok_or(EINVAL)?;
+        q.state = state_code(a.qp_state);
+        let init = ibv_qp_init_attr {
+            qp_context: q.qp_context,
+            send_cq: q.send_cq,
+            recv_cq: q.recv_cq,
+            srq: q.srq,
+            cap,
+            qp_type: q.qp_type,
+            sq_sig_all: c_int::from(i.ex.sq_sig_all),
+        };
+        Ok((c, init))
     })
+    .unwrap_or(Err(EINVAL))
 }
-default_version!(ibv_query_qp, "IBVERBS_1.1");
 
 /// `ibv_destroy_qp`: 0 or EINVAL for an unknown QP.
-#[no_mangle]
-pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    crate::ffi::errno("ibv_destroy_qp", move || {
-        let Some(ctx) = owner_of(qp) else {
+pub(crate) fn destroy_qp(qp: *mut ibv_qp) -> c_int {
+    let Some(ctx) = owner_of(qp) else {
+        return EINVAL;
+    };
+    with_inner(ctx, |inner| {
+        let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
             return EINVAL;
         };
-        with_inner(ctx, |inner| {
-            let Some(e) = inner.qps.remove(&(qp as usize)) else {
-                return EINVAL;
-            };
-            inner.qp_by_qpn.remove(&e.qpn);
-            let _ = inner.uroce.destroy_qp(e.qpn);
-            inner.forget_async_events_of(qp as usize);
-            disown(qp);
-            // SAFETY: registered, so from Box::into_raw in ibv_create_qp, freed once: it
-            // has just left the registry.
-            unsafe { crate::ffi::free_c(qp) };
-            0
-        })
-        .unwrap_or(EINVAL)
+        inner.qp_by_qpn.remove(&e.qpn);
+        let _ = inner.uroce.destroy_qp(e.qpn);
+        inner.forget_async_events_of(qp as usize);
+        // Disowned first, then its C object freed as it leaves the registry, so a new
+        // object at this address (of any context) is owned only after.
+        disown(qp);
+        crate::ffi::take_qp(inner, qp);
+        0
     })
+    .unwrap_or(EINVAL)
 }
-default_version!(ibv_destroy_qp, "IBVERBS_1.1");
 
 /// Gathers the bytes an IBV_SEND_INLINE request names into the context's inline staging
 /// region and gives the one SGE over them: ibverbs reads inline data from the SGEs'
 /// addresses at post time, registered or not (mlx5 and rdma_rxe copy it with `memcpy`,
 /// their lkeys unread). uroce then copies it into the QP's inline pool as it posts, so
 /// the staging region is free again when the post returns. EINVAL above the device's
-/// `max_inline_data` (512; the QP's own limit is checked by uroce).
-///
-/// # Safety
-/// Every SGE of `list` names `length` readable bytes at `addr`.
-unsafe fn stage_inline(inner: &mut Inner, list: &[Sge]) -> Result<Sge, c_int> {
+/// `max_inline_data` (512; the QP's own limit is checked by uroce). `list` is `w`'s SGEs.
+fn stage_inline(inner: &mut Inner, w: &Wr<'_, ibv_send_wr>, list: &[Sge]) -> Result<Sge, c_int> {
     let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
     if total > u64::from(MAX_INLINE_DATA) {
         return Err(EINVAL);
@@ -600,16 +524,7 @@ unsafe fn stage_inline(inner: &mut Inner, list: &[Sge]) -> Result<Sge, c_int> {
         }
     };
     let dst = inner.uroce.mr_bytes_mut(&stage);
-    let mut at = 0;
-    for s in list.iter().filter(|s| s.length > 0) {
-        let n = s.length as usize;
-        // SAFETY: the caller's bytes, readable as this function's contract says; `dst`
-        // is our own region of MAX_INLINE_DATA bytes and at + n <= total <= that.
-        unsafe {
-            std::ptr::copy_nonoverlapping(s.addr as *const u8, dst[at..at + n].as_mut_ptr(), n)
-        };
-        at += n;
-    }
+    let at = w.gather_inline(dst)?;
     Ok(Sge {
         addr: stage.addr,
         length: at as u32,
@@ -618,13 +533,9 @@ unsafe fn stage_inline(inner: &mut Inner, list: &[Sge]) -> Result<Sge, c_int> {
 }
 
 /// Posts one send work request.
-///
-/// # Safety
-/// `w.sg_list` points at `w.num_sge` readable SGEs.
-unsafe fn post_one_send(inner: &mut Inner, e: QpEntry, w: &ibv_send_wr) -> Result<(), c_int> {
+fn post_one_send(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_send_wr>) -> Result<(), c_int> {
     let mut buf = [Sge::default(); MAX_SGE as usize];
-    // SAFETY: as this function's contract.
-    let list = unsafe { sges(w.sg_list, w.num_sge, &mut buf)? };
+    let list = w.sges(&mut buf)?;
     let f = w.send_flags;
     let mut flags = SendFlags::NONE;
     if f & SEND_FENCE != 0 {
@@ -641,8 +552,7 @@ unsafe fn post_one_send(inner: &mut Inner, e: QpEntry, w: &ibv_send_wr) -> Resul
     );
     let staged;
     let list = if f & SEND_INLINE != 0 && carries_data {
-        // SAFETY: IBV_SEND_INLINE's contract: the SGEs name readable bytes now.
-        staged = unsafe { stage_inline(inner, list)? };
+        staged = stage_inline(inner, &w, list)?;
         std::slice::from_ref(&staged)
     } else {
         list
@@ -654,8 +564,7 @@ unsafe fn post_one_send(inner: &mut Inner, e: QpEntry, w: &ibv_send_wr) -> Resul
             WR_SEND_WITH_IMM => Some(u32::from_be(w.imm_data)),
             _ => return Err(EINVAL),
         };
-        // SAFETY: a UD work request's `wr` union holds `ud`.
-        let ud = unsafe { w.wr.ud };
+        let ud = w.ud().ok_or(EINVAL)?;
         let dest = inner.ahs.get(&(ud.ah as usize)).ok_or(EINVAL)?.remote;
         let wr = UdSendWr {
             wr_id: w.wr_id,
@@ -672,59 +581,73 @@ unsafe fn post_one_send(inner: &mut Inner, e: QpEntry, w: &ibv_send_wr) -> Resul
             None => inner.uroce.post_send_ud_sgl(e.qpn, wr, list, flags),
         }
     } else {
-        // SAFETY: the `wr` union is read as the opcode says it is filled.
-        let op = unsafe {
-            match w.opcode {
-                WR_SEND => SendOp::Send,
-                WR_SEND_WITH_IMM => SendOp::SendWithImm(u32::from_be(w.imm_data)),
-                WR_SEND_WITH_INV => SendOp::SendWithInv(w.imm_data),
-                WR_RDMA_WRITE => SendOp::Write {
-                    remote_addr: w.wr.rdma.remote_addr,
-                    rkey: w.wr.rdma.rkey,
-                },
-                WR_RDMA_WRITE_WITH_IMM => SendOp::WriteWithImm {
-                    remote_addr: w.wr.rdma.remote_addr,
-                    rkey: w.wr.rdma.rkey,
-                    imm: u32::from_be(w.imm_data),
-                },
-                WR_RDMA_READ => SendOp::Read {
-                    remote_addr: w.wr.rdma.remote_addr,
-                    rkey: w.wr.rdma.rkey,
-                },
-                WR_ATOMIC_CMP_AND_SWP => SendOp::CompareSwap {
-                    remote_addr: w.wr.atomic.remote_addr,
-                    rkey: w.wr.atomic.rkey,
-                    compare: w.wr.atomic.compare_add,
-                    swap: w.wr.atomic.swap,
-                },
-                WR_ATOMIC_FETCH_AND_ADD => SendOp::FetchAdd {
-                    remote_addr: w.wr.atomic.remote_addr,
-                    rkey: w.wr.atomic.rkey,
-                    add: w.wr.atomic.compare_add,
-                },
-                WR_LOCAL_INV => SendOp::LocalInv { rkey: w.imm_data },
-                WR_BIND_MW => {
-                    let b = w.ext.bind_mw;
-                    let (mw, _) = *inner.mws.get(&(b.mw as usize)).ok_or(EINVAL)?;
-                    let info = b.bind_info;
-                    let mr_lkey = match inner.mrs.get(&(info.mr as usize)) {
-                        Some(m) => m.lkey,
-                        None if info.length == 0 => 0,
-                        None => return Err(EINVAL),
-                    };
-                    SendOp::BindMw {
-                        mw: mw.id(),
-                        rkey: b.rkey,
-                        mr_lkey,
-                        addr: info.addr,
-                        length: info.length,
-                        access: access_of(info.mw_access_flags)?,
-                    }
+        // The `wr` union read as the opcode says it is filled (`None` cannot happen: each
+        // accessor answers for the opcodes that name its member).
+        let op = match w.opcode {
+            WR_SEND => SendOp::Send,
+            WR_SEND_WITH_IMM => SendOp::SendWithImm(u32::from_be(w.imm_data)),
+            WR_SEND_WITH_INV => SendOp::SendWithInv(w.imm_data),
+            WR_RDMA_WRITE => {
+                let r = w.rdma().ok_or(EINVAL)?;
+                SendOp::Write {
+                    remote_addr: r.remote_addr,
+                    rkey: r.rkey,
                 }
-                // TSO, driver.
-                10 | 11 => return Err(EOPNOTSUPP),
-                _ => return Err(EINVAL),
             }
+            WR_RDMA_WRITE_WITH_IMM => {
+                let r = w.rdma().ok_or(EINVAL)?;
+                SendOp::WriteWithImm {
+                    remote_addr: r.remote_addr,
+                    rkey: r.rkey,
+                    imm: u32::from_be(w.imm_data),
+                }
+            }
+            WR_RDMA_READ => {
+                let r = w.rdma().ok_or(EINVAL)?;
+                SendOp::Read {
+                    remote_addr: r.remote_addr,
+                    rkey: r.rkey,
+                }
+            }
+            WR_ATOMIC_CMP_AND_SWP => {
+                let a = w.atomic().ok_or(EINVAL)?;
+                SendOp::CompareSwap {
+                    remote_addr: a.remote_addr,
+                    rkey: a.rkey,
+                    compare: a.compare_add,
+                    swap: a.swap,
+                }
+            }
+            WR_ATOMIC_FETCH_AND_ADD => {
+                let a = w.atomic().ok_or(EINVAL)?;
+                SendOp::FetchAdd {
+                    remote_addr: a.remote_addr,
+                    rkey: a.rkey,
+                    add: a.compare_add,
+                }
+            }
+            WR_LOCAL_INV => SendOp::LocalInv { rkey: w.imm_data },
+            WR_BIND_MW => {
+                let b = w.bind_mw().ok_or(EINVAL)?;
+                let (mw, _) = *inner.mws.get(&(b.mw as usize)).ok_or(EINVAL)?;
+                let info = b.bind_info;
+                let mr_lkey = match inner.mrs.get(&(info.mr as usize)) {
+                    Some(m) => m.lkey,
+                    None if info.length == 0 => 0,
+                    None => return Err(EINVAL),
+                };
+                SendOp::BindMw {
+                    mw: mw.id(),
+                    rkey: b.rkey,
+                    mr_lkey,
+                    addr: info.addr,
+                    length: info.length,
+                    access: access_of(info.mw_access_flags)?,
+                }
+            }
+            // TSO, driver.
+            10 | 11 => return Err(EOPNOTSUPP),
+            _ => return Err(EINVAL),
         };
         let wr = SendWr {
             wr_id: w.wr_id,
@@ -741,102 +664,42 @@ unsafe fn post_one_send(inner: &mut Inner, e: QpEntry, w: &ibv_send_wr) -> Resul
     r.map_err(|e| e.errno())
 }
 
-/// Refuses a whole list: `*bad` is its first request; EINVAL.
-///
-/// # Safety
-/// `bad` is NULL or writable.
-pub(crate) unsafe fn refuse<W>(wr: *mut W, bad: *mut *mut W) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: as this function's contract.
-        unsafe { *bad = wr };
-    }
-    EINVAL
-}
-
-/// Walks a C list of work requests, posting each with `one`; on the first failure sets
-/// `*bad` to it and returns its errno. Then hands what became sendable to the datapath.
-///
-/// # Safety
-/// `wr` is a valid list (`next`-linked, NULL-terminated); `bad` is NULL or writable.
-unsafe fn post_list<W>(
+/// Posts each request of `list` with `one`; on the first failure `*bad` is it and the
+/// answer its errno. Then hands what became sendable to the datapath.
+fn post_list<W: crate::ffi::WorkRequest>(
     inner: &mut Inner,
-    mut wr: *mut W,
-    bad: *mut *mut W,
-    next: impl Fn(&W) -> *mut W,
-    mut one: impl FnMut(&mut Inner, &W) -> Result<(), c_int>,
+    list: WrList<W>,
+    mut one: impl FnMut(&mut Inner, Wr<'_, W>) -> Result<(), c_int>,
 ) -> c_int {
-    let mut r = 0;
-    while !wr.is_null() {
-        // SAFETY: a list node, as the caller promises.
-        let w = unsafe { &*wr };
-        if let Err(e) = one(inner, w) {
-            if !bad.is_null() {
-                // SAFETY: `bad` is writable.
-                unsafe { *bad = wr };
-            }
-            r = e;
-            break;
-        }
-        wr = next(w);
-    }
+    let r = list.each(|w| one(inner, w));
     inner.pump(false);
     r
 }
 
-/// The context of a QP, for the posting ops; None for NULL or a context that is not
-/// open. The QP itself is looked up under the context's lock, with the post.
-///
-/// # Safety
-/// `qp` is NULL or readable (the inline wrappers of verbs.h read `qp->context` already).
-unsafe fn context_of(qp: *mut ibv_qp) -> Option<Arc<Shared>> {
-    if qp.is_null() {
-        return None;
-    }
-    // SAFETY: as this function's contract.
-    shared_of(unsafe { (*qp).context })
-}
-
-/// `ibv_context_ops.post_send` (the inline `ibv_post_send`): 0, or the errno of the
-/// first request refused with `*bad` pointing at it (the ones before it are posted).
-pub(crate) unsafe extern "C" fn post_send(
+/// `ibv_context_ops.post_send` (the inline `ibv_post_send`) on QP `qp` of context `ctx`
+/// (`qp->context`, NULL for a NULL QP): 0, or the errno of the first request refused
+/// with `*bad` pointing at it (the ones before it are posted).
+pub(crate) fn post_send(
+    ctx: *mut crate::abi::ibv_context,
     qp: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad: *mut *mut ibv_send_wr,
+    list: WrList<ibv_send_wr>,
 ) -> c_int {
-    crate::ffi::errno("post_send", move || {
-        // SAFETY: `qp` and `bad` as the inline ibv_post_send passes them.
-        let Some(shared) = (unsafe { context_of(qp) }) else {
-            // SAFETY: as above.
-            return unsafe { refuse(wr, bad) };
-        };
-        let mut g = shared.lock();
-        let Some(e) = g.qps.get(&(qp as usize)).copied() else {
-            // SAFETY: as above.
-            return unsafe { refuse(wr, bad) };
-        };
-        // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
-        let r = unsafe {
-            post_list(
-                &mut g,
-                wr,
-                bad,
-                |w| w.next,
-                |inner, w| post_one_send(inner, e, w),
-            )
-        };
-        shared.after_post(&g);
-        r
-    })
+    let Some(shared) = shared_of(ctx) else {
+        return list.refuse();
+    };
+    let mut g = shared.lock();
+    let Some(e) = g.qps.get(&(qp as usize)).copied() else {
+        return list.refuse();
+    };
+    let r = post_list(&mut g, list, |inner, w| post_one_send(inner, e, w));
+    shared.after_post(&g);
+    r
 }
 
 /// Posts one receive work request on a QP.
-///
-/// # Safety
-/// `w.sg_list` points at `w.num_sge` readable SGEs.
-unsafe fn post_one_recv(inner: &mut Inner, qpn: u32, w: &ibv_recv_wr) -> Result<(), c_int> {
+fn post_one_recv(inner: &mut Inner, qpn: u32, w: Wr<'_, ibv_recv_wr>) -> Result<(), c_int> {
     let mut buf = [Sge::default(); MAX_SGE as usize];
-    // SAFETY: as this function's contract.
-    let list = unsafe { sges(w.sg_list, w.num_sge, &mut buf)? };
+    let list = w.sges(&mut buf)?;
     let r = match list {
         [] | [_] => inner.uroce.post_recv(
             qpn,
@@ -851,59 +714,33 @@ unsafe fn post_one_recv(inner: &mut Inner, qpn: u32, w: &ibv_recv_wr) -> Result<
 }
 
 /// `ibv_context_ops.post_recv` (the inline `ibv_post_recv`), as [`post_send`].
-pub(crate) unsafe extern "C" fn post_recv(
+pub(crate) fn post_recv(
+    ctx: *mut crate::abi::ibv_context,
     qp: *mut ibv_qp,
-    wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
+    list: WrList<ibv_recv_wr>,
 ) -> c_int {
-    crate::ffi::errno("post_recv", move || {
-        // SAFETY: `qp` and `bad` as the inline ibv_post_recv passes them.
-        let Some(shared) = (unsafe { context_of(qp) }) else {
-            // SAFETY: as above.
-            return unsafe { refuse(wr, bad) };
-        };
-        let mut g = shared.lock();
-        let Some(e) = g.qps.get(&(qp as usize)).copied() else {
-            // SAFETY: as above.
-            return unsafe { refuse(wr, bad) };
-        };
-        // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
-        unsafe {
-            post_list(
-                &mut g,
-                wr,
-                bad,
-                |w| w.next,
-                |inner, w| post_one_recv(inner, e.qpn, w),
-            )
-        }
-    })
+    let Some(shared) = shared_of(ctx) else {
+        return list.refuse();
+    };
+    let mut g = shared.lock();
+    let Some(e) = g.qps.get(&(qp as usize)).copied() else {
+        return list.refuse();
+    };
+    post_list(&mut g, list, |inner, w| post_one_recv(inner, e.qpn, w))
 }
 
-/// Reads a receive list for an SRQ (shared with [`crate::srq`]).
-///
-/// # Safety
-/// As [`post_list`].
-pub(crate) unsafe fn post_recv_list(
+/// Posts a receive list on an SRQ (shared with [`crate::srq`]): `one` takes each
+/// request's id and SGEs.
+pub(crate) fn post_recv_list(
     inner: &mut Inner,
-    wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
+    list: WrList<ibv_recv_wr>,
     mut one: impl FnMut(&mut Inner, u64, &[Sge]) -> Result<(), c_int>,
 ) -> c_int {
-    // SAFETY: as this function's contract.
-    unsafe {
-        post_list(
-            inner,
-            wr,
-            bad,
-            |w| w.next,
-            |inner, w| {
-                let mut buf = [Sge::default(); MAX_SGE as usize];
-                let list = sges(w.sg_list, w.num_sge, &mut buf)?;
-                one(inner, w.wr_id, list)
-            },
-        )
-    }
+    post_list(inner, list, |inner, w| {
+        let mut buf = [Sge::default(); MAX_SGE as usize];
+        let sges = w.sges(&mut buf)?;
+        one(inner, w.wr_id, sges)
+    })
 }
 
 #[cfg(test)]
@@ -948,11 +785,7 @@ mod tests {
     fn unknown_qps_are_refused() {
         let mut junk = [0u64; 16];
         let p = junk.as_mut_ptr();
-        assert_eq!(ibv_destroy_qp(p.cast()), EINVAL);
-        // SAFETY: the attributes are live locals; the pointers are refused before use.
-        unsafe {
-            let mut a = ibv_qp_attr::default();
-            assert_eq!(ibv_modify_qp(p.cast(), &mut a, 1), EINVAL);
-        }
+        assert_eq!(destroy_qp(p.cast()), EINVAL);
+        assert_eq!(modify_qp(p.cast(), Some(ibv_qp_attr::default()), 1), EINVAL);
     }
 }

@@ -194,34 +194,28 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     crate::ffi::errno("post_srq_recv", move || {
-        // SAFETY: `bad` is NULL or writable, as verbs.h has it.
-        let refuse = || unsafe { crate::qp::refuse(wr, bad) };
-        if srq.is_null() {
-            return refuse();
-        }
+        // SAFETY: the list and `bad` are the caller's, as verbs.h has them.
+        let list = unsafe { crate::ffi::WrList::new(wr, bad) };
         // SAFETY: the inline ibv_post_srq_recv read `srq->context` already.
-        let Some(shared) = shared_of(unsafe { (*srq).context }) else {
-            return refuse();
+        let Some(shared) = shared_of(unsafe { crate::ffi::srq_context(srq) }) else {
+            return list.refuse();
         };
         let mut g = shared.lock();
         let Some(e) = g.srqs.get(&(srq as usize)).copied() else {
-            return refuse();
+            return list.refuse();
         };
-        // SAFETY: the list and `bad` are the caller's.
-        unsafe {
-            crate::qp::post_recv_list(&mut g, wr, bad, |inner, wr_id, list| {
-                let r = match list {
-                    [] | [_] => inner.uroce.post_srq_recv(
-                        e.id,
-                        RecvWr {
-                            wr_id,
-                            sge: list.first().copied().unwrap_or_default(),
-                        },
-                    ),
-                    _ => inner.uroce.post_srq_recv_sgl(e.id, wr_id, list),
-                };
-                r.map_err(|e| e.errno())
-            })
-        }
+        crate::qp::post_recv_list(&mut g, list, |inner, wr_id, list| {
+            let r = match list {
+                [] | [_] => inner.uroce.post_srq_recv(
+                    e.id,
+                    RecvWr {
+                        wr_id,
+                        sge: list.first().copied().unwrap_or_default(),
+                    },
+                ),
+                _ => inner.uroce.post_srq_recv_sgl(e.id, wr_id, list),
+            };
+            r.map_err(|e| e.errno())
+        })
     })
 }
