@@ -10,8 +10,9 @@
 #   uroce-perf       uroce perf write --keep-serving (the fuzzer reconnects for fresh QPs)
 #   ib_write_bw      the distro's perftest servers on uroce's libibverbs.so.1 (uroce run),
 #   ib_read_bw       four QPs each (-q 4): the last is the known-good one; restarted by
-#   ib_send_bw       the fuzzer (--restart-cmd) once their QPs are used up
-#   ib_atomic_bw
+#   ib_atomic_bw     the fuzzer (--restart-cmd) once their QPs are used up (ib_send_bw
+#                    too, by name: not in the default set, its known-good QP of four is
+#                    not answered yet, see the README)
 #   ibv_rc_pingpong  rdma-core's pingpongs on uroce (RC, and UD: the UD peer)
 #   ibv_ud_pingpong
 # The backend is the peer's datapath (`uroce run --backend`, `uroce perf --backend`); the
@@ -26,7 +27,7 @@ cd "$(dirname "$0")/.."
 
 duration=600
 seeds="1 2 3 4 5"
-peers="uroce-perf ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ibv_rc_pingpong ibv_ud_pingpong"
+peers="uroce-perf ib_write_bw ib_read_bw ib_atomic_bw ibv_rc_pingpong ibv_ud_pingpong"
 backends="xdp udp"
 mtu=9000
 out=target/fuzz-peers

@@ -492,7 +492,7 @@ fn ifindex(iface: &str) -> io::Result<u32> {
 
 impl XdpBackend {
     /// Loads and attaches the steering program on `iface` and opens one AF_XDP socket per
-    /// receive queue (`queues`, at least 1). `mtu` above 3498 asks for multi-buffer.
+    /// receive queue (`queues`, at least 1). `mtu` (or the link's MTU) above 3498 asks for multi-buffer.
     /// `frames` is how many frames each socket holds in flight each way (a power of two,
     /// 64 to 65536): as many as the peers' transports send unacknowledged (an RC
     /// requester's window, [`crate::transport::rc::MAX_INFLIGHT_PSNS`]), so a burst fits
@@ -593,7 +593,13 @@ impl XdpBackend {
         mtu: u32,
     ) -> io::Result<(std::sync::Arc<Attachment>, i32, u32, bool, bool)> {
         let ifindex = ifindex(iface)?;
-        let sg = mtu > 3498;
+        // Multi-buffer when the frames we expect need it, and also when the link carries
+        // frames that large (its MTU, plus Ethernet and a VLAN tag): a driver that cannot
+        // run a single-buffer program at that MTU (veth above about 3.5 KB) takes it only
+        // in the generic skb path, where a peer's UDP GSO run arrives as one oversized
+        // frame and is lost (veth turns its peer's GSO off only for a native program).
+        let link = crate::net::addresses::interface_info(iface).map_or(0, |i| i.mtu + 18);
+        let sg = mtu.max(link) > 3498;
         let map = bpf::create_xskmap(queues)
             .map_err(|e| io::Error::new(e.kind(), format!("creating the XSKMAP: {e}")))?;
         let prog = bpf::load(bpf::OnRoce::Steer(map.as_raw_fd()), sg)?;
