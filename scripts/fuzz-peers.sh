@@ -4,7 +4,7 @@
 # rules (`uroce fuzz-peer`), a known-good operation as the liveness oracle.
 #
 #   scripts/fuzz-peers.sh [--duration SECS] [--seeds "1 2 3 4 5"] [--peers "..."]
-#                         [--backends "xdp udp"] [--mtu BYTES] [--out DIR]
+#                         [--backends "xdp udp"] [--mtu BYTES] [--out DIR] [--bin UROCE]
 #
 # Peers (in the second of two network namespaces joined by a veth pair):
 #   uroce-perf       uroce perf write --keep-serving (the fuzzer reconnects for fresh QPs)
@@ -19,7 +19,8 @@
 # fuzzer sends whole frames over AF_XDP (IP and UDP header edges too).
 #
 # Needs root (namespaces, AF_XDP); the distro's perftest and ibverbs-utils
-# (scripts/setup.sh installs them); builds the release binaries. Prints one line per run
+# (scripts/setup.sh installs them); builds the release binaries, or takes the uroce binary
+# --bin names (libibverbs.so.1 beside it; the test suite's short run). Prints one line per run
 # (frames, peer restarts, QPs used, wrong verdicts, findings) and exits 1 if any run had a
 # finding or a wrong verdict, 2 if one could not run. Findings' captures go to --out.
 set -euo pipefail
@@ -31,6 +32,7 @@ peers="uroce-perf ib_write_bw ib_read_bw ib_atomic_bw ibv_rc_pingpong ibv_ud_pin
 backends="xdp udp"
 mtu=9000
 out=target/fuzz-peers
+bin=
 while [ $# -gt 0 ]; do
     case "$1" in
         --duration) duration=$2; shift 2 ;;
@@ -39,7 +41,8 @@ while [ $# -gt 0 ]; do
         --backends) backends=$2; shift 2 ;;
         --mtu) mtu=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --bin) bin=$2; shift 2 ;;
+        -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "fuzz-peers.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -51,8 +54,10 @@ for t in ip python3; do
     command -v "$t" >/dev/null || { echo "fuzz-peers.sh: $t is missing (scripts/setup.sh)" >&2; exit 2; }
 done
 
-cargo build --release -q -p uroce-tools -p uroce-verbs -p uroce-rdmacm
-bin=$PWD/target/release/uroce
+if [ -z "$bin" ]; then
+    cargo build --release -q -p uroce-tools -p uroce-verbs -p uroce-rdmacm
+    bin=$PWD/target/release/uroce
+fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
