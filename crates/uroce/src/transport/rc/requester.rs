@@ -47,6 +47,8 @@ const MIN_PROBE_WAIT: Duration = Duration::from_micros(20);
 /// gone costs a few go-back-Ns more, not one per round trip). The wait never exceeds
 /// half the local ACK timeout, which stays the one that counts retries.
 const MAX_PROBES: u8 = 3;
+/// One packet asking for an ACK in this many is timed for the smoothed round trip.
+const RTT_EVERY: u8 = 16;
 
 #[derive(Debug, Clone)]
 struct Wqe {
@@ -122,9 +124,12 @@ pub(crate) struct Requester {
     rerequested: Option<u32>,
     /// Smoothed round trip from a request asking for an ACK to the response that
     /// acknowledges it, first packets only (a resent one is never timed: Karn's rule).
-    srtt: Option<Duration>,
-    /// The packet being timed for `srtt`: its PSN and when it left.
+    /// In nanoseconds; 0 until the first sample.
+    srtt_ns: u64,
+    /// The packet being timed for `srtt_ns`: its PSN and when it left.
     rtt_sample: Option<(u32, Instant)>,
+    /// Packets asking for an ACK still to go before the next one is timed.
+    rtt_skip: u8,
     /// Inside a loss episode: when the recovery probe goes back to `una` if no response
     /// moved it (see the module's doc).
     probe_at: Option<Instant>,
@@ -287,6 +292,10 @@ impl Requester {
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        // Mostly only the retransmission timer runs: that answer costs one test.
+        if self.rnr_until.is_none() && self.probe_at.is_none() {
+            return self.timer;
+        }
         [self.timer, self.rnr_until, self.probe_at]
             .into_iter()
             .flatten()
@@ -299,7 +308,11 @@ impl Requester {
         if self.probe_backoff >= MAX_PROBES {
             return None;
         }
-        let w = (self.srtt? * PROBE_RTTS).max(MIN_PROBE_WAIT) * (1u32 << self.probe_backoff);
+        if self.srtt_ns == 0 {
+            return None;
+        }
+        let w = Duration::from_nanos(self.srtt_ns * u64::from(PROBE_RTTS)).max(MIN_PROBE_WAIT)
+            * (1u32 << self.probe_backoff);
         Some(self.timeout.map_or(w, |t| w.min(t / 2)))
     }
 
@@ -434,8 +447,15 @@ impl Requester {
         }
         if pkt.bth.ack_req {
             self.last_ackreq = psn;
+            // One packet in RTT_EVERY is timed (reading the clock's difference costs
+            // more than the rest of an ACK's bookkeeping), the first at once.
             if !resent && self.rtt_sample.is_none() {
-                self.rtt_sample = Some((psn, io.now));
+                if self.rtt_skip == 0 {
+                    self.rtt_skip = RTT_EVERY - 1;
+                    self.rtt_sample = Some((psn, io.now));
+                } else {
+                    self.rtt_skip -= 1;
+                }
             }
         }
         if resent {
@@ -689,9 +709,13 @@ impl Requester {
             }
             if let Some((timed, sent)) = self.rtt_sample {
                 if psn_diff(una, timed) > 0 {
-                    // RFC 6298's gain of 1/8.
-                    let sample = now.saturating_duration_since(sent);
-                    self.srtt = Some(self.srtt.map_or(sample, |s| (s * 7 + sample) / 8));
+                    // RFC 6298's gain of 1/8, in whole nanoseconds (at least 1: 0 is
+                    // "none yet").
+                    let sample = now.saturating_duration_since(sent).as_nanos() as u64;
+                    self.srtt_ns = match self.srtt_ns {
+                        0 => sample.max(1),
+                        s => ((s * 7 + sample) / 8).max(1),
+                    };
                     self.rtt_sample = None;
                 }
             }
@@ -719,7 +743,9 @@ impl Requester {
             self.rnr_left = self.rnr_retry;
             self.timer = None;
             self.arm(now);
-            self.arm_probe(now);
+            if self.recover.is_some() || self.probe_at.is_some() {
+                self.arm_probe(now);
+            }
         }
     }
 
