@@ -513,3 +513,169 @@ pub(crate) unsafe extern "C" fn bind_mw(
         }
     })
 }
+
+// ---------------------------------------------------------------------------------------
+// Completion queues, completion channels and asynchronous events (`cq.rs`, safe code).
+
+/// `ibv_create_comp_channel`.
+#[no_mangle]
+pub extern "C" fn ibv_create_comp_channel(
+    ctx: *mut crate::abi::ibv_context,
+) -> *mut crate::abi::ibv_comp_channel {
+    ffi::ptr("ibv_create_comp_channel", move || {
+        crate::cq::create_comp_channel(ctx)
+    })
+}
+default_version!(ibv_create_comp_channel, "IBVERBS_1.0");
+
+/// `ibv_destroy_comp_channel`.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_comp_channel(channel: *mut crate::abi::ibv_comp_channel) -> c_int {
+    ffi::errno("ibv_destroy_comp_channel", move || {
+        crate::cq::destroy_comp_channel(channel)
+    })
+}
+default_version!(ibv_destroy_comp_channel, "IBVERBS_1.0");
+
+/// `ibv_create_cq`.
+#[no_mangle]
+pub extern "C" fn ibv_create_cq(
+    ctx: *mut crate::abi::ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut crate::abi::ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut crate::abi::ibv_cq {
+    ffi::ptr("ibv_create_cq", move || {
+        crate::cq::create_cq(ctx, cqe, cq_context, channel, comp_vector)
+    })
+}
+default_version!(ibv_create_cq, "IBVERBS_1.1");
+
+/// `ibv_destroy_cq`.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_cq(cq: *mut crate::abi::ibv_cq) -> c_int {
+    ffi::errno("ibv_destroy_cq", move || crate::cq::destroy_cq(cq))
+}
+default_version!(ibv_destroy_cq, "IBVERBS_1.1");
+
+/// `ibv_context_ops.poll_cq` (the inline `ibv_poll_cq`): up to `n` completions into
+/// `wc`, their number, or -1.
+///
+/// # Safety
+/// As verbs.h has `ibv_poll_cq`'s arguments: `cq` NULL or readable, `wc` an array of `n`
+/// writable `struct ibv_wc`.
+pub(crate) unsafe extern "C" fn poll_cq(
+    cq: *mut crate::abi::ibv_cq,
+    n: c_int,
+    wc: *mut crate::abi::ibv_wc,
+) -> c_int {
+    ffi::minus1("poll_cq", move || {
+        let Ok(n) = usize::try_from(n) else { return -1 };
+        if cq.is_null() {
+            return -1;
+        }
+        // SAFETY: the caller's contract (the inline ibv_poll_cq read `cq->context`
+        // already to find this function).
+        let ctx = unsafe { ffi::cq_context(cq) };
+        // SAFETY: as above.
+        let Some(out) = (unsafe { ffi::out_array(wc, n) }) else {
+            return -1;
+        };
+        crate::cq::poll_cq(ctx, cq, out)
+    })
+}
+
+/// `ibv_context_ops.req_notify_cq` (the inline `ibv_req_notify_cq`).
+///
+/// # Safety
+/// `cq` is NULL or readable, as verbs.h has it.
+pub(crate) unsafe extern "C" fn req_notify_cq(
+    cq: *mut crate::abi::ibv_cq,
+    solicited_only: c_int,
+) -> c_int {
+    ffi::errno("req_notify_cq", move || {
+        if cq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller's contract (the inline ibv_req_notify_cq read `cq->context`
+        // already).
+        let ctx = unsafe { ffi::cq_context(cq) };
+        crate::cq::req_notify_cq(ctx, cq, solicited_only)
+    })
+}
+
+/// `ibv_get_cq_event`: 0 with the CQ and its `cq_context`, or -1 with errno.
+///
+/// # Safety
+/// `cq` and `cq_context` are NULL or writable, as verbs.h has them.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut crate::abi::ibv_comp_channel,
+    cq: *mut *mut crate::abi::ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    ffi::minus1("ibv_get_cq_event", move || {
+        match crate::cq::get_cq_event(channel) {
+            Ok((c, context)) => {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    ffi::write_opt(cq, c);
+                    ffi::write_opt(cq_context, context);
+                }
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+default_version!(ibv_get_cq_event, "IBVERBS_1.1");
+
+/// `ibv_ack_cq_events`.
+#[no_mangle]
+pub extern "C" fn ibv_ack_cq_events(cq: *mut crate::abi::ibv_cq, nevents: u32) {
+    ffi::void("ibv_ack_cq_events", move || {
+        crate::cq::ack_cq_events(cq, nevents)
+    })
+}
+default_version!(ibv_ack_cq_events, "IBVERBS_1.1");
+
+/// `ibv_get_async_event`: 0, or -1 with errno.
+///
+/// # Safety
+/// `event` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_async_event(
+    ctx: *mut crate::abi::ibv_context,
+    event: *mut crate::abi::ibv_async_event,
+) -> c_int {
+    ffi::minus1("ibv_get_async_event", move || {
+        let got = if event.is_null() {
+            Err(libc::EINVAL)
+        } else {
+            crate::cq::get_async_event(ctx)
+        };
+        match got {
+            Ok(ev) => {
+                // SAFETY: the caller's contract; not NULL.
+                let _ = unsafe { ffi::write(event, ev) };
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+default_version!(ibv_get_async_event, "IBVERBS_1.1");
+
+/// `ibv_ack_async_event`: nothing to release (uroce's objects do not wait for it).
+#[no_mangle]
+pub extern "C" fn ibv_ack_async_event(_event: *mut crate::abi::ibv_async_event) {
+    ffi::void("ibv_ack_async_event", move || {})
+}
+default_version!(ibv_ack_async_event, "IBVERBS_1.1");

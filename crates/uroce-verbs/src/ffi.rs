@@ -284,6 +284,96 @@ pub(crate) fn take_mw(
     Some(e)
 }
 
+// ---------------------------------------------------------------------------------
+// Completion queues and completion channels.
+
+/// The CQ object `cq` if it is registered in `inner` (a key of `inner.cqs`), as
+/// [`qp_object`] (`cq->comp_events_completed`, `cq->channel`, `cq->cq_context`).
+pub(crate) fn cq_object(
+    inner: &mut crate::engine::Inner,
+    cq: *mut crate::abi::ibv_cq,
+) -> Option<&mut crate::abi::ibv_cq> {
+    if !inner.cqs.contains_key(&(cq as usize)) {
+        return None;
+    }
+    // SAFETY: a key of `cqs` is a live Box from `ibv_create_cq`, freed only as it leaves
+    // the registry (`take_cq`); `inner` is borrowed mutably for the reference's life.
+    Some(unsafe { object(cq) })
+}
+
+/// Takes CQ `cq` out of `inner`'s registry and frees its C object, as [`take_qp`].
+pub(crate) fn take_cq(
+    inner: &mut crate::engine::Inner,
+    cq: *mut crate::abi::ibv_cq,
+) -> Option<crate::engine::CqEntry> {
+    let e = inner.cqs.remove(&(cq as usize))?;
+    // SAFETY: a key of `cqs` is a live Box from `ibv_create_cq`; it has just left the
+    // registry, under the context's lock, so it is freed once.
+    unsafe { free_c(cq) };
+    Some(e)
+}
+
+/// The completion channel object `ch` if it is registered in `inner` (a key of
+/// `inner.channels`), as [`qp_object`] (`channel->fd`, `channel->refcnt`).
+pub(crate) fn channel_object(
+    inner: &mut crate::engine::Inner,
+    ch: *mut crate::abi::ibv_comp_channel,
+) -> Option<&mut crate::abi::ibv_comp_channel> {
+    if !inner.channels.contains_key(&(ch as usize)) {
+        return None;
+    }
+    // SAFETY: a key of `channels` is a live Box from `ibv_create_comp_channel`, freed
+    // only as it leaves the registry (`take_channel`); `inner` is borrowed mutably for
+    // the reference's life.
+    Some(unsafe { object(ch) })
+}
+
+/// Takes channel `ch` out of `inner`'s registry and frees its C object, as [`take_qp`].
+pub(crate) fn take_channel(
+    inner: &mut crate::engine::Inner,
+    ch: *mut crate::abi::ibv_comp_channel,
+) -> Option<crate::engine::ChannelEntry> {
+    let e = inner.channels.remove(&(ch as usize))?;
+    // SAFETY: a key of `channels` is a live Box from `ibv_create_comp_channel`; it has
+    // just left the registry, under the context's lock, so it is freed once.
+    unsafe { free_c(ch) };
+    Some(e)
+}
+
+/// The context CQ `cq` names (`cq->context`), as the inline `ibv_poll_cq` and
+/// `ibv_req_notify_cq` of verbs.h read it; NULL for a NULL CQ.
+///
+/// # Safety
+/// `cq` is NULL or readable.
+pub(crate) unsafe fn cq_context(cq: *mut crate::abi::ibv_cq) -> *mut crate::abi::ibv_context {
+    if cq.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the caller's contract.
+    unsafe { (*cq).context }
+}
+
+/// The program's array of `n` `T`s at `p`, to fill (its entries may be uninitialised);
+/// None for NULL with `n` > 0, empty for `n` 0.
+///
+/// # Safety
+/// `p` is NULL or valid for writes of `n` `T`s that nothing else accesses during the
+/// call.
+pub(crate) unsafe fn out_array<'a, T>(
+    p: *mut T,
+    n: usize,
+) -> Option<&'a mut [std::mem::MaybeUninit<T>]> {
+    if n == 0 {
+        return Some(&mut []);
+    }
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract; MaybeUninit<T> has T's layout, and uninitialised
+    // entries are valid MaybeUninit values.
+    Some(unsafe { std::slice::from_raw_parts_mut(p.cast(), n) })
+}
+
 /// The context window `mw` names (`mw->context`), as [`qp_context`].
 ///
 /// # Safety
