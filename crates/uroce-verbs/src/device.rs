@@ -246,7 +246,7 @@ fn open(device: &'static Device) -> *mut ibv_context {
         _compat_modify_srq: None,
         _compat_query_srq: None,
         _compat_destroy_srq: None,
-        post_srq_recv: Some(crate::srq::post_srq_recv),
+        post_srq_recv: Some(crate::exports::post_srq_recv),
         _compat_create_qp: None,
         _compat_query_qp: None,
         _compat_modify_qp: None,

@@ -679,3 +679,91 @@ pub extern "C" fn ibv_ack_async_event(_event: *mut crate::abi::ibv_async_event) 
     ffi::void("ibv_ack_async_event", move || {})
 }
 default_version!(ibv_ack_async_event, "IBVERBS_1.1");
+
+// ---------------------------------------------------------------------------------------
+// Shared receive queues (`srq.rs`, safe code).
+
+/// `ibv_create_srq`: `attr->attr` is updated with what was granted.
+///
+/// # Safety
+/// `attr` is NULL or points at a readable and writable `struct ibv_srq_init_attr` that
+/// nothing else touches during the call.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut crate::abi::ibv_pd,
+    attr: *mut crate::srq::ibv_srq_init_attr,
+) -> *mut crate::abi::ibv_srq {
+    ffi::ptr("ibv_create_srq", move || {
+        // SAFETY: the caller's contract.
+        let attr = unsafe { ffi::in_out(attr) };
+        crate::srq::create_srq(pd, attr)
+    })
+}
+default_version!(ibv_create_srq, "IBVERBS_1.1");
+
+/// `ibv_modify_srq`: 0 or the errno.
+///
+/// # Safety
+/// `attr` is NULL or points at a readable `struct ibv_srq_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_srq(
+    srq: *mut crate::abi::ibv_srq,
+    attr: *mut crate::abi::ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
+    ffi::errno("ibv_modify_srq", move || {
+        // SAFETY: the caller's contract.
+        let attr = unsafe { ffi::read(attr) }.ok();
+        crate::srq::modify_srq(srq, attr, mask)
+    })
+}
+default_version!(ibv_modify_srq, "IBVERBS_1.1");
+
+/// `ibv_query_srq`: 0 or the errno.
+///
+/// # Safety
+/// `attr` is NULL or points at a writable `struct ibv_srq_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_srq(
+    srq: *mut crate::abi::ibv_srq,
+    attr: *mut crate::abi::ibv_srq_attr,
+) -> c_int {
+    ffi::errno("ibv_query_srq", move || {
+        if attr.is_null() {
+            return libc::EINVAL;
+        }
+        match crate::srq::query_srq(srq) {
+            // SAFETY: the caller's contract; not NULL.
+            Ok(a) => unsafe { ffi::write(attr, a) }.map_or_else(|e| e, |()| 0),
+            Err(e) => e,
+        }
+    })
+}
+default_version!(ibv_query_srq, "IBVERBS_1.1");
+
+/// `ibv_destroy_srq`.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_srq(srq: *mut crate::abi::ibv_srq) -> c_int {
+    ffi::errno("ibv_destroy_srq", move || crate::srq::destroy_srq(srq))
+}
+default_version!(ibv_destroy_srq, "IBVERBS_1.1");
+
+/// `ibv_context_ops.post_srq_recv` (the inline `ibv_post_srq_recv`), as [`post_recv`].
+///
+/// # Safety
+/// As verbs.h has `ibv_post_srq_recv`'s arguments: `srq` NULL or readable, `wr` a valid
+/// list (see `ffi::WrList::new`), `bad` NULL or writable.
+pub(crate) unsafe extern "C" fn post_srq_recv(
+    srq: *mut crate::abi::ibv_srq,
+    wr: *mut crate::abi::ibv_recv_wr,
+    bad: *mut *mut crate::abi::ibv_recv_wr,
+) -> c_int {
+    ffi::errno("post_srq_recv", move || {
+        // SAFETY: the caller's contract (the inline ibv_post_srq_recv read
+        // `srq->context` already).
+        let ctx = unsafe { ffi::srq_context(srq) };
+        // SAFETY: as above.
+        let list = unsafe { ffi::WrList::new(wr, bad) };
+        crate::srq::post_srq_recv(ctx, srq, list)
+    })
+}

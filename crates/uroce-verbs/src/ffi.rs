@@ -340,6 +340,18 @@ pub(crate) fn take_channel(
     Some(e)
 }
 
+/// Takes SRQ `srq` out of `inner`'s registry and frees its C object, as [`take_qp`].
+pub(crate) fn take_srq(
+    inner: &mut crate::engine::Inner,
+    srq: *mut crate::abi::ibv_srq,
+) -> Option<crate::engine::SrqEntry> {
+    let e = inner.srqs.remove(&(srq as usize))?;
+    // SAFETY: a key of `srqs` is a live Box from `ibv_create_srq`; it has just left the
+    // registry, under the context's lock, so it is freed once.
+    unsafe { free_c(srq) };
+    Some(e)
+}
+
 /// The context CQ `cq` names (`cq->context`), as the inline `ibv_poll_cq` and
 /// `ibv_req_notify_cq` of verbs.h read it; NULL for a NULL CQ.
 ///
