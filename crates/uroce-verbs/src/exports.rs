@@ -767,3 +767,87 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
         crate::srq::post_srq_recv(ctx, srq, list)
     })
 }
+
+// ---------------------------------------------------------------------------------------
+// Protection domains and memory regions (`resources.rs`, safe code).
+
+/// `ibv_alloc_pd`.
+#[no_mangle]
+pub extern "C" fn ibv_alloc_pd(ctx: *mut crate::abi::ibv_context) -> *mut crate::abi::ibv_pd {
+    ffi::ptr("ibv_alloc_pd", move || crate::resources::alloc_pd(ctx))
+}
+default_version!(ibv_alloc_pd, "IBVERBS_1.1");
+
+/// `ibv_dealloc_pd`.
+#[no_mangle]
+pub extern "C" fn ibv_dealloc_pd(pd: *mut crate::abi::ibv_pd) -> c_int {
+    ffi::errno("ibv_dealloc_pd", move || crate::resources::dealloc_pd(pd))
+}
+default_version!(ibv_dealloc_pd, "IBVERBS_1.1");
+
+/// `ibv_reg_mr`: the caller's memory, in place.
+///
+/// # Safety
+/// `addr` is valid for reads and writes of `len` bytes until `ibv_dereg_mr` succeeds
+/// (see `ffi::ProgramMemory::new`).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut crate::abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut crate::abi::ibv_mr {
+    ffi::ptr("ibv_reg_mr", move || {
+        // SAFETY: this function's contract is ProgramMemory::new's.
+        let mem = unsafe { ffi::ProgramMemory::new(addr, len) };
+        crate::resources::reg_mr(pd, mem, addr as u64, access as std::ffi::c_uint)
+    })
+}
+default_version!(ibv_reg_mr, "IBVERBS_1.1");
+
+/// `ibv_reg_mr_iova`: only `iova == addr` (EOPNOTSUPP otherwise).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut crate::abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut crate::abi::ibv_mr {
+    ffi::ptr("ibv_reg_mr_iova", move || {
+        // SAFETY: this function's contract is ProgramMemory::new's.
+        let mem = unsafe { ffi::ProgramMemory::new(addr, len) };
+        crate::resources::reg_mr(pd, mem, iova, access as std::ffi::c_uint)
+    })
+}
+default_version!(ibv_reg_mr_iova, "IBVERBS_1.7");
+
+/// `ibv_reg_mr_iova2` (what the `ibv_reg_mr` macro calls with optional access flags).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut crate::abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: std::ffi::c_uint,
+) -> *mut crate::abi::ibv_mr {
+    ffi::ptr("ibv_reg_mr_iova2", move || {
+        // SAFETY: this function's contract is ProgramMemory::new's.
+        let mem = unsafe { ffi::ProgramMemory::new(addr, len) };
+        crate::resources::reg_mr(pd, mem, iova, access)
+    })
+}
+default_version!(ibv_reg_mr_iova2, "IBVERBS_1.8");
+
+/// `ibv_dereg_mr`.
+#[no_mangle]
+pub extern "C" fn ibv_dereg_mr(mr: *mut crate::abi::ibv_mr) -> c_int {
+    ffi::errno("ibv_dereg_mr", move || crate::resources::dereg_mr(mr))
+}
+default_version!(ibv_dereg_mr, "IBVERBS_1.1");

@@ -285,6 +285,82 @@ pub(crate) fn take_mw(
 }
 
 // ---------------------------------------------------------------------------------
+// Protection domains and memory regions.
+
+/// Takes PD `pd` out of `inner`'s registry and frees its C object, as [`take_qp`].
+pub(crate) fn take_pd(
+    inner: &mut crate::engine::Inner,
+    pd: *mut crate::abi::ibv_pd,
+) -> Option<uroce::verbs::PdId> {
+    let e = inner.pds.remove(&(pd as usize))?;
+    // SAFETY: a key of `pds` is a live Box from `ibv_alloc_pd`; it has just left the
+    // registry, under the context's lock, so it is freed once.
+    unsafe { free_c(pd) };
+    Some(e)
+}
+
+/// Takes region `mr` out of `inner`'s registry and frees its C object, as [`take_qp`].
+pub(crate) fn take_mr(
+    inner: &mut crate::engine::Inner,
+    mr: *mut crate::abi::ibv_mr,
+) -> Option<uroce::verbs::Mr> {
+    let e = inner.mrs.remove(&(mr as usize))?;
+    // SAFETY: a key of `mrs` is a live Box from `ibv_reg_mr`; it has just left the
+    // registry, under the context's lock, so it is freed once.
+    unsafe { free_c(mr) };
+    Some(e)
+}
+
+/// The memory a program hands to `ibv_reg_mr` (and `ibv_reg_mr_iova`,
+/// `ibv_reg_mr_iova2`), with that verb's promise about it; registered at most once.
+pub(crate) struct ProgramMemory {
+    addr: *mut std::ffi::c_void,
+    len: usize,
+}
+
+impl ProgramMemory {
+    /// # Safety
+    /// `ibv_reg_mr`'s contract: unless the registration fails, the `len` bytes at `addr`
+    /// are the program's own memory and stay valid for reads and writes until
+    /// `ibv_dereg_mr` of the region returned succeeds.
+    pub(crate) unsafe fn new(addr: *mut std::ffi::c_void, len: usize) -> Self {
+        Self { addr, len }
+    }
+
+    /// Its address.
+    pub(crate) fn addr(&self) -> *mut std::ffi::c_void {
+        self.addr
+    }
+
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Registers the memory in place as a region of `pd` in `uroce` with `rights`.
+    pub(crate) fn register(
+        self,
+        uroce: &mut uroce::verbs::Context,
+        pd: uroce::verbs::PdId,
+        rights: uroce::verbs::Access,
+    ) -> Result<uroce::verbs::Mr, uroce::verbs::VerbsError> {
+        // SAFETY: `new`'s contract (ibv_reg_mr's) gives reg_mr_raw's first condition: the
+        // caller's `len` bytes at `addr` stay valid for reads and writes until
+        // ibv_dereg_mr succeeds. Its second, not the context's own memory, holds as the
+        // bytes are the program's own: the context's own regions (`Context::reg_mr`:
+        // the inline staging and GSI buffers) are allocations of this library. The stack
+        // reaches the bytes only during calls into this context (under its lock, on the
+        // program's threads or the progress thread), through raw copies and 8-byte
+        // atomics, so the program may touch them meanwhile as ibverbs allows with a
+        // NIC's DMA: reading a buffer while a peer's WRITE lands in it (perftest's
+        // `ib_write_lat` polls its receive buffer), or filling one part of a region
+        // while a receive lands in another; what it reads there is unsettled, as with a
+        // NIC (see the README's limits).
+        unsafe { uroce.reg_mr_raw(pd, self.addr.cast(), self.len, rights) }
+    }
+}
+
+// ---------------------------------------------------------------------------------
 // Completion queues and completion channels.
 
 /// The CQ object `cq` if it is registered in `inner` (a key of `inner.cqs`), as
