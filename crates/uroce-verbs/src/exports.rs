@@ -851,3 +851,84 @@ pub extern "C" fn ibv_dereg_mr(mr: *mut crate::abi::ibv_mr) -> c_int {
     ffi::errno("ibv_dereg_mr", move || crate::resources::dereg_mr(mr))
 }
 default_version!(ibv_dereg_mr, "IBVERBS_1.1");
+
+// ---------------------------------------------------------------------------------------
+// Address handles (`ah.rs`, safe code).
+
+/// `ibv_create_ah`.
+///
+/// # Safety
+/// `attr` is NULL or points at a readable `struct ibv_ah_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah(
+    pd: *mut crate::abi::ibv_pd,
+    attr: *mut crate::abi::ibv_ah_attr,
+) -> *mut crate::abi::ibv_ah {
+    ffi::ptr("ibv_create_ah", move || {
+        // SAFETY: the caller's contract.
+        let attr = unsafe { ffi::read(attr) }.ok();
+        crate::ah::create_ah(pd, attr)
+    })
+}
+default_version!(ibv_create_ah, "IBVERBS_1.1");
+
+/// `ibv_destroy_ah`.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_ah(ah: *mut crate::abi::ibv_ah) -> c_int {
+    ffi::errno("ibv_destroy_ah", move || crate::ah::destroy_ah(ah))
+}
+default_version!(ibv_destroy_ah, "IBVERBS_1.1");
+
+/// `ibv_init_ah_from_wc`: 0, or -1 with errno.
+///
+/// # Safety
+/// `wc` and `grh` (40 bytes) are NULL or readable, `ah_attr` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    ctx: *mut crate::abi::ibv_context,
+    port_num: u8,
+    wc: *mut crate::abi::ibv_wc,
+    grh: *mut u8,
+    ah_attr: *mut crate::abi::ibv_ah_attr,
+) -> c_int {
+    ffi::minus1("ibv_init_ah_from_wc", move || {
+        // SAFETY: the caller's contract.
+        let (w, g) = unsafe { (ffi::read(wc).ok(), ffi::read(grh.cast::<[u8; 40]>()).ok()) };
+        let got = if ah_attr.is_null() {
+            Err(libc::EINVAL)
+        } else {
+            crate::ah::init_ah_from_wc(ctx, port_num, w, g)
+        };
+        match got {
+            Ok(a) => {
+                // SAFETY: the caller's contract; not NULL.
+                let _ = unsafe { ffi::write(ah_attr, a) };
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+default_version!(ibv_init_ah_from_wc, "IBVERBS_1.1");
+
+/// `ibv_create_ah_from_wc`.
+///
+/// # Safety
+/// `wc` and `grh` (40 bytes) are NULL or readable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut crate::abi::ibv_pd,
+    wc: *mut crate::abi::ibv_wc,
+    grh: *mut u8,
+    port_num: u8,
+) -> *mut crate::abi::ibv_ah {
+    ffi::ptr("ibv_create_ah_from_wc", move || {
+        // SAFETY: the caller's contract.
+        let (w, g) = unsafe { (ffi::read(wc).ok(), ffi::read(grh.cast::<[u8; 40]>()).ok()) };
+        crate::ah::create_ah_from_wc(pd, w, g, port_num)
+    })
+}
+default_version!(ibv_create_ah_from_wc, "IBVERBS_1.1");

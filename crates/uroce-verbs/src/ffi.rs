@@ -360,6 +360,19 @@ impl ProgramMemory {
     }
 }
 
+/// Takes address handle `ah` out of `inner`'s registry and frees its C object, as
+/// [`take_qp`].
+pub(crate) fn take_ah(
+    inner: &mut crate::engine::Inner,
+    ah: *mut crate::abi::ibv_ah,
+) -> Option<crate::ah::AhEntry> {
+    let e = inner.ahs.remove(&(ah as usize))?;
+    // SAFETY: a key of `ahs` is a live Box from `ibv_create_ah`; it has just left the
+    // registry, under the context's lock, so it is freed once.
+    unsafe { free_c(ah) };
+    Some(e)
+}
+
 // ---------------------------------------------------------------------------------
 // Completion queues and completion channels.
 
