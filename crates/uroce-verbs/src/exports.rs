@@ -932,3 +932,263 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     })
 }
 default_version!(ibv_create_ah_from_wc, "IBVERBS_1.1");
+
+// ---------------------------------------------------------------------------------------
+// Devices and contexts (`device.rs`, safe code).
+
+/// `ibv_get_device_list`.
+///
+/// # Safety
+/// `num_devices` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_list(
+    num_devices: *mut c_int,
+) -> *mut *mut crate::abi::ibv_device {
+    ffi::ptr("ibv_get_device_list", move || {
+        let devices = match crate::device::get_device_list() {
+            Ok(d) => d,
+            Err(e) => return ffi::null_with(e),
+        };
+        let arr = ffi::calloc_list(&devices);
+        if arr.is_null() {
+            return ffi::null_with(libc::ENOMEM);
+        }
+        // SAFETY: the caller's contract.
+        unsafe { ffi::write_opt(num_devices, devices.len() as c_int) };
+        arr
+    })
+}
+default_version!(ibv_get_device_list, "IBVERBS_1.1");
+
+/// `ibv_free_device_list`: the array goes; the devices stay (see `device.rs`).
+///
+/// # Safety
+/// `list` is NULL or came from [`ibv_get_device_list`] and is freed once.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut crate::abi::ibv_device) {
+    ffi::void("ibv_free_device_list", move || {
+        // SAFETY: the caller's contract; ibv_get_device_list's arrays are calloc_list's.
+        unsafe { ffi::free_list(list) };
+    })
+}
+default_version!(ibv_free_device_list, "IBVERBS_1.1");
+
+/// `ibv_get_device_name`.
+#[no_mangle]
+pub extern "C" fn ibv_get_device_name(dev: *mut crate::abi::ibv_device) -> *const c_char {
+    let failed = || ffi::null_with::<c_char>(EIO).cast_const();
+    ffi::call("ibv_get_device_name", failed, || {
+        crate::device::get_device_name(dev)
+    })
+}
+default_version!(ibv_get_device_name, "IBVERBS_1.1");
+
+/// `ibv_get_device_guid`.
+#[no_mangle]
+pub extern "C" fn ibv_get_device_guid(dev: *mut crate::abi::ibv_device) -> u64 {
+    ffi::call(
+        "ibv_get_device_guid",
+        || 0,
+        || crate::device::get_device_guid(dev),
+    )
+}
+default_version!(ibv_get_device_guid, "IBVERBS_1.1");
+
+/// `ibv_open_device`.
+#[no_mangle]
+pub extern "C" fn ibv_open_device(
+    dev: *mut crate::abi::ibv_device,
+) -> *mut crate::abi::ibv_context {
+    ffi::ptr("ibv_open_device", move || crate::device::open_device(dev))
+}
+default_version!(ibv_open_device, "IBVERBS_1.1");
+
+/// `ibv_close_device`: 0, or -1 with errno EINVAL for a context that is not open.
+#[no_mangle]
+pub extern "C" fn ibv_close_device(ctx: *mut crate::abi::ibv_context) -> c_int {
+    ffi::minus1("ibv_close_device", move || crate::device::close_device(ctx))
+}
+default_version!(ibv_close_device, "IBVERBS_1.1");
+
+/// `ibv_query_device`.
+///
+/// # Safety
+/// `attr` is NULL or points at a writable `struct ibv_device_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_device(
+    ctx: *mut crate::abi::ibv_context,
+    attr: *mut crate::abi::ibv_device_attr,
+) -> c_int {
+    ffi::errno("ibv_query_device", move || {
+        // SAFETY: the caller's contract.
+        let written = crate::device::query_device(ctx).and_then(|a| unsafe { ffi::write(attr, a) });
+        written.err().unwrap_or(0)
+    })
+}
+default_version!(ibv_query_device, "IBVERBS_1.1");
+
+/// `verbs_context.query_port`, what the inline `ibv_query_port` calls: the first `len`
+/// bytes of the port's attributes.
+///
+/// # Safety
+/// `attr` is NULL or points at `len` writable bytes (verbs.h passes sizeof).
+pub(crate) unsafe extern "C" fn query_port_ex(
+    ctx: *mut crate::abi::ibv_context,
+    port: u8,
+    attr: *mut crate::abi::ibv_port_attr,
+    len: usize,
+) -> c_int {
+    ffi::errno("query_port_ex", move || {
+        let written = crate::device::query_port(ctx, port).and_then(|a| {
+            // SAFETY: the caller's contract.
+            unsafe { ffi::write_prefix(attr.cast(), &a, len) }
+        });
+        written.err().unwrap_or(0)
+    })
+}
+
+/// `ibv_query_port` as exported (`struct _compat_ibv_port_attr`, without
+/// `port_cap_flags2`); the inline `ibv_query_port` of verbs.h calls [`query_port_ex`].
+///
+/// # Safety
+/// `attr` is NULL or points at a writable `struct _compat_ibv_port_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_port(
+    ctx: *mut crate::abi::ibv_context,
+    port: u8,
+    attr: *mut c_void,
+) -> c_int {
+    ffi::errno("ibv_query_port", move || {
+        // SAFETY: forwarded with the compat structure's size.
+        unsafe { query_port_ex(ctx, port, attr.cast(), crate::abi::COMPAT_PORT_ATTR_SIZE) }
+    })
+}
+default_version!(ibv_query_port, "IBVERBS_1.1");
+
+/// `verbs_context.query_device_ex`, what the inline `ibv_query_device_ex` calls.
+///
+/// # Safety
+/// `input` is NULL or points at a `struct ibv_query_device_ex_input` (its `comp_mask`, a
+/// u32, first); `attr` is NULL or points at `len` writable bytes.
+pub(crate) unsafe extern "C" fn query_device_ex(
+    ctx: *mut crate::abi::ibv_context,
+    input: *const c_void,
+    attr: *mut crate::abi::ibv_device_attr_ex,
+    len: usize,
+) -> c_int {
+    ffi::errno("query_device_ex", move || {
+        // SAFETY: the caller's contract.
+        let comp_mask = unsafe { ffi::read(input.cast::<u32>()) }.ok();
+        let written = crate::device::query_device_ex(ctx, comp_mask).and_then(|ex| {
+            // SAFETY: the caller's contract.
+            unsafe { ffi::write_prefix(attr.cast(), &ex, len) }
+        });
+        written.err().unwrap_or(0)
+    })
+}
+
+/// `ibv_query_gid`: 0 (an unused entry reads as zeros), or -1 with errno.
+///
+/// # Safety
+/// `gid` is NULL or points at a writable `union ibv_gid`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid(
+    ctx: *mut crate::abi::ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut crate::abi::ibv_gid,
+) -> c_int {
+    ffi::minus1("ibv_query_gid", move || {
+        let written = crate::device::query_gid(ctx, port, index).and_then(|g| {
+            // SAFETY: the caller's contract.
+            unsafe { ffi::write(gid, g) }
+        });
+        match written {
+            Ok(()) => 0,
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+default_version!(ibv_query_gid, "IBVERBS_1.1");
+
+/// `ibv_query_gid_type` (rdma-core's driver.h): 0, or -1 with errno.
+///
+/// # Safety
+/// `gid_type` is NULL or points at a writable int.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    ctx: *mut crate::abi::ibv_context,
+    port: u8,
+    index: u32,
+    gid_type: *mut c_int,
+) -> c_int {
+    ffi::minus1("ibv_query_gid_type", move || {
+        let written = crate::device::query_gid_type(ctx, port, index).and_then(|t| {
+            // SAFETY: the caller's contract.
+            unsafe { ffi::write(gid_type, t) }
+        });
+        match written {
+            Ok(()) => 0,
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+default_version!(ibv_query_gid_type, "IBVERBS_PRIVATE_34");
+
+/// `_ibv_query_gid_ex` (behind the inline `ibv_query_gid_ex`): 0 or an errno value.
+///
+/// # Safety
+/// `entry` is NULL or points at `entry_size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    ctx: *mut crate::abi::ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut crate::abi::ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    ffi::errno("_ibv_query_gid_ex", move || {
+        let written =
+            crate::device::query_gid_ex(ctx, port, index, flags, entry_size).and_then(|e| {
+                // SAFETY: the caller's contract; `entry_size` was checked to be at least
+                // size_of::<ibv_gid_entry>().
+                unsafe { ffi::write(entry, e) }
+            });
+        written.err().unwrap_or(0)
+    })
+}
+default_version!(_ibv_query_gid_ex, "IBVERBS_1.11");
+
+/// `ibv_query_pkey`: 0, or -1 with errno.
+///
+/// # Safety
+/// `pkey` is NULL or points at a writable `__be16`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_pkey(
+    ctx: *mut crate::abi::ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    ffi::minus1("ibv_query_pkey", move || {
+        let written = crate::device::query_pkey(ctx, port, index).and_then(|k| {
+            // SAFETY: the caller's contract.
+            unsafe { ffi::write(pkey, k) }
+        });
+        match written {
+            Ok(()) => 0,
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+default_version!(ibv_query_pkey, "IBVERBS_1.1");

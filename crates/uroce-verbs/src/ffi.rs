@@ -226,6 +226,60 @@ pub(crate) unsafe fn object<'a, T>(p: *mut T) -> &'a mut T {
     unsafe { &mut *p }
 }
 
+/// A C object this library allocated and hands to the program by address (a context's
+/// `verbs_context`): owned as a `Box` is, freed when dropped. Rust makes no reference to
+/// it after `new`: the program reads it through its pointer.
+pub(crate) struct CBox<T>(std::ptr::NonNull<T>);
+
+impl<T> CBox<T> {
+    pub(crate) fn new(v: T) -> Self {
+        Self(std::ptr::NonNull::from(Box::leak(Box::new(v))))
+    }
+
+    /// The address the program gets (the object's, or a member's within it).
+    pub(crate) fn as_ptr(&self) -> *mut T {
+        self.0.as_ptr()
+    }
+}
+
+impl<T> Drop for CBox<T> {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from `Box::leak` in `new` and is freed once, here.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
+// SAFETY: a `CBox` owns its object as a `Box` does, and Rust only frees it; a
+// `verbs_context`'s raw pointers (its device, `priv_`) are addresses for the program,
+// never dereferenced here, and it has no drop glue of its own.
+unsafe impl Send for CBox<crate::abi::verbs_context> {}
+
+/// A NULL-terminated `calloc`ed array of `items` (freed by the program with the call
+/// that gives it back, which calls `libc::free`); NULL when the allocation fails.
+pub(crate) fn calloc_list<T>(items: &[*mut T]) -> *mut *mut T {
+    // SAFETY: calloc of n+1 pointers; checked for NULL. The last stays NULL, the list's
+    // end.
+    let list =
+        unsafe { libc::calloc(items.len() + 1, std::mem::size_of::<*mut T>()) }.cast::<*mut T>();
+    if list.is_null() {
+        return list;
+    }
+    for (i, c) in items.iter().enumerate() {
+        // SAFETY: within the n+1 allocated, aligned as calloc's memory is.
+        unsafe { *list.add(i) = *c };
+    }
+    list
+}
+
+/// Frees a list from [`calloc_list`] (NULL: nothing).
+///
+/// # Safety
+/// `list` is NULL or came from [`calloc_list`] and is freed once.
+pub(crate) unsafe fn free_list<T>(list: *mut *mut T) {
+    // SAFETY: the caller's contract: calloc's memory, freed once.
+    unsafe { libc::free(list.cast()) };
+}
+
 // ---------------------------------------------------------------------------------
 // Queue pairs: the QP objects of a context's registry, and the work request lists the
 // program posts.
