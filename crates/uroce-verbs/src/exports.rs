@@ -34,7 +34,6 @@ macro_rules! default_version {
         ));
     };
 }
-pub(crate) use default_version;
 
 macro_rules! stub_ret {
     (ptr) => { *mut c_void };
@@ -1192,3 +1191,96 @@ pub unsafe extern "C" fn ibv_query_pkey(
     })
 }
 default_version!(ibv_query_pkey, "IBVERBS_1.1");
+
+// ---------------------------------------------------------------------------------------
+// QP 1 for uroce's librdmacm (`gsi.rs`, safe code), under the private version node.
+
+/// `uroce_gsi_open`: a descriptor readable while MADs wait, or a negative errno.
+///
+/// # Safety
+/// `ctx` is a context from `ibv_open_device`, or any pointer (refused with EINVAL).
+#[no_mangle]
+pub unsafe extern "C" fn uroce_gsi_open(ctx: *mut crate::abi::ibv_context) -> c_int {
+    ffi::neg_errno("uroce_gsi_open", move || crate::gsi::gsi_open(ctx))
+}
+default_version!(uroce_gsi_open, "UROCE_PRIVATE_1");
+
+/// `uroce_gsi_send`: 0 (sent or held), or an errno.
+///
+/// # Safety
+/// `ctx` as for [`uroce_gsi_open`]; `gid` is NULL or points at 16 readable bytes, `mad`
+/// NULL or at `len`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_gsi_send(
+    ctx: *mut crate::abi::ibv_context,
+    gid: *const u8,
+    remote_qpn: u32,
+    remote_qkey: u32,
+    mad: *const u8,
+    len: usize,
+) -> c_int {
+    ffi::errno("uroce_gsi_send", move || {
+        // SAFETY: the caller's contract.
+        let (gid, mad) = unsafe { (ffi::read(gid.cast::<[u8; 16]>()).ok(), ffi::bytes(mad, len)) };
+        crate::gsi::gsi_send(ctx, gid, remote_qpn, remote_qkey, mad)
+    })
+}
+default_version!(uroce_gsi_send, "UROCE_PRIVATE_1");
+
+/// `uroce_gsi_recv`: the oldest MAD QP 1 received to `mad`, its sender's GID to `gid`
+/// and QP to `src_qp`; the MAD's length, 0 when none waits, or a negative errno.
+///
+/// # Safety
+/// `ctx` as for [`uroce_gsi_open`]; `gid` is NULL or points at 16 writable bytes,
+/// `src_qp` NULL or at a writable (maybe unaligned) u32, `mad` NULL or at `len` writable
+/// bytes.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_gsi_recv(
+    ctx: *mut crate::abi::ibv_context,
+    gid: *mut u8,
+    src_qp: *mut u32,
+    mad: *mut u8,
+    len: usize,
+) -> c_int {
+    use uroce::wire::mad::MAD_LEN;
+    ffi::neg_errno("uroce_gsi_recv", move || {
+        if gid.is_null() || src_qp.is_null() || mad.is_null() || len < MAD_LEN {
+            return -libc::EINVAL;
+        }
+        let m = match crate::gsi::gsi_recv(ctx) {
+            Ok(Some(m)) => m,
+            Ok(None) => return 0,
+            Err(e) => return -e,
+        };
+        // SAFETY: the caller's contract; none is NULL, and `mad` has room for MAD_LEN.
+        unsafe {
+            let _ = ffi::write(gid.cast::<[u8; 16]>(), m.gid);
+            let _ = ffi::write_unaligned(src_qp, m.src_qp);
+            if let Some(out) = ffi::out_array(mad, MAD_LEN) {
+                for (o, b) in out.iter_mut().zip(m.mad) {
+                    o.write(b);
+                }
+            }
+        }
+        MAD_LEN as c_int
+    })
+}
+default_version!(uroce_gsi_recv, "UROCE_PRIVATE_1");
+
+/// `uroce_gsi_resolve`: 0, or an errno.
+///
+/// # Safety
+/// `ctx` as for [`uroce_gsi_open`]; `gid` is NULL or points at 16 readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_gsi_resolve(
+    ctx: *mut crate::abi::ibv_context,
+    gid: *const u8,
+    timeout_ms: c_int,
+) -> c_int {
+    ffi::errno("uroce_gsi_resolve", move || {
+        // SAFETY: the caller's contract.
+        let gid = unsafe { ffi::read(gid.cast::<[u8; 16]>()) }.ok();
+        crate::gsi::gsi_resolve(ctx, gid, timeout_ms)
+    })
+}
+default_version!(uroce_gsi_resolve, "UROCE_PRIVATE_1");

@@ -576,6 +576,32 @@ pub(crate) unsafe fn in_out<'a, T>(p: *mut T) -> Option<&'a mut T> {
     unsafe { p.as_mut() }
 }
 
+/// The program's `len` bytes at `p`, for the call's duration; None for NULL.
+///
+/// # Safety
+/// `p` is NULL or valid for reads of `len` bytes that nothing writes during the call.
+pub(crate) unsafe fn bytes<'a>(p: *const u8, len: usize) -> Option<&'a [u8]> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    Some(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// Writes `value` to the caller's out-pointer `p`, which may be unaligned; EINVAL for
+/// NULL.
+///
+/// # Safety
+/// `p` is NULL or valid for a write of `size_of::<T>()` bytes.
+pub(crate) unsafe fn write_unaligned<T>(p: *mut T, value: T) -> Result<(), c_int> {
+    if p.is_null() {
+        return Err(EINVAL);
+    }
+    // SAFETY: not NULL, so writable as the caller promises; no alignment assumed.
+    unsafe { p.write_unaligned(value) };
+    Ok(())
+}
+
 /// A work request of `ibv_post_send` / `ibv_post_recv` / `ibv_post_srq_recv`.
 pub(crate) trait WorkRequest {
     fn next_wr(&self) -> *mut Self;
