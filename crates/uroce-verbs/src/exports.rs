@@ -320,7 +320,7 @@ default_version!(mbps_to_ibv_rate, "IBVERBS_1.1");
 #[no_mangle]
 pub extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
     ffi::call("ibv_node_type_str", util::unknown, || {
-        util::node_type_str(node_type)
+        util::node_type_str(node_type).as_ptr()
     })
 }
 default_version!(ibv_node_type_str, "IBVERBS_1.1");
@@ -329,7 +329,7 @@ default_version!(ibv_node_type_str, "IBVERBS_1.1");
 #[no_mangle]
 pub extern "C" fn ibv_port_state_str(state: c_int) -> *const c_char {
     ffi::call("ibv_port_state_str", util::unknown, || {
-        util::port_state_str(state)
+        util::port_state_str(state).as_ptr()
     })
 }
 default_version!(ibv_port_state_str, "IBVERBS_1.1");
@@ -338,7 +338,7 @@ default_version!(ibv_port_state_str, "IBVERBS_1.1");
 #[no_mangle]
 pub extern "C" fn ibv_event_type_str(event: c_int) -> *const c_char {
     ffi::call("ibv_event_type_str", util::unknown, || {
-        util::event_type_str(event)
+        util::event_type_str(event).as_ptr()
     })
 }
 default_version!(ibv_event_type_str, "IBVERBS_1.1");
@@ -347,7 +347,7 @@ default_version!(ibv_event_type_str, "IBVERBS_1.1");
 #[no_mangle]
 pub extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
     ffi::call("ibv_wc_status_str", util::unknown, || {
-        util::wc_status_str(status)
+        util::wc_status_str(status).as_ptr()
     })
 }
 default_version!(ibv_wc_status_str, "IBVERBS_1.1");
