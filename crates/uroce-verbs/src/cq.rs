@@ -333,8 +333,8 @@ pub(crate) fn get_async_event(ctx: *mut ibv_context) -> Result<ibv_async_event, 
         let got = shared.lock().async_events.pop_front();
         match got {
             // Its object was destroyed since: the next one.
-            Some(engine::AsyncEntry(ev)) if ev.event_type == engine::FORGOTTEN => continue,
-            Some(engine::AsyncEntry(ev)) => return Ok(ev),
+            Some(e) if e.event.event_type == engine::FORGOTTEN => continue,
+            Some(e) => return Ok(e.event),
             None => return Err(libc::EAGAIN),
         }
     }

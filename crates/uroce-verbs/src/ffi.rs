@@ -281,6 +281,62 @@ pub(crate) unsafe fn free_list<T>(list: *mut *mut T) {
 }
 
 // ---------------------------------------------------------------------------------
+// The engine's system calls on its descriptors, and its raw pointers.
+
+// SAFETY: an event's pointer is only an address handed back to the program (which owns
+// the object); this library never dereferences it, so it may move between threads.
+unsafe impl Send for crate::engine::AsyncEntry {}
+
+/// A new eventfd (close-on-exec, with `flags`).
+pub(crate) fn eventfd(flags: c_int) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd takes no pointers; a negative return is an error, checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds `n` to an eventfd's counter: Ok, or the errno.
+pub(crate) fn eventfd_write(fd: std::os::fd::RawFd, n: u64) -> Result<(), c_int> {
+    // SAFETY: writes 8 bytes from a live u64; `fd` is only a number to the kernel.
+    let r = unsafe { libc::write(fd, (&n as *const u64).cast(), 8) };
+    if r == 8 {
+        Ok(())
+    } else {
+        Err(last_errno())
+    }
+}
+
+/// One read of an eventfd (its count, or one for a semaphore): the value, or the errno
+/// (EAGAIN when non-blocking and nothing is there, EINTR when a signal came).
+pub(crate) fn eventfd_read(fd: std::os::fd::RawFd) -> Result<u64, c_int> {
+    let mut n: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64; `fd` is only a number to the kernel.
+    let r = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
+    if r == 8 {
+        Ok(n)
+    } else {
+        Err(last_errno())
+    }
+}
+
+/// `poll(2)` on `pfds` for up to `ms` milliseconds: its return value.
+pub(crate) fn poll(pfds: &mut [libc::pollfd], ms: c_int) -> c_int {
+    // SAFETY: `pfds` is a live, writable array of its length.
+    unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) }
+}
+
+/// The calling thread's errno (EIO if it has none).
+fn last_errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(EIO)
+}
+
+// ---------------------------------------------------------------------------------
 // Queue pairs: the QP objects of a context's registry, and the work request lists the
 // program posts.
 
