@@ -210,7 +210,7 @@ unsafe impl Zeroable for libc::pthread_mutex_t {}
 /// # Safety
 /// `p` came from `Box::<T>::into_raw`, and is freed once: the caller has just
 /// taken it out of the registry that knew it, under the lock that guards that registry.
-pub(crate) unsafe fn free_c<T>(p: *mut T) {
+unsafe fn free_c<T>(p: *mut T) {
     // SAFETY: as this function's contract.
     drop(unsafe { Box::from_raw(p) });
 }
@@ -221,7 +221,7 @@ pub(crate) unsafe fn free_c<T>(p: *mut T) {
 /// # Safety
 /// `p` came from `Box::<T>::into_raw` and is still registered, and the caller holds the lock of
 /// the registry that knows it, so no other call of this library reaches it meanwhile.
-pub(crate) unsafe fn object<'a, T>(p: *mut T) -> &'a mut T {
+unsafe fn object<'a, T>(p: *mut T) -> &'a mut T {
     // SAFETY: as this function's contract.
     unsafe { &mut *p }
 }

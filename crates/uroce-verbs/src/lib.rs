@@ -30,14 +30,16 @@
 //! far say `#![deny(unsafe_code)]` (`qp`, `mw`); their exported functions are wrappers in
 //! `exports`.
 
-#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn, unsafe_code)]
 
 pub mod abi;
 mod ah;
 mod cq;
 pub mod device;
 mod engine;
+#[allow(unsafe_code)]
 mod exports;
+#[allow(unsafe_code)]
 pub mod ffi;
 mod gsi;
 mod gsi_peers;
