@@ -1,7 +1,7 @@
 //! Every symbol Debian 12's libibverbs exports, bound to its version node.
 //!
 //! A name with a default version (`ibv_alloc_pd@@IBVERBS_1.1`) is a `#[no_mangle]`
-//! function of that name and a `.symver NAME, NAME@@NODE` directive ([`default_version!`]).
+//! function of that name and a `.symver NAME, NAME@@NODE` directive (`default_version!`).
 //! An older, non-default version (`ibv_alloc_pd@IBVERBS_1.0`, the ABI of libibverbs 1.0,
 //! whose structures differ) is a private function made global and given that version by
 //! `.symver` ([`compat!`]); those all answer "unsupported". See build.rs for why the

@@ -16,12 +16,22 @@
 //!   panic on stderr, which is the runtime's, not this library's, output. (A build with
 //!   `panic = "abort"` aborts all the same; the workspace does not build so.)
 //! - **Pointers.** What turns a C pointer into a Rust value is here, each `unsafe fn`
-//!   stating the C contract it relies on: [`write`] and [`write_opt`] for out-pointers,
-//!   [`read`] for in-structures, [`write_prefix`] for the extensible structures, [`zeroed`]
-//!   for the C structures whose all-zeros value is valid, and [`free_c`] / [`object`] for
-//!   the objects handed to the program as boxes. NULL where C must pass an object is
-//!   EINVAL. The rest of the crate calls these with its verb's contract as the `SAFETY`
-//!   reason.
+//!   stating the C contract it relies on: `write`, `write_opt` and
+//!   `write_unaligned` for out-pointers, `read` and `in_out` for in-structures,
+//!   `bytes` and `out_array` for the program's buffers and arrays, `write_prefix`
+//!   for the extensible structures, `WrList` for the posted lists, `ProgramMemory`
+//!   for the memory `ibv_reg_mr` registers, and `zeroed` for the C structures whose
+//!   all-zeros value is valid. NULL where C must pass an object is EINVAL. `exports.rs`
+//!   calls these with its verb's contract as the `SAFETY` reason; the rest of the crate
+//!   is safe code (`unsafe_code` is denied there).
+//! - **Objects.** The C objects handed to the program are boxes known to their context's
+//!   registry by address; they are reached only through the registry-checked helpers
+//!   (`qp_object`, `cq_object`, `channel_object`, `mw_object`: the object only
+//!   when its address is a key of the registry, borrowed with the locked state) and freed
+//!   only as they leave it (`take_qp`, `take_cq`, `take_channel`, `take_srq`,
+//!   `take_pd`, `take_mr`, `take_ah`, `take_mw`). A context's `verbs_context` is
+//!   a `CBox` its registry entry owns. The engine's eventfd and poll calls are here too
+//!   (`eventfd`, `eventfd_read`, `eventfd_write`, `poll`).
 //! - **The test hook.** In a debug build only (`cfg(debug_assertions)`, so never in the
 //!   release library a program is deployed with), `UROCE_TEST_PANIC=<entry point>` makes
 //!   the first call of that entry point in the process panic inside its entry, so a test
