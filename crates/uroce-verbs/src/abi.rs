@@ -6,6 +6,8 @@
 //! C enums are `c_int` / `c_uint` here (their storage); anonymous unions of two 32-bit
 //! members are one `u32` named after the first member. Function pointer fields the
 //! library never sets are [`Op`].
+
+#![deny(unsafe_code)]
 #![allow(non_camel_case_types, non_snake_case)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};

@@ -6,6 +6,12 @@
 //! receive's first 40 bytes hold the GRH; over RoCE v2 with IPv4 they hold the IPv4
 //! header in their last 20 bytes (as rdma_rxe and ConnectX write it), over IPv6 the IPv6
 //! header: the sender's address is read from whichever it is.
+//!
+//! Safe code: the exported verbs are wrappers in `exports.rs` that read the caller's
+//! structures through `ffi.rs`; an address handle's C object is freed through the
+//! registry-checked `ffi::take_ah`.
+
+#![deny(unsafe_code)]
 
 use std::ffi::c_int;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -15,8 +21,6 @@ use uroce::verbs::Remote;
 
 use crate::abi::{ibv_ah, ibv_ah_attr, ibv_context, ibv_pd, ibv_wc};
 use crate::device::{shared_of, with_inner};
-use crate::exports::default_version;
-use crate::ffi::set_errno;
 use crate::qp::{gid_of, remote_of};
 use crate::resources::{disown, null_with, own, owner_of};
 
@@ -45,157 +49,118 @@ pub fn sender_of(grh: &[u8; 40]) -> Option<IpAddr> {
 }
 
 /// `ibv_create_ah`: NULL with errno EINVAL for an address without a GRH or of the other
-/// IP version, EHOSTUNREACH when the next hop's MAC address cannot be found.
-///
-/// # Safety
-/// `attr` points at a readable `struct ibv_ah_attr`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
-    crate::ffi::ptr("ibv_create_ah", move || {
-        let Some(ctx) = owner_of(pd) else {
-            return null_with(EINVAL);
-        };
-        if attr.is_null() {
-            return null_with(EINVAL);
+/// IP version, EHOSTUNREACH when the next hop's MAC address cannot be found. `attr` is
+/// the caller's (None for NULL: EINVAL).
+pub(crate) fn create_ah(pd: *mut ibv_pd, attr: Option<ibv_ah_attr>) -> *mut ibv_ah {
+    let Some(ctx) = owner_of(pd) else {
+        return null_with(EINVAL);
+    };
+    let Some(a) = attr else {
+        return null_with(EINVAL);
+    };
+    let Some(shared) = shared_of(ctx) else {
+        return null_with(EINVAL);
+    };
+    // Where it goes first, without the lock (it may take an ARP exchange).
+    let remote = match remote_of(&shared, &a) {
+        Ok(r) => r,
+        Err(e) => return null_with(e),
+    };
+    let mut g = shared.lock();
+    let made = (|| {
+        let inner = &mut *g;
+        if !inner.pds.contains_key(&(pd as usize)) {
+            return Err(EINVAL);
         }
-        // SAFETY: the caller's readable ibv_ah_attr.
-        let a = unsafe { *attr };
-        let Some(shared) = shared_of(ctx) else {
-            return null_with(EINVAL);
-        };
-        // Where it goes first, without the lock (it may take an ARP exchange).
-        let remote = match remote_of(&shared, &a) {
-            Ok(r) => r,
-            Err(e) => return null_with(e),
-        };
-        let mut g = shared.lock();
-        let made = (|| {
-            let inner = &mut *g;
-            if !inner.pds.contains_key(&(pd as usize)) {
-                return Err(EINVAL);
-            }
-            let ah = Box::into_raw(Box::new(ibv_ah {
-                context: ctx,
-                pd,
-                handle: 0,
-            }));
-            inner.ahs.insert(
-                ah as usize,
-                AhEntry {
-                    remote,
-                    pd: pd as usize,
-                },
-            );
-            own(ah, ctx);
-            Ok(ah)
-        })();
-        drop(g);
-        made.unwrap_or_else(null_with)
-    })
+        let ah = Box::into_raw(Box::new(ibv_ah {
+            context: ctx,
+            pd,
+            handle: 0,
+        }));
+        inner.ahs.insert(
+            ah as usize,
+            AhEntry {
+                remote,
+                pd: pd as usize,
+            },
+        );
+        own(ah, ctx);
+        Ok(ah)
+    })();
+    drop(g);
+    made.unwrap_or_else(null_with)
 }
-default_version!(ibv_create_ah, "IBVERBS_1.1");
 
 /// `ibv_destroy_ah`: 0, or EINVAL for an unknown handle.
-#[no_mangle]
-pub extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    crate::ffi::errno("ibv_destroy_ah", move || {
-        let Some(ctx) = owner_of(ah) else {
+pub(crate) fn destroy_ah(ah: *mut ibv_ah) -> c_int {
+    let Some(ctx) = owner_of(ah) else {
+        return EINVAL;
+    };
+    with_inner(ctx, |inner| {
+        if !inner.ahs.contains_key(&(ah as usize)) {
             return EINVAL;
-        };
-        with_inner(ctx, |inner| {
-            if inner.ahs.remove(&(ah as usize)).is_none() {
-                return EINVAL;
-            }
-            disown(ah);
-            // SAFETY: registered, so from Box::into_raw in ibv_create_ah, freed once.
-            unsafe { crate::ffi::free_c(ah) };
-            0
-        })
-        .unwrap_or(EINVAL)
-    })
-}
-default_version!(ibv_destroy_ah, "IBVERBS_1.1");
-
-/// `ibv_init_ah_from_wc`: the address vector that answers the sender of a UD receive;
-/// 0, or -1 with errno EINVAL (no GRH in the completion, an unreadable GRH).
-///
-/// # Safety
-/// `wc` and `grh` (40 bytes) are readable, `ah_attr` writable.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_init_ah_from_wc(
-    ctx: *mut ibv_context,
-    port_num: u8,
-    wc: *mut ibv_wc,
-    grh: *mut u8,
-    ah_attr: *mut ibv_ah_attr,
-) -> c_int {
-    crate::ffi::minus1("ibv_init_ah_from_wc", move || {
-        let Some(shared) = shared_of(ctx) else {
-            set_errno(EINVAL);
-            return -1;
-        };
-        if wc.is_null() || grh.is_null() || ah_attr.is_null() {
-            set_errno(EINVAL);
-            return -1;
         }
-        // Our own GID, the one the answer goes from (rdma-core looks up the GRH's
-        // destination GID in the table; uroce receives on its one address).
-        let (device, local) = {
-            let g = shared.lock();
-            (g.device, g.uroce.config().ip)
-        };
-        let own = gid_of(local).raw;
-        let sgid_index = uroce::net::addresses::interface_info(device.iface())
-            .ok()
-            .and_then(|i| crate::device::gids(&i).iter().position(|g| g.raw == own));
-        // SAFETY: the caller's completion and 40-byte GRH area.
-        let (w, g) = unsafe { (*wc, grh.cast::<[u8; 40]>().read()) };
-        let sender = (w.wc_flags & WC_GRH != 0).then(|| sender_of(&g)).flatten();
-        let (Some(ip), Some(sgid_index)) = (sender, sgid_index) else {
-            set_errno(EINVAL);
-            return -1;
-        };
-        let mut a = ibv_ah_attr {
-            is_global: 1,
-            port_num,
-            ..Default::default()
-        };
-        a.grh.dgid = gid_of(ip);
-        a.grh.sgid_index = sgid_index as u8;
-        a.grh.hop_limit = 64;
-        // SAFETY: the caller's writable ibv_ah_attr.
-        unsafe { ah_attr.write(a) };
+        // Disowned first, then its C object freed as it leaves the registry.
+        disown(ah);
+        crate::ffi::take_ah(inner, ah);
         0
     })
+    .unwrap_or(EINVAL)
 }
-default_version!(ibv_init_ah_from_wc, "IBVERBS_1.1");
 
-/// `ibv_create_ah_from_wc`: [`ibv_init_ah_from_wc`] then [`ibv_create_ah`].
-///
-/// # Safety
-/// As [`ibv_init_ah_from_wc`].
-#[no_mangle]
-pub unsafe extern "C" fn ibv_create_ah_from_wc(
+/// `ibv_init_ah_from_wc`: the address vector that answers the sender of a UD receive
+/// `wc` whose GRH area is `grh`; EINVAL with no GRH in the completion, an unreadable GRH
+/// (or a NULL argument: None).
+pub(crate) fn init_ah_from_wc(
+    ctx: *mut ibv_context,
+    port_num: u8,
+    wc: Option<ibv_wc>,
+    grh: Option<[u8; 40]>,
+) -> Result<ibv_ah_attr, c_int> {
+    let shared = shared_of(ctx).ok_or(EINVAL)?;
+    let (Some(w), Some(g)) = (wc, grh) else {
+        return Err(EINVAL);
+    };
+    // Our own GID, the one the answer goes from (rdma-core looks up the GRH's
+    // destination GID in the table; uroce receives on its one address).
+    let (device, local) = {
+        let g = shared.lock();
+        (g.device, g.uroce.config().ip)
+    };
+    let own = gid_of(local).raw;
+    let sgid_index = uroce::net::addresses::interface_info(device.iface())
+        .ok()
+        .and_then(|i| crate::device::gids(&i).iter().position(|g| g.raw == own));
+    let sender = (w.wc_flags & WC_GRH != 0).then(|| sender_of(&g)).flatten();
+    let (Some(ip), Some(sgid_index)) = (sender, sgid_index) else {
+        return Err(EINVAL);
+    };
+    let mut a = ibv_ah_attr {
+        is_global: 1,
+        port_num,
+        ..Default::default()
+    };
+    a.grh.dgid = gid_of(ip);
+    a.grh.sgid_index = sgid_index as u8;
+    a.grh.hop_limit = 64;
+    Ok(a)
+}
+
+/// `ibv_create_ah_from_wc`: [`init_ah_from_wc`] then [`create_ah`].
+pub(crate) fn create_ah_from_wc(
     pd: *mut ibv_pd,
-    wc: *mut ibv_wc,
-    grh: *mut u8,
+    wc: Option<ibv_wc>,
+    grh: Option<[u8; 40]>,
     port_num: u8,
 ) -> *mut ibv_ah {
-    crate::ffi::ptr("ibv_create_ah_from_wc", move || {
-        let Some(ctx) = owner_of(pd) else {
-            return null_with(EINVAL);
-        };
-        let mut a = ibv_ah_attr::default();
-        // SAFETY: forwarded as the caller passed them; `a` is a live local.
-        unsafe {
-            if ibv_init_ah_from_wc(ctx, port_num, wc, grh, &mut a) != 0 {
-                return std::ptr::null_mut();
-            }
-            ibv_create_ah(pd, &mut a)
-        }
-    })
+    let Some(ctx) = owner_of(pd) else {
+        return null_with(EINVAL);
+    };
+    match init_ah_from_wc(ctx, port_num, wc, grh) {
+        Ok(a) => create_ah(pd, Some(a)),
+        Err(e) => null_with(e),
+    }
 }
-default_version!(ibv_create_ah_from_wc, "IBVERBS_1.1");
 
 #[cfg(test)]
 mod tests {

@@ -12,8 +12,15 @@
 //!   events not taken yet go with it.
 //! - The context's `async_fd` is another semaphore eventfd counting the events queued for
 //!   `ibv_get_async_event`.
+//!
+//! Safe code: the exported verbs and the `poll_cq` / `req_notify_cq` ops are wrappers in
+//! `exports.rs`; the CQ and channel objects are reached through the registry-checked
+//! `ffi::cq_object` / `take_cq` and `ffi::channel_object` / `take_channel`.
+
+#![deny(unsafe_code)]
 
 use std::ffi::{c_int, c_void};
+use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 
 use libc::{EBUSY, EINVAL};
@@ -22,165 +29,140 @@ use uroce::verbs::{WcOpcode, WcStatus, WorkCompletion};
 use crate::abi::{ibv_async_event, ibv_comp_channel, ibv_context, ibv_cq, ibv_wc};
 use crate::device::{shared_of, with_inner};
 use crate::engine::{self, ChannelEntry, CqEntry};
-use crate::exports::default_version;
-use crate::ffi::set_errno;
+use crate::ffi::{channel_object, cq_object, take_channel, take_cq};
 use crate::resources::{disown, null_with, own, owner_of};
 
 /// `ibv_create_comp_channel`: a channel whose `fd` becomes readable with each completion
 /// event of the CQs created on it.
-#[no_mangle]
-pub extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
-    crate::ffi::ptr("ibv_create_comp_channel", move || {
-        let made = with_inner(ctx, |inner| {
-            let fd = engine::semaphore().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
-            let ch = Box::into_raw(Box::new(ibv_comp_channel {
-                context: ctx,
-                fd: fd.as_raw_fd(),
-                refcnt: 0,
-            }));
-            inner.channels.insert(
-                ch as usize,
-                ChannelEntry {
-                    fd,
-                    events: Default::default(),
-                },
-            );
-            own(ch, ctx);
-            Ok(ch)
-        });
-        match made {
-            Some(Ok(ch)) => ch,
-            Some(Err(e)) => null_with(e),
-            None => null_with(EINVAL),
-        }
-    })
+pub(crate) fn create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
+    let made = with_inner(ctx, |inner| {
+        let fd = engine::semaphore().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+        let ch = Box::into_raw(Box::new(ibv_comp_channel {
+            context: ctx,
+            fd: fd.as_raw_fd(),
+            refcnt: 0,
+        }));
+        inner.channels.insert(
+            ch as usize,
+            ChannelEntry {
+                fd,
+                events: Default::default(),
+            },
+        );
+        own(ch, ctx);
+        Ok(ch)
+    });
+    match made {
+        Some(Ok(ch)) => ch,
+        Some(Err(e)) => null_with(e),
+        None => null_with(EINVAL),
+    }
 }
-default_version!(ibv_create_comp_channel, "IBVERBS_1.0");
 
 /// `ibv_destroy_comp_channel`: 0, EBUSY while a CQ uses it, EINVAL for an unknown one.
-#[no_mangle]
-pub extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-    crate::ffi::errno("ibv_destroy_comp_channel", move || {
-        let Some(ctx) = owner_of(channel) else {
+pub(crate) fn destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    let Some(ctx) = owner_of(channel) else {
+        return EINVAL;
+    };
+    with_inner(ctx, |inner| {
+        let c = channel as usize;
+        if !inner.channels.contains_key(&c) {
             return EINVAL;
-        };
-        with_inner(ctx, |inner| {
-            let c = channel as usize;
-            if !inner.channels.contains_key(&c) {
-                return EINVAL;
-            }
-            if inner.cqs.values().any(|e| e.channel == c) {
-                return EBUSY;
-            }
-            inner.channels.remove(&c);
-            disown(channel);
-            // SAFETY: registered, so from Box::into_raw in ibv_create_comp_channel, freed
-            // once: it has just left the registry.
-            unsafe { crate::ffi::free_c(channel) };
-            0
-        })
-        .unwrap_or(EINVAL)
+        }
+        if inner.cqs.values().any(|e| e.channel == c) {
+            return EBUSY;
+        }
+        // Disowned first, then its C object freed as it leaves the registry.
+        disown(channel);
+        take_channel(inner, channel);
+        0
     })
+    .unwrap_or(EINVAL)
 }
-default_version!(ibv_destroy_comp_channel, "IBVERBS_1.0");
 
 /// `ibv_create_cq`: at least `cqe` entries (`cq->cqe` says how many: 2^k - 1). EINVAL
 /// for `cqe` < 1 or above the maximum, a completion vector other than 0, or a channel
 /// of another context.
-#[no_mangle]
-pub extern "C" fn ibv_create_cq(
+pub(crate) fn create_cq(
     ctx: *mut ibv_context,
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    crate::ffi::ptr("ibv_create_cq", move || {
-        let (Ok(cqe), 0) = (u32::try_from(cqe), comp_vector) else {
-            return null_with(EINVAL);
-        };
-        let made = with_inner(ctx, |inner| {
-            let ch = channel as usize;
-            if !channel.is_null() && !inner.channels.contains_key(&ch) {
-                return Err(EINVAL);
-            }
-            let id = inner.uroce.create_cq(cqe).map_err(|e| e.errno())?;
-            let depth = inner.uroce.cq_depth(id).unwrap_or(cqe);
-            let mut c: ibv_cq = crate::ffi::zeroed();
-            c.context = ctx;
-            c.channel = channel;
-            c.cq_context = cq_context;
-            c.handle = id.0;
-            c.cqe = c_int::try_from(depth).unwrap_or(c_int::MAX);
-            let c = Box::into_raw(Box::new(c));
-            inner.cqs.insert(c as usize, CqEntry { id, channel: ch });
-            inner.cq_by_id.insert(id.0, c as usize);
-            if !channel.is_null() {
-                // SAFETY: a registered channel is a live Box from ibv_create_comp_channel;
-                // its refcnt is written under the context's lock only.
-                unsafe { crate::ffi::object(channel).refcnt += 1 };
-            }
-            own(c, ctx);
-            Ok(c)
-        });
-        match made {
-            Some(Ok(cq)) => cq,
-            Some(Err(e)) => null_with(e),
-            None => null_with(EINVAL),
+    let (Ok(cqe), 0) = (u32::try_from(cqe), comp_vector) else {
+        return null_with(EINVAL);
+    };
+    let made = with_inner(ctx, |inner| {
+        let ch = channel as usize;
+        if !channel.is_null() && !inner.channels.contains_key(&ch) {
+            return Err(EINVAL);
         }
-    })
+        let id = inner.uroce.create_cq(cqe).map_err(|e| e.errno())?;
+        let depth = inner.uroce.cq_depth(id).unwrap_or(cqe);
+        let mut c: ibv_cq = crate::ffi::zeroed();
+        c.context = ctx;
+        c.channel = channel;
+        c.cq_context = cq_context;
+        c.handle = id.0;
+        c.cqe = c_int::try_from(depth).unwrap_or(c_int::MAX);
+        let c = Box::into_raw(Box::new(c));
+        inner.cqs.insert(c as usize, CqEntry { id, channel: ch });
+        inner.cq_by_id.insert(id.0, c as usize);
+        if let Some(ch) = channel_object(inner, channel) {
+            ch.refcnt += 1;
+        }
+        own(c, ctx);
+        Ok(c)
+    });
+    match made {
+        Some(Ok(cq)) => cq,
+        Some(Err(e)) => null_with(e),
+        None => null_with(EINVAL),
+    }
 }
-default_version!(ibv_create_cq, "IBVERBS_1.1");
 
 /// `ibv_destroy_cq`: 0; EBUSY while a QP uses it or completion events of it taken with
 /// `ibv_get_cq_event` are not acknowledged; EINVAL for an unknown CQ.
-#[no_mangle]
-pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    crate::ffi::errno("ibv_destroy_cq", move || {
-        let Some(ctx) = owner_of(cq) else {
+pub(crate) fn destroy_cq(cq: *mut ibv_cq) -> c_int {
+    let Some(ctx) = owner_of(cq) else {
+        return EINVAL;
+    };
+    with_inner(ctx, |inner| {
+        let c = cq as usize;
+        let Some(e) = inner.cqs.get(&c).copied() else {
             return EINVAL;
         };
-        with_inner(ctx, |inner| {
-            let c = cq as usize;
-            let Some(e) = inner.cqs.get(&c).copied() else {
-                return EINVAL;
-            };
-            if inner.qps.values().any(|q| q.send_cq == c || q.recv_cq == c) {
-                return EBUSY;
-            }
-            // Events delivered to the channel and not taken yet go with the CQ (as the
-            // kernel drops them); those taken and not acknowledged keep it (libibverbs would
-            // wait for them for ever: EBUSY instead).
-            let pending = inner.channels.get(&e.channel).map_or(0, |ch| {
-                ch.events
-                    .iter()
-                    .filter(|&&(p, id)| p == c && id == e.id.0)
-                    .count()
-            });
-            if inner.uroce.cq_events_unacked(e.id) as usize > pending {
-                return EBUSY;
-            }
-            inner.cqs.remove(&c);
-            inner.cq_by_id.remove(&e.id.0);
-            inner.forget_async_events_of(c);
-            disown(cq);
-            // SAFETY: `cq` was registered until just now, so it is a live Box from
-            // ibv_create_cq; the context's lock is held.
-            let channel = unsafe { crate::ffi::object(cq).channel };
-            if !channel.is_null() {
-                // SAFETY: the CQ's channel is registered while the CQ uses it (a channel
-                // with CQs cannot be destroyed), and the context's lock is held.
-                unsafe { crate::ffi::object(channel).refcnt -= 1 };
-            }
-            // SAFETY: from Box::into_raw in ibv_create_cq, freed once: it has just left the
-            // registry, under the lock.
-            unsafe { crate::ffi::free_c(cq) };
-            0
-        })
-        .unwrap_or(EINVAL)
+        if inner.qps.values().any(|q| q.send_cq == c || q.recv_cq == c) {
+            return EBUSY;
+        }
+        // Events delivered to the channel and not taken yet go with the CQ (as the
+        // kernel drops them); those taken and not acknowledged keep it (libibverbs would
+        // wait for them for ever: EBUSY instead).
+        let pending = inner.channels.get(&e.channel).map_or(0, |ch| {
+            ch.events
+                .iter()
+                .filter(|&&(p, id)| p == c && id == e.id.0)
+                .count()
+        });
+        if inner.uroce.cq_events_unacked(e.id) as usize > pending {
+            return EBUSY;
+        }
+        // The CQ's channel is registered while the CQ uses it (a channel with CQs cannot
+        // be destroyed).
+        let channel = cq_object(inner, cq).map_or(std::ptr::null_mut(), |o| o.channel);
+        if let Some(ch) = channel_object(inner, channel) {
+            ch.refcnt -= 1;
+        }
+        inner.cq_by_id.remove(&e.id.0);
+        inner.forget_async_events_of(c);
+        // Disowned first, then its C object freed as it leaves the registry.
+        disown(cq);
+        take_cq(inner, cq);
+        0
     })
+    .unwrap_or(EINVAL)
 }
-default_version!(ibv_destroy_cq, "IBVERBS_1.1");
 
 /// `IBV_WC_*` status values.
 fn status_of(s: WcStatus) -> c_int {
@@ -239,193 +221,131 @@ pub fn wc_of(w: &WorkCompletion) -> ibv_wc {
     }
 }
 
-/// `ibv_context_ops.poll_cq` (the inline `ibv_poll_cq`): up to `n` completions into
-/// `wc`, their number, or -1 for a CQ that is not one of ours.
-pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
-    crate::ffi::minus1("poll_cq", move || {
-        let Ok(n) = usize::try_from(n) else { return -1 };
-        if cq.is_null() || (wc.is_null() && n > 0) {
-            return -1;
-        }
-        // SAFETY: the inline ibv_poll_cq read `cq->context` already to find this function.
-        let Some(shared) = shared_of(unsafe { (*cq).context }) else {
-            return -1;
-        };
-        let mut g = shared.lock();
-        let Some(e) = g.cqs.get(&(cq as usize)).copied() else {
-            return -1;
-        };
-        let inner = &mut *g;
-        inner.wcs.clear();
-        let mut got = inner.uroce.poll_cq_into(e.id, n, &mut inner.wcs);
-        if got < n && inner.started() {
-            inner.pump(true);
-            got += inner.uroce.poll_cq_into(e.id, n - got, &mut inner.wcs);
-        }
-        shared.app_polled();
-        for (i, w) in inner.wcs.iter().enumerate() {
-            // SAFETY: the caller's array holds `n` entries and i < got <= n.
-            unsafe { wc.add(i).write(wc_of(w)) };
-        }
-        got as c_int
-    })
+/// `ibv_context_ops.poll_cq` (the inline `ibv_poll_cq`): up to `wc.len()` completions
+/// into `wc`, their number, or -1 for a CQ that is not one of ours. `ctx` is
+/// `cq->context`.
+pub(crate) fn poll_cq(
+    ctx: *mut ibv_context,
+    cq: *mut ibv_cq,
+    wc: &mut [MaybeUninit<ibv_wc>],
+) -> c_int {
+    let n = wc.len();
+    let Some(shared) = shared_of(ctx) else {
+        return -1;
+    };
+    let mut g = shared.lock();
+    let Some(e) = g.cqs.get(&(cq as usize)).copied() else {
+        return -1;
+    };
+    let inner = &mut *g;
+    inner.wcs.clear();
+    let mut got = inner.uroce.poll_cq_into(e.id, n, &mut inner.wcs);
+    if got < n && inner.started() {
+        inner.pump(true);
+        got += inner.uroce.poll_cq_into(e.id, n - got, &mut inner.wcs);
+    }
+    shared.app_polled();
+    for (o, w) in wc.iter_mut().zip(inner.wcs.iter()) {
+        o.write(wc_of(w));
+    }
+    got as c_int
 }
 
 /// `ibv_context_ops.req_notify_cq` (the inline `ibv_req_notify_cq`): 0 or the errno.
-pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    crate::ffi::errno("req_notify_cq", move || {
-        if cq.is_null() {
+/// `ctx` is `cq->context`.
+pub(crate) fn req_notify_cq(
+    ctx: *mut ibv_context,
+    cq: *mut ibv_cq,
+    solicited_only: c_int,
+) -> c_int {
+    with_inner(ctx, |inner| {
+        let Some(e) = inner.cqs.get(&(cq as usize)).copied() else {
             return EINVAL;
+        };
+        match inner.uroce.req_notify_cq(e.id, solicited_only != 0) {
+            Ok(()) => 0,
+            Err(e) => e.errno(),
         }
-        // SAFETY: the inline ibv_req_notify_cq read `cq->context` already.
-        with_inner(unsafe { (*cq).context }, |inner| {
-            let Some(e) = inner.cqs.get(&(cq as usize)).copied() else {
-                return EINVAL;
-            };
-            match inner.uroce.req_notify_cq(e.id, solicited_only != 0) {
-                Ok(()) => 0,
-                Err(e) => e.errno(),
-            }
-        })
-        .unwrap_or(EINVAL)
     })
+    .unwrap_or(EINVAL)
 }
 
 /// `ibv_get_cq_event`: waits for the channel's next completion event (unless its fd was
-/// made non-blocking: then -1 with errno EAGAIN when there is none); 0 with the CQ and
-/// its `cq_context`, or -1 with errno.
-///
-/// # Safety
-/// `cq` and `cq_context` are writable, as verbs.h has them.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_get_cq_event(
+/// made non-blocking: then EAGAIN when there is none); the CQ and its `cq_context`, or
+/// the errno.
+pub(crate) fn get_cq_event(
     channel: *mut ibv_comp_channel,
-    cq: *mut *mut ibv_cq,
-    cq_context: *mut *mut c_void,
-) -> c_int {
-    crate::ffi::minus1("ibv_get_cq_event", move || {
-        let Some(ctx) = owner_of(channel) else {
-            set_errno(EINVAL);
-            return -1;
-        };
-        // SAFETY: a registered channel is live; its fd is ours until it is destroyed.
-        let fd = unsafe { (*channel).fd };
-        if let Some(shared) = shared_of(ctx) {
-            shared.app_waits();
-        }
-        loop {
-            if let Err(e) = engine::take_one(fd) {
-                set_errno(e);
-                return -1;
-            }
-            // The oldest event, unless its CQ was destroyed since (then the next one).
-            let got = with_inner(ctx, |inner| {
-                let (c, id) = inner
-                    .channels
-                    .get_mut(&(channel as usize))?
-                    .events
-                    .pop_front()?;
-                let live = inner.cqs.get(&c).is_some_and(|e| e.id.0 == id);
-                // SAFETY: a registered CQ is a live Box; read under the lock.
-                Some(live.then(|| (c, unsafe { (*(c as *mut ibv_cq)).cq_context })))
+) -> Result<(*mut ibv_cq, *mut c_void), c_int> {
+    let ctx = owner_of(channel).ok_or(EINVAL)?;
+    // A registered channel's fd is ours until it is destroyed.
+    let fd = with_inner(ctx, |inner| channel_object(inner, channel).map(|c| c.fd))
+        .flatten()
+        .ok_or(EINVAL)?;
+    if let Some(shared) = shared_of(ctx) {
+        shared.app_waits();
+    }
+    loop {
+        engine::take_one(fd)?;
+        // The oldest event, unless its CQ was destroyed since (then the next one).
+        let got = with_inner(ctx, |inner| {
+            let (c, id) = inner
+                .channels
+                .get_mut(&(channel as usize))?
+                .events
+                .pop_front()?;
+            let live = inner.cqs.get(&c).is_some_and(|e| e.id.0 == id);
+            Some(if live {
+                cq_object(inner, c as *mut ibv_cq).map(|o| (c as *mut ibv_cq, o.cq_context))
+            } else {
+                None
             })
-            .flatten();
-            match got {
-                Some(Some((c, context))) => {
-                    // SAFETY: the out-pointers are the caller's, as verbs.h has them.
-                    unsafe {
-                        if !cq.is_null() {
-                            *cq = c as *mut ibv_cq;
-                        }
-                        if !cq_context.is_null() {
-                            *cq_context = context;
-                        }
-                    }
-                    return 0;
-                }
-                Some(None) => continue,
-                None => {
-                    set_errno(EINVAL);
-                    return -1;
-                }
-            }
+        })
+        .flatten();
+        match got {
+            Some(Some(found)) => return Ok(found),
+            Some(None) => continue,
+            None => return Err(EINVAL),
         }
-    })
+    }
 }
-default_version!(ibv_get_cq_event, "IBVERBS_1.1");
 
 /// `ibv_ack_cq_events`: acknowledges `nevents` events of `cq` taken with
 /// `ibv_get_cq_event`.
-#[no_mangle]
-pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: u32) {
-    crate::ffi::void("ibv_ack_cq_events", move || {
-        let Some(ctx) = owner_of(cq) else { return };
-        with_inner(ctx, |inner| {
-            if let Some(e) = inner.cqs.get(&(cq as usize)).copied() {
-                inner.uroce.ack_cq_events(e.id, nevents);
-                // SAFETY: a registered CQ is live; the count is written under the lock.
-                let cq = unsafe { crate::ffi::object(cq) };
+pub(crate) fn ack_cq_events(cq: *mut ibv_cq, nevents: u32) {
+    let Some(ctx) = owner_of(cq) else { return };
+    with_inner(ctx, |inner| {
+        if let Some(e) = inner.cqs.get(&(cq as usize)).copied() {
+            inner.uroce.ack_cq_events(e.id, nevents);
+            if let Some(cq) = cq_object(inner, cq) {
                 cq.comp_events_completed = cq.comp_events_completed.wrapping_add(nevents);
             }
-        });
-    })
+        }
+    });
 }
-default_version!(ibv_ack_cq_events, "IBVERBS_1.1");
 
 /// `ibv_get_async_event`: waits for the context's next asynchronous event (non-blocking
-/// if the program made `async_fd` so); 0, or -1 with errno.
-///
-/// # Safety
-/// `event` is writable.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_get_async_event(
-    ctx: *mut ibv_context,
-    event: *mut ibv_async_event,
-) -> c_int {
-    crate::ffi::minus1("ibv_get_async_event", move || {
-        let Some(shared) = shared_of(ctx) else {
-            set_errno(EINVAL);
-            return -1;
-        };
-        if event.is_null() {
-            set_errno(EINVAL);
-            return -1;
+/// if the program made `async_fd` so); the event, or the errno.
+pub(crate) fn get_async_event(ctx: *mut ibv_context) -> Result<ibv_async_event, c_int> {
+    let shared = shared_of(ctx).ok_or(EINVAL)?;
+    shared.app_waits();
+    loop {
+        engine::take_one(shared.async_fd.as_raw_fd())?;
+        let got = shared.lock().async_events.pop_front();
+        match got {
+            // Its object was destroyed since: the next one.
+            Some(e) if e.event.event_type == engine::FORGOTTEN => continue,
+            Some(e) => return Ok(e.event),
+            None => return Err(libc::EAGAIN),
         }
-        shared.app_waits();
-        loop {
-            if let Err(e) = engine::take_one(shared.async_fd.as_raw_fd()) {
-                set_errno(e);
-                return -1;
-            }
-            let got = shared.lock().async_events.pop_front();
-            match got {
-                // Its object was destroyed since: the next one.
-                Some(engine::AsyncEntry(ev)) if ev.event_type == engine::FORGOTTEN => continue,
-                Some(engine::AsyncEntry(ev)) => {
-                    // SAFETY: `event` is the caller's writable ibv_async_event.
-                    unsafe { event.write(ev) };
-                    return 0;
-                }
-                None => {
-                    set_errno(libc::EAGAIN);
-                    return -1;
-                }
-            }
-        }
-    })
+    }
 }
-default_version!(ibv_get_async_event, "IBVERBS_1.1");
-
-/// `ibv_ack_async_event`: nothing to release (uroce's objects do not wait for it).
-#[no_mangle]
-pub extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {
-    crate::ffi::void("ibv_ack_async_event", move || {})
-}
-default_version!(ibv_ack_async_event, "IBVERBS_1.1");
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exports::{
+        ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq,
+    };
 
     #[test]
     fn unknown_objects_are_refused() {

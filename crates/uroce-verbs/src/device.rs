@@ -16,9 +16,14 @@
 //! device after `ibv_free_device_list`); listing again reuses it. Contexts are boxed
 //! `verbs_context`s, known to a registry so that closing one twice, or a pointer that is
 //! not one, is refused instead of freeing memory that is not ours.
+//!
+//! Safe code: the exported verbs and the `verbs_context` ops are wrappers in
+//! `exports.rs`; a context's `verbs_context` is an `ffi::CBox` its registry entry owns.
 
-use std::collections::HashSet;
-use std::ffi::{c_char, c_int, c_void};
+#![deny(unsafe_code)]
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int};
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -77,14 +82,11 @@ fn eui64(m: [u8; 6]) -> [u8; 8] {
     [m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]
 }
 
-/// Raw pointers to leaked, never freed devices; shared between threads only for reading.
-struct Devices(Vec<*mut Device>);
-// SAFETY: the devices are never mutated after creation nor freed, so their addresses may
-// be shared between threads; the Vec itself is behind the Mutex.
-unsafe impl Send for Devices {}
+/// The devices listed so far, leaked: they live (unchanged) for the rest of the process.
+static DEVICES: Mutex<Vec<&'static Device>> = Mutex::new(Vec::new());
 
-static DEVICES: Mutex<Devices> = Mutex::new(Devices(Vec::new()));
-static CONTEXTS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+/// The open contexts, by the address of their `verbs_context` (which owns it).
+static CONTEXTS: Mutex<Option<HashMap<usize, ContextEntry>>> = Mutex::new(None);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -109,18 +111,17 @@ pub fn usable(info: &InterfaceInfo, selected: Option<&str>) -> bool {
 }
 
 /// The devices of the calling thread's namespace now, creating those not seen before.
-pub fn list() -> Result<Vec<*mut Device>, c_int> {
+pub fn list() -> Result<Vec<&'static Device>, c_int> {
     let infos = addresses::interfaces().map_err(|_| ENODEV)?;
     let selected = std::env::var(IFACES_ENV).ok();
     let mut devices = lock(&DEVICES);
     let mut out = Vec::new();
     for info in infos.iter().filter(|i| usable(i, selected.as_deref())) {
         let Some(mac) = info.mac else { continue };
-        let known = devices.0.iter().copied().find(|&d| {
-            // SAFETY: every pointer in DEVICES is a leaked, live, never mutated Device.
-            let d = unsafe { &*d };
-            d.iface == info.name && d.ifindex == info.index && d.mac == mac
-        });
+        let known = devices
+            .iter()
+            .copied()
+            .find(|d| d.iface == info.name && d.ifindex == info.index && d.mac == mac);
         let dev = known.unwrap_or_else(|| {
             let mut dev = ibv_device {
                 _ops: abi::_ibv_device_ops {
@@ -137,13 +138,13 @@ pub fn list() -> Result<Vec<*mut Device>, c_int> {
             let name = format!("uroce_{}", info.name);
             copy_name(&mut dev.name, &name);
             copy_name(&mut dev.dev_name, &name);
-            let d = Box::into_raw(Box::new(Device {
+            let d: &'static Device = Box::leak(Box::new(Device {
                 dev,
                 iface: info.name.clone(),
                 ifindex: info.index,
                 mac,
             }));
-            devices.0.push(d);
+            devices.push(d);
             d
         });
         out.push(dev);
@@ -151,24 +152,26 @@ pub fn list() -> Result<Vec<*mut Device>, c_int> {
     Ok(out)
 }
 
-/// The device behind `dev` if it is one of ours.
-fn device(dev: *const ibv_device) -> Option<&'static Device> {
-    let devices = lock(&DEVICES);
-    devices
-        .0
-        .iter()
-        .copied()
-        .find(|&d| d.cast_const().cast::<ibv_device>() == dev)
-        .map(|d| {
-            // SAFETY: `d` is a leaked Device that lives (unchanged) for the rest of the process.
-            unsafe { &*d }
-        })
+impl Device {
+    /// The `ibv_device` the program gets for this device (never written: C only reads
+    /// it).
+    pub(crate) fn c_ptr(&'static self) -> *mut ibv_device {
+        (&self.dev as *const ibv_device).cast_mut()
+    }
 }
 
-/// An open device: the `verbs_context` (with the `ibv_context` at its end) first.
-#[repr(C)]
-struct Context {
-    vctx: verbs_context,
+/// The device behind `dev` if it is one of ours.
+fn device(dev: *const ibv_device) -> Option<&'static Device> {
+    lock(&DEVICES)
+        .iter()
+        .copied()
+        .find(|d| std::ptr::eq(&d.dev, dev))
+}
+
+/// An open device: its `verbs_context` (with the `ibv_context` at its end), which the
+/// program reaches through its pointer, and what the verbs on it use.
+struct ContextEntry {
+    _vctx: ffi::CBox<verbs_context>,
     device: &'static Device,
     shared: Arc<Shared>,
 }
@@ -179,13 +182,10 @@ struct Context {
 /// still uses.
 pub(crate) fn shared_of(ctx: *mut ibv_context) -> Option<Arc<Shared>> {
     let p = context_ptr_of(ctx);
-    let contexts = lock(&CONTEXTS);
-    if !contexts.as_ref().is_some_and(|s| s.contains(&(p as usize))) {
-        return None;
-    }
-    // SAFETY: `p` is registered, so it is a live Box<Context> from `open`, and it stays
-    // so while `contexts` is held; only the `shared` field is read.
-    Some(unsafe { (*p).shared.clone() })
+    lock(&CONTEXTS)
+        .as_ref()
+        .and_then(|m| m.get(&(p as usize)))
+        .map(|e| e.shared.clone())
 }
 
 /// Runs `f` on the state of the open context `ctx` (locked: one verb at a time per
@@ -204,7 +204,8 @@ fn first_qpn(seed: u64) -> u32 {
     0x100 + (x as u32 % (0x80_0000 - 0x100))
 }
 
-fn context_ptr_of(ctx: *mut ibv_context) -> *mut Context {
+/// The `verbs_context` whose `context` member `ctx` is (an address only).
+fn context_ptr_of(ctx: *mut ibv_context) -> *mut verbs_context {
     ctx.cast::<u8>()
         .wrapping_sub(std::mem::offset_of!(verbs_context, context))
         .cast()
@@ -213,15 +214,10 @@ fn context_ptr_of(ctx: *mut ibv_context) -> *mut Context {
 /// The open context behind `ctx`, if it is one of ours.
 fn context(ctx: *mut ibv_context) -> Option<&'static Device> {
     let p = context_ptr_of(ctx);
-    if !lock(&CONTEXTS)
+    lock(&CONTEXTS)
         .as_ref()
-        .is_some_and(|s| s.contains(&(p as usize)))
-    {
-        return None;
-    }
-    // SAFETY: `p` is registered, so it is a live Box<Context> leaked by open_device and
-    // not yet closed; `device` is never written after creation.
-    Some(unsafe { (*p).device })
+        .and_then(|m| m.get(&(p as usize)))
+        .map(|e| e.device)
 }
 
 fn open(device: &'static Device) -> *mut ibv_context {
@@ -237,8 +233,8 @@ fn open(device: &'static Device) -> *mut ibv_context {
         bind_mw: Some(crate::exports::bind_mw),
         dealloc_mw: Some(crate::exports::dealloc_mw),
         _compat_create_cq: None,
-        poll_cq: Some(crate::cq::poll_cq),
-        req_notify_cq: Some(crate::cq::req_notify_cq),
+        poll_cq: Some(crate::exports::poll_cq),
+        req_notify_cq: Some(crate::exports::req_notify_cq),
         _compat_cq_event: None,
         _compat_resize_cq: None,
         _compat_destroy_cq: None,
@@ -246,7 +242,7 @@ fn open(device: &'static Device) -> *mut ibv_context {
         _compat_modify_srq: None,
         _compat_query_srq: None,
         _compat_destroy_srq: None,
-        post_srq_recv: Some(crate::srq::post_srq_recv),
+        post_srq_recv: Some(crate::exports::post_srq_recv),
         _compat_create_qp: None,
         _compat_query_qp: None,
         _compat_modify_qp: None,
@@ -261,7 +257,7 @@ fn open(device: &'static Device) -> *mut ibv_context {
     };
     let mutex: libc::pthread_mutex_t = crate::ffi::zeroed();
     let vctx = verbs_context {
-        query_port: Some(query_port_ex),
+        query_port: Some(crate::exports::query_port_ex),
         advise_mr: None,
         alloc_null_mr: None,
         read_counters: None,
@@ -288,7 +284,7 @@ fn open(device: &'static Device) -> *mut ibv_context {
         query_rt_values: None,
         create_cq_ex: None,
         priv_: std::ptr::null_mut(),
-        query_device_ex: Some(query_device_ex),
+        query_device_ex: Some(crate::exports::query_device_ex),
         ibv_destroy_flow: None,
         ABI_placeholder2: None,
         ibv_create_flow: None,
@@ -344,30 +340,32 @@ fn open(device: &'static Device) -> *mut ibv_context {
     };
     let mut vctx = vctx;
     vctx.context.async_fd = shared.async_fd.as_raw_fd();
-    let p = Box::into_raw(Box::new(Context {
-        vctx,
-        device,
-        shared,
-    }));
-    lock(&CONTEXTS)
-        .get_or_insert_with(HashSet::new)
-        .insert(p as usize);
-    // SAFETY: `p` is the live allocation just made; the field is inside it.
-    unsafe { &raw mut (*p).vctx.context }
+    let c = ffi::CBox::new(vctx);
+    let p = c.as_ptr();
+    lock(&CONTEXTS).get_or_insert_with(HashMap::new).insert(
+        p as usize,
+        ContextEntry {
+            _vctx: c,
+            device,
+            shared,
+        },
+    );
+    // The `context` member, inside the allocation.
+    p.cast::<u8>()
+        .wrapping_add(std::mem::offset_of!(verbs_context, context))
+        .cast()
 }
 
 fn close(ctx: *mut ibv_context) -> bool {
     let p = context_ptr_of(ctx);
-    if !lock(&CONTEXTS)
+    let Some(c) = lock(&CONTEXTS)
         .as_mut()
-        .is_some_and(|s| s.remove(&(p as usize)))
-    {
+        .and_then(|m| m.remove(&(p as usize)))
+    else {
         return false;
-    }
-    // SAFETY: `p` was registered, so it came from Box::into_raw in `open` and is freed
-    // once: it has just left the registry.
-    let c = unsafe { Box::from_raw(p) };
+    };
     c.shared.stop();
+    // Its verbs_context is freed with it, after the progress thread stopped.
     drop(c);
     true
 }
@@ -488,188 +486,76 @@ fn live_info(device: &Device) -> Result<InterfaceInfo, c_int> {
     addresses::interface_info(&device.iface).map_err(|_| ENODEV)
 }
 
-/// `verbs_context.query_port`, what the inline `ibv_query_port` calls.
-unsafe extern "C" fn query_port_ex(
+/// `verbs_context.query_port` (what the inline `ibv_query_port` calls) and
+/// `ibv_query_port`: the port's attributes, or the errno.
+pub(crate) fn query_port(ctx: *mut ibv_context, port: u8) -> Result<ibv_port_attr, c_int> {
+    let device = context(ctx).ok_or(EINVAL)?;
+    if port != 1 {
+        return Err(EINVAL);
+    }
+    live_info(device).map(|info| port_attr(&info))
+}
+
+/// `verbs_context.query_device_ex` (what the inline `ibv_query_device_ex` calls): the
+/// attributes, or the errno (EINVAL for an input `comp_mask` other than 0). `comp_mask`
+/// is the input's (None without one).
+pub(crate) fn query_device_ex(
     ctx: *mut ibv_context,
-    port: u8,
-    attr: *mut ibv_port_attr,
-    len: usize,
-) -> c_int {
-    crate::ffi::errno("query_port_ex", move || {
-        let Some(device) = context(ctx) else {
-            return EINVAL;
-        };
-        if port != 1 {
-            return EINVAL;
-        }
-        let written = live_info(device).and_then(|info| {
-            // SAFETY: `attr` is NULL or points at `len` writable bytes (verbs.h passes
-            // sizeof).
-            unsafe { ffi::write_prefix(attr.cast(), &port_attr(&info), len) }
-        });
-        written.err().unwrap_or(0)
-    })
+    comp_mask: Option<u32>,
+) -> Result<abi::ibv_device_attr_ex, c_int> {
+    let device = context(ctx).ok_or(EINVAL)?;
+    if comp_mask.is_some_and(|m| m != 0) {
+        return Err(EINVAL);
+    }
+    let mut ex: abi::ibv_device_attr_ex = crate::ffi::zeroed();
+    ex.orig_attr = device_attr(device);
+    ex.phys_port_cnt_ex = 1;
+    Ok(ex)
 }
 
-/// `verbs_context.query_device_ex`, what the inline `ibv_query_device_ex` calls.
-unsafe extern "C" fn query_device_ex(
-    ctx: *mut ibv_context,
-    input: *const c_void,
-    attr: *mut abi::ibv_device_attr_ex,
-    len: usize,
-) -> c_int {
-    crate::ffi::errno("query_device_ex", move || {
-        let Some(device) = context(ctx) else {
-            return EINVAL;
-        };
-        // SAFETY: `input` is NULL or points at a `struct ibv_query_device_ex_input` (its
-        // `comp_mask`, a u32, first).
-        if !input.is_null() && unsafe { ffi::read(input.cast::<u32>()) } != Ok(0) {
-            return EINVAL;
-        }
-        let mut ex: abi::ibv_device_attr_ex = crate::ffi::zeroed();
-        ex.orig_attr = device_attr(device);
-        ex.phys_port_cnt_ex = 1;
-        // SAFETY: `attr` is NULL or points at `len` writable bytes.
-        let written = unsafe { ffi::write_prefix(attr.cast(), &ex, len) };
-        written.err().unwrap_or(0)
-    })
+/// `ibv_get_device_list`: the devices as the program gets them.
+pub(crate) fn get_device_list() -> Result<Vec<*mut ibv_device>, c_int> {
+    Ok(list()?.into_iter().map(Device::c_ptr).collect())
 }
 
-// The exported entry points.
-
-/// `ibv_get_device_list`.
-///
-/// # Safety
-/// `num_devices` is NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
-    crate::ffi::ptr("ibv_get_device_list", move || {
-        let devices = match list() {
-            Ok(d) => d,
-            Err(e) => {
-                set_errno(e);
-                return std::ptr::null_mut();
-            }
-        };
-        // SAFETY: calloc of n+1 pointers; the last stays NULL as the list's end.
-        let arr =
-            unsafe { libc::calloc(devices.len() + 1, std::mem::size_of::<*mut ibv_device>()) }
-                .cast::<*mut ibv_device>();
-        if arr.is_null() {
-            set_errno(libc::ENOMEM);
-            return std::ptr::null_mut();
-        }
-        for (i, d) in devices.iter().enumerate() {
-            // SAFETY: i < n, inside the allocation.
-            unsafe { *arr.add(i) = d.cast() };
-        }
-        // SAFETY: the caller passes NULL or a writable int.
-        unsafe { ffi::write_opt(num_devices, devices.len() as c_int) };
-        arr
-    })
-}
-crate::exports::default_version!(ibv_get_device_list, "IBVERBS_1.1");
-
-/// `ibv_free_device_list`: the array goes; the devices stay (see the module docs).
-///
-/// # Safety
-/// `list` is NULL or came from [`ibv_get_device_list`] and is freed once.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
-    crate::ffi::void("ibv_free_device_list", move || {
-        // SAFETY: the list was allocated with calloc by ibv_get_device_list.
-        unsafe { libc::free(list.cast()) };
-    })
-}
-crate::exports::default_version!(ibv_free_device_list, "IBVERBS_1.1");
-
-/// `ibv_get_device_name`.
-#[no_mangle]
-pub extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
-    let failed = || ffi::null_with::<c_char>(libc::EIO).cast_const();
-    ffi::call("ibv_get_device_name", failed, || match device(dev) {
+/// `ibv_get_device_name`: NULL with errno EINVAL for a device that is not ours.
+pub(crate) fn get_device_name(dev: *mut ibv_device) -> *const c_char {
+    match device(dev) {
         Some(d) => d.dev.name.as_ptr(),
         None => ffi::null_with::<c_char>(EINVAL).cast_const(),
-    })
+    }
 }
-crate::exports::default_version!(ibv_get_device_name, "IBVERBS_1.1");
 
-/// `ibv_get_device_guid`.
-#[no_mangle]
-pub extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
-    ffi::call(
-        "ibv_get_device_guid",
-        || 0,
-        || device(dev).map_or(0, Device::guid),
-    )
+/// `ibv_get_device_guid`: 0 for a device that is not ours.
+pub(crate) fn get_device_guid(dev: *mut ibv_device) -> u64 {
+    device(dev).map_or(0, Device::guid)
 }
-crate::exports::default_version!(ibv_get_device_guid, "IBVERBS_1.1");
 
-/// `ibv_open_device`.
-#[no_mangle]
-pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
-    crate::ffi::ptr("ibv_open_device", move || match device(dev) {
+/// `ibv_open_device`: NULL with errno ENODEV for a device that is not ours.
+pub(crate) fn open_device(dev: *mut ibv_device) -> *mut ibv_context {
+    match device(dev) {
         Some(d) => open(d),
         None => {
             set_errno(ENODEV);
             std::ptr::null_mut()
         }
-    })
+    }
 }
-crate::exports::default_version!(ibv_open_device, "IBVERBS_1.1");
 
 /// `ibv_close_device`: 0, or -1 with errno EINVAL for a context that is not open.
-#[no_mangle]
-pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
-    crate::ffi::minus1("ibv_close_device", move || {
-        if close(ctx) {
-            0
-        } else {
-            set_errno(EINVAL);
-            -1
-        }
-    })
+pub(crate) fn close_device(ctx: *mut ibv_context) -> c_int {
+    if close(ctx) {
+        0
+    } else {
+        set_errno(EINVAL);
+        -1
+    }
 }
-crate::exports::default_version!(ibv_close_device, "IBVERBS_1.1");
 
-/// `ibv_query_device`.
-///
-/// # Safety
-/// `attr` is NULL or points at a writable `struct ibv_device_attr`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_query_device(
-    ctx: *mut ibv_context,
-    attr: *mut ibv_device_attr,
-) -> c_int {
-    crate::ffi::errno("ibv_query_device", move || {
-        let Some(device) = context(ctx) else {
-            return EINVAL;
-        };
-        // SAFETY: `attr` is NULL or points at a writable ibv_device_attr.
-        let written = unsafe { ffi::write(attr, device_attr(device)) };
-        written.err().unwrap_or(0)
-    })
+/// `ibv_query_device`: the attributes, or EINVAL for a context that is not open.
+pub(crate) fn query_device(ctx: *mut ibv_context) -> Result<ibv_device_attr, c_int> {
+    context(ctx).map(device_attr).ok_or(EINVAL)
 }
-crate::exports::default_version!(ibv_query_device, "IBVERBS_1.1");
-
-/// `ibv_query_port` as exported (`struct _compat_ibv_port_attr`, without
-/// `port_cap_flags2`); the inline `ibv_query_port` of verbs.h calls `query_port_ex`.
-///
-/// # Safety
-/// `attr` is NULL or points at a writable `struct _compat_ibv_port_attr`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_query_port(
-    ctx: *mut ibv_context,
-    port: u8,
-    attr: *mut c_void,
-) -> c_int {
-    crate::ffi::errno("ibv_query_port", move || {
-        // SAFETY: forwarded with the compat structure's size.
-        unsafe { query_port_ex(ctx, port, attr.cast(), abi::COMPAT_PORT_ATTR_SIZE) }
-    })
-}
-crate::exports::default_version!(ibv_query_port, "IBVERBS_1.1");
 
 fn gid_at(ctx: *mut ibv_context, port: u32, index: c_int) -> Result<Option<ibv_gid>, c_int> {
     let device = context(ctx).ok_or(EINVAL)?;
@@ -684,130 +570,54 @@ fn gid_at(ctx: *mut ibv_context, port: u32, index: c_int) -> Result<Option<ibv_g
     Ok(gids(&info).get(index).copied())
 }
 
-/// `ibv_query_gid`: 0 (an unused entry reads as zeros), or -1 with errno.
-///
-/// # Safety
-/// `gid` is NULL or points at a writable `union ibv_gid`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_query_gid(
-    ctx: *mut ibv_context,
-    port: u8,
-    index: c_int,
-    gid: *mut ibv_gid,
-) -> c_int {
-    crate::ffi::minus1("ibv_query_gid", move || {
-        let written = gid_at(ctx, u32::from(port), index).and_then(|g| {
-            // SAFETY: `gid` is NULL or points at a writable ibv_gid.
-            unsafe { ffi::write(gid, g.unwrap_or_default()) }
-        });
-        match written {
-            Ok(()) => 0,
-            Err(e) => {
-                set_errno(e);
-                -1
-            }
-        }
-    })
+/// `ibv_query_gid`: the entry (an unused one reads as zeros), or the errno.
+pub(crate) fn query_gid(ctx: *mut ibv_context, port: u8, index: c_int) -> Result<ibv_gid, c_int> {
+    gid_at(ctx, u32::from(port), index).map(Option::unwrap_or_default)
 }
-crate::exports::default_version!(ibv_query_gid, "IBVERBS_1.1");
 
 /// `ibv_query_gid_type` (rdma-core's driver.h): `IBV_GID_TYPE_SYSFS_ROCE_V2` for a used
-/// entry; 0, or -1 with errno.
-///
-/// # Safety
-/// `gid_type` is NULL or points at a writable int.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_query_gid_type(
-    ctx: *mut ibv_context,
-    port: u8,
-    index: u32,
-    gid_type: *mut c_int,
-) -> c_int {
-    crate::ffi::minus1("ibv_query_gid_type", move || {
-        let result = match gid_at(ctx, u32::from(port), c_int::try_from(index).unwrap_or(-1)) {
-            // SAFETY: `gid_type` is NULL or points at a writable int.
-            Ok(Some(_)) => match unsafe { ffi::write(gid_type, abi::IBV_GID_TYPE_SYSFS_ROCE_V2) } {
-                Ok(()) => return 0,
-                Err(e) => e,
-            },
-            Ok(None) => ENODATA,
-            Err(e) => e,
-        };
-        set_errno(result);
-        -1
-    })
+/// entry, or the errno (ENODATA for an unused one).
+pub(crate) fn query_gid_type(ctx: *mut ibv_context, port: u8, index: u32) -> Result<c_int, c_int> {
+    match gid_at(ctx, u32::from(port), c_int::try_from(index).unwrap_or(-1)) {
+        Ok(Some(_)) => Ok(abi::IBV_GID_TYPE_SYSFS_ROCE_V2),
+        Ok(None) => Err(ENODATA),
+        Err(e) => Err(e),
+    }
 }
-crate::exports::default_version!(ibv_query_gid_type, "IBVERBS_PRIVATE_34");
 
-/// `_ibv_query_gid_ex` (behind the inline `ibv_query_gid_ex`): 0 or an errno value
-/// (ENODATA for an unused entry).
-///
-/// # Safety
-/// `entry` is NULL or points at `entry_size` writable bytes.
-#[no_mangle]
-pub unsafe extern "C" fn _ibv_query_gid_ex(
+/// `_ibv_query_gid_ex` (behind the inline `ibv_query_gid_ex`): the entry, or the errno
+/// (ENODATA for an unused entry, EINVAL for flags or an `entry_size` too small).
+pub(crate) fn query_gid_ex(
     ctx: *mut ibv_context,
     port: u32,
     index: u32,
-    entry: *mut abi::ibv_gid_entry,
     flags: u32,
     entry_size: usize,
-) -> c_int {
-    crate::ffi::errno("_ibv_query_gid_ex", move || {
-        if flags != 0 || entry_size < std::mem::size_of::<abi::ibv_gid_entry>() {
-            return EINVAL;
-        }
-        let Some(device) = context(ctx) else {
-            return EINVAL;
-        };
-        match gid_at(ctx, port, c_int::try_from(index).unwrap_or(-1)) {
-            Ok(Some(gid)) => {
-                let e = abi::ibv_gid_entry {
-                    gid,
-                    gid_index: index,
-                    port_num: port,
-                    gid_type: abi::IBV_GID_TYPE_ROCE_V2,
-                    ndev_ifindex: device.ifindex,
-                };
-                // SAFETY: `entry` is NULL or has `entry_size` writable bytes, checked to be
-                // at least size_of::<ibv_gid_entry>().
-                let written = unsafe { ffi::write(entry, e) };
-                written.err().unwrap_or(0)
-            }
-            Ok(None) => ENODATA,
-            Err(e) => e,
-        }
-    })
+) -> Result<abi::ibv_gid_entry, c_int> {
+    if flags != 0 || entry_size < std::mem::size_of::<abi::ibv_gid_entry>() {
+        return Err(EINVAL);
+    }
+    let device = context(ctx).ok_or(EINVAL)?;
+    match gid_at(ctx, port, c_int::try_from(index).unwrap_or(-1)) {
+        Ok(Some(gid)) => Ok(abi::ibv_gid_entry {
+            gid,
+            gid_index: index,
+            port_num: port,
+            gid_type: abi::IBV_GID_TYPE_ROCE_V2,
+            ndev_ifindex: device.ifindex,
+        }),
+        Ok(None) => Err(ENODATA),
+        Err(e) => Err(e),
+    }
 }
-crate::exports::default_version!(_ibv_query_gid_ex, "IBVERBS_1.11");
 
-/// `ibv_query_pkey`: the one P_Key, 0xffff, at index 0; 0, or -1 with errno.
-///
-/// # Safety
-/// `pkey` is NULL or points at a writable `__be16`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_query_pkey(
-    ctx: *mut ibv_context,
-    port: u8,
-    index: c_int,
-    pkey: *mut u16,
-) -> c_int {
-    crate::ffi::minus1("ibv_query_pkey", move || {
-        let written = match context(ctx).is_some() && port == 1 && index == 0 {
-            // SAFETY: `pkey` is NULL or points at a writable u16.
-            true => unsafe { ffi::write(pkey, 0xffff) },
-            false => Err(EINVAL),
-        };
-        match written {
-            Ok(()) => 0,
-            Err(e) => {
-                set_errno(e);
-                -1
-            }
-        }
-    })
+/// `ibv_query_pkey`: the one P_Key, 0xffff, at index 0; or EINVAL.
+pub(crate) fn query_pkey(ctx: *mut ibv_context, port: u8, index: c_int) -> Result<u16, c_int> {
+    match context(ctx).is_some() && port == 1 && index == 0 {
+        true => Ok(0xffff),
+        false => Err(EINVAL),
+    }
 }
-crate::exports::default_version!(ibv_query_pkey, "IBVERBS_1.1");
 
 #[cfg(test)]
 mod tests {
@@ -823,6 +633,9 @@ mod tests {
     }
 
     use super::*;
+    use crate::exports::{
+        ibv_close_device, ibv_get_device_guid, ibv_get_device_name, ibv_open_device,
+    };
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn info(addrs: &[IpAddr]) -> InterfaceInfo {

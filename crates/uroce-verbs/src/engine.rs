@@ -16,10 +16,15 @@
 //! opens none): `UROCE_BACKEND` = `auto` (default: AF_XDP on the device's interface
 //! where the process may set it up, else the UDP backend), `xdp` or `udp`; AF_XDP is tuned
 //! by `UROCE_XDP_TX_BATCH` and `UROCE_XDP_BUSY_POLL` ([`uroce::datapath::xdp::XdpConfig`]).
+//!
+//! Safe code: the eventfd, read, write and poll calls and the `Send` of [`AsyncEntry`]
+//! are in `ffi.rs`.
+
+#![deny(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -33,6 +38,7 @@ use uroce::verbs::{AsyncEvent, CqId, Mr, Mtu, PdId, SrqId, WorkCompletion};
 
 use crate::abi::{ibv_async_event, ibv_async_event_element, ibv_cq, ibv_qp, ibv_srq};
 use crate::device::Device;
+use crate::ffi;
 use crate::loopback::Loopback;
 
 /// The environment variable that picks the datapath.
@@ -89,13 +95,15 @@ pub(crate) struct ChannelEntry {
 /// The event type of a queued asynchronous event whose object was destroyed.
 pub(crate) const FORGOTTEN: c_int = -1;
 
-/// A queued asynchronous event, as `ibv_get_async_event` hands it out.
+/// A queued asynchronous event, as `ibv_get_async_event` hands it out, and the address
+/// of its object (its QP, CQ or SRQ; None for a port event), so that
+/// [`Inner::forget_async_events_of`] finds it without reading the union. (`Send` in
+/// `ffi.rs`: the event's pointer is only an address.)
 #[derive(Clone, Copy)]
-pub(crate) struct AsyncEntry(pub ibv_async_event);
-
-// SAFETY: the event's pointer is only an address handed back to the program (which owns
-// the object); this library never dereferences it, so it may move between threads.
-unsafe impl Send for AsyncEntry {}
+pub(crate) struct AsyncEntry {
+    pub event: ibv_async_event,
+    obj: Option<usize>,
+}
 
 /// The datapath of an open device and the thread that drives it.
 struct Datapath {
@@ -153,50 +161,31 @@ pub(crate) struct Shared {
     app_polled: AtomicU64,
 }
 
-fn eventfd(flags: c_int) -> std::io::Result<OwnedFd> {
-    // SAFETY: eventfd takes no pointers; a negative return is an error, checked.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just opened and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 /// A new non-blocking eventfd (a read takes the whole count).
 pub(crate) fn nonblocking_eventfd() -> std::io::Result<OwnedFd> {
-    eventfd(libc::EFD_NONBLOCK)
+    ffi::eventfd(libc::EFD_NONBLOCK)
 }
 
-/// Adds one to an eventfd's counter (readable from then on).
+/// Adds one to an eventfd's counter (readable from then on). A full counter (EAGAIN) is
+/// readable already, so the result is not needed.
 pub(crate) fn signal(fd: RawFd) {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a live u64 to an eventfd we own; a full counter
-    // (EAGAIN) is readable already, so the result is not needed.
-    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    let _ = ffi::eventfd_write(fd, 1);
 }
 
 /// A new semaphore eventfd (each read takes one count), blocking as a channel's fd is
 /// (the program may set O_NONBLOCK on it).
 pub(crate) fn semaphore() -> std::io::Result<OwnedFd> {
-    eventfd(libc::EFD_SEMAPHORE)
+    ffi::eventfd(libc::EFD_SEMAPHORE)
 }
 
 /// Takes one count from a semaphore eventfd, blocking unless the program made the fd
 /// non-blocking; `Err` with the errno (EAGAIN when non-blocking and nothing is there).
 pub(crate) fn take_one(fd: RawFd) -> Result<(), c_int> {
-    let mut n: u64 = 0;
     loop {
-        // SAFETY: reads 8 bytes into a live u64 from an eventfd.
-        let r = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
-        if r == 8 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO);
-        if e != libc::EINTR {
-            return Err(e);
+        match ffi::eventfd_read(fd) {
+            Ok(_) => return Ok(()),
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
         }
     }
 }
@@ -227,7 +216,7 @@ impl Shared {
                 datapath: None,
                 sleep_until: None,
             }),
-            wake: eventfd(libc::EFD_NONBLOCK)?,
+            wake: ffi::eventfd(libc::EFD_NONBLOCK)?,
             async_fd,
             stop: AtomicBool::new(false),
             epoch: Instant::now(),
@@ -393,14 +382,12 @@ impl Shared {
             for p in pfds.iter_mut() {
                 p.revents = 0;
             }
-            // SAFETY: `pfds` is a live array of pollfds for descriptors this device owns
-            // (the backend's outlive the thread: `stop` joins before they close); `watch`
-            // is at most its length.
-            unsafe { libc::poll(pfds.as_mut_ptr(), watch as libc::nfds_t, ms) };
+            // The descriptors are this device's own (the backend's outlive the thread:
+            // `stop` joins before they close); `watch` is at most their number.
+            ffi::poll(&mut pfds[..watch], ms);
             if pfds[0].revents != 0 {
-                let mut n: u64 = 0;
-                // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
-                let _ = unsafe { libc::read(pfds[0].fd, (&mut n as *mut u64).cast(), 8) };
+                // Our non-blocking wake-up eventfd: its whole count.
+                let _ = ffi::eventfd_read(pfds[0].fd);
             }
         }
     }
@@ -469,54 +456,50 @@ impl Inner {
         }
         while let Some(ev) = self.uroce.poll_async_event() {
             if let Some(e) = self.async_event(ev) {
-                self.async_events.push_back(AsyncEntry(e));
+                self.async_events.push_back(e);
                 signal(self.async_fd);
             }
         }
     }
 
     /// The C form of an asynchronous event, when its object is still handed out.
-    fn async_event(&self, ev: AsyncEvent) -> Option<ibv_async_event> {
-        let qp = |qpn: u32| {
-            self.qp_by_qpn.get(&qpn).map(|&q| ibv_async_event_element {
-                qp: q as *mut ibv_qp,
-            })
+    fn async_event(&self, ev: AsyncEvent) -> Option<AsyncEntry> {
+        let qp = |qpn: u32| self.qp_by_qpn.get(&qpn).copied();
+        // The object's address and the event type; None for a port event.
+        let (obj, event_type) = match ev {
+            AsyncEvent::CqErr(cq) => (Some(*self.cq_by_id.get(&cq.0)?), 0),
+            AsyncEvent::QpFatal(q) => (Some(qp(q)?), 1),
+            AsyncEvent::QpReqErr(q) => (Some(qp(q)?), 2),
+            AsyncEvent::QpAccessErr(q) => (Some(qp(q)?), 3),
+            AsyncEvent::SqDrained(q) => (Some(qp(q)?), 5),
+            AsyncEvent::PortActive(_) => (None, 9),
+            AsyncEvent::PortErr(_) => (None, 10),
+            AsyncEvent::SrqLimitReached(s) => {
+                let p = self.srqs.iter().find(|(_, e)| e.id == s).map(|(&p, _)| p)?;
+                (Some(p), 15)
+            }
+            AsyncEvent::QpLastWqeReached(q) => (Some(qp(q)?), 16),
         };
-        let (element, event_type) = match ev {
-            AsyncEvent::CqErr(cq) => (
-                ibv_async_event_element {
-                    cq: *self.cq_by_id.get(&cq.0)? as *mut ibv_cq,
-                },
-                0,
-            ),
-            AsyncEvent::QpFatal(q) => (qp(q)?, 1),
-            AsyncEvent::QpReqErr(q) => (qp(q)?, 2),
-            AsyncEvent::QpAccessErr(q) => (qp(q)?, 3),
-            AsyncEvent::SqDrained(q) => (qp(q)?, 5),
-            AsyncEvent::PortActive(p) => (
-                ibv_async_event_element {
-                    port_num: c_int::from(p),
-                },
-                9,
-            ),
-            AsyncEvent::PortErr(p) => (
-                ibv_async_event_element {
-                    port_num: c_int::from(p),
-                },
-                10,
-            ),
-            AsyncEvent::SrqLimitReached(s) => (
-                ibv_async_event_element {
-                    srq: self.srqs.iter().find(|(_, e)| e.id == s).map(|(&p, _)| p)?
-                        as *mut ibv_srq,
-                },
-                15,
-            ),
-            AsyncEvent::QpLastWqeReached(q) => (qp(q)?, 16),
+        let element = match (ev, obj) {
+            (AsyncEvent::PortActive(p) | AsyncEvent::PortErr(p), _) => ibv_async_event_element {
+                port_num: c_int::from(p),
+            },
+            (AsyncEvent::CqErr(_), Some(c)) => ibv_async_event_element {
+                cq: c as *mut ibv_cq,
+            },
+            (AsyncEvent::SrqLimitReached(_), Some(s)) => ibv_async_event_element {
+                srq: s as *mut ibv_srq,
+            },
+            (_, q) => ibv_async_event_element {
+                qp: q.unwrap_or(0) as *mut ibv_qp,
+            },
         };
-        Some(ibv_async_event {
-            element,
-            event_type,
+        Some(AsyncEntry {
+            event: ibv_async_event {
+                element,
+                event_type,
+            },
+            obj,
         })
     }
 
@@ -525,14 +508,8 @@ impl Inner {
     /// freed object; the async fd keeps their counts, which `ibv_get_async_event` skips.
     pub fn forget_async_events_of(&mut self, obj: usize) {
         for e in self.async_events.iter_mut() {
-            // Port events (9, 10) carry a port number, every other type a pointer.
-            if !matches!(e.0.event_type, 9 | 10 | FORGOTTEN) {
-                // SAFETY: the element of these event types is a pointer; every pointer
-                // member of the union has the same size and place.
-                let p = unsafe { e.0.element.qp } as usize;
-                if p == obj {
-                    e.0.event_type = FORGOTTEN;
-                }
+            if e.event.event_type != FORGOTTEN && e.obj == Some(obj) {
+                e.event.event_type = FORGOTTEN;
             }
         }
     }

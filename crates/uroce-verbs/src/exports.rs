@@ -1,7 +1,7 @@
 //! Every symbol Debian 12's libibverbs exports, bound to its version node.
 //!
 //! A name with a default version (`ibv_alloc_pd@@IBVERBS_1.1`) is a `#[no_mangle]`
-//! function of that name and a `.symver NAME, NAME@@NODE` directive ([`default_version!`]).
+//! function of that name and a `.symver NAME, NAME@@NODE` directive (`default_version!`).
 //! An older, non-default version (`ibv_alloc_pd@IBVERBS_1.0`, the ABI of libibverbs 1.0,
 //! whose structures differ) is a private function made global and given that version by
 //! `.symver` ([`compat!`]); those all answer "unsupported". See build.rs for why the
@@ -34,7 +34,6 @@ macro_rules! default_version {
         ));
     };
 }
-pub(crate) use default_version;
 
 macro_rules! stub_ret {
     (ptr) => { *mut c_void };
@@ -321,7 +320,7 @@ default_version!(mbps_to_ibv_rate, "IBVERBS_1.1");
 #[no_mangle]
 pub extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
     ffi::call("ibv_node_type_str", util::unknown, || {
-        util::node_type_str(node_type)
+        util::node_type_str(node_type).as_ptr()
     })
 }
 default_version!(ibv_node_type_str, "IBVERBS_1.1");
@@ -330,7 +329,7 @@ default_version!(ibv_node_type_str, "IBVERBS_1.1");
 #[no_mangle]
 pub extern "C" fn ibv_port_state_str(state: c_int) -> *const c_char {
     ffi::call("ibv_port_state_str", util::unknown, || {
-        util::port_state_str(state)
+        util::port_state_str(state).as_ptr()
     })
 }
 default_version!(ibv_port_state_str, "IBVERBS_1.1");
@@ -339,7 +338,7 @@ default_version!(ibv_port_state_str, "IBVERBS_1.1");
 #[no_mangle]
 pub extern "C" fn ibv_event_type_str(event: c_int) -> *const c_char {
     ffi::call("ibv_event_type_str", util::unknown, || {
-        util::event_type_str(event)
+        util::event_type_str(event).as_ptr()
     })
 }
 default_version!(ibv_event_type_str, "IBVERBS_1.1");
@@ -348,7 +347,7 @@ default_version!(ibv_event_type_str, "IBVERBS_1.1");
 #[no_mangle]
 pub extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
     ffi::call("ibv_wc_status_str", util::unknown, || {
-        util::wc_status_str(status)
+        util::wc_status_str(status).as_ptr()
     })
 }
 default_version!(ibv_wc_status_str, "IBVERBS_1.1");
@@ -513,3 +512,775 @@ pub(crate) unsafe extern "C" fn bind_mw(
         }
     })
 }
+
+// ---------------------------------------------------------------------------------------
+// Completion queues, completion channels and asynchronous events (`cq.rs`, safe code).
+
+/// `ibv_create_comp_channel`.
+#[no_mangle]
+pub extern "C" fn ibv_create_comp_channel(
+    ctx: *mut crate::abi::ibv_context,
+) -> *mut crate::abi::ibv_comp_channel {
+    ffi::ptr("ibv_create_comp_channel", move || {
+        crate::cq::create_comp_channel(ctx)
+    })
+}
+default_version!(ibv_create_comp_channel, "IBVERBS_1.0");
+
+/// `ibv_destroy_comp_channel`.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_comp_channel(channel: *mut crate::abi::ibv_comp_channel) -> c_int {
+    ffi::errno("ibv_destroy_comp_channel", move || {
+        crate::cq::destroy_comp_channel(channel)
+    })
+}
+default_version!(ibv_destroy_comp_channel, "IBVERBS_1.0");
+
+/// `ibv_create_cq`.
+#[no_mangle]
+pub extern "C" fn ibv_create_cq(
+    ctx: *mut crate::abi::ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut crate::abi::ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut crate::abi::ibv_cq {
+    ffi::ptr("ibv_create_cq", move || {
+        crate::cq::create_cq(ctx, cqe, cq_context, channel, comp_vector)
+    })
+}
+default_version!(ibv_create_cq, "IBVERBS_1.1");
+
+/// `ibv_destroy_cq`.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_cq(cq: *mut crate::abi::ibv_cq) -> c_int {
+    ffi::errno("ibv_destroy_cq", move || crate::cq::destroy_cq(cq))
+}
+default_version!(ibv_destroy_cq, "IBVERBS_1.1");
+
+/// `ibv_context_ops.poll_cq` (the inline `ibv_poll_cq`): up to `n` completions into
+/// `wc`, their number, or -1.
+///
+/// # Safety
+/// As verbs.h has `ibv_poll_cq`'s arguments: `cq` NULL or readable, `wc` an array of `n`
+/// writable `struct ibv_wc`.
+pub(crate) unsafe extern "C" fn poll_cq(
+    cq: *mut crate::abi::ibv_cq,
+    n: c_int,
+    wc: *mut crate::abi::ibv_wc,
+) -> c_int {
+    ffi::minus1("poll_cq", move || {
+        let Ok(n) = usize::try_from(n) else { return -1 };
+        if cq.is_null() {
+            return -1;
+        }
+        // SAFETY: the caller's contract (the inline ibv_poll_cq read `cq->context`
+        // already to find this function).
+        let ctx = unsafe { ffi::cq_context(cq) };
+        // SAFETY: as above.
+        let Some(out) = (unsafe { ffi::out_array(wc, n) }) else {
+            return -1;
+        };
+        crate::cq::poll_cq(ctx, cq, out)
+    })
+}
+
+/// `ibv_context_ops.req_notify_cq` (the inline `ibv_req_notify_cq`).
+///
+/// # Safety
+/// `cq` is NULL or readable, as verbs.h has it.
+pub(crate) unsafe extern "C" fn req_notify_cq(
+    cq: *mut crate::abi::ibv_cq,
+    solicited_only: c_int,
+) -> c_int {
+    ffi::errno("req_notify_cq", move || {
+        if cq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller's contract (the inline ibv_req_notify_cq read `cq->context`
+        // already).
+        let ctx = unsafe { ffi::cq_context(cq) };
+        crate::cq::req_notify_cq(ctx, cq, solicited_only)
+    })
+}
+
+/// `ibv_get_cq_event`: 0 with the CQ and its `cq_context`, or -1 with errno.
+///
+/// # Safety
+/// `cq` and `cq_context` are NULL or writable, as verbs.h has them.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut crate::abi::ibv_comp_channel,
+    cq: *mut *mut crate::abi::ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    ffi::minus1("ibv_get_cq_event", move || {
+        match crate::cq::get_cq_event(channel) {
+            Ok((c, context)) => {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    ffi::write_opt(cq, c);
+                    ffi::write_opt(cq_context, context);
+                }
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+default_version!(ibv_get_cq_event, "IBVERBS_1.1");
+
+/// `ibv_ack_cq_events`.
+#[no_mangle]
+pub extern "C" fn ibv_ack_cq_events(cq: *mut crate::abi::ibv_cq, nevents: u32) {
+    ffi::void("ibv_ack_cq_events", move || {
+        crate::cq::ack_cq_events(cq, nevents)
+    })
+}
+default_version!(ibv_ack_cq_events, "IBVERBS_1.1");
+
+/// `ibv_get_async_event`: 0, or -1 with errno.
+///
+/// # Safety
+/// `event` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_async_event(
+    ctx: *mut crate::abi::ibv_context,
+    event: *mut crate::abi::ibv_async_event,
+) -> c_int {
+    ffi::minus1("ibv_get_async_event", move || {
+        let got = if event.is_null() {
+            Err(libc::EINVAL)
+        } else {
+            crate::cq::get_async_event(ctx)
+        };
+        match got {
+            Ok(ev) => {
+                // SAFETY: the caller's contract; not NULL.
+                let _ = unsafe { ffi::write(event, ev) };
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+default_version!(ibv_get_async_event, "IBVERBS_1.1");
+
+/// `ibv_ack_async_event`: nothing to release (uroce's objects do not wait for it).
+#[no_mangle]
+pub extern "C" fn ibv_ack_async_event(_event: *mut crate::abi::ibv_async_event) {
+    ffi::void("ibv_ack_async_event", move || {})
+}
+default_version!(ibv_ack_async_event, "IBVERBS_1.1");
+
+// ---------------------------------------------------------------------------------------
+// Shared receive queues (`srq.rs`, safe code).
+
+/// `ibv_create_srq`: `attr->attr` is updated with what was granted.
+///
+/// # Safety
+/// `attr` is NULL or points at a readable and writable `struct ibv_srq_init_attr` that
+/// nothing else touches during the call.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut crate::abi::ibv_pd,
+    attr: *mut crate::srq::ibv_srq_init_attr,
+) -> *mut crate::abi::ibv_srq {
+    ffi::ptr("ibv_create_srq", move || {
+        // SAFETY: the caller's contract.
+        let attr = unsafe { ffi::in_out(attr) };
+        crate::srq::create_srq(pd, attr)
+    })
+}
+default_version!(ibv_create_srq, "IBVERBS_1.1");
+
+/// `ibv_modify_srq`: 0 or the errno.
+///
+/// # Safety
+/// `attr` is NULL or points at a readable `struct ibv_srq_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_srq(
+    srq: *mut crate::abi::ibv_srq,
+    attr: *mut crate::abi::ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
+    ffi::errno("ibv_modify_srq", move || {
+        // SAFETY: the caller's contract.
+        let attr = unsafe { ffi::read(attr) }.ok();
+        crate::srq::modify_srq(srq, attr, mask)
+    })
+}
+default_version!(ibv_modify_srq, "IBVERBS_1.1");
+
+/// `ibv_query_srq`: 0 or the errno.
+///
+/// # Safety
+/// `attr` is NULL or points at a writable `struct ibv_srq_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_srq(
+    srq: *mut crate::abi::ibv_srq,
+    attr: *mut crate::abi::ibv_srq_attr,
+) -> c_int {
+    ffi::errno("ibv_query_srq", move || {
+        if attr.is_null() {
+            return libc::EINVAL;
+        }
+        match crate::srq::query_srq(srq) {
+            // SAFETY: the caller's contract; not NULL.
+            Ok(a) => unsafe { ffi::write(attr, a) }.map_or_else(|e| e, |()| 0),
+            Err(e) => e,
+        }
+    })
+}
+default_version!(ibv_query_srq, "IBVERBS_1.1");
+
+/// `ibv_destroy_srq`.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_srq(srq: *mut crate::abi::ibv_srq) -> c_int {
+    ffi::errno("ibv_destroy_srq", move || crate::srq::destroy_srq(srq))
+}
+default_version!(ibv_destroy_srq, "IBVERBS_1.1");
+
+/// `ibv_context_ops.post_srq_recv` (the inline `ibv_post_srq_recv`), as [`post_recv`].
+///
+/// # Safety
+/// As verbs.h has `ibv_post_srq_recv`'s arguments: `srq` NULL or readable, `wr` a valid
+/// list (see `ffi::WrList::new`), `bad` NULL or writable.
+pub(crate) unsafe extern "C" fn post_srq_recv(
+    srq: *mut crate::abi::ibv_srq,
+    wr: *mut crate::abi::ibv_recv_wr,
+    bad: *mut *mut crate::abi::ibv_recv_wr,
+) -> c_int {
+    ffi::errno("post_srq_recv", move || {
+        // SAFETY: the caller's contract (the inline ibv_post_srq_recv read
+        // `srq->context` already).
+        let ctx = unsafe { ffi::srq_context(srq) };
+        // SAFETY: as above.
+        let list = unsafe { ffi::WrList::new(wr, bad) };
+        crate::srq::post_srq_recv(ctx, srq, list)
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Protection domains and memory regions (`resources.rs`, safe code).
+
+/// `ibv_alloc_pd`.
+#[no_mangle]
+pub extern "C" fn ibv_alloc_pd(ctx: *mut crate::abi::ibv_context) -> *mut crate::abi::ibv_pd {
+    ffi::ptr("ibv_alloc_pd", move || crate::resources::alloc_pd(ctx))
+}
+default_version!(ibv_alloc_pd, "IBVERBS_1.1");
+
+/// `ibv_dealloc_pd`.
+#[no_mangle]
+pub extern "C" fn ibv_dealloc_pd(pd: *mut crate::abi::ibv_pd) -> c_int {
+    ffi::errno("ibv_dealloc_pd", move || crate::resources::dealloc_pd(pd))
+}
+default_version!(ibv_dealloc_pd, "IBVERBS_1.1");
+
+/// `ibv_reg_mr`: the caller's memory, in place.
+///
+/// # Safety
+/// `addr` is valid for reads and writes of `len` bytes until `ibv_dereg_mr` succeeds
+/// (see `ffi::ProgramMemory::new`).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut crate::abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut crate::abi::ibv_mr {
+    ffi::ptr("ibv_reg_mr", move || {
+        // SAFETY: this function's contract is ProgramMemory::new's.
+        let mem = unsafe { ffi::ProgramMemory::new(addr, len) };
+        crate::resources::reg_mr(pd, mem, addr as u64, access as std::ffi::c_uint)
+    })
+}
+default_version!(ibv_reg_mr, "IBVERBS_1.1");
+
+/// `ibv_reg_mr_iova`: only `iova == addr` (EOPNOTSUPP otherwise).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut crate::abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut crate::abi::ibv_mr {
+    ffi::ptr("ibv_reg_mr_iova", move || {
+        // SAFETY: this function's contract is ProgramMemory::new's.
+        let mem = unsafe { ffi::ProgramMemory::new(addr, len) };
+        crate::resources::reg_mr(pd, mem, iova, access as std::ffi::c_uint)
+    })
+}
+default_version!(ibv_reg_mr_iova, "IBVERBS_1.7");
+
+/// `ibv_reg_mr_iova2` (what the `ibv_reg_mr` macro calls with optional access flags).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut crate::abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: std::ffi::c_uint,
+) -> *mut crate::abi::ibv_mr {
+    ffi::ptr("ibv_reg_mr_iova2", move || {
+        // SAFETY: this function's contract is ProgramMemory::new's.
+        let mem = unsafe { ffi::ProgramMemory::new(addr, len) };
+        crate::resources::reg_mr(pd, mem, iova, access)
+    })
+}
+default_version!(ibv_reg_mr_iova2, "IBVERBS_1.8");
+
+/// `ibv_dereg_mr`.
+#[no_mangle]
+pub extern "C" fn ibv_dereg_mr(mr: *mut crate::abi::ibv_mr) -> c_int {
+    ffi::errno("ibv_dereg_mr", move || crate::resources::dereg_mr(mr))
+}
+default_version!(ibv_dereg_mr, "IBVERBS_1.1");
+
+// ---------------------------------------------------------------------------------------
+// Address handles (`ah.rs`, safe code).
+
+/// `ibv_create_ah`.
+///
+/// # Safety
+/// `attr` is NULL or points at a readable `struct ibv_ah_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah(
+    pd: *mut crate::abi::ibv_pd,
+    attr: *mut crate::abi::ibv_ah_attr,
+) -> *mut crate::abi::ibv_ah {
+    ffi::ptr("ibv_create_ah", move || {
+        // SAFETY: the caller's contract.
+        let attr = unsafe { ffi::read(attr) }.ok();
+        crate::ah::create_ah(pd, attr)
+    })
+}
+default_version!(ibv_create_ah, "IBVERBS_1.1");
+
+/// `ibv_destroy_ah`.
+#[no_mangle]
+pub extern "C" fn ibv_destroy_ah(ah: *mut crate::abi::ibv_ah) -> c_int {
+    ffi::errno("ibv_destroy_ah", move || crate::ah::destroy_ah(ah))
+}
+default_version!(ibv_destroy_ah, "IBVERBS_1.1");
+
+/// `ibv_init_ah_from_wc`: 0, or -1 with errno.
+///
+/// # Safety
+/// `wc` and `grh` (40 bytes) are NULL or readable, `ah_attr` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    ctx: *mut crate::abi::ibv_context,
+    port_num: u8,
+    wc: *mut crate::abi::ibv_wc,
+    grh: *mut u8,
+    ah_attr: *mut crate::abi::ibv_ah_attr,
+) -> c_int {
+    ffi::minus1("ibv_init_ah_from_wc", move || {
+        // SAFETY: the caller's contract.
+        let (w, g) = unsafe { (ffi::read(wc).ok(), ffi::read(grh.cast::<[u8; 40]>()).ok()) };
+        let got = if ah_attr.is_null() {
+            Err(libc::EINVAL)
+        } else {
+            crate::ah::init_ah_from_wc(ctx, port_num, w, g)
+        };
+        match got {
+            Ok(a) => {
+                // SAFETY: the caller's contract; not NULL.
+                let _ = unsafe { ffi::write(ah_attr, a) };
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+default_version!(ibv_init_ah_from_wc, "IBVERBS_1.1");
+
+/// `ibv_create_ah_from_wc`.
+///
+/// # Safety
+/// `wc` and `grh` (40 bytes) are NULL or readable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut crate::abi::ibv_pd,
+    wc: *mut crate::abi::ibv_wc,
+    grh: *mut u8,
+    port_num: u8,
+) -> *mut crate::abi::ibv_ah {
+    ffi::ptr("ibv_create_ah_from_wc", move || {
+        // SAFETY: the caller's contract.
+        let (w, g) = unsafe { (ffi::read(wc).ok(), ffi::read(grh.cast::<[u8; 40]>()).ok()) };
+        crate::ah::create_ah_from_wc(pd, w, g, port_num)
+    })
+}
+default_version!(ibv_create_ah_from_wc, "IBVERBS_1.1");
+
+// ---------------------------------------------------------------------------------------
+// Devices and contexts (`device.rs`, safe code).
+
+/// `ibv_get_device_list`.
+///
+/// # Safety
+/// `num_devices` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_list(
+    num_devices: *mut c_int,
+) -> *mut *mut crate::abi::ibv_device {
+    ffi::ptr("ibv_get_device_list", move || {
+        let devices = match crate::device::get_device_list() {
+            Ok(d) => d,
+            Err(e) => return ffi::null_with(e),
+        };
+        let arr = ffi::calloc_list(&devices);
+        if arr.is_null() {
+            return ffi::null_with(libc::ENOMEM);
+        }
+        // SAFETY: the caller's contract.
+        unsafe { ffi::write_opt(num_devices, devices.len() as c_int) };
+        arr
+    })
+}
+default_version!(ibv_get_device_list, "IBVERBS_1.1");
+
+/// `ibv_free_device_list`: the array goes; the devices stay (see `device.rs`).
+///
+/// # Safety
+/// `list` is NULL or came from [`ibv_get_device_list`] and is freed once.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut crate::abi::ibv_device) {
+    ffi::void("ibv_free_device_list", move || {
+        // SAFETY: the caller's contract; ibv_get_device_list's arrays are calloc_list's.
+        unsafe { ffi::free_list(list) };
+    })
+}
+default_version!(ibv_free_device_list, "IBVERBS_1.1");
+
+/// `ibv_get_device_name`.
+#[no_mangle]
+pub extern "C" fn ibv_get_device_name(dev: *mut crate::abi::ibv_device) -> *const c_char {
+    let failed = || ffi::null_with::<c_char>(EIO).cast_const();
+    ffi::call("ibv_get_device_name", failed, || {
+        crate::device::get_device_name(dev)
+    })
+}
+default_version!(ibv_get_device_name, "IBVERBS_1.1");
+
+/// `ibv_get_device_guid`.
+#[no_mangle]
+pub extern "C" fn ibv_get_device_guid(dev: *mut crate::abi::ibv_device) -> u64 {
+    ffi::call(
+        "ibv_get_device_guid",
+        || 0,
+        || crate::device::get_device_guid(dev),
+    )
+}
+default_version!(ibv_get_device_guid, "IBVERBS_1.1");
+
+/// `ibv_open_device`.
+#[no_mangle]
+pub extern "C" fn ibv_open_device(
+    dev: *mut crate::abi::ibv_device,
+) -> *mut crate::abi::ibv_context {
+    ffi::ptr("ibv_open_device", move || crate::device::open_device(dev))
+}
+default_version!(ibv_open_device, "IBVERBS_1.1");
+
+/// `ibv_close_device`: 0, or -1 with errno EINVAL for a context that is not open.
+#[no_mangle]
+pub extern "C" fn ibv_close_device(ctx: *mut crate::abi::ibv_context) -> c_int {
+    ffi::minus1("ibv_close_device", move || crate::device::close_device(ctx))
+}
+default_version!(ibv_close_device, "IBVERBS_1.1");
+
+/// `ibv_query_device`.
+///
+/// # Safety
+/// `attr` is NULL or points at a writable `struct ibv_device_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_device(
+    ctx: *mut crate::abi::ibv_context,
+    attr: *mut crate::abi::ibv_device_attr,
+) -> c_int {
+    ffi::errno("ibv_query_device", move || {
+        // SAFETY: the caller's contract.
+        let written = crate::device::query_device(ctx).and_then(|a| unsafe { ffi::write(attr, a) });
+        written.err().unwrap_or(0)
+    })
+}
+default_version!(ibv_query_device, "IBVERBS_1.1");
+
+/// `verbs_context.query_port`, what the inline `ibv_query_port` calls: the first `len`
+/// bytes of the port's attributes.
+///
+/// # Safety
+/// `attr` is NULL or points at `len` writable bytes (verbs.h passes sizeof).
+pub(crate) unsafe extern "C" fn query_port_ex(
+    ctx: *mut crate::abi::ibv_context,
+    port: u8,
+    attr: *mut crate::abi::ibv_port_attr,
+    len: usize,
+) -> c_int {
+    ffi::errno("query_port_ex", move || {
+        let written = crate::device::query_port(ctx, port).and_then(|a| {
+            // SAFETY: the caller's contract.
+            unsafe { ffi::write_prefix(attr.cast(), &a, len) }
+        });
+        written.err().unwrap_or(0)
+    })
+}
+
+/// `ibv_query_port` as exported (`struct _compat_ibv_port_attr`, without
+/// `port_cap_flags2`); the inline `ibv_query_port` of verbs.h calls [`query_port_ex`].
+///
+/// # Safety
+/// `attr` is NULL or points at a writable `struct _compat_ibv_port_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_port(
+    ctx: *mut crate::abi::ibv_context,
+    port: u8,
+    attr: *mut c_void,
+) -> c_int {
+    ffi::errno("ibv_query_port", move || {
+        // SAFETY: forwarded with the compat structure's size.
+        unsafe { query_port_ex(ctx, port, attr.cast(), crate::abi::COMPAT_PORT_ATTR_SIZE) }
+    })
+}
+default_version!(ibv_query_port, "IBVERBS_1.1");
+
+/// `verbs_context.query_device_ex`, what the inline `ibv_query_device_ex` calls.
+///
+/// # Safety
+/// `input` is NULL or points at a `struct ibv_query_device_ex_input` (its `comp_mask`, a
+/// u32, first); `attr` is NULL or points at `len` writable bytes.
+pub(crate) unsafe extern "C" fn query_device_ex(
+    ctx: *mut crate::abi::ibv_context,
+    input: *const c_void,
+    attr: *mut crate::abi::ibv_device_attr_ex,
+    len: usize,
+) -> c_int {
+    ffi::errno("query_device_ex", move || {
+        // SAFETY: the caller's contract.
+        let comp_mask = unsafe { ffi::read(input.cast::<u32>()) }.ok();
+        let written = crate::device::query_device_ex(ctx, comp_mask).and_then(|ex| {
+            // SAFETY: the caller's contract.
+            unsafe { ffi::write_prefix(attr.cast(), &ex, len) }
+        });
+        written.err().unwrap_or(0)
+    })
+}
+
+/// `ibv_query_gid`: 0 (an unused entry reads as zeros), or -1 with errno.
+///
+/// # Safety
+/// `gid` is NULL or points at a writable `union ibv_gid`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid(
+    ctx: *mut crate::abi::ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut crate::abi::ibv_gid,
+) -> c_int {
+    ffi::minus1("ibv_query_gid", move || {
+        let written = crate::device::query_gid(ctx, port, index).and_then(|g| {
+            // SAFETY: the caller's contract.
+            unsafe { ffi::write(gid, g) }
+        });
+        match written {
+            Ok(()) => 0,
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+default_version!(ibv_query_gid, "IBVERBS_1.1");
+
+/// `ibv_query_gid_type` (rdma-core's driver.h): 0, or -1 with errno.
+///
+/// # Safety
+/// `gid_type` is NULL or points at a writable int.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    ctx: *mut crate::abi::ibv_context,
+    port: u8,
+    index: u32,
+    gid_type: *mut c_int,
+) -> c_int {
+    ffi::minus1("ibv_query_gid_type", move || {
+        let written = crate::device::query_gid_type(ctx, port, index).and_then(|t| {
+            // SAFETY: the caller's contract.
+            unsafe { ffi::write(gid_type, t) }
+        });
+        match written {
+            Ok(()) => 0,
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+default_version!(ibv_query_gid_type, "IBVERBS_PRIVATE_34");
+
+/// `_ibv_query_gid_ex` (behind the inline `ibv_query_gid_ex`): 0 or an errno value.
+///
+/// # Safety
+/// `entry` is NULL or points at `entry_size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    ctx: *mut crate::abi::ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut crate::abi::ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    ffi::errno("_ibv_query_gid_ex", move || {
+        let written =
+            crate::device::query_gid_ex(ctx, port, index, flags, entry_size).and_then(|e| {
+                // SAFETY: the caller's contract; `entry_size` was checked to be at least
+                // size_of::<ibv_gid_entry>().
+                unsafe { ffi::write(entry, e) }
+            });
+        written.err().unwrap_or(0)
+    })
+}
+default_version!(_ibv_query_gid_ex, "IBVERBS_1.11");
+
+/// `ibv_query_pkey`: 0, or -1 with errno.
+///
+/// # Safety
+/// `pkey` is NULL or points at a writable `__be16`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_pkey(
+    ctx: *mut crate::abi::ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    ffi::minus1("ibv_query_pkey", move || {
+        let written = crate::device::query_pkey(ctx, port, index).and_then(|k| {
+            // SAFETY: the caller's contract.
+            unsafe { ffi::write(pkey, k) }
+        });
+        match written {
+            Ok(()) => 0,
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+default_version!(ibv_query_pkey, "IBVERBS_1.1");
+
+// ---------------------------------------------------------------------------------------
+// QP 1 for uroce's librdmacm (`gsi.rs`, safe code), under the private version node.
+
+/// `uroce_gsi_open`: a descriptor readable while MADs wait, or a negative errno.
+///
+/// # Safety
+/// `ctx` is a context from `ibv_open_device`, or any pointer (refused with EINVAL).
+#[no_mangle]
+pub unsafe extern "C" fn uroce_gsi_open(ctx: *mut crate::abi::ibv_context) -> c_int {
+    ffi::neg_errno("uroce_gsi_open", move || crate::gsi::gsi_open(ctx))
+}
+default_version!(uroce_gsi_open, "UROCE_PRIVATE_1");
+
+/// `uroce_gsi_send`: 0 (sent or held), or an errno.
+///
+/// # Safety
+/// `ctx` as for [`uroce_gsi_open`]; `gid` is NULL or points at 16 readable bytes, `mad`
+/// NULL or at `len`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_gsi_send(
+    ctx: *mut crate::abi::ibv_context,
+    gid: *const u8,
+    remote_qpn: u32,
+    remote_qkey: u32,
+    mad: *const u8,
+    len: usize,
+) -> c_int {
+    ffi::errno("uroce_gsi_send", move || {
+        // SAFETY: the caller's contract.
+        let (gid, mad) = unsafe { (ffi::read(gid.cast::<[u8; 16]>()).ok(), ffi::bytes(mad, len)) };
+        crate::gsi::gsi_send(ctx, gid, remote_qpn, remote_qkey, mad)
+    })
+}
+default_version!(uroce_gsi_send, "UROCE_PRIVATE_1");
+
+/// `uroce_gsi_recv`: the oldest MAD QP 1 received to `mad`, its sender's GID to `gid`
+/// and QP to `src_qp`; the MAD's length, 0 when none waits, or a negative errno.
+///
+/// # Safety
+/// `ctx` as for [`uroce_gsi_open`]; `gid` is NULL or points at 16 writable bytes,
+/// `src_qp` NULL or at a writable (maybe unaligned) u32, `mad` NULL or at `len` writable
+/// bytes.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_gsi_recv(
+    ctx: *mut crate::abi::ibv_context,
+    gid: *mut u8,
+    src_qp: *mut u32,
+    mad: *mut u8,
+    len: usize,
+) -> c_int {
+    use uroce::wire::mad::MAD_LEN;
+    ffi::neg_errno("uroce_gsi_recv", move || {
+        if gid.is_null() || src_qp.is_null() || mad.is_null() || len < MAD_LEN {
+            return -libc::EINVAL;
+        }
+        let m = match crate::gsi::gsi_recv(ctx) {
+            Ok(Some(m)) => m,
+            Ok(None) => return 0,
+            Err(e) => return -e,
+        };
+        // SAFETY: the caller's contract; none is NULL, and `mad` has room for MAD_LEN.
+        unsafe {
+            let _ = ffi::write(gid.cast::<[u8; 16]>(), m.gid);
+            let _ = ffi::write_unaligned(src_qp, m.src_qp);
+            if let Some(out) = ffi::out_array(mad, MAD_LEN) {
+                for (o, b) in out.iter_mut().zip(m.mad) {
+                    o.write(b);
+                }
+            }
+        }
+        MAD_LEN as c_int
+    })
+}
+default_version!(uroce_gsi_recv, "UROCE_PRIVATE_1");
+
+/// `uroce_gsi_resolve`: 0, or an errno.
+///
+/// # Safety
+/// `ctx` as for [`uroce_gsi_open`]; `gid` is NULL or points at 16 readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_gsi_resolve(
+    ctx: *mut crate::abi::ibv_context,
+    gid: *const u8,
+    timeout_ms: c_int,
+) -> c_int {
+    ffi::errno("uroce_gsi_resolve", move || {
+        // SAFETY: the caller's contract.
+        let gid = unsafe { ffi::read(gid.cast::<[u8; 16]>()) }.ok();
+        crate::gsi::gsi_resolve(ctx, gid, timeout_ms)
+    })
+}
+default_version!(uroce_gsi_resolve, "UROCE_PRIVATE_1");

@@ -16,12 +16,22 @@
 //!   panic on stderr, which is the runtime's, not this library's, output. (A build with
 //!   `panic = "abort"` aborts all the same; the workspace does not build so.)
 //! - **Pointers.** What turns a C pointer into a Rust value is here, each `unsafe fn`
-//!   stating the C contract it relies on: [`write`] and [`write_opt`] for out-pointers,
-//!   [`read`] for in-structures, [`write_prefix`] for the extensible structures, [`zeroed`]
-//!   for the C structures whose all-zeros value is valid, and [`free_c`] / [`object`] for
-//!   the objects handed to the program as boxes. NULL where C must pass an object is
-//!   EINVAL. The rest of the crate calls these with its verb's contract as the `SAFETY`
-//!   reason.
+//!   stating the C contract it relies on: `write`, `write_opt` and
+//!   `write_unaligned` for out-pointers, `read` and `in_out` for in-structures,
+//!   `bytes` and `out_array` for the program's buffers and arrays, `write_prefix`
+//!   for the extensible structures, `WrList` for the posted lists, `ProgramMemory`
+//!   for the memory `ibv_reg_mr` registers, and `zeroed` for the C structures whose
+//!   all-zeros value is valid. NULL where C must pass an object is EINVAL. `exports.rs`
+//!   calls these with its verb's contract as the `SAFETY` reason; the rest of the crate
+//!   is safe code (`unsafe_code` is denied there).
+//! - **Objects.** The C objects handed to the program are boxes known to their context's
+//!   registry by address; they are reached only through the registry-checked helpers
+//!   (`qp_object`, `cq_object`, `channel_object`, `mw_object`: the object only
+//!   when its address is a key of the registry, borrowed with the locked state) and freed
+//!   only as they leave it (`take_qp`, `take_cq`, `take_channel`, `take_srq`,
+//!   `take_pd`, `take_mr`, `take_ah`, `take_mw`). A context's `verbs_context` is
+//!   a `CBox` its registry entry owns. The engine's eventfd and poll calls are here too
+//!   (`eventfd`, `eventfd_read`, `eventfd_write`, `poll`).
 //! - **The test hook.** In a debug build only (`cfg(debug_assertions)`, so never in the
 //!   release library a program is deployed with), `UROCE_TEST_PANIC=<entry point>` makes
 //!   the first call of that entry point in the process panic inside its entry, so a test
@@ -210,7 +220,7 @@ unsafe impl Zeroable for libc::pthread_mutex_t {}
 /// # Safety
 /// `p` came from `Box::<T>::into_raw`, and is freed once: the caller has just
 /// taken it out of the registry that knew it, under the lock that guards that registry.
-pub(crate) unsafe fn free_c<T>(p: *mut T) {
+unsafe fn free_c<T>(p: *mut T) {
     // SAFETY: as this function's contract.
     drop(unsafe { Box::from_raw(p) });
 }
@@ -221,9 +231,119 @@ pub(crate) unsafe fn free_c<T>(p: *mut T) {
 /// # Safety
 /// `p` came from `Box::<T>::into_raw` and is still registered, and the caller holds the lock of
 /// the registry that knows it, so no other call of this library reaches it meanwhile.
-pub(crate) unsafe fn object<'a, T>(p: *mut T) -> &'a mut T {
+unsafe fn object<'a, T>(p: *mut T) -> &'a mut T {
     // SAFETY: as this function's contract.
     unsafe { &mut *p }
+}
+
+/// A C object this library allocated and hands to the program by address (a context's
+/// `verbs_context`): owned as a `Box` is, freed when dropped. Rust makes no reference to
+/// it after `new`: the program reads it through its pointer.
+pub(crate) struct CBox<T>(std::ptr::NonNull<T>);
+
+impl<T> CBox<T> {
+    pub(crate) fn new(v: T) -> Self {
+        Self(std::ptr::NonNull::from(Box::leak(Box::new(v))))
+    }
+
+    /// The address the program gets (the object's, or a member's within it).
+    pub(crate) fn as_ptr(&self) -> *mut T {
+        self.0.as_ptr()
+    }
+}
+
+impl<T> Drop for CBox<T> {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from `Box::leak` in `new` and is freed once, here.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
+// SAFETY: a `CBox` owns its object as a `Box` does, and Rust only frees it; a
+// `verbs_context`'s raw pointers (its device, `priv_`) are addresses for the program,
+// never dereferenced here, and it has no drop glue of its own.
+unsafe impl Send for CBox<crate::abi::verbs_context> {}
+
+/// A NULL-terminated `calloc`ed array of `items` (freed by the program with the call
+/// that gives it back, which calls `libc::free`); NULL when the allocation fails.
+pub(crate) fn calloc_list<T>(items: &[*mut T]) -> *mut *mut T {
+    // SAFETY: calloc of n+1 pointers; checked for NULL. The last stays NULL, the list's
+    // end.
+    let list =
+        unsafe { libc::calloc(items.len() + 1, std::mem::size_of::<*mut T>()) }.cast::<*mut T>();
+    if list.is_null() {
+        return list;
+    }
+    for (i, c) in items.iter().enumerate() {
+        // SAFETY: within the n+1 allocated, aligned as calloc's memory is.
+        unsafe { *list.add(i) = *c };
+    }
+    list
+}
+
+/// Frees a list from [`calloc_list`] (NULL: nothing).
+///
+/// # Safety
+/// `list` is NULL or came from [`calloc_list`] and is freed once.
+pub(crate) unsafe fn free_list<T>(list: *mut *mut T) {
+    // SAFETY: the caller's contract: calloc's memory, freed once.
+    unsafe { libc::free(list.cast()) };
+}
+
+// ---------------------------------------------------------------------------------
+// The engine's system calls on its descriptors, and its raw pointers.
+
+// SAFETY: an event's pointer is only an address handed back to the program (which owns
+// the object); this library never dereferences it, so it may move between threads.
+unsafe impl Send for crate::engine::AsyncEntry {}
+
+/// A new eventfd (close-on-exec, with `flags`).
+pub(crate) fn eventfd(flags: c_int) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd takes no pointers; a negative return is an error, checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds `n` to an eventfd's counter: Ok, or the errno.
+pub(crate) fn eventfd_write(fd: std::os::fd::RawFd, n: u64) -> Result<(), c_int> {
+    // SAFETY: writes 8 bytes from a live u64; `fd` is only a number to the kernel.
+    let r = unsafe { libc::write(fd, (&n as *const u64).cast(), 8) };
+    if r == 8 {
+        Ok(())
+    } else {
+        Err(last_errno())
+    }
+}
+
+/// One read of an eventfd (its count, or one for a semaphore): the value, or the errno
+/// (EAGAIN when non-blocking and nothing is there, EINTR when a signal came).
+pub(crate) fn eventfd_read(fd: std::os::fd::RawFd) -> Result<u64, c_int> {
+    let mut n: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64; `fd` is only a number to the kernel.
+    let r = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
+    if r == 8 {
+        Ok(n)
+    } else {
+        Err(last_errno())
+    }
+}
+
+/// `poll(2)` on `pfds` for up to `ms` milliseconds: its return value.
+pub(crate) fn poll(pfds: &mut [libc::pollfd], ms: c_int) -> c_int {
+    // SAFETY: `pfds` is a live, writable array of its length.
+    unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) }
+}
+
+/// The calling thread's errno (EIO if it has none).
+fn last_errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(EIO)
 }
 
 // ---------------------------------------------------------------------------------
@@ -284,6 +404,197 @@ pub(crate) fn take_mw(
     Some(e)
 }
 
+// ---------------------------------------------------------------------------------
+// Protection domains and memory regions.
+
+/// Takes PD `pd` out of `inner`'s registry and frees its C object, as [`take_qp`].
+pub(crate) fn take_pd(
+    inner: &mut crate::engine::Inner,
+    pd: *mut crate::abi::ibv_pd,
+) -> Option<uroce::verbs::PdId> {
+    let e = inner.pds.remove(&(pd as usize))?;
+    // SAFETY: a key of `pds` is a live Box from `ibv_alloc_pd`; it has just left the
+    // registry, under the context's lock, so it is freed once.
+    unsafe { free_c(pd) };
+    Some(e)
+}
+
+/// Takes region `mr` out of `inner`'s registry and frees its C object, as [`take_qp`].
+pub(crate) fn take_mr(
+    inner: &mut crate::engine::Inner,
+    mr: *mut crate::abi::ibv_mr,
+) -> Option<uroce::verbs::Mr> {
+    let e = inner.mrs.remove(&(mr as usize))?;
+    // SAFETY: a key of `mrs` is a live Box from `ibv_reg_mr`; it has just left the
+    // registry, under the context's lock, so it is freed once.
+    unsafe { free_c(mr) };
+    Some(e)
+}
+
+/// The memory a program hands to `ibv_reg_mr` (and `ibv_reg_mr_iova`,
+/// `ibv_reg_mr_iova2`), with that verb's promise about it; registered at most once.
+pub(crate) struct ProgramMemory {
+    addr: *mut std::ffi::c_void,
+    len: usize,
+}
+
+impl ProgramMemory {
+    /// # Safety
+    /// `ibv_reg_mr`'s contract: unless the registration fails, the `len` bytes at `addr`
+    /// are the program's own memory and stay valid for reads and writes until
+    /// `ibv_dereg_mr` of the region returned succeeds.
+    pub(crate) unsafe fn new(addr: *mut std::ffi::c_void, len: usize) -> Self {
+        Self { addr, len }
+    }
+
+    /// Its address.
+    pub(crate) fn addr(&self) -> *mut std::ffi::c_void {
+        self.addr
+    }
+
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Registers the memory in place as a region of `pd` in `uroce` with `rights`.
+    pub(crate) fn register(
+        self,
+        uroce: &mut uroce::verbs::Context,
+        pd: uroce::verbs::PdId,
+        rights: uroce::verbs::Access,
+    ) -> Result<uroce::verbs::Mr, uroce::verbs::VerbsError> {
+        // SAFETY: `new`'s contract (ibv_reg_mr's) gives reg_mr_raw's first condition: the
+        // caller's `len` bytes at `addr` stay valid for reads and writes until
+        // ibv_dereg_mr succeeds. Its second, not the context's own memory, holds as the
+        // bytes are the program's own: the context's own regions (`Context::reg_mr`:
+        // the inline staging and GSI buffers) are allocations of this library. The stack
+        // reaches the bytes only during calls into this context (under its lock, on the
+        // program's threads or the progress thread), through raw copies and 8-byte
+        // atomics, so the program may touch them meanwhile as ibverbs allows with a
+        // NIC's DMA: reading a buffer while a peer's WRITE lands in it (perftest's
+        // `ib_write_lat` polls its receive buffer), or filling one part of a region
+        // while a receive lands in another; what it reads there is unsettled, as with a
+        // NIC (see the README's limits).
+        unsafe { uroce.reg_mr_raw(pd, self.addr.cast(), self.len, rights) }
+    }
+}
+
+/// Takes address handle `ah` out of `inner`'s registry and frees its C object, as
+/// [`take_qp`].
+pub(crate) fn take_ah(
+    inner: &mut crate::engine::Inner,
+    ah: *mut crate::abi::ibv_ah,
+) -> Option<crate::ah::AhEntry> {
+    let e = inner.ahs.remove(&(ah as usize))?;
+    // SAFETY: a key of `ahs` is a live Box from `ibv_create_ah`; it has just left the
+    // registry, under the context's lock, so it is freed once.
+    unsafe { free_c(ah) };
+    Some(e)
+}
+
+// ---------------------------------------------------------------------------------
+// Completion queues and completion channels.
+
+/// The CQ object `cq` if it is registered in `inner` (a key of `inner.cqs`), as
+/// [`qp_object`] (`cq->comp_events_completed`, `cq->channel`, `cq->cq_context`).
+pub(crate) fn cq_object(
+    inner: &mut crate::engine::Inner,
+    cq: *mut crate::abi::ibv_cq,
+) -> Option<&mut crate::abi::ibv_cq> {
+    if !inner.cqs.contains_key(&(cq as usize)) {
+        return None;
+    }
+    // SAFETY: a key of `cqs` is a live Box from `ibv_create_cq`, freed only as it leaves
+    // the registry (`take_cq`); `inner` is borrowed mutably for the reference's life.
+    Some(unsafe { object(cq) })
+}
+
+/// Takes CQ `cq` out of `inner`'s registry and frees its C object, as [`take_qp`].
+pub(crate) fn take_cq(
+    inner: &mut crate::engine::Inner,
+    cq: *mut crate::abi::ibv_cq,
+) -> Option<crate::engine::CqEntry> {
+    let e = inner.cqs.remove(&(cq as usize))?;
+    // SAFETY: a key of `cqs` is a live Box from `ibv_create_cq`; it has just left the
+    // registry, under the context's lock, so it is freed once.
+    unsafe { free_c(cq) };
+    Some(e)
+}
+
+/// The completion channel object `ch` if it is registered in `inner` (a key of
+/// `inner.channels`), as [`qp_object`] (`channel->fd`, `channel->refcnt`).
+pub(crate) fn channel_object(
+    inner: &mut crate::engine::Inner,
+    ch: *mut crate::abi::ibv_comp_channel,
+) -> Option<&mut crate::abi::ibv_comp_channel> {
+    if !inner.channels.contains_key(&(ch as usize)) {
+        return None;
+    }
+    // SAFETY: a key of `channels` is a live Box from `ibv_create_comp_channel`, freed
+    // only as it leaves the registry (`take_channel`); `inner` is borrowed mutably for
+    // the reference's life.
+    Some(unsafe { object(ch) })
+}
+
+/// Takes channel `ch` out of `inner`'s registry and frees its C object, as [`take_qp`].
+pub(crate) fn take_channel(
+    inner: &mut crate::engine::Inner,
+    ch: *mut crate::abi::ibv_comp_channel,
+) -> Option<crate::engine::ChannelEntry> {
+    let e = inner.channels.remove(&(ch as usize))?;
+    // SAFETY: a key of `channels` is a live Box from `ibv_create_comp_channel`; it has
+    // just left the registry, under the context's lock, so it is freed once.
+    unsafe { free_c(ch) };
+    Some(e)
+}
+
+/// Takes SRQ `srq` out of `inner`'s registry and frees its C object, as [`take_qp`].
+pub(crate) fn take_srq(
+    inner: &mut crate::engine::Inner,
+    srq: *mut crate::abi::ibv_srq,
+) -> Option<crate::engine::SrqEntry> {
+    let e = inner.srqs.remove(&(srq as usize))?;
+    // SAFETY: a key of `srqs` is a live Box from `ibv_create_srq`; it has just left the
+    // registry, under the context's lock, so it is freed once.
+    unsafe { free_c(srq) };
+    Some(e)
+}
+
+/// The context CQ `cq` names (`cq->context`), as the inline `ibv_poll_cq` and
+/// `ibv_req_notify_cq` of verbs.h read it; NULL for a NULL CQ.
+///
+/// # Safety
+/// `cq` is NULL or readable.
+pub(crate) unsafe fn cq_context(cq: *mut crate::abi::ibv_cq) -> *mut crate::abi::ibv_context {
+    if cq.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the caller's contract.
+    unsafe { (*cq).context }
+}
+
+/// The program's array of `n` `T`s at `p`, to fill (its entries may be uninitialised);
+/// None for NULL with `n` > 0, empty for `n` 0.
+///
+/// # Safety
+/// `p` is NULL or valid for writes of `n` `T`s that nothing else accesses during the
+/// call.
+pub(crate) unsafe fn out_array<'a, T>(
+    p: *mut T,
+    n: usize,
+) -> Option<&'a mut [std::mem::MaybeUninit<T>]> {
+    if n == 0 {
+        return Some(&mut []);
+    }
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract; MaybeUninit<T> has T's layout, and uninitialised
+    // entries are valid MaybeUninit values.
+    Some(unsafe { std::slice::from_raw_parts_mut(p.cast(), n) })
+}
+
 /// The context window `mw` names (`mw->context`), as [`qp_context`].
 ///
 /// # Safety
@@ -329,6 +640,32 @@ pub(crate) unsafe fn srq_context(srq: *mut crate::abi::ibv_srq) -> *mut crate::a
 pub(crate) unsafe fn in_out<'a, T>(p: *mut T) -> Option<&'a mut T> {
     // SAFETY: the caller's contract.
     unsafe { p.as_mut() }
+}
+
+/// The program's `len` bytes at `p`, for the call's duration; None for NULL.
+///
+/// # Safety
+/// `p` is NULL or valid for reads of `len` bytes that nothing writes during the call.
+pub(crate) unsafe fn bytes<'a>(p: *const u8, len: usize) -> Option<&'a [u8]> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    Some(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// Writes `value` to the caller's out-pointer `p`, which may be unaligned; EINVAL for
+/// NULL.
+///
+/// # Safety
+/// `p` is NULL or valid for a write of `size_of::<T>()` bytes.
+pub(crate) unsafe fn write_unaligned<T>(p: *mut T, value: T) -> Result<(), c_int> {
+    if p.is_null() {
+        return Err(EINVAL);
+    }
+    // SAFETY: not NULL, so writable as the caller promises; no alignment assumed.
+    unsafe { p.write_unaligned(value) };
+    Ok(())
 }
 
 /// A work request of `ibv_post_send` / `ibv_post_recv` / `ibv_post_srq_recv`.

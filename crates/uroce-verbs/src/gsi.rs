@@ -12,6 +12,11 @@
 //! The four entry points are exported from libibverbs.so.1 under the private version
 //! node `UROCE_PRIVATE_1`; librdmacm finds them with `dlvsym`. A libibverbs.so.1 without
 //! them is not uroce's, which librdmacm reports as ENODEV.
+//!
+//! Safe code: the four entry points are wrappers in `exports.rs` that read and write the
+//! caller's GIDs and MAD buffers through `ffi.rs`.
+
+#![deny(unsafe_code)]
 
 use std::collections::VecDeque;
 use std::ffi::c_int;
@@ -216,25 +221,20 @@ fn peer_of(shared: &Shared, gid: [u8; 16]) -> (IpAddr, bool) {
     (ip, needs_l2)
 }
 
-/// Creates QP 1 of the open device `ctx` if it is not there yet; returns a descriptor
-/// that is readable while MADs wait for `uroce_gsi_recv` (read it to clear it, then take
-/// MADs until there are none), or a negative errno: EINVAL for a context that is not
-/// one of ours, the datapath's errno when it cannot be opened.
-///
-/// # Safety
-/// `ctx` is a context from `ibv_open_device`, or any pointer (refused with EINVAL).
-#[no_mangle]
-pub unsafe extern "C" fn uroce_gsi_open(ctx: *mut ibv_context) -> c_int {
-    crate::ffi::neg_errno("uroce_gsi_open", move || match open(ctx) {
+/// `uroce_gsi_open`: creates QP 1 of the open device `ctx` if it is not there yet;
+/// returns a descriptor that is readable while MADs wait for `uroce_gsi_recv` (read it
+/// to clear it, then take MADs until there are none), or a negative errno: EINVAL for a
+/// context that is not one of ours, the datapath's errno when it cannot be opened.
+pub(crate) fn gsi_open(ctx: *mut ibv_context) -> c_int {
+    match open(ctx) {
         Ok(shared) => shared
             .lock()
             .gsi
             .as_ref()
             .map_or(-ENODEV, |g| g.fd.as_raw_fd()),
         Err(e) => -e,
-    })
+    }
 }
-crate::exports::default_version!(uroce_gsi_open, "UROCE_PRIVATE_1");
 
 /// Sends the `len` bytes at `mad` (a MAD, 256 bytes) as a UD SEND from QP 1 to QP
 /// `remote_qpn` with Q_Key `remote_qkey` at the IP address of the GID `gid` (16 bytes,
@@ -244,47 +244,36 @@ crate::exports::default_version!(uroce_gsi_open, "UROCE_PRIVATE_1");
 /// EAGAIN when every send buffer is in flight or too many MADs wait for the peer,
 /// EHOSTUNREACH when the peer did not answer ARP / NDP lately.
 ///
-/// # Safety
-/// `ctx` as for [`uroce_gsi_open`]; `gid` points at 16 readable bytes and `mad` at `len`.
-#[no_mangle]
-pub unsafe extern "C" fn uroce_gsi_send(
+/// `uroce_gsi_send`; `gid` and `mad` are the caller's (None for NULL: EINVAL, as a
+/// `mad` of another length than MAD_LEN).
+pub(crate) fn gsi_send(
     ctx: *mut ibv_context,
-    gid: *const u8,
+    gid: Option<[u8; 16]>,
     remote_qpn: u32,
     remote_qkey: u32,
-    mad: *const u8,
-    len: usize,
+    mad: Option<&[u8]>,
 ) -> c_int {
-    crate::ffi::errno("uroce_gsi_send", move || {
-        if gid.is_null() || mad.is_null() || len != MAD_LEN {
-            return EINVAL;
-        }
-        // SAFETY: the caller passes 16 readable bytes at `gid` and `len` at `mad`.
-        let (gid, mad) = unsafe {
-            (
-                *gid.cast::<[u8; 16]>(),
-                std::slice::from_raw_parts(mad, len),
-            )
-        };
-        let shared = match open(ctx) {
-            Ok(s) => s,
-            Err(e) => return e,
-        };
-        let (ip, needs_l2) = peer_of(&shared, gid);
-        if needs_l2 && ip != shared.lock().uroce.config().ip {
-            return send_resolving(&shared, ip, remote_qpn, remote_qkey, mad);
-        }
-        // No MAC to find (the kernel's UDP stack finds it, or the peer is this device).
-        let dest = match crate::qp::remote_to(&shared, ip, needs_l2) {
-            Ok(r) => r,
-            Err(e) => return e,
-        };
-        let mut g = shared.lock();
-        let r = post_mad(&mut g, dest, remote_qpn, remote_qkey, mad);
-        g.pump(false);
-        shared.after_post(&g);
-        r
-    })
+    let (Some(gid), Some(mad)) = (gid, mad.filter(|m| m.len() == MAD_LEN)) else {
+        return EINVAL;
+    };
+    let shared = match open(ctx) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    let (ip, needs_l2) = peer_of(&shared, gid);
+    if needs_l2 && ip != shared.lock().uroce.config().ip {
+        return send_resolving(&shared, ip, remote_qpn, remote_qkey, mad);
+    }
+    // No MAC to find (the kernel's UDP stack finds it, or the peer is this device).
+    let dest = match crate::qp::remote_to(&shared, ip, needs_l2) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let mut g = shared.lock();
+    let r = post_mad(&mut g, dest, remote_qpn, remote_qkey, mad);
+    g.pump(false);
+    shared.after_post(&g);
+    r
 }
 
 /// [`uroce_gsi_send`] to a peer whose MAC uroce finds itself: sent now when it is known,
@@ -423,97 +412,69 @@ fn post_mad(g: &mut Inner, dest: Remote, remote_qpn: u32, remote_qkey: u32, mad:
     }
     0
 }
-crate::exports::default_version!(uroce_gsi_send, "UROCE_PRIVATE_1");
 
-/// Takes the oldest MAD QP 1 received: its 256 bytes to `mad` (`len` bytes of room), the
-/// sender's GID (IPv4-mapped for IPv4) to `gid` and its QP to `src_qp`. Returns the
-/// MAD's length, 0 when none waits, or a negative errno (EINVAL: bad arguments or QP 1
-/// not opened).
-///
-/// # Safety
-/// `ctx` as for [`uroce_gsi_open`]; `gid` points at 16 writable bytes, `src_qp` at a
-/// writable u32, `mad` at `len` writable bytes.
-#[no_mangle]
-pub unsafe extern "C" fn uroce_gsi_recv(
-    ctx: *mut ibv_context,
-    gid: *mut u8,
-    src_qp: *mut u32,
-    mad: *mut u8,
-    len: usize,
-) -> c_int {
-    crate::ffi::neg_errno("uroce_gsi_recv", move || {
-        if gid.is_null() || src_qp.is_null() || mad.is_null() || len < MAD_LEN {
-            return -EINVAL;
-        }
-        let Some(shared) = crate::device::shared_of(ctx) else {
-            return -EINVAL;
-        };
-        let mut g = shared.lock();
-        let Inner { uroce, gsi, .. } = &mut *g;
-        let Some(gsi) = gsi.as_mut() else {
-            return -EINVAL;
-        };
-        gsi.drain(uroce);
-        let Some(m) = gsi.inbox.pop_front() else {
-            return 0;
-        };
-        let raw = match m.from {
-            IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
-            IpAddr::V6(v) => v.octets(),
-        };
-        // SAFETY: the caller passes 16 writable bytes at `gid`, a u32 at `src_qp` and `len`
-        // (checked to be at least MAD_LEN) at `mad`.
-        unsafe {
-            gid.cast::<[u8; 16]>().write_unaligned(raw);
-            src_qp.write_unaligned(m.src_qp);
-            std::ptr::copy_nonoverlapping(m.mad.as_ptr(), mad, MAD_LEN);
-        }
-        MAD_LEN as c_int
-    })
+/// A MAD taken from QP 1's inbox: the sender's GID (IPv4-mapped for IPv4), its QP and
+/// the 256 bytes.
+pub(crate) struct Received {
+    pub gid: [u8; 16],
+    pub src_qp: u32,
+    pub mad: [u8; MAD_LEN],
 }
-crate::exports::default_version!(uroce_gsi_recv, "UROCE_PRIVATE_1");
+
+/// `uroce_gsi_recv`: the oldest MAD QP 1 received, None when none waits, or the errno
+/// (EINVAL: QP 1 not opened).
+pub(crate) fn gsi_recv(ctx: *mut ibv_context) -> Result<Option<Received>, c_int> {
+    let shared = crate::device::shared_of(ctx).ok_or(EINVAL)?;
+    let mut g = shared.lock();
+    let Inner { uroce, gsi, .. } = &mut *g;
+    let gsi = gsi.as_mut().ok_or(EINVAL)?;
+    gsi.drain(uroce);
+    let Some(m) = gsi.inbox.pop_front() else {
+        return Ok(None);
+    };
+    let gid = match m.from {
+        IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+        IpAddr::V6(v) => v.octets(),
+    };
+    Ok(Some(Received {
+        gid,
+        src_qp: m.src_qp,
+        mad: m.mad,
+    }))
+}
 
 /// Finds the MAC address of the next hop to the IP address of the GID `gid` (16 bytes,
 /// IPv4-mapped for IPv4), as `rdma_resolve_addr` does, giving up after `timeout_ms`
 /// (2000 when not positive): 0, or an errno (EHOSTUNREACH when no answer came, EINVAL
 /// for bad arguments, the datapath's errno when it cannot be opened). Blocks the calling
-/// thread (not the device) for as long as the ARP / NDP exchange takes.
-///
-/// # Safety
-/// `ctx` as for [`uroce_gsi_open`]; `gid` points at 16 readable bytes.
-#[no_mangle]
-pub unsafe extern "C" fn uroce_gsi_resolve(
+/// thread (not the device) for as long as the ARP / NDP exchange takes. `gid` is the
+/// caller's (None for NULL: EINVAL).
+pub(crate) fn gsi_resolve(
     ctx: *mut ibv_context,
-    gid: *const u8,
+    gid: Option<[u8; 16]>,
     timeout_ms: c_int,
 ) -> c_int {
-    crate::ffi::errno("uroce_gsi_resolve", move || {
-        if gid.is_null() {
-            return EINVAL;
-        }
-        // SAFETY: the caller passes 16 readable bytes at `gid`.
-        let gid = unsafe { *gid.cast::<[u8; 16]>() };
-        let shared = match open(ctx) {
-            Ok(s) => s,
-            Err(e) => return e,
-        };
-        let (ip, needs_l2) = peer_of(&shared, gid);
-        let ms = if timeout_ms > 0 {
-            timeout_ms as u64
-        } else {
-            2000
-        };
-        match crate::qp::remote_within(&shared, ip, needs_l2, std::time::Duration::from_millis(ms))
-        {
-            Ok(r) => {
-                // The CM's first MAD to the peer then goes at once.
-                if needs_l2 {
-                    resolved(&shared, ip, Some(r.mac));
-                }
-                0
+    let Some(gid) = gid else {
+        return EINVAL;
+    };
+    let shared = match open(ctx) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    let (ip, needs_l2) = peer_of(&shared, gid);
+    let ms = if timeout_ms > 0 {
+        timeout_ms as u64
+    } else {
+        2000
+    };
+    match crate::qp::remote_within(&shared, ip, needs_l2, std::time::Duration::from_millis(ms)) {
+        Ok(r) => {
+            // The CM's first MAD to the peer then goes at once.
+            if needs_l2 {
+                resolved(&shared, ip, Some(r.mac));
             }
-            Err(e) => e,
+            0
         }
-    })
+        Err(e) => e,
+    }
 }
-crate::exports::default_version!(uroce_gsi_resolve, "UROCE_PRIVATE_1");

@@ -10,6 +10,8 @@
 //! back what waited. A peer that did not answer is refused at once for a while, rather
 //! than asked again for every retry of every MAD to it.
 
+#![deny(unsafe_code)]
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};

@@ -5,6 +5,8 @@
 //! them on the wire, where nothing sends them back, so [`Loopback`] takes them out of its
 //! sends and hands them to its receives, as the datagrams they are.
 
+#![deny(unsafe_code)]
+
 use std::collections::VecDeque;
 use std::io;
 use std::net::IpAddr;

@@ -8,9 +8,16 @@
 //! region's address is the buffer's, and the stack will read and write it there, as a
 //! NIC does. The C contract is the safety contract: the memory stays valid until
 //! `ibv_dereg_mr` succeeds.
+//!
+//! Safe code: the exported verbs are wrappers in `exports.rs`; the program's memory
+//! arrives as an `ffi::ProgramMemory` (made from `ibv_reg_mr`'s contract, which is where
+//! the registration's unsafety is argued), and the PD and MR objects are freed through
+//! the registry-checked `ffi::take_pd` / `take_mr`.
+
+#![deny(unsafe_code)]
 
 use std::collections::HashMap;
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::{c_int, c_uint};
 use std::sync::Mutex;
 
 use libc::{EBUSY, EINVAL, EOPNOTSUPP};
@@ -18,7 +25,7 @@ use uroce::verbs::Access;
 
 use crate::abi::{ibv_context, ibv_mr, ibv_pd};
 use crate::device::with_inner;
-use crate::exports::default_version;
+use crate::ffi::ProgramMemory;
 
 /// Object address → the `ibv_context` it belongs to.
 static OWNERS: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
@@ -88,72 +95,60 @@ pub fn access_bits(a: Access) -> c_uint {
 }
 
 /// `ibv_alloc_pd`.
-#[no_mangle]
-pub extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
-    crate::ffi::ptr("ibv_alloc_pd", move || {
-        let made = with_inner(ctx, |inner| {
-            let id = inner.uroce.alloc_pd();
-            let pd = Box::into_raw(Box::new(ibv_pd {
-                context: ctx,
-                handle: id.0,
-            }));
-            inner.pds.insert(pd as usize, id);
-            own(pd, ctx);
-            pd
-        });
-        made.unwrap_or_else(|| null_with(EINVAL))
-    })
+pub(crate) fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    let made = with_inner(ctx, |inner| {
+        let id = inner.uroce.alloc_pd();
+        let pd = Box::into_raw(Box::new(ibv_pd {
+            context: ctx,
+            handle: id.0,
+        }));
+        inner.pds.insert(pd as usize, id);
+        own(pd, ctx);
+        pd
+    });
+    made.unwrap_or_else(|| null_with(EINVAL))
 }
-default_version!(ibv_alloc_pd, "IBVERBS_1.1");
 
 /// `ibv_dealloc_pd`: 0, EBUSY while a memory region, QP, SRQ, address handle or memory
 /// window uses it, EINVAL for an unknown PD.
-#[no_mangle]
-pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    crate::ffi::errno("ibv_dealloc_pd", move || {
-        let Some(ctx) = owner_of(pd) else {
+pub(crate) fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    let Some(ctx) = owner_of(pd) else {
+        return EINVAL;
+    };
+    with_inner(ctx, |inner| {
+        let Some(&id) = inner.pds.get(&(pd as usize)) else {
             return EINVAL;
         };
-        with_inner(ctx, |inner| {
-            let Some(&id) = inner.pds.get(&(pd as usize)) else {
-                return EINVAL;
-            };
-            let p = pd as usize;
-            if inner.mrs.values().any(|m| m.pd == id)
-                || inner.qps.values().any(|q| q.pd == p)
-                || inner.ahs.values().any(|a| a.pd == p)
-                || inner.srqs.values().any(|s| s.pd == p)
-                || inner.mws.values().any(|m| m.1 == p)
-            {
-                return EBUSY;
-            }
-            inner.pds.remove(&(pd as usize));
-            disown(pd);
-            // SAFETY: `pd` was registered, so it came from Box::into_raw in ibv_alloc_pd and
-            // is freed once: it has just left the registry.
-            unsafe { crate::ffi::free_c(pd) };
-            0
-        })
-        .unwrap_or(EINVAL)
+        let p = pd as usize;
+        if inner.mrs.values().any(|m| m.pd == id)
+            || inner.qps.values().any(|q| q.pd == p)
+            || inner.ahs.values().any(|a| a.pd == p)
+            || inner.srqs.values().any(|s| s.pd == p)
+            || inner.mws.values().any(|m| m.1 == p)
+        {
+            return EBUSY;
+        }
+        // Disowned first, then its C object freed as it leaves the registry.
+        disown(pd);
+        crate::ffi::take_pd(inner, pd);
+        0
     })
+    .unwrap_or(EINVAL)
 }
-default_version!(ibv_dealloc_pd, "IBVERBS_1.1");
 
-/// Registers the caller's `len` bytes at `addr` as a memory region of `pd`.
-///
-/// # Safety
-/// `ibv_reg_mr`'s contract: unless this fails, the `len` bytes at `addr` stay valid for
-/// reads and writes until `ibv_dereg_mr` of the region returned succeeds.
-unsafe fn reg(
+/// `ibv_reg_mr` / `ibv_reg_mr_iova` / `ibv_reg_mr_iova2`: registers the program's memory
+/// `mem` as a memory region of `pd`, in place (only `iova` equal to its address:
+/// EOPNOTSUPP otherwise).
+pub(crate) fn reg_mr(
     pd: *mut ibv_pd,
-    addr: *mut c_void,
-    len: usize,
+    mem: ProgramMemory,
     iova: u64,
     access: c_uint,
 ) -> *mut ibv_mr {
     let Some(ctx) = owner_of(pd) else {
         return null_with(EINVAL);
     };
+    let (addr, len) = (mem.addr(), mem.len());
     if iova != addr as u64 {
         // uroce's region address is the buffer's own.
         return null_with(EOPNOTSUPP);
@@ -166,20 +161,8 @@ unsafe fn reg(
         let Some(&id) = inner.pds.get(&(pd as usize)) else {
             return Err(EINVAL);
         };
-        // SAFETY: this function's contract (ibv_reg_mr's) gives reg_mr_raw's first and
-        // last conditions:
-        // the caller's `len` bytes at `addr` stay valid for reads and writes until
-        // ibv_dereg_mr succeeds. The stack reaches them only during calls into this
-        // context (under its lock, on the program's threads or the progress thread).
-        // The second condition, no other access meanwhile, is one a C program may break
-        // where ibverbs allows it, as with a NIC's DMA: reading a buffer while a peer's
-        // WRITE lands in it (perftest's `ib_write_lat` polls its receive buffer), or
-        // filling one part of a region while a receive lands in another. The stack
-        // copies with plain loads and stores; such a program reads bytes that are not
-        // settled yet, which ibverbs also leaves unspecified, but in Rust's memory model
-        // the overlap with a live slice is a data race this library cannot rule out
-        // (see the README's limits).
-        let mr = unsafe { inner.uroce.reg_mr_raw(id, addr.cast(), len, rights) }
+        let mr = mem
+            .register(&mut inner.uroce, id, rights)
             .map_err(|e| e.errno())?;
         let c = Box::into_raw(Box::new(ibv_mr {
             context: ctx,
@@ -201,91 +184,30 @@ unsafe fn reg(
     }
 }
 
-/// `ibv_reg_mr`: the caller's memory, in place.
-///
-/// # Safety
-/// `addr` is valid for reads and writes of `len` bytes until `ibv_dereg_mr` succeeds.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_reg_mr(
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    len: usize,
-    access: c_int,
-) -> *mut ibv_mr {
-    crate::ffi::ptr("ibv_reg_mr", move || {
-        // SAFETY: this function's contract is reg's.
-        unsafe { reg(pd, addr, len, addr as u64, access as c_uint) }
-    })
-}
-default_version!(ibv_reg_mr, "IBVERBS_1.1");
-
-/// `ibv_reg_mr_iova`: only `iova == addr` (EOPNOTSUPP otherwise).
-///
-/// # Safety
-/// As [`ibv_reg_mr`].
-#[no_mangle]
-pub unsafe extern "C" fn ibv_reg_mr_iova(
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    len: usize,
-    iova: u64,
-    access: c_int,
-) -> *mut ibv_mr {
-    crate::ffi::ptr("ibv_reg_mr_iova", move || {
-        // SAFETY: this function's contract is reg's.
-        unsafe { reg(pd, addr, len, iova, access as c_uint) }
-    })
-}
-default_version!(ibv_reg_mr_iova, "IBVERBS_1.7");
-
-/// `ibv_reg_mr_iova2` (what the `ibv_reg_mr` macro calls with optional access flags).
-///
-/// # Safety
-/// As [`ibv_reg_mr`].
-#[no_mangle]
-pub unsafe extern "C" fn ibv_reg_mr_iova2(
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    len: usize,
-    iova: u64,
-    access: c_uint,
-) -> *mut ibv_mr {
-    crate::ffi::ptr("ibv_reg_mr_iova2", move || {
-        // SAFETY: this function's contract is reg's.
-        unsafe { reg(pd, addr, len, iova, access) }
-    })
-}
-default_version!(ibv_reg_mr_iova2, "IBVERBS_1.8");
-
 /// `ibv_dereg_mr`: 0, or the errno (EBUSY while in use, EINVAL for an unknown region).
-#[no_mangle]
-pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    crate::ffi::errno("ibv_dereg_mr", move || {
-        let Some(ctx) = owner_of(mr) else {
+pub(crate) fn dereg_mr(mr: *mut ibv_mr) -> c_int {
+    let Some(ctx) = owner_of(mr) else {
+        return EINVAL;
+    };
+    with_inner(ctx, |inner| {
+        let Some(m) = inner.mrs.get(&(mr as usize)).copied() else {
             return EINVAL;
         };
-        with_inner(ctx, |inner| {
-            let Some(m) = inner.mrs.get(&(mr as usize)).copied() else {
-                return EINVAL;
-            };
-            if let Err(e) = inner.uroce.dereg_mr(&m) {
-                return e.errno();
-            }
-            inner.mrs.remove(&(mr as usize));
-            disown(mr);
-            // SAFETY: `mr` was registered, so it came from Box::into_raw in `reg` and is
-            // freed once: it has just left the registry.
-            unsafe { crate::ffi::free_c(mr) };
-            0
-        })
-        .unwrap_or(EINVAL)
+        if let Err(e) = inner.uroce.dereg_mr(&m) {
+            return e.errno();
+        }
+        // Disowned first, then its C object freed as it leaves the registry.
+        disown(mr);
+        crate::ffi::take_mr(inner, mr);
+        0
     })
+    .unwrap_or(EINVAL)
 }
-default_version!(ibv_dereg_mr, "IBVERBS_1.1");
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exports::{ibv_alloc_pd, ibv_dealloc_pd, ibv_dereg_mr};
 
     #[test]
     fn access_flags() {

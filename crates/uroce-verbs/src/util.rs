@@ -1,5 +1,10 @@
 //! Helpers shared by the exported functions: the conversions and names that
 //! libibverbs answers without a device (rates, enum names).
+//!
+//! Safe code: the names are `&'static CStr`s; their exported `*_str` calls in
+//! `exports.rs` hand C the pointers.
+
+#![deny(unsafe_code)]
 
 use std::ffi::{c_char, c_int, CStr};
 
@@ -54,16 +59,15 @@ pub(crate) fn mbps_to_rate(mbps: c_int) -> c_int {
     RATES.iter().find(|r| r.2 == mbps).map_or(0, |r| r.0)
 }
 
-fn name(names: &'static [&'static CStr], index: c_int, unknown: &'static CStr) -> *const c_char {
+fn name(names: &'static [&'static CStr], index: c_int, unknown: &'static CStr) -> &'static CStr {
     usize::try_from(index)
         .ok()
         .and_then(|i| names.get(i))
         .copied()
         .unwrap_or(unknown)
-        .as_ptr()
 }
 
-pub(crate) fn node_type_str(node_type: c_int) -> *const c_char {
+pub(crate) fn node_type_str(node_type: c_int) -> &'static CStr {
     const NAMES: [&CStr; 5] = [
         c"unknown",
         c"InfiniBand channel adapter",
@@ -74,7 +78,7 @@ pub(crate) fn node_type_str(node_type: c_int) -> *const c_char {
     name(&NAMES, node_type, c"unknown")
 }
 
-pub(crate) fn port_state_str(state: c_int) -> *const c_char {
+pub(crate) fn port_state_str(state: c_int) -> &'static CStr {
     const NAMES: [&CStr; 6] = [
         c"no state change (NOP)",
         c"down",
@@ -86,7 +90,7 @@ pub(crate) fn port_state_str(state: c_int) -> *const c_char {
     name(&NAMES, state, c"unknown")
 }
 
-pub(crate) fn event_type_str(event: c_int) -> *const c_char {
+pub(crate) fn event_type_str(event: c_int) -> &'static CStr {
     const NAMES: [&CStr; 20] = [
         c"CQ error",
         c"local work queue catastrophic error",
@@ -112,7 +116,7 @@ pub(crate) fn event_type_str(event: c_int) -> *const c_char {
     name(&NAMES, event, c"unknown")
 }
 
-pub(crate) fn wc_status_str(status: c_int) -> *const c_char {
+pub(crate) fn wc_status_str(status: c_int) -> &'static CStr {
     const NAMES: [&CStr; 24] = [
         c"success",
         c"local length error",
@@ -162,8 +166,7 @@ mod tests {
 
     #[test]
     fn names_out_of_range_are_unknown() {
-        // SAFETY: every pointer returned points at a 'static C string.
-        let s = |p: *const c_char| unsafe { CStr::from_ptr(p) }.to_str().unwrap();
+        let s = |c: &'static CStr| c.to_str().unwrap();
         assert_eq!(s(wc_status_str(0)), "success");
         assert_eq!(s(wc_status_str(-1)), "unknown");
         assert_eq!(s(wc_status_str(1000)), "unknown");
