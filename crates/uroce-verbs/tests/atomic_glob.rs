@@ -15,7 +15,7 @@
 mod common;
 
 use common::{in_ns, text};
-use uroce_tools::netns::{self, VethPair};
+use uroce_tools::netns::VethPair;
 
 const PROGRAM: &str = r#"
 #include <errno.h>
@@ -196,12 +196,7 @@ int main(void) {
 "#;
 
 fn hammer(backend: &str) {
-    if let Err(e) = netns::check_privileges() {
-        eprintln!("SKIP: {e}");
-        return;
-    }
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        eprintln!("SKIP: <infiniband/verbs.h> is missing (apt-get install libibverbs-dev)");
+    if !common::can_run_c_in_namespaces() {
         return;
     }
     let lib = common::library_dir(&format!("ag-{backend}"));

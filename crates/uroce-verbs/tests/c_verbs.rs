@@ -26,7 +26,7 @@
 mod common;
 
 use common::{in_ns, text};
-use uroce_tools::netns::{self, VethPair};
+use uroce_tools::netns::VethPair;
 
 const PROGRAM: &str = r#"
 #include <errno.h>
@@ -400,12 +400,7 @@ int main(void) {
 "#;
 
 fn suite(backend: &str) {
-    if let Err(e) = netns::check_privileges() {
-        eprintln!("SKIP: {e}");
-        return;
-    }
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        eprintln!("SKIP: <infiniband/verbs.h> is missing (apt-get install libibverbs-dev)");
+    if !common::can_run_c_in_namespaces() {
         return;
     }
     let lib = common::library_dir(&format!("cv-{backend}"));
@@ -491,12 +486,7 @@ int main(void) {
 #[test]
 fn port_events_follow_the_link() {
     use std::io::BufRead;
-    if let Err(e) = netns::check_privileges() {
-        eprintln!("SKIP: {e}");
-        return;
-    }
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        eprintln!("SKIP: <infiniband/verbs.h> is missing (apt-get install libibverbs-dev)");
+    if !common::can_run_c_in_namespaces() {
         return;
     }
     let lib = common::library_dir("port");

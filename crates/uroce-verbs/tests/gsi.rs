@@ -13,7 +13,7 @@
 mod common;
 
 use common::{in_ns, text};
-use uroce_tools::netns::{self, VethPair};
+use uroce_tools::netns::VethPair;
 
 const PROGRAM: &str = r#"
 #define _GNU_SOURCE
@@ -92,12 +92,7 @@ int main(int argc, char **argv) {
 
 #[test]
 fn qp1_sends_do_not_wait_for_arp() {
-    if let Err(e) = netns::check_privileges() {
-        eprintln!("SKIP: {e}");
-        return;
-    }
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        eprintln!("SKIP: <infiniband/verbs.h> is missing (apt-get install libibverbs-dev)");
+    if !common::can_run_c_in_namespaces() {
         return;
     }
     let lib = common::library_dir("gsi");

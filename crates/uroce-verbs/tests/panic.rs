@@ -13,7 +13,7 @@
 mod common;
 
 use common::{in_ns, text};
-use uroce_tools::netns::{self, VethPair};
+use uroce_tools::netns::VethPair;
 
 const PROGRAM: &str = r#"
 #include <errno.h>
@@ -82,12 +82,7 @@ fn a_panic_in_a_verb_is_an_error_return_and_the_program_goes_on() {
         eprintln!("SKIP: a release build has no test hook");
         return;
     }
-    if let Err(e) = netns::check_privileges() {
-        eprintln!("SKIP: {e}");
-        return;
-    }
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        eprintln!("SKIP: <infiniband/verbs.h> is missing (apt-get install libibverbs-dev)");
+    if !common::can_run_c_in_namespaces() {
         return;
     }
     let lib = common::library_dir("panic");

@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use uroce_tools::netns::{self, VethPair};
+use uroce_tools::netns::VethPair;
 
 const PROGRAM: &str = r#"
 #include <errno.h>
@@ -89,12 +89,7 @@ int main(void) {
 
 #[test]
 fn pd_mr_cq_from_c() {
-    if let Err(e) = netns::check_privileges() {
-        eprintln!("SKIP: {e}");
-        return;
-    }
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        eprintln!("SKIP: <infiniband/verbs.h> is missing (apt-get install libibverbs-dev)");
+    if !common::can_run_c_in_namespaces() {
         return;
     }
     let lib = common::library_dir("pdmrcq");

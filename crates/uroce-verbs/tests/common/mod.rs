@@ -18,3 +18,17 @@ pub fn built_library() -> PathBuf {
 pub fn library_dir(tag: &str) -> PathBuf {
     cdylib::fresh_dir("uroce-verbs", tag, &["libibverbs"])
 }
+
+/// Whether a C program can be built and run in network namespaces here: root (namespaces,
+/// veth) and `<infiniband/verbs.h>`. Says why not (`SKIP: ...`) when it cannot.
+pub fn can_run_c_in_namespaces() -> bool {
+    if let Err(e) = uroce_tools::netns::check_privileges() {
+        eprintln!("SKIP: {e}");
+        return false;
+    }
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        eprintln!("SKIP: <infiniband/verbs.h> is missing (apt-get install libibverbs-dev)");
+        return false;
+    }
+    true
+}
