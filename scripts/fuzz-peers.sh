@@ -11,8 +11,8 @@
 #   ib_write_bw      the distro's perftest servers on uroce's libibverbs.so.1 (uroce run),
 #   ib_read_bw       four QPs each (-q 4): the last is the known-good one; restarted by
 #   ib_atomic_bw     the fuzzer (--restart-cmd) once their QPs are used up (ib_send_bw
-#                    too, by name: not in the default set, its known-good QP of four is
-#                    not answered yet, see the README)
+#                    too, by name; not in the default set: it exits at the first receive
+#                    flushed by a fuzz QP's error, its known-good QP with it; README)
 #   ibv_rc_pingpong  rdma-core's pingpongs on uroce (RC, and UD: the UD peer)
 #   ibv_ud_pingpong
 # The backend is the peer's datapath (`uroce run --backend`, `uroce perf --backend`); the
