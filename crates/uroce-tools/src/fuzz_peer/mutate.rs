@@ -86,7 +86,8 @@ pub struct Track {
     /// the responder sends no second one (IBTA Vol. 1 §9.7.5.1; rdma_rxe's `check_psn`,
     /// `sent_psn_nak`).
     pub nak_sent: bool,
-    /// A multi-packet WRITE is open: bytes still to come.
+    /// A multi-packet WRITE is open: bytes still to come (0: none, but the LAST has not
+    /// come).
     pub open: Option<u32>,
     /// A multi-packet SEND is open: bytes the responder has taken into the receive.
     pub send_open: Option<u32>,
@@ -1101,10 +1102,12 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
             } else {
                 (Opcode::RcWriteMiddle, mtu)
             };
-            let x = if track.known && track.open.is_some() {
-                Expect::Ack
-            } else {
-                Expect::Any
+            let x = match track.open {
+                // Nothing left of the RETH length (an orphan MIDDLE used it up): the LAST
+                // carries no byte, which no LAST may (§9.7.5.1), and is NAKed.
+                Some(0) if track.known => Expect::NotAccepted,
+                Some(_) if track.known => Expect::Ack,
+                _ => Expect::Any,
             };
             (
                 build(t, bth(t, op, e, true), ExtHeaders::default(), len),

@@ -281,6 +281,27 @@ pub fn learn(t: &mut Track, spec: &Spec, r: &Rendered, got: &Outcome) -> bool {
                         };
                     }
                     Spec::Send { .. } => t.send_open = None,
+                    // Rendered as if nothing were open; taken, it went on with a message
+                    // the responder had open (a FIRST before it): its bytes count, and a
+                    // LAST ends the message. (A MIDDLE that used up a WRITE's RETH length
+                    // leaves the LAST nothing to carry, `open` at 0: the responder NAKs
+                    // that LAST, as it must; the rules asked an ACK of it.)
+                    Spec::Orphan { opcode, payload } => {
+                        let len = payload.min(t.mtu);
+                        match Opcode::from_u8(opcode) {
+                            Some(Opcode::RcWriteMiddle) => {
+                                t.open = t.open.map(|left| left.saturating_sub(len))
+                            }
+                            Some(Opcode::RcWriteLast | Opcode::RcWriteLastImm) => t.open = None,
+                            Some(Opcode::RcSendMiddle) => {
+                                t.send_open = t.send_open.map(|n| n + len)
+                            }
+                            Some(
+                                Opcode::RcSendLast | Opcode::RcSendLastImm | Opcode::RcSendLastInv,
+                            ) => t.send_open = None,
+                            _ => {}
+                        }
+                    }
                     _ => {}
                 }
                 if let (Outcome::AtomicAck { .. }, Some(a)) = (got, atomic_of(r)) {
