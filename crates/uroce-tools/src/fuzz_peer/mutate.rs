@@ -814,6 +814,32 @@ fn ud_send(t: &Target, psn: u32, len: u32, qkey: u32, imm: bool) -> Vec<u8> {
 
 /// The valid frame the header mutations start from: a WRITE ONLY of 8 bytes at `psn` (a
 /// UD SEND ONLY to a UD QP, a SEND ONLY to a SEND peer without remote write rights).
+/// The change made to the ICRC of a packet of `transport_len` bytes (BTH to before the
+/// ICRC): `xor`, moved out of what an IPv4 identification could do to the ICRC. A receiver
+/// that does not see the identification (a UDP socket: uroce's UDP backend solves for it,
+/// keeping 16 of the ICRC's 32 bits, `wire::icrc::solve_ident`) cannot tell such a change
+/// from a numbered packet, and takes it; any other change every receiver must drop, which
+/// keeps the rule for a bad ICRC (silence) true of every peer. One bit flipped more moves
+/// it out (the identifications' changes span 16 of the 32 dimensions).
+fn damage(t: &Target, transport_len: usize, xor: u32) -> u32 {
+    let xor = xor.max(1);
+    let basis = match t.dst {
+        IpAddr::V4(_) => uroce::wire::icrc::ident_basis(20, transport_len),
+        IpAddr::V6(_) => None,
+    };
+    let Some(basis) = basis else {
+        return xor;
+    };
+    let explained = |x: u32| uroce::wire::icrc::solve_ident(&basis, x).is_some();
+    if !explained(xor) {
+        return xor;
+    }
+    (0..32)
+        .map(|k| xor ^ (1 << k))
+        .find(|&x| !explained(x))
+        .unwrap_or(xor)
+}
+
 fn base(t: &Target, psn: u32) -> Vec<u8> {
     if t.ud {
         ud_send(t, psn, 8, t.qkey, false)
@@ -1321,7 +1347,8 @@ pub fn render(spec: &Spec, target: &Target, track: &Track) -> Rendered {
         Spec::BadIcrc { xor } => {
             let mut b = base(t, e);
             let at = b.len() - 4;
-            let crc = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) ^ xor.max(1);
+            let crc =
+                u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) ^ damage(t, at, xor);
             b[at..].copy_from_slice(&crc.to_le_bytes());
             // IBTA Vol. 1 §9.6 / RoCEv2 Annex A17: a packet whose ICRC fails is
             // silently dropped, whatever else it says.
@@ -1483,6 +1510,41 @@ fn send_expect(t: &Target, len: u32) -> Expect {
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+
+    /// Issue 26: a bad-ICRC frame's damage is never one an IPv4 identification explains
+    /// (uroce's UDP backend took one such frame in 52,135 as a numbered packet and
+    /// ACKed it); an explained change is moved out by one bit, others are kept.
+    #[test]
+    fn icrc_damage_is_never_an_identification() {
+        let t = target();
+        let mut rng = uroce::rng::Rng::new(26);
+        let mut moved = 0;
+        for len in [20usize, 28, 36, 1044] {
+            let basis = uroce::wire::icrc::ident_basis(20, len).unwrap();
+            // Changes an identification does make, and random ones.
+            let made = (1..200u16).map(|id| {
+                (0..16)
+                    .filter(|j| id >> j & 1 == 1)
+                    .fold(0u32, |x, j| x ^ basis[j])
+            });
+            for xor in made.chain((0..200).map(|_| rng.next_u64() as u32)) {
+                let d = damage(&t, len, xor);
+                assert_ne!(d, 0);
+                assert!(
+                    uroce::wire::icrc::solve_ident(&basis, d).is_none(),
+                    "{xor:#x}"
+                );
+                if d != xor.max(1) {
+                    moved += 1;
+                    assert_eq!((d ^ xor.max(1)).count_ones(), 1);
+                }
+            }
+        }
+        assert!(
+            moved >= 4 * 199,
+            "every identification's change was moved: {moved}"
+        );
+    }
 
     fn target() -> Target {
         Target {
