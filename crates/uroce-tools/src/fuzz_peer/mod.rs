@@ -502,19 +502,26 @@ impl Driver {
 
 /// Connects, after running the restart command when `restart`.
 fn connect(cfg: &FuzzConfig, restart: bool) -> anyhow::Result<Session> {
-    if restart {
-        let cmd = cfg
-            .restart_cmd
-            .as_deref()
-            .context("no --restart-cmd to restart the peer with")?;
-        if let Err(why) = shell(cmd)? {
-            bail!("restarting the peer: {why}");
-        }
-    }
+    let cmd = if restart {
+        Some(
+            cfg.restart_cmd
+                .as_deref()
+                .context("no --restart-cmd to restart the peer with")?,
+        )
+    } else {
+        None
+    };
     // The AF_XDP socket of a session just closed may hold its queue a moment longer
-    // (EBUSY): a new session is tried again until `connect_for` runs out.
+    // (EBUSY): a new session is tried again until `connect_for` runs out. A peer that
+    // serves one exchange (a pingpong, perftest) may have spent it on the try that
+    // failed, so it is restarted again first.
     let start = Instant::now();
     loop {
+        if let Some(cmd) = cmd {
+            if let Err(why) = shell(cmd)? {
+                bail!("restarting the peer: {why}");
+            }
+        }
         match Session::connect(&cfg.peer, cfg.seed) {
             Ok(s) => return Ok(s),
             Err(_) if start.elapsed() < cfg.peer.connect_for => {
