@@ -608,5 +608,19 @@ pub const IBV_ATOMIC_HCA: c_int = 1;
 /// Remote atomics are atomic with the CPU's own on the same word (uroce: `AtomicU64`).
 pub const IBV_ATOMIC_GLOB: c_int = 2;
 pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
+
+/// `enum ibv_wr_opcode`.
+pub const IBV_WR_RDMA_WRITE: c_int = 0;
+pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_int = 1;
+pub const IBV_WR_SEND: c_int = 2;
+pub const IBV_WR_SEND_WITH_IMM: c_int = 3;
+pub const IBV_WR_RDMA_READ: c_int = 4;
+pub const IBV_WR_ATOMIC_CMP_AND_SWP: c_int = 5;
+pub const IBV_WR_ATOMIC_FETCH_AND_ADD: c_int = 6;
+pub const IBV_WR_LOCAL_INV: c_int = 7;
+pub const IBV_WR_BIND_MW: c_int = 8;
+pub const IBV_WR_SEND_WITH_INV: c_int = 9;
+/// `enum ibv_send_flags`' IBV_SEND_INLINE.
+pub const IBV_SEND_INLINE: std::ffi::c_uint = 8;
 /// `IBV_GID_TYPE_SYSFS_ROCE_V2` (rdma-core's driver.h), what `ibv_query_gid_type` answers.
 pub const IBV_GID_TYPE_SYSFS_ROCE_V2: c_int = 1;

@@ -40,23 +40,10 @@ const IBV_QPT_RC: c_int = 2;
 const IBV_QPT_UC: c_int = 3;
 const IBV_QPT_UD: c_int = 4;
 
-// enum ibv_wr_opcode.
-const WR_RDMA_WRITE: c_int = 0;
-const WR_RDMA_WRITE_WITH_IMM: c_int = 1;
-const WR_SEND: c_int = 2;
-const WR_SEND_WITH_IMM: c_int = 3;
-const WR_RDMA_READ: c_int = 4;
-const WR_ATOMIC_CMP_AND_SWP: c_int = 5;
-const WR_ATOMIC_FETCH_AND_ADD: c_int = 6;
-const WR_LOCAL_INV: c_int = 7;
-const WR_BIND_MW: c_int = 8;
-const WR_SEND_WITH_INV: c_int = 9;
-
 // enum ibv_send_flags.
 const SEND_FENCE: c_uint = 1;
 const SEND_SIGNALED: c_uint = 2;
 const SEND_SOLICITED: c_uint = 4;
-const SEND_INLINE: c_uint = 8;
 
 /// uroce's QP type for `enum ibv_qp_type`; EOPNOTSUPP for raw packet, XRC and driver QPs.
 fn qp_type_of(t: c_int) -> Result<QpType, c_int> {
@@ -541,17 +528,21 @@ fn post_one_send(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_send_wr>) -> Resul
     if f & SEND_FENCE != 0 {
         flags = flags | SendFlags::FENCE;
     }
-    if f & SEND_INLINE != 0 {
+    if f & crate::abi::IBV_SEND_INLINE != 0 {
         flags = flags | SendFlags::INLINE;
     }
     let signaled = f & SEND_SIGNALED != 0;
     let solicited = f & SEND_SOLICITED != 0;
     let carries_data = matches!(
         w.opcode,
-        WR_SEND | WR_SEND_WITH_IMM | WR_SEND_WITH_INV | WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM
+        crate::abi::IBV_WR_SEND
+            | crate::abi::IBV_WR_SEND_WITH_IMM
+            | crate::abi::IBV_WR_SEND_WITH_INV
+            | crate::abi::IBV_WR_RDMA_WRITE
+            | crate::abi::IBV_WR_RDMA_WRITE_WITH_IMM
     );
     let staged;
-    let list = if f & SEND_INLINE != 0 && carries_data {
+    let list = if f & crate::abi::IBV_SEND_INLINE != 0 && carries_data {
         staged = stage_inline(inner, &w, list)?;
         std::slice::from_ref(&staged)
     } else {
@@ -560,8 +551,8 @@ fn post_one_send(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_send_wr>) -> Resul
     let one = (list.len() <= 1).then(|| list.first().copied().unwrap_or_default());
     let r = if e.ud {
         let imm = match w.opcode {
-            WR_SEND => None,
-            WR_SEND_WITH_IMM => Some(u32::from_be(w.imm_data)),
+            crate::abi::IBV_WR_SEND => None,
+            crate::abi::IBV_WR_SEND_WITH_IMM => Some(u32::from_be(w.imm_data)),
             _ => return Err(EINVAL),
         };
         let ud = w.ud().ok_or(EINVAL)?;
@@ -584,17 +575,17 @@ fn post_one_send(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_send_wr>) -> Resul
         // The `wr` union read as the opcode says it is filled (`None` cannot happen: each
         // accessor answers for the opcodes that name its member).
         let op = match w.opcode {
-            WR_SEND => SendOp::Send,
-            WR_SEND_WITH_IMM => SendOp::SendWithImm(u32::from_be(w.imm_data)),
-            WR_SEND_WITH_INV => SendOp::SendWithInv(w.imm_data),
-            WR_RDMA_WRITE => {
+            crate::abi::IBV_WR_SEND => SendOp::Send,
+            crate::abi::IBV_WR_SEND_WITH_IMM => SendOp::SendWithImm(u32::from_be(w.imm_data)),
+            crate::abi::IBV_WR_SEND_WITH_INV => SendOp::SendWithInv(w.imm_data),
+            crate::abi::IBV_WR_RDMA_WRITE => {
                 let r = w.rdma().ok_or(EINVAL)?;
                 SendOp::Write {
                     remote_addr: r.remote_addr,
                     rkey: r.rkey,
                 }
             }
-            WR_RDMA_WRITE_WITH_IMM => {
+            crate::abi::IBV_WR_RDMA_WRITE_WITH_IMM => {
                 let r = w.rdma().ok_or(EINVAL)?;
                 SendOp::WriteWithImm {
                     remote_addr: r.remote_addr,
@@ -602,14 +593,14 @@ fn post_one_send(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_send_wr>) -> Resul
                     imm: u32::from_be(w.imm_data),
                 }
             }
-            WR_RDMA_READ => {
+            crate::abi::IBV_WR_RDMA_READ => {
                 let r = w.rdma().ok_or(EINVAL)?;
                 SendOp::Read {
                     remote_addr: r.remote_addr,
                     rkey: r.rkey,
                 }
             }
-            WR_ATOMIC_CMP_AND_SWP => {
+            crate::abi::IBV_WR_ATOMIC_CMP_AND_SWP => {
                 let a = w.atomic().ok_or(EINVAL)?;
                 SendOp::CompareSwap {
                     remote_addr: a.remote_addr,
@@ -618,7 +609,7 @@ fn post_one_send(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_send_wr>) -> Resul
                     swap: a.swap,
                 }
             }
-            WR_ATOMIC_FETCH_AND_ADD => {
+            crate::abi::IBV_WR_ATOMIC_FETCH_AND_ADD => {
                 let a = w.atomic().ok_or(EINVAL)?;
                 SendOp::FetchAdd {
                     remote_addr: a.remote_addr,
@@ -626,8 +617,8 @@ fn post_one_send(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_send_wr>) -> Resul
                     add: a.compare_add,
                 }
             }
-            WR_LOCAL_INV => SendOp::LocalInv { rkey: w.imm_data },
-            WR_BIND_MW => {
+            crate::abi::IBV_WR_LOCAL_INV => SendOp::LocalInv { rkey: w.imm_data },
+            crate::abi::IBV_WR_BIND_MW => {
                 let b = w.bind_mw().ok_or(EINVAL)?;
                 let (mw, _) = *inner.mws.get(&(b.mw as usize)).ok_or(EINVAL)?;
                 let info = b.bind_info;
