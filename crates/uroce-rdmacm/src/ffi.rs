@@ -18,53 +18,13 @@
 
 use std::ffi::c_int;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use libc::EIO;
 
-/// The environment variable of the test hook (debug builds only).
-pub const TEST_PANIC_ENV: &str = "UROCE_TEST_PANIC";
-
-/// Sets the calling thread's `errno`.
-pub(crate) fn set_errno(value: c_int) {
-    // SAFETY: __errno_location returns the address of this thread's errno, valid for the
-    // thread's life; writing an int there is what setting errno means.
-    unsafe { *libc::__errno_location() = value };
-}
-
-#[cfg(debug_assertions)]
-fn test_hook(name: &str) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::OnceLock;
-    static TARGET: OnceLock<Option<String>> = OnceLock::new();
-    static FIRED: AtomicBool = AtomicBool::new(false);
-    let target = TARGET.get_or_init(|| std::env::var(TEST_PANIC_ENV).ok());
-    if target.as_deref() == Some(name) && !FIRED.swap(true, Ordering::Relaxed) {
-        panic!("{TEST_PANIC_ENV}: the panic asked for in {name}");
-    }
-}
-
-#[cfg(not(debug_assertions))]
-#[inline(always)]
-fn test_hook(_name: &str) {}
-
-/// Runs the body of the C entry point `name`; if it panics, the answer is `failed()`.
-pub(crate) fn call<R>(
-    name: &'static str,
-    failed: impl FnOnce() -> R,
-    body: impl FnOnce() -> R,
-) -> R {
-    // AssertUnwindSafe: what a later call sees is behind the library's one mutex, which
-    // it takes poisoned or not; each call keeps it consistent between the steps that can
-    // fail, and the worst a half-done call leaves is an object not handed out.
-    match catch_unwind(AssertUnwindSafe(|| {
-        test_hook(name);
-        body()
-    })) {
-        Ok(r) => r,
-        Err(_) => failed(),
-    }
-}
+#[path = "../../uroce-verbs/src/catch.rs"]
+mod catch;
+pub use catch::TEST_PANIC_ENV;
+pub(crate) use catch::{call, set_errno};
 
 /// A call that returns 0 (or a count) or -1 with errno: -1 with errno EIO on a panic.
 pub(crate) fn minus1<R: From<i8>>(name: &'static str, body: impl FnOnce() -> R) -> R {

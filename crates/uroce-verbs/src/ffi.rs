@@ -42,54 +42,13 @@
 //!   crate's default features.
 
 use std::ffi::c_int;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use libc::{EINVAL, EIO};
 
-/// The environment variable of the test hook (debug builds only, see the module docs).
-pub const TEST_PANIC_ENV: &str = "UROCE_TEST_PANIC";
-
-/// Sets the calling thread's `errno`.
-pub(crate) fn set_errno(value: c_int) {
-    // SAFETY: __errno_location returns the address of this thread's errno, valid for the
-    // thread's life; writing an int there is what setting errno means.
-    unsafe { *libc::__errno_location() = value };
-}
-
-#[cfg(debug_assertions)]
-fn test_hook(name: &str) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::OnceLock;
-    static TARGET: OnceLock<Option<String>> = OnceLock::new();
-    static FIRED: AtomicBool = AtomicBool::new(false);
-    let target = TARGET.get_or_init(|| std::env::var(TEST_PANIC_ENV).ok());
-    if target.as_deref() == Some(name) && !FIRED.swap(true, Ordering::Relaxed) {
-        panic!("{TEST_PANIC_ENV}: the panic asked for in {name}");
-    }
-}
-
-#[cfg(not(debug_assertions))]
-#[inline(always)]
-fn test_hook(_name: &str) {}
-
-/// Runs the body of the C entry point `name`; if it panics, the answer is `failed()`.
-pub(crate) fn call<R>(
-    name: &'static str,
-    failed: impl FnOnce() -> R,
-    body: impl FnOnce() -> R,
-) -> R {
-    // AssertUnwindSafe: after a panic the only state a later call sees is behind this
-    // crate's mutexes, which it takes poisoned or not, each kept consistent by its
-    // holder between statements that can fail; the worst a half-done verb leaves is an
-    // object that was allocated and not handed out.
-    match catch_unwind(AssertUnwindSafe(|| {
-        test_hook(name);
-        body()
-    })) {
-        Ok(r) => r,
-        Err(_) => failed(),
-    }
-}
+#[path = "catch.rs"]
+mod catch;
+pub use catch::TEST_PANIC_ENV;
+pub(crate) use catch::{call, set_errno};
 
 /// A verb that returns a pointer, NULL with errno on failure: NULL with errno EIO on a
 /// panic.
@@ -774,23 +733,14 @@ impl<W: WorkRequest> Wr<'_, W> {
     }
 }
 
-// enum ibv_wr_opcode, as the union accessors below need them.
-const WR_RDMA_WRITE: c_int = 0;
-const WR_RDMA_WRITE_WITH_IMM: c_int = 1;
-const WR_SEND: c_int = 2;
-const WR_SEND_WITH_IMM: c_int = 3;
-const WR_RDMA_READ: c_int = 4;
-const WR_ATOMIC_CMP_AND_SWP: c_int = 5;
-const WR_ATOMIC_FETCH_AND_ADD: c_int = 6;
-const WR_BIND_MW: c_int = 8;
-/// `enum ibv_send_flags`' IBV_SEND_INLINE.
-const SEND_INLINE: std::ffi::c_uint = 8;
-
 impl Wr<'_, crate::abi::ibv_send_wr> {
     /// `wr.ud`, for a SEND or SEND_WITH_IMM request posted to a UD QP (the caller's
     /// QP type: verbs.h has UD sends fill `wr.ud`); None for another opcode.
     pub(crate) fn ud(&self) -> Option<crate::abi::ibv_send_wr_ud> {
-        if !matches!(self.0.opcode, WR_SEND | WR_SEND_WITH_IMM) {
+        if !matches!(
+            self.0.opcode,
+            crate::abi::IBV_WR_SEND | crate::abi::IBV_WR_SEND_WITH_IMM
+        ) {
             return None;
         }
         // SAFETY: the member the opcode of a UD send names (the list's contract).
@@ -801,7 +751,9 @@ impl Wr<'_, crate::abi::ibv_send_wr> {
     pub(crate) fn rdma(&self) -> Option<crate::abi::ibv_send_wr_rdma> {
         if !matches!(
             self.0.opcode,
-            WR_RDMA_WRITE | WR_RDMA_WRITE_WITH_IMM | WR_RDMA_READ
+            crate::abi::IBV_WR_RDMA_WRITE
+                | crate::abi::IBV_WR_RDMA_WRITE_WITH_IMM
+                | crate::abi::IBV_WR_RDMA_READ
         ) {
             return None;
         }
@@ -813,7 +765,7 @@ impl Wr<'_, crate::abi::ibv_send_wr> {
     pub(crate) fn atomic(&self) -> Option<crate::abi::ibv_send_wr_atomic> {
         if !matches!(
             self.0.opcode,
-            WR_ATOMIC_CMP_AND_SWP | WR_ATOMIC_FETCH_AND_ADD
+            crate::abi::IBV_WR_ATOMIC_CMP_AND_SWP | crate::abi::IBV_WR_ATOMIC_FETCH_AND_ADD
         ) {
             return None;
         }
@@ -823,7 +775,7 @@ impl Wr<'_, crate::abi::ibv_send_wr> {
 
     /// `bind_mw`, for IBV_WR_BIND_MW; None otherwise.
     pub(crate) fn bind_mw(&self) -> Option<crate::abi::ibv_send_wr_bind_mw> {
-        if self.0.opcode != WR_BIND_MW {
+        if self.0.opcode != crate::abi::IBV_WR_BIND_MW {
             return None;
         }
         // SAFETY: the member the opcode names (the list's contract).
@@ -834,7 +786,7 @@ impl Wr<'_, crate::abi::ibv_send_wr> {
     /// registered or not) into `dst`: the count; EINVAL when the request is not inline
     /// or they do not fit.
     pub(crate) fn gather_inline(&self, dst: &mut [u8]) -> Result<usize, c_int> {
-        if self.0.send_flags & SEND_INLINE == 0 {
+        if self.0.send_flags & crate::abi::IBV_SEND_INLINE == 0 {
             return Err(EINVAL);
         }
         let mut buf = [uroce::verbs::Sge::default(); uroce::verbs::MAX_SGE as usize];
