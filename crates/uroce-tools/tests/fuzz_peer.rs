@@ -130,6 +130,16 @@ fn fuzz_at(
     (out.status.code().unwrap_or(-1), json, stderr)
 }
 
+/// The wrong verdicts a run counted, confirmed or not.
+fn wrong_verdicts(s: &Value) -> u64 {
+    s["mismatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["count"].as_u64().unwrap())
+        .sum()
+}
+
 /// The checks of a clean run: every frame sent, oracles passed, no finding (a wrong
 /// verdict that a restarted server gives again is one), and the peer's responder reached
 /// by every kind of answer. A wrong verdict that the replay does not give again (an answer
@@ -144,13 +154,7 @@ fn assert_clean(code: i32, s: &Value, stderr: &str, frames: u64) {
             s["unconfirmed"]
         );
     }
-    let counted: u64 = s["mismatches"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["count"].as_u64().unwrap())
-        .sum();
-    assert_eq!(counted, unconfirmed as u64, "{s:#}");
+    assert_eq!(wrong_verdicts(s), unconfirmed as u64, "{s:#}");
     assert_eq!(s["frames_sent"].as_u64(), Some(frames), "{s:#}");
     assert!(s["checks_passed"].as_u64().unwrap() >= frames / 64, "{s:#}");
     for answer in [
@@ -667,14 +671,8 @@ fn the_seeds_of_issue_26_are_clean_against_a_server_at_another_mtu() {
         );
         assert_eq!(code, 0, "seed {seed}: {s:#}\n{stderr}");
         assert_eq!(s["findings"].as_array().unwrap().len(), 0, "{s:#}");
-        let counted: u64 = s["mismatches"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["count"].as_u64().unwrap())
-            .sum();
         let unconfirmed = s["unconfirmed"].as_array().unwrap().len() as u64;
-        assert_eq!(counted, unconfirmed, "seed {seed}: {s:#}");
+        assert_eq!(wrong_verdicts(&s), unconfirmed, "seed {seed}: {s:#}");
         assert_eq!(s["frames_sent"].as_u64(), Some(300), "seed {seed}: {s:#}");
         assert!(
             s["peer_restarts"].as_u64().unwrap() >= 1,
