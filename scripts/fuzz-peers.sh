@@ -114,7 +114,8 @@ for backend in $backends; do
 #!/bin/sh
 # Stops the last $peer and starts a fresh one; returns once it listens.
 if [ -f $out/peer.pid ]; then old=\$(cat $out/peer.pid); kill \$old 2>/dev/null
-  for i in \$(seq 100); do kill -0 \$old 2>/dev/null || break; sleep 0.05; done; fi
+  # Gone, or a zombie no one has reaped yet (its sockets are closed either way).
+  for i in \$(seq 100); do case \$(cut -d' ' -f3 /proc/\$old/stat 2>/dev/null) in ''|Z) break;; esac; sleep 0.05; done; fi
 ip netns exec $ns_b $cmd >>$out/peer-$peer-$backend.log 2>&1 &
 echo \$! > $out/peer.pid
 for i in \$(seq 100); do ip netns exec $ns_b ss -ltn 2>/dev/null | grep -q ':18515 ' && exit 0; sleep 0.05; done

@@ -58,7 +58,9 @@ impl Server {
             format!(
                 "#!/bin/sh\n\
                  if [ -f {pid} ]; then old=$(cat {pid}); kill $old 2>/dev/null; \
-                 for i in $(seq 100); do kill -0 $old 2>/dev/null || break; sleep 0.05; done; fi\n\
+                 for i in $(seq 100); do \
+                 case $(cut -d' ' -f3 /proc/$old/stat 2>/dev/null) in ''|Z) break;; esac; \
+                 sleep 0.05; done; fi\n\
                  {env}ip netns exec {ns} {cmd} >>{log} 2>&1 &\n\
                  echo $! > {pid}\n",
                 pid = pid.display(),
@@ -84,7 +86,10 @@ impl Drop for Server {
     fn drop(&mut self) {
         if let Ok(pids) = std::fs::read_to_string(self.dir.join("server.pid")) {
             for pid in pids.split_whitespace() {
-                let _ = Command::new("kill").arg(pid).status();
+                let _ = Command::new("kill")
+                    .arg(pid)
+                    .stderr(std::process::Stdio::null())
+                    .status();
             }
         }
     }
@@ -122,9 +127,12 @@ fn fuzz_at(
     let out = cmd.args(&args).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        let log = std::fs::read_to_string(server.dir.join("server.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
         panic!(
-            "no JSON summary ({e}): {}\n{stderr}",
-            String::from_utf8_lossy(&out.stdout)
+            "no JSON summary ({e}): {}\n{stderr}\nthe server's log, last lines:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
         )
     });
     (out.status.code().unwrap_or(-1), json, stderr)
@@ -426,7 +434,18 @@ fn ibv_ud_pingpong_on_uroce_survives_fuzz_peer() {
     eprintln!("{s:#}");
     assert_eq!(code, 0, "{s:#}\n{stderr}");
     assert_eq!(s["findings"].as_array().unwrap().len(), 0, "{s:#}");
-    assert_eq!(s["mismatches"].as_array().unwrap().len(), 0, "{s:#}");
+    // UD promises no delivery: a datagram that did not come back once, and came back when
+    // the run was replayed against a fresh peer (unconfirmed), is a loss on this loaded
+    // machine (a full receive ring), not a wrong verdict. Any other mismatch fails.
+    let unconfirmed = s["unconfirmed"].as_array().unwrap().len() as u64;
+    assert_eq!(wrong_verdicts(&s), unconfirmed, "{s:#}");
+    for m in s["mismatches"].as_array().unwrap() {
+        assert_eq!(
+            (m["expected"].as_str(), m["got"].as_str()),
+            (Some("datagram"), Some("silence")),
+            "{s:#}"
+        );
+    }
     assert_eq!(s["frames_sent"].as_u64(), Some(400), "{s:#}");
     assert!(s["checks_passed"].as_u64().unwrap() >= 400 / 64, "{s:#}");
     let answers = s["answers"].as_object().unwrap();

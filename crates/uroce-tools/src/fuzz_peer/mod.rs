@@ -514,7 +514,9 @@ fn connect(cfg: &FuzzConfig, restart: bool) -> anyhow::Result<Session> {
     // The AF_XDP socket of a session just closed may hold its queue a moment longer
     // (EBUSY): a new session is tried again until `connect_for` runs out. A peer that
     // serves one exchange (a pingpong, perftest) may have spent it on the try that
-    // failed, so it is restarted again first.
+    // failed, so it is restarted again first. `connect_for` counts from the end of the
+    // restart command (which may wait for the old peer to go), and the tries end at
+    // three times it in all.
     let start = Instant::now();
     loop {
         if let Some(cmd) = cmd {
@@ -522,10 +524,20 @@ fn connect(cfg: &FuzzConfig, restart: bool) -> anyhow::Result<Session> {
                 bail!("restarting the peer: {why}");
             }
         }
+        let tried = Instant::now();
         match Session::connect(&cfg.peer, cfg.seed) {
             Ok(s) => return Ok(s),
-            Err(_) if start.elapsed() < cfg.peer.connect_for => {
+            Err(_)
+                if tried.elapsed() < cfg.peer.connect_for
+                    && start.elapsed() < 3 * cfg.peer.connect_for =>
+            {
                 std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) if restart => {
+                return Err(e).context(format!(
+                    "no session with the peer {:.1} s after its restart command",
+                    tried.elapsed().as_secs_f64()
+                ))
             }
             Err(e) => return Err(e),
         }
