@@ -7,7 +7,9 @@
 # (libmlx5, libefa) and perftest (ib_write_bw ... ib_atomic_lat), which its tests run
 # unmodified against the built library; for crates/uroce-rdmacm (the drop-in
 # librdmacm.so.1) librdmacm-dev (<rdma/rdma_cma.h>, for its ABI layout and link tests) and
-# rdmacm-utils (rping, udaddy, run unmodified against the built library). With
+# rdmacm-utils (rping, udaddy, run unmodified against the built library); for
+# scripts/compat-matrix.sh qperf, ucx-utils, openmpi-bin and libopenmpi-dev, libfabric-bin
+# and python3-pyverbs. With
 # --interop, also the rxe interop guest (scripts/interop/install.sh: qemu, debootstrap, a
 # cached guest image; a failure there is reported and the interop test then says why it
 # skips). With --bench, also iperf3 (scripts/bench-datapath.sh --bulk measures kernel TCP
@@ -34,6 +36,14 @@ command -v ibv_devinfo >/dev/null 2>&1 || need+=(ibverbs-utils)
 command -v ib_write_bw >/dev/null 2>&1 || need+=(perftest)
 [ -f /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
 command -v rping >/dev/null 2>&1 || need+=(rdmacm-utils)
+# The middleware of scripts/compat-matrix.sh (its test runs it): qperf, UCX, Open MPI,
+# libfabric, rdma-core's pyverbs (for the distro's python3).
+command -v qperf >/dev/null 2>&1 || need+=(qperf)
+command -v ucx_perftest >/dev/null 2>&1 || need+=(ucx-utils)
+command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
+command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev)
+command -v fi_pingpong >/dev/null 2>&1 || need+=(libfabric-bin)
+[ -d /usr/lib/python3/dist-packages/pyverbs ] || need+=(python3-pyverbs)
 
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
