@@ -95,6 +95,9 @@ static double now(void) {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* DIR/failed.ROLE, written when this side fails so that the peer stops at once. */
+static char fail_mark[4200], peer_fail_mark[4200];
+
 static void die(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -102,7 +105,18 @@ static void die(const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   fprintf(stderr, "\n");
   va_end(ap);
+  if (fail_mark[0]) {
+    FILE *f = fopen(fail_mark, "w");
+    if (f) fclose(f);
+  }
   exit(1);
+}
+
+static void check_peer(void) {
+  if (peer_fail_mark[0] && access(peer_fail_mark, F_OK) == 0) {
+    peer_fail_mark[0] = 0;
+    die("the peer failed (its stderr says why)");
+  }
 }
 
 #define CHECK(call)                                                                          \
@@ -222,6 +236,7 @@ static void await(const char *dir, const char *role, const char *tag, void *data
       if (got == len) return;
     }
     if (now() > deadline) die("timed out waiting for %s", path);
+    check_peer();
     usleep(2000);
   }
 }
@@ -276,6 +291,11 @@ int main(int argc, char **argv) {
         argv[0]);
   int me = !strcmp(role, "b"), full = strcmp(check, "ends") != 0;
   const char *peer = me ? "a" : "b";
+  snprintf(fail_mark, sizeof fail_mark, "%s/failed.%s", dir, role);
+  snprintf(peer_fail_mark, sizeof peer_fail_mark, "%s/failed.%s", dir, peer);
+  /* For the test that the checks catch damage: this side flips one byte of message N. */
+  const char *corrupt_env = getenv("NCCL_NET_HARNESS_CORRUPT");
+  long corrupt = corrupt_env ? strtol(corrupt_env, NULL, 0) : -1;
   double deadline = now() + timeout;
 
   net_v12_t *net = find_plugin(lib, which);
@@ -318,7 +338,7 @@ int main(int argc, char **argv) {
   /* Slot k of each buffer carries messages k, k + inflight, ...; a slot is reused only
    * once its request completed. */
   void *sreq[64] = {0}, *rreq[64] = {0};
-  long sent = 0, sposted = 0, recvd = 0, rposted = 0, filled = -1;
+  long sent = 0, sposted = 0, recvd = 0, rposted = 0, filled = -1, turns = 0;
   int tag = 7;
   struct rusage ru0, ru1;
   getrusage(RUSAGE_SELF, &ru0);
@@ -337,7 +357,10 @@ int main(int argc, char **argv) {
     while (sposted < count && sposted - sent < inflight) {
       int k = sposted % inflight;
       uint64_t *data = (uint64_t *)(sbuf + (size_t)k * size);
-      if (filled != sposted) fill(data, words, me, sposted, full);
+      if (filled != sposted) {
+        fill(data, words, me, sposted, full);
+        if (sposted == corrupt) ((uint8_t *)data)[size - 1] ^= 0x40;
+      }
       filled = sposted;
       CHECK(net->isend(scomm, data, size, tag, smr, NULL, &sreq[k]));
       if (!sreq[k]) break;
@@ -364,6 +387,7 @@ int main(int argc, char **argv) {
       rreq[k] = NULL;
       recvd++;
     }
+    if ((++turns & 1023) == 0) check_peer();
     if (now() > deadline)
       die("timed out: sent %ld/%ld (posted %ld), received %ld/%ld (posted %ld)", sent, count, sposted, recvd,
           count, rposted);

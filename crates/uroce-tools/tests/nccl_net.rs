@@ -169,7 +169,7 @@ fn nccl_net_ib_over_uroce_and_net_socket_over_tcp() {
         }
     };
     let pair = netns::VethPair::create("nccl", 9000).unwrap();
-    let mut ran = 0;
+    let mut ran = Vec::new();
     for backend in [Some("xdp"), Some("udp"), None] {
         let Some([a, b]) = run_pair(&pair, backend, &harness, &lib) else {
             continue;
@@ -183,8 +183,11 @@ fn nccl_net_ib_over_uroce_and_net_socket_over_tcp() {
             let gbs = check(&who, net, &dev, o);
             eprintln!("{who}: {gbs:.3} GB/s per direction");
         }
-        ran += 1;
+        ran.push(backend.unwrap_or("tcp"));
     }
-    let _ = std::fs::remove_dir_all(&work);
-    assert!(ran >= 2, "only {ran} of the three transports ran");
+    // AF_XDP may be impossible here (said above); the UDP backend and TCP always run.
+    assert!(
+        ran.contains(&"udp") && ran.contains(&"tcp"),
+        "ran only {ran:?}"
+    );
 }
