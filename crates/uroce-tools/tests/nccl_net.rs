@@ -3,7 +3,8 @@
 //! scripts/nccl-net/harness.c (built here with gcc), between two namespaces joined by a
 //! veth pair, each side under `uroce run` over AF_XDP and over the UDP backend; and
 //! `ncclNetSocket` over kernel TCP on the same veth. Each side sends and receives 512 KiB
-//! messages, several in flight each way at once, and checks every byte it receives.
+//! messages, several in flight each way at once, and checks every byte it receives; over
+//! the UDP backend also with each message split over four QPs.
 //! Without root, gcc, or the library (scripts/nccl-net/fetch.sh, called here when its cache
 //! is empty, says why it cannot have it) the test says why and skips.
 
@@ -94,18 +95,26 @@ fn side(
 fn run_pair(
     pair: &netns::VethPair,
     backend: Option<&str>,
+    env: &[(&str, &str)],
     harness: &Path,
     lib: &Path,
 ) -> Option<[Output; 2]> {
     let dir = std::env::temp_dir().join(format!(
-        "uroce-nccl-net-{}-{}",
+        "uroce-nccl-net-{}-{}-{}",
         std::process::id(),
-        backend.unwrap_or("tcp")
+        backend.unwrap_or("tcp"),
+        env.len()
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let b = side(pair, 1, backend, harness, lib, &dir).spawn().unwrap();
-    let a = side(pair, 0, backend, harness, lib, &dir).output().unwrap();
+    let b = side(pair, 1, backend, harness, lib, &dir)
+        .envs(env.iter().copied())
+        .spawn()
+        .unwrap();
+    let a = side(pair, 0, backend, harness, lib, &dir)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
     let b = b.wait_with_output().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     let err = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
@@ -170,17 +179,46 @@ fn nccl_net_ib_over_uroce_and_net_socket_over_tcp() {
     };
     let pair = netns::VethPair::create("nccl", 9000).unwrap();
     let mut ran = Vec::new();
-    for backend in [Some("xdp"), Some("udp"), None] {
-        let Some([a, b]) = run_pair(&pair, backend, &harness, &lib) else {
+    // NCCL's defaults (one QP a connection), then each message split over four QPs, as
+    // clusters that spread flows over paths set it.
+    let four_qps: &[(&str, &str)] = &[
+        ("NCCL_IB_QPS_PER_CONNECTION", "4"),
+        ("NCCL_IB_SPLIT_DATA_ON_QPS", "1"),
+        ("NCCL_DEBUG", "INFO"),
+        ("NCCL_DEBUG_SUBSYS", "NET"),
+    ];
+    for (backend, env) in [
+        (Some("xdp"), &[][..]),
+        (Some("udp"), &[][..]),
+        (Some("udp"), four_qps),
+        (None, &[][..]),
+    ] {
+        let Some([a, b]) = run_pair(&pair, backend, env, &harness, &lib) else {
             continue;
         };
         for (i, o) in [(0, &a), (1, &b)] {
-            let who = format!("{} side {}", backend.unwrap_or("tcp"), ["a", "b"][i]);
+            let who = format!(
+                "{}{} side {}",
+                backend.unwrap_or("tcp"),
+                if env.is_empty() { "" } else { " 4 QPs" },
+                ["a", "b"][i]
+            );
             let (net, dev) = match backend {
                 Some(_) => ("IB", format!("uroce_{}", pair.ifaces[i])),
                 None => ("Socket", pair.ifaces[i].clone()),
             };
             let gbs = check(&who, net, &dev, o);
+            if !env.is_empty() {
+                // NCCL's log (on stdout): four sending and four receiving QPs on this side.
+                let err = String::from_utf8_lossy(&o.stdout);
+                for end in ["ncclIbSenderQpsCreate", "ncclIbReceiverQpsCreateToRts"] {
+                    let n = err
+                        .lines()
+                        .filter(|l| l.contains(end) && l.contains("QP created"))
+                        .count();
+                    assert_eq!(n, 4, "{who}: {n} QPs from {end}\n{err}");
+                }
+            }
             eprintln!("{who}: {gbs:.3} GB/s per direction");
         }
         ran.push(backend.unwrap_or("tcp"));
