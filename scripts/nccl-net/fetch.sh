@@ -17,6 +17,10 @@ fi
 mkdir -p "$CACHE"
 wheel=${NCCL_WHEEL:-}
 downloaded=0
+if [ -n "$wheel" ] && [ ! -f "$wheel" ]; then
+  echo "fetch.sh: NCCL_WHEEL=$wheel is no file" >&2
+  exit 2
+fi
 if [ -z "$wheel" ]; then
   wheel=$(ls -1 "$CACHE"/nvidia_nccl_cu13-*.whl /tmp/ncclwheel/nvidia_nccl_cu13-*.whl 2>/dev/null | head -n 1 || true)
 fi
