@@ -12,13 +12,14 @@
  * Each side listens, publishes its 128-byte listen handle as a file in a directory both
  * share, reads the peer's, then connects (its send comm) and accepts (its receive comm),
  * so data flows both ways at once: COUNT messages of SIZE bytes each way with up to
- * INFLIGHT requests of each kind outstanding, every byte checked (--check full, default)
+ * INFLIGHT requests of each kind outstanding (receives of GROUP buffers each with --group,
+ * as NCCL groups point-to-point operations), every byte checked (--check full, default)
  * or the first and last 8 bytes of each message (--check ends, for benchmarks). It prints
  * one line: `nccl-net: ... OK` with GB/s per direction and the process's CPU-seconds
  * (user + system, every thread, the transport's included) per GB moved (sent + received).
  *
  * Usage: nccl-net-harness --lib PATH --net ib|socket --role a|b --dir DIR
- *          [--size BYTES] [--count N] [--inflight K] [--check full|ends] [--timeout S]
+ *          [--size BYTES] [--count N] [--inflight K] [--group G] [--check full|ends] [--timeout S]
  * Build: gcc -O2 -o nccl-net-harness harness.c -ldl
  */
 #define _GNU_SOURCE
@@ -268,7 +269,7 @@ static void verify(const uint64_t *p, size_t words, int from, uint64_t m, int fu
 int main(int argc, char **argv) {
   const char *lib = NULL, *which = "ib", *role = NULL, *dir = NULL, *check = "full";
   size_t size = 512 * 1024;
-  long count = 64, inflight = 8;
+  long count = 64, inflight = 8, group = 1;
   double timeout = 30;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *k = argv[i], *v = argv[i + 1];
@@ -279,15 +280,16 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "--size")) size = strtoull(v, NULL, 0);
     else if (!strcmp(k, "--count")) count = strtol(v, NULL, 0);
     else if (!strcmp(k, "--inflight")) inflight = strtol(v, NULL, 0);
+    else if (!strcmp(k, "--group")) group = strtol(v, NULL, 0);
     else if (!strcmp(k, "--check")) check = v;
     else if (!strcmp(k, "--timeout")) timeout = strtod(v, NULL);
     else die("unknown option %s", k);
   }
   if (!lib || !role || !dir || (strcmp(role, "a") && strcmp(role, "b")) ||
       (strcmp(which, "ib") && strcmp(which, "socket")) || size < 16 || size % 8 || count < 1 ||
-      inflight < 1 || inflight > 64)
+      inflight < 1 || inflight > 64 || group < 1 || group > 8 || count % group)
     die("usage: %s --lib PATH --net ib|socket --role a|b --dir DIR [--size BYTES (multiple of 8)] "
-        "[--count N] [--inflight K<=64] [--check full|ends] [--timeout S]",
+        "[--count N] [--inflight K<=64] [--group G<=8, dividing N] [--check full|ends] [--timeout S]",
         argv[0]);
   int me = !strcmp(role, "b"), full = strcmp(check, "ends") != 0;
   const char *peer = me ? "a" : "b";
@@ -326,71 +328,88 @@ int main(int argc, char **argv) {
   }
   t_conn = now() - t_conn;
 
-  size_t words = size / 8;
-  uint8_t *sbuf = aligned_alloc(4096, size * inflight), *rbuf = aligned_alloc(4096, size * inflight);
-  if (!sbuf || !rbuf) die("out of memory for %ld x %zu bytes", inflight, size);
-  memset(sbuf, 0, size * inflight);
-  memset(rbuf, 0, size * inflight);
+  /* Receives in groups of `group` messages (one irecv of `group` buffers, as NCCL groups
+   * point-to-point operations; the sender's isends carry tags 0..group-1 and go out
+   * together once all of a group's are posted). */
+  if (group > props.maxRecvs)
+    die("%s takes at most %d buffers in one receive, not %ld", net->name, props.maxRecvs, group);
+  size_t words = size / 8, slots = (size_t)inflight * group;
+  uint8_t *sbuf = aligned_alloc(4096, size * slots), *rbuf = aligned_alloc(4096, size * slots);
+  if (!sbuf || !rbuf) die("out of memory for %zu x %zu bytes", slots, size);
+  memset(sbuf, 0, size * slots);
+  memset(rbuf, 0, size * slots);
   void *smr = NULL, *rmr = NULL;
-  CHECK(net->regMr(scomm, sbuf, size * inflight, PTR_HOST, &smr));
-  CHECK(net->regMr(rcomm, rbuf, size * inflight, PTR_HOST, &rmr));
+  CHECK(net->regMr(scomm, sbuf, size * slots, PTR_HOST, &smr));
+  CHECK(net->regMr(rcomm, rbuf, size * slots, PTR_HOST, &rmr));
 
-  /* Slot k of each buffer carries messages k, k + inflight, ...; a slot is reused only
-   * once its request completed. */
-  void *sreq[64] = {0}, *rreq[64] = {0};
-  long sent = 0, sposted = 0, recvd = 0, rposted = 0, filled = -1, turns = 0;
-  int tag = 7;
+  /* Group g uses slots (g % inflight) * group + 0..group-1 of each buffer; a slot is
+   * reused only once its request completed. */
+  void *sreq[64 * 8] = {0}, *rreq[64] = {0};
+  long groups = count / group;
+  long sent = 0, sposted = 0, gdone = 0, gposted = 0, filled = -1, turns = 0;
   struct rusage ru0, ru1;
   getrusage(RUSAGE_SELF, &ru0);
   double t0 = now();
-  while (sent < count || recvd < count) {
+  while (sent < count || gdone < groups) {
     /* Post what the window allows: NCCL's IB isend returns no request until the peer's
      * matching irecv has reached it, so it is tried again on the next turn. */
-    while (rposted < count && rposted - recvd < inflight) {
-      int k = rposted % inflight;
-      void *data = rbuf + (size_t)k * size;
-      size_t sz = size;
-      CHECK(net->irecv(rcomm, 1, &data, &sz, &tag, &rmr, NULL, &rreq[k]));
-      if (!rreq[k]) break;
-      rposted++;
+    while (gposted < groups && gposted - gdone < inflight) {
+      size_t base = (size_t)(gposted % inflight) * group;
+      void *data[8], *mh[8], *ph[8] = {0};
+      size_t sz[8];
+      int tags[8];
+      for (int j = 0; j < group; j++) {
+        data[j] = rbuf + (base + j) * size;
+        sz[j] = size;
+        tags[j] = j;
+        mh[j] = rmr;
+      }
+      CHECK(net->irecv(rcomm, (int)group, data, sz, tags, mh, ph, &rreq[gposted % inflight]));
+      if (!rreq[gposted % inflight]) break;
+      gposted++;
     }
-    while (sposted < count && sposted - sent < inflight) {
-      int k = sposted % inflight;
-      uint64_t *data = (uint64_t *)(sbuf + (size_t)k * size);
+    while (sposted < count && sposted - sent < (long)slots) {
+      size_t k = (size_t)((sposted / group) % inflight) * group + sposted % group;
+      uint64_t *data = (uint64_t *)(sbuf + k * size);
       if (filled != sposted) {
         fill(data, words, me, sposted, full);
         if (sposted == corrupt) ((uint8_t *)data)[size - 1] ^= 0x40;
       }
       filled = sposted;
-      CHECK(net->isend(scomm, data, size, tag, smr, NULL, &sreq[k]));
+      CHECK(net->isend(scomm, data, size, (int)(sposted % group), smr, NULL, &sreq[k]));
       if (!sreq[k]) break;
       sposted++;
     }
     /* Complete in order: NCCL's requests on one comm complete in posting order. */
     while (sent < sposted) {
-      int k = sent % inflight, done = 0, n = 0;
+      size_t k = (size_t)((sent / group) % inflight) * group + sent % group;
+      int done = 0, n = 0;
       CHECK(net->test(sreq[k], &done, &n));
       if (!done) break;
       if ((size_t)n != size) die("send %ld completed with %d bytes, not %zu", sent, n, size);
       sreq[k] = NULL;
       sent++;
     }
-    while (recvd < rposted) {
-      int k = recvd % inflight, done = 0, n = 0;
-      CHECK(net->test(rreq[k], &done, &n));
+    while (gdone < gposted) {
+      size_t base = (size_t)(gdone % inflight) * group;
+      int done = 0, n[8] = {0};
+      CHECK(net->test(rreq[gdone % inflight], &done, n));
       if (!done) break;
-      if ((size_t)n != size) die("receive %ld completed with %d bytes, not %zu", recvd, n, size);
-      uint64_t *data = (uint64_t *)(rbuf + (size_t)k * size);
-      verify(data, words, !me, recvd, full);
-      memset(data, 0, 8);
-      data[words - 1] = 0;
-      rreq[k] = NULL;
-      recvd++;
+      for (int j = 0; j < group; j++) {
+        long m = gdone * group + j;
+        if ((size_t)n[j] != size) die("receive %ld completed with %d bytes, not %zu", m, n[j], size);
+        uint64_t *data = (uint64_t *)(rbuf + (base + j) * size);
+        verify(data, words, !me, m, full);
+        data[0] = 0;
+        data[words - 1] = 0;
+      }
+      rreq[gdone % inflight] = NULL;
+      gdone++;
     }
     if ((++turns & 1023) == 0) check_peer();
     if (now() > deadline)
-      die("timed out: sent %ld/%ld (posted %ld), received %ld/%ld (posted %ld)", sent, count, sposted, recvd,
-          count, rposted);
+      die("timed out: sent %ld/%ld (posted %ld), received %ld/%ld (posted %ld)", sent, count, sposted,
+          gdone * group, count, gposted * group);
   }
   double secs = now() - t0;
   getrusage(RUSAGE_SELF, &ru1);
@@ -410,9 +429,9 @@ int main(int argc, char **argv) {
   if (net->finalize) CHECK(net->finalize(ctx));
   double bytes = (double)size * count;
   printf("nccl-net: net=%s dev=%s role=%s sent %ld x %zu B, received %ld x %zu B, %s checked, "
-         "inflight %ld, connect %.3f s, %.3f s, %.3f GB/s per direction, cpu %.3f s, %.3f cpu-s/GB: OK\n",
+         "inflight %ld, group %ld, connect %.3f s, %.3f s, %.3f GB/s per direction, cpu %.3f s, %.3f cpu-s/GB: OK\n",
          net->name, props.name ? props.name : "?", role, count, size, count, size,
-         full ? "every byte" : "first and last 8 bytes", inflight, t_conn, secs, bytes / secs / 1e9, cpu,
+         full ? "every byte" : "first and last 8 bytes", inflight, group, t_conn, secs, bytes / secs / 1e9, cpu,
          cpu / (2 * bytes / 1e9));
   return 0;
 }

@@ -4,7 +4,8 @@
 //! veth pair, each side under `uroce run` over AF_XDP and over the UDP backend; and
 //! `ncclNetSocket` over kernel TCP on the same veth. Each side sends and receives 512 KiB
 //! messages, several in flight each way at once, and checks every byte it receives; over
-//! the UDP backend also with each message split over four QPs.
+//! the UDP backend also with each message split over four QPs, over AF_XDP also with
+//! receives of eight buffers each.
 //! Without root, gcc, or the library (scripts/nccl-net/fetch.sh, called here when its cache
 //! is empty, says why it cannot have it) the test says why and skips.
 
@@ -96,6 +97,7 @@ fn run_pair(
     pair: &netns::VethPair,
     backend: Option<&str>,
     env: &[(&str, &str)],
+    args: &[&str],
     harness: &Path,
     lib: &Path,
 ) -> Option<[Output; 2]> {
@@ -103,16 +105,18 @@ fn run_pair(
         "uroce-nccl-net-{}-{}-{}",
         std::process::id(),
         backend.unwrap_or("tcp"),
-        env.len()
+        env.len() + args.len()
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let b = side(pair, 1, backend, harness, lib, &dir)
         .envs(env.iter().copied())
+        .args(args)
         .spawn()
         .unwrap();
     let a = side(pair, 0, backend, harness, lib, &dir)
         .envs(env.iter().copied())
+        .args(args)
         .output()
         .unwrap();
     let b = b.wait_with_output().unwrap();
@@ -187,20 +191,25 @@ fn nccl_net_ib_over_uroce_and_net_socket_over_tcp() {
         ("NCCL_DEBUG", "INFO"),
         ("NCCL_DEBUG_SUBSYS", "NET"),
     ];
-    for (backend, env) in [
-        (Some("xdp"), &[][..]),
-        (Some("udp"), &[][..]),
-        (Some("udp"), four_qps),
-        (None, &[][..]),
+    // And receives of eight buffers each (NCCL's grouped point-to-point: one irecv of 8,
+    // the sender's 8 isends go out as one chain of work requests).
+    let none: &[(&str, &str)] = &[];
+    for (backend, env, args) in [
+        (Some("xdp"), none, &[][..]),
+        (Some("udp"), none, &[][..]),
+        (Some("udp"), four_qps, &[][..]),
+        (Some("xdp"), none, &["--group", "8"][..]),
+        (None, none, &[][..]),
     ] {
-        let Some([a, b]) = run_pair(&pair, backend, env, &harness, &lib) else {
+        let Some([a, b]) = run_pair(&pair, backend, env, args, &harness, &lib) else {
             continue;
         };
         for (i, o) in [(0, &a), (1, &b)] {
             let who = format!(
-                "{}{} side {}",
+                "{}{}{} side {}",
                 backend.unwrap_or("tcp"),
                 if env.is_empty() { "" } else { " 4 QPs" },
+                if args.is_empty() { "" } else { " grouped by 8" },
                 ["a", "b"][i]
             );
             let (net, dev) = match backend {
@@ -208,6 +217,13 @@ fn nccl_net_ib_over_uroce_and_net_socket_over_tcp() {
                 None => ("Socket", pair.ifaces[i].clone()),
             };
             let gbs = check(&who, net, &dev, o);
+            let group = if args.is_empty() {
+                "group 1,"
+            } else {
+                "group 8,"
+            };
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(out.contains(group), "{who}: {out}");
             if !env.is_empty() {
                 // NCCL's log (on stdout): four sending and four receiving QPs on this side.
                 let err = String::from_utf8_lossy(&o.stdout);
