@@ -65,7 +65,7 @@ pair() {
       net=ib
     fi
     ip netns exec "$1" env NCCL_SOCKET_IFNAME="$2" NCCL_IB_HCA="=uroce_$2" \
-      NCCL_IBVERBS_LIB=libibverbs.so.1 "${pre[@]}" "$H" --lib "$LIB" --net "$net" \
+      "${pre[@]}" "$H" --lib "$LIB" --net "$net" \
       --role "$3" --dir "$dir" --count "$n" --check "$check" --timeout 120 \
       >"$dir/out.$3" 2>"$dir/err.$3"
   }
