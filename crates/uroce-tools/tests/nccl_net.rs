@@ -56,6 +56,22 @@ fn build_harness(dir: &Path) -> Result<PathBuf, String> {
     Ok(exe)
 }
 
+/// A directory holding only a `libibverbs.so.1` link to the built library (as an install
+/// of the library might be), for `UROCE_LIBDIR`.
+fn lone_soname_dir(work: &Path) -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_uroce")).parent().unwrap();
+    let built = [bin.join("libibverbs.so"), bin.join("deps/libibverbs.so")]
+        .into_iter()
+        .find(|p| p.exists())
+        .expect("no built libibverbs.so next to the uroce binary or in deps/");
+    let dir = work.join("lib");
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libibverbs.so.1");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(built, &link).unwrap();
+    dir
+}
+
 /// One side: the harness in namespace `i` of `pair`, under `uroce run` for `backend`
 /// (`None`: ncclNetSocket over kernel TCP, no uroce).
 fn side(
@@ -64,6 +80,7 @@ fn side(
     backend: Option<&str>,
     harness: &Path,
     lib: &Path,
+    libdir: &Path,
     dir: &Path,
 ) -> Command {
     let iface = &pair.ifaces[i];
@@ -72,10 +89,14 @@ fn side(
     if let Some(b) = backend {
         c.arg(env!("CARGO_BIN_EXE_uroce"))
             .args(["run", "--iface", iface, "--backend", b, "--"]);
-        // The device uroce makes of this side's veth; the soname, not NCCL's first choice
-        // `libibverbs.so`, which outside uroce's build directory is the distribution's.
+        // The device uroce makes of this side's veth (exactly that name). `uroce run` sets
+        // NCCL_IBVERBS_LIB; `UROCE_LIBDIR` (a directory holding only the `.so.1` link, where
+        // NCCL's first choice `libibverbs.so` would be the distribution's) checks it does.
         c.env("NCCL_IB_HCA", format!("=uroce_{iface}"))
-            .env("NCCL_IBVERBS_LIB", "libibverbs.so.1");
+            .env("UROCE_LIBDIR", libdir)
+            .env_remove("NCCL_IBVERBS_LIB")
+            // cargo's, which holds the built `libibverbs.so` and would hide the question.
+            .env_remove("LD_LIBRARY_PATH");
     }
     c.arg(harness)
         .arg("--lib")
@@ -100,6 +121,7 @@ fn run_pair(
     args: &[&str],
     harness: &Path,
     lib: &Path,
+    libdir: &Path,
 ) -> Option<[Output; 2]> {
     let dir = std::env::temp_dir().join(format!(
         "uroce-nccl-net-{}-{}-{}",
@@ -109,12 +131,12 @@ fn run_pair(
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let b = side(pair, 1, backend, harness, lib, &dir)
+    let b = side(pair, 1, backend, harness, lib, libdir, &dir)
         .envs(env.iter().copied())
         .args(args)
         .spawn()
         .unwrap();
-    let a = side(pair, 0, backend, harness, lib, &dir)
+    let a = side(pair, 0, backend, harness, lib, libdir, &dir)
         .envs(env.iter().copied())
         .args(args)
         .output()
@@ -181,6 +203,7 @@ fn nccl_net_ib_over_uroce_and_net_socket_over_tcp() {
             return;
         }
     };
+    let libdir = lone_soname_dir(&work);
     let pair = netns::VethPair::create("nccl", 9000).unwrap();
     let mut ran = Vec::new();
     // NCCL's defaults (one QP a connection), then each message split over four QPs, as
@@ -201,7 +224,7 @@ fn nccl_net_ib_over_uroce_and_net_socket_over_tcp() {
         (Some("xdp"), none, &["--group", "8"][..]),
         (None, none, &[][..]),
     ] {
-        let Some([a, b]) = run_pair(&pair, backend, env, args, &harness, &lib) else {
+        let Some([a, b]) = run_pair(&pair, backend, env, args, &harness, &lib, &libdir) else {
             continue;
         };
         for (i, o) in [(0, &a), (1, &b)] {
@@ -244,4 +267,22 @@ fn nccl_net_ib_over_uroce_and_net_socket_over_tcp() {
         ran.contains(&"udp") && ran.contains(&"tcp"),
         "ran only {ran:?}"
     );
+
+    // The checks catch damage: side b flips one byte of its message 5; side a must fail
+    // on it, naming the message, and side b must stop too rather than hang.
+    let dir = work.join("corrupt");
+    std::fs::create_dir_all(&dir).unwrap();
+    let b = side(&pair, 1, None, &harness, &lib, &libdir, &dir)
+        .env("NCCL_NET_HARNESS_CORRUPT", "5")
+        .spawn()
+        .unwrap();
+    let a = side(&pair, 0, None, &harness, &lib, &libdir, &dir)
+        .output()
+        .unwrap();
+    let b = b.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&a.stderr);
+    assert!(!a.status.success(), "damage not seen: {err}");
+    assert!(err.contains("message 5 byte 524280: got"), "{err}");
+    assert!(!b.status.success(), "side b did not stop");
+    let _ = std::fs::remove_dir_all(&work);
 }
