@@ -13,14 +13,18 @@
 # --interop, also the rxe interop guest (scripts/interop/install.sh: qemu, debootstrap, a
 # cached guest image; a failure there is reported and the interop test then says why it
 # skips). With --bench, also iperf3 (scripts/bench-datapath.sh --bulk measures kernel TCP
-# beside uroce). Idempotent; needs root only when something is missing.
+# beside uroce). With --nccl, also gcc and NVIDIA's libnccl.so.2 (scripts/nccl-net/fetch.sh:
+# the nvidia-nccl-cu13 wheel, about 300 MB, into .cache/nccl-net; the NCCL test fetches it
+# itself when missing). Idempotent; needs root only when something is missing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 interop=0
 bench=0
+nccl=0
 for a in "$@"; do
     [ "$a" = "--interop" ] && interop=1
     [ "$a" = "--bench" ] && bench=1
+    [ "$a" = "--nccl" ] && nccl=1
 done
 
 need=()
@@ -29,6 +33,9 @@ command -v tc >/dev/null 2>&1 || need+=(iproute2)
 command -v ethtool >/dev/null 2>&1 || [ -x /usr/sbin/ethtool ] || need+=(ethtool)
 if [ $bench -eq 1 ]; then
     command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
+fi
+if [ $nccl -eq 1 ]; then
+    command -v gcc >/dev/null 2>&1 || need+=(gcc)
 fi
 [ -f /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 command -v ibv_devinfo >/dev/null 2>&1 || need+=(ibverbs-utils)
@@ -59,4 +66,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 if [ $interop -eq 1 ]; then
     "$here/interop/install.sh" || echo "WARNING: scripts/interop/install.sh failed; the rxe interop test will skip" >&2
+fi
+if [ $nccl -eq 1 ]; then
+    "$here/nccl-net/fetch.sh" >/dev/null || echo "WARNING: scripts/nccl-net/fetch.sh failed; the NCCL test will skip" >&2
 fi

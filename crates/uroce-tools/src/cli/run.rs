@@ -10,7 +10,10 @@
 //!   links next to it), else its `deps/` (where `cargo test` leaves them; a `uroce-run/`
 //!   directory beside the binary then holds the `.so.1` links);
 //! - `UROCE_IFACES`: the interfaces that become devices (`--iface`, comma-separated);
-//! - `UROCE_BACKEND`: the datapath (`--backend`: auto, xdp, udp).
+//! - `UROCE_BACKEND`: the datapath (`--backend`: auto, xdp, udp);
+//! - `NCCL_IBVERBS_LIB`, unless set: the path of uroce's `libibverbs.so.1` (NCCL opens
+//!   `libibverbs.so` first, which a directory holding only the `.so.1` link leaves to the
+//!   distribution's library).
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -82,6 +85,15 @@ pub fn missing_for_xdp(cap_eff: u64) -> Vec<&'static str> {
         .collect()
 }
 
+/// The environment to add for `NCCL_IBVERBS_LIB` given its value now (`current`): the
+/// path of the library in `dir` when unset, nothing when the user set it.
+pub fn nccl_ibverbs_lib(dir: &Path, current: Option<OsString>) -> Option<PathBuf> {
+    match current {
+        Some(_) => None,
+        None => Some(dir.join("libibverbs.so.1")),
+    }
+}
+
 /// This process's effective capabilities.
 fn cap_eff() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -120,6 +132,9 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     if let Some(i) = &a.iface {
         cmd.env("UROCE_IFACES", i);
     }
+    if let Some(lib) = nccl_ibverbs_lib(&dir, std::env::var_os("NCCL_IBVERBS_LIB")) {
+        cmd.env("NCCL_IBVERBS_LIB", lib);
+    }
     let e = cmd.exec();
     bail!("starting {}: {e}", a.program[0].to_string_lossy())
 }
@@ -141,6 +156,16 @@ mod tests {
             missing_for_xdp(1 << 12 | 1 << 13),
             vec!["CAP_NET_ADMIN", "CAP_BPF"][1..].to_vec()
         );
+    }
+
+    #[test]
+    fn points_nccl_at_the_library_unless_told_otherwise() {
+        let dir = Path::new("/opt/uroce/lib");
+        assert_eq!(
+            nccl_ibverbs_lib(dir, None),
+            Some(PathBuf::from("/opt/uroce/lib/libibverbs.so.1"))
+        );
+        assert_eq!(nccl_ibverbs_lib(dir, Some("/x/libibverbs.so".into())), None);
     }
 
     #[test]
