@@ -7,7 +7,9 @@
 # (libmlx5, libefa) and perftest (ib_write_bw ... ib_atomic_lat), which its tests run
 # unmodified against the built library; for crates/uroce-rdmacm (the drop-in
 # librdmacm.so.1) librdmacm-dev (<rdma/rdma_cma.h>, for its ABI layout and link tests) and
-# rdmacm-utils (rping, udaddy, run unmodified against the built library). With
+# rdmacm-utils (rping, udaddy, run unmodified against the built library); ucx-utils
+# (ucx_info: uroce-tools' tests/rdma_files.rs checks UCX finds the device under `uroce
+# run`). With
 # --interop, also the rxe interop guest (scripts/interop/install.sh: qemu, debootstrap, a
 # cached guest image; a failure there is reported and the interop test then says why it
 # skips). With --bench, also iperf3 (scripts/bench-datapath.sh --bulk measures kernel TCP
@@ -34,13 +36,15 @@ command -v ibv_devinfo >/dev/null 2>&1 || need+=(ibverbs-utils)
 command -v ib_write_bw >/dev/null 2>&1 || need+=(perftest)
 [ -f /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
 command -v rping >/dev/null 2>&1 || need+=(rdmacm-utils)
+command -v ucx_info >/dev/null 2>&1 || need+=(ucx-utils)
 
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "scripts/setup.sh: missing ${need[*]}; run this script as root to install (apt-get)." >&2
         echo "Without it, 'uroce demo' runs both endpoints on loopback and the veth tests skip;" >&2
         echo "uroce-verbs' ABI, ibv_devinfo and provider tests skip without the ibverbs packages," >&2
-        echo "uroce-rdmacm's ABI and link tests without the rdmacm ones." >&2
+        echo "uroce-rdmacm's ABI and link tests without the rdmacm ones, the UCX check of" >&2
+        echo "uroce-tools' rdma_files test without ucx-utils." >&2
     else
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -q
