@@ -66,12 +66,18 @@ fn devinfo_gids(out: &str) -> BTreeMap<usize, (Ipv6Addr, String)> {
         .collect()
 }
 
-/// A fresh directory holding this build's libibverbs.so.1 (a copy: `nobody` reads it).
-fn library_copy(tag: &str) -> PathBuf {
+/// A fresh directory holding this build's uroce binary and libibverbs.so.1, and its
+/// librdmacm.so.1 if `rdmacm` (copies: `nobody` reads them).
+fn library_copy(tag: &str, rdmacm: bool) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("uroce-rdma-files-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(cdylib::built("libibverbs"), dir.join("libibverbs.so.1")).unwrap();
+    if rdmacm {
+        let lib = dir.join("librdmacm.so.1");
+        std::fs::copy(cdylib::built("librdmacm"), &lib).unwrap();
+        std::fs::set_permissions(lib, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     let bin = dir.join("uroce");
     std::fs::copy(env!("CARGO_BIN_EXE_uroce"), &bin).unwrap();
     for p in [&dir, &bin, &dir.join("libibverbs.so.1")] {
@@ -118,7 +124,7 @@ fn a_program_under_uroce_run_finds_the_device_in_sys_and_dev() {
         assert!(o.status.success(), "ip {args:?}: {}", text(&o));
     }
     wait_up(ns, iface);
-    let dir = library_copy("root");
+    let dir = library_copy("root", true);
     let bin = dir.join("uroce");
     let dev = format!("uroce_{iface}");
     let script = format!(
@@ -205,9 +211,26 @@ fn a_program_under_uroce_run_finds_the_device_in_sys_and_dev() {
         println!("SKIP (UCX): no ucx_info (apt-get install ucx-utils; scripts/setup.sh)");
     } else {
         let md = format!("Memory domain: {dev}");
-        let with = text(&uroce_run(ns, &bin, &dir, iface, &[], &["ucx_info", "-d"]));
+        let run = uroce_run(ns, &bin, &dir, iface, &[], &["ucx_info", "-d"]);
+        let with = text(&run);
+        assert!(run.status.success(), "{with}");
         assert!(with.contains(&md), "{with}");
         assert!(with.contains("Transport: rc_verbs"), "{with}");
+        // rdma-core's librdmacm (what a program gets without uroce's) finds no
+        // /dev/infiniband/rdma_cm, as on a host without RDMA, rather than a stand-in
+        // that never answers its commands.
+        let only_verbs = library_copy("verbs-only", false);
+        let run = uroce_run(
+            ns,
+            &only_verbs.join("uroce"),
+            &only_verbs,
+            iface,
+            &[],
+            &["sh", "-c", "test -e /dev/infiniband/rdma_cm || ucx_info -d"],
+        );
+        let _ = std::fs::remove_dir_all(&only_verbs);
+        assert!(run.status.success(), "{}", text(&run));
+        assert!(text(&run).contains(&md), "{}", text(&run));
         let without = text(&uroce_run(
             ns,
             &bin,
@@ -250,7 +273,7 @@ fn an_ordinary_user_sees_the_files_through_a_user_namespace() {
     }
     let pair = VethPair::create("rfu", 1500).expect("veth pair");
     let (ns, iface) = (pair.ns[0].as_str(), pair.ifaces[0].as_str());
-    let dir = library_copy("user");
+    let dir = library_copy("user", false);
     let script = format!(
         "id -u; cat /sys/class/infiniband/uroce_{iface}/ports/1/gid_attrs/ndevs/1; \
          ls /sys/class/net; test -c /dev/infiniband/uverbs0 -a -r /dev/infiniband/uverbs0 \

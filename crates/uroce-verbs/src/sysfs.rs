@@ -19,7 +19,10 @@
 //! - `/dev/infiniband/uverbsN` and `/dev/infiniband/rdma_cm`: character devices that
 //!   open read-write (UCX keeps a device only if `/dev/infiniband/<dev_name>` is one);
 //!   uroce's libraries never open them, so [`Node::CharDev`] asks for a harmless one
-//!   (`uroce run` binds `/dev/null` there).
+//!   (`uroce run` binds `/dev/null` there). rdma-core's librdmacm opens `rdma_cm` and
+//!   reads answers to its commands that a stand-in never writes, so `rdma_cm` is only
+//!   there when the program gets uroce's librdmacm; rdma-core's libibverbs finds no
+//!   provider for these devices and never opens `uverbsN`.
 //!
 //! Every value comes from the code behind the verbs: [`Device::port_attr_now`]
 //! (`ibv_query_port`), [`device::gids`] (`ibv_query_gid`), [`Device::attr`]
@@ -101,9 +104,10 @@ impl Tree {
 
 /// The tree for the devices that `UROCE_IFACES`-style selection `selected` lists in the
 /// calling thread's network namespace now: what a program under `uroce run --iface
-/// selected` lists with `ibv_get_device_list`. Devices whose interface vanished while
-/// listing are left out. Errors: the errno of the listing.
-pub fn tree(selected: Option<&str>) -> Result<Vec<Entry>, c_int> {
+/// selected` lists with `ibv_get_device_list`; with `/dev/infiniband/rdma_cm` if
+/// `rdma_cm` (the program gets uroce's librdmacm). Devices whose interface vanished
+/// while listing are left out. Errors: the errno of the listing.
+pub fn tree(selected: Option<&str>, rdma_cm: bool) -> Result<Vec<Entry>, c_int> {
     let mut t = Tree(Vec::new());
     let class = Path::new("sys/class");
     t.dir(class.join("infiniband"));
@@ -113,10 +117,12 @@ pub fn tree(selected: Option<&str>) -> Result<Vec<Entry>, c_int> {
         UVERBS_ABI_VERSION,
     );
     t.dir("dev/infiniband");
-    t.0.push(Entry {
-        path: "dev/infiniband/rdma_cm".into(),
-        node: Node::CharDev,
-    });
+    if rdma_cm {
+        t.0.push(Entry {
+            path: "dev/infiniband/rdma_cm".into(),
+            node: Node::CharDev,
+        });
+    }
     for dev in device::list_selected(selected)? {
         let Ok((info, port)) = dev.port_attr_now() else {
             continue;

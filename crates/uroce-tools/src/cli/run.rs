@@ -124,7 +124,8 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
         path.push(old);
     }
     if !a.no_rdma_files {
-        rdma_files(a.iface.as_deref(), caps.unwrap_or(0));
+        let rdma_cm = dir.join("librdmacm.so.1").exists();
+        rdma_files(a.iface.as_deref(), rdma_cm, caps.unwrap_or(0));
     }
     let mut cmd = std::process::Command::new(&a.program[0]);
     cmd.args(&a.program[1..])
@@ -138,9 +139,10 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Shows the program the RDMA files of the devices it will list (interfaces `iface`, as
-/// `UROCE_IFACES` selects them), or says on stderr why it will not see them.
-fn rdma_files(iface: Option<&str>, cap_eff: u64) {
-    let shown = ibverbs::sysfs::tree(iface)
+/// `UROCE_IFACES` selects them; `/dev/infiniband/rdma_cm` only if `rdma_cm`, when it
+/// gets uroce's librdmacm), or says on stderr why it will not see them.
+fn rdma_files(iface: Option<&str>, rdma_cm: bool, cap_eff: u64) {
+    let shown = ibverbs::sysfs::tree(iface, rdma_cm)
         .map_err(|e| {
             format!(
                 "listing the devices: {}",
