@@ -12,7 +12,9 @@
 //! symbolic link the same link. The original stays reachable through a descriptor opened
 //! before the tmpfs covered it (`/proc/self/fd/N/<name>`). Then the tree is written in
 //! the tmpfs; each character device of `/dev/infiniband` is `/dev/null` bound there
-//! (it opens read-write, as UCX checks; uroce's libraries never open it). The program,
+//! (it opens read-write, as UCX checks; uroce's libraries never open it), and a
+//! directory that shows another (a virtual interface's sysfs directory under the
+//! device's `device/net/`) a bind mount of it. The program,
 //! exec'd afterwards, inherits the namespace; nothing outlives it.
 //!
 //! Privilege: mounts need CAP_SYS_ADMIN. Without it and with no capability at all (an
@@ -210,6 +212,10 @@ fn lay(entries: &[Entry]) -> io::Result<()> {
             Node::CharDev => {
                 at(File::create(&path).map(drop))?;
                 mount(Path::new("/dev/null"), &path, None, libc::MS_BIND, None)?;
+            }
+            Node::BindDir(source) => {
+                at(std::fs::create_dir_all(&path))?;
+                mount(source, &path, None, libc::MS_BIND | libc::MS_REC, None)?;
             }
         }
     }

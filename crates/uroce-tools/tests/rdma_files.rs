@@ -137,6 +137,8 @@ fn a_program_under_uroce_run_finds_the_device_in_sys_and_dev() {
          echo \"class: $(ls /sys/class/infiniband | tr '\\n' ' ')\"
          echo \"net: $(ls /sys/class/net | tr '\\n' ' ')\"
          echo \"device net: $(ls device/net)\"
+         test -d device/net/{iface} -a ! -L device/net/{iface} && \
+             echo \"device net address: $(cat device/net/{iface}/address)\"
          test -c /dev/infiniband/uverbs0 && exec 3<>/dev/infiniband/uverbs0 && echo 'uverbs0: rw'
          test -c /dev/infiniband/rdma_cm && exec 4<>/dev/infiniband/rdma_cm && echo 'rdma_cm: rw'
          test -c /dev/null && echo 'dev null: char'"
@@ -157,6 +159,14 @@ fn a_program_under_uroce_run_finds_the_device_in_sys_and_dev() {
     let net: Vec<&str> = get("net").split_whitespace().collect();
     assert!(net.contains(&iface) && net.contains(&"lo"), "{t}");
     assert_eq!(get("device net"), iface);
+    // The interface's own directory (a directory, as under a NIC's PCI device).
+    let own = Command::new("ip")
+        .args(["netns", "exec", ns, "cat"])
+        .arg(format!("/sys/class/net/{iface}/address"))
+        .output()
+        .unwrap();
+    let own = String::from_utf8_lossy(&own.stdout);
+    assert_eq!(get("device net address"), own.trim());
     assert_eq!(get("uverbs0"), "rw");
     assert_eq!(get("rdma_cm"), "rw");
     assert_eq!(get("dev null"), "char");

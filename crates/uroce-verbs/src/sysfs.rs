@@ -4,9 +4,11 @@
 //!
 //! - `/sys/class/infiniband/<device>/`: `node_type` (`1: CA`), `node_guid` and
 //!   `sys_image_guid` (four groups of four hex digits), `node_desc`, `fw_ver`, `device`
-//!   (the network device's parent device, or for a virtual interface such as a veth a
-//!   directory holding `net/<interface>`, where rdma-core's tests and UCX look for the
-//!   interface), and `ports/1/`: `state` (`4: ACTIVE`), `phys_state` (`5: LinkUp`),
+//!   (a link to the network device's parent device, whose `net/<interface>` is the
+//!   interface's directory; for a virtual interface such as a veth, which has none, a
+//!   directory holding `net/<interface>`, the interface's sysfs directory shown there:
+//!   rdma-core's tests and UCX look for the interface in `device/net/`, some programs
+//!   only for directories), and `ports/1/`: `state` (`4: ACTIVE`), `phys_state` (`5: LinkUp`),
 //!   `rate` (`2.5 Gb/sec (1X SDR)`), `link_layer` (`Ethernet`), `lid`, `sm_lid`,
 //!   `lid_mask_count`, `sm_sl`, `cap_mask`, `pkeys/0`, `gids/<i>` for every entry of the
 //!   table (an unused one all zeros, as the kernel shows it) and, for the used entries,
@@ -51,6 +53,8 @@ pub enum Node {
     Link(PathBuf),
     /// A character device that opens read-write and does nothing harmful.
     CharDev,
+    /// A directory that shows this existing directory (a bind mount).
+    BindDir(PathBuf),
 }
 
 /// A node at `path`, relative to the root (`sys/class/infiniband/...`, `dev/...`).
@@ -248,10 +252,10 @@ fn device_tree(
         None => {
             t.dir(root.join("device"));
             t.dir(root.join("device/net"));
-            t.link(
-                root.join("device/net").join(&info.name),
-                Path::new("/sys/class/net").join(&info.name),
-            );
+            t.0.push(Entry {
+                path: root.join("device/net").join(&info.name),
+                node: Node::BindDir(Path::new("/sys/class/net").join(&info.name)),
+            });
         }
     }
     t.dir(root.join("ports"));
@@ -401,7 +405,7 @@ mod tests {
         assert!(t
             .iter()
             .any(|e| e.path == Path::new(&format!("{d}/device/net/veth0"))
-                && e.node == Node::Link("/sys/class/net/veth0".into())));
+                && e.node == Node::BindDir("/sys/class/net/veth0".into())));
         assert_eq!(
             file(&t, "sys/class/infiniband_verbs/uverbs3/ibdev"),
             Some("uroce_veth0\n")
