@@ -258,6 +258,53 @@ fn a_program_under_uroce_run_finds_the_device_in_sys_and_dev() {
 }
 
 #[test]
+fn a_failure_half_way_leaves_the_program_the_mounts_as_they_were() {
+    if let Err(e) = check_privileges() {
+        println!("SKIP: {e}");
+        return;
+    }
+    let pair = VethPair::create("rff", 1500).expect("veth pair");
+    let (ns, iface) = (pair.ns[0].as_str(), pair.ifaces[0].as_str());
+    let dir = library_copy("fail", true);
+    let script = "grep -c ' /sys/class \\| /dev ' /proc/self/mountinfo; \
+                  ls /sys/class | wc -l; test -e /sys/class/infiniband || echo no-infiniband";
+    let plain = Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c", script])
+        .output()
+        .unwrap();
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(dir.join("uroce"))
+        .args([
+            "run",
+            "--backend",
+            "udp",
+            "--iface",
+            iface,
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .env("UROCE_LIBDIR", &dir)
+        .env("UROCE_TEST_RDMA_FILES_FAIL", "1")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let t = text(&out);
+    if !cfg!(debug_assertions) {
+        println!("SKIP: a release build has no failure to inject");
+        return;
+    }
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("will not find uroce's devices"), "{t}");
+    assert!(t.contains("UROCE_TEST_RDMA_FILES_FAIL"), "{t}");
+    // The same mounts and the same /sys/class as without uroce run.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), text(&plain), "{t}");
+    assert!(t.contains("no-infiniband"), "{t}");
+}
+
+#[test]
 fn an_ordinary_user_sees_the_files_through_a_user_namespace() {
     if let Err(e) = check_privileges() {
         println!("SKIP: {e}");
