@@ -198,7 +198,9 @@ fn lay(entries: &[Entry]) -> io::Result<()> {
     // program must then see the mounts as they were).
     #[cfg(debug_assertions)]
     if std::env::var_os("UROCE_TEST_RDMA_FILES_FAIL").is_some() {
-        return Err(io::Error::other("failing as UROCE_TEST_RDMA_FILES_FAIL asks"));
+        return Err(io::Error::other(
+            "failing as UROCE_TEST_RDMA_FILES_FAIL asks",
+        ));
     }
     for e in entries {
         let path = Path::new("/").join(&e.path);

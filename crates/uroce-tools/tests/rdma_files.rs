@@ -100,6 +100,46 @@ fn wait_up(ns: &str, iface: &str) {
     }
 }
 
+/// Prints each device's name, dev_name, dev_path and ibdev_path, whether
+/// /dev/infiniband/<dev_name> is a character device, and what `<dev_path>/ibdev` and
+/// `<ibdev_path>/ports/1/state` hold.
+const PATHS_C: &str = r#"
+#include <infiniband/verbs.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void line(const char *dir, const char *file, char *out, int size) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    FILE *f = fopen(p, "r");
+    out[0] = 0;
+    if (f) {
+        if (!fgets(out, size, f)) out[0] = 0;
+        fclose(f);
+    }
+    out[strcspn(out, "\n")] = 0;
+}
+
+int main(void) {
+    int n;
+    struct ibv_device **l = ibv_get_device_list(&n);
+    if (!l) return 1;
+    for (int i = 0; i < n; i++) {
+        char p[512], ibdev[64], state[64];
+        struct stat st;
+        snprintf(p, sizeof p, "/dev/infiniband/%s", l[i]->dev_name);
+        int chr = stat(p, &st) == 0 && S_ISCHR(st.st_mode);
+        line(l[i]->dev_path, "ibdev", ibdev, sizeof ibdev);
+        line(l[i]->ibdev_path, "ports/1/state", state, sizeof state);
+        printf("%s %s %s %s %s %s %s\n", ibv_get_device_name(l[i]), l[i]->dev_name,
+               l[i]->dev_path, l[i]->ibdev_path, chr ? "char" : "none", ibdev, state);
+    }
+    ibv_free_device_list(l);
+    return 0;
+}
+"#;
+
 #[test]
 fn a_program_under_uroce_run_finds_the_device_in_sys_and_dev() {
     if let Err(e) = check_privileges() {
@@ -170,6 +210,23 @@ fn a_program_under_uroce_run_finds_the_device_in_sys_and_dev() {
     assert_eq!(get("uverbs0"), "rw");
     assert_eq!(get("rdma_cm"), "rw");
     assert_eq!(get("dev null"), "char");
+
+    // ibv_device's dev_name, dev_path and ibdev_path name those files (a C program on
+    // the distro's header, through uroce's library).
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        println!("SKIP (ibv_device's paths): no <infiniband/verbs.h> (scripts/setup.sh)");
+    } else if let Some(exe) = cdylib::compile_c(&dir, "paths", PATHS_C, &["-libverbs"]) {
+        let o = uroce_run(ns, &bin, &dir, iface, &[], &[exe.to_str().unwrap()]);
+        let pt = text(&o);
+        assert!(o.status.success(), "{pt}");
+        assert_eq!(
+            pt.trim(),
+            format!(
+                "{dev} uverbs0 /sys/class/infiniband_verbs/uverbs0 \
+                 /sys/class/infiniband/{dev} char {dev} 4: ACTIVE"
+            )
+        );
+    }
 
     // The same values as uroce's libibverbs reports for the device.
     if Command::new("ibv_devinfo").arg("--help").output().is_err() {

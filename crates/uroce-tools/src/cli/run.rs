@@ -125,7 +125,12 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     }
     if !a.no_rdma_files {
         let rdma_cm = dir.join("librdmacm.so.1").exists();
-        rdma_files(a.iface.as_deref(), rdma_cm, caps.unwrap_or(0));
+        // The selection the program's library will read: --iface, else the caller's own.
+        let selected = a
+            .iface
+            .clone()
+            .or_else(|| std::env::var(ibverbs::device::IFACES_ENV).ok());
+        rdma_files(selected.as_deref(), rdma_cm, caps.unwrap_or(0));
     }
     let mut cmd = std::process::Command::new(&a.program[0]);
     cmd.args(&a.program[1..])
