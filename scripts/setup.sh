@@ -8,8 +8,8 @@
 # unmodified against the built library; for crates/uroce-rdmacm (the drop-in
 # librdmacm.so.1) librdmacm-dev (<rdma/rdma_cma.h>, for its ABI layout and link tests) and
 # rdmacm-utils (rping, udaddy, run unmodified against the built library); for
-# scripts/compat-matrix.sh qperf, ucx-utils, openmpi-bin and libopenmpi-dev, libfabric-bin
-# and python3-pyverbs. With
+# scripts/compat-matrix.sh (and tests/rdma_files.rs' ucx_info) qperf, ucx-utils,
+# openmpi-bin and libopenmpi-dev, libfabric-bin and python3-pyverbs. With
 # --interop, also the rxe interop guest (scripts/interop/install.sh: qemu, debootstrap, a
 # cached guest image; a failure there is reported and the interop test then says why it
 # skips). With --bench, also iperf3 (scripts/bench-datapath.sh --bulk measures kernel TCP
@@ -57,7 +57,8 @@ if [ ${#need[@]} -gt 0 ]; then
         echo "scripts/setup.sh: missing ${need[*]}; run this script as root to install (apt-get)." >&2
         echo "Without it, 'uroce demo' runs both endpoints on loopback and the veth tests skip;" >&2
         echo "uroce-verbs' ABI, ibv_devinfo and provider tests skip without the ibverbs packages," >&2
-        echo "uroce-rdmacm's ABI and link tests without the rdmacm ones." >&2
+        echo "uroce-rdmacm's ABI and link tests without the rdmacm ones, the UCX check of" >&2
+        echo "uroce-tools' rdma_files test without ucx-utils." >&2
     else
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -q

@@ -54,6 +54,7 @@ pub struct Device {
     iface: String,
     ifindex: u32,
     mac: [u8; 6],
+    uverbs: u32,
 }
 
 impl Device {
@@ -75,6 +76,43 @@ impl Device {
     /// The node GUID, EUI-64 from the MAC, in network order as `__be64` holds it.
     pub fn guid(&self) -> u64 {
         u64::from_ne_bytes(eui64(self.mac))
+    }
+
+    /// The device's name (`ibv_get_device_name`): `uroce_<interface>`.
+    pub fn name(&self) -> String {
+        format!("uroce_{}", self.iface)
+    }
+
+    /// N of the device's uverbs character device, `/dev/infiniband/uverbsN`, which
+    /// `ibv_device.dev_name` names as the kernel's ib_uverbs does (`uverbsN`, N in the
+    /// order devices appeared).
+    pub fn uverbs(&self) -> u32 {
+        self.uverbs
+    }
+
+    /// `ibv_device.dev_path`: the uverbs device's directory in sysfs,
+    /// `/sys/class/infiniband_verbs/uverbsN`.
+    pub fn dev_path(&self) -> String {
+        format!("/sys/class/infiniband_verbs/uverbs{}", self.uverbs)
+    }
+
+    /// `ibv_device.ibdev_path`: the device's directory in sysfs,
+    /// `/sys/class/infiniband/<name>`.
+    pub fn ibdev_path(&self) -> String {
+        format!("/sys/class/infiniband/{}", self.name())
+    }
+
+    /// The port's attributes now (`ibv_query_port` answers the same), with the interface
+    /// as the kernel reports it now.
+    pub fn port_attr_now(&self) -> Result<(InterfaceInfo, ibv_port_attr), c_int> {
+        let info = live_info(self)?;
+        let attr = port_attr(&info);
+        Ok((info, attr))
+    }
+
+    /// The device's attributes (`ibv_query_device` answers the same).
+    pub fn attr(&self) -> ibv_device_attr {
+        device_attr(self)
     }
 }
 
@@ -112,18 +150,23 @@ pub fn usable(info: &InterfaceInfo, selected: Option<&str>) -> bool {
 
 /// The devices of the calling thread's namespace now, creating those not seen before.
 pub fn list() -> Result<Vec<&'static Device>, c_int> {
+    list_selected(std::env::var(IFACES_ENV).ok().as_deref())
+}
+
+/// [`list`] with the selection `selected` in place of `UROCE_IFACES` (`uroce run`
+/// lists the devices its program will see).
+pub fn list_selected(selected: Option<&str>) -> Result<Vec<&'static Device>, c_int> {
     let infos = addresses::interfaces().map_err(|_| ENODEV)?;
-    let selected = std::env::var(IFACES_ENV).ok();
     let mut devices = lock(&DEVICES);
     let mut out = Vec::new();
-    for info in infos.iter().filter(|i| usable(i, selected.as_deref())) {
+    for info in infos.iter().filter(|i| usable(i, selected)) {
         let Some(mac) = info.mac else { continue };
         let known = devices
             .iter()
             .copied()
             .find(|d| d.iface == info.name && d.ifindex == info.index && d.mac == mac);
         let dev = known.unwrap_or_else(|| {
-            let mut dev = ibv_device {
+            let dev = ibv_device {
                 _ops: abi::_ibv_device_ops {
                     _dummy1: None,
                     _dummy2: None,
@@ -135,21 +178,59 @@ pub fn list() -> Result<Vec<&'static Device>, c_int> {
                 dev_path: [0; abi::IBV_SYSFS_PATH_MAX],
                 ibdev_path: [0; abi::IBV_SYSFS_PATH_MAX],
             };
-            let name = format!("uroce_{}", info.name);
-            copy_name(&mut dev.name, &name);
-            copy_name(&mut dev.dev_name, &name);
-            let d: &'static Device = Box::leak(Box::new(Device {
+            let taken: Vec<u32> = devices.iter().map(|d| d.uverbs).collect();
+            let mut d = Device {
                 dev,
                 iface: info.name.clone(),
                 ifindex: info.index,
                 mac,
-            }));
+                uverbs: uverbs_number(out.len() as u32, &taken),
+            };
+            let (name, dev_path, ibdev_path) = (d.name(), d.dev_path(), d.ibdev_path());
+            copy_name(&mut d.dev.name, &name);
+            copy_name(&mut d.dev.dev_name, &format!("uverbs{}", d.uverbs));
+            copy_name(&mut d.dev.dev_path, &dev_path);
+            copy_name(&mut d.dev.ibdev_path, &ibdev_path);
+            let d: &'static Device = Box::leak(Box::new(d));
             devices.push(d);
             d
         });
         out.push(dev);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+impl Device {
+    /// A device that was never listed, for the tests of the files that describe one.
+    pub(crate) fn for_test(iface: &str, mac: [u8; 6], uverbs: u32) -> Device {
+        let mut d = Device {
+            dev: crate::ffi::zeroed(),
+            iface: iface.into(),
+            ifindex: 1,
+            mac,
+            uverbs,
+        };
+        let name = d.name();
+        copy_name(&mut d.dev.name, &name);
+        d
+    }
+}
+
+/// The port attributes of `info`, for the tests of other modules.
+#[cfg(test)]
+pub(crate) fn port_attr_for_test(info: &InterfaceInfo) -> ibv_port_attr {
+    port_attr(info)
+}
+
+/// N of a new device's `uverbsN`: its position in the listing, as in every process
+/// that lists the same interfaces (so `uroce run`'s files name what its program's
+/// library lists), unless a device seen earlier in this process holds that number.
+fn uverbs_number(position: u32, taken: &[u32]) -> u32 {
+    if !taken.contains(&position) {
+        return position;
+    }
+    (0..).find(|n| !taken.contains(n)).unwrap_or(position)
 }
 
 impl Device {
@@ -720,8 +801,18 @@ mod tests {
             iface: "x".into(),
             ifindex: 1,
             mac: [0x00, 0x11, 0x22, 0x33, 0x44, 0x55],
+            uverbs: 0,
         };
         assert_eq!(u64::from_be(d.guid()), 0x0211_22ff_fe33_4455);
+    }
+
+    #[test]
+    fn uverbs_numbers_follow_the_listing_and_never_repeat() {
+        assert_eq!(uverbs_number(0, &[]), 0);
+        assert_eq!(uverbs_number(2, &[0, 1]), 2);
+        // A device that appeared later at a position another still holds.
+        assert_eq!(uverbs_number(1, &[0, 1, 2]), 3);
+        assert_eq!(uverbs_number(0, &[0, 2]), 1);
     }
 
     #[test]

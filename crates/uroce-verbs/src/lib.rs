@@ -11,6 +11,8 @@
 //!   libibverbs documents for an unsupported verb (NULL with errno `EOPNOTSUPP`, or the
 //!   error code), and provider registration calls are accepted and ignored.
 //! - [`device`]: the devices (one per usable interface) and their ports and GIDs.
+//! - [`sysfs`]: the files under `/sys/class/infiniband*` and `/dev/infiniband` that
+//!   describe those devices, for `uroce run` to show its program.
 //! - `resources`: protection domains, memory regions over the application's memory.
 //! - `cq`: completion queues, completion channels, the asynchronous event queue.
 //! - `qp`: queue pairs, their state changes and the posting operations; `ah` address
@@ -34,7 +36,7 @@
 //! `unsafe` block says why it is sound (`clippy::undocumented_unsafe_blocks` is denied).
 //! The crate denies `unsafe_code` everywhere else, and each other module says
 //! `#![deny(unsafe_code)]` itself: `abi`, `ah`, `cq`, `device`, `engine`, `gsi`,
-//! `gsi_peers`, `loopback`, `mw`, `qp`, `resources`, `srq`, `util`.
+//! `gsi_peers`, `loopback`, `mw`, `qp`, `resources`, `srq`, `sysfs`, `util`.
 
 #![deny(
     clippy::undocumented_unsafe_blocks,
@@ -58,4 +60,5 @@ mod mw;
 mod qp;
 mod resources;
 mod srq;
+pub mod sysfs;
 mod util;

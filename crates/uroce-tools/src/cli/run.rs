@@ -14,6 +14,11 @@
 //! - `NCCL_IBVERBS_LIB`, unless set: the path of uroce's `libibverbs.so.1` (NCCL opens
 //!   `libibverbs.so` first, which a directory holding only the `.so.1` link leaves to the
 //!   distribution's library).
+//!
+//! and, unless `--no-rdma-files`, shows the program uroce's devices where the kernel's
+//! RDMA subsystem puts a device (`/sys/class/infiniband`, `/sys/class/infiniband_verbs`,
+//! `/dev/infiniband`: crate::rdma_files), in a mount namespace of its own, with the
+//! values the library reports for the devices it will list.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -32,6 +37,10 @@ pub struct Args {
     /// Datapath: auto (AF_XDP where the process may set it up, else UDP), xdp or udp.
     #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "udp"])]
     backend: String,
+    /// Do not show uroce's devices in /sys/class/infiniband, /sys/class/infiniband_verbs
+    /// and /dev/infiniband (shown by default, in a mount namespace of the program's own).
+    #[arg(long)]
+    no_rdma_files: bool,
     /// The program and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     program: Vec<OsString>,
@@ -104,7 +113,8 @@ fn cap_eff() -> Option<u64> {
 /// Runs `uroce run`: only returns on failure to start the program.
 pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     // The library never prints: say here why `auto` will take the UDP backend.
-    let missing = cap_eff().map(missing_for_xdp).unwrap_or_default();
+    let caps = cap_eff();
+    let missing = caps.map(missing_for_xdp).unwrap_or_default();
     if !missing.is_empty() {
         match a.backend.as_str() {
             "auto" => eprintln!(
@@ -125,6 +135,15 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
         path.push(":");
         path.push(old);
     }
+    if !a.no_rdma_files {
+        let rdma_cm = dir.join("librdmacm.so.1").exists();
+        // The selection the program's library will read: --iface, else the caller's own.
+        let selected = a
+            .iface
+            .clone()
+            .or_else(|| std::env::var(ibverbs::device::IFACES_ENV).ok());
+        rdma_files(selected.as_deref(), rdma_cm, caps.unwrap_or(0));
+    }
     let mut cmd = std::process::Command::new(&a.program[0]);
     cmd.args(&a.program[1..])
         .env("LD_LIBRARY_PATH", path)
@@ -137,6 +156,26 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     }
     let e = cmd.exec();
     bail!("starting {}: {e}", a.program[0].to_string_lossy())
+}
+
+/// Shows the program the RDMA files of the devices it will list (interfaces `iface`, as
+/// `UROCE_IFACES` selects them; `/dev/infiniband/rdma_cm` only if `rdma_cm`, when it
+/// gets uroce's librdmacm), or says on stderr why it will not see them.
+fn rdma_files(iface: Option<&str>, rdma_cm: bool, cap_eff: u64) {
+    let shown = ibverbs::sysfs::tree(iface, rdma_cm)
+        .map_err(|e| {
+            format!(
+                "listing the devices: {}",
+                std::io::Error::from_raw_os_error(e)
+            )
+        })
+        .and_then(|tree| uroce_tools::rdma_files::lay_over(&tree, cap_eff));
+    if let Err(why) = shown {
+        eprintln!(
+            "uroce run: the program will not find uroce's devices in /sys/class/infiniband \
+             and /dev/infiniband (what UCX and NCCL look for): {why}"
+        );
+    }
 }
 
 #[cfg(test)]
