@@ -329,6 +329,8 @@ fn open(device: &'static Device) -> *mut ibv_context {
         tos: 0,
     };
     let mut uctx = uroce::verbs::Context::new(cfg, std::time::Instant::now());
+    // GID 0's address is the context's too (`qp::remote_of` says when it is used).
+    uctx.set_link_local(Some(std::net::Ipv6Addr::from(default_gid(device.mac).raw)));
     // QPNs start at a number of this process's own, not at 0x11 in every process: a
     // program restarted against the same peer would otherwise offer the QPN of its
     // previous life, which the peer's CM holds in time wait and rejects as a stale
@@ -386,14 +388,20 @@ pub fn active_mtu(if_mtu: u32) -> c_int {
     }
 }
 
+/// The default GID of a port with MAC `mac` (IBTA §4.1.1): fe80::/64 with the EUI-64.
+pub fn default_gid(mac: [u8; 6]) -> ibv_gid {
+    let mut raw = [0u8; 16];
+    raw[0] = 0xfe;
+    raw[1] = 0x80;
+    raw[8..].copy_from_slice(&eui64(mac));
+    ibv_gid { raw }
+}
+
 /// The GID table of an interface, in the order the module docs give.
 pub fn gids(info: &InterfaceInfo) -> Vec<ibv_gid> {
     let mut ordered: Vec<IpAddr> = Vec::new();
     if let Some(mac) = info.mac {
-        let mut g = [0u8; 16];
-        g[0] = 0xfe;
-        g[1] = 0x80;
-        g[8..].copy_from_slice(&eui64(mac));
+        let g = default_gid(mac).raw;
         ordered.push(IpAddr::V6(std::net::Ipv6Addr::from(g)));
     }
     ordered.extend(info.addrs.iter().map(|a| a.0).filter(IpAddr::is_ipv4));
