@@ -258,11 +258,20 @@ pub struct ibv_port_attr {
     pub link_layer: u8,
     pub flags: u8,
     pub port_cap_flags2: u16,
+    /// The two bytes C leaves as padding at the end, named so that a copy of the
+    /// structure writes them as 0 (rdma-core clears the caller's whole structure) and
+    /// not as whatever the padding of a Rust value holds.
+    pub _pad: [u8; 2],
 }
 
 /// The size of `struct _compat_ibv_port_attr`, what the exported `ibv_query_port` may
 /// write (everything of [`ibv_port_attr`] before `port_cap_flags2`).
 pub const COMPAT_PORT_ATTR_SIZE: usize = 48;
+
+/// Where `active_speed_ex` (a u32, rdma-core 47 and later) sits in the `ibv_port_attr`
+/// of newer headers: right after `port_cap_flags2`, in a 56-byte structure. Written by
+/// `query_port` when the caller's length holds it.
+pub const PORT_ATTR_ACTIVE_SPEED_EX: usize = 52;
 
 /// `struct ibv_pd`.
 #[repr(C)]
@@ -569,6 +578,11 @@ pub struct ibv_qp_attr {
     pub alt_timeout: u8,
     pub rate_limit: u32,
 }
+
+/// The bytes of an `ibv_qp_attr` that `ibv_query_qp` writes: every field before
+/// `rate_limit` (rdma-core 44's query never writes `rate_limit`, and the 136-byte
+/// `ibv_qp_attr` of older headers ends there).
+pub const QP_ATTR_QUERIED: usize = std::mem::offset_of!(ibv_qp_attr, rate_limit);
 
 /// `struct ibv_srq_attr`.
 #[repr(C)]

@@ -122,16 +122,23 @@ pub(crate) fn init_ah_from_wc(
         return Err(EINVAL);
     };
     // Our own GID, the one the answer goes from (rdma-core looks up the GRH's
-    // destination GID in the table; uroce receives on its one address).
+    // destination GID in the table): the context's address, or GID 0 for a link-local
+    // sender (`qp::remote_of`).
+    let sender = (w.wc_flags & WC_GRH != 0).then(|| sender_of(&g)).flatten();
     let (device, local) = {
         let g = shared.lock();
-        (g.device, g.uroce.config().ip)
+        let ll = g.uroce.link_local();
+        match (sender, ll) {
+            (Some(IpAddr::V6(s)), Some(ll)) if s.is_unicast_link_local() => {
+                (g.device, IpAddr::V6(ll))
+            }
+            _ => (g.device, g.uroce.config().ip),
+        }
     };
     let own = gid_of(local).raw;
     let sgid_index = uroce::net::addresses::interface_info(device.iface())
         .ok()
         .and_then(|i| crate::device::gids(&i).iter().position(|g| g.raw == own));
-    let sender = (w.wc_flags & WC_GRH != 0).then(|| sender_of(&g)).flatten();
     let (Some(ip), Some(sgid_index)) = (sender, sgid_index) else {
         return Err(EINVAL);
     };

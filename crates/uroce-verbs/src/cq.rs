@@ -216,8 +216,31 @@ pub fn wc_of(w: &WorkCompletion) -> ibv_wc {
         wc_flags: w.flags.0,
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl: roce_packet_type(w),
         dlid_path_bits: 0,
+    }
+}
+
+/// `L3_Header_Type` of a RoCE v2 packet as mlx5 reports it in a UD receive's `sl`:
+/// IPv6.
+pub const SL_ROCE_IPV6: u8 = 1;
+/// As [`SL_ROCE_IPV6`], IPv4.
+pub const SL_ROCE_IPV4: u8 = 2;
+
+/// `ibv_wc.sl` of a completion. On RoCE there is no service level in the packet; mlx5
+/// (rdma-core's mlx5 provider copies the CQE's 4-bit `sl` field, which for a RoCE receive
+/// holds the packet's L3 header type) reports for a UD receive whether its GRH came as
+/// an IPv6 header (1) or an IPv4 one (2), and UCX's ud_verbs relies on it to find the
+/// destination GID in the 40 GRH bytes (`sl & 7 == 2`: IPv4, the address in the last 4).
+/// uroce reports the same for receives with a GRH (UD); 0 otherwise, as before.
+fn roce_packet_type(w: &WorkCompletion) -> u8 {
+    if w.flags.0 & uroce::transport::WcFlags::GRH.0 == 0 {
+        return 0;
+    }
+    match w.sender {
+        Some(std::net::IpAddr::V4(_)) => SL_ROCE_IPV4,
+        Some(std::net::IpAddr::V6(_)) => SL_ROCE_IPV6,
+        None => 0,
     }
 }
 

@@ -44,6 +44,9 @@ pub const GID_TABLE_LEN: usize = 16;
 /// The deepest send or receive queue a QP may ask for (`max_qp_wr`).
 pub const MAX_QP_WR: u32 = 1 << 14;
 
+/// `ibv_device_attr.vendor_id`: 0xffffff, what rdma_rxe (a soft RoCE device too) reports.
+pub const VENDOR_ID: u32 = 0x00ff_ffff;
+
 /// The environment variable that selects interfaces.
 pub const IFACES_ENV: &str = "UROCE_IFACES";
 
@@ -407,6 +410,8 @@ fn open(device: &'static Device) -> *mut ibv_context {
         tos: 0,
     };
     let mut uctx = uroce::verbs::Context::new(cfg, std::time::Instant::now());
+    // GID 0's address is the context's too (`qp::remote_of` says when it is used).
+    uctx.set_link_local(Some(std::net::Ipv6Addr::from(default_gid(device.mac).raw)));
     // QPNs start at a number of this process's own, not at 0x11 in every process: a
     // program restarted against the same peer would otherwise offer the QPN of its
     // previous life, which the peer's CM holds in time wait and rejects as a stale
@@ -464,14 +469,20 @@ pub fn active_mtu(if_mtu: u32) -> c_int {
     }
 }
 
+/// The default GID of a port with MAC `mac` (IBTA §4.1.1): fe80::/64 with the EUI-64.
+pub fn default_gid(mac: [u8; 6]) -> ibv_gid {
+    let mut raw = [0u8; 16];
+    raw[0] = 0xfe;
+    raw[1] = 0x80;
+    raw[8..].copy_from_slice(&eui64(mac));
+    ibv_gid { raw }
+}
+
 /// The GID table of an interface, in the order the module docs give.
 pub fn gids(info: &InterfaceInfo) -> Vec<ibv_gid> {
     let mut ordered: Vec<IpAddr> = Vec::new();
     if let Some(mac) = info.mac {
-        let mut g = [0u8; 16];
-        g[0] = 0xfe;
-        g[1] = 0x80;
-        g[8..].copy_from_slice(&eui64(mac));
+        let g = default_gid(mac).raw;
         ordered.push(IpAddr::V6(std::net::Ipv6Addr::from(g)));
     }
     ordered.extend(info.addrs.iter().map(|a| a.0).filter(IpAddr::is_ipv4));
@@ -487,8 +498,70 @@ pub fn gids(info: &InterfaceInfo) -> Vec<ibv_gid> {
         .collect()
 }
 
-fn port_attr(info: &InterfaceInfo) -> ibv_port_attr {
+/// IBTA `PortInfo:LinkWidthActive` codes (`IBV_WIDTH_*` as ibv_devinfo prints them).
+pub mod width {
+    /// 1x.
+    pub const X1: u8 = 1;
+    /// 4x.
+    pub const X4: u8 = 2;
+    /// 2x.
+    pub const X2: u8 = 16;
+}
+
+/// IBTA `PortInfo:LinkSpeedActive` / `LinkSpeedExtActive` codes, per lane, as
+/// `ibv_port_attr.active_speed` (and rdma-core 47's `active_speed_ex`) hold them.
+pub mod speed {
+    /// SDR, 2.5 Gb/s.
+    pub const SDR: u8 = 1;
+    /// DDR, 5 Gb/s.
+    pub const DDR: u8 = 2;
+    /// FDR10, 10 Gb/s.
+    pub const FDR10: u8 = 8;
+    /// EDR, 25 Gb/s.
+    pub const EDR: u8 = 32;
+    /// HDR, 50 Gb/s.
+    pub const HDR: u8 = 64;
+    /// NDR, 100 Gb/s.
+    pub const NDR: u8 = 128;
+}
+
+/// The IB link width and speed a RoCE port reports for an Ethernet link of `mbps`
+/// (ethtool's speed; `None` when the driver does not know it). The kernel's RoCE
+/// drivers, rdma_rxe among them (`ib_get_eth_speed`), take an unknown speed as 1 Gb/s
+/// and pick the IB width and per-lane speed whose product is the first at or above the
+/// link's: up to 1 Gb/s 1x SDR, 10 Gb/s 1x FDR10 (a veth's 10000), 20 Gb/s 4x DDR,
+/// 25 Gb/s 1x EDR, 40 Gb/s 4x FDR10, 50 Gb/s 2x EDR, 100 Gb/s 4x EDR, 200 Gb/s 4x HDR,
+/// faster 4x NDR. uroce does the same, so programs that print or weigh the port's
+/// rate (NCCL's bandwidth model, `ibv_devinfo`) see what rxe on that link shows.
+pub fn width_and_speed(mbps: Option<u32>) -> (u8, u8) {
+    match mbps.unwrap_or(1000) {
+        0..=1000 => (width::X1, speed::SDR),
+        1001..=10_000 => (width::X1, speed::FDR10),
+        10_001..=20_000 => (width::X4, speed::DDR),
+        20_001..=25_000 => (width::X1, speed::EDR),
+        25_001..=40_000 => (width::X4, speed::FDR10),
+        40_001..=50_000 => (width::X2, speed::EDR),
+        50_001..=100_000 => (width::X4, speed::EDR),
+        100_001..=200_000 => (width::X4, speed::HDR),
+        _ => (width::X4, speed::NDR),
+    }
+}
+
+/// A port's attributes: `struct ibv_port_attr` as rdma-core 44 lays it out, and
+/// `active_speed_ex`, the field rdma-core 47 added after it (bytes 52-55 of the
+/// 56-byte structure newer headers, NCCL's own among them, pass), which holds the
+/// active speed whatever its size (for speeds above NDR `active_speed` is 0).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PortAttr {
+    /// The rdma-core 44 structure.
+    pub attr: ibv_port_attr,
+    /// `active_speed_ex`.
+    pub active_speed_ex: u32,
+}
+
+fn port_attr(info: &InterfaceInfo, mbps: Option<u32>) -> ibv_port_attr {
     let active = info.up && matches!(info.oper_state, OperState::Up | OperState::Unknown);
+    let (active_width, active_speed) = width_and_speed(mbps);
     ibv_port_attr {
         state: if active {
             abi::IBV_PORT_ACTIVE
@@ -503,8 +576,8 @@ fn port_attr(info: &InterfaceInfo) -> ibv_port_attr {
         max_msg_sz: 1 << 31,
         pkey_tbl_len: 1,
         max_vl_num: 1,
-        active_width: 1,
-        active_speed: 1,
+        active_width,
+        active_speed,
         // LINK_UP or DISABLED.
         phys_state: if active { 5 } else { 3 },
         link_layer: abi::IBV_LINK_LAYER_ETHERNET,
@@ -521,7 +594,9 @@ fn device_attr(device: &Device) -> ibv_device_attr {
         sys_image_guid: device.guid(),
         max_mr_size: u64::MAX,
         page_size_cap: 0xffff_f000,
-        vendor_id: 0,
+        // The IEEE OUI field of a soft device, as rdma_rxe reports (0xffffff: no OUI;
+        // rdma-core's test suite wants a non-zero vendor id); no part number.
+        vendor_id: VENDOR_ID,
         vendor_part_id: 0,
         hw_ver: 0,
         max_qp: 1 << 16,
@@ -569,12 +644,17 @@ fn live_info(device: &Device) -> Result<InterfaceInfo, c_int> {
 
 /// `verbs_context.query_port` (what the inline `ibv_query_port` calls) and
 /// `ibv_query_port`: the port's attributes, or the errno.
-pub(crate) fn query_port(ctx: *mut ibv_context, port: u8) -> Result<ibv_port_attr, c_int> {
+pub(crate) fn query_port(ctx: *mut ibv_context, port: u8) -> Result<PortAttr, c_int> {
     let device = context(ctx).ok_or(EINVAL)?;
     if port != 1 {
         return Err(EINVAL);
     }
-    live_info(device).map(|info| port_attr(&info))
+    let info = live_info(device)?;
+    let attr = port_attr(&info, addresses::link_speed_mbps(&device.iface));
+    Ok(PortAttr {
+        attr,
+        active_speed_ex: u32::from(attr.active_speed),
+    })
 }
 
 /// `verbs_context.query_device_ex` (what the inline `ibv_query_device_ex` calls): the
@@ -692,6 +772,39 @@ pub(crate) fn query_gid_ex(
     }
 }
 
+/// `_ibv_query_gid_table` (behind the inline `ibv_query_gid_table`): every used GID entry
+/// of every port, in index order, as `ibv_query_gid_ex` gives each (RoCE v2, the
+/// interface's ifindex), or the errno rdma-core gives: EINVAL for `flags` other than 0,
+/// an `entry_size` smaller than `struct ibv_gid_entry`, or a table with more entries
+/// than `max_entries`.
+pub(crate) fn query_gid_table(
+    ctx: *mut ibv_context,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> Result<Vec<abi::ibv_gid_entry>, c_int> {
+    if flags != 0 || entry_size < std::mem::size_of::<abi::ibv_gid_entry>() {
+        return Err(EINVAL);
+    }
+    let device = context(ctx).ok_or(EINVAL)?;
+    let info = live_info(device)?;
+    let table: Vec<abi::ibv_gid_entry> = gids(&info)
+        .into_iter()
+        .enumerate()
+        .map(|(i, gid)| abi::ibv_gid_entry {
+            gid,
+            gid_index: i as u32,
+            port_num: 1,
+            gid_type: abi::IBV_GID_TYPE_ROCE_V2,
+            ndev_ifindex: device.ifindex,
+        })
+        .collect();
+    if table.len() > max_entries {
+        return Err(EINVAL);
+    }
+    Ok(table)
+}
+
 /// `ibv_query_pkey`: the one P_Key, 0xffff, at index 0; or EINVAL.
 pub(crate) fn query_pkey(ctx: *mut ibv_context, port: u8, index: c_int) -> Result<u16, c_int> {
     match context(ctx).is_some() && port == 1 && index == 0 {
@@ -730,6 +843,26 @@ mod tests {
             addrs: addrs.iter().map(|&a| (a, 24)).collect(),
             connected: Vec::new(),
         }
+    }
+
+    #[test]
+    fn link_speed_maps_to_width_and_speed_as_rxe() {
+        // Unknown is taken as 1 Gb/s, as the kernel's RoCE drivers do.
+        assert_eq!(width_and_speed(None), (width::X1, speed::SDR));
+        assert_eq!(width_and_speed(Some(100)), (width::X1, speed::SDR));
+        assert_eq!(width_and_speed(Some(1000)), (width::X1, speed::SDR));
+        // veth's 10000.
+        assert_eq!(width_and_speed(Some(10_000)), (width::X1, speed::FDR10));
+        assert_eq!(width_and_speed(Some(20_000)), (width::X4, speed::DDR));
+        assert_eq!(width_and_speed(Some(25_000)), (width::X1, speed::EDR));
+        assert_eq!(width_and_speed(Some(40_000)), (width::X4, speed::FDR10));
+        assert_eq!(width_and_speed(Some(50_000)), (width::X2, speed::EDR));
+        assert_eq!(width_and_speed(Some(100_000)), (width::X4, speed::EDR));
+        assert_eq!(width_and_speed(Some(200_000)), (width::X4, speed::HDR));
+        assert_eq!(width_and_speed(Some(400_000)), (width::X4, speed::NDR));
+        let i = info(&[]);
+        let a = port_attr(&i, Some(25_000));
+        assert_eq!((a.active_width, a.active_speed), (width::X1, speed::EDR));
     }
 
     #[test]
@@ -775,13 +908,13 @@ mod tests {
     #[test]
     fn port_follows_the_link() {
         let mut i = info(&[]);
-        assert_eq!(port_attr(&i).state, abi::IBV_PORT_ACTIVE);
-        assert_eq!(port_attr(&i).link_layer, abi::IBV_LINK_LAYER_ETHERNET);
+        assert_eq!(port_attr(&i, None).state, abi::IBV_PORT_ACTIVE);
+        assert_eq!(port_attr(&i, None).link_layer, abi::IBV_LINK_LAYER_ETHERNET);
         i.oper_state = OperState::LowerLayerDown;
-        assert_eq!(port_attr(&i).state, abi::IBV_PORT_DOWN);
+        assert_eq!(port_attr(&i, None).state, abi::IBV_PORT_DOWN);
         i.oper_state = OperState::Up;
         i.up = false;
-        assert_eq!(port_attr(&i).state, abi::IBV_PORT_DOWN);
+        assert_eq!(port_attr(&i, None).state, abi::IBV_PORT_DOWN);
     }
 
     #[test]

@@ -148,7 +148,6 @@ mod compat {
 
 // The verbs uroce does not implement yet.
 unsupported! {
-    _ibv_query_gid_table: neg_isize @@ "IBVERBS_1.11";
     ibv_attach_mcast: errno @@ "IBVERBS_1.1";
     ibv_detach_mcast: errno @@ "IBVERBS_1.1";
     ibv_get_device_index: minus1 @@ "IBVERBS_1.9";
@@ -163,7 +162,6 @@ unsupported! {
     ibv_query_qp_data_in_order: zero @@ "IBVERBS_1.14";
     ibv_read_sysfs_file: minus1 @@ "IBVERBS_1.0";
     ibv_reg_dmabuf_mr: ptr @@ "IBVERBS_1.12";
-    ibv_rereg_mr: errno @@ "IBVERBS_1.1";
     ibv_resize_cq: errno @@ "IBVERBS_1.1";
     ibv_resolve_eth_l2_from_gid: errno @@ "IBVERBS_1.1";
     ibv_set_ece: errno @@ "IBVERBS_1.10";
@@ -393,7 +391,9 @@ pub unsafe extern "C" fn ibv_modify_qp(
 default_version!(ibv_modify_qp, "IBVERBS_1.1");
 
 /// `ibv_query_qp`: the QP's attributes (all of them, whatever `mask` asks) and what it
-/// was created with.
+/// was created with. Only the first [`crate::abi::QP_ATTR_QUERIED`] bytes of `attr` are
+/// written, the fields rdma-core 44's query fills: never `rate_limit`, which an
+/// `ibv_qp_attr` of older headers (NCCL's 136-byte one) does not have.
 ///
 /// # Safety
 /// `attr` and `init_attr` are NULL or point at writable structures.
@@ -410,8 +410,9 @@ pub unsafe extern "C" fn ibv_query_qp(
         }
         match crate::qp::query_qp(qp) {
             Ok((a, i)) => {
-                // SAFETY: the caller's pointers, not NULL.
-                let _ = unsafe { ffi::write(attr, a) };
+                // SAFETY: the caller's pointer, not NULL, to at least the fields up to
+                // `rate_limit` (every verbs.h's `ibv_qp_attr` has them).
+                let _ = unsafe { ffi::write_prefix(attr.cast(), &a, crate::abi::QP_ATTR_QUERIED) };
                 // SAFETY: as above.
                 let _ = unsafe { ffi::write(init_attr, i) };
                 0
@@ -844,6 +845,73 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 }
 default_version!(ibv_reg_mr_iova2, "IBVERBS_1.8");
 
+/// `ibv_rereg_mr`: 0, or an `IBV_REREG_MR_ERR_*` code with errno set (see
+/// `resources::rereg_mr`). On success the caller's `ibv_mr` has the new `pd`
+/// (`IBV_REREG_MR_CHANGE_PD`), `addr` and `length` (`IBV_REREG_MR_CHANGE_TRANSLATION`),
+/// and the new keys.
+///
+/// # Safety
+/// `mr` is NULL or a region this library returned; with
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`, `addr` and `length` are as `ibv_reg_mr`'s: valid
+/// until `ibv_dereg_mr` (or another rereg) of `mr` succeeds.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut crate::abi::ibv_mr,
+    flags: c_int,
+    pd: *mut crate::abi::ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    use crate::resources as r;
+    let fail = |(code, errno): (c_int, c_int)| {
+        set_errno(errno);
+        code
+    };
+    ffi::call(
+        "ibv_rereg_mr",
+        || fail((r::REREG_ERR_CMD, EIO)),
+        move || {
+            let translation = flags & r::REREG_CHANGE_TRANSLATION != 0;
+            if !r::rereg_input_ok(flags, !addr.is_null() && length != 0, access) {
+                return fail((r::REREG_ERR_INPUT, libc::EINVAL));
+            }
+            let mem = match translation {
+                // SAFETY: this function's contract for a new translation.
+                true => unsafe { ffi::ProgramMemory::new(addr, length) },
+                false => match r::mr_range(mr) {
+                    // SAFETY: the region's own bytes, registered through ibv_reg_mr (or
+                    // an earlier rereg) under its contract, which holds until
+                    // ibv_dereg_mr of `mr` succeeds: the new registration is `mr`'s.
+                    Some((a, l)) => unsafe { ffi::ProgramMemory::new(a as *mut c_void, l) },
+                    None => return fail((r::REREG_ERR_INPUT, libc::EINVAL)),
+                },
+            };
+            match r::rereg_mr(mr, flags, pd, mem, access) {
+                Ok((lkey, rkey)) => {
+                    // SAFETY: `mr` is a live region of ours (rereg_mr found it), a C
+                    // object this library allocated; the program does not write it
+                    // during the call.
+                    let m = unsafe { &mut *mr };
+                    if flags & r::REREG_CHANGE_PD != 0 {
+                        m.pd = pd;
+                    }
+                    if translation {
+                        m.addr = addr;
+                        m.length = length;
+                    }
+                    m.lkey = lkey;
+                    m.rkey = rkey;
+                    m.handle = lkey;
+                    0
+                }
+                Err(e) => fail(e),
+            }
+        },
+    )
+}
+default_version!(ibv_rereg_mr, "IBVERBS_1.1");
+
 /// `ibv_dereg_mr`.
 #[no_mangle]
 pub extern "C" fn ibv_dereg_mr(mr: *mut crate::abi::ibv_mr) -> c_int {
@@ -1039,8 +1107,22 @@ pub(crate) unsafe extern "C" fn query_port_ex(
 ) -> c_int {
     ffi::errno("query_port_ex", move || {
         let written = crate::device::query_port(ctx, port).and_then(|a| {
-            // SAFETY: the caller's contract.
-            unsafe { ffi::write_prefix(attr.cast(), &a, len) }
+            // SAFETY: the caller's contract: `len` writable bytes, all of them cleared
+            // (rdma-core clears the caller's whole structure), the rdma-core 44 fields
+            // copied.
+            unsafe { ffi::write_prefix(attr.cast(), &a.attr, len) }?;
+            let at = crate::abi::PORT_ATTR_ACTIVE_SPEED_EX;
+            if len >= at + 4 {
+                // SAFETY: `attr` has `len` ≥ at + 4 writable bytes; no alignment is
+                // assumed.
+                unsafe {
+                    attr.cast::<u8>()
+                        .add(at)
+                        .cast::<u32>()
+                        .write_unaligned(a.active_speed_ex)
+                };
+            }
+            Ok(())
         });
         written.err().unwrap_or(0)
     })
@@ -1164,6 +1246,45 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     })
 }
 default_version!(_ibv_query_gid_ex, "IBVERBS_1.11");
+
+/// `_ibv_query_gid_table` (behind the inline `ibv_query_gid_table`): the number of
+/// entries written to `entries` (each `entry_size` bytes apart), or a negative errno.
+///
+/// # Safety
+/// `entries` is NULL or points at `max_entries` writable entries of `entry_size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    ctx: *mut crate::abi::ibv_context,
+    entries: *mut crate::abi::ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    ffi::call(
+        "_ibv_query_gid_table",
+        || -(EIO as isize),
+        move || match crate::device::query_gid_table(ctx, max_entries, flags, entry_size) {
+            Ok(table) if !table.is_empty() && entries.is_null() => -(libc::EINVAL as isize),
+            Ok(table) => {
+                for (i, e) in table.iter().enumerate() {
+                    // SAFETY: i < table.len() ≤ max_entries, so the entry at i times
+                    // `entry_size` (≥ its size, checked) is the caller's, writable; no
+                    // alignment is assumed for a stride the caller chose.
+                    unsafe {
+                        entries
+                            .cast::<u8>()
+                            .add(i * entry_size)
+                            .cast::<crate::abi::ibv_gid_entry>()
+                            .write_unaligned(*e)
+                    };
+                }
+                table.len() as isize
+            }
+            Err(e) => -(e as isize),
+        },
+    )
+}
+default_version!(_ibv_query_gid_table, "IBVERBS_1.11");
 
 /// `ibv_query_pkey`: 0, or -1 with errno.
 ///

@@ -118,8 +118,15 @@ pub(crate) fn gid_of(ip: IpAddr) -> ibv_gid {
 /// Where packets to `ah`'s GID go: the IP address and the next hop's MAC address (our
 /// own for our own address; zeros where the datapath lets the kernel build the link
 /// header). Opens the datapath if it is not open yet. EINVAL when the source GID
-/// (`grh.sgid_index`) is not the device's address the context sends from, or the
-/// destination is of the other IP version; EHOSTUNREACH when the MAC cannot be found.
+/// (`grh.sgid_index`) is not the device's address the context sends to that destination
+/// from, or the destination is of the other IP version; EHOSTUNREACH when the MAC cannot
+/// be found.
+///
+/// A context sends from one address, the device's first IPv4 one (else its first), and
+/// on a datapath that builds the link headers (AF_XDP) also from GID 0, the default GID
+/// (fe80:: with the EUI-64 of the MAC), to a destination GID that is IPv6 link-local, as
+/// a NIC does: libfabric's dgram and rdm endpoints name GID 0 at both ends. The UDP
+/// backend's socket is bound to the one address, so there GID 0 stays EINVAL.
 /// Called without the context's lock: finding a MAC may take an ARP exchange (up to
 /// `neighbours::GIVE_UP`), during which the context's other verbs and its progress
 /// thread go on; each ARP frame takes the lock only to be sent.
@@ -129,13 +136,16 @@ pub(crate) fn remote_of(shared: &Arc<Shared>, ah: &ibv_ah_attr) -> Result<Remote
         let mut g = shared.lock();
         shared.start(&mut g)?;
         let needs = g.backend().is_some_and(|b| b.needs_link_addresses());
-        (g.device, g.uroce.config().ip, needs)
+        let source = match (ip, g.uroce.link_local()) {
+            (IpAddr::V6(to), Some(ll)) if needs && to.is_unicast_link_local() => IpAddr::V6(ll),
+            _ => g.uroce.config().ip,
+        };
+        (g.device, source, needs)
     };
     if ip.is_ipv4() != local.is_ipv4() {
         return Err(EINVAL);
     }
-    // The source GID must be the one this context sends from (uroce has one address
-    // per context, the device's first IPv4 address, else its first address).
+    // The source GID must be the one this context sends to `ip` from.
     let info = uroce::net::addresses::interface_info(device.iface()).map_err(|_| libc::ENODEV)?;
     let sgid = crate::device::gids(&info)
         .get(usize::from(ah.grh.sgid_index))
@@ -178,11 +188,16 @@ pub(crate) fn remote_within_weak(
         (g.device, g.uroce.config().ip)
     };
     let mac = device.mac();
-    if ip == local {
+    if ip == local || Some(ip) == own_link_local(device) {
         return Ok(Remote { ip, mac });
     }
     if !needs_l2 {
         return Ok(Remote { ip, mac: [0; 6] });
+    }
+    if let Some(peer) = mac_of_link_local(ip) {
+        // As the kernel's RoCE address resolution does for a link-local GID: the MAC is
+        // in its EUI-64 (no neighbour discovery).
+        return Ok(Remote { ip, mac: peer });
     }
     let r = uroce::net::resolve::resolve(
         device.iface(),
@@ -200,6 +215,21 @@ pub(crate) fn remote_within_weak(
     )
     .map_err(|_| libc::EHOSTUNREACH)?;
     Ok(Remote { ip, mac: r.mac })
+}
+
+/// The device's default GID as an address: fe80:: with the EUI-64 of its MAC.
+pub(crate) fn own_link_local(device: &crate::device::Device) -> Option<IpAddr> {
+    let g = crate::device::default_gid(device.mac());
+    Some(IpAddr::V6(Ipv6Addr::from(g.raw)))
+}
+
+/// The MAC address in a link-local IPv6 address made from one (fe80::/64 with an EUI-64
+/// interface id: ff:fe in its middle, the universal/local bit flipped); None otherwise.
+pub(crate) fn mac_of_link_local(ip: IpAddr) -> Option<[u8; 6]> {
+    let IpAddr::V6(v6) = ip else { return None };
+    let o = v6.octets();
+    let eui = o[0] == 0xfe && o[1] == 0x80 && o[2..8] == [0; 6] && o[11] == 0xff && o[12] == 0xfe;
+    eui.then(|| [o[8] ^ 2, o[9], o[10], o[13], o[14], o[15]])
 }
 
 /// What a QP was granted, as `struct ibv_qp_cap` says it (`max_recv_wr` 0 on an SRQ).
@@ -766,6 +796,14 @@ mod tests {
         let mut ah = ibv_ah_attr::default();
         ah.grh.dgid = gid_of("10.0.0.2".parse().unwrap());
         assert_eq!(ip_of(&ah), Err(EINVAL), "RoCE needs is_global");
+        let ll = |s: &str| IpAddr::V6(s.parse().unwrap());
+        assert_eq!(
+            mac_of_link_local(ll("fe80::6c31:8eff:fe34:40d8")),
+            Some([0x6e, 0x31, 0x8e, 0x34, 0x40, 0xd8])
+        );
+        assert_eq!(mac_of_link_local(ll("fe80::1")), None, "not an EUI-64");
+        assert_eq!(mac_of_link_local(ll("fd00::6c31:8eff:fe34:40d8")), None);
+        assert_eq!(mac_of_link_local(IpAddr::V4([10, 0, 0, 1].into())), None);
         ah.is_global = 1;
         assert_eq!(ip_of(&ah), Ok("10.0.0.2".parse().unwrap()));
         ah.grh.dgid = gid_of("fd00::2".parse().unwrap());

@@ -184,6 +184,91 @@ pub(crate) fn reg_mr(
     }
 }
 
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`: new address and length.
+pub(crate) const REREG_CHANGE_TRANSLATION: c_int = 1;
+/// `IBV_REREG_MR_CHANGE_PD`: a new protection domain.
+pub(crate) const REREG_CHANGE_PD: c_int = 2;
+/// `IBV_REREG_MR_CHANGE_ACCESS`: new access flags.
+pub(crate) const REREG_CHANGE_ACCESS: c_int = 4;
+/// `IBV_REREG_MR_ERR_INPUT`: the input was refused; the region is as it was.
+pub(crate) const REREG_ERR_INPUT: c_int = -1;
+/// `IBV_REREG_MR_ERR_CMD`: the provider refused the change. rdma-core says the region
+/// should not be used after it; uroce leaves it as it was.
+pub(crate) const REREG_ERR_CMD: c_int = -4;
+
+/// The registered range of the program's region `mr` (its address and length), if `mr`
+/// is one.
+pub(crate) fn mr_range(mr: *mut ibv_mr) -> Option<(u64, usize)> {
+    let ctx = owner_of(mr)?;
+    with_inner(ctx, |inner| {
+        inner.mrs.get(&(mr as usize)).map(|m| (m.addr, m.len))
+    })
+    .flatten()
+}
+
+/// The checks `ibv_rereg_mr` makes before asking the provider (rdma-core 44's verbs.c),
+/// each `IBV_REREG_MR_ERR_INPUT` with EINVAL: flags outside
+/// `IBV_REREG_MR_FLAGS_SUPPORTED`, a new translation with a NULL address or a zero
+/// length (`translation`: whether the new one has both), access flags without
+/// `IBV_REREG_MR_CHANGE_ACCESS`.
+pub(crate) fn rereg_input_ok(flags: c_int, translation: bool, access: c_int) -> bool {
+    let all = REREG_CHANGE_TRANSLATION | REREG_CHANGE_PD | REREG_CHANGE_ACCESS;
+    flags & !all == 0
+        && (flags & REREG_CHANGE_TRANSLATION == 0 || translation)
+        && (access == 0 || flags & REREG_CHANGE_ACCESS != 0)
+}
+
+/// `ibv_rereg_mr`, after [`rereg_input_ok`]: registers `mem` (the new translation, or
+/// the region's own range) in the new protection domain `pd` (`IBV_REREG_MR_CHANGE_PD`)
+/// with the new rights (`IBV_REREG_MR_CHANGE_ACCESS`), then deregisters the old
+/// registration; the C `ibv_mr` keeps its address, its keys are the new ones (as a
+/// kernel's rereg may change them). The new `(lkey, rkey)`, or the `ibv_rereg_mr`
+/// return code and errno: `IBV_REREG_MR_ERR_INPUT` / EINVAL for a region that is not
+/// one, `IBV_REREG_MR_ERR_CMD` for what the kernel's rereg refuses (no flag: EINVAL; a
+/// PD that is not the context's: EINVAL; access flags as `ibv_reg_mr` refuses them; the
+/// old registration in use: EBUSY), in which case the region is as it was.
+pub(crate) fn rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    mem: ProgramMemory,
+    access: c_int,
+) -> Result<(u32, u32), (c_int, c_int)> {
+    let Some(ctx) = owner_of(mr) else {
+        return Err((REREG_ERR_INPUT, EINVAL));
+    };
+    let done = with_inner(ctx, |inner| {
+        let Some(old) = inner.mrs.get(&(mr as usize)).copied() else {
+            return Err((REREG_ERR_INPUT, EINVAL));
+        };
+        if flags == 0 {
+            return Err((REREG_ERR_CMD, EINVAL));
+        }
+        let pd_id = match flags & REREG_CHANGE_PD {
+            0 => old.pd,
+            _ => *inner
+                .pds
+                .get(&(pd as usize))
+                .ok_or((REREG_ERR_CMD, EINVAL))?,
+        };
+        let rights = match flags & REREG_CHANGE_ACCESS {
+            0 => old.access,
+            _ => access_of(access as c_uint).map_err(|e| (REREG_ERR_CMD, e))?,
+        };
+        let new = mem
+            .register(&mut inner.uroce, pd_id, rights)
+            .map_err(|e| (REREG_ERR_CMD, e.errno()))?;
+        if let Err(e) = inner.uroce.dereg_mr(&old) {
+            // Nothing refers to the new registration yet.
+            let _ = inner.uroce.dereg_mr(&new);
+            return Err((REREG_ERR_CMD, e.errno()));
+        }
+        inner.mrs.insert(mr as usize, new);
+        Ok((new.lkey, new.rkey))
+    });
+    done.unwrap_or(Err((REREG_ERR_INPUT, EINVAL)))
+}
+
 /// `ibv_dereg_mr`: 0, or the errno (EBUSY while in use, EINVAL for an unknown region).
 pub(crate) fn dereg_mr(mr: *mut ibv_mr) -> c_int {
     let Some(ctx) = owner_of(mr) else {

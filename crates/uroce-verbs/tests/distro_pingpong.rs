@@ -66,8 +66,22 @@ fn serve_and_connect(
 }
 
 /// Runs `tool ARGS` as server in the first namespace and as client of it in the second,
-/// on `backend`; panics with both outputs unless both exit 0 and report their results.
+/// on `backend`, both ends on GID index 1 (the IPv4 address); panics with both outputs
+/// unless both exit 0 and report their results.
 fn run(pair: &VethPair, lib: &Path, backend: &str, tool: &str, args: &[&str], port: u16) {
+    run_on_gid(pair, lib, backend, tool, args, port, "1");
+}
+
+/// [`run`] with both ends on GID index `gid_index`.
+fn run_on_gid(
+    pair: &VethPair,
+    lib: &Path,
+    backend: &str,
+    tool: &str,
+    args: &[&str],
+    port: u16,
+    gid_index: &str,
+) {
     // rdma-core's examples take the GID index as -g, perftest as -x.
     let (gid, done) = match tool.starts_with("ibv_") {
         true => ("-g", " iters in "),
@@ -77,10 +91,14 @@ fn run(pair: &VethPair, lib: &Path, backend: &str, tool: &str, args: &[&str], po
     let port = port.to_string();
     let dev = |i: usize| format!("uroce_{}", pair.ifaces[i]);
     let (d0, d1) = (dev(0), dev(1));
-    let mut server: Vec<&str> = vec!["timeout", "60", tool, "-d", &d0, gid, "1", "-p", &port];
+    let mut server: Vec<&str> = vec![
+        "timeout", "60", tool, "-d", &d0, gid, gid_index, "-p", &port,
+    ];
     server.extend_from_slice(args);
     let addr = pair.addrs[0].to_string();
-    let mut client: Vec<&str> = vec!["timeout", "60", tool, "-d", &d1, gid, "1", "-p", &port];
+    let mut client: Vec<&str> = vec![
+        "timeout", "60", tool, "-d", &d1, gid, gid_index, "-p", &port,
+    ];
     client.extend_from_slice(args);
     client.push(&addr);
     let (srv, cli) = serve_and_connect(pair, lib, &env, &server, &client);
@@ -93,7 +111,34 @@ fn run(pair: &VethPair, lib: &Path, backend: &str, tool: &str, args: &[&str], po
     assert!(srv.status.success() && cli.status.success(), "{what}");
     // perftest's READ and atomic latency servers print no table: the client measures.
     assert!(text(&cli).contains(done), "{what}");
-    eprintln!("ok: {tool} {} over {backend}", args.join(" "));
+    eprintln!(
+        "ok: {tool} {} over {backend} on GID {gid_index}",
+        args.join(" ")
+    );
+}
+
+/// GID 0, the link-local default GID, at both ends as libfabric's dgram and rdm
+/// endpoints use it: an RC connection (its data checked), a UD exchange (checked) and
+/// an RDMA WRITE test between the two namespaces go over IPv6 link-local, over AF_XDP
+/// (the datapath that builds its own link headers: the UDP backend's socket has only
+/// the device's first address).
+#[test]
+fn gid_0_link_local_over_af_xdp() {
+    if !ready() {
+        return;
+    }
+    let lib = common::library_dir("pp-gid0");
+    let pair = VethPair::create("ppg", 1500).expect("veth pair");
+    let cases: [(&str, &[&str]); 3] = [
+        ("ibv_rc_pingpong", &["-n", "100", "-c"]),
+        ("ibv_ud_pingpong", &["-s", "1024", "-n", "100", "-c"]),
+        ("ib_write_bw", &["-s", "65536", "-n", "100"]),
+    ];
+    for (k, (tool, args)) in cases.iter().enumerate() {
+        run_on_gid(&pair, &lib, "xdp", tool, args, 18620 + k as u16, "0");
+    }
+    drop(pair);
+    let _ = std::fs::remove_dir_all(&lib);
 }
 
 fn suite(backend: &str, base_port: u16) {

@@ -510,3 +510,74 @@ fn uc_regions_cannot_be_deregistered_under_posted_requests() {
     assert!(a.ctx.dereg_mr(&abuf).unwrap().is_some());
     assert!(b.ctx.dereg_mr(&bbuf).unwrap().is_some());
 }
+
+fn link_local(n: u8) -> Ipv6Addr {
+    Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, u16::from(n))
+}
+
+/// A context on IPv4 with its interface's link-local address as a second one
+/// (`Context::set_link_local`): a datagram to a peer's link-local address leaves from
+/// its own (IPv6, in a frame moved to the buffer's start), arrives at the peer, and its
+/// answer comes back the same way; IPv4 goes on as before in the same contexts; a
+/// link-local peer without a link-local address of ours is refused.
+#[test]
+fn ud_over_the_link_local_address_beside_ipv4() {
+    let (mut a, mut b) = ud_pair(false);
+    // Without the second address: an IPv6 peer is the other IP version.
+    let to_ll = |n: u8| Remote {
+        ip: IpAddr::V6(link_local(n)),
+        mac: [2, 0, 0, 0, 0, n],
+    };
+    let sge = Sge {
+        addr: a.buf.addr + 512 * 1024,
+        length: 8,
+        lkey: a.buf.lkey,
+    };
+    let wr = |to: u8, qpn: u32| UdSendWr {
+        wr_id: 9,
+        dest: to_ll(to),
+        remote_qpn: qpn,
+        remote_qkey: QKEY,
+        sge,
+        imm: None,
+        signaled: true,
+        solicited: false,
+    };
+    assert!(a.ctx.post_send_ud(a.qpn, wr(2, b.qpn)).is_err());
+    a.ctx.set_link_local(Some(link_local(1)));
+    b.ctx.set_link_local(Some(link_local(2)));
+    assert_eq!(a.ctx.link_local(), Some(link_local(1)));
+    post_recvs(&mut b, 2, 2048);
+    a.ctx.post_send_ud(a.qpn, wr(2, b.qpn)).unwrap();
+    let sent = pump(&mut a, &mut b, Instant::now());
+    assert_eq!(sent.len(), 1);
+    let p = wire::parse(&sent[0]).unwrap();
+    assert_eq!(
+        (p.ip().src(), p.ip().dst()),
+        (IpAddr::V6(link_local(1)), IpAddr::V6(link_local(2)))
+    );
+    let wc = b.ctx.poll_cq(b.cq, 10);
+    assert_eq!(wc.len(), 1, "{wc:?}");
+    assert_eq!(wc[0].status, WcStatus::Success);
+    assert_eq!(wc[0].sender, Some(IpAddr::V6(link_local(1))));
+    // IPv4 in the same contexts, unchanged.
+    ud_send(&mut a, 2, b.qpn, QKEY, 8, false);
+    let sent = pump(&mut a, &mut b, Instant::now());
+    let p = wire::parse(&sent[0]).unwrap();
+    assert_eq!(p.ip().src(), addr(1, false));
+    let wc = b.ctx.poll_cq(b.cq, 10);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].sender, Some(addr(1, false)));
+    // A packet to a link-local address that is not b's is not b's.
+    post_recvs(&mut b, 1, 2048);
+    let mut other = wr(2, b.qpn);
+    other.dest.ip = IpAddr::V6(link_local(4));
+    a.ctx.post_send_ud(a.qpn, other).unwrap();
+    assert_eq!(pump(&mut a, &mut b, Instant::now()).len(), 1);
+    assert!(b.ctx.poll_cq(b.cq, 10).is_empty());
+    assert_eq!(b.ctx.counters().rx_not_for_us, 1);
+    // Not a link-local address: ignored.
+    a.ctx
+        .set_link_local(Some(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1)));
+    assert_eq!(a.ctx.link_local(), None);
+}

@@ -127,6 +127,9 @@ pub struct Context {
     /// The staging list of the packet being built ([`crate::transport::Io::gather`]).
     gather: Vec<crate::mem::Span>,
     counters: ContextCounters,
+    /// A second address: the interface's IPv6 link-local one, for peers named by their
+    /// link-local GID ([`Context::set_link_local`]).
+    link_local: Option<std::net::Ipv6Addr>,
 }
 
 impl Context {
@@ -153,12 +156,49 @@ impl Context {
             wcs: Vec::new(),
             gather: Vec::with_capacity(crate::transport::MAX_SGE as usize),
             counters: ContextCounters::default(),
+            link_local: None,
         }
     }
 
     /// The configuration.
     pub fn config(&self) -> &ContextConfig {
         &self.cfg
+    }
+
+    /// Gives the context a second address, `ip`, an IPv6 link-local address of its
+    /// interface (fe80::/10), or takes it away (`None`): packets to it are received as
+    /// packets to [`ContextConfig::ip`] are, and a peer at an IPv6 link-local address is
+    /// sent to from it, whatever the family of `ContextConfig::ip`. This is how a NIC
+    /// uses the default GID (IBTA §4.1.1, GID index 0: fe80:: with the port's EUI-64)
+    /// beside the GIDs of its other addresses. An address that is not link-local is
+    /// ignored.
+    pub fn set_link_local(&mut self, ip: Option<std::net::Ipv6Addr>) {
+        self.link_local = ip.filter(|a| a.is_unicast_link_local());
+    }
+
+    /// The second address ([`Context::set_link_local`]).
+    pub fn link_local(&self) -> Option<std::net::Ipv6Addr> {
+        self.link_local
+    }
+
+    /// Whether `ip` is one of this context's addresses.
+    pub(crate) fn is_own(&self, ip: IpAddr) -> bool {
+        ip == self.cfg.ip || matches!((ip, self.link_local), (IpAddr::V6(a), Some(b)) if a == b)
+    }
+
+    /// The address packets to `to` leave from: the link-local one for a link-local peer
+    /// when the context has one, else [`ContextConfig::ip`].
+    pub(crate) fn source_for(&self, to: IpAddr) -> IpAddr {
+        match (to, self.link_local) {
+            (IpAddr::V6(t), Some(ll)) if t.is_unicast_link_local() => IpAddr::V6(ll),
+            _ => self.cfg.ip,
+        }
+    }
+
+    /// Whether a peer at `to` can be reached from one of this context's addresses (of
+    /// the same IP version).
+    pub(crate) fn reaches(&self, to: IpAddr) -> bool {
+        self.source_for(to).is_ipv4() == to.is_ipv4()
     }
 
     /// Frame-level counters.

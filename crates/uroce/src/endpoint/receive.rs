@@ -149,7 +149,7 @@ impl Context {
     /// (an RC responder answers NAK Invalid Request, IBTA Vol. 1 §9.9.3 class C; UC drops
     /// the message; UD drops).
     fn handle_misfit(&mut self, now: Instant, m: &wire::Misfit) {
-        if m.ip.dst() != self.cfg.ip {
+        if !self.is_own(m.ip.dst()) {
             return;
         }
         let Some(qp) = self.qps.get_mut(&m.dest_qp) else {
@@ -175,7 +175,7 @@ impl Context {
 
     /// A packet whose ICRC verified: to its QP (or the reaction point, for a CNP).
     fn handle_packet(&mut self, now: Instant, p: &RocePacket<'_>) -> Result<(), WireError> {
-        if p.ip().dst() != self.cfg.ip {
+        if !self.is_own(p.ip().dst()) {
             self.counters.rx_not_for_us += 1;
             return Ok(());
         }

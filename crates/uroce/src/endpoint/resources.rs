@@ -445,7 +445,7 @@ impl Context {
         attr: &QpAttr,
         mask: QpAttrMask,
     ) -> Result<(), VerbsError> {
-        if mask.contains(QpAttrMask::AV) && attr.ah_attr.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
+        if mask.contains(QpAttrMask::AV) && !self.reaches(attr.ah_attr.ip) {
             return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
@@ -716,7 +716,7 @@ impl Context {
                 "post_send_ud_sgl takes the buffer from the list: wr.sge must be Sge::default()",
             ));
         }
-        if wr.dest.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
+        if !self.reaches(wr.dest.ip) {
             return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
@@ -753,7 +753,7 @@ impl Context {
         wr: UdSendWr,
         flags: SendFlags,
     ) -> Result<(), VerbsError> {
-        if wr.dest.ip.is_ipv4() != self.cfg.ip.is_ipv4() {
+        if !self.reaches(wr.dest.ip) {
             return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;

@@ -1,6 +1,7 @@
 //! What the endpoint hands a backend with each datagram it produces, quinn-style: the
 //! RoCE bytes (BTH to ICRC) are in the caller's buffer, and this record says where they go.
 
+use std::net::IpAddr;
 use std::time::Instant;
 
 use super::{udp_source_port_of, Context};
@@ -125,11 +126,18 @@ impl Context {
     /// and returns its length: [`Context::poll_transmit`] with the link headers in front,
     /// for simulated links, tests and tools that move frames.
     pub fn poll_frame(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        let at = wire::ethernet::HEADER_LEN + wire::datagram::roce_headers_len(self.cfg.ip);
-        let t = self.poll_transmit(now, buf.get_mut(at..)?)?;
-        debug_assert_eq!(t.link_headers_len(), at);
-        t.emit_link_headers(self.cfg.mac, &mut buf[..at]).ok()?;
-        Some(at + t.len)
+        // Room for the longer IPv6 headers when a packet may go from the link-local
+        // address; the frame is moved to the start of `buf` when its headers are shorter.
+        let widest = match self.link_local {
+            Some(ll) => IpAddr::V6(ll),
+            None => self.cfg.ip,
+        };
+        let room = wire::ethernet::HEADER_LEN + wire::datagram::roce_headers_len(widest);
+        let t = self.poll_transmit(now, buf.get_mut(room..)?)?;
+        let at = room.checked_sub(t.link_headers_len())?;
+        t.emit_link_headers(self.cfg.mac, &mut buf[at..room]).ok()?;
+        buf.copy_within(at..room + t.len, 0);
+        Some(room - at + t.len)
     }
 
     /// Builds the RoCE part of `pkt` from QP `qpn` into `buf`.
@@ -137,7 +145,8 @@ impl Context {
     /// peer of the other IP version) is counted in `tx_dropped`; RC recovers it as a loss.
     fn emit(&mut self, qpn: u32, pkt: &OutPacket, tos: u8, buf: &mut [u8]) -> Option<Transmit> {
         let sport = udp_source_port_of(self.cfg.udp_sport_base, qpn, self.udp_sports);
-        let Some(datagram) = DatagramRepr::roce(self.cfg.ip, pkt.to.ip, sport, tos) else {
+        let from = self.source_for(pkt.to.ip);
+        let Some(datagram) = DatagramRepr::roce(from, pkt.to.ip, sport, tos) else {
             self.counters.tx_dropped += 1;
             return None;
         };

@@ -233,6 +233,54 @@ pub fn ifname(index: u32) -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
+/// The link speed of interface `iface` in Mb/s, as the kernel's ethtool interface reports
+/// it (`SIOCETHTOOL` with `ETHTOOL_GSET`, ethtool(8)'s "Speed:"), asked in the calling
+/// thread's network namespace; `None` when the driver does not know it (veth with no
+/// configured speed, a link down: `SPEED_UNKNOWN`) or the interface does not exist.
+pub fn link_speed_mbps(iface: &str) -> Option<u32> {
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    const ETHTOOL_GSET: u32 = 1;
+    // `struct ethtool_cmd` (linux/ethtool.h): 44 bytes; the low 16 bits of the speed at
+    // bytes 12..14, the high 16 bits at bytes 28..30, native order.
+    let mut cmd = [0u32; 11];
+    cmd[0] = ETHTOOL_GSET;
+    let name = iface.as_bytes();
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return None;
+    }
+    // SAFETY: all-zeros is a valid `ifreq` (a name and a union of integers/pointers).
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, &b) in req.ifr_name.iter_mut().zip(name) {
+        *d = b as libc::c_char;
+    }
+    req.ifr_ifru.ifru_data = cmd.as_mut_ptr().cast();
+    // SAFETY: plain socket(2); the descriptor is owned below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: SIOCETHTOOL reads the name from `req` and writes at most the 44 bytes of
+    // `cmd` its `ifru_data` points at; both outlive the call.
+    let rc = unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(&sock),
+            SIOCETHTOOL as _,
+            &mut req as *mut libc::ifreq,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    let bytes: Vec<u8> = cmd.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let lo = u16::from_ne_bytes([bytes[12], bytes[13]]);
+    let hi = u16::from_ne_bytes([bytes[28], bytes[29]]);
+    let speed = (u32::from(hi) << 16) | u32::from(lo);
+    // SPEED_UNKNOWN is -1 (0xffff in the 16 bits of old drivers); 0 is no speed either.
+    (!matches!(speed, 0 | 0xffff | u32::MAX)).then_some(speed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,5 +430,14 @@ mod tests {
         );
         let e = interface_with_address(ip("192.0.2.201")).unwrap_err();
         assert_eq!(e.to_string(), "no interface has the address 192.0.2.201");
+    }
+
+    #[test]
+    fn link_speed_is_none_without_one() {
+        // Loopback has no link speed; an interface that does not exist has none either.
+        assert_eq!(link_speed_mbps("lo"), None);
+        assert_eq!(link_speed_mbps("nosuch-if0"), None);
+        assert_eq!(link_speed_mbps(""), None);
+        assert_eq!(link_speed_mbps("a-name-longer-than-ifnamsiz"), None);
     }
 }
