@@ -109,7 +109,7 @@ impl Device {
     /// as the kernel reports it now.
     pub fn port_attr_now(&self) -> Result<(InterfaceInfo, ibv_port_attr), c_int> {
         let info = live_info(self)?;
-        let attr = port_attr(&info);
+        let attr = port_attr(&info, addresses::link_speed_mbps(&self.iface));
         Ok((info, attr))
     }
 
@@ -223,7 +223,7 @@ impl Device {
 /// The port attributes of `info`, for the tests of other modules.
 #[cfg(test)]
 pub(crate) fn port_attr_for_test(info: &InterfaceInfo) -> ibv_port_attr {
-    port_attr(info)
+    port_attr(info, None)
 }
 
 /// N of a new device's `uverbsN`: its position in the listing, as in every process
@@ -649,8 +649,7 @@ pub(crate) fn query_port(ctx: *mut ibv_context, port: u8) -> Result<PortAttr, c_
     if port != 1 {
         return Err(EINVAL);
     }
-    let info = live_info(device)?;
-    let attr = port_attr(&info, addresses::link_speed_mbps(&device.iface));
+    let (_, attr) = device.port_attr_now()?;
     Ok(PortAttr {
         attr,
         active_speed_ex: u32::from(attr.active_speed),
