@@ -220,10 +220,20 @@ fn cap_of(i: &QpInitAttr) -> ibv_qp_cap {
 /// `ibv_create_qp`: a QP in RESET; `attr->cap` is updated with what was granted. EINVAL
 /// for CQs or an SRQ not of the PD's context; EOPNOTSUPP for raw packet and XRC QPs.
 pub(crate) fn create_qp(pd: *mut ibv_pd, attr: Option<&mut ibv_qp_init_attr>) -> *mut ibv_qp {
-    let Some(ctx) = owner_of(pd) else {
+    let Some(a) = attr else {
         return null_with(EINVAL);
     };
-    let Some(a) = attr else {
+    create_qp_with(pd, a, 0)
+}
+
+/// [`create_qp`], for `ibv_create_qp_ex` too: `send_ops` is its `send_ops_flags` (0 for
+/// a QP of `ibv_create_qp`, whose `ibv_qp_to_qp_ex` is NULL), checked by the caller.
+pub(crate) fn create_qp_with(
+    pd: *mut ibv_pd,
+    a: &mut ibv_qp_init_attr,
+    send_ops: u64,
+) -> *mut ibv_qp {
+    let Some(ctx) = owner_of(pd) else {
         return null_with(EINVAL);
     };
     let Some(shared) = shared_of(ctx) else {
@@ -267,7 +277,8 @@ pub(crate) fn create_qp(pd: *mut ibv_pd, attr: Option<&mut ibv_qp_init_attr>) ->
         if let Ok((_, i)) = inner.uroce.query_qp(qpn) {
             a.cap = cap_of(&i);
         }
-        let mut q: ibv_qp = crate::ffi::zeroed();
+        let mut x: crate::abi::ibv_qp_ex = crate::ffi::zeroed();
+        let q = &mut x.qp_base;
         q.context = ctx;
         q.qp_context = a.qp_context;
         q.pd = pd;
@@ -278,7 +289,14 @@ pub(crate) fn create_qp(pd: *mut ibv_pd, attr: Option<&mut ibv_qp_init_attr>) ->
         q.qp_num = qpn;
         q.state = 0;
         q.qp_type = a.qp_type;
-        let q = Box::into_raw(Box::new(q));
+        if send_ops != 0 {
+            crate::exports::fill_wr_builders(&mut x);
+        }
+        let obj = crate::qp_ex::QpObject {
+            qp: x,
+            extra: crate::qp_ex::QpExtra::new(crate::qp_ex::config(send_ops, a.qp_type, &a.cap)),
+        };
+        let q = Box::into_raw(Box::new(obj)).cast::<ibv_qp>();
         inner.qps.insert(
             q as usize,
             QpEntry {
