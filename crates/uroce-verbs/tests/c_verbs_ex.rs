@@ -7,7 +7,9 @@
 //!   QPs of one device (loopback through its own GID): one batch of RDMA WRITE and WRITE
 //!   with immediate, RDMA READ, fetch-and-add and compare-and-swap in one batch, SEND with
 //!   immediate from inline data, SEND of an SGE list and of an inline list, each with its
-//!   data checked in the program's buffers; UD SENDs through `ibv_wr_set_ud_addr`;
+//!   data checked in the program's buffers; a type 2 window bound, used, invalidated
+//!   (`ibv_wr_bind_mw`, `ibv_wr_local_inv`, `ibv_wr_send_inv`); UD SENDs through
+//!   `ibv_wr_set_ud_addr`;
 //! - the refusals: operations a QP type does not take (EOPNOTSUPP at create), an
 //!   operation not asked for, an SGE list longer than `max_send_sge`, inline data longer
 //!   than `max_inline_data` (each fails `ibv_wr_complete` and posts nothing), an aborted
@@ -121,10 +123,11 @@ int main(void) {
     CHECK(cqx && cqx->cqe >= 64 && ibv_cq_ex_to_cq(cqx)->channel == ch);
     struct ibv_poll_cq_attr pa = { 0 };
     CHECK(ibv_start_poll(cqx, &pa) == ENOENT);
+    struct done d;
 
     char *a_buf = calloc(1, 8192), *b_buf = calloc(1, 8192);
     int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                 IBV_ACCESS_REMOTE_ATOMIC;
+                 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
     struct ibv_mr *a_mr = ibv_reg_mr(pd, a_buf, 8192, access), *b_mr = ibv_reg_mr(pd, b_buf, 8192, access);
     CHECK(a_mr && b_mr);
 
@@ -138,8 +141,10 @@ int main(void) {
 
     uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
                    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
-                   IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
-    struct ibv_qp *a = qp_ex(ctx, pd, IBV_QPT_RC, ops), *b = qp_ex(ctx, pd, IBV_QPT_RC, IBV_QP_EX_WITH_SEND);
+                   IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+                   IBV_QP_EX_WITH_SEND_WITH_INV;
+    struct ibv_qp *a = qp_ex(ctx, pd, IBV_QPT_RC, ops),
+                  *b = qp_ex(ctx, pd, IBV_QPT_RC, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV);
     CHECK(a && b && a->state == IBV_QPS_RESET);
     struct ibv_qp_ex *ax = ibv_qp_to_qp_ex(a), *bx = ibv_qp_to_qp_ex(b);
     CHECK(ax && bx && &ax->qp_base == a);
@@ -246,6 +251,56 @@ int main(void) {
     CHECK(strcmp(b_buf + 200, "first half|second half") == 0);
     CHECK(strcmp(b_buf + 300, "inline list") == 0);
 
+    /* Memory windows: b binds a type 2 window over its buffer (ibv_wr_bind_mw), a WRITEs
+       through its rkey; b invalidates it (ibv_wr_local_inv), binds it again, and a's SEND
+       with invalidate invalidates that rkey at b. */
+    struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+    CHECK(mw);
+    struct ibv_mw_bind_info bi = { b_mr, (uintptr_t)b_buf + 2048, 1024, IBV_ACCESS_REMOTE_WRITE };
+    uint32_t rkey = ibv_inc_rkey(mw->rkey);
+    ibv_wr_start(bx);
+    bx->wr_id = 60; bx->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_bind_mw(bx, mw, rkey, &bi);
+    CHECK(ibv_wr_complete(bx) == 0);
+    d = next_done();
+    CHECK(d.wr_id == 60 && d.status == IBV_WC_SUCCESS && d.opcode == IBV_WC_BIND_MW);
+    memset(a_buf, 0x5c, 512);
+    ibv_wr_start(ax);
+    ax->wr_id = 61; ax->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_rdma_write(ax, rkey, (uintptr_t)b_buf + 2048);
+    ibv_wr_set_sge(ax, a_mr->lkey, (uintptr_t)a_buf, 512);
+    CHECK(ibv_wr_complete(ax) == 0);
+    d = next_done();
+    CHECK(d.wr_id == 61 && d.status == IBV_WC_SUCCESS);
+    CHECK((unsigned char)b_buf[2048] == 0x5c && (unsigned char)b_buf[2559] == 0x5c);
+    ibv_wr_start(bx);
+    bx->wr_id = 62;
+    ibv_wr_local_inv(bx, rkey);
+    CHECK(ibv_wr_complete(bx) == 0);
+    d = next_done();
+    CHECK(d.wr_id == 62 && d.status == IBV_WC_SUCCESS && d.opcode == IBV_WC_LOCAL_INV);
+    rkey = ibv_inc_rkey(rkey);
+    ibv_wr_start(bx);
+    bx->wr_id = 63;
+    ibv_wr_bind_mw(bx, mw, rkey, &bi);
+    CHECK(ibv_wr_complete(bx) == 0);
+    d = next_done();
+    CHECK(d.wr_id == 63 && d.status == IBV_WC_SUCCESS);
+    post_recv(b, 104, b_buf + 400, 64, b_mr->lkey);
+    ibv_wr_start(ax);
+    ax->wr_id = 64;
+    ibv_wr_send_inv(ax, rkey);
+    ibv_wr_set_sge(ax, a_mr->lkey, (uintptr_t)a_buf, 16);
+    CHECK(ibv_wr_complete(ax) == 0);
+    seen = 0;
+    while (seen != 3) {
+        d = next_done();
+        CHECK(d.status == IBV_WC_SUCCESS);
+        if (d.wr_id == 64) seen |= 1;
+        if (d.wr_id == 104) { CHECK((d.flags & IBV_WC_WITH_INV) && d.imm == rkey && d.byte_len == 16); seen |= 2; }
+    }
+    CHECK(ibv_dealloc_mw(mw) == 0);
+
     /* An operation b was not created for: wr_complete refuses the batch, nothing is
        posted (b's first request, a SEND it may make, goes neither). */
     memset(a_buf + 2000, 0x11, 64);
@@ -290,7 +345,7 @@ int main(void) {
     CHECK(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0);
     CHECK(ev_cq == ibv_cq_ex_to_cq(cqx) && ev_ctx == (void *)0x5678);
     ibv_ack_cq_events(ev_cq, 1);
-    struct done d = next_done();
+    d = next_done();
     CHECK(d.wr_id == 9 && d.status == IBV_WC_SUCCESS);
 
     /* UD through ibv_wr_set_ud_addr. */
