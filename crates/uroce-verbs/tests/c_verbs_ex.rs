@@ -10,10 +10,11 @@
 //!   data checked in the program's buffers; a type 2 window bound, used, invalidated
 //!   (`ibv_wr_bind_mw`, `ibv_wr_local_inv`, `ibv_wr_send_inv`); UD SENDs through
 //!   `ibv_wr_set_ud_addr`;
-//! - the refusals: operations a QP type does not take (EOPNOTSUPP at create), an
-//!   operation not asked for, an SGE list longer than `max_send_sge`, inline data longer
-//!   than `max_inline_data` (each fails `ibv_wr_complete` and posts nothing), an aborted
-//!   batch posts nothing, `ibv_qp_to_qp_ex` of an `ibv_create_qp` QP is NULL.
+//! - the refusals: operations a QP type does not take (EOPNOTSUPP at create); a batch
+//!   before RTS (EINVAL), an operation not asked for, an SGE list longer than
+//!   `max_send_sge`, inline data longer than `max_inline_data`, a UD send without
+//!   destination (each fails `ibv_wr_complete` and posts nothing); an aborted batch posts
+//!   nothing; `ibv_qp_to_qp_ex` of an `ibv_create_qp` QP is NULL.
 //!
 //! Needs root, iproute2, gcc and libibverbs-dev; skips (saying which is missing)
 //! otherwise.
@@ -148,6 +149,12 @@ int main(void) {
     CHECK(a && b && a->state == IBV_QPS_RESET);
     struct ibv_qp_ex *ax = ibv_qp_to_qp_ex(a), *bx = ibv_qp_to_qp_ex(b);
     CHECK(ax && bx && &ax->qp_base == a);
+    /* Before RTS a batch is refused, as ibv_post_send refuses the request. */
+    ibv_wr_start(ax);
+    ax->wr_id = 90; ax->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_rdma_write(ax, b_mr->rkey, (uintptr_t)b_buf);
+    ibv_wr_set_sge(ax, a_mr->lkey, (uintptr_t)a_buf, 8);
+    CHECK(ibv_wr_complete(ax) == EINVAL);
     to_rts(a, b->qp_num, gid);
     to_rts(b, a->qp_num, gid);
 
