@@ -470,9 +470,9 @@ pub(crate) unsafe extern "C" fn post_recv(
 // The extended verbs API (`qp_ex.rs` and `cq_ex.rs`, safe code): `verbs_context`'s
 // `create_qp_ex` / `create_cq_ex`, `ibv_qp_to_qp_ex`, and the function pointers of
 // `struct ibv_qp_ex` (the `ibv_wr_*` builders) and `struct ibv_cq_ex` (polling). Each
-// callback answers a panic as its C type allows: a builder records nothing (the batch it
-// was building may then post without that request), `wr_complete` EIO, `start_poll` /
-// `next_poll` EIO, a reader 0.
+// callback answers a panic as its C type allows: a builder fails its batch (EIO from
+// `wr_complete`, nothing posted), `wr_complete` EIO, `start_poll` / `next_poll` EIO, a
+// reader 0.
 
 /// `verbs_context.create_qp_ex`, what the inline `ibv_create_qp_ex` calls.
 ///
@@ -539,13 +539,23 @@ pub(crate) fn fill_wr_builders(q: &mut crate::abi::ibv_qp_ex) {
 /// the C boundary.
 macro_rules! builder {
     ($name:expr, $qp:ident, |$x:ident, $id:ident, $flags:ident| $body:expr) => {
-        ffi::void($name, move || {
-            // SAFETY: the caller's contract (verbs.h: the `ibv_qp_ex` of a live QP).
-            if let Some(($x, $id, $flags)) = unsafe { ffi::qp_extra($qp) } {
-                let _ = ($id, $flags);
-                $body
-            }
-        })
+        ffi::call(
+            $name,
+            move || {
+                // A panic fails the batch (EIO at wr_complete): it may not post without
+                // this request. SAFETY: the caller's contract, as below.
+                if let Some((x, _, _)) = unsafe { ffi::qp_extra($qp) } {
+                    crate::qp_ex::wr_fail(x, libc::EIO);
+                }
+            },
+            move || {
+                // SAFETY: the caller's contract (verbs.h: the `ibv_qp_ex` of a live QP).
+                if let Some(($x, $id, $flags)) = unsafe { ffi::qp_extra($qp) } {
+                    let _ = ($id, $flags);
+                    $body
+                }
+            },
+        )
     };
 }
 

@@ -426,6 +426,11 @@ pub(crate) fn wr_set_ud_addr(x: &QpExtra, ah: usize, remote_qpn: u32, remote_qke
     });
 }
 
+/// Fails the batch with `e` (a builder that panicked: EIO), unless it failed already.
+pub(crate) fn wr_fail(x: &QpExtra, e: c_int) {
+    x.lock().fail(e);
+}
+
 /// `ibv_wr_abort`: the batch is dropped, nothing posted.
 pub(crate) fn wr_abort(x: &QpExtra) {
     let mut b = x.lock();
@@ -656,6 +661,14 @@ mod tests {
         assert_eq!(
             wr_complete(std::ptr::null_mut(), std::ptr::null_mut(), &x),
             EINVAL
+        );
+        // A builder that panicked (exports.rs' `builder!`): EIO, nothing posted.
+        wr_start(&x);
+        wr_op(&x, 1, 0, ExOp::Send);
+        wr_fail(&x, libc::EIO);
+        assert_eq!(
+            wr_complete(std::ptr::null_mut(), std::ptr::null_mut(), &x),
+            libc::EIO
         );
     }
 
