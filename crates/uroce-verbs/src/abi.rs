@@ -148,7 +148,8 @@ pub struct verbs_context {
     pub modify_wq: Op,
     pub create_wq: Op,
     pub query_rt_values: Op,
-    pub create_cq_ex: Op,
+    pub create_cq_ex:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex>,
     pub priv_: *mut c_void,
     pub query_device_ex: Option<
         unsafe extern "C" fn(
@@ -163,7 +164,8 @@ pub struct verbs_context {
     pub ibv_create_flow: Op,
     pub ABI_placeholder1: Op,
     pub open_qp: Op,
-    pub create_qp_ex: Op,
+    pub create_qp_ex:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp>,
     pub get_srq_num: Op,
     pub create_srq_ex: Op,
     pub open_xrcd: Op,
@@ -314,6 +316,75 @@ pub struct ibv_cq {
     pub async_events_completed: u32,
 }
 
+/// `struct ibv_poll_cq_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_poll_cq_attr {
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_cq_ex`: an `ibv_cq` (the same first fields: `ibv_cq_ex_to_cq` is a cast)
+/// followed by the extended polling interface. `status` and `wr_id` are those of the
+/// completion `start_poll` / `next_poll` made current; the `read_*` functions give its
+/// other fields.
+#[repr(C)]
+pub struct ibv_cq_ex {
+    pub context: *mut ibv_context,
+    pub channel: *mut ibv_comp_channel,
+    pub cq_context: *mut c_void,
+    pub handle: u32,
+    pub cqe: c_int,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub comp_events_completed: u32,
+    pub async_events_completed: u32,
+    pub comp_mask: u32,
+    pub status: c_int,
+    pub wr_id: u64,
+    pub start_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_poll_cq_attr) -> c_int>,
+    pub next_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int>,
+    pub end_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex)>,
+    pub read_opcode: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int>,
+    pub read_vendor_err: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_byte_len: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_imm_data: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_qp_num: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_src_qp: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_wc_flags: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_uint>,
+    pub read_slid: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    pub read_sl: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
+    pub read_dlid_path_bits: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
+    pub read_completion_ts: Op,
+    pub read_cvlan: Op,
+    pub read_flow_tag: Op,
+    pub read_tm_info: Op,
+    pub read_completion_wallclock_ns: Op,
+}
+
+/// `struct ibv_cq_init_attr_ex`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_cq_init_attr_ex {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: u32,
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut ibv_pd,
+}
+
+/// `enum ibv_create_cq_wc_flags`: IBV_WC_STANDARD_FLAGS (byte_len, imm, qp_num, src_qp,
+/// slid, sl, dlid_path_bits), what a completion of `struct ibv_wc` carries.
+pub const IBV_WC_STANDARD_FLAGS: u64 = 0x7f;
+/// `enum ibv_cq_init_attr_mask`.
+pub const IBV_CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
+pub const IBV_CQ_INIT_ATTR_MASK_PD: u32 = 1 << 1;
+/// `enum ibv_create_cq_attr_flags`.
+pub const IBV_CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
+pub const IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: u32 = 1 << 1;
+
 /// `struct ibv_srq`.
 #[repr(C)]
 pub struct ibv_srq {
@@ -343,6 +414,98 @@ pub struct ibv_qp {
     pub cond: pthread_cond_t,
     pub events_completed: u32,
 }
+
+/// `struct ibv_data_buf` (`ibv_wr_set_inline_data_list`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_data_buf {
+    pub addr: *mut c_void,
+    pub length: usize,
+}
+
+/// `struct ibv_qp_ex`: an `ibv_qp` followed by the work request builders of the
+/// `ibv_wr_*` API. The program sets `wr_id` and `wr_flags` (`enum ibv_send_flags`)
+/// before the builder that starts each work request.
+#[repr(C)]
+pub struct ibv_qp_ex {
+    pub qp_base: ibv_qp,
+    pub comp_mask: u64,
+    pub wr_id: u64,
+    pub wr_flags: c_uint,
+    pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64)>,
+    pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64)>,
+    pub wr_bind_mw:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_mw, u32, *const ibv_mw_bind_info)>,
+    pub wr_local_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    pub wr_send: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_send_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_send_tso: Op,
+    pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32)>,
+    pub wr_set_xrc_srqn: Op,
+    pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, usize)>,
+    pub wr_set_inline_data_list:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_data_buf)>,
+    pub wr_set_sge: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    pub wr_set_sge_list: Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge)>,
+    pub wr_start: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int>,
+    pub wr_abort: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    pub wr_atomic_write: Op,
+}
+
+/// `struct ibv_rx_hash_conf` (RSS; uroce has none, kept for layout).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_rx_hash_conf {
+    pub rx_hash_function: u8,
+    pub rx_hash_key_len: u8,
+    pub rx_hash_key: *mut u8,
+    pub rx_hash_fields_mask: u64,
+}
+
+/// `struct ibv_qp_init_attr_ex`: an `ibv_qp_init_attr` and the fields `comp_mask` says
+/// are valid.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_qp_init_attr_ex {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+    pub comp_mask: u32,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut c_void,
+    pub create_flags: u32,
+    pub max_tso_header: u16,
+    pub rwq_ind_tbl: *mut c_void,
+    pub rx_hash_conf: ibv_rx_hash_conf,
+    pub source_qpn: u32,
+    pub send_ops_flags: u64,
+}
+
+/// `enum ibv_qp_init_attr_mask`.
+pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+pub const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
+pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+
+/// `enum ibv_qp_create_send_ops_flags`.
+pub const IBV_QP_EX_WITH_RDMA_WRITE: u64 = 1 << 0;
+pub const IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
+pub const IBV_QP_EX_WITH_SEND: u64 = 1 << 2;
+pub const IBV_QP_EX_WITH_SEND_WITH_IMM: u64 = 1 << 3;
+pub const IBV_QP_EX_WITH_RDMA_READ: u64 = 1 << 4;
+pub const IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
+pub const IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+pub const IBV_QP_EX_WITH_LOCAL_INV: u64 = 1 << 7;
+pub const IBV_QP_EX_WITH_BIND_MW: u64 = 1 << 8;
+pub const IBV_QP_EX_WITH_SEND_WITH_INV: u64 = 1 << 9;
 
 /// `struct ibv_ah`.
 #[repr(C)]
@@ -537,6 +700,7 @@ pub struct ibv_qp_cap {
 
 /// `struct ibv_qp_init_attr`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,

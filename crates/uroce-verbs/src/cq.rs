@@ -100,13 +100,18 @@ pub(crate) fn create_cq(
         }
         let id = inner.uroce.create_cq(cqe).map_err(|e| e.errno())?;
         let depth = inner.uroce.cq_depth(id).unwrap_or(cqe);
-        let mut c: ibv_cq = crate::ffi::zeroed();
+        let mut c: crate::abi::ibv_cq_ex = crate::ffi::zeroed();
         c.context = ctx;
         c.channel = channel;
         c.cq_context = cq_context;
         c.handle = id.0;
         c.cqe = c_int::try_from(depth).unwrap_or(c_int::MAX);
-        let c = Box::into_raw(Box::new(c));
+        crate::exports::fill_cq_ex_ops(&mut c);
+        let obj = crate::cq_ex::CqObject {
+            cq: c,
+            extra: Default::default(),
+        };
+        let c = Box::into_raw(Box::new(obj)).cast::<ibv_cq>();
         inner.cqs.insert(c as usize, CqEntry { id, channel: ch });
         inner.cq_by_id.insert(id.0, c as usize);
         if let Some(ch) = channel_object(inner, channel) {
@@ -253,6 +258,29 @@ pub(crate) fn poll_cq(
     wc: &mut [MaybeUninit<ibv_wc>],
 ) -> c_int {
     let n = wc.len();
+    poll_with(ctx, cq, n, |i, w| {
+        wc[i].write(w);
+    })
+}
+
+/// One completion of `cq` (for `ibv_start_poll` / `ibv_next_poll`): Some, None when
+/// there is none, EINVAL for a CQ that is not one of ours.
+pub(crate) fn poll_one(ctx: *mut ibv_context, cq: *mut ibv_cq) -> Result<Option<ibv_wc>, c_int> {
+    let mut got = None;
+    match poll_with(ctx, cq, 1, |_, w| got = Some(w)) {
+        -1 => Err(EINVAL),
+        _ => Ok(got),
+    }
+}
+
+/// Up to `n` completions of `cq`, each given to `out` with its index: their number, or
+/// -1 for a CQ that is not one of ours.
+fn poll_with(
+    ctx: *mut ibv_context,
+    cq: *mut ibv_cq,
+    n: usize,
+    mut out: impl FnMut(usize, ibv_wc),
+) -> c_int {
     let Some(shared) = shared_of(ctx) else {
         return -1;
     };
@@ -268,8 +296,8 @@ pub(crate) fn poll_cq(
         got += inner.uroce.poll_cq_into(e.id, n - got, &mut inner.wcs);
     }
     shared.app_polled();
-    for (o, w) in wc.iter_mut().zip(inner.wcs.iter()) {
-        o.write(wc_of(w));
+    for (i, w) in inner.wcs.iter().take(n).enumerate() {
+        out(i, wc_of(w));
     }
     got as c_int
 }

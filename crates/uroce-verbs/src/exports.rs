@@ -157,7 +157,6 @@ unsupported! {
     ibv_import_dm: ptr @@ "IBVERBS_1.13";
     ibv_import_mr: ptr @@ "IBVERBS_1.10";
     ibv_import_pd: ptr @@ "IBVERBS_1.10";
-    ibv_qp_to_qp_ex: ptr @@ "IBVERBS_1.6";
     ibv_query_ece: errno @@ "IBVERBS_1.10";
     ibv_query_qp_data_in_order: zero @@ "IBVERBS_1.14";
     ibv_read_sysfs_file: minus1 @@ "IBVERBS_1.0";
@@ -466,6 +465,432 @@ pub(crate) unsafe extern "C" fn post_recv(
         let list = unsafe { ffi::WrList::new(wr, bad) };
         crate::qp::post_recv(ctx, qp, list)
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// The extended verbs API (`qp_ex.rs` and `cq_ex.rs`, safe code): `verbs_context`'s
+// `create_qp_ex` / `create_cq_ex`, `ibv_qp_to_qp_ex`, and the function pointers of
+// `struct ibv_qp_ex` (the `ibv_wr_*` builders) and `struct ibv_cq_ex` (polling). Each
+// callback answers a panic as its C type allows: a builder fails its batch (EIO from
+// `wr_complete`, nothing posted), `wr_complete` EIO, `start_poll` / `next_poll` EIO, a
+// reader 0.
+
+/// `verbs_context.create_qp_ex`, what the inline `ibv_create_qp_ex` calls.
+///
+/// # Safety
+/// `attr` is NULL or points at a readable and writable `struct ibv_qp_init_attr_ex`
+/// that nothing else touches during the call.
+pub(crate) unsafe extern "C" fn create_qp_ex(
+    ctx: *mut crate::abi::ibv_context,
+    attr: *mut crate::abi::ibv_qp_init_attr_ex,
+) -> *mut crate::abi::ibv_qp {
+    ffi::ptr("create_qp_ex", move || {
+        // SAFETY: the caller's contract.
+        let attr = unsafe { ffi::in_out(attr) };
+        crate::qp_ex::create_qp_ex(ctx, attr)
+    })
+}
+
+/// `verbs_context.create_cq_ex`, what the inline `ibv_create_cq_ex` calls.
+///
+/// # Safety
+/// `attr` is NULL or points at a readable `struct ibv_cq_init_attr_ex`.
+pub(crate) unsafe extern "C" fn create_cq_ex(
+    ctx: *mut crate::abi::ibv_context,
+    attr: *mut crate::abi::ibv_cq_init_attr_ex,
+) -> *mut crate::abi::ibv_cq_ex {
+    ffi::ptr("create_cq_ex", move || {
+        // SAFETY: the caller's contract.
+        let attr = unsafe { ffi::read(attr) }.ok();
+        crate::cq_ex::create_cq_ex(ctx, attr)
+    })
+}
+
+/// `ibv_qp_to_qp_ex`.
+#[no_mangle]
+pub extern "C" fn ibv_qp_to_qp_ex(qp: *mut crate::abi::ibv_qp) -> *mut crate::abi::ibv_qp_ex {
+    ffi::ptr("ibv_qp_to_qp_ex", move || crate::qp_ex::qp_to_qp_ex(qp))
+}
+default_version!(ibv_qp_to_qp_ex, "IBVERBS_1.6");
+
+/// The `ibv_wr_*` builders of a QP created with send operations (each refuses, at
+/// `wr_complete`, an operation not asked for).
+pub(crate) fn fill_wr_builders(q: &mut crate::abi::ibv_qp_ex) {
+    q.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    q.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    q.wr_bind_mw = Some(wr_bind_mw);
+    q.wr_local_inv = Some(wr_local_inv);
+    q.wr_rdma_read = Some(wr_rdma_read);
+    q.wr_rdma_write = Some(wr_rdma_write);
+    q.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    q.wr_send = Some(wr_send);
+    q.wr_send_imm = Some(wr_send_imm);
+    q.wr_send_inv = Some(wr_send_inv);
+    q.wr_set_ud_addr = Some(wr_set_ud_addr);
+    q.wr_set_inline_data = Some(wr_set_inline_data);
+    q.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    q.wr_set_sge = Some(wr_set_sge);
+    q.wr_set_sge_list = Some(wr_set_sge_list);
+    q.wr_start = Some(wr_start);
+    q.wr_complete = Some(wr_complete);
+    q.wr_abort = Some(wr_abort);
+}
+
+/// A builder's body: `$body` with the QP's extra state, `wr_id` and `wr_flags`, inside
+/// the C boundary.
+macro_rules! builder {
+    ($name:expr, $qp:ident, |$x:ident, $id:ident, $flags:ident| $body:expr) => {
+        ffi::call(
+            $name,
+            move || {
+                // A panic fails the batch (EIO at wr_complete): it may not post without
+                // this request. SAFETY: the caller's contract, as below.
+                if let Some((x, _, _)) = unsafe { ffi::qp_extra($qp) } {
+                    crate::qp_ex::wr_fail(x, libc::EIO);
+                }
+            },
+            move || {
+                // SAFETY: the caller's contract (verbs.h: the `ibv_qp_ex` of a live QP).
+                if let Some(($x, $id, $flags)) = unsafe { ffi::qp_extra($qp) } {
+                    let _ = ($id, $flags);
+                    $body
+                }
+            },
+        )
+    };
+}
+
+/// An operation builder: a new request `$op` (an `ExOp`).
+macro_rules! op_builder {
+    ($(#[$doc:meta] $name:ident($($arg:ident: $t:ty),*) => $op:expr;)*) => { $(
+        #[$doc]
+        ///
+        /// # Safety
+        /// `qp` is NULL or the `ibv_qp_ex` of a live QP of this library.
+        unsafe extern "C" fn $name(qp: *mut crate::abi::ibv_qp_ex $(, $arg: $t)*) {
+            use crate::qp_ex::ExOp;
+            builder!(stringify!($name), qp, |x, id, flags| {
+                crate::qp_ex::wr_op(x, id, flags, $op)
+            })
+        }
+    )* };
+}
+
+op_builder! {
+    /// `ibv_wr_atomic_cmp_swp`.
+    wr_atomic_cmp_swp(rkey: u32, addr: u64, compare: u64, swap: u64) =>
+        ExOp::CmpSwp { rkey, addr, compare, swap };
+    /// `ibv_wr_atomic_fetch_add`.
+    wr_atomic_fetch_add(rkey: u32, addr: u64, add: u64) => ExOp::FetchAdd { rkey, addr, add };
+    /// `ibv_wr_local_inv`.
+    wr_local_inv(rkey: u32) => ExOp::LocalInv(rkey);
+    /// `ibv_wr_rdma_read`.
+    wr_rdma_read(rkey: u32, addr: u64) => ExOp::Read { rkey, addr };
+    /// `ibv_wr_rdma_write`.
+    wr_rdma_write(rkey: u32, addr: u64) => ExOp::Write { rkey, addr };
+    /// `ibv_wr_rdma_write_imm` (`imm` in network order).
+    wr_rdma_write_imm(rkey: u32, addr: u64, imm: u32) => ExOp::WriteImm { rkey, addr, imm };
+    /// `ibv_wr_send`.
+    wr_send() => ExOp::Send;
+    /// `ibv_wr_send_imm` (`imm` in network order).
+    wr_send_imm(imm: u32) => ExOp::SendImm(imm);
+    /// `ibv_wr_send_inv`.
+    wr_send_inv(rkey: u32) => ExOp::SendInv(rkey);
+}
+
+/// `ibv_wr_bind_mw`: `bind_info` is read now.
+///
+/// # Safety
+/// `qp` as for the other builders; `info` is NULL or a readable `struct
+/// ibv_mw_bind_info`.
+unsafe extern "C" fn wr_bind_mw(
+    qp: *mut crate::abi::ibv_qp_ex,
+    mw: *mut crate::abi::ibv_mw,
+    rkey: u32,
+    info: *const crate::abi::ibv_mw_bind_info,
+) {
+    builder!("wr_bind_mw", qp, |x, id, flags| {
+        // SAFETY: the caller's contract.
+        let info = unsafe { ffi::read(info) }.unwrap_or(crate::abi::ibv_mw_bind_info {
+            mr: std::ptr::null_mut(),
+            addr: 0,
+            length: 0,
+            mw_access_flags: 0,
+        });
+        let op = crate::qp_ex::ExOp::BindMw {
+            mw: mw as usize,
+            rkey,
+            info: (&info).into(),
+        };
+        crate::qp_ex::wr_op(x, id, flags, op)
+    })
+}
+
+/// `ibv_wr_set_sge`.
+///
+/// # Safety
+/// `qp` as for the other builders.
+unsafe extern "C" fn wr_set_sge(qp: *mut crate::abi::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    builder!("wr_set_sge", qp, |x, id, flags| {
+        let sge = uroce::verbs::Sge { addr, length, lkey };
+        crate::qp_ex::wr_set_sges(x, Some(vec![sge]))
+    })
+}
+
+/// `ibv_wr_set_sge_list`: the list is read now.
+///
+/// # Safety
+/// `qp` as for the other builders; `list` is NULL or points at `n` readable `struct
+/// ibv_sge`.
+unsafe extern "C" fn wr_set_sge_list(
+    qp: *mut crate::abi::ibv_qp_ex,
+    n: usize,
+    list: *const crate::abi::ibv_sge,
+) {
+    builder!("wr_set_sge_list", qp, |x, id, flags| {
+        // SAFETY: the caller's contract (n entries), read as bytes; None for NULL.
+        let raw = unsafe {
+            ffi::bytes(
+                list.cast::<u8>(),
+                n.saturating_mul(std::mem::size_of::<crate::abi::ibv_sge>()),
+            )
+        };
+        let sges = match (n, raw) {
+            (0, _) => Some(Vec::new()),
+            (_, None) => None,
+            (_, Some(b)) => Some(
+                b.chunks_exact(16)
+                    .map(|c| uroce::verbs::Sge {
+                        addr: u64::from_ne_bytes(c[..8].try_into().unwrap_or_default()),
+                        length: u32::from_ne_bytes(c[8..12].try_into().unwrap_or_default()),
+                        lkey: u32::from_ne_bytes(c[12..].try_into().unwrap_or_default()),
+                    })
+                    .collect(),
+            ),
+        };
+        crate::qp_ex::wr_set_sges(x, sges)
+    })
+}
+
+/// `ibv_wr_set_inline_data`: the bytes are copied now.
+///
+/// # Safety
+/// `qp` as for the other builders; `addr` is NULL or points at `len` readable bytes.
+unsafe extern "C" fn wr_set_inline_data(
+    qp: *mut crate::abi::ibv_qp_ex,
+    addr: *mut c_void,
+    len: usize,
+) {
+    builder!("wr_set_inline_data", qp, |x, id, flags| {
+        let b = if len == 0 {
+            Some(&[][..])
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { ffi::bytes(addr.cast(), len) }
+        };
+        crate::qp_ex::wr_set_inline(x, [b])
+    })
+}
+
+/// `ibv_wr_set_inline_data_list`: the bytes are copied now.
+///
+/// # Safety
+/// `qp` as for the other builders; `list` is NULL or points at `n` readable `struct
+/// ibv_data_buf`, each naming `length` readable bytes at `addr`.
+unsafe extern "C" fn wr_set_inline_data_list(
+    qp: *mut crate::abi::ibv_qp_ex,
+    n: usize,
+    list: *const crate::abi::ibv_data_buf,
+) {
+    builder!("wr_set_inline_data_list", qp, |x, id, flags| {
+        let parts = (0..n).map(|i| {
+            // SAFETY: the caller's contract: i < n entries, each naming readable bytes.
+            unsafe {
+                let d = ffi::read(list.wrapping_add(i)).ok()?;
+                if d.length == 0 {
+                    return Some(&[][..]);
+                }
+                ffi::bytes(d.addr.cast::<u8>(), d.length)
+            }
+        });
+        crate::qp_ex::wr_set_inline(x, parts)
+    })
+}
+
+/// `ibv_wr_set_ud_addr`.
+///
+/// # Safety
+/// `qp` as for the other builders.
+unsafe extern "C" fn wr_set_ud_addr(
+    qp: *mut crate::abi::ibv_qp_ex,
+    ah: *mut crate::abi::ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
+    builder!("wr_set_ud_addr", qp, |x, id, flags| {
+        crate::qp_ex::wr_set_ud_addr(x, ah as usize, remote_qpn, remote_qkey)
+    })
+}
+
+/// `ibv_wr_start`.
+///
+/// # Safety
+/// `qp` as for the other builders.
+unsafe extern "C" fn wr_start(qp: *mut crate::abi::ibv_qp_ex) {
+    builder!("wr_start", qp, |x, id, flags| crate::qp_ex::wr_start(x))
+}
+
+/// `ibv_wr_abort`.
+///
+/// # Safety
+/// `qp` as for the other builders.
+unsafe extern "C" fn wr_abort(qp: *mut crate::abi::ibv_qp_ex) {
+    builder!("wr_abort", qp, |x, id, flags| crate::qp_ex::wr_abort(x))
+}
+
+/// `ibv_wr_complete`: 0 with the batch posted, or the errno with nothing posted.
+///
+/// # Safety
+/// `qp` as for the builders.
+unsafe extern "C" fn wr_complete(qp: *mut crate::abi::ibv_qp_ex) -> c_int {
+    ffi::errno("wr_complete", move || {
+        // SAFETY: the caller's contract.
+        let Some((x, _, _)) = (unsafe { ffi::qp_extra(qp) }) else {
+            return libc::EINVAL;
+        };
+        let base = qp.cast::<crate::abi::ibv_qp>();
+        // SAFETY: as above; `qp->context` is readable.
+        let ctx = unsafe { ffi::qp_context(base) };
+        crate::qp_ex::wr_complete(ctx, base, x)
+    })
+}
+
+/// The polling functions of every CQ (`ibv_cq_ex`).
+pub(crate) fn fill_cq_ex_ops(c: &mut crate::abi::ibv_cq_ex) {
+    c.start_poll = Some(start_poll);
+    c.next_poll = Some(next_poll);
+    c.end_poll = Some(end_poll);
+    c.read_opcode = Some(read_opcode);
+    c.read_vendor_err = Some(read_vendor_err);
+    c.read_byte_len = Some(read_byte_len);
+    c.read_imm_data = Some(read_imm_data);
+    c.read_qp_num = Some(read_qp_num);
+    c.read_src_qp = Some(read_src_qp);
+    c.read_wc_flags = Some(read_wc_flags);
+    c.read_slid = Some(read_slid);
+    c.read_sl = Some(read_sl);
+    c.read_dlid_path_bits = Some(read_dlid_path_bits);
+}
+
+/// `start_poll` / `next_poll`: 0 with the completion's `status` and `wr_id` in the
+/// `ibv_cq_ex`, or the errno (ENOENT: none).
+///
+/// # Safety
+/// `cq` is NULL or the `ibv_cq_ex` of a live CQ of this library.
+unsafe fn poll_step(
+    cq: *mut crate::abi::ibv_cq_ex,
+    step: fn(
+        *mut crate::abi::ibv_context,
+        *mut crate::abi::ibv_cq,
+        &crate::cq_ex::CqExtra,
+    ) -> Result<crate::abi::ibv_wc, c_int>,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some(x) = (unsafe { ffi::cq_extra(cq) }) else {
+        return libc::EINVAL;
+    };
+    let base = cq.cast::<crate::abi::ibv_cq>();
+    // SAFETY: as above; `cq->context` is readable.
+    let ctx = unsafe { ffi::cq_context(base) };
+    match step(ctx, base, x) {
+        Ok(wc) => {
+            // SAFETY: the caller's contract; not NULL.
+            unsafe { ffi::set_cq_ex_current(cq, wc.status, wc.wr_id) };
+            0
+        }
+        Err(e) => e,
+    }
+}
+
+/// `ibv_cq_ex.start_poll` (the inline `ibv_start_poll`).
+///
+/// # Safety
+/// `cq` is NULL or the `ibv_cq_ex` of a live CQ of this library.
+unsafe extern "C" fn start_poll(
+    cq: *mut crate::abi::ibv_cq_ex,
+    _attr: *mut crate::abi::ibv_poll_cq_attr,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    ffi::errno("start_poll", move || unsafe {
+        poll_step(cq, crate::cq_ex::start_poll)
+    })
+}
+
+/// `ibv_cq_ex.next_poll` (the inline `ibv_next_poll`).
+///
+/// # Safety
+/// As [`start_poll`].
+unsafe extern "C" fn next_poll(cq: *mut crate::abi::ibv_cq_ex) -> c_int {
+    // SAFETY: the caller's contract.
+    ffi::errno("next_poll", move || unsafe {
+        poll_step(cq, crate::cq_ex::next_poll)
+    })
+}
+
+/// `ibv_cq_ex.end_poll` (the inline `ibv_end_poll`).
+///
+/// # Safety
+/// As [`start_poll`].
+unsafe extern "C" fn end_poll(cq: *mut crate::abi::ibv_cq_ex) {
+    ffi::void("end_poll", move || {
+        // SAFETY: the caller's contract.
+        if let Some(x) = unsafe { ffi::cq_extra(cq) } {
+            crate::cq_ex::end_poll(x);
+        }
+    })
+}
+
+/// The readers of the current completion: `$name` gives `$field` of its `ibv_wc`.
+macro_rules! wc_reader {
+    ($($(#[$doc:meta])* $name:ident -> $t:ty = |$w:ident| $get:expr;)*) => { $(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As [`start_poll`].
+        unsafe extern "C" fn $name(cq: *mut crate::abi::ibv_cq_ex) -> $t {
+            ffi::call(stringify!($name), || 0 as $t, move || {
+                // SAFETY: the caller's contract.
+                let x = unsafe { ffi::cq_extra(cq) };
+                x.map_or(0 as $t, |x| {
+                    let $w = x.current();
+                    $get
+                })
+            })
+        }
+    )* };
+}
+
+wc_reader! {
+    /// `ibv_wc_read_opcode`.
+    read_opcode -> c_int = |w| w.opcode;
+    /// `ibv_wc_read_vendor_err`.
+    read_vendor_err -> u32 = |w| w.vendor_err;
+    /// `ibv_wc_read_byte_len`.
+    read_byte_len -> u32 = |w| w.byte_len;
+    /// `ibv_wc_read_imm_data` (network order; the invalidated rkey with IBV_WC_WITH_INV).
+    read_imm_data -> u32 = |w| w.imm_data;
+    /// `ibv_wc_read_qp_num`.
+    read_qp_num -> u32 = |w| w.qp_num;
+    /// `ibv_wc_read_src_qp`.
+    read_src_qp -> u32 = |w| w.src_qp;
+    /// `ibv_wc_read_wc_flags`.
+    read_wc_flags -> std::ffi::c_uint = |w| w.wc_flags;
+    /// `ibv_wc_read_slid`.
+    read_slid -> u32 = |w| u32::from(w.slid);
+    /// `ibv_wc_read_sl`.
+    read_sl -> u8 = |w| w.sl;
+    /// `ibv_wc_read_dlid_path_bits`.
+    read_dlid_path_bits -> u8 = |w| w.dlid_path_bits;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -171,6 +171,16 @@ unsafe impl Zeroable for crate::abi::ibv_srq {}
 unsafe impl Zeroable for crate::abi::ibv_device_attr_ex {}
 // SAFETY: integers, NULL `Option`s of function pointers and byte arrays.
 unsafe impl Zeroable for crate::abi::ibv_device {}
+// SAFETY: as `ibv_qp`, with `Option`s of function pointers (NULL) and integers.
+unsafe impl Zeroable for crate::abi::ibv_qp_ex {}
+// SAFETY: as `ibv_cq`, with `Option`s of function pointers (NULL) and integers.
+unsafe impl Zeroable for crate::abi::ibv_cq_ex {}
+// SAFETY: integers and raw pointers.
+unsafe impl Zeroable for crate::abi::ibv_cq_init_attr_ex {}
+// SAFETY: integers and raw pointers.
+unsafe impl Zeroable for crate::abi::ibv_qp_init_attr_ex {}
+// SAFETY: integers (the union of imm_data / invalidated_rkey is one u32 here).
+unsafe impl Zeroable for crate::abi::ibv_wc {}
 // SAFETY: glibc's PTHREAD_MUTEX_INITIALIZER is all zeros.
 unsafe impl Zeroable for libc::pthread_mutex_t {}
 
@@ -331,9 +341,10 @@ pub(crate) fn take_qp(
     qp: *mut crate::abi::ibv_qp,
 ) -> Option<crate::engine::QpEntry> {
     let e = inner.qps.remove(&(qp as usize))?;
-    // SAFETY: a key of `qps` is a live Box from `ibv_create_qp`; it has just left the
-    // registry, under the context's lock, so it is freed once.
-    unsafe { free_c(qp) };
+    // SAFETY: a key of `qps` is a live Box of a `QpObject` from `ibv_create_qp` (the
+    // `ibv_qp` its first member); it has just left the registry, under the context's
+    // lock, so it is freed once.
+    unsafe { free_c(qp.cast::<crate::qp_ex::QpObject>()) };
     Some(e)
 }
 
@@ -349,6 +360,79 @@ pub(crate) fn mw_object(
     // SAFETY: a key of `mws` is a live Box from `alloc_mw`, freed only as it leaves the
     // registry (`take_mw`); `inner` is borrowed mutably for the reference's life.
     Some(unsafe { object(mw) })
+}
+
+/// uroce's side of QP `qp` if it is registered in `inner` (`ibv_qp_to_qp_ex`), as
+/// [`qp_object`].
+pub(crate) fn qp_extra_of(
+    inner: &mut crate::engine::Inner,
+    qp: *mut crate::abi::ibv_qp,
+) -> Option<&crate::qp_ex::QpExtra> {
+    if !inner.qps.contains_key(&(qp as usize)) {
+        return None;
+    }
+    // SAFETY: a key of `qps` is a live Box of a `QpObject` (`create_qp_with`), freed only
+    // as it leaves the registry; `inner` is borrowed for the reference's life. The
+    // reference covers the `extra` member only, which C never touches.
+    Some(unsafe { &(*qp.cast::<crate::qp_ex::QpObject>()).extra })
+}
+
+/// uroce's side of the `ibv_qp_ex` a work request builder was called on, with the
+/// program's `wr_id` and `wr_flags` as they are now; None for NULL.
+///
+/// # Safety
+/// `qp` is NULL or the `ibv_qp_ex` of a QP of this library (every QP is a
+/// `QpObject`) that stays alive for `'a`, as verbs.h has the `ibv_wr_*` calls take the
+/// `ibv_qp_ex` that `ibv_qp_to_qp_ex` gave; the program does not write `wr_id` /
+/// `wr_flags` during the call.
+pub(crate) unsafe fn qp_extra<'a>(
+    qp: *mut crate::abi::ibv_qp_ex,
+) -> Option<(&'a crate::qp_ex::QpExtra, u64, std::ffi::c_uint)> {
+    if qp.is_null() {
+        return None;
+    }
+    let obj = qp.cast::<crate::qp_ex::QpObject>();
+    // SAFETY: the caller's contract: a live QpObject. The shared reference covers
+    // `extra` only (which C never touches); `wr_id` and `wr_flags` are copied out.
+    unsafe {
+        Some((
+            &*std::ptr::addr_of!((*obj).extra),
+            std::ptr::addr_of!((*qp).wr_id).read(),
+            std::ptr::addr_of!((*qp).wr_flags).read(),
+        ))
+    }
+}
+
+/// uroce's side of the `ibv_cq_ex` a polling function was called on; None for NULL.
+///
+/// # Safety
+/// `cq` is NULL or the `ibv_cq_ex` of a CQ of this library (every CQ is a `CqObject`)
+/// that stays alive for `'a`, as verbs.h has `ibv_start_poll` and the others take the
+/// `ibv_cq_ex` of a live CQ.
+pub(crate) unsafe fn cq_extra<'a>(
+    cq: *mut crate::abi::ibv_cq_ex,
+) -> Option<&'a crate::cq_ex::CqExtra> {
+    if cq.is_null() {
+        return None;
+    }
+    let obj = cq.cast::<crate::cq_ex::CqObject>();
+    // SAFETY: the caller's contract; the reference covers `extra` only, which C never
+    // touches.
+    Some(unsafe { &*std::ptr::addr_of!((*obj).extra) })
+}
+
+/// Writes the current completion's `status` and `wr_id` into the program's `ibv_cq_ex`.
+///
+/// # Safety
+/// As [`cq_extra`], `cq` not NULL; the program reads those fields only after the call
+/// (the polling pass is its thread's).
+pub(crate) unsafe fn set_cq_ex_current(cq: *mut crate::abi::ibv_cq_ex, status: c_int, wr_id: u64) {
+    // SAFETY: the caller's contract: the fields of a live ibv_cq_ex, written through
+    // the pointer without making a reference.
+    unsafe {
+        std::ptr::addr_of_mut!((*cq).status).write(status);
+        std::ptr::addr_of_mut!((*cq).wr_id).write(wr_id);
+    }
 }
 
 /// Takes window `mw` out of `inner`'s registry and frees its C object, as [`take_qp`].
@@ -475,9 +559,10 @@ pub(crate) fn take_cq(
     cq: *mut crate::abi::ibv_cq,
 ) -> Option<crate::engine::CqEntry> {
     let e = inner.cqs.remove(&(cq as usize))?;
-    // SAFETY: a key of `cqs` is a live Box from `ibv_create_cq`; it has just left the
-    // registry, under the context's lock, so it is freed once.
-    unsafe { free_c(cq) };
+    // SAFETY: a key of `cqs` is a live Box of a `CqObject` from `ibv_create_cq` (the
+    // `ibv_cq` its first member); it has just left the registry, under the context's
+    // lock, so it is freed once.
+    unsafe { free_c(cq.cast::<crate::cq_ex::CqObject>()) };
     Some(e)
 }
 

@@ -17,6 +17,8 @@
 //! - `cq`: completion queues, completion channels, the asynchronous event queue.
 //! - `qp`: queue pairs, their state changes and the posting operations; `ah` address
 //!   handles; `srq` shared receive queues; `mw` memory windows.
+//! - `qp_ex` and `cq_ex`: the extended API, `ibv_create_qp_ex` with the `ibv_wr_*`
+//!   work request builders and `ibv_create_cq_ex` with `ibv_start_poll` and its readers.
 //! - `engine`: the progress engine of an open device: uroce's context, its datapath
 //!   (AF_XDP or the UDP backend, `UROCE_BACKEND`) and the thread that drives it.
 //!
@@ -35,8 +37,8 @@
 //! as `ibv_reg_mr` hands it over (`ProgramMemory`) and the eventfd and poll calls. Every
 //! `unsafe` block says why it is sound (`clippy::undocumented_unsafe_blocks` is denied).
 //! The crate denies `unsafe_code` everywhere else, and each other module says
-//! `#![deny(unsafe_code)]` itself: `abi`, `ah`, `cq`, `device`, `engine`, `gsi`,
-//! `gsi_peers`, `loopback`, `mw`, `qp`, `resources`, `srq`, `sysfs`, `util`.
+//! `#![deny(unsafe_code)]` itself: `abi`, `ah`, `cq`, `cq_ex`, `device`, `engine`, `gsi`,
+//! `gsi_peers`, `loopback`, `mw`, `qp`, `qp_ex`, `resources`, `srq`, `sysfs`, `util`.
 
 #![deny(
     clippy::undocumented_unsafe_blocks,
@@ -47,6 +49,7 @@
 pub mod abi;
 mod ah;
 mod cq;
+mod cq_ex;
 pub mod device;
 mod engine;
 #[allow(unsafe_code)]
@@ -58,6 +61,7 @@ mod gsi_peers;
 mod loopback;
 mod mw;
 mod qp;
+mod qp_ex;
 mod resources;
 mod srq;
 pub mod sysfs;

@@ -250,10 +250,20 @@ fn cap_of(i: &QpInitAttr) -> ibv_qp_cap {
 /// `ibv_create_qp`: a QP in RESET; `attr->cap` is updated with what was granted. EINVAL
 /// for CQs or an SRQ not of the PD's context; EOPNOTSUPP for raw packet and XRC QPs.
 pub(crate) fn create_qp(pd: *mut ibv_pd, attr: Option<&mut ibv_qp_init_attr>) -> *mut ibv_qp {
-    let Some(ctx) = owner_of(pd) else {
+    let Some(a) = attr else {
         return null_with(EINVAL);
     };
-    let Some(a) = attr else {
+    create_qp_with(pd, a, 0)
+}
+
+/// [`create_qp`], for `ibv_create_qp_ex` too: `send_ops` is its `send_ops_flags` (0 for
+/// a QP of `ibv_create_qp`, whose `ibv_qp_to_qp_ex` is NULL), checked by the caller.
+pub(crate) fn create_qp_with(
+    pd: *mut ibv_pd,
+    a: &mut ibv_qp_init_attr,
+    send_ops: u64,
+) -> *mut ibv_qp {
+    let Some(ctx) = owner_of(pd) else {
         return null_with(EINVAL);
     };
     let Some(shared) = shared_of(ctx) else {
@@ -297,7 +307,8 @@ pub(crate) fn create_qp(pd: *mut ibv_pd, attr: Option<&mut ibv_qp_init_attr>) ->
         if let Ok((_, i)) = inner.uroce.query_qp(qpn) {
             a.cap = cap_of(&i);
         }
-        let mut q: ibv_qp = crate::ffi::zeroed();
+        let mut x: crate::abi::ibv_qp_ex = crate::ffi::zeroed();
+        let q = &mut x.qp_base;
         q.context = ctx;
         q.qp_context = a.qp_context;
         q.pd = pd;
@@ -308,7 +319,14 @@ pub(crate) fn create_qp(pd: *mut ibv_pd, attr: Option<&mut ibv_qp_init_attr>) ->
         q.qp_num = qpn;
         q.state = 0;
         q.qp_type = a.qp_type;
-        let q = Box::into_raw(Box::new(q));
+        if send_ops != 0 {
+            crate::exports::fill_wr_builders(&mut x);
+        }
+        let obj = crate::qp_ex::QpObject {
+            qp: x,
+            extra: crate::qp_ex::QpExtra::new(crate::qp_ex::config(send_ops, a.qp_type, &a.cap)),
+        };
+        let q = Box::into_raw(Box::new(obj)).cast::<ibv_qp>();
         inner.qps.insert(
             q as usize,
             QpEntry {
@@ -525,6 +543,24 @@ pub(crate) fn destroy_qp(qp: *mut ibv_qp) -> c_int {
 /// `max_inline_data` (512; the QP's own limit is checked by uroce). `list` is `w`'s SGEs.
 fn stage_inline(inner: &mut Inner, w: &Wr<'_, ibv_send_wr>, list: &[Sge]) -> Result<Sge, c_int> {
     let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
+    stage_with(inner, total, |dst| w.gather_inline(dst))
+}
+
+/// [`stage_inline`] for bytes the extended API copied already (`ibv_wr_set_inline_data`).
+pub(crate) fn stage_bytes(inner: &mut Inner, bytes: &[u8]) -> Result<Sge, c_int> {
+    stage_with(inner, bytes.len() as u64, |dst| {
+        dst[..bytes.len()].copy_from_slice(bytes);
+        Ok(bytes.len())
+    })
+}
+
+/// The staging region (made on first use) filled by `fill` with `total` bytes: the SGE
+/// over them; EINVAL above the device's `max_inline_data`.
+fn stage_with(
+    inner: &mut Inner,
+    total: u64,
+    fill: impl FnOnce(&mut [u8]) -> Result<usize, c_int>,
+) -> Result<Sge, c_int> {
     if total > u64::from(MAX_INLINE_DATA) {
         return Err(EINVAL);
     }
@@ -541,7 +577,7 @@ fn stage_inline(inner: &mut Inner, w: &Wr<'_, ibv_send_wr>, list: &[Sge]) -> Res
         }
     };
     let dst = inner.uroce.mr_bytes_mut(&stage);
-    let at = w.gather_inline(dst)?;
+    let at = fill(dst)?;
     Ok(Sge {
         addr: stage.addr,
         length: at as u32,
@@ -549,11 +585,55 @@ fn stage_inline(inner: &mut Inner, w: &Wr<'_, ibv_send_wr>, list: &[Sge]) -> Res
     })
 }
 
-/// Posts one send work request.
-fn post_one_send(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_send_wr>) -> Result<(), c_int> {
-    let mut buf = [Sge::default(); MAX_SGE as usize];
-    let list = w.sges(&mut buf)?;
-    let f = w.send_flags;
+/// The destination of a UD send: `wr.ud` of `ibv_send_wr`, or what
+/// `ibv_wr_set_ud_addr` gave (the address handle by address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UdAddr {
+    pub ah: usize,
+    pub remote_qpn: u32,
+    pub remote_qkey: u32,
+}
+
+/// One send work request as both posting APIs (`ibv_post_send`, `ibv_wr_complete`)
+/// hand it to [`post_request`]: its operation, its local buffer (inline data already
+/// staged, [`stage_bytes`]), its `ibv_send_flags` and, on UD, its destination.
+pub(crate) struct SendRequest<'a> {
+    pub wr_id: u64,
+    pub op: SendOp,
+    pub list: &'a [Sge],
+    pub send_flags: c_uint,
+    pub ud: Option<UdAddr>,
+}
+
+/// The BIND_MW operation for window `mw` (by address) with `rkey` and `info`: EINVAL for
+/// a window, or a region (unless the length is 0), that is not registered.
+pub(crate) fn bind_op(
+    inner: &Inner,
+    mw: usize,
+    rkey: u32,
+    info: &crate::abi::ibv_mw_bind_info,
+) -> Result<SendOp, c_int> {
+    let (mw, _) = *inner.mws.get(&mw).ok_or(EINVAL)?;
+    let mr_lkey = match inner.mrs.get(&(info.mr as usize)) {
+        Some(m) => m.lkey,
+        None if info.length == 0 => 0,
+        None => return Err(EINVAL),
+    };
+    Ok(SendOp::BindMw {
+        mw: mw.id(),
+        rkey,
+        mr_lkey,
+        addr: info.addr,
+        length: info.length,
+        access: access_of(info.mw_access_flags)?,
+    })
+}
+
+/// Posts one send work request: 0, or the errno `ibv_post_send` gives for it. On UD the
+/// operation is SEND or SEND with immediate (EINVAL otherwise) and `ud` names a
+/// registered address handle (EINVAL otherwise).
+pub(crate) fn post_request(inner: &mut Inner, e: QpEntry, r: SendRequest<'_>) -> Result<(), c_int> {
+    let f = r.send_flags;
     let mut flags = SendFlags::NONE;
     if f & SEND_FENCE != 0 {
         flags = flags | SendFlags::FENCE;
@@ -563,32 +643,18 @@ fn post_one_send(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_send_wr>) -> Resul
     }
     let signaled = f & SEND_SIGNALED != 0;
     let solicited = f & SEND_SOLICITED != 0;
-    let carries_data = matches!(
-        w.opcode,
-        crate::abi::IBV_WR_SEND
-            | crate::abi::IBV_WR_SEND_WITH_IMM
-            | crate::abi::IBV_WR_SEND_WITH_INV
-            | crate::abi::IBV_WR_RDMA_WRITE
-            | crate::abi::IBV_WR_RDMA_WRITE_WITH_IMM
-    );
-    let staged;
-    let list = if f & crate::abi::IBV_SEND_INLINE != 0 && carries_data {
-        staged = stage_inline(inner, &w, list)?;
-        std::slice::from_ref(&staged)
-    } else {
-        list
-    };
+    let list = r.list;
     let one = (list.len() <= 1).then(|| list.first().copied().unwrap_or_default());
-    let r = if e.ud {
-        let imm = match w.opcode {
-            crate::abi::IBV_WR_SEND => None,
-            crate::abi::IBV_WR_SEND_WITH_IMM => Some(u32::from_be(w.imm_data)),
+    let res = if e.ud {
+        let imm = match r.op {
+            SendOp::Send => None,
+            SendOp::SendWithImm(imm) => Some(imm),
             _ => return Err(EINVAL),
         };
-        let ud = w.ud().ok_or(EINVAL)?;
-        let dest = inner.ahs.get(&(ud.ah as usize)).ok_or(EINVAL)?.remote;
+        let ud = r.ud.ok_or(EINVAL)?;
+        let dest = inner.ahs.get(&ud.ah).ok_or(EINVAL)?.remote;
         let wr = UdSendWr {
-            wr_id: w.wr_id,
+            wr_id: r.wr_id,
             dest,
             remote_qpn: ud.remote_qpn,
             remote_qkey: ud.remote_qkey,
@@ -602,77 +668,9 @@ fn post_one_send(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_send_wr>) -> Resul
             None => inner.uroce.post_send_ud_sgl(e.qpn, wr, list, flags),
         }
     } else {
-        // The `wr` union read as the opcode says it is filled (`None` cannot happen: each
-        // accessor answers for the opcodes that name its member).
-        let op = match w.opcode {
-            crate::abi::IBV_WR_SEND => SendOp::Send,
-            crate::abi::IBV_WR_SEND_WITH_IMM => SendOp::SendWithImm(u32::from_be(w.imm_data)),
-            crate::abi::IBV_WR_SEND_WITH_INV => SendOp::SendWithInv(w.imm_data),
-            crate::abi::IBV_WR_RDMA_WRITE => {
-                let r = w.rdma().ok_or(EINVAL)?;
-                SendOp::Write {
-                    remote_addr: r.remote_addr,
-                    rkey: r.rkey,
-                }
-            }
-            crate::abi::IBV_WR_RDMA_WRITE_WITH_IMM => {
-                let r = w.rdma().ok_or(EINVAL)?;
-                SendOp::WriteWithImm {
-                    remote_addr: r.remote_addr,
-                    rkey: r.rkey,
-                    imm: u32::from_be(w.imm_data),
-                }
-            }
-            crate::abi::IBV_WR_RDMA_READ => {
-                let r = w.rdma().ok_or(EINVAL)?;
-                SendOp::Read {
-                    remote_addr: r.remote_addr,
-                    rkey: r.rkey,
-                }
-            }
-            crate::abi::IBV_WR_ATOMIC_CMP_AND_SWP => {
-                let a = w.atomic().ok_or(EINVAL)?;
-                SendOp::CompareSwap {
-                    remote_addr: a.remote_addr,
-                    rkey: a.rkey,
-                    compare: a.compare_add,
-                    swap: a.swap,
-                }
-            }
-            crate::abi::IBV_WR_ATOMIC_FETCH_AND_ADD => {
-                let a = w.atomic().ok_or(EINVAL)?;
-                SendOp::FetchAdd {
-                    remote_addr: a.remote_addr,
-                    rkey: a.rkey,
-                    add: a.compare_add,
-                }
-            }
-            crate::abi::IBV_WR_LOCAL_INV => SendOp::LocalInv { rkey: w.imm_data },
-            crate::abi::IBV_WR_BIND_MW => {
-                let b = w.bind_mw().ok_or(EINVAL)?;
-                let (mw, _) = *inner.mws.get(&(b.mw as usize)).ok_or(EINVAL)?;
-                let info = b.bind_info;
-                let mr_lkey = match inner.mrs.get(&(info.mr as usize)) {
-                    Some(m) => m.lkey,
-                    None if info.length == 0 => 0,
-                    None => return Err(EINVAL),
-                };
-                SendOp::BindMw {
-                    mw: mw.id(),
-                    rkey: b.rkey,
-                    mr_lkey,
-                    addr: info.addr,
-                    length: info.length,
-                    access: access_of(info.mw_access_flags)?,
-                }
-            }
-            // TSO, driver.
-            10 | 11 => return Err(EOPNOTSUPP),
-            _ => return Err(EINVAL),
-        };
         let wr = SendWr {
-            wr_id: w.wr_id,
-            op,
+            wr_id: r.wr_id,
+            op: r.op,
             sge: one.unwrap_or_default(),
             signaled,
             solicited,
@@ -682,7 +680,110 @@ fn post_one_send(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_send_wr>) -> Resul
             None => inner.uroce.post_send_sgl(e.qpn, wr, list, flags),
         }
     };
-    r.map_err(|e| e.errno())
+    res.map_err(|e| e.errno())
+}
+
+/// The operation of an `ibv_send_wr` (its `wr` union read as the opcode says it is
+/// filled; `None` from an accessor cannot happen, each answers for the opcodes that
+/// name its member).
+fn send_op_of(inner: &Inner, e: QpEntry, w: &Wr<'_, ibv_send_wr>) -> Result<SendOp, c_int> {
+    if e.ud {
+        return match w.opcode {
+            crate::abi::IBV_WR_SEND => Ok(SendOp::Send),
+            crate::abi::IBV_WR_SEND_WITH_IMM => Ok(SendOp::SendWithImm(u32::from_be(w.imm_data))),
+            _ => Err(EINVAL),
+        };
+    }
+    Ok(match w.opcode {
+        crate::abi::IBV_WR_SEND => SendOp::Send,
+        crate::abi::IBV_WR_SEND_WITH_IMM => SendOp::SendWithImm(u32::from_be(w.imm_data)),
+        crate::abi::IBV_WR_SEND_WITH_INV => SendOp::SendWithInv(w.imm_data),
+        crate::abi::IBV_WR_RDMA_WRITE => {
+            let r = w.rdma().ok_or(EINVAL)?;
+            SendOp::Write {
+                remote_addr: r.remote_addr,
+                rkey: r.rkey,
+            }
+        }
+        crate::abi::IBV_WR_RDMA_WRITE_WITH_IMM => {
+            let r = w.rdma().ok_or(EINVAL)?;
+            SendOp::WriteWithImm {
+                remote_addr: r.remote_addr,
+                rkey: r.rkey,
+                imm: u32::from_be(w.imm_data),
+            }
+        }
+        crate::abi::IBV_WR_RDMA_READ => {
+            let r = w.rdma().ok_or(EINVAL)?;
+            SendOp::Read {
+                remote_addr: r.remote_addr,
+                rkey: r.rkey,
+            }
+        }
+        crate::abi::IBV_WR_ATOMIC_CMP_AND_SWP => {
+            let a = w.atomic().ok_or(EINVAL)?;
+            SendOp::CompareSwap {
+                remote_addr: a.remote_addr,
+                rkey: a.rkey,
+                compare: a.compare_add,
+                swap: a.swap,
+            }
+        }
+        crate::abi::IBV_WR_ATOMIC_FETCH_AND_ADD => {
+            let a = w.atomic().ok_or(EINVAL)?;
+            SendOp::FetchAdd {
+                remote_addr: a.remote_addr,
+                rkey: a.rkey,
+                add: a.compare_add,
+            }
+        }
+        crate::abi::IBV_WR_LOCAL_INV => SendOp::LocalInv { rkey: w.imm_data },
+        crate::abi::IBV_WR_BIND_MW => {
+            let b = w.bind_mw().ok_or(EINVAL)?;
+            bind_op(inner, b.mw as usize, b.rkey, &b.bind_info)?
+        }
+        // TSO, driver.
+        10 | 11 => return Err(EOPNOTSUPP),
+        _ => return Err(EINVAL),
+    })
+}
+
+/// Posts one send work request of `ibv_post_send`.
+fn post_one_send(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_send_wr>) -> Result<(), c_int> {
+    let mut buf = [Sge::default(); MAX_SGE as usize];
+    let list = w.sges(&mut buf)?;
+    let carries_data = matches!(
+        w.opcode,
+        crate::abi::IBV_WR_SEND
+            | crate::abi::IBV_WR_SEND_WITH_IMM
+            | crate::abi::IBV_WR_SEND_WITH_INV
+            | crate::abi::IBV_WR_RDMA_WRITE
+            | crate::abi::IBV_WR_RDMA_WRITE_WITH_IMM
+    );
+    let staged;
+    let list = if w.send_flags & crate::abi::IBV_SEND_INLINE != 0 && carries_data {
+        staged = stage_inline(inner, &w, list)?;
+        std::slice::from_ref(&staged)
+    } else {
+        list
+    };
+    let op = send_op_of(inner, e, &w)?;
+    let ud = match e.ud {
+        true => w.ud().map(|u| UdAddr {
+            ah: u.ah as usize,
+            remote_qpn: u.remote_qpn,
+            remote_qkey: u.remote_qkey,
+        }),
+        false => None,
+    };
+    let r = SendRequest {
+        wr_id: w.wr_id,
+        op,
+        list,
+        send_flags: w.send_flags,
+        ud,
+    };
+    post_request(inner, e, r)
 }
 
 /// Posts each request of `list` with `one`; on the first failure `*bad` is it and the

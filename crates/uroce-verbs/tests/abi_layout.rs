@@ -91,6 +91,47 @@ fn entries() -> Vec<layout::Entry> {
         struct ibv_async_event {
             element.cq, element.qp, element.srq, element.wq, element.port_num, event_type
         }
+        struct ibv_poll_cq_attr { comp_mask }
+        struct ibv_cq_ex {
+            context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed,
+            async_events_completed, comp_mask, status, wr_id, start_poll, next_poll,
+            end_poll, read_opcode, read_vendor_err, read_byte_len, read_imm_data,
+            read_qp_num, read_src_qp, read_wc_flags, read_slid, read_sl,
+            read_dlid_path_bits, read_completion_ts, read_cvlan, read_flow_tag,
+            read_tm_info, read_completion_wallclock_ns
+        }
+        struct ibv_cq_init_attr_ex {
+            cqe, cq_context, channel, comp_vector, wc_flags, comp_mask, flags, parent_domain
+        }
+        struct ibv_data_buf { addr, length }
+        struct ibv_qp_ex {
+            qp_base, comp_mask, wr_id, wr_flags, wr_atomic_cmp_swp, wr_atomic_fetch_add,
+            wr_bind_mw, wr_local_inv, wr_rdma_read, wr_rdma_write, wr_rdma_write_imm,
+            wr_send, wr_send_imm, wr_send_inv, wr_send_tso, wr_set_ud_addr,
+            wr_set_xrc_srqn, wr_set_inline_data, wr_set_inline_data_list, wr_set_sge,
+            wr_set_sge_list, wr_start, wr_complete, wr_abort, wr_atomic_write
+        }
+        struct ibv_rx_hash_conf {
+            rx_hash_function, rx_hash_key_len, rx_hash_key, rx_hash_fields_mask
+        }
+        struct ibv_qp_init_attr_ex {
+            qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all, comp_mask, pd, xrcd,
+            create_flags, max_tso_header, rwq_ind_tbl, rx_hash_conf, source_qpn,
+            send_ops_flags
+        }
+    }
+}
+
+/// The constants of the extended API this library compares against.
+fn ex_constants() -> Vec<layout::Entry> {
+    constants! {
+        IBV_WC_STANDARD_FLAGS, IBV_CQ_INIT_ATTR_MASK_FLAGS, IBV_CQ_INIT_ATTR_MASK_PD,
+        IBV_CREATE_CQ_ATTR_SINGLE_THREADED, IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN,
+        IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_CREATE_FLAGS, IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+        IBV_QP_EX_WITH_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_SEND,
+        IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_QP_EX_WITH_RDMA_READ,
+        IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
+        IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_BIND_MW, IBV_QP_EX_WITH_SEND_WITH_INV,
     }
 }
 
@@ -104,7 +145,8 @@ fn rust_layout_matches_the_distro_header() {
         );
         return;
     }
-    let entries = entries();
+    let mut entries = entries();
+    entries.extend(ex_constants());
     if !layout::check_against_c(
         "uroce-verbs",
         &["infiniband/verbs.h"],

@@ -3,7 +3,8 @@
 //! `ib_read_bw`, `ib_send_bw`, `ib_atomic_bw` and the four `_lat` tools run on the built
 //! library at both ends of a veth pair between two network namespaces, over the UDP
 //! backend and over AF_XDP: both ends exit 0 after every iteration (with `-c`, rc/uc/ud
-//! check the data they receive). Needs root, iproute2, ibverbs-utils and perftest; skips
+//! check the data they receive; `ibv_rc_pingpong -N` posts through the extended API's
+//! `ibv_wr_*` calls). Needs root, iproute2, ibverbs-utils and perftest; skips
 //! (saying which is missing) otherwise.
 
 mod common;
@@ -147,8 +148,10 @@ fn suite(backend: &str, base_port: u16) {
     }
     let lib = common::library_dir(&format!("pp-{backend}"));
     let pair = VethPair::create(&format!("pp{}", &backend[..1]), 9000).expect("veth pair");
-    let cases: [(&str, &[&str]); 15] = [
+    let cases: [(&str, &[&str]); 16] = [
         ("ibv_rc_pingpong", &["-n", "200"]),
+        // -N: its sends through ibv_create_qp_ex and the ibv_wr_* API.
+        ("ibv_rc_pingpong", &["-N", "-n", "200", "-c"]),
         ("ibv_rc_pingpong", &["-e", "-n", "200"]),
         ("ibv_rc_pingpong", &["-s", "65536", "-n", "50", "-c"]),
         ("ibv_uc_pingpong", &["-n", "200", "-c"]),

@@ -4,7 +4,9 @@
 //! (`UROCE_TEST_PANIC=<entry point>`: the first call of that entry point panics), in a
 //! verb of each failure convention: `ibv_alloc_pd` (NULL, errno EIO), `ibv_query_gid`
 //! (-1, errno EIO), `ibv_dealloc_pd` (the value EIO), and `poll_cq`, the function pointer
-//! the inline `ibv_poll_cq` calls (a negative count, errno EIO). Each time the program
+//! the inline `ibv_poll_cq` calls (a negative count, errno EIO), and `wr_send`, the
+//! `ibv_wr_send` builder (its batch fails: `ibv_wr_complete` returns EIO and posts
+//! nothing). Each time the program
 //! repeats the call, which succeeds, and ends with exit status 0.
 //!
 //! Needs root, iproute2, gcc and libibverbs-dev; skips (saying which is missing)
@@ -62,6 +64,30 @@ int main(void) {
         r = ibv_poll_cq(cq, 1, &wc);
     }
     CHECK(r == 0);
+
+    /* A work request builder of the extended API: the batch fails with EIO, nothing is
+       posted; built again it reaches the post (refused before RTS). */
+    struct ibv_qp_init_attr_ex ia;
+    memset(&ia, 0, sizeof ia);
+    ia.send_cq = cq; ia.recv_cq = cq; ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = 1; ia.cap.max_recv_wr = 1; ia.cap.max_send_sge = 1; ia.cap.max_recv_sge = 1;
+    ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    ia.pd = pd; ia.send_ops_flags = IBV_QP_EX_WITH_SEND;
+    struct ibv_qp *qp = ibv_create_qp_ex(ctx, &ia);
+    CHECK(qp);
+    struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(qp);
+    CHECK(qx);
+    ibv_wr_start(qx);
+    ibv_wr_send(qx);
+    r = ibv_wr_complete(qx);
+    if (panics_in("wr_send")) {
+        CHECK(r == EIO);
+        ibv_wr_start(qx);
+        ibv_wr_send(qx);
+        r = ibv_wr_complete(qx);
+    }
+    CHECK(r == EINVAL);
+    CHECK(ibv_destroy_qp(qp) == 0);
     CHECK(ibv_destroy_cq(cq) == 0);
 
     r = ibv_dealloc_pd(pd);
@@ -96,6 +122,7 @@ fn a_panic_in_a_verb_is_an_error_return_and_the_program_goes_on() {
         "ibv_alloc_pd",
         "ibv_query_gid",
         "poll_cq",
+        "wr_send",
         "ibv_dealloc_pd",
     ] {
         let run = in_ns(

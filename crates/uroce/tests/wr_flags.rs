@@ -374,11 +374,15 @@ fn post_errors_carry_ibverbs_errno() {
         p.a.post_send(p.qa, wr(3, fa, sge(&p, 0, 4), true))
             .unwrap_err();
     assert_eq!(e.errno(), libc::EINVAL);
-    // Fill the send queue (64 deep, one posted): the 65th is ENOMEM, inline or not.
+    // Fill the send queue (64 deep, one posted): the 65th is ENOMEM, inline or not;
+    // `send_queue_room` counts down to 0 as it fills (what `ibv_wr_complete` checks).
+    assert_eq!(p.a.send_queue_room(p.qa), Some(63));
     for i in 0..63 {
         let w = wr(10 + i, write_op(&p, 0), sge(&p, 0, 8), true);
         p.a.post_send(p.qa, w).unwrap();
     }
+    assert_eq!(p.a.send_queue_room(p.qa), Some(0));
+    assert_eq!(p.a.send_queue_room(0xdead), None);
     let w = wr(99, write_op(&p, 0), sge(&p, 0, 8), true);
     let e = p.a.post_send(p.qa, w).unwrap_err();
     assert!(matches!(e, VerbsError::QueueFull("send")));

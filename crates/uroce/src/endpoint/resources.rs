@@ -622,6 +622,14 @@ impl Context {
         Some(c)
     }
 
+    /// How many more send work requests QP `qpn`'s send queue takes now (its
+    /// `max_send_wr` less those posted and not yet completed); None for an unknown QP.
+    /// A batch of the extended posting API (`ibv_wr_complete`) is posted whole or not at
+    /// all, as a NIC's doorbell rings once for it.
+    pub fn send_queue_room(&mut self, qpn: u32) -> Option<usize> {
+        self.qps.get_mut(&qpn).map(|q| q.send_room())
+    }
+
     /// Posts a send work request on an RC or UC QP (ibv_post_send). Refused (`Err`) only
     /// where ibverbs refuses the post: a state before RTS, a full queue, an invalid work
     /// request. On a QP in ERR it completes with WR_FLUSH_ERR; a buffer outside its

@@ -823,6 +823,13 @@ impl Qp {
         self.service_send_queued() + usize::from(self.fault.is_some()) + self.behind_fault.len()
     }
 
+    /// How many more send work requests the send queue takes now (`max_send_wr` less
+    /// those posted and not completed).
+    pub(crate) fn send_room(&mut self) -> usize {
+        let queued = self.send_queued();
+        self.core.max_send_wr.saturating_sub(queued)
+    }
+
     /// Completes a local fault once every request posted before it has completed: it
     /// completes with its status (byte_len 0, as rdma_rxe's `make_send_cqe` sets it for
     /// an error), then what is behind it is flushed. A completion error always
