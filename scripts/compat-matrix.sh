@@ -65,7 +65,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cases=${only:-$all}
 
-tag=cpm$$
+tag=cm$(($$ % 100000))
 ns_a=$tag-a ns_b=$tag-b if_a=${tag}a if_b=${tag}b
 addr_a=10.213.77.1 addr_b=10.213.77.2
 pids=()
@@ -128,9 +128,9 @@ case_qperf() { # CASE TEST
     wait_port 19765 || true
     local o
     if [[ $2 == rc_* ]]; then
-        o=$(on_a timeout 30 qperf "$addr_b" -cm1 -t 2 "$2" 2>&1) || true
+        o=$(on_a timeout 30 qperf "$addr_b" -to 30 -cm1 -t 2 "$2" 2>&1) || true
     else
-        o=$(on_a timeout 30 qperf "$addr_b" -t 2 "$2" 2>&1) || true
+        o=$(on_a timeout 30 qperf "$addr_b" -to 30 -t 2 "$2" 2>&1) || true
     fi
     stop_servers
     echo "$o" >"$out/$1.client"
@@ -233,7 +233,7 @@ EOF
         -x UCX_NET_DEVICES=all "$out/mpi_xchg" 2>&1) || true
     echo "$o" >"$out/ompi-ucx.client"
     if echo "$o" | grep -q "rank 0 bad 0 " && echo "$o" | grep -q "rank 1 bad 0 "; then
-        row ompi-ucx pass "$(echo "$o" | awk '/rank 0 bad 0/ {print $5; exit}') MB/s" \
+        row ompi-ucx pass "$(echo "$o" | awk '/rank 0 bad 0/ {print $6; exit}') MB/s" \
             "mpirun -np 2 --mca pml ucx, UCX_TLS=rc_verbs,ud_verbs,self, 1 MiB x 100 checked"
     else
         row ompi-ucx fail - "$(echo "$o" | grep -v '^ *$' | tail -1)"

@@ -391,6 +391,49 @@ fn open(device: &'static Device) -> *mut ibv_context {
             abi_compat: abi::VERBS_ABI_IS_EXTENDED,
         },
     };
+    // A second context of a device this process has open shares the first's engine
+    // (its uroce context, datapath and progress thread), as two contexts of one NIC share
+    // its hardware: two datapaths would fight over the interface's AF_XDP queue or
+    // UDP/4791 (Open MPI opens the device through UCX and again through libfabric; a
+    // program beside librdmacm opens its own context).
+    // The registry stays locked from the look to the insert, so two threads opening the
+    // device at once do not make two engines.
+    let mut contexts = lock(&CONTEXTS);
+    let existing = contexts
+        .as_ref()
+        .and_then(|m| m.values().find(|e| std::ptr::eq(e.device, device)))
+        .map(|e| e.shared.clone());
+    let shared = match existing {
+        Some(s) => s,
+        None => match new_engine(device) {
+            Ok(s) => s,
+            Err(e) => {
+                set_errno(e);
+                return std::ptr::null_mut();
+            }
+        },
+    };
+    let mut vctx = vctx;
+    vctx.context.async_fd = shared.async_fd.as_raw_fd();
+    let c = ffi::CBox::new(vctx);
+    let p = c.as_ptr();
+    contexts.get_or_insert_with(HashMap::new).insert(
+        p as usize,
+        ContextEntry {
+            _vctx: c,
+            device,
+            shared,
+        },
+    );
+    // The `context` member, inside the allocation.
+    p.cast::<u8>()
+        .wrapping_add(std::mem::offset_of!(verbs_context, context))
+        .cast()
+}
+
+/// A new engine for `device`: its uroce context and the state behind it (the datapath
+/// opens at the first QP); the errno if it cannot be made.
+fn new_engine(device: &'static Device) -> Result<Arc<Shared>, c_int> {
     let ip = live_info(device)
         .ok()
         .and_then(|i| {
@@ -417,29 +460,9 @@ fn open(device: &'static Device) -> *mut ibv_context {
     // previous life, which the peer's CM holds in time wait and rejects as a stale
     // connection (IBTA §12.9.8.3.1; the kernel numbers QPs across processes).
     uctx.set_qpn_space(first_qpn(seed), 1);
-    let shared = match Shared::new(uctx, device) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
-            return std::ptr::null_mut();
-        }
-    };
-    let mut vctx = vctx;
-    vctx.context.async_fd = shared.async_fd.as_raw_fd();
-    let c = ffi::CBox::new(vctx);
-    let p = c.as_ptr();
-    lock(&CONTEXTS).get_or_insert_with(HashMap::new).insert(
-        p as usize,
-        ContextEntry {
-            _vctx: c,
-            device,
-            shared,
-        },
-    );
-    // The `context` member, inside the allocation.
-    p.cast::<u8>()
-        .wrapping_add(std::mem::offset_of!(verbs_context, context))
-        .cast()
+    Shared::new(uctx, device)
+        .map(Arc::new)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))
 }
 
 fn close(ctx: *mut ibv_context) -> bool {
@@ -450,7 +473,13 @@ fn close(ctx: *mut ibv_context) -> bool {
     else {
         return false;
     };
-    c.shared.stop();
+    // The engine stops with the device's last context in this process.
+    let last = !lock(&CONTEXTS)
+        .as_ref()
+        .is_some_and(|m| m.values().any(|e| Arc::ptr_eq(&e.shared, &c.shared)));
+    if last {
+        c.shared.stop();
+    }
     // Its verbs_context is freed with it, after the progress thread stopped.
     drop(c);
     true
