@@ -179,15 +179,12 @@ pub(crate) fn semaphore() -> std::io::Result<OwnedFd> {
 }
 
 /// Takes one count from a semaphore eventfd, blocking unless the program made the fd
-/// non-blocking; `Err` with the errno (EAGAIN when non-blocking and nothing is there).
+/// non-blocking; `Err` with the errno: EAGAIN when non-blocking and nothing is there,
+/// EINTR when a signal interrupted the wait (libibverbs' `ibv_get_cq_event` and
+/// `ibv_get_async_event` are one `read(2)` and fail with its errno: a handler installed
+/// without SA_RESTART ends the wait, as qperf's SIGALRM ends a test).
 pub(crate) fn take_one(fd: RawFd) -> Result<(), c_int> {
-    loop {
-        match ffi::eventfd_read(fd) {
-            Ok(_) => return Ok(()),
-            Err(libc::EINTR) => {}
-            Err(e) => return Err(e),
-        }
-    }
+    ffi::eventfd_read(fd).map(|_| ())
 }
 
 impl Shared {
@@ -283,9 +280,8 @@ impl Shared {
         }
         let backend = Loopback::new(backend, inner.uroce.config().ip);
         let me = self.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("uroce-{}", inner.device.iface()))
-            .spawn(move || me.run())
+        // Signals blocked: the program's signals are for its own threads.
+        let thread = ffi::quiet::spawn(format!("uroce-{}", inner.device.iface()), move || me.run())
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EAGAIN))?;
         inner.datapath = Some(Datapath {
             backend,
