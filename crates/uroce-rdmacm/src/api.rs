@@ -230,7 +230,8 @@ pub(crate) struct Taken {
     pub id: *mut rdma_cm_id,
 }
 
-/// Takes the next event of `channel` (blocking unless its fd is non-blocking).
+/// Takes the next event of `channel` (blocking unless its fd is non-blocking; EINTR
+/// when a signal interrupts the wait, as librdmacm's `read(2)` fails).
 pub(crate) fn get_event(channel: *mut rdma_event_channel) -> Result<Taken, c_int> {
     let fd = {
         let g = lock();
@@ -580,9 +581,9 @@ pub(crate) fn resolve_addr(
             // The peer's MAC (ARP / NDP where the datapath needs it) on a thread of its
             // own, as the kernel's address resolution runs on its workqueue; the event
             // comes when it is known, or ADDR_ERROR after `timeout_ms`.
-            let spawned = std::thread::Builder::new()
-                .name("uroce-rdmacm-addr".into())
-                .spawn(move || resolve_neighbour(k, ctx, dst.ip(), timeout_ms));
+            let spawned = crate::ffi::quiet::spawn("uroce-rdmacm-addr".into(), move || {
+                resolve_neighbour(k, ctx, dst.ip(), timeout_ms)
+            });
             if spawned.is_err() {
                 resolved(&mut g, k, Err(libc::EAGAIN));
             }

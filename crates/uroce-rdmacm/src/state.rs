@@ -369,9 +369,7 @@ impl State {
             dev.gsi_fd = Some(fd);
         }
         if !self.thread {
-            std::thread::Builder::new()
-                .name("uroce-rdmacm".into())
-                .spawn(cm_thread)
+            crate::ffi::quiet::spawn("uroce-rdmacm".into(), cm_thread)
                 .map_err(|e| e.raw_os_error().unwrap_or(libc::EAGAIN))?;
             self.thread = true;
         }
