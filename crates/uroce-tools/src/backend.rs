@@ -194,7 +194,8 @@ pub fn open_per_loop(
                 return Ok((v, what));
             }
             Err(e) if choice == BackendChoice::Xdp || is_held(&e) => {
-                return Err(e).with_context(|| format!("AF_XDP on {iface}"))
+                refuse_if_held(&e)?;
+                return Err(e).with_context(|| format!("AF_XDP on {iface}"));
             }
             Err(e) => why = format!(" (AF_XDP not possible: {e})"),
         }
