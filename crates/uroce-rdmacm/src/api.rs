@@ -121,10 +121,16 @@ pub(crate) fn new_id_box(
 
 /// Fills id `i`'s route (addresses, GIDs, path record) from what the library knows.
 pub(crate) fn set_route(g: &mut State, i: usize) {
+    // A loopback destination is the device itself on the wire (its GID).
+    let wire_dst = g
+        .ids
+        .get(&i)
+        .and_then(|id| Some(g.wire_ip(id.dev?, id.dst?.ip())));
     let State { ids, devices, .. } = g;
     let Some(id) = ids.get_mut(&i) else { return };
     let dev = id.dev.and_then(|d| devices.as_ref().and_then(|v| v.get(d)));
     let (src, dst, phase, tos) = (id.src, id.dst, id.phase, id.tos);
+    let dst_gid = wire_dst.or(dst.map(|d| d.ip())).map(gid_of);
     let b = &mut *id.obj;
     if let Some(s) = src {
         write_sockaddr(&mut b.id.route.addr.src, s);
@@ -136,13 +142,13 @@ pub(crate) fn set_route(g: &mut State, i: usize) {
     if let Some(dev) = dev {
         ib.sgid.raw = gid_of(dev.ip);
     }
-    if let Some(d) = dst {
-        ib.dgid.raw = gid_of(d.ip());
+    if let Some(d) = dst_gid {
+        ib.dgid.raw = d;
     }
     ib.pkey = 0xffff;
-    if let (Some(dev), Some(d), true) = (dev, dst, phase != Phase::AddrResolved) {
+    if let (Some(dev), Some(d), true) = (dev, dst_gid, phase != Phase::AddrResolved) {
         let p = &mut b.path;
-        p.dgid.raw = gid_of(d.ip());
+        p.dgid.raw = d;
         p.sgid.raw = gid_of(dev.ip);
         p.pkey = 0xffffu16.to_be();
         p.hop_limit = 64;
@@ -230,7 +236,8 @@ pub(crate) struct Taken {
     pub id: *mut rdma_cm_id,
 }
 
-/// Takes the next event of `channel` (blocking unless its fd is non-blocking).
+/// Takes the next event of `channel` (blocking unless its fd is non-blocking; EINTR
+/// when a signal interrupts the wait, as librdmacm's `read(2)` fails).
 pub(crate) fn get_event(channel: *mut rdma_event_channel) -> Result<Taken, c_int> {
     let fd = {
         let g = lock();
@@ -504,7 +511,8 @@ fn bind(g: &mut Guard, k: usize, addr: SocketAddr) -> Result<(), c_int> {
 
 /// `rdma_bind_addr`: a source address (one of a uroce device's, or the wildcard) and
 /// port (0: one is chosen); EADDRINUSE when another id has it, EADDRNOTAVAIL for an
-/// address no uroce device has.
+/// address no uroce device has. A loopback address binds the first device with an
+/// active port, as the kernel's rdma_cm does (`State::device_of`).
 pub(crate) fn bind_addr(id: *mut rdma_cm_id, addr: Option<SocketAddr>) -> c_int {
     let Some(a) = addr else {
         return fail(libc::EAFNOSUPPORT);
@@ -532,7 +540,8 @@ fn route_source(dst: IpAddr) -> Result<IpAddr, c_int> {
 
 /// `rdma_resolve_addr`: the source address from `src` or the host's routes, the device
 /// that has it; RDMA_CM_EVENT_ADDR_RESOLVED, or ADDR_ERROR when no uroce device has the
-/// source address. The peer's MAC is found when the first MAD goes to it.
+/// source address. A loopback destination is the device a loopback bind takes, talking
+/// to itself (the kernel's `cma_resolve_loopback`: destination GID = source GID). The peer's MAC is found when the first MAD goes to it.
 pub(crate) fn resolve_addr(
     id: *mut rdma_cm_id,
     src: Option<SocketAddr>,
@@ -561,7 +570,14 @@ pub(crate) fn resolve_addr(
         return fail(libc::EINVAL);
     }
     let bound = tri!(tri!(g.id(k)).src.ok_or(libc::EINVAL));
-    let source = if bound.ip().is_unspecified() {
+    let source = if bound.ip().is_unspecified() && dst.ip().is_loopback() {
+        // The kernel's loopback resolution (`cma_resolve_loopback`): the source is the
+        // family's loopback address, on the device a loopback bind takes.
+        Ok(match dst.ip() {
+            IpAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+            IpAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+        })
+    } else if bound.ip().is_unspecified() {
         route_source(dst.ip())
     } else {
         Ok(bound.ip())
@@ -577,12 +593,13 @@ pub(crate) fn resolve_addr(
             x.dst = Some(dst);
             x.phase = Phase::AddrQuery;
             let ctx = tri!(g.dev(d)).ctx as usize;
+            let peer = g.wire_ip(d, dst.ip());
             // The peer's MAC (ARP / NDP where the datapath needs it) on a thread of its
             // own, as the kernel's address resolution runs on its workqueue; the event
             // comes when it is known, or ADDR_ERROR after `timeout_ms`.
-            let spawned = std::thread::Builder::new()
-                .name("uroce-rdmacm-addr".into())
-                .spawn(move || resolve_neighbour(k, ctx, dst.ip(), timeout_ms));
+            let spawned = crate::ffi::quiet::spawn("uroce-rdmacm-addr".into(), move || {
+                resolve_neighbour(k, ctx, peer, timeout_ms)
+            });
             if spawned.is_err() {
                 resolved(&mut g, k, Err(libc::EAGAIN));
             }
@@ -751,13 +768,15 @@ pub(crate) fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>, user:
     };
     let now = Instant::now();
     let sid = service_id(port_space(ps), dst.port());
+    // The CM IP header keeps the loopback addresses; the MADs go to the device itself.
+    let peer = g.wire_ip(d, dst.ip());
     let r = if qp_type == 4 {
         let dev = &mut tri!(g.dev_mut(d));
         dev.cm.sidr_resolve(
             now,
             &SidrParams {
                 service_id: sid,
-                peer: dst.ip(),
+                peer,
                 timeout: state::cm_timing().0,
                 max_retries: state::cm_timing().1,
                 private_data: private,
@@ -771,7 +790,7 @@ pub(crate) fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>, user:
         let psn = (g.random() & 0xff_ffff) as u32;
         tri!(g.id_mut(k)).psn = psn;
         let dev = &mut tri!(g.dev_mut(d));
-        let mut p = ConnectParams::new(sid, dst.ip(), qpn, psn);
+        let mut p = ConnectParams::new(sid, peer, qpn, psn);
         p.transport = if qp_type == 3 {
             Transport::Uc
         } else {

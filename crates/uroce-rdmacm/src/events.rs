@@ -5,7 +5,7 @@
 #![deny(unsafe_code)]
 
 use std::ffi::c_int;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
@@ -294,7 +294,7 @@ fn handle(g: &mut State, d: usize, ev: CmEvent) {
                 let tos = g.ids.get(&i).map_or(0, |x| x.tos);
                 if status == uroce::cm::SIDR_VALID {
                     set_phase(g, i, Phase::Connected);
-                    let ah_attr = ah_to(g, d, peer.ip(), tos);
+                    let ah_attr = ah_to(g, d, g.wire_ip(d, peer.ip()), tos);
                     push(
                         g,
                         i,
@@ -350,8 +350,10 @@ fn clear_cm(g: &mut State, i: usize) {
 }
 
 /// The listening id that takes a REQ for `service_id` arriving at device `d`: one bound
-/// to its address or to the wildcard, in the service ID's port space and port.
-fn listener_for(g: &State, d: usize, service_id: u64) -> Option<usize> {
+/// to its address or to the wildcard, in the service ID's port space and port; one bound
+/// to a loopback address takes the REQs whose CM IP header (`to`) names that address,
+/// as the kernel matches a listener's address against the header's destination.
+fn listener_for(g: &State, d: usize, service_id: u64, to: Option<IpAddr>) -> Option<usize> {
     let (ps, port) = uroce::cm::port_of(service_id)?;
     let ip = g.devices.as_ref()?[d].ip;
     let code = c_int::from(ps.code());
@@ -364,7 +366,7 @@ fn listener_for(g: &State, d: usize, service_id: u64) -> Option<usize> {
         if src.port() != port {
             continue;
         }
-        if src.ip() == ip {
+        if src.ip() == ip || (src.ip().is_loopback() && to == Some(src.ip())) {
             return Some(p);
         }
         if src.ip().is_unspecified() && (!id.afonly || src.is_ipv4() == ip.is_ipv4()) {
@@ -385,6 +387,12 @@ fn new_child(
 ) -> usize {
     let ip = g.devices.as_ref().expect("device")[d].ip;
     let l = &g.ids[&listener];
+    // A listener bound to a loopback address gives its connections that address.
+    let ip = l
+        .src
+        .map(|s| s.ip())
+        .filter(IpAddr::is_loopback)
+        .unwrap_or(ip);
     let local = SocketAddr::new(ip, l.src.map_or(0, |s| s.port()));
     let (ps, mut channel, tos, sync) = (l.ps, l.channel, l.tos, l.sync);
     let (lctx, mut lchan) = (l.obj.id.context, l.obj.id.channel);
@@ -429,7 +437,8 @@ fn new_child(
 }
 
 fn connect_request(g: &mut State, d: usize, cm: CmId, req: Box<ConnectRequest>) {
-    let Some(listener) = listener_for(g, d, req.service_id) else {
+    let to = req.ip.as_ref().map(|h| h.dst);
+    let Some(listener) = listener_for(g, d, req.service_id, to) else {
         // The endpoint listens on the service ID, but no id takes it (another address,
         // AFONLY): reason 8, invalid service ID, as if nobody listened.
         let _ = g.devices.as_mut().expect("device")[d].cm.reject_with(
@@ -481,7 +490,7 @@ fn sidr_request(
     ip: Option<IpCmHeaderRepr>,
     private_data: Vec<u8>,
 ) {
-    let Some(listener) = listener_for(g, d, service_id) else {
+    let Some(listener) = listener_for(g, d, service_id, ip.as_ref().map(|h| h.dst)) else {
         let _ = g.devices.as_mut().expect("device")[d].cm.sidr_reply(
             Instant::now(),
             cm,
@@ -502,7 +511,7 @@ fn sidr_request(
         private_data
     };
     let tos = g.ids.get(&child).map_or(0, |i| i.tos);
-    let ah_attr = ah_to(g, d, peer.ip(), tos);
+    let ah_attr = ah_to(g, d, g.wire_ip(d, peer.ip()), tos);
     push(
         g,
         child,

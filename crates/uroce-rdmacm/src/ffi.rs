@@ -26,6 +26,10 @@ mod catch;
 pub use catch::TEST_PANIC_ENV;
 pub(crate) use catch::{call, set_errno};
 
+/// Threads started with every signal blocked, uroce-verbs' own file.
+#[path = "../../uroce-verbs/src/quiet.rs"]
+pub(crate) mod quiet;
+
 /// A call that returns 0 (or a count) or -1 with errno: -1 with errno EIO on a panic.
 pub(crate) fn minus1<R: From<i8>>(name: &'static str, body: impl FnOnce() -> R) -> R {
     call(
@@ -301,21 +305,21 @@ pub(crate) fn signal(fd: std::os::fd::RawFd) {
     let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
 }
 
-/// Takes one count from a semaphore eventfd, blocking unless it is non-blocking.
+/// Takes one count from a semaphore eventfd, blocking unless it is non-blocking; the
+/// errno of the `read(2)` otherwise: EAGAIN when non-blocking and empty, EINTR when a
+/// signal interrupted the wait (librdmacm's `rdma_get_cm_event` is one `read(2)` of the
+/// channel's fd and fails with its errno, and so do the calls that wait through it:
+/// a synchronous id's `rdma_resolve_addr`, `rdma_connect`..., `rdma_get_request`).
 pub(crate) fn take_one(fd: std::os::fd::RawFd) -> Result<(), c_int> {
     let mut n: u64 = 0;
-    loop {
-        // SAFETY: reads 8 bytes into a live u64 from an eventfd.
-        let r = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
-        if r == 8 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error()
+    // SAFETY: reads 8 bytes into a live u64 from an eventfd.
+    let r = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
+    if r == 8 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error()
             .raw_os_error()
-            .unwrap_or(libc::EIO);
-        if e != libc::EINTR {
-            return Err(e);
-        }
+            .unwrap_or(libc::EIO))
     }
 }
 

@@ -328,12 +328,37 @@ impl State {
         self.devices.as_mut().ok_or(libc::ENODEV)
     }
 
-    /// The device whose context sends from `ip` (or has it in its GID table).
+    /// The device an id bound to `ip` uses: the one whose context sends from `ip`;
+    /// EADDRNOTAVAIL when none does. A loopback address (127.0.0.0/8, ::1) is bound as
+    /// the kernel's rdma_cm binds it (`cma_bind_loopback`): to the first device with an
+    /// active port, else the first device; the id keeps the loopback address as its
+    /// source, and its GIDs are the device's ([`State::wire_ip`]). libfabric's
+    /// `fi_getinfo -p verbs` binds 127.0.0.1 when given no source address.
     pub fn device_of(&mut self, ip: IpAddr) -> Result<usize, c_int> {
         let devs = self.devices()?;
+        if ip.is_loopback() {
+            let v = verbs()?;
+            let active = devs.iter().position(|d| {
+                v.query_port(d.ctx)
+                    .is_some_and(|p| p.state == crate::verbs_abi::IBV_PORT_ACTIVE)
+            });
+            return active
+                .or((!devs.is_empty()).then_some(0))
+                .ok_or(libc::ENODEV);
+        }
         devs.iter()
             .position(|d| d.ip == ip)
             .ok_or(libc::EADDRNOTAVAIL)
+    }
+
+    /// The address packets for `ip` go to from device `d`: `ip` itself, or for a
+    /// loopback address the device's own (the kernel's loopback resolution makes the
+    /// destination GID the source GID, `cma_resolve_loopback`).
+    pub fn wire_ip(&self, d: usize, ip: IpAddr) -> IpAddr {
+        match self.dev(d) {
+            Ok(dev) if ip.is_loopback() => dev.ip,
+            _ => ip,
+        }
     }
 
     /// Puts device `d` into the C id of id `k`: its context, port 1 and the device's PD.
@@ -369,9 +394,7 @@ impl State {
             dev.gsi_fd = Some(fd);
         }
         if !self.thread {
-            std::thread::Builder::new()
-                .name("uroce-rdmacm".into())
-                .spawn(cm_thread)
+            crate::ffi::quiet::spawn("uroce-rdmacm".into(), cm_thread)
                 .map_err(|e| e.raw_os_error().unwrap_or(libc::EAGAIN))?;
             self.thread = true;
         }

@@ -5,9 +5,10 @@ use std::net::IpAddr;
 
 use anyhow::{anyhow, bail, Context as _};
 
+use uroce::datapath::holder;
 use uroce::datapath::impair::{Impaired, Impairment};
 use uroce::datapath::udp::UdpBackend;
-use uroce::datapath::xdp::{XdpBackend, XdpConfig};
+use uroce::datapath::xdp::{is_held, XdpBackend, XdpConfig};
 use uroce::datapath::Backend;
 use uroce::transport::rc::MAX_INFLIGHT_PSNS;
 use uroce::verbs::Mtu;
@@ -77,16 +78,19 @@ pub fn open(
         (_, None) => Some(Err(anyhow!("{no_iface}"))),
         (_, Some(i)) => {
             let cfg = xdp_config()?;
-            Some(
+            let r = retry_while_letting_go(i, || {
                 XdpBackend::open_with(i, 2, mtu.bytes() + FRAME_OVERHEAD, MAX_INFLIGHT_PSNS, &cfg)
-                    .map(|b| (b, i))
-                    .with_context(|| format!("AF_XDP on {i}")),
-            )
+            });
+            if let Err(e) = &r {
+                refuse_if_held(e)?;
+            }
+            Some(r.map(|b| (b, i)).with_context(|| format!("AF_XDP on {i}")))
         }
     };
     let seed = seed_of(local);
     match xdp {
         Some(Ok((b, i))) => {
+            refuse_if_udp_held(local)?;
             let what = format!("AF_XDP on {i} ({})", b.mode());
             Ok((impaired(b, impair, seed), what))
         }
@@ -102,6 +106,61 @@ pub fn open(
     }
 }
 
+/// `open` again, for up to a second, while it fails because the interface is held and no
+/// process can be seen holding it: one that just exited may still be letting go.
+fn retry_while_letting_go<T>(
+    iface: &str,
+    open: impl Fn() -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let mut r = open();
+    for _ in 0..5 {
+        match &r {
+            Err(e) if is_held(e) && nobody_holds(iface) => {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                r = open();
+            }
+            _ => break,
+        }
+    }
+    r
+}
+
+/// Whether no process can be seen holding `iface`'s XDP hook.
+fn nobody_holds(iface: &str) -> bool {
+    uroce::net::addresses::interface_info(iface)
+        .map_or(true, |i| holder::xdp_holder(i.index).is_none())
+}
+
+/// EADDRINUSE, naming the holder, when AF_XDP failed because another process holds the
+/// interface (`auto` must not take the UDP backend then: the holder's XDP program takes
+/// every RoCE frame, the host would be split silently).
+fn refuse_if_held(e: &std::io::Error) -> anyhow::Result<()> {
+    if is_held(e) {
+        bail!(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            e.to_string()
+        ));
+    }
+    Ok(())
+}
+
+/// EADDRINUSE, naming the holder, when AF_XDP was had but another process has UDP/4791
+/// on `local` (a uroce program on the UDP backend), whose traffic the XDP program would
+/// take. The kernel's own socket (rdma_rxe's) has no process and does not count.
+fn refuse_if_udp_held(local: IpAddr) -> anyhow::Result<()> {
+    if let Some(h) = holder::udp_holder(local, uroce::wire::ROCEV2_UDP_PORT) {
+        bail!(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!(
+                "UDP {} is held by {h} (a uroce program on the UDP backend); one uroce \
+                 process per address",
+                std::net::SocketAddr::new(local, uroce::wire::ROCEV2_UDP_PORT)
+            )
+        ));
+    }
+    Ok(())
+}
+
 /// One AF_XDP backend per receive queue of `iface` (`n` of them, for `n` loops), or `n`
 /// UDP backends steered by DestQP; the same rules as [`open`].
 pub fn open_per_loop(
@@ -115,14 +174,17 @@ pub fn open_per_loop(
     let mut why = String::new();
     if choice != BackendChoice::Udp {
         let cfg = xdp_config()?;
-        match XdpBackend::open_per_queue_with(
-            iface,
-            n,
-            mtu.bytes() + FRAME_OVERHEAD,
-            MAX_INFLIGHT_PSNS,
-            &cfg,
-        ) {
+        match retry_while_letting_go(iface, || {
+            XdpBackend::open_per_queue_with(
+                iface,
+                n,
+                mtu.bytes() + FRAME_OVERHEAD,
+                MAX_INFLIGHT_PSNS,
+                &cfg,
+            )
+        }) {
             Ok(v) => {
+                refuse_if_udp_held(local)?;
                 let v = v
                     .into_iter()
                     .enumerate()
@@ -131,8 +193,9 @@ pub fn open_per_loop(
                 let what = format!("AF_XDP on {iface}, {n} loops on threads, one queue each");
                 return Ok((v, what));
             }
-            Err(e) if choice == BackendChoice::Xdp => {
-                return Err(e).with_context(|| format!("AF_XDP on {iface}"))
+            Err(e) if choice == BackendChoice::Xdp || is_held(&e) => {
+                refuse_if_held(&e)?;
+                return Err(e).with_context(|| format!("AF_XDP on {iface}"));
             }
             Err(e) => why = format!(" (AF_XDP not possible: {e})"),
         }

@@ -6,7 +6,8 @@
 //!   progress.
 //! - A completion channel is a semaphore eventfd (one count per completion event) and the
 //!   queue of CQs whose events wait: `ibv_get_cq_event` blocks on the fd (or fails with
-//!   EAGAIN when the program made it non-blocking, as with libibverbs), then takes the
+//!   EAGAIN when the program made it non-blocking, EINTR when a signal interrupts it, as
+//!   with libibverbs), then takes the
 //!   oldest event. `ibv_ack_cq_events` acknowledges them; a CQ with events taken and not
 //!   acknowledged cannot be destroyed (EBUSY, where libibverbs would wait for ever);
 //!   events not taken yet go with it.
@@ -323,7 +324,8 @@ pub(crate) fn req_notify_cq(
 
 /// `ibv_get_cq_event`: waits for the channel's next completion event (unless its fd was
 /// made non-blocking: then EAGAIN when there is none); the CQ and its `cq_context`, or
-/// the errno.
+/// the errno: EINTR when a signal interrupts the wait (libibverbs' one `read(2)` of the
+/// channel's fd fails so when the handler was installed without SA_RESTART).
 pub(crate) fn get_cq_event(
     channel: *mut ibv_comp_channel,
 ) -> Result<(*mut ibv_cq, *mut c_void), c_int> {
@@ -375,7 +377,8 @@ pub(crate) fn ack_cq_events(cq: *mut ibv_cq, nevents: u32) {
 }
 
 /// `ibv_get_async_event`: waits for the context's next asynchronous event (non-blocking
-/// if the program made `async_fd` so); the event, or the errno.
+/// if the program made `async_fd` so); the event, or the errno (EINTR when a signal
+/// interrupts the wait, as with `ibv_get_cq_event`).
 pub(crate) fn get_async_event(ctx: *mut ibv_context) -> Result<ibv_async_event, c_int> {
     let shared = shared_of(ctx).ok_or(EINVAL)?;
     shared.app_waits();

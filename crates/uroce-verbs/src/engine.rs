@@ -14,7 +14,8 @@
 //!
 //! The datapath is opened lazily (listing and querying devices, as `ibv_devinfo` does,
 //! opens none): `UROCE_BACKEND` = `auto` (default: AF_XDP on the device's interface
-//! where the process may set it up, else the UDP backend), `xdp` or `udp`; AF_XDP is tuned
+//! where the process may set it up, else the UDP backend; EADDRINUSE, never the UDP
+//! backend, when another process holds the interface's AF_XDP), `xdp` or `udp`; AF_XDP is tuned
 //! by `UROCE_XDP_TX_BATCH` and `UROCE_XDP_BUSY_POLL` ([`uroce::datapath::xdp::XdpConfig`]).
 //!
 //! Safe code: the eventfd, read, write and poll calls and the `Send` of [`AsyncEntry`]
@@ -30,6 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use uroce::datapath::holder;
 use uroce::datapath::udp::UdpBackend;
 use uroce::datapath::xdp::{XdpBackend, XdpConfig};
 use uroce::datapath::Backend;
@@ -179,15 +181,12 @@ pub(crate) fn semaphore() -> std::io::Result<OwnedFd> {
 }
 
 /// Takes one count from a semaphore eventfd, blocking unless the program made the fd
-/// non-blocking; `Err` with the errno (EAGAIN when non-blocking and nothing is there).
+/// non-blocking; `Err` with the errno: EAGAIN when non-blocking and nothing is there,
+/// EINTR when a signal interrupted the wait (libibverbs' `ibv_get_cq_event` and
+/// `ibv_get_async_event` are one `read(2)` and fail with its errno: a handler installed
+/// without SA_RESTART ends the wait, as qperf's SIGALRM ends a test).
 pub(crate) fn take_one(fd: RawFd) -> Result<(), c_int> {
-    loop {
-        match ffi::eventfd_read(fd) {
-            Ok(_) => return Ok(()),
-            Err(libc::EINTR) => {}
-            Err(e) => return Err(e),
-        }
-    }
+    ffi::eventfd_read(fd).map(|_| ())
 }
 
 impl Shared {
@@ -283,9 +282,8 @@ impl Shared {
         }
         let backend = Loopback::new(backend, inner.uroce.config().ip);
         let me = self.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("uroce-{}", inner.device.iface()))
-            .spawn(move || me.run())
+        // Signals blocked: the program's signals are for its own threads.
+        let thread = ffi::quiet::spawn(format!("uroce-{}", inner.device.iface()), move || me.run())
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EAGAIN))?;
         inner.datapath = Some(Datapath {
             backend,
@@ -530,6 +528,10 @@ fn transmit(uroce: &mut uroce::verbs::Context, backend: &mut dyn Backend, now: I
 /// for its kind (the backends add context to the message, which drops the raw errno).
 fn errno_of(e: &std::io::Error) -> c_int {
     use std::io::ErrorKind as K;
+    if uroce::datapath::xdp::is_held(e) {
+        // Another datapath has the interface: as a second bind of UDP/4791 would be.
+        return libc::EADDRINUSE;
+    }
     e.raw_os_error().unwrap_or(match e.kind() {
         K::AddrInUse => libc::EADDRINUSE,
         K::AddrNotAvailable => libc::EADDRNOTAVAIL,
@@ -570,7 +572,27 @@ fn open_backend(inner: &Inner) -> Result<Box<dyn Backend + Send>, c_int> {
     };
     let xdp = match choice.as_str() {
         "udp" => None,
-        "auto" => Some(open()),
+        // AF_XDP held by another process is EADDRINUSE, never the UDP backend: with the
+        // XDP program taking every RoCE frame of the interface, a process on UDP would
+        // receive nothing (until a shared datapath lands, one uroce process per
+        // interface). Held with no holder to be seen, it is tried again for a second: a
+        // program that just exited may still be letting go of it.
+        "auto" => {
+            let mut r = open();
+            for _ in 0..5 {
+                match &r {
+                    Err(e)
+                        if uroce::datapath::xdp::is_held(e)
+                            && holder::xdp_holder(inner.device.ifindex()).is_none() =>
+                    {
+                        std::thread::sleep(Duration::from_millis(200));
+                        r = open();
+                    }
+                    _ => break,
+                }
+            }
+            Some(r)
+        }
         // Asked for by name: a program that just exited on this interface may still be
         // letting go of its XDP program and socket (the kernel releases them after the
         // process is gone), so a failure other than a missing privilege is tried again
@@ -591,8 +613,15 @@ fn open_backend(inner: &Inner) -> Result<Box<dyn Backend + Send>, c_int> {
         _ => return Err(libc::EINVAL),
     };
     match xdp {
+        // A process on the UDP backend at this address (UROCE_BACKEND=udp) would lose
+        // its traffic to our XDP program: EADDRINUSE as well. (The kernel's own socket,
+        // rdma_rxe's, has no process and does not count: AF_XDP takes the frames before
+        // it, as it always did.)
+        Some(Ok(_)) if holder::udp_holder(local, uroce::wire::ROCEV2_UDP_PORT).is_some() => {
+            Err(libc::EADDRINUSE)
+        }
         Some(Ok(b)) => Ok(Box::new(b)),
-        Some(Err(e)) if choice == "xdp" => Err(errno_of(&e)),
+        Some(Err(e)) if choice == "xdp" || uroce::datapath::xdp::is_held(&e) => Err(errno_of(&e)),
         // `auto` without AF_XDP (the library cannot say why; `uroce run` does).
         _ => Ok(Box::new(UdpBackend::bind(local).map_err(|e| errno_of(&e))?)),
     }

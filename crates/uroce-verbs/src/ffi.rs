@@ -50,6 +50,10 @@ mod catch;
 pub use catch::TEST_PANIC_ENV;
 pub(crate) use catch::{call, set_errno};
 
+/// Threads started with every signal blocked (`quiet::spawn`).
+#[path = "quiet.rs"]
+pub(crate) mod quiet;
+
 /// A verb that returns a pointer, NULL with errno on failure: NULL with errno EIO on a
 /// panic.
 pub(crate) fn ptr<T>(name: &'static str, body: impl FnOnce() -> *mut T) -> *mut T {

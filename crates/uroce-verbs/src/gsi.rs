@@ -316,23 +316,17 @@ fn send_resolving(
             // The thread holds the device only while it sends a request or takes the
             // answer, so closing the device is not kept waiting for an ARP's seconds.
             let weak = Arc::downgrade(shared);
-            let spawned = std::thread::Builder::new()
-                .name("uroce-gsi-arp".into())
-                .spawn(move || {
-                    let mut guard = Unresolved(Some((weak.clone(), ip)));
-                    let mac = crate::qp::remote_within_weak(
-                        &weak,
-                        ip,
-                        true,
-                        uroce::net::neighbours::GIVE_UP,
-                    )
-                    .ok()
-                    .map(|r| r.mac);
-                    guard.0 = None;
-                    if let Some(s) = weak.upgrade() {
-                        resolved(&s, ip, mac);
-                    }
-                });
+            let spawned = crate::ffi::quiet::spawn("uroce-gsi-arp".into(), move || {
+                let mut guard = Unresolved(Some((weak.clone(), ip)));
+                let mac =
+                    crate::qp::remote_within_weak(&weak, ip, true, uroce::net::neighbours::GIVE_UP)
+                        .ok()
+                        .map(|r| r.mac);
+                guard.0 = None;
+                if let Some(s) = weak.upgrade() {
+                    resolved(&s, ip, mac);
+                }
+            });
             if spawned.is_err() {
                 if let Some(gsi) = shared.lock().gsi.as_mut() {
                     gsi.peers.forget(ip);

@@ -110,6 +110,24 @@ fn cap_eff() -> Option<u64> {
     u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
 }
 
+/// A line for each interface (`only`, else every one here) whose AF_XDP another process
+/// holds: the library cannot print, and the program's first QP there will fail with
+/// EADDRINUSE (one uroce process per interface until a shared datapath lands).
+pub fn held_interfaces(only: Option<&str>) -> Vec<String> {
+    let list = uroce::net::addresses::interfaces().unwrap_or_default();
+    list.iter()
+        .filter(|i| only.is_none_or(|o| o == i.name))
+        .filter_map(|i| {
+            let h = uroce::datapath::holder::xdp_holder(i.index)?;
+            Some(format!(
+                "AF_XDP on {} is held by {h}: the program's first QP there will fail with \
+                 EADDRINUSE (one uroce process per interface)",
+                i.name
+            ))
+        })
+        .collect()
+}
+
 /// Runs `uroce run`: only returns on failure to start the program.
 pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     // The library never prints: say here why `auto` will take the UDP backend.
@@ -126,6 +144,11 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
                 missing.join(", ")
             ),
             _ => {}
+        }
+    }
+    if a.backend != "udp" {
+        for line in held_interfaces(a.iface.as_deref()) {
+            eprintln!("uroce run: {line}");
         }
     }
     let exe = std::env::current_exe().context("finding the uroce binary")?;

@@ -260,8 +260,15 @@ impl UdpBackend {
         let local = local.into();
         check_local(local)?;
         let addr = SocketAddr::new(local, wire::ROCEV2_UDP_PORT);
-        let rx = UdpSocket::bind(addr)
-            .map_err(|e| io::Error::new(e.kind(), format!("binding UDP {addr}: {e}")))?;
+        let rx = UdpSocket::bind(addr).map_err(|e| {
+            // Port 4791 taken: say by whom (another uroce process on this address).
+            let by = if e.kind() == io::ErrorKind::AddrInUse {
+                super::holder::held_by(super::holder::udp_holder(local, addr.port()))
+            } else {
+                String::new()
+            };
+            io::Error::new(e.kind(), format!("binding UDP {addr}: {e}{by}"))
+        })?;
         Self::with_socket(local, rx, false)
     }
 

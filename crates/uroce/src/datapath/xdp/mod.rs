@@ -31,7 +31,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
-use super::{Backend, Received, Transmit};
+use super::{holder, Backend, Received, Transmit};
 use ring::{Ring, Umem};
 
 const AF_XDP: i32 = 44;
@@ -453,13 +453,51 @@ fn open_socket(ifindex: u32, queue: u32, sg: bool, frames: u32) -> io::Result<(S
 
 /// Attaches `prog` in the driver (native) where it can, else in the generic skb path;
 /// says which.
+///
+/// An interface that has an XDP program already (another process's AF_XDP: the kernel
+/// answers EBUSY for a link in the same mode, EEXIST for a program in the other) is
+/// [`io::ErrorKind::ResourceBusy`], naming the holder where one is seen
+/// ([`holder::xdp_holder`]): one AF_XDP datapath per interface, so a caller must not
+/// take another datapath instead (see [`is_held`]).
 fn attach_any(prog: i32, ifindex: u32, iface: &str) -> io::Result<(OwnedFd, bool)> {
-    match bpf::attach(prog, ifindex, bpf::XDP_FLAGS_DRV_MODE) {
-        Ok(l) => Ok((l, true)),
-        Err(_) => bpf::attach(prog, ifindex, bpf::XDP_FLAGS_SKB_MODE)
-            .map(|l| (l, false))
-            .map_err(|e| io::Error::new(e.kind(), format!("attaching XDP to {iface}: {e}"))),
-    }
+    let drv = match bpf::attach(prog, ifindex, bpf::XDP_FLAGS_DRV_MODE) {
+        Ok(l) => return Ok((l, true)),
+        Err(e) => e,
+    };
+    bpf::attach(prog, ifindex, bpf::XDP_FLAGS_SKB_MODE)
+        .map(|l| (l, false))
+        .map_err(|e| {
+            let taken =
+                |e: &io::Error| matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EEXIST));
+            if taken(&drv) || taken(&e) {
+                held(iface, ifindex, "its XDP hook is taken")
+            } else {
+                io::Error::new(e.kind(), format!("attaching XDP to {iface}: {e}"))
+            }
+        })
+}
+
+/// The error of an interface whose AF_XDP resources another datapath holds.
+fn held(iface: &str, ifindex: u32, what: &str) -> io::Error {
+    let by = holder::xdp_holder(ifindex);
+    let by = match by {
+        Some(h) => format!("held by {h}"),
+        None => "no process seen holding it (one that just exited may still be letting go, \
+                 or a program was attached with `ip link`)"
+            .to_string(),
+    };
+    io::Error::new(
+        io::ErrorKind::ResourceBusy,
+        format!("AF_XDP on {iface} is in use, {what}: {by}; one uroce process per interface"),
+    )
+}
+
+/// Whether an error of [`XdpBackend::open`] says that another datapath holds the
+/// interface (its XDP hook or queue 0's AF_XDP socket): a caller choosing a datapath must
+/// then fail (EADDRINUSE) rather than take the UDP backend, which would split the host's
+/// RoCE traffic between two processes, the XDP program taking it all.
+pub fn is_held(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::ResourceBusy
 }
 
 /// The MAC address of `iface`, the source address of the frames sent, as the kernel
@@ -526,6 +564,10 @@ impl XdpBackend {
                     zero_copy &= zc;
                     socks.push(s);
                 }
+                // Another socket on queue 0: the interface is someone else's.
+                Err(e) if q == 0 && e.raw_os_error() == Some(libc::EBUSY) => {
+                    return Err(held(iface, ifindex, "its queue 0 has an AF_XDP socket"))
+                }
                 // Queues past the active ones refuse a bind; queue 0 must work.
                 Err(e) if q == 0 => {
                     return Err(io::Error::new(
@@ -562,6 +604,13 @@ impl XdpBackend {
         let mut out = Vec::new();
         for q in 0..count.max(1) {
             let (mut s, zc) = open_socket(ifindex, q, sg, frames).map_err(|e| {
+                if e.raw_os_error() == Some(libc::EBUSY) {
+                    return held(
+                        iface,
+                        ifindex,
+                        &format!("its queue {q} has an AF_XDP socket"),
+                    );
+                }
                 io::Error::new(
                     e.kind(),
                     format!(
