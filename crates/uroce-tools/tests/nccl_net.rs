@@ -268,6 +268,34 @@ fn nccl_net_ib_over_uroce_and_net_socket_over_tcp() {
         "ran only {ran:?}"
     );
 
+    // Two IPv4 addresses on each interface, no NCCL_IB_GID_INDEX: NCCL then chooses its
+    // GID by reading /sys/class/infiniband/<dev>/ports/1/gid_attrs/types/<i> (which
+    // `uroce run` lays out); without those files its init failed ("open failed in
+    // ncclIbRoceGetVersionNum: No such file or directory").
+    for i in 0..2 {
+        let [a, b, c, d] = pair.addrs[i].octets();
+        let second = format!("{a}.{b}.{c}.{}/24", d.wrapping_add(100));
+        let st = std::process::Command::new("ip")
+            .args([
+                "-n",
+                &pair.ns[i],
+                "addr",
+                "add",
+                &second,
+                "dev",
+                &pair.ifaces[i],
+            ])
+            .status()
+            .unwrap();
+        assert!(st.success(), "adding {second}");
+    }
+    let [a, b] = run_pair(&pair, Some("udp"), none, &[], &harness, &lib, &libdir).unwrap();
+    for (i, o) in [(0, &a), (1, &b)] {
+        let who = format!("udp, two IPv4 addresses, side {}", ["a", "b"][i]);
+        let gbs = check(&who, "IB", &format!("uroce_{}", pair.ifaces[i]), o);
+        eprintln!("{who}: {gbs:.3} GB/s per direction");
+    }
+
     // The checks catch damage: side b flips one byte of its message 5; side a must fail
     // on it, naming the message, and side b must stop too rather than hang.
     let dir = work.join("corrupt");
