@@ -842,7 +842,7 @@ pub(crate) fn query_pkey(ctx: *mut ibv_context, port: u8, index: c_int) -> Resul
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
 
     #[test]
     fn first_qpns_differ_by_seed_and_stay_clear_of_the_wrap() {
@@ -860,7 +860,9 @@ mod tests {
     };
     use std::net::{Ipv4Addr, Ipv6Addr};
 
-    fn info(addrs: &[IpAddr]) -> InterfaceInfo {
+    /// A veth0 (ifindex 7, MAC 02:00:00:00:00:01, MTU 1500, up) with `addrs` (/24), for
+    /// the tests of this crate's modules.
+    pub(crate) fn info(addrs: &[IpAddr]) -> InterfaceInfo {
         InterfaceInfo {
             name: "veth0".into(),
             index: 7,

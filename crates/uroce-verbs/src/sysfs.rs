@@ -340,16 +340,7 @@ mod tests {
     }
 
     fn info() -> InterfaceInfo {
-        InterfaceInfo {
-            name: "veth0".into(),
-            index: 7,
-            mac: Some([2, 0, 0, 0, 0, 1]),
-            mtu: 1500,
-            up: true,
-            oper_state: OperState::Up,
-            addrs: vec![("10.0.0.1".parse().unwrap(), 24)],
-            connected: Vec::new(),
-        }
+        crate::device::tests::info(&["10.0.0.1".parse().unwrap()])
     }
 
     fn file<'a>(t: &'a [Entry], p: &str) -> Option<&'a str> {
