@@ -545,8 +545,8 @@ fn route_source(dst: IpAddr) -> Result<IpAddr, c_int> {
 
 /// `rdma_resolve_addr`: the source address from `src` or the host's routes, the device
 /// that has it; RDMA_CM_EVENT_ADDR_RESOLVED, or ADDR_ERROR when no uroce device has the
-/// source address. A loopback destination is the device a loopback bind takes, talking
-/// to itself (the kernel's `cma_resolve_loopback`: destination GID = source GID). The peer's MAC is found when the first MAD goes to it.
+/// source address. A loopback destination is the first device with an active port,
+/// talking to itself (the kernel's `cma_resolve_loopback`: destination GID = source GID). The peer's MAC is found when the first MAD goes to it.
 pub(crate) fn resolve_addr(
     id: *mut rdma_cm_id,
     src: Option<SocketAddr>,
