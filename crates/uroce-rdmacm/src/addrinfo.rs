@@ -2,7 +2,9 @@
 //! system's `getaddrinfo`, as RDMA address information (librdmacm's `addrinfo.c`
 //! behaviour): RAI_PASSIVE gives the source address to bind and listen on (the wildcard
 //! without a node), otherwise the destination to connect to, with the source the hints
-//! name. The port space and QP type come from the hints, else TCP and RC.
+//! name. The port space and QP type come from the hints, else TCP and RC. With neither
+//! node nor service, the hints' own source and destination addresses are the answer
+//! (libfabric's verbs provider asks so for a peer's address it was given).
 
 use std::ffi::{c_char, c_int};
 
@@ -32,13 +34,17 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
     crate::ffi::minus1("rdma_getaddrinfo", move || {
-        if res.is_null() || (node.is_null() && service.is_null()) {
+        // SAFETY: the caller's contract.
+        let hints = unsafe { hints.as_ref() };
+        let given = hints.is_some_and(|h| {
+            (!h.ai_src_addr.is_null() && h.ai_src_len > 0)
+                || (!h.ai_dst_addr.is_null() && h.ai_dst_len > 0)
+        });
+        if res.is_null() || (node.is_null() && service.is_null() && !given) {
             // SAFETY: the thread's errno.
             unsafe { *libc::__errno_location() = libc::EINVAL };
             return -1;
         }
-        // SAFETY: the caller's contract.
-        let hints = unsafe { hints.as_ref() };
         let flags = hints.map_or(0, |h| h.ai_flags);
         let passive = flags & RAI_PASSIVE != 0;
         let qp_type = match hints.map_or(0, |h| h.ai_qp_type) {
@@ -53,6 +59,38 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
             0 => RDMA_PS_TCP,
             ps => ps,
         };
+        if node.is_null() && service.is_null() {
+            // No name to resolve: the hints' own addresses are the answer.
+            // SAFETY: an all-zero box is valid (null pointers, zero numbers).
+            let mut b: Box<AddrInfoBox> = Box::new(unsafe { std::mem::zeroed() });
+            b.ai.ai_flags = flags;
+            b.ai.ai_qp_type = qp_type;
+            b.ai.ai_port_space = port_space;
+            if let Some(h) = hints {
+                copy_hint(
+                    h.ai_src_addr,
+                    h.ai_src_len,
+                    &mut b.src,
+                    &mut b.ai.ai_src_len,
+                );
+                copy_hint(
+                    h.ai_dst_addr,
+                    h.ai_dst_len,
+                    &mut b.dst,
+                    &mut b.ai.ai_dst_len,
+                );
+            }
+            if b.ai.ai_src_len > 0 {
+                b.ai.ai_src_addr = (&mut b.src as *mut sockaddr_storage).cast::<sockaddr>();
+            }
+            if b.ai.ai_dst_len > 0 {
+                b.ai.ai_dst_addr = (&mut b.dst as *mut sockaddr_storage).cast::<sockaddr>();
+            }
+            b.ai.ai_family = first_family(&b, b.ai.ai_dst_len == 0);
+            // SAFETY: the caller's pointer. `AddrInfoBox` starts with the `rdma_addrinfo`.
+            unsafe { *res = Box::into_raw(b).cast::<rdma_addrinfo>() };
+            return 0;
+        }
         // SAFETY: an all-zero addrinfo is a valid hints structure.
         let mut h: libc::addrinfo = unsafe { std::mem::zeroed() };
         h.ai_family = hints.map_or(0, |h| h.ai_family);
@@ -119,6 +157,30 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     })
 }
 crate::exports::default_version!(rdma_getaddrinfo, "RDMACM_1.0");
+
+/// Copies a hint's address (`addr`, `len` bytes) into `to`, its length into `to_len`;
+/// nothing for a null or empty one.
+fn copy_hint(
+    addr: *mut sockaddr,
+    len: socklen_t,
+    to: &mut sockaddr_storage,
+    to_len: &mut socklen_t,
+) {
+    if addr.is_null() || len == 0 {
+        return;
+    }
+    let n = (len as usize).min(std::mem::size_of::<sockaddr_storage>());
+    // SAFETY: the hints' address has `len` bytes (the caller's contract); `to` has room
+    // for `n`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            addr.cast::<u8>(),
+            (to as *mut sockaddr_storage).cast::<u8>(),
+            n,
+        )
+    };
+    *to_len = n as socklen_t;
+}
 
 fn first_family(b: &AddrInfoBox, passive: bool) -> c_int {
     c_int::from(if passive {

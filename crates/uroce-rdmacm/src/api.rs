@@ -493,7 +493,12 @@ fn bind(g: &mut Guard, k: usize, addr: SocketAddr) -> Result<(), c_int> {
             return Err(libc::EADDRINUSE);
         }
     }
-    let dev = if addr.ip().is_unspecified() {
+    // The kernel's rdma_cm takes a loopback address as it takes the wildcard
+    // (`cma_any_addr`): no device until the id resolves or a REQ arrives, a listener on
+    // every device. libfabric's verbs provider relies on it: with no source address it
+    // binds 127.0.0.1, and only an id without a device makes it take the devices' own
+    // addresses for its fi_info (a 127.0.0.1 name would send its peer to itself).
+    let dev = if addr.ip().is_unspecified() || addr.ip().is_loopback() {
         None
     } else {
         Some(g.device_of(addr.ip())?)
@@ -511,8 +516,8 @@ fn bind(g: &mut Guard, k: usize, addr: SocketAddr) -> Result<(), c_int> {
 
 /// `rdma_bind_addr`: a source address (one of a uroce device's, or the wildcard) and
 /// port (0: one is chosen); EADDRINUSE when another id has it, EADDRNOTAVAIL for an
-/// address no uroce device has. A loopback address binds the first device with an
-/// active port, as the kernel's rdma_cm does (`State::device_of`).
+/// address no uroce device has. A loopback address is bound as the wildcard is (no
+/// device; a listener on it hears every device), as the kernel's rdma_cm binds it.
 pub(crate) fn bind_addr(id: *mut rdma_cm_id, addr: Option<SocketAddr>) -> c_int {
     let Some(a) = addr else {
         return fail(libc::EAFNOSUPPORT);
@@ -540,8 +545,8 @@ fn route_source(dst: IpAddr) -> Result<IpAddr, c_int> {
 
 /// `rdma_resolve_addr`: the source address from `src` or the host's routes, the device
 /// that has it; RDMA_CM_EVENT_ADDR_RESOLVED, or ADDR_ERROR when no uroce device has the
-/// source address. A loopback destination is the device a loopback bind takes, talking
-/// to itself (the kernel's `cma_resolve_loopback`: destination GID = source GID). The peer's MAC is found when the first MAD goes to it.
+/// source address. A loopback destination is the first device with an active port,
+/// talking to itself (the kernel's `cma_resolve_loopback`: destination GID = source GID). The peer's MAC is found when the first MAD goes to it.
 pub(crate) fn resolve_addr(
     id: *mut rdma_cm_id,
     src: Option<SocketAddr>,

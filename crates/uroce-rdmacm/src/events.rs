@@ -350,9 +350,9 @@ fn clear_cm(g: &mut State, i: usize) {
 }
 
 /// The listening id that takes a REQ for `service_id` arriving at device `d`: one bound
-/// to its address or to the wildcard, in the service ID's port space and port; one bound
-/// to a loopback address takes the REQs whose CM IP header (`to`) names that address,
-/// as the kernel matches a listener's address against the header's destination.
+/// to its address, else one bound to the wildcard or a loopback address (the kernel's
+/// `cma_any_addr`), in the service ID's port space and port; one bound to the loopback
+/// address the CM IP header (`to`) names is an exact match.
 fn listener_for(g: &State, d: usize, service_id: u64, to: Option<IpAddr>) -> Option<usize> {
     let (ps, port) = uroce::cm::port_of(service_id)?;
     let ip = g.devices.as_ref()?[d].ip;
@@ -369,7 +369,8 @@ fn listener_for(g: &State, d: usize, service_id: u64, to: Option<IpAddr>) -> Opt
         if src.ip() == ip || (src.ip().is_loopback() && to == Some(src.ip())) {
             return Some(p);
         }
-        if src.ip().is_unspecified() && (!id.afonly || src.is_ipv4() == ip.is_ipv4()) {
+        let any = src.ip().is_unspecified() || src.ip().is_loopback();
+        if any && (!id.afonly || src.is_ipv4() == ip.is_ipv4()) {
             best = Some(p);
         }
     }
@@ -384,15 +385,13 @@ fn new_child(
     cm: CmId,
     peer: SocketAddr,
     qp_type: c_int,
+    to: Option<IpAddr>,
 ) -> usize {
     let ip = g.devices.as_ref().expect("device")[d].ip;
     let l = &g.ids[&listener];
-    // A listener bound to a loopback address gives its connections that address.
-    let ip = l
-        .src
-        .map(|s| s.ip())
-        .filter(IpAddr::is_loopback)
-        .unwrap_or(ip);
+    // The connection's local address is the one the REQ's CM IP header names when that
+    // is a loopback address (the device talking to itself), else the device's.
+    let ip = to.filter(IpAddr::is_loopback).unwrap_or(ip);
     let local = SocketAddr::new(ip, l.src.map_or(0, |s| s.port()));
     let (ps, mut channel, tos, sync) = (l.ps, l.channel, l.tos, l.sync);
     let (lctx, mut lchan) = (l.obj.id.context, l.obj.id.channel);
@@ -456,7 +455,7 @@ fn connect_request(g: &mut State, d: usize, cm: CmId, req: Box<ConnectRequest>) 
     } else {
         2
     };
-    let child = new_child(g, d, listener, cm, peer, qp_type);
+    let child = new_child(g, d, listener, cm, peer, qp_type, to);
     let user = if ip_space && req.private_data.len() >= IP_HEADER_LEN {
         req.private_data[IP_HEADER_LEN..].to_vec()
     } else {
@@ -490,7 +489,8 @@ fn sidr_request(
     ip: Option<IpCmHeaderRepr>,
     private_data: Vec<u8>,
 ) {
-    let Some(listener) = listener_for(g, d, service_id, ip.as_ref().map(|h| h.dst)) else {
+    let to = ip.as_ref().map(|h| h.dst);
+    let Some(listener) = listener_for(g, d, service_id, to) else {
         let _ = g.devices.as_mut().expect("device")[d].cm.sidr_reply(
             Instant::now(),
             cm,
@@ -504,7 +504,7 @@ fn sidr_request(
         return;
     };
     let peer = SocketAddr::new(peer, ip.as_ref().map_or(0, |h| h.src_port));
-    let child = new_child(g, d, listener, cm, peer, 4);
+    let child = new_child(g, d, listener, cm, peer, 4, to);
     let user = if ip.is_some() && private_data.len() >= IP_HEADER_LEN {
         private_data[IP_HEADER_LEN..].to_vec()
     } else {

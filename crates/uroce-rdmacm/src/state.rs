@@ -328,12 +328,12 @@ impl State {
         self.devices.as_mut().ok_or(libc::ENODEV)
     }
 
-    /// The device an id bound to `ip` uses: the one whose context sends from `ip`;
-    /// EADDRNOTAVAIL when none does. A loopback address (127.0.0.0/8, ::1) is bound as
-    /// the kernel's rdma_cm binds it (`cma_bind_loopback`): to the first device with an
-    /// active port, else the first device; the id keeps the loopback address as its
-    /// source, and its GIDs are the device's ([`State::wire_ip`]). libfabric's
-    /// `fi_getinfo -p verbs` binds 127.0.0.1 when given no source address.
+    /// The device an id with source `ip` uses: the one whose context sends from `ip`;
+    /// EADDRNOTAVAIL when none does. For a loopback address (127.0.0.0/8, ::1), which
+    /// only an address resolution gives a device (a bind takes it as the wildcard), the
+    /// kernel's choice (`cma_bind_loopback`): the first device with an active port, else
+    /// the first device; the id keeps the loopback address as its source, and its GIDs
+    /// are the device's ([`State::wire_ip`]).
     pub fn device_of(&mut self, ip: IpAddr) -> Result<usize, c_int> {
         let devs = self.devices()?;
         if ip.is_loopback() {

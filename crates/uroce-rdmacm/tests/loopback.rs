@@ -1,13 +1,18 @@
-//! Loopback addresses, as the kernel's rdma_cm takes them (`cma_bind_loopback`,
+//! Loopback addresses, as the kernel's rdma_cm takes them (`cma_any_addr`,
 //! `cma_resolve_loopback`) and as libfabric's `fi_getinfo -p verbs` relies on (it binds
-//! 127.0.0.1 when given no source address): a C program on the distro's
-//! `<rdma/rdma_cma.h>` over both drop-in libraries, in a network namespace over the UDP
-//! backend:
-//! - `rdma_bind_addr` of 127.0.0.1 and of ::1 succeeds, binds the first device (the id's
-//!   `verbs` is set, its name the first device's) and keeps the loopback source address;
-//! - `rdma_resolve_addr` with no source to 127.0.0.1 gives ADDR_RESOLVED on that device;
+//! 127.0.0.1 when given no source address, and takes the devices' addresses when that
+//! leaves the id without a device): a C program on the distro's `<rdma/rdma_cma.h>` over
+//! both drop-in libraries, in a network namespace over the UDP backend:
+//! - `rdma_getaddrinfo` with neither node nor service answers the hints' destination
+//!   (EINVAL with no address at all);
+//! - `rdma_bind_addr` of 127.0.0.1 and of ::1 succeeds as a wildcard bind does: no device
+//!   (`verbs` NULL), the loopback source address kept;
+//! - `rdma_resolve_addr` with no source to 127.0.0.1 gives ADDR_RESOLVED on the first
+//!   device;
 //! - a listener bound to 127.0.0.1 and a client connecting to 127.0.0.1 in the same
-//!   process: CONNECT_REQUEST, accept, ESTABLISHED on both, and a SEND whose bytes arrive.
+//!   process: CONNECT_REQUEST, accept, ESTABLISHED on both, and a SEND whose bytes arrive;
+//! - that listener also hears a REQ for the device's own address, its connection's local
+//!   address being that address.
 //!
 //! Needs root, iproute2, gcc and librdmacm-dev; skips (saying which is missing) otherwise.
 
@@ -63,14 +68,40 @@ static struct ibv_wc wait_wc(struct ibv_cq *cq) {
     exit(1);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     struct ibv_context **devs = rdma_get_devices(NULL);
     CHECK(devs && devs[0]);
     const char *first = ibv_get_device_name(devs[0]->device);
     struct rdma_event_channel *ch = rdma_create_event_channel();
     CHECK(ch);
 
-    /* Binding 127.0.0.1 and ::1: the first device, the loopback source kept. */
+    /* rdma_getaddrinfo with neither node nor service answers the hints' addresses
+       (libfabric's verbs provider asks so for the peer address it was given); with no
+       address either, EINVAL. */
+    struct sockaddr_in own;
+    memset(&own, 0, sizeof own);
+    own.sin_family = AF_INET;
+    own.sin_port = htons(7473);
+    CHECK(argc == 2 && inet_pton(AF_INET, argv[1], &own.sin_addr) == 1);
+    struct rdma_addrinfo hints, *rai;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_flags = RAI_FAMILY;
+    hints.ai_family = AF_INET;
+    hints.ai_qp_type = IBV_QPT_RC;
+    hints.ai_port_space = RDMA_PS_TCP;
+    errno = 0;
+    CHECK(rdma_getaddrinfo(NULL, NULL, &hints, &rai) == -1 && errno == EINVAL);
+    hints.ai_dst_addr = (struct sockaddr *)&own;
+    hints.ai_dst_len = sizeof own;
+    CHECK(rdma_getaddrinfo(NULL, NULL, &hints, &rai) == 0);
+    CHECK(rai->ai_family == AF_INET && rai->ai_qp_type == IBV_QPT_RC && rai->ai_port_space == RDMA_PS_TCP);
+    CHECK(rai->ai_src_len == 0 && rai->ai_dst_len == sizeof own);
+    CHECK(memcmp(rai->ai_dst_addr, &own, sizeof own) == 0);
+    rdma_freeaddrinfo(rai);
+    printf("getaddrinfo of the hints' address\n");
+
+    /* Binding 127.0.0.1 and ::1 is binding the wildcard: no device yet, the loopback
+       source kept. */
     struct sockaddr_in lo4;
     memset(&lo4, 0, sizeof lo4);
     lo4.sin_family = AF_INET;
@@ -78,11 +109,11 @@ int main(void) {
     struct rdma_cm_id *b4;
     CHECK(rdma_create_id(ch, &b4, NULL, RDMA_PS_TCP) == 0);
     CHECK(rdma_bind_addr(b4, (struct sockaddr *)&lo4) == 0);
-    CHECK(b4->verbs && strcmp(ibv_get_device_name(b4->verbs->device), first) == 0);
+    CHECK(b4->verbs == NULL);
     struct sockaddr_in *got = (struct sockaddr_in *)rdma_get_local_addr(b4);
     CHECK(got->sin_family == AF_INET && got->sin_addr.s_addr == htonl(INADDR_LOOPBACK));
     CHECK(rdma_get_src_port(b4) != 0);
-    printf("bound 127.0.0.1 to %s\n", first);
+    printf("bound 127.0.0.1\n");
     struct sockaddr_in6 lo6;
     memset(&lo6, 0, sizeof lo6);
     lo6.sin6_family = AF_INET6;
@@ -90,7 +121,7 @@ int main(void) {
     struct rdma_cm_id *b6;
     CHECK(rdma_create_id(ch, &b6, NULL, RDMA_PS_TCP) == 0);
     CHECK(rdma_bind_addr(b6, (struct sockaddr *)&lo6) == 0);
-    CHECK(b6->verbs && strcmp(ibv_get_device_name(b6->verbs->device), first) == 0);
+    CHECK(b6->verbs == NULL);
     printf("bound ::1\n");
     CHECK(rdma_destroy_id(b4) == 0 && rdma_destroy_id(b6) == 0);
 
@@ -134,6 +165,28 @@ int main(void) {
     CHECK(established == 3);
     printf("connected over 127.0.0.1\n");
 
+    /* The listener on 127.0.0.1 hears the device's own address too (a peer host's
+       REQ names it), its connection's local address that one. */
+    struct rdma_cm_id *client2;
+    CHECK(rdma_create_id(ch, &client2, NULL, RDMA_PS_TCP) == 0);
+    CHECK(rdma_resolve_addr(client2, NULL, (struct sockaddr *)&own, 2000) == 0);
+    expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+    CHECK(rdma_resolve_route(client2, 2000) == 0);
+    expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+    a = caps();
+    CHECK(rdma_create_qp(client2, NULL, &a) == 0);
+    CHECK(rdma_connect(client2, NULL) == 0);
+    e = next(ch);
+    CHECK(e->event == RDMA_CM_EVENT_CONNECT_REQUEST && e->listen_id == listener);
+    struct sockaddr_in *local = (struct sockaddr_in *)rdma_get_local_addr(e->id);
+    CHECK(local->sin_addr.s_addr == own.sin_addr.s_addr && local->sin_port == own.sin_port);
+    CHECK(rdma_reject(e->id, NULL, 0) == 0);
+    rdma_ack_cm_event(e);
+    e = next(ch);
+    CHECK(e->event == RDMA_CM_EVENT_REJECTED && e->id == client2);
+    rdma_ack_cm_event(e);
+    printf("the listener on 127.0.0.1 heard %s\n", argv[1]);
+
     char msg[] = "over the loopback";
     struct ibv_sge ssge = { .addr = (uintptr_t)msg, .length = sizeof msg, .lkey = 0 };
     struct ibv_send_wr swr = { .wr_id = 2, .sg_list = &ssge, .num_sge = 1,
@@ -151,10 +204,11 @@ int main(void) {
 }
 "#;
 
-/// `rdma_bind_addr` / `rdma_resolve_addr` of loopback addresses take the first device,
-/// and a connection over 127.0.0.1 moves data.
+/// `rdma_bind_addr` of a loopback address binds no device, `rdma_resolve_addr` to one
+/// takes the first device, a connection over 127.0.0.1 moves data, and a listener on
+/// 127.0.0.1 hears the device's own address; `rdma_getaddrinfo` of the hints' address.
 #[test]
-fn loopback_addresses_bind_the_first_device() {
+fn loopback_addresses_as_the_kernel() {
     if let Err(e) = netns::check_privileges() {
         eprintln!("SKIP: {e}");
         return;
@@ -173,15 +227,19 @@ fn loopback_addresses_bind_the_first_device() {
         &pair.ns[0],
         &lib,
         &[("UROCE_BACKEND", "udp")],
-        &["timeout", "30", &exe],
+        &["timeout", "30", &exe, &pair.addrs[0].to_string()],
     )
     .output()
     .expect("ip netns exec");
     let t = text(&out);
     assert!(out.status.success(), "{t}");
+    let heard = format!("the listener on 127.0.0.1 heard {}", pair.addrs[0]);
     for line in [
+        "getaddrinfo of the hints' address",
+        "bound 127.0.0.1",
         "bound ::1",
         "connected over 127.0.0.1",
+        heard.as_str(),
         "received: over the loopback",
         "ok",
     ] {
