@@ -280,7 +280,11 @@ impl Shared {
         if let Some(bytes) = backend.rx_capacity() {
             inner.uroce.set_inflight_budget(Some(bytes));
         }
-        let backend = Loopback::new(backend, inner.uroce.config().ip);
+        // Both of the context's addresses are its own: a QP talking to one of the device's
+        // QPs through GID 0 (link-local) is delivered here too, not put on the wire.
+        let mut local = vec![inner.uroce.config().ip];
+        local.extend(inner.uroce.link_local().map(std::net::IpAddr::V6));
+        let backend = Loopback::new(backend, local);
         let me = self.clone();
         // Signals blocked: the program's signals are for its own threads.
         let thread = ffi::quiet::spawn(format!("uroce-{}", inner.device.iface()), move || me.run())
