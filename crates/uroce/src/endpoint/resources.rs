@@ -183,6 +183,14 @@ impl Context {
         Ok(self.mem.deregister(mr.lkey)?)
     }
 
+    /// Moves a region to protection domain `pd` with `access`, its bytes and keys kept
+    /// (ibv_rereg_mr with `IBV_REREG_MR_CHANGE_PD` / `_ACCESS` only): see
+    /// [`crate::mem::Memory::modify`]. Work requests already posted are checked against
+    /// the new PD and rights as they run, as on a NIC.
+    pub fn modify_mr(&mut self, mr: &Mr, pd: PdId, access: Access) -> Result<Mr, VerbsError> {
+        Ok(self.mem.modify(mr.lkey, pd, access)?)
+    }
+
     /// Whether a work request posted and not yet completed refers to the region `lkey`:
     /// every queue that holds posted work requests is asked (the QPs' send and receive
     /// queues, the SRQs). Walked at deregistration only, so the data path pays nothing for it.
