@@ -155,6 +155,10 @@ pub(crate) struct Shared {
     wake: OwnedFd,
     /// The context's `async_fd`: a semaphore eventfd counting queued async events.
     pub async_fd: OwnedFd,
+    /// The context's `cmd_fd`: a descriptor the program may dup, poll or pass on, as it
+    /// may a kernel device's command fd; uroce takes no commands through it (an eventfd
+    /// never signalled), and `ibv_import_device` on it is EOPNOTSUPP.
+    pub cmd_fd: OwnedFd,
     stop: AtomicBool,
     /// Start of the clock of `app_polled`.
     epoch: Instant,
@@ -217,6 +221,7 @@ impl Shared {
             }),
             wake: ffi::eventfd(libc::EFD_NONBLOCK)?,
             async_fd,
+            cmd_fd: nonblocking_eventfd()?,
             stop: AtomicBool::new(false),
             epoch: Instant::now(),
             app_polled: AtomicU64::new(0),

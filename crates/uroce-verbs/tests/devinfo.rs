@@ -126,8 +126,10 @@ fn ibv_devinfo_and_ibv_devices_show_the_veth() {
 /// library: the device verbs' answers, and the unsupported ones failing cleanly.
 const DEVICE_PROGRAM: &str = r#"
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
@@ -142,6 +144,14 @@ int main(void) {
     ibv_free_device_list(list);
     CHECK(ctx);
     CHECK(ctx->device && ctx->num_comp_vectors == 1);
+    /* cmd_fd is a descriptor the program may dup (rdma-core's test_shared_pd dups it
+       for ibv_import_device), and importing is unsupported: EOPNOTSUPP, its skip. */
+    CHECK(ctx->cmd_fd >= 0 && fcntl(ctx->cmd_fd, F_GETFD) != -1);
+    int cmd_dup = dup(ctx->cmd_fd);
+    CHECK(cmd_dup >= 0);
+    errno = 0;
+    CHECK(ibv_import_device(cmd_dup) == NULL && errno == EOPNOTSUPP);
+    CHECK(close(cmd_dup) == 0);
 
     struct ibv_device_attr attr;
     CHECK(ibv_query_device(ctx, &attr) == 0);
