@@ -196,6 +196,12 @@ int main(void) {
     struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, ch, 0);
     CHECK(cq && cq->channel == ch && cq->cqe >= 4);
     CHECK(ibv_destroy_comp_channel(ch) == EBUSY);
+    /* ibv_resize_cq: smaller and larger, rounded as at creation; 0 and past max_cqe are
+       EINVAL (fewer than the CQ holds is EINVAL too: uroce's unit test). */
+    CHECK(ibv_resize_cq(cq, 1) == 0 && cq->cqe == 1);
+    CHECK(ibv_resize_cq(cq, 20) == 0 && cq->cqe == 31);
+    CHECK(ibv_resize_cq(cq, 0) == EINVAL && cq->cqe == 31);
+    CHECK(ibv_resize_cq(cq, 0x7fffffff) == EINVAL && cq->cqe == 31);
     qpa.send_cq = qpa.recv_cq = cq;
     qpa.qp_type = IBV_QPT_RAW_PACKET;
     errno = 0;

@@ -242,6 +242,19 @@ impl Context {
         Ok(CqId(self.cqs.len() as u32 - 1))
     }
 
+    /// Resizes a CQ to at least `cqe` entries (ibv_resize_cq), rounded as by
+    /// [`Context::create_cq`]; the new depth. EINVAL for an unknown CQ, a `cqe` of 0 or
+    /// above [`super::MAX_CQE`], or fewer entries than it holds now.
+    pub fn resize_cq(&mut self, cq: CqId, cqe: u32) -> Result<u32, VerbsError> {
+        let c = self
+            .cqs
+            .get_mut(cq.0 as usize)
+            .ok_or(VerbsError::InvalidWr("no such CQ"))?;
+        c.resize(cqe).ok_or(VerbsError::InvalidWr(
+            "CQ depth 0, above MAX_CQE or below the completions it holds",
+        ))
+    }
+
     /// The entries a CQ holds (ibv_cq's `cqe`).
     pub fn cq_depth(&self, cq: CqId) -> Option<u32> {
         self.cqs.get(cq.0 as usize).map(|c| c.depth as u32)
