@@ -470,7 +470,10 @@ impl Context {
             return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let was = qp.state();
         let r = qp.modify(attr, mask, &mut self.wcs);
+        let reset = r.is_ok() && qp.state() == QpState::Reset && was != QpState::Reset;
+        let cqs = qp.cqs();
         if r.is_ok() && qp.state() == QpState::Reset {
             // What the QP held outside itself: the SRQ receive it was filling goes back to
             // the SRQ, and the type 2 windows bound to it are unbound.
@@ -483,6 +486,17 @@ impl Context {
         }
         self.sched.touch(qpn, qp);
         self.route_completions();
+        if reset {
+            // A QP back in RESET starts afresh: the completions of its work requests
+            // still in its CQs (the flushed ones of an ERR it left) go, as mlx4 / mlx5
+            // clean the CQs when a QP moves to RESET (rdma-core's test_mr_rereg_pd
+            // restates a QP from ERR and expects its next completion to be new work's).
+            for cq in [cqs.0, cqs.1] {
+                if let Some(c) = self.cqs.get_mut(cq.0 as usize) {
+                    c.q.retain(|w| w.qp_num != qpn);
+                }
+            }
+        }
         self.take_qp_events(qpn);
         r
     }
