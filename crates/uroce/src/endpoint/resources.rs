@@ -773,7 +773,8 @@ impl Context {
 
     /// [`Context::post_recv`] with the buffer as a scatter/gather list (ibv_recv_wr's
     /// `sg_list` / `num_sge`): EINVAL for more entries than the QP's `max_recv_sge`
-    /// (rdma_rxe's `post_one_recv`) or for a bad entry. An incoming SEND is scattered
+    /// (rdma_rxe's `post_one_recv`); a bad entry is taken and fails the message that
+    /// uses it. An incoming SEND is scattered
     /// over the entries in order (shorter in all than the message: LOC_LEN_ERR); on UD
     /// the 40 bytes of GRH fill the first bytes of the list.
     pub fn post_recv_sgl(&mut self, qpn: u32, wr_id: u64, sgl: &[Sge]) -> Result<(), VerbsError> {
