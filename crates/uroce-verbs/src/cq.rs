@@ -170,6 +170,33 @@ pub(crate) fn destroy_cq(cq: *mut ibv_cq) -> c_int {
     .unwrap_or(EINVAL)
 }
 
+/// `ibv_resize_cq`: room for at least `cqe` entries (`cq->cqe` says how many: 2^k - 1),
+/// the completions it holds kept. EINVAL for an unknown CQ, `cqe` < 1 or above the
+/// maximum, or fewer entries than the CQ holds (as rdma_rxe).
+pub(crate) fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    let Some(ctx) = owner_of(cq) else {
+        return EINVAL;
+    };
+    let Ok(cqe) = u32::try_from(cqe) else {
+        return EINVAL;
+    };
+    with_inner(ctx, |inner| {
+        let Some(e) = inner.cqs.get(&(cq as usize)).copied() else {
+            return EINVAL;
+        };
+        match inner.uroce.resize_cq(e.id, cqe) {
+            Ok(depth) => {
+                if let Some(o) = cq_object(inner, cq) {
+                    o.cqe = c_int::try_from(depth).unwrap_or(c_int::MAX);
+                }
+                0
+            }
+            Err(err) => err.errno(),
+        }
+    })
+    .unwrap_or(EINVAL)
+}
+
 /// `IBV_WC_*` status values.
 fn status_of(s: WcStatus) -> c_int {
     match s {

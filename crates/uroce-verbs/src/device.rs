@@ -415,6 +415,7 @@ fn open(device: &'static Device) -> *mut ibv_context {
     };
     let mut vctx = vctx;
     vctx.context.async_fd = shared.async_fd.as_raw_fd();
+    vctx.context.cmd_fd = shared.cmd_fd.as_raw_fd();
     let c = ffi::CBox::new(vctx);
     let p = c.as_ptr();
     contexts.get_or_insert_with(HashMap::new).insert(

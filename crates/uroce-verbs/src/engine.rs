@@ -155,6 +155,10 @@ pub(crate) struct Shared {
     wake: OwnedFd,
     /// The context's `async_fd`: a semaphore eventfd counting queued async events.
     pub async_fd: OwnedFd,
+    /// The context's `cmd_fd`: a descriptor the program may dup, poll or pass on, as it
+    /// may a kernel device's command fd; uroce takes no commands through it (an eventfd
+    /// never signalled), and `ibv_import_device` on it is EOPNOTSUPP.
+    pub cmd_fd: OwnedFd,
     stop: AtomicBool,
     /// Start of the clock of `app_polled`.
     epoch: Instant,
@@ -217,6 +221,7 @@ impl Shared {
             }),
             wake: ffi::eventfd(libc::EFD_NONBLOCK)?,
             async_fd,
+            cmd_fd: nonblocking_eventfd()?,
             stop: AtomicBool::new(false),
             epoch: Instant::now(),
             app_polled: AtomicU64::new(0),
@@ -280,7 +285,11 @@ impl Shared {
         if let Some(bytes) = backend.rx_capacity() {
             inner.uroce.set_inflight_budget(Some(bytes));
         }
-        let backend = Loopback::new(backend, inner.uroce.config().ip);
+        // Both of the context's addresses are its own: a QP talking to one of the device's
+        // QPs through GID 0 (link-local) is delivered here too, not put on the wire.
+        let mut local = vec![inner.uroce.config().ip];
+        local.extend(inner.uroce.link_local().map(std::net::IpAddr::V6));
+        let backend = Loopback::new(backend, local);
         let me = self.clone();
         // Signals blocked: the program's signals are for its own threads.
         let thread = ffi::quiet::spawn(format!("uroce-{}", inner.device.iface()), move || me.run())

@@ -161,7 +161,6 @@ unsupported! {
     ibv_query_qp_data_in_order: zero @@ "IBVERBS_1.14";
     ibv_read_sysfs_file: minus1 @@ "IBVERBS_1.0";
     ibv_reg_dmabuf_mr: ptr @@ "IBVERBS_1.12";
-    ibv_resize_cq: errno @@ "IBVERBS_1.1";
     ibv_resolve_eth_l2_from_gid: errno @@ "IBVERBS_1.1";
     ibv_set_ece: errno @@ "IBVERBS_1.10";
     ibv_unimport_dm: void @@ "IBVERBS_1.13";
@@ -976,6 +975,13 @@ pub extern "C" fn ibv_create_cq(
     })
 }
 default_version!(ibv_create_cq, "IBVERBS_1.1");
+
+/// `ibv_resize_cq`.
+#[no_mangle]
+pub extern "C" fn ibv_resize_cq(cq: *mut crate::abi::ibv_cq, cqe: c_int) -> c_int {
+    ffi::errno("ibv_resize_cq", move || crate::cq::resize_cq(cq, cqe))
+}
+default_version!(ibv_resize_cq, "IBVERBS_1.1");
 
 /// `ibv_destroy_cq`.
 #[no_mangle]

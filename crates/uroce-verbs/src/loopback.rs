@@ -20,18 +20,19 @@ use uroce::wire::DatagramRepr;
 /// congested link (RC retransmits).
 const DEPTH: usize = 4096;
 
-/// A backend with local delivery of what goes to `local`.
+/// A backend with local delivery of what goes to one of `local`: the device's address and
+/// its link-local one (GID 0, which rdma-core's tests pick first).
 pub struct Loopback {
     inner: Box<dyn Backend + Send>,
-    local: IpAddr,
+    local: Vec<IpAddr>,
     queue: VecDeque<(DatagramRepr, Vec<u8>)>,
     /// Buffers of datagrams delivered, for the next ones (no allocation once warm).
     spare: Vec<Vec<u8>>,
 }
 
 impl Loopback {
-    /// Wraps `inner`, delivering datagrams to `local` locally.
-    pub fn new(inner: Box<dyn Backend + Send>, local: IpAddr) -> Self {
+    /// Wraps `inner`, delivering datagrams to any of `local` locally.
+    pub fn new(inner: Box<dyn Backend + Send>, local: Vec<IpAddr>) -> Self {
         Self {
             inner,
             local,
@@ -60,7 +61,7 @@ impl Backend for Loopback {
         let mut looped = false;
         let sent = inner.send_with(&mut |buf| {
             let t = build(buf)?;
-            if t.datagram.dst() != *local {
+            if !local.contains(&t.datagram.dst()) {
                 return Some(t);
             }
             if queue.len() < DEPTH {

@@ -218,11 +218,11 @@ pub(crate) fn rereg_input_ok(flags: c_int, translation: bool, access: c_int) -> 
         && (access == 0 || flags & REREG_CHANGE_ACCESS != 0)
 }
 
-/// `ibv_rereg_mr`, after [`rereg_input_ok`]: registers `mem` (the new translation, or
-/// the region's own range) in the new protection domain `pd` (`IBV_REREG_MR_CHANGE_PD`)
-/// with the new rights (`IBV_REREG_MR_CHANGE_ACCESS`), then deregisters the old
-/// registration; the C `ibv_mr` keeps its address, its keys are the new ones (as a
-/// kernel's rereg may change them). The new `(lkey, rkey)`, or the `ibv_rereg_mr`
+/// `ibv_rereg_mr`, after [`rereg_input_ok`]: without a new translation, moves the region
+/// to the new protection domain `pd` (`IBV_REREG_MR_CHANGE_PD`) with the new rights
+/// (`IBV_REREG_MR_CHANGE_ACCESS`) in place, its keys kept (as rdma_rxe and NICs keep
+/// them); with one, registers `mem` in the new PD with the new rights, then deregisters
+/// the old registration: the C `ibv_mr` keeps its address, its keys are the new ones. The new `(lkey, rkey)`, or the `ibv_rereg_mr`
 /// return code and errno: `IBV_REREG_MR_ERR_INPUT` / EINVAL for a region that is not
 /// one, `IBV_REREG_MR_ERR_CMD` for what the kernel's rereg refuses (no flag: EINVAL; a
 /// PD that is not the context's: EINVAL; access flags as `ibv_reg_mr` refuses them; the
@@ -255,6 +255,16 @@ pub(crate) fn rereg_mr(
             0 => old.access,
             _ => access_of(access as c_uint).map_err(|e| (REREG_ERR_CMD, e))?,
         };
+        if flags & REREG_CHANGE_TRANSLATION == 0 {
+            // Same bytes: the region is changed in place and keeps its keys, as a NIC's
+            // rereg keeps them (a peer holding the rkey goes on using it).
+            let new = inner
+                .uroce
+                .modify_mr(&old, pd_id, rights)
+                .map_err(|e| (REREG_ERR_CMD, e.errno()))?;
+            inner.mrs.insert(mr as usize, new);
+            return Ok((new.lkey, new.rkey));
+        }
         let new = mem
             .register(&mut inner.uroce, pd_id, rights)
             .map_err(|e| (REREG_ERR_CMD, e.errno()))?;

@@ -11,7 +11,8 @@
 //! - `ibv_query_gid_table` lists every GID as `ibv_query_gid` / `ibv_query_gid_ex` do,
 //!   RoCE v2, port 1, the interface's ifindex, and refuses a short table or flags;
 //! - `ibv_reg_mr` with `IBV_ACCESS_RELAXED_ORDERING` (through `ibv_reg_mr_iova2`);
-//! - `ibv_rereg_mr`: a new translation, PD and access, each seen by an RDMA WRITE between
+//! - `ibv_rereg_mr`: a new translation, PD and access (the last two keeping the keys),
+//!   each seen by an RDMA WRITE between
 //!   two RC QPs of the device, and rdma-core's error codes;
 //! - a UD datagram's receive reports the GRH's network type in `wc.sl` as mlx5 does
 //!   (2 for IPv4, 1 for IPv6), over IPv4 and, in a namespace with only IPv6, over IPv6.
@@ -289,18 +290,32 @@ int main(int argc, char **argv) {
     /* Another PD and back. */
     struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
     CHECK(pd2);
+    /* Without a new translation the keys stay (a peer holding the rkey goes on with it). */
+    uint32_t lk = mr->lkey, rk = mr->rkey;
     CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0) == 0 && mr->pd == pd2);
+    CHECK(mr->lkey == lk && mr->rkey == rk);
     CHECK(ibv_dealloc_pd(pd2) == EBUSY);
     CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, 0) == 0 && mr->pd == pd);
     CHECK(ibv_dealloc_pd(pd2) == 0);
     memset(src, 'z', 64);
     CHECK(write_to(a, src, smr->lkey, 64, dst2, mr->rkey) == IBV_WC_SUCCESS);
     CHECK(dst2[0] == 'z');
+    /* A region registered without remote rights has an rkey too, which a rereg granting
+       REMOTE_WRITE makes work (rdma-core's test_mr_rereg_access). */
+    struct ibv_mr *local_only = ibv_reg_mr(pd, dst1, 8, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(local_only && local_only->rkey != 0);
+    uint32_t rk1 = local_only->rkey;
+    CHECK(ibv_rereg_mr(local_only, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) == 0);
+    CHECK(local_only->rkey == rk1);
+    CHECK(write_to(a, src, smr->lkey, 8, dst1, rk1) == IBV_WC_SUCCESS && dst1[0] == 'z');
+    CHECK(ibv_dereg_mr(local_only) == 0);
     /* New access without REMOTE_WRITE: the next WRITE is refused. */
     CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE) == 0);
     memset(src, 'w', 64);
     CHECK(write_to(a, src, smr->lkey, 64, dst2, mr->rkey) == IBV_WC_REM_ACCESS_ERR);
     CHECK(dst2[0] == 'z');
+    CHECK(mr->lkey == lk && mr->rkey == rk);
 
     CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
     CHECK(ibv_dereg_mr(mr) == 0 && ibv_dereg_mr(smr) == 0);

@@ -126,8 +126,10 @@ fn ibv_devinfo_and_ibv_devices_show_the_veth() {
 /// library: the device verbs' answers, and the unsupported ones failing cleanly.
 const DEVICE_PROGRAM: &str = r#"
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
@@ -142,6 +144,14 @@ int main(void) {
     ibv_free_device_list(list);
     CHECK(ctx);
     CHECK(ctx->device && ctx->num_comp_vectors == 1);
+    /* cmd_fd is a descriptor the program may dup (rdma-core's test_shared_pd dups it
+       for ibv_import_device), and importing is unsupported: EOPNOTSUPP, its skip. */
+    CHECK(ctx->cmd_fd >= 0 && fcntl(ctx->cmd_fd, F_GETFD) != -1);
+    int cmd_dup = dup(ctx->cmd_fd);
+    CHECK(cmd_dup >= 0);
+    errno = 0;
+    CHECK(ibv_import_device(cmd_dup) == NULL && errno == EOPNOTSUPP);
+    CHECK(close(cmd_dup) == 0);
 
     struct ibv_device_attr attr;
     CHECK(ibv_query_device(ctx, &attr) == 0);
@@ -186,6 +196,12 @@ int main(void) {
     struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, ch, 0);
     CHECK(cq && cq->channel == ch && cq->cqe >= 4);
     CHECK(ibv_destroy_comp_channel(ch) == EBUSY);
+    /* ibv_resize_cq: smaller and larger, rounded as at creation; 0 and past max_cqe are
+       EINVAL (fewer than the CQ holds is EINVAL too: uroce's unit test). */
+    CHECK(ibv_resize_cq(cq, 1) == 0 && cq->cqe == 1);
+    CHECK(ibv_resize_cq(cq, 20) == 0 && cq->cqe == 31);
+    CHECK(ibv_resize_cq(cq, 0) == EINVAL && cq->cqe == 31);
+    CHECK(ibv_resize_cq(cq, 0x7fffffff) == EINVAL && cq->cqe == 31);
     qpa.send_cq = qpa.recv_cq = cq;
     qpa.qp_type = IBV_QPT_RAW_PACKET;
     errno = 0;

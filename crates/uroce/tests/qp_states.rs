@@ -673,6 +673,32 @@ fn sqd_to_sqd_timeout_changes_the_retransmission_timer() {
     assert_eq!(p.a.poll_timeout(), Some(p.now + t10));
 }
 
+/// A QP moved to RESET takes its completions still in its CQ with it (mlx4 / mlx5 clean
+/// the CQ on the way to RESET): a QP restated from ERR (rdma-core's test_mr_rereg_pd)
+/// finds only its new work's completions, and another QP's completions stay.
+#[test]
+fn reset_takes_the_qps_completions_out_of_its_cq() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    p.post(1, write_op(&p, 0), 100);
+    p.post(2, write_op(&p, 0), 100);
+    p.a.modify_qp_err(p.qa, p.now).unwrap();
+    // Two flushed completions wait in A's CQ; B's CQ holds one of B's.
+    p.post_recv(3);
+    p.b.modify_qp_err(p.qb, p.now).unwrap();
+    p.a.modify_qp(p.qa, &to_state(QpState::Reset), M::STATE)
+        .unwrap();
+    assert!(
+        p.wcs_a().is_empty(),
+        "A's flushed completions went with RESET"
+    );
+    // B's CQ is its own: untouched by A's RESET.
+    assert_eq!(summary(&p.wcs_b()), [(3, WcStatus::WrFlushErr)]);
+    // RESET again (RESET -> RESET) with nothing posted: nothing to take, nothing refused.
+    p.a.modify_qp(p.qa, &to_state(QpState::Reset), M::STATE)
+        .unwrap();
+    assert!(p.wcs_a().is_empty());
+}
+
 /// ERR → RESET and RTS → RESET clear the queues without completions and forget the
 /// attributes (rdma_rxe's `rxe_qp_reset`); RESET → INIT → RTR → RTS brings the QPs back
 /// and they carry traffic with fresh PSNs.

@@ -591,7 +591,8 @@ fn more_sges_than_the_cap_is_einval() {
 /// Each SGE of a list is checked at post time as a single one is (rdma_rxe's
 /// `copy_data` looks up every SGE's MR and fails the WQE with IB_WC_LOC_PROT_ERR): one
 /// bad SGE among good ones completes the request LOC_PROT_ERR with nothing of it on the
-/// wire and takes the RC QP to ERR; a bad SGE in a receive list refuses the post.
+/// wire and takes the RC QP to ERR; a bad SGE in a receive list fails the message that
+/// uses it (a NIC checks a receive's keys when it uses the WQE).
 #[test]
 fn one_bad_sge_of_several_is_a_local_protection_error() {
     let (mut a, mut b) = pair(QpType::Rc, Mtu::M1024, sge_caps(3, 3), QpInitEx::default());
@@ -612,13 +613,50 @@ fn one_bad_sge_of_several_is_a_local_protection_error() {
         .post_send_sgl(a.qpn, send_wr(2, SendOp::Send), &list, SendFlags::NONE)
         .unwrap();
     assert_eq!(a.wcs()[0].status, WcStatus::LocProtErr);
-    // A receive list with one SGE outside its region: EINVAL.
-    let (mut a, _b) = pair(QpType::Rc, Mtu::M1024, sge_caps(3, 3), QpInitEx::default());
-    let rlist = [a.sge(0, 100), a.sge(MB as u64 - 50, 100)];
-    assert!(matches!(
-        a.ctx.post_recv_sgl(a.qpn, 3, &rlist),
-        Err(VerbsError::InvalidWr(_))
-    ));
+    // A receive list with one SGE outside its region is posted, as a NIC takes it, and
+    // fails the SEND that uses it: the receive completes in error, the sender gets
+    // Remote Operational Error.
+    let (mut a, mut b) = pair(QpType::Rc, Mtu::M1024, sge_caps(3, 3), sge_caps(3, 3));
+    let rlist = [b.sge(0, 100), b.sge(MB as u64 - 50, 100)];
+    b.ctx.post_recv_sgl(b.qpn, 3, &rlist).unwrap();
+    a.ctx
+        .post_send(
+            a.qpn,
+            SendWr {
+                wr_id: 4,
+                op: SendOp::Send,
+                sge: a.sge(0, 150),
+                signaled: true,
+                solicited: false,
+            },
+        )
+        .unwrap();
+    pump(&mut a, &mut b, 0, |_, _, _| false);
+    assert_eq!(a.wcs()[0].status, WcStatus::RemOpErr);
+    let wb = b.wcs();
+    assert_eq!((wb[0].wr_id, wb[0].status), (3, WcStatus::LocQpOpErr));
+    // A good receive whose region moves to another PD (ibv_rereg_mr) before a SEND uses
+    // it: the same, the keys being checked when the WQE is used.
+    let (mut a, mut b) = pair(QpType::Rc, Mtu::M1024, sge_caps(3, 3), sge_caps(3, 3));
+    b.ctx.post_recv_sgl(b.qpn, 5, &[b.sge(0, 200)]).unwrap();
+    let other = b.ctx.alloc_pd();
+    let moved = b.ctx.modify_mr(&b.buf, other, b.buf.access).unwrap();
+    assert_eq!((moved.lkey, moved.rkey), (b.buf.lkey, b.buf.rkey));
+    a.ctx
+        .post_send(
+            a.qpn,
+            SendWr {
+                wr_id: 6,
+                op: SendOp::Send,
+                sge: a.sge(0, 150),
+                signaled: true,
+                solicited: false,
+            },
+        )
+        .unwrap();
+    pump(&mut a, &mut b, 0, |_, _, _| false);
+    assert_eq!(a.wcs()[0].status, WcStatus::RemOpErr);
+    assert_eq!(b.wcs()[0].status, WcStatus::LocQpOpErr);
 }
 
 /// A receive list shorter in all than the SEND: the receive completes LOC_LEN_ERR, as

@@ -106,6 +106,19 @@ impl Cq {
         }
     }
 
+    /// Gives the CQ room for at least `cqe` entries (ibv_resize_cq), rounded as at
+    /// creation; the new depth, or `None` for a `cqe` [`Cq::round`] refuses or fewer
+    /// entries than the CQ holds now (rdma_rxe refuses both with EINVAL). What it holds
+    /// stays, in order.
+    pub(crate) fn resize(&mut self, cqe: u32) -> Option<u32> {
+        let depth = Self::round(cqe)?;
+        if (depth as usize) < self.q.len() {
+            return None;
+        }
+        self.depth = depth as usize;
+        Some(depth)
+    }
+
     pub(crate) fn arm(&mut self, solicited_only: bool) {
         // Arming for the next completion widens a solicited-only arm, never narrows it
         // (mlx5 and rdma_rxe: NEXT_COMP wins over SOLICITED).
@@ -167,6 +180,23 @@ mod tests {
         assert!(cq.error);
         assert_eq!(cq.offer(wc(WcStatus::Success)), Offer::Lost);
         assert_eq!(cq.q.len(), 1);
+    }
+
+    #[test]
+    fn resize_keeps_what_it_holds_and_refuses_less_room() {
+        let mut cq = Cq::new(3);
+        assert_eq!(cq.resize(1), Some(1));
+        assert_eq!(cq.resize(7), Some(7));
+        for _ in 0..6 {
+            assert_eq!(cq.offer(wc(WcStatus::Success)), Offer::Queued(false));
+        }
+        assert_eq!(cq.resize(1), None);
+        assert_eq!(cq.resize(0), None);
+        assert_eq!(cq.resize(MAX_CQE + 1), None);
+        assert_eq!(cq.depth, 7);
+        assert_eq!(cq.resize(6), Some(7));
+        assert_eq!(cq.resize(8), Some(15));
+        assert_eq!(cq.q.len(), 6);
     }
 
     #[test]

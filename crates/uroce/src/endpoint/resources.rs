@@ -183,6 +183,14 @@ impl Context {
         Ok(self.mem.deregister(mr.lkey)?)
     }
 
+    /// Moves a region to protection domain `pd` with `access`, its bytes and keys kept
+    /// (ibv_rereg_mr with `IBV_REREG_MR_CHANGE_PD` / `_ACCESS` only): see
+    /// [`crate::mem::Memory::modify`]. Work requests already posted are checked against
+    /// the new PD and rights as they run, as on a NIC.
+    pub fn modify_mr(&mut self, mr: &Mr, pd: PdId, access: Access) -> Result<Mr, VerbsError> {
+        Ok(self.mem.modify(mr.lkey, pd, access)?)
+    }
+
     /// Whether a work request posted and not yet completed refers to the region `lkey`:
     /// every queue that holds posted work requests is asked (the QPs' send and receive
     /// queues, the SRQs). Walked at deregistration only, so the data path pays nothing for it.
@@ -232,6 +240,19 @@ impl Context {
         let depth = Cq::round(cqe).ok_or(VerbsError::InvalidWr("CQ depth 0 or above MAX_CQE"))?;
         self.cqs.push(Cq::new(depth));
         Ok(CqId(self.cqs.len() as u32 - 1))
+    }
+
+    /// Resizes a CQ to at least `cqe` entries (ibv_resize_cq), rounded as by
+    /// [`Context::create_cq`]; the new depth. EINVAL for an unknown CQ, a `cqe` of 0 or
+    /// above [`super::MAX_CQE`], or fewer entries than it holds now.
+    pub fn resize_cq(&mut self, cq: CqId, cqe: u32) -> Result<u32, VerbsError> {
+        let c = self
+            .cqs
+            .get_mut(cq.0 as usize)
+            .ok_or(VerbsError::InvalidWr("no such CQ"))?;
+        c.resize(cqe).ok_or(VerbsError::InvalidWr(
+            "CQ depth 0, above MAX_CQE or below the completions it holds",
+        ))
     }
 
     /// The entries a CQ holds (ibv_cq's `cqe`).
@@ -449,7 +470,10 @@ impl Context {
             return Err(VerbsError::InvalidWr("remote and local IP versions differ"));
         }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let was = qp.state();
         let r = qp.modify(attr, mask, &mut self.wcs);
+        let reset = r.is_ok() && qp.state() == QpState::Reset && was != QpState::Reset;
+        let cqs = qp.cqs();
         if r.is_ok() && qp.state() == QpState::Reset {
             // What the QP held outside itself: the SRQ receive it was filling goes back to
             // the SRQ, and the type 2 windows bound to it are unbound.
@@ -462,6 +486,17 @@ impl Context {
         }
         self.sched.touch(qpn, qp);
         self.route_completions();
+        if reset {
+            // A QP back in RESET starts afresh: the completions of its work requests
+            // still in its CQs (the flushed ones of an ERR it left) go, as mlx4 / mlx5
+            // clean the CQs when a QP moves to RESET (rdma-core's test_mr_rereg_pd
+            // restates a QP from ERR and expects its next completion to be new work's).
+            for cq in [cqs.0, cqs.1] {
+                if let Some(c) = self.cqs.get_mut(cq.0 as usize) {
+                    c.q.retain(|w| w.qp_num != qpn);
+                }
+            }
+        }
         self.take_qp_events(qpn);
         r
     }
@@ -738,7 +773,8 @@ impl Context {
 
     /// [`Context::post_recv`] with the buffer as a scatter/gather list (ibv_recv_wr's
     /// `sg_list` / `num_sge`): EINVAL for more entries than the QP's `max_recv_sge`
-    /// (rdma_rxe's `post_one_recv`) or for a bad entry. An incoming SEND is scattered
+    /// (rdma_rxe's `post_one_recv`); a bad entry is taken and fails the message that
+    /// uses it. An incoming SEND is scattered
     /// over the entries in order (shorter in all than the message: LOC_LEN_ERR); on UD
     /// the 40 bytes of GRH fill the first bytes of the list.
     pub fn post_recv_sgl(&mut self, qpn: u32, wr_id: u64, sgl: &[Sge]) -> Result<(), VerbsError> {

@@ -278,16 +278,11 @@ impl Memory {
     ) -> Result<Mr, RegError> {
         self.check_reg(pd, access)?;
         let lkey = self.fresh_key();
-        let rkey = if access.0
-            & (Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC).0
-            != 0
-        {
-            let k = self.fresh_key();
-            self.rkeys.insert(k, RemoteKey::Mr(lkey));
-            k
-        } else {
-            0
-        };
+        // Every region has an rkey, remote rights or not, as on a NIC: the access check
+        // refuses what the rights do not allow, and a rereg that grants them later
+        // ([`Memory::modify`]) leaves the key a peer was given working.
+        let rkey = self.fresh_key();
+        self.rkeys.insert(rkey, RemoteKey::Mr(lkey));
         let mr = Mr {
             pd,
             lkey,
@@ -328,6 +323,22 @@ impl Memory {
             self.rkeys.remove(&r.mr.rkey);
         }
         Ok(r.data.into_vec())
+    }
+
+    /// Moves the region `lkey` to `pd` with `access`, its bytes and keys kept (ibv_rereg_mr
+    /// without a new translation, as a NIC's or rdma_rxe's rereg keeps them, so a peer's
+    /// rkey goes on naming it): the same checks as registration, refused
+    /// ([`RegError::RegionInUse`]) while windows are bound to it.
+    pub fn modify(&mut self, lkey: u32, pd: PdId, access: Access) -> Result<Mr, RegError> {
+        self.may_deregister(lkey)?;
+        self.check_reg(pd, access)?;
+        let r = self
+            .by_lkey
+            .get_mut(&lkey)
+            .ok_or(RegError::NoSuchMr(lkey))?;
+        r.mr.pd = pd;
+        r.mr.access = access;
+        Ok(r.mr)
     }
 
     /// The region registered under `lkey`.
@@ -495,6 +506,47 @@ impl Span {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_region_has_an_rkey_and_modify_keeps_the_keys() {
+        let mut m = Memory::new(3);
+        let pd = m.alloc_pd();
+        let other = m.alloc_pd();
+        // A local-only region has an rkey too, which grants nothing remote.
+        let a = m.register(pd, vec![0; 64], Access::LOCAL_WRITE).unwrap();
+        assert_ne!(a.rkey, 0);
+        assert_eq!(
+            m.check_remote(pd, 0, a.rkey, a.addr, 8, Access::REMOTE_WRITE),
+            Err(AccessError::NoRight)
+        );
+        // New rights in place: the same keys, the rkey a peer holds now works.
+        let b = m
+            .modify(a.lkey, pd, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        assert_eq!(
+            (b.lkey, b.rkey, b.addr, b.len),
+            (a.lkey, a.rkey, a.addr, a.len)
+        );
+        assert!(m
+            .check_remote(pd, 0, a.rkey, a.addr, 8, Access::REMOTE_WRITE)
+            .is_ok());
+        // Another PD: the keys stay, the old PD's QPs are refused.
+        let c = m
+            .modify(a.lkey, other, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        assert_eq!((c.lkey, c.rkey, c.pd), (a.lkey, a.rkey, other));
+        assert_eq!(
+            m.check_remote(pd, 0, a.rkey, a.addr, 8, Access::REMOTE_WRITE),
+            Err(AccessError::WrongPd)
+        );
+        // Registration's checks hold: REMOTE_WRITE needs LOCAL_WRITE, the PD must live.
+        assert_eq!(
+            m.modify(a.lkey, pd, Access::REMOTE_WRITE),
+            Err(RegError::InvalidAccess)
+        );
+        assert!(m.modify(a.lkey ^ 1, pd, Access::NONE).is_err());
+        assert_eq!(m.mr(a.lkey).map(|r| r.pd), Some(other));
+    }
 
     #[test]
     fn rights_bounds_keys() {

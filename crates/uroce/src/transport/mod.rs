@@ -127,12 +127,20 @@ pub(crate) struct RecvBuf {
     pub local: Local,
     /// The sum of the entries' lengths.
     pub len: u32,
+    /// Its entries failed the key check when posted (no region of the QP's PD, out of
+    /// bounds, no LOCAL_WRITE): `local` is empty, so a message with bytes for it fails
+    /// there, as a NIC finds a bad lkey only when it uses the WQE (RC: NAK Remote
+    /// Operational Error; UD: LOC_PROT_ERR).
+    pub bad: bool,
 }
 
 impl RecvBuf {
     /// Checks a receive work request: every entry must lie inside a region of `pd` that
-    /// grants LOCAL_WRITE (a zero-length entry needs no region); EINVAL otherwise, as
-    /// ibverbs refuses the post. The caller checked the count against the cap.
+    /// grants LOCAL_WRITE (a zero-length entry needs no region). One that does not is
+    /// still posted, marked [`RecvBuf::bad`], as a NIC takes the WQE and fails the
+    /// message that uses it (rdma-core's test_mr_rereg_pd posts receives of a region
+    /// moved to another PD and expects the sender's Remote Operational Error). A total
+    /// length past 2^32 - 1 is EINVAL. The caller checked the count against the cap.
     pub(crate) fn check_sgl(
         mem: &Memory,
         pd: PdId,
@@ -140,10 +148,20 @@ impl RecvBuf {
         sgl: &[Sge],
     ) -> Result<Self, VerbsError> {
         let len = sgl::total_len(sgl)?;
-        let local = sgl::resolve(mem, pd, sgl, Access::LOCAL_WRITE).map_err(|_| {
-            VerbsError::InvalidWr("receive buffer outside its region or without LOCAL_WRITE")
-        })?;
-        Ok(Self { wr_id, local, len })
+        Ok(match sgl::resolve(mem, pd, sgl, Access::LOCAL_WRITE) {
+            Ok(local) => Self {
+                wr_id,
+                local,
+                len,
+                bad: false,
+            },
+            Err(_) => Self {
+                wr_id,
+                local: Local::Empty,
+                len,
+                bad: true,
+            },
+        })
     }
 
     /// Whether its buffer is in the region `lkey`.

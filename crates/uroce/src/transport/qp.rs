@@ -1073,8 +1073,8 @@ impl Qp {
         Ok(())
     }
 
-    /// Posts a receive work request; its buffer must lie in a region of the QP's PD that
-    /// grants LOCAL_WRITE. In ERR it completes at once with WR_FLUSH_ERR (to `wcs`).
+    /// Posts a receive work request; its buffer should lie in a region of the QP's PD
+    /// that grants LOCAL_WRITE (one that does not fails the message that uses it). In ERR it completes at once with WR_FLUSH_ERR (to `wcs`).
     /// Refused (EINVAL) on a QP with an SRQ, which has no receive queue of its own
     /// (rdma_rxe's `rxe_post_recv` refuses it with EINVAL).
     pub(crate) fn post_recv(
@@ -1087,8 +1087,9 @@ impl Qp {
     }
 
     /// [`Qp::post_recv`] with the buffer as the scatter/gather list `list`: EINVAL for
-    /// more entries than the QP's `max_recv_sge` (rdma_rxe's `post_one_recv`) or for a
-    /// bad entry; a message is scattered over the entries in order.
+    /// more entries than the QP's `max_recv_sge` (rdma_rxe's `post_one_recv`); a bad
+    /// entry is taken and fails the message that uses it ([`RecvBuf::check_sgl`]); a
+    /// message is scattered over the entries in order.
     pub(crate) fn post_recv_sgl(
         &mut self,
         mem: &Memory,

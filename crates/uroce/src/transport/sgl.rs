@@ -75,6 +75,18 @@ impl Local {
         }
     }
 
+    /// Whether every range's region is still one of `pd`'s: a region moved to another PD
+    /// after the buffer was posted (ibv_rereg_mr) fails a NIC's lkey check when the
+    /// WQE is used.
+    pub(crate) fn in_pd(&self, mem: &Memory, pd: PdId) -> bool {
+        let ok = |s: &Span| mem.mr(s.lkey).is_some_and(|m| m.pd == pd);
+        match self {
+            Local::Empty => true,
+            Local::One(s) => ok(s),
+            Local::Many(l) => l.iter().all(ok),
+        }
+    }
+
     /// The bytes `[offset, offset + len)` of the buffer as a packet's payload (callers
     /// keep the range inside; a range past the end is cut short, as [`Span::sub`] does).
     /// A range inside one entry is a plain [`Payload::Span`]; one that crosses entries

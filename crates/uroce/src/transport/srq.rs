@@ -163,8 +163,9 @@ impl Srq {
         Ok(())
     }
 
-    /// ibv_post_srq_recv: ENOMEM when full, EINVAL for a buffer outside a region of the
-    /// SRQ's PD granting LOCAL_WRITE.
+    /// ibv_post_srq_recv: ENOMEM when full; a buffer outside a region of the SRQ's PD
+    /// granting LOCAL_WRITE is taken and fails the message that uses it
+    /// ([`RecvBuf::check_sgl`]).
     pub(crate) fn post(&mut self, mem: &Memory, wr: RecvWr) -> Result<(), VerbsError> {
         self.post_sgl(mem, wr.wr_id, &[wr.sge])
     }

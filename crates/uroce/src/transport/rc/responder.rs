@@ -407,6 +407,12 @@ impl Responder {
                 if end > rwqe.len as usize {
                     return Verdict::LenErr(rwqe.clone());
                 }
+                // The buffer's lkeys are checked as the message starts using them: a
+                // region moved to another PD since the post fails it (as the copy
+                // below fails one posted with a bad key, or deregistered since).
+                if offset == 0 && !rwqe.local.in_pd(io.mem, self.pd) {
+                    return Verdict::Nak(NakCode::RemoteOperationalError);
+                }
                 // Scattered over the receive's entries in order (rdma_rxe's `send_data_in`
                 // → `copy_data`).
                 if !rwqe.local.copy_in(io.mem, offset as usize, p.payload) {

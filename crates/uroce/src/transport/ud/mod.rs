@@ -126,6 +126,20 @@ impl Service for UdQp {
             qpn: deth.src_qp,
             ip: p.ip().src(),
         });
+        if r.bad {
+            // Its entries failed the key check when posted: the GRH alone needs them.
+            let wc = WorkCompletion::recv(
+                core.qpn,
+                r.wr_id,
+                WcStatus::LocProtErr,
+                WcOpcode::Recv,
+                0,
+                None,
+                from,
+            );
+            io.wcs.push((core.recv_cq, wc));
+            return Ok(());
+        }
         if (r.len as usize) < GRH_LEN + len {
             io.wcs.push((
                 core.recv_cq,
