@@ -316,11 +316,14 @@ case_rdma_core_tests() {
     local o
     o=$(cd "$dir" && on_a timeout 900 $py run_tests.py --dev "$dev_a" -v 2>&1) || true
     echo "$o" >"$out/rdma-core-tests.client"
-    local ran ok skipped failed
+    # unittest's summary: "Ran N tests" and "OK (skipped=S)" or "FAILED (failures=F,
+    # errors=E, skipped=S)"; what is neither failed nor skipped passed.
+    local ran skipped failed ok
     ran=$(echo "$o" | awk '/^Ran [0-9]+ tests/ {print $2}')
-    ok=$(echo "$o" | grep -c ' \.\.\. ok$' || true)
-    skipped=$(echo "$o" | grep -c ' \.\.\. skipped' || true)
-    failed=$(echo "$o" | grep -cE '^(FAIL|ERROR):' || true)
+    skipped=$(echo "$o" | grep -oE 'skipped=[0-9]+' | tail -1 | cut -d= -f2)
+    failed=$(echo "$o" | grep -oE '(failures|errors)=[0-9]+' | cut -d= -f2 | awk '{s+=$1} END {print s+0}')
+    skipped=${skipped:-0}
+    ok=$(( ${ran:-0} - failed - skipped ))
     if [ -z "$ran" ]; then
         row rdma-core-tests fail - "the suite did not finish: $(echo "$o" | grep -v '^ *$' | tail -1)"
     elif [ "$failed" -eq 0 ]; then
