@@ -161,10 +161,10 @@ fn rdma_read_comes_from_and_lands_in_the_callers_buffers() {
 
 /// The kernel's `ib_dereg_mr` (EBUSY while the region is in use; IBTA §10.6.7.2.6 for
 /// memory windows, as rdma_rxe's `rxe_dereg_mr` cites it):
-/// a region that a posted, not yet completed work request refers to cannot be
-/// deregistered, on the sending side (a SEND whose ACK has not come back, sent or not)
-/// nor on the receiving side (a posted receive); the refusal leaves the region fully
-/// usable, and once the requests complete the same calls succeed.
+/// a region that a posted, not yet completed send refers to cannot be deregistered (a
+/// SEND whose ACK has not come back, sent or not); the refusal leaves the region fully
+/// usable, and once the requests complete the same call succeeds. (A receive waiting on
+/// the receive queue does not pin its region: `rc_regressions`.)
 #[test]
 fn dereg_under_a_posted_work_request_is_ebusy_until_it_completes() {
     let mut src = Mine::new(4096, |_| 0);
@@ -183,7 +183,6 @@ fn dereg_under_a_posted_work_request_is_ebusy_until_it_completes() {
         let e = r.unwrap_err();
         assert_eq!(e.errno(), libc::EBUSY, "{e}");
     };
-    busy(p.b.dereg_mr(&rmr));
     src.write(0, &pattern(1, 100));
     post(&mut p, 1, SendOp::Send, sge(&smr, 0, 100));
     busy(p.a.dereg_mr(&smr));
@@ -194,8 +193,7 @@ fn dereg_under_a_posted_work_request_is_ebusy_until_it_completes() {
     busy(p.a.dereg_mr(&smr));
     let wb = p.wcs_b();
     assert_eq!((wb.len(), wb[0].status), (1, WcStatus::Success));
-    busy(p.b.dereg_mr(&rmr)); // receive 1 is still posted
-                              // Still fully usable: a second SEND from the same region into the same one.
+    // Still fully usable: a second SEND from the same region into the same one.
     src.write(100, &pattern(2, 100));
     post(&mut p, 2, SendOp::Send, sge(&smr, 100, 100));
     p.run(|_, _| 1, 10); // B's ACK of SEND 2 acknowledges SEND 1 too (cumulative)
@@ -238,6 +236,49 @@ fn dereg_under_a_receive_being_filled_is_ebusy() {
     assert_eq!((wb[0].wr_id, wb[0].byte_len), (3, 3000), "{wb:?}");
     assert_eq!(p.b.dereg_mr(&rmr), Ok(None));
     assert_eq!(rbuf.read(0, 3000), p.a.mr_bytes(&la)[..3000].to_vec());
+    drop(p);
+}
+
+/// A receive waiting on the receive queue does not pin the program's region: it is
+/// deregistered (and its memory re-registered as a new region, as ibv_rereg_mr with a new
+/// translation does), and the receive then fails when a SEND takes it, never writing to
+/// the memory (LOC_QP_OP_ERR; the SEND is REM_OP_ERR at the sender). A receive behind it,
+/// into the new region, is flushed with the QP.
+#[test]
+fn dereg_under_a_waiting_receive_fails_it_when_used() {
+    let mut rbuf = Mine::new(4096, |_| 0x5a);
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let old = rbuf.register(&mut p.b, Access::LOCAL_WRITE);
+    let rwr = RecvWr {
+        wr_id: 4,
+        sge: sge(&old, 0, 4096),
+    };
+    p.b.post_recv(p.qb, rwr).unwrap();
+    assert_eq!(p.b.dereg_mr(&old), Ok(None));
+    let new = rbuf.register(&mut p.b, Access::LOCAL_WRITE);
+    assert_ne!(new.lkey, old.lkey);
+    let rwr = RecvWr {
+        wr_id: 5,
+        sge: sge(&new, 0, 4096),
+    };
+    p.b.post_recv(p.qb, rwr).unwrap();
+    let la = p.la;
+    post(&mut p, 1, SendOp::Send, sge(&la, 0, 3000)); // FIRST MIDDLE LAST
+    p.run(|_, _| 1, 10);
+    let wa = p.wcs_a();
+    assert_eq!(
+        (wa[0].wr_id, wa[0].status),
+        (1, WcStatus::RemOpErr),
+        "{wa:?}"
+    );
+    let wb: Vec<_> = p.wcs_b().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        wb,
+        [(4, WcStatus::LocQpOpErr), (5, WcStatus::WrFlushErr)],
+        "the old key fails at use"
+    );
+    assert_eq!(rbuf.read(0, 4096), vec![0x5a; 4096], "nothing written");
+    assert_eq!(p.b.dereg_mr(&new), Ok(None));
     drop(p);
 }
 

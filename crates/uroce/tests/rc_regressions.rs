@@ -9,22 +9,33 @@ use uroce::mem::Access;
 use uroce::verbs::{InitAttr, Mtu, QpState, RtsAttr, SendOp, SendWr, Sge, WcStatus};
 use uroce::wire::{AethRepr, BthRepr, ExtHeaders, NakCode, Opcode, Syndrome};
 
-// The bug was a panic when the region of a posted receive or READ went away; the fix
-// since is that it cannot: deregistration is refused (EBUSY) while a posted work request
-// refers to the region (`Context::dereg_mr`), and the request completes as good.
+// The bug was a panic when the region of a posted receive or READ went away. A region a
+// request may still read or write (a READ's destination, a send not yet completed, a
+// receive being filled) cannot go: deregistration is refused (EBUSY). A receive waiting on
+// the receive queue does not hold its region: gone by the time a SEND arrives, the
+// receive fails as a NIC's lkey check fails it (LOC_QP_OP_ERR), and the SEND is NAKed
+// Remote Operational Error (REM_OP_ERR at the sender).
 #[test]
-fn rc_recv_mr_cannot_be_deregistered_under_a_posted_receive() {
+fn rc_recv_mr_deregistered_under_a_posted_receive_fails_it() {
     let mut p = Pair::new(RtsAttr::default(), all());
     p.post_recv(0);
     let recv = p.recv;
-    let busy = p.b.dereg_mr(&recv).unwrap_err();
-    assert_eq!(busy.errno(), libc::EBUSY, "{busy}");
+    assert!(p.b.dereg_mr(&recv).unwrap().is_some());
     p.post(1, SendOp::Send, 100);
     p.run(|_, _| 1, 10);
-    let wc = p.wcs_a();
-    assert_eq!(wc[0].status, WcStatus::Success, "{wc:?}");
-    assert_eq!(p.wcs_b()[0].status, WcStatus::Success);
-    assert!(p.b.dereg_mr(&recv).unwrap().is_some());
+    let wa = p.wcs_a();
+    assert_eq!(
+        (wa[0].wr_id, wa[0].status),
+        (1, WcStatus::RemOpErr),
+        "{wa:?}"
+    );
+    let wb = p.wcs_b();
+    assert_eq!(
+        (wb[0].wr_id, wb[0].status),
+        (0, WcStatus::LocQpOpErr),
+        "{wb:?}"
+    );
+    assert_eq!(p.b.qp_state(p.qb), Some(QpState::Err));
 }
 
 #[test]
@@ -182,7 +193,7 @@ fn rnr_waits_do_not_spend_transport_retries() {
 
 // ---- 5. UC: one spoofed FIRST/ONLY far ahead blackholes the QP ----
 #[test]
-fn ud_recv_mr_cannot_be_deregistered_under_a_posted_receive() {
+fn ud_recv_mr_deregistered_under_a_posted_receive_fails_it() {
     let mut ctx = Context::new(
         ContextConfig {
             mac: [2, 0, 0, 0, 0, 2],
@@ -231,8 +242,6 @@ fn ud_recv_mr_cannot_be_deregistered_under_a_posted_receive() {
         },
     )
     .unwrap();
-    let busy = ctx.dereg_mr(&mr).unwrap_err();
-    assert_eq!(busy.errno(), libc::EBUSY, "{busy}");
     let ext = ExtHeaders {
         deth: Some(DethRepr {
             qkey: 0x1234,
@@ -247,6 +256,19 @@ fn ud_recv_mr_cannot_be_deregistered_under_a_posted_receive() {
     assert_eq!((wc[0].status, wc[0].byte_len), (WcStatus::Success, 40 + 10));
     let bytes = ctx.dereg_mr(&mr).unwrap().unwrap();
     assert_eq!(&bytes[40..50], &[1; 10], "after the 40-byte GRH area");
+    // A receive posted into a region deregistered since: the datagram fails it.
+    let mr = ctx.reg_mr(pd, vec![0; 8192], Access::LOCAL_WRITE).unwrap();
+    let sge = Sge {
+        addr: mr.addr,
+        length: 2048,
+        lkey: mr.lkey,
+    };
+    ctx.post_recv(q, RecvWr { wr_id: 2, sge }).unwrap();
+    assert!(ctx.dereg_mr(&mr).unwrap().is_some());
+    let _ = ctx.handle_frame(Instant::now(), &f);
+    let wc = ctx.poll_cq(cq, 8);
+    assert_eq!((wc.len(), wc[0].wr_id), (1, 2), "{wc:?}");
+    assert_eq!(wc[0].status, WcStatus::LocProtErr);
 }
 
 // ---- 6. ghost ACK for PSNs never sent completes a SEND ----

@@ -834,10 +834,10 @@ fn hostile_packets_never_lose_or_duplicate_srq_wqes() {
     assert_eq!(last_wqe, want, "one LAST_WQE_REACHED per QP");
 }
 
-/// A region holding a WQE posted to an SRQ cannot be deregistered (EBUSY, as for a QP's
-/// own receive queue: the context asks the SRQs too); a region no WQE uses can.
+/// A WQE waiting on an SRQ does not pin its region (as one on a QP's own receive queue
+/// does not): the region can be deregistered, the WQE then fails when a message takes it.
 #[test]
-fn region_of_a_posted_srq_wqe_is_busy() {
+fn region_of_a_posted_srq_wqe_can_be_deregistered() {
     let mut b = Node::new(2);
     let attr = SrqAttr {
         max_wr: 4,
@@ -859,7 +859,7 @@ fn region_of_a_posted_srq_wqe_is_busy() {
         lkey: mr.lkey,
     };
     b.ctx.post_srq_recv(srq, RecvWr { wr_id: 1, sge }).unwrap();
-    assert_eq!(b.ctx.dereg_mr(&mr).unwrap_err().errno(), libc::EBUSY);
+    assert!(b.ctx.dereg_mr(&mr).is_ok());
     assert!(b.ctx.dereg_mr(&idle).is_ok());
 }
 

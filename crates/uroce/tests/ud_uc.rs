@@ -465,18 +465,16 @@ fn cnp_golden_bytes() {
     assert_eq!(hex, want);
 }
 
-/// `ibv_dereg_mr` is refused (EBUSY) while a posted, not yet completed work request of a
-/// UD QP has its buffer in the region: a datagram not sent yet (UD completes a send once
-/// it is on the wire) and a posted receive; once both complete it succeeds.
+/// `ibv_dereg_mr` is refused (EBUSY) while a datagram of a UD QP not sent yet has its
+/// buffer in the region (UD completes a send once it is on the wire); once it completes
+/// it succeeds. A posted receive does not pin its region.
 #[test]
-fn ud_regions_cannot_be_deregistered_under_posted_requests() {
+fn ud_regions_cannot_be_deregistered_under_posted_sends() {
     let (mut a, mut b) = ud_pair(false);
     post_recvs(&mut b, 1, 8192);
     ud_send(&mut a, 2, b.qpn, QKEY, 100, false);
     let (abuf, bbuf) = (a.buf, b.buf);
-    for e in [a.ctx.dereg_mr(&abuf), b.ctx.dereg_mr(&bbuf)] {
-        assert_eq!(e.unwrap_err().errno(), libc::EBUSY);
-    }
+    assert_eq!(a.ctx.dereg_mr(&abuf).unwrap_err().errno(), libc::EBUSY);
     pump(&mut a, &mut b, Instant::now());
     assert_eq!(a.ctx.poll_cq(a.cq, 4)[0].status, WcStatus::Success);
     assert_eq!(b.ctx.poll_cq(b.cq, 4)[0].status, WcStatus::Success);
@@ -485,8 +483,8 @@ fn ud_regions_cannot_be_deregistered_under_posted_requests() {
 }
 
 /// The same on UC, with a three-packet SEND: the sender's buffer is busy until the
-/// message is sent, the receiver's while its receive is posted and while the message is
-/// being placed in it (taken off the receive queue at the FIRST packet).
+/// message is sent, the receiver's while the message is being placed in it (taken off the
+/// receive queue at the FIRST packet), not while the receive only waits.
 #[test]
 fn uc_regions_cannot_be_deregistered_under_posted_requests() {
     let (mut a, mut b) = uc_pair();
@@ -497,7 +495,6 @@ fn uc_regions_cannot_be_deregistered_under_posted_requests() {
         assert_eq!(e.unwrap_err().errno(), libc::EBUSY);
     };
     busy(a.ctx.dereg_mr(&abuf));
-    busy(b.ctx.dereg_mr(&bbuf));
     let now = Instant::now();
     let mut buf = vec![0u8; 5000];
     let n = a.ctx.poll_frame(now, &mut buf).unwrap();

@@ -164,14 +164,24 @@ impl Context {
     /// [`Context::reg_mr_raw`] gives `None`, the memory being the application's.
     ///
     /// Refused, with the region still registered and fully usable:
-    /// - EBUSY ([`crate::mem::RegError::RegionInUse`]) while a work request posted and not
-    ///   yet completed has its buffer in the region, on any QP (a receive waiting or
-    ///   being filled, a send not yet completed), or while `mem` says the region is in
-    ///   use ([`crate::mem::Memory::may_deregister`]). The kernel's old `ib_dereg_mr`
+    /// - EBUSY ([`crate::mem::RegError::RegionInUse`]) while a work request the stack
+    ///   may still read or write the region for has its buffer in it, on any QP (a send
+    ///   not yet completed, whose retransmissions read it; a receive a message is being
+    ///   placed in), or while `mem` says the region is in use
+    ///   ([`crate::mem::Memory::may_deregister`]). The kernel's old `ib_dereg_mr`
     ///   refused with EBUSY a region still in use (its `usecnt`, memory windows bound to
     ///   it; IBTA §10.6.7.2.6); rdma_rxe instead keeps a deregistered region alive
     ///   until its last WQE lets go. Refusing keeps the rule simple for memory the
     ///   application owns: once `dereg_mr` succeeds, the memory is the caller's alone.
+    ///
+    ///   A receive posted (on a QP or an SRQ) that no message has started to use does
+    ///   not pin the region: it holds only the region's key, which every placement
+    ///   looks up again, so it can never reach the bytes once they are gone. As on a
+    ///   NIC, whose WQE's lkey is checked when the WQE is used, it fails then: on RC
+    ///   the receive completes `LOC_QP_OP_ERR` and the sender's request is NAKed
+    ///   Remote Operational Error (its WC `REM_OP_ERR`), on UD it completes
+    ///   `LOC_PROT_ERR`, on UC the message is dropped (rdma-core's
+    ///   `test_mr_rereg_addr` rereggs a region a receive names).
     /// - EINVAL ([`crate::mem::RegError::NoSuchMr`]) for a region not registered (or
     ///   deregistered already).
     pub fn dereg_mr(&mut self, mr: &Mr) -> Result<Option<Vec<u8>>, VerbsError> {
@@ -191,12 +201,13 @@ impl Context {
         Ok(self.mem.modify(mr.lkey, pd, access)?)
     }
 
-    /// Whether a work request posted and not yet completed refers to the region `lkey`:
-    /// every queue that holds posted work requests is asked (the QPs' send and receive
-    /// queues, the SRQs). Walked at deregistration only, so the data path pays nothing for it.
+    /// Whether a work request the stack may still read or write the region `lkey` for
+    /// refers to it: every QP is asked (its sends not yet completed, the receive a
+    /// message is being placed in). Receives waiting on a receive queue or an SRQ are
+    /// not: no byte is placed in one before its keys are looked up again. Walked at
+    /// deregistration only, so the data path pays nothing for it.
     fn region_in_use(&self, lkey: u32) -> bool {
         self.qps.values().any(|q| q.refers_to(lkey))
-            || self.srqs.iter().flatten().any(|s| s.refers_to(lkey))
     }
 
     /// The bytes of a region the context owns ([`Context::reg_mr`]); empty for an

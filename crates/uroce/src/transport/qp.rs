@@ -798,13 +798,16 @@ impl Qp {
         }
     }
 
-    /// Whether a work request posted and not yet completed has its buffer in the region
-    /// `lkey`: a receive on the receive queue or being filled, or a send the service
+    /// Whether a work request the QP may still read or write the region `lkey` for has
+    /// its buffer in it: the receive a message is being placed in, or a send the service
     /// holds (its buffer or, for inline data, the copy in the QP's pool). A request
-    /// waiting as or behind a local fault never reaches its buffer and does not count.
-    /// What `Context::dereg_mr` asks every QP before it lets a region go (EBUSY).
+    /// waiting as or behind a local fault never reaches its buffer and does not count;
+    /// nor does a receive still on the receive queue, whose keys are looked up again
+    /// when a message starts to use it (a region gone by then fails it, as a NIC's lkey
+    /// check does). What `Context::dereg_mr` asks every QP before it lets a region go
+    /// (EBUSY).
     pub(crate) fn refers_to(&self, lkey: u32) -> bool {
-        self.core.rq.iter().any(|r| r.refers_to(lkey)) || self.service.refers_to(lkey)
+        self.service.refers_to(lkey)
     }
 
     /// Send work requests the service holds (posted and not yet completed).

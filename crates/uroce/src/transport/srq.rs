@@ -212,11 +212,6 @@ impl Srq {
         self.q.push_front(r);
     }
 
-    /// Whether a WQE posted here has its buffer in the region `lkey` (for `dereg_mr`).
-    pub(crate) fn refers_to(&self, lkey: u32) -> bool {
-        self.q.iter().any(|r| r.refers_to(lkey))
-    }
-
     /// Whether the limit fired since the last call.
     /// Whether the limit fired and its event is not taken yet (a flag test, for the
     /// per-packet path).
