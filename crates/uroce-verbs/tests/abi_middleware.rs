@@ -13,7 +13,9 @@
 //! - `ibv_reg_mr` with `IBV_ACCESS_RELAXED_ORDERING` (through `ibv_reg_mr_iova2`);
 //! - `ibv_rereg_mr`: a new translation, PD and access (the last two keeping the keys),
 //!   each seen by an RDMA WRITE between
-//!   two RC QPs of the device, and rdma-core's error codes;
+//!   two RC QPs of the device, and rdma-core's error codes; a new translation while a
+//!   receive names the region, the receive then failing (LOC_QP_OP_ERR) and the SEND
+//!   that takes it too (REM_OP_ERR), as rdma-core's `test_mr_rereg_addr` expects;
 //! - a UD datagram's receive reports the GRH's network type in `wc.sl` as mlx5 does
 //!   (2 for IPv4, 1 for IPv6), over IPv4 and, in a namespace with only IPv6, over IPv6.
 //!
@@ -316,6 +318,42 @@ int main(int argc, char **argv) {
     CHECK(write_to(a, src, smr->lkey, 64, dst2, mr->rkey) == IBV_WC_REM_ACCESS_ERR);
     CHECK(dst2[0] == 'z');
     CHECK(mr->lkey == lk && mr->rkey == rk);
+
+    /* A new translation while a receive names the region (rdma-core's
+       test_mr_rereg_addr): allowed, as no message has started using the receive; when a
+       SEND takes it, its old lkey fails as on a NIC: the receive completes LOC_QP_OP_ERR,
+       the SEND REM_OP_ERR, and the old memory is not written. */
+    static char dst3[64];
+    struct ibv_qp *c = rc_qp(pd), *d = rc_qp(pd);
+    connect_rc(c, d->qp_num, gid, 1);
+    connect_rc(d, c->qp_num, gid, 1);
+    memset(dst1, 'q', 64);
+    struct ibv_mr *rmr = ibv_reg_mr(pd, dst1, 64, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(rmr);
+    struct ibv_sge rsge = { .addr = (uintptr_t)dst1, .length = 64, .lkey = rmr->lkey };
+    struct ibv_recv_wr rwr, *rbad;
+    memset(&rwr, 0, sizeof rwr);
+    rwr.wr_id = 7; rwr.sg_list = &rsge; rwr.num_sge = 1;
+    CHECK(ibv_post_recv(d, &rwr, &rbad) == 0);
+    CHECK(ibv_rereg_mr(rmr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, dst3, 64, 0) == 0);
+    CHECK(rmr->addr == dst3 && rmr->lkey != rsge.lkey);
+    struct ibv_sge ssge = { .addr = (uintptr_t)src, .length = 64, .lkey = smr->lkey };
+    struct ibv_send_wr swr, *sbad;
+    memset(&swr, 0, sizeof swr);
+    swr.wr_id = 8; swr.sg_list = &ssge; swr.num_sge = 1; swr.opcode = IBV_WR_SEND;
+    swr.send_flags = IBV_SEND_SIGNALED;
+    CHECK(ibv_post_send(c, &swr, &sbad) == 0);
+    int got_send = 0, got_recv = 0;
+    for (int i = 0; i < 2; i++) {
+        struct ibv_wc wc = wait_wc();
+        printf("rereg under a receive: wr_id %llu status %d\n", (unsigned long long)wc.wr_id, wc.status);
+        if (wc.wr_id == 8) { CHECK(wc.qp_num == c->qp_num && wc.status == IBV_WC_REM_OP_ERR); got_send = 1; }
+        else { CHECK(wc.wr_id == 7 && wc.qp_num == d->qp_num && wc.status == IBV_WC_LOC_QP_OP_ERR); got_recv = 1; }
+    }
+    CHECK(got_send && got_recv);
+    CHECK(all((unsigned char *)dst1, 64, 'q') && all((unsigned char *)dst3, 64, 0));
+    CHECK(ibv_destroy_qp(c) == 0 && ibv_destroy_qp(d) == 0);
+    CHECK(ibv_dereg_mr(rmr) == 0);
 
     CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
     CHECK(ibv_dereg_mr(mr) == 0 && ibv_dereg_mr(smr) == 0);
