@@ -181,7 +181,7 @@ impl Context {
     ///   the receive completes `LOC_QP_OP_ERR` and the sender's request is NAKed
     ///   Remote Operational Error (its WC `REM_OP_ERR`), on UD it completes
     ///   `LOC_PROT_ERR`, on UC the message is dropped (rdma-core's
-    ///   `test_mr_rereg_addr` rereggs a region a receive names).
+    ///   `test_mr_rereg_addr` re-registers a region a receive names).
     /// - EINVAL ([`crate::mem::RegError::NoSuchMr`]) for a region not registered (or
     ///   deregistered already).
     pub fn dereg_mr(&mut self, mr: &Mr) -> Result<Option<Vec<u8>>, VerbsError> {
