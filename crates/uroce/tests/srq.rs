@@ -863,6 +863,28 @@ fn region_of_a_posted_srq_wqe_can_be_deregistered() {
     assert!(b.ctx.dereg_mr(&idle).is_ok());
 }
 
+/// An SRQ WQE whose region was deregistered after the post fails when a SEND takes it,
+/// as a NIC's lkey check fails it: LOC_QP_OP_ERR on the QP that took it, the SEND NAKed
+/// Remote Operational Error (REM_OP_ERR at the sender), the QP in ERR.
+#[test]
+fn srq_wqe_of_a_deregistered_region_fails_when_used() {
+    let (mut net, srq, ours, theirs) = rc_setup(1, depth(4));
+    let wr = net.node(SERVER).recv_wr(0);
+    net.node(SERVER).ctx.post_srq_recv(srq, wr).unwrap();
+    let buf = net.node(SERVER).buf;
+    assert!(net.node(SERVER).ctx.dereg_mr(&buf).unwrap().is_some());
+    net.node(2).send(theirs[0], 1, 0x11, 100);
+    net.run(0);
+    let cq = net.node(SERVER).cq;
+    let wcs = net.node(SERVER).ctx.poll_cq(cq, 10);
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.qp_num, w.status)).collect();
+    assert_eq!(got, [(0, ours[0], WcStatus::LocQpOpErr)]);
+    assert_eq!(net.node(SERVER).ctx.qp_state(ours[0]), Some(QpState::Err));
+    let cq = net.node(2).cq;
+    let sends = net.node(2).ctx.poll_cq(cq, 10);
+    assert_eq!((sends[0].wr_id, sends[0].status), (1, WcStatus::RemOpErr));
+}
+
 /// A QP on an SRQ moved to RESET in the middle of a message gives the WQE it was filling
 /// back to the SRQ (it is the SRQ's, not the QP's to drop): the next message, on another
 /// QP, lands in it. (rdma_rxe drops it with the QP's state; uroce loses no WQE of a
