@@ -69,10 +69,19 @@ pub fn library_dir(exe: &Path) -> anyhow::Result<PathBuf> {
             (here.join("deps/librdmacm.so"), "librdmacm.so.1"),
         ] {
             let link = dir.join(soname);
-            let _ = std::fs::remove_file(&link);
             if lib.exists() {
-                std::os::unix::fs::symlink(&lib, &link)
+                // A link of a name of this process's own, renamed over the old one: another
+                // `uroce run` starting at the same moment (a server and its client) never
+                // finds the name missing, nor one it cannot make.
+                static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let tmp = dir.join(format!(".{soname}.{}.{n}", std::process::id()));
+                let _ = std::fs::remove_file(&tmp);
+                std::os::unix::fs::symlink(&lib, &tmp)
+                    .and_then(|()| std::fs::rename(&tmp, &link))
                     .with_context(|| format!("linking {}", link.display()))?;
+            } else {
+                let _ = std::fs::remove_file(&link);
             }
         }
         return Ok(dir);
@@ -247,6 +256,45 @@ mod tests {
         std::fs::write(root.join("libibverbs.so"), b"").unwrap();
         std::os::unix::fs::symlink("libibverbs.so", root.join("libibverbs.so.1")).unwrap();
         assert_eq!(library_dir(&exe).unwrap(), root);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// Two `uroce run` starting at once (a server and its client) both link the
+    /// libraries: neither fails (it used to, EEXIST, one removing the link the other had
+    /// just made) and the link is never missing.
+    #[test]
+    fn links_the_library_while_others_do_the_same() {
+        let root = std::env::temp_dir().join(format!("uroce-run-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("deps")).unwrap();
+        std::fs::write(root.join("deps/libibverbs.so"), b"").unwrap();
+        std::fs::write(root.join("deps/librdmacm.so"), b"").unwrap();
+        let exe = root.join("uroce");
+        let dir = library_dir(&exe).unwrap();
+        let link = dir.join("libibverbs.so.1");
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let watcher = s.spawn(|| {
+                let mut missing = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    missing += usize::from(!link.exists());
+                }
+                missing
+            });
+            let workers: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| (0..200).try_for_each(|_| library_dir(&exe).map(|_| ()))))
+                .collect();
+            let results: Vec<anyhow::Result<()>> =
+                workers.into_iter().map(|w| w.join().unwrap()).collect();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let missing = watcher.join().unwrap();
+            for r in results {
+                r.unwrap();
+            }
+            assert_eq!(missing, 0, "the link went missing");
+        });
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert_eq!(left.len(), 2, "temporary links left behind: {left:?}");
         let _ = std::fs::remove_dir_all(&root);
     }
 }
