@@ -136,7 +136,9 @@ impl Context {
         let t = self.poll_transmit(now, buf.get_mut(room..)?)?;
         let at = room.checked_sub(t.link_headers_len())?;
         t.emit_link_headers(self.cfg.mac, &mut buf[at..room]).ok()?;
-        buf.copy_within(at..room + t.len, 0);
+        if at > 0 {
+            buf.copy_within(at..room + t.len, 0);
+        }
         Some(room - at + t.len)
     }
 
