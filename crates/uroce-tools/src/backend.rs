@@ -106,29 +106,13 @@ pub fn open(
     }
 }
 
-/// `open` again, for up to a second, while it fails because the interface is held and no
-/// process can be seen holding it: one that just exited may still be letting go.
+/// [`holder::retry_while_letting_go`] for the interface named `iface`.
 fn retry_while_letting_go<T>(
     iface: &str,
     open: impl Fn() -> std::io::Result<T>,
 ) -> std::io::Result<T> {
-    let mut r = open();
-    for _ in 0..5 {
-        match &r {
-            Err(e) if is_held(e) && nobody_holds(iface) => {
-                std::thread::sleep(std::time::Duration::from_millis(200));
-                r = open();
-            }
-            _ => break,
-        }
-    }
-    r
-}
-
-/// Whether no process can be seen holding `iface`'s XDP hook.
-fn nobody_holds(iface: &str) -> bool {
-    uroce::net::addresses::interface_info(iface)
-        .map_or(true, |i| holder::xdp_holder(i.index).is_none())
+    let ifindex = uroce::net::addresses::interface_info(iface).map_or(0, |i| i.index);
+    holder::retry_while_letting_go(ifindex, open)
 }
 
 /// EADDRINUSE, naming the holder, when AF_XDP failed because another process holds the

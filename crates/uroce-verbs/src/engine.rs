@@ -586,22 +586,7 @@ fn open_backend(inner: &Inner) -> Result<Box<dyn Backend + Send>, c_int> {
         // receive nothing (until a shared datapath lands, one uroce process per
         // interface). Held with no holder to be seen, it is tried again for a second: a
         // program that just exited may still be letting go of it.
-        "auto" => {
-            let mut r = open();
-            for _ in 0..5 {
-                match &r {
-                    Err(e)
-                        if uroce::datapath::xdp::is_held(e)
-                            && holder::xdp_holder(inner.device.ifindex()).is_none() =>
-                    {
-                        std::thread::sleep(Duration::from_millis(200));
-                        r = open();
-                    }
-                    _ => break,
-                }
-            }
-            Some(r)
-        }
+        "auto" => Some(holder::retry_while_letting_go(inner.device.ifindex(), open)),
         // Asked for by name: a program that just exited on this interface may still be
         // letting go of its XDP program and socket (the kernel releases them after the
         // process is gone), so a failure other than a missing privilege is tried again

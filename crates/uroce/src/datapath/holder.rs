@@ -118,6 +118,28 @@ fn hex_addr(a: IpAddr) -> String {
         .collect()
 }
 
+/// `open` again, 200 ms apart for up to a second, while it fails because interface
+/// `ifindex` is held ([`super::xdp::is_held`]) and no process can be seen holding it: a
+/// program that just exited may still be letting go of its XDP program and socket. With a
+/// holder to be seen, the first answer is the answer (`auto` then refuses with EADDRINUSE
+/// rather than split the host).
+pub fn retry_while_letting_go<T>(
+    ifindex: u32,
+    open: impl Fn() -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let mut r = open();
+    for _ in 0..5 {
+        match &r {
+            Err(e) if super::xdp::is_held(e) && xdp_holder(ifindex).is_none() => {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                r = open();
+            }
+            _ => break,
+        }
+    }
+    r
+}
+
 /// The process holding UDP `port` on `local` (or the wildcard) in the caller's
 /// namespace, if one can be seen.
 pub fn udp_holder(local: IpAddr, port: u16) -> Option<Holder> {
