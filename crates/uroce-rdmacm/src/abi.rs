@@ -6,8 +6,8 @@
 //!
 //! The ibverbs structures a `rdma_cm_id` points to (`ibv_context`, `ibv_qp`, `ibv_pd`, ...)
 //! are uroce-verbs' ([`crate::verbs_abi`]); the few verbs.h structures librdmacm's calls
-//! take and uroce-verbs does not define (`ibv_qp_init_attr_ex`, `ibv_srq_init_attr`,
-//! `ibv_srq_init_attr_ex`, `ibv_ece`) are at the end of this file.
+//! take and uroce-verbs does not define (`ibv_srq_init_attr`, `ibv_srq_init_attr_ex`,
+//! `ibv_ece`) are at the end of this file.
 //! `<rdma/rdma_verbs.h>` adds no structure: its inline functions (`rdma_post_send`,
 //! `rdma_reg_msgs`, `rdma_get_send_comp`, ...) call ibverbs on the `qp`, `pd`,
 //! `send_cq`, `recv_cq` and `*_cq_channel` members of [`rdma_cm_id`], in the program, so
@@ -22,8 +22,8 @@ use std::ffi::{c_char, c_int, c_void};
 use libc::{sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage, socklen_t};
 
 use crate::verbs_abi::{
-    ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_qp_cap,
-    ibv_srq, ibv_srq_attr,
+    ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_srq,
+    ibv_srq_attr,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -412,36 +412,6 @@ pub struct ibv_srq_init_attr_ex {
     pub tm_cap: ibv_tm_cap,
 }
 
-/// `struct ibv_rx_hash_conf`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ibv_rx_hash_conf {
-    pub rx_hash_function: u8,
-    pub rx_hash_key_len: u8,
-    pub rx_hash_key: *mut u8,
-    pub rx_hash_fields_mask: u64,
-}
-
-/// `struct ibv_qp_init_attr_ex` (`rdma_create_qp_ex`). `xrcd` and `rwq_ind_tbl` point to
-/// structures uroce does not have.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ibv_qp_init_attr_ex {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut ibv_cq,
-    pub recv_cq: *mut ibv_cq,
-    pub srq: *mut ibv_srq,
-    pub cap: ibv_qp_cap,
-    /// `enum ibv_qp_type`.
-    pub qp_type: c_int,
-    pub sq_sig_all: c_int,
-    pub comp_mask: u32,
-    pub pd: *mut ibv_pd,
-    pub xrcd: *mut c_void,
-    pub create_flags: u32,
-    pub max_tso_header: u16,
-    pub rwq_ind_tbl: *mut c_void,
-    pub rx_hash_conf: ibv_rx_hash_conf,
-    pub source_qpn: u32,
-    pub send_ops_flags: u64,
-}
+/// `struct ibv_qp_init_attr_ex` (`rdma_create_qp_ex`) and what it holds: uroce-verbs'
+/// (its extended API takes it too).
+pub use crate::verbs_abi::{ibv_qp_init_attr_ex, ibv_rx_hash_conf};
