@@ -632,7 +632,7 @@ unsafe extern "C" fn wr_bind_mw(
 unsafe extern "C" fn wr_set_sge(qp: *mut crate::abi::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     builder!("wr_set_sge", qp, |x, id, flags| {
         let sge = uroce::verbs::Sge { addr, length, lkey };
-        crate::qp_ex::wr_set_sges(x, Some(vec![sge]))
+        crate::qp_ex::wr_set_sge(x, sge)
     })
 }
 

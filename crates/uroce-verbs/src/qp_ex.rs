@@ -211,6 +211,8 @@ impl ExOp {
 enum Data {
     #[default]
     None,
+    /// One entry (`ibv_wr_set_sge`), kept without an allocation.
+    One(Sge),
     Sges(Vec<Sge>),
     Inline(Vec<u8>),
 }
@@ -389,6 +391,19 @@ pub(crate) fn wr_set_sges(x: &QpExtra, list: Option<Vec<Sge>>) {
     }
 }
 
+/// `ibv_wr_set_sge`: the latest request's buffer is the one entry `sge`; EINVAL when
+/// the QP takes no entry (`max_send_sge` 0).
+pub(crate) fn wr_set_sge(x: &QpExtra, sge: Sge) {
+    let ok = x.cfg.max_send_sge >= 1;
+    let mut b = x.lock();
+    let Some(w) = b.current() else { return };
+    if ok {
+        w.data = Data::One(sge);
+    } else {
+        b.fail(EINVAL);
+    }
+}
+
 /// `ibv_wr_set_inline_data` / `_list`: the latest request sends a copy of `parts`
 /// (concatenated); ENOMEM above `max_inline_data` (as mlx5), EINVAL for an operation that
 /// sends no data (READ, atomics) or a buffer that could not be read (None).
@@ -494,20 +509,29 @@ fn send_op(inner: &crate::engine::Inner, op: &ExOp) -> Result<SendOp, c_int> {
 /// posted; the errno of a post refused for the QP's state (before RTS: EINVAL), also with
 /// nothing posted, as the first request is refused.
 pub(crate) fn wr_complete(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, x: &QpExtra) -> c_int {
-    let (open, err, wrs) = {
+    let (open, err, mut wrs) = {
         let mut b = x.lock();
         let open = std::mem::replace(&mut b.open, false);
         (open, b.err.take(), std::mem::take(&mut b.wrs))
     };
-    if !open {
-        return EINVAL;
+    let r = match (open, err) {
+        (false, _) => EINVAL,
+        (true, Some(e)) => e,
+        (true, None) if wrs.is_empty() => 0,
+        (true, None) => post_batch(ctx, qp, &wrs),
+    };
+    // The batch's storage goes back for the next one (no allocation per batch once
+    // grown), unless a new batch has begun meanwhile.
+    wrs.clear();
+    let mut b = x.lock();
+    if b.wrs.capacity() == 0 {
+        b.wrs = wrs;
     }
-    if let Some(e) = err {
-        return e;
-    }
-    if wrs.is_empty() {
-        return 0;
-    }
+    r
+}
+
+/// Posts a batch: every request checked first, then each posted (see [`wr_complete`]).
+fn post_batch(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, wrs: &[ExWr]) -> c_int {
     let Some(shared) = shared_of(ctx) else {
         return EINVAL;
     };
@@ -518,7 +542,7 @@ pub(crate) fn wr_complete(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, x: &QpExt
     };
     // Every request checked before the first is posted.
     let mut ops = Vec::with_capacity(wrs.len());
-    for w in &wrs {
+    for w in wrs {
         let op = match send_op(inner, &w.op) {
             Ok(op) => op,
             Err(e) => return e,
@@ -536,6 +560,7 @@ pub(crate) fn wr_complete(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, x: &QpExt
         let staged;
         let (list, flags): (&[Sge], c_uint) = match &w.data {
             Data::None => (&[], w.flags),
+            Data::One(sge) => (std::slice::from_ref(sge), w.flags),
             Data::Sges(l) => (l, w.flags),
             Data::Inline(bytes) => match crate::qp::stage_bytes(inner, bytes) {
                 Ok(s) => {
@@ -615,6 +640,27 @@ mod tests {
             "INLINE comes from the setter"
         );
         assert_eq!(b.wrs[1].data, Data::Inline(b"abcde".to_vec()));
+    }
+
+    #[test]
+    fn one_sge_is_kept_inline_and_needs_room_for_one() {
+        let sge = Sge {
+            addr: 1,
+            length: 2,
+            lkey: 3,
+        };
+        let x = extra(RC_SEND_OPS);
+        wr_start(&x);
+        wr_op(&x, 1, 0, ExOp::Send);
+        wr_set_sge(&x, sge);
+        assert_eq!(x.lock().wrs[0].data, Data::One(sge));
+        let mut cfg = x.cfg;
+        cfg.max_send_sge = 0;
+        let y = QpExtra::new(cfg);
+        wr_start(&y);
+        wr_op(&y, 1, 0, ExOp::Send);
+        wr_set_sge(&y, sge);
+        assert_eq!(err(&y), Some(EINVAL));
     }
 
     #[test]
