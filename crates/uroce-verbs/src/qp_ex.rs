@@ -540,23 +540,28 @@ fn post_batch(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, wrs: &[ExWr]) -> c_in
     let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
         return EINVAL;
     };
-    // Every request checked before the first is posted.
-    let mut ops = Vec::with_capacity(wrs.len());
+    // Every request checked before the first is posted (the operation is made again
+    // below, under the same lock, rather than kept in a list of its own).
     for w in wrs {
-        let op = match send_op(inner, &w.op) {
-            Ok(op) => op,
-            Err(e) => return e,
-        };
+        if let Err(e) = send_op(inner, &w.op) {
+            return e;
+        }
         if e.ud && !w.ud.is_some_and(|u| inner.ahs.contains_key(&u.ah)) {
             return EINVAL;
         }
-        ops.push(op);
     }
     if inner.uroce.send_queue_room(e.qpn).unwrap_or(0) < wrs.len() {
         return ENOMEM;
     }
     let mut r = 0;
-    for (w, op) in wrs.iter().zip(ops) {
+    for w in wrs {
+        let op = match send_op(inner, &w.op) {
+            Ok(op) => op,
+            Err(e) => {
+                r = e;
+                break;
+            }
+        };
         let staged;
         let (list, flags): (&[Sge], c_uint) = match &w.data {
             Data::None => (&[], w.flags),
