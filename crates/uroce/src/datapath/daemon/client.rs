@@ -1,0 +1,276 @@
+//! A process's end of `uroce daemon`: [`DaemonBackend`], a [`Backend`] whose packets
+//! move through the shared rings, and [`Control`], the requests that are not packets
+//! (QPNs, listening service IDs).
+
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::proto::{self, Reply, Request};
+use super::ring::{Dir, Region, RingError, SlotHeader, HEADER_LEN};
+use crate::datapath::{Backend, Received, Transmit, MAX_FRAME};
+
+fn ring_error(e: RingError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// The control connection to a daemon, shareable by the threads of a process.
+#[derive(Debug, Clone)]
+pub struct Control {
+    sock: Arc<Mutex<OwnedFd>>,
+    client: u32,
+}
+
+impl Control {
+    fn call(&self, req: Request) -> io::Result<Reply> {
+        let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
+        proto::send(sock.as_raw_fd(), &req.encode(), &[])?;
+        let Some((msg, _)) = proto::recv(sock.as_raw_fd(), 0)? else {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                "uroce daemon went away",
+            ));
+        };
+        match Reply::decode(&msg) {
+            Some(Reply::Err(errno)) => Err(io::Error::from_raw_os_error(errno)),
+            Some(r) => Ok(r),
+            None => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a reply from uroce daemon that is not one",
+            )),
+        }
+    }
+
+    /// The daemon's number for this process.
+    pub fn client(&self) -> u32 {
+        self.client
+    }
+
+    /// `count` QPNs of this process's own (at least): returns the first; they run
+    /// contiguously. No other process is given them, and none had them recently.
+    pub fn claim_qpns(&self, count: u32) -> io::Result<(u32, u32)> {
+        match self.call(Request::ClaimQpns { count })? {
+            Reply::Qpns { first, count } => Ok((first, count)),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "unexpected reply",
+            )),
+        }
+    }
+
+    /// Connection requests for `service_id` at `ip` (unspecified: any address) come to
+    /// this process (`on`), or no longer do. EADDRINUSE when another process listens.
+    pub fn listen(&self, service_id: u64, ip: IpAddr, on: bool) -> io::Result<()> {
+        self.call(Request::Listen { service_id, ip, on })
+            .map(|_| ())
+    }
+}
+
+/// A datapath that is a daemon's: packets through shared memory, switched by the daemon.
+#[derive(Debug)]
+pub struct DaemonBackend {
+    region: Region,
+    /// The daemon waits on this one for packets to send.
+    to_daemon: OwnedFd,
+    /// We wait on this one for packets received.
+    to_process: OwnedFd,
+    needs_link: bool,
+    rx_capacity: u64,
+    /// We said we sleep: the next ring of our doorbell is to be drained.
+    armed: bool,
+    control: Control,
+}
+
+impl DaemonBackend {
+    /// Connects to the daemon listening at `path`.
+    pub fn connect(path: &Path) -> io::Result<Self> {
+        let sock = proto::connect(path)?;
+        proto::send(
+            sock.as_raw_fd(),
+            &Request::Hello {
+                version: proto::VERSION,
+            }
+            .encode(),
+            &[],
+        )?;
+        let (msg, mut fds) = proto::recv(sock.as_raw_fd(), 0)?.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "uroce daemon at {} closed the connection (not allowed to attach?)",
+                    path.display()
+                ),
+            )
+        })?;
+        let (client, needs_link, rx_capacity) = match Reply::decode(&msg) {
+            Some(Reply::Welcome {
+                client,
+                needs_link_addresses,
+                rx_capacity,
+            }) if fds.len() == 3 => (client, needs_link_addresses, rx_capacity),
+            Some(Reply::Err(errno)) => return Err(io::Error::from_raw_os_error(errno)),
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "uroce daemon's welcome is not one (another version?)",
+                ))
+            }
+        };
+        let to_process = fds.pop().expect("three");
+        let to_daemon = fds.pop().expect("three");
+        let region = Region::map(fds.pop().expect("three"))?;
+        Ok(Self {
+            region,
+            to_daemon,
+            to_process,
+            needs_link,
+            rx_capacity,
+            armed: false,
+            control: Control {
+                sock: Arc::new(Mutex::new(sock)),
+                client,
+            },
+        })
+    }
+
+    /// The first daemon serving `iface` in this network namespace that lets us in
+    /// ([`proto::socket_paths`]); `Ok(None)` when none runs.
+    pub fn find(iface: &str) -> io::Result<Option<Self>> {
+        let mut refused = None;
+        for path in proto::socket_paths(iface)? {
+            match Self::connect(&path) {
+                Ok(b) => return Ok(Some(b)),
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOENT) | Some(libc::ECONNREFUSED) | Some(libc::ENOTDIR)
+                    ) => {}
+                Err(e) => {
+                    refused = Some(io::Error::new(
+                        e.kind(),
+                        format!("uroce daemon at {}: {e}", path.display()),
+                    ))
+                }
+            }
+        }
+        refused.map_or(Ok(None), Err)
+    }
+
+    /// The control connection, for QPNs and listens.
+    pub fn control(&self) -> Control {
+        self.control.clone()
+    }
+
+    fn take(&mut self, max: usize, handle: &mut dyn FnMut(Received<'_>)) -> io::Result<usize> {
+        let ring = self.region.ring(Dir::ToProcess);
+        let mut n = 0;
+        while n < max {
+            let Some(index) = ring.next_slot().map_err(ring_error)? else {
+                break;
+            };
+            // SAFETY: a published slot not yet released; this backend is the ring's only
+            // consumer (it is not Clone and `&mut self` is held).
+            let slot = unsafe { ring.slot(index) };
+            let h: &[u8; HEADER_LEN] = slot[..HEADER_LEN].try_into().expect("header");
+            if let Some((header, len)) = SlotHeader::read(h) {
+                let data = &slot[HEADER_LEN..HEADER_LEN + (len as usize).min(MAX_FRAME)];
+                match header {
+                    SlotHeader::Frame => handle(Received::Frame(data)),
+                    SlotHeader::Datagram { datagram, icrc, .. } => handle(Received::Datagram {
+                        datagram: &datagram,
+                        roce: data,
+                        icrc,
+                    }),
+                }
+            }
+            ring.release(index);
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+impl Backend for DaemonBackend {
+    fn send_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+    ) -> io::Result<bool> {
+        let ring = self.region.ring(Dir::ToDaemon);
+        let Some(index) = ring.free_slot().map_err(ring_error)? else {
+            // Full: make sure the daemon is awake to empty it.
+            self.flush()?;
+            return Err(io::ErrorKind::WouldBlock.into());
+        };
+        // SAFETY: a free slot of the ring this backend alone produces into.
+        let slot = unsafe { ring.slot_mut(index) };
+        let (head, body) = slot.split_at_mut(HEADER_LEN);
+        let Some(t) = build(&mut body[..MAX_FRAME]) else {
+            return Ok(false);
+        };
+        let header = SlotHeader::Datagram {
+            datagram: t.datagram,
+            dst_mac: t.dst_mac,
+            icrc: None,
+        };
+        header.write(
+            head.try_into().expect("header"),
+            t.len.min(MAX_FRAME) as u32,
+        );
+        ring.publish(index);
+        Ok(true)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.region.ring(Dir::ToDaemon).consumer_needs_wake() {
+            proto::ring(self.to_daemon.as_raw_fd());
+        }
+        Ok(())
+    }
+
+    fn receive(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        handle: &mut dyn FnMut(Received<'_>),
+    ) -> io::Result<usize> {
+        if self.armed && !self.region.ring(Dir::ToProcess).asleep() {
+            // The daemon rang since we last slept: take the ring's count down so that
+            // waiting on the doorbell blocks again.
+            proto::drain(self.to_process.as_raw_fd());
+            self.armed = false;
+        }
+        let n = self.take(max, handle)?;
+        if n > 0 || max == 0 {
+            return Ok(n);
+        }
+        if !self
+            .region
+            .ring(Dir::ToProcess)
+            .prepare_sleep()
+            .map_err(ring_error)?
+        {
+            return self.take(max, handle);
+        }
+        self.armed = true;
+        if timeout.is_zero() {
+            return Ok(0);
+        }
+        proto::wait_readable(self.to_process.as_raw_fd(), timeout);
+        self.take(max, handle)
+    }
+
+    fn wait_fds(&self) -> Vec<RawFd> {
+        vec![self.to_process.as_raw_fd()]
+    }
+
+    fn needs_link_addresses(&self) -> bool {
+        self.needs_link
+    }
+
+    fn rx_capacity(&self) -> Option<u64> {
+        Some(self.rx_capacity)
+    }
+}
