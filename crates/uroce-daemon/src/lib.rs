@@ -1,0 +1,847 @@
+//! `uroce daemon`: one interface's RoCEv2 datapath shared by every process on the host.
+//!
+//! A NIC (or rdma_rxe in the kernel) serves every process on a host at once; a user-space
+//! datapath can be opened by one process only (AF_XDP takes the interface's RoCE frames,
+//! UDP port 4791 binds once). The daemon owns the datapath and switches frames between it
+//! and the processes attached to it, as a NIC's steering does:
+//!
+//! - the transport stays in each process (its sans-IO context, exactly as in direct
+//!   mode): to a process the daemon is one more `Backend`
+//!   ([`uroce::datapath::daemon::DaemonBackend`]), so a crash of a process loses that
+//!   process's QPs only, and the daemon never touches application memory;
+//! - packets move through shared memory (two rings of slots in a sealed memfd per
+//!   process, [`uroce::datapath::daemon::ring`]), with an eventfd doorbell rung only for
+//!   a side that sleeps;
+//! - the daemon hands out QPNs ([`switch`]), steers received frames by destination QPN
+//!   and QP 1's connection management by service ID and communication ID, delivers
+//!   between its own processes locally (never on the wire), and checks what each process
+//!   sends (source address, UD source QP);
+//! - its threads: one takes frames off the wire, `--threads` others take each process's
+//!   sends (a process's ring is served by one of them), one serves the control socket.
+//!
+//! The control socket is `/run/uroce/net-NS/IFACE.sock` for root's daemon, the user's
+//! runtime directory for another user's (UDP backend). Who may attach: the socket's mode
+//! (0600 unless others are let in) and `SO_PEERCRED` (root, the daemon's own user, the
+//! `--allow-uid`s).
+
+pub mod switch;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+use uroce::datapath::daemon::proto::{self, Reply, Request};
+use uroce::datapath::daemon::ring::{Dir, Region, SlotHeader, SLOT, SLOTS};
+use uroce::datapath::udp::UdpBackend;
+use uroce::datapath::xdp::{XdpBackend, XdpConfig};
+use uroce::datapath::{Backend, Received, Transmit};
+
+use switch::{ClientId, Switch};
+
+/// `uroce daemon`'s arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// The interface whose RoCEv2 datapath to own and share.
+    #[arg(long)]
+    pub iface: String,
+    /// The datapath: auto (AF_XDP where it can be set up, else UDP), xdp or udp.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Exit this many seconds after the last process left (default: stay).
+    #[arg(long)]
+    pub linger: Option<u64>,
+    /// The control socket (default: /run/uroce/net-NS/IFACE.sock for root, else the
+    /// user's runtime directory).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Let processes of this user attach too (besides root and the daemon's own user).
+    #[arg(long = "allow-uid")]
+    pub allow_uid: Vec<u32>,
+    /// Threads taking the processes' sends (default: half the cores, 1 to 4).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Attach to the daemon serving the interface, say which, and leave (exit 1 when
+    /// none serves it or it refuses us).
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// Counters of the whole daemon.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Frames taken off the wire.
+    pub rx: AtomicU64,
+    /// Of those, for no process (unknown QPN, nobody listening).
+    pub rx_unrouted: AtomicU64,
+    /// Packets processes sent to the wire.
+    pub tx: AtomicU64,
+    /// Packets delivered from one process to another without the wire.
+    pub local: AtomicU64,
+    /// Packets a process sent that broke a rule (see [`switch::Refusal`]).
+    pub refused: AtomicU64,
+    /// Packets lost because their process's ring was full.
+    pub dropped_full: AtomicU64,
+}
+
+/// A process attached.
+struct Client {
+    id: ClientId,
+    region: Region,
+    /// The daemon waits on it for the process's sends.
+    to_daemon: OwnedFd,
+    /// The process waits on it.
+    to_process: OwnedFd,
+    /// The control socket's descriptor, to cut a process that broke its ring.
+    control: RawFd,
+    /// Producers into the process's ring: the receive thread and the send threads
+    /// (local delivery).
+    rx_lock: Mutex<()>,
+    broken: AtomicBool,
+}
+
+impl Client {
+    /// Cuts the process off (the control thread then forgets it).
+    fn cut(&self) {
+        if !self.broken.swap(true, Ordering::Relaxed) {
+            // SAFETY: shutdown on a socket descriptor that lives as long as the control
+            // thread's record of it, which outlives this Client's use by other threads
+            // (the control thread closes it only after removing the client).
+            unsafe { libc::shutdown(self.control, libc::SHUT_RDWR) };
+        }
+    }
+
+    /// Puts a packet into the process's ring; true when the process needs waking.
+    fn deliver(&self, stats: &Stats, header: &SlotHeader, data: &[u8]) -> bool {
+        let _g = self.rx_lock.lock().unwrap_or_else(|e| e.into_inner());
+        match self.region.ring(Dir::ToProcess).push(header, data) {
+            Ok(true) => true,
+            Ok(false) => {
+                stats.dropped_full.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            Err(_) => {
+                self.cut();
+                false
+            }
+        }
+    }
+
+    fn wake(&self) {
+        if self.region.ring(Dir::ToProcess).consumer_needs_wake() {
+            proto::ring(self.to_process.as_raw_fd());
+        }
+    }
+}
+
+struct Daemon {
+    backend: Mutex<Box<dyn Backend + Send>>,
+    switch: Mutex<Switch>,
+    clients: RwLock<HashMap<ClientId, Arc<Client>>>,
+    /// Bumped when a process comes or goes.
+    generation: AtomicU64,
+    local: RwLock<Vec<IpAddr>>,
+    needs_link: bool,
+    rx_capacity: u64,
+    stop: AtomicBool,
+    stats: Stats,
+}
+
+/// Where an Ethernet frame's IP destination and RoCE part (BTH on) are; `None` when it
+/// is not RoCEv2 (UDP port 4791) over IPv4 or IPv6, untagged or with one VLAN tag.
+fn locate(f: &[u8]) -> Option<(IpAddr, usize)> {
+    let u16_at = |i: usize| Some(u16::from_be_bytes(f.get(i..i + 2)?.try_into().ok()?));
+    let mut off = 12;
+    let mut ethertype = u16_at(off)?;
+    if ethertype == 0x8100 {
+        off += 4;
+        ethertype = u16_at(off)?;
+    }
+    off += 2;
+    let dst = match ethertype {
+        0x0800 => {
+            let h = f.get(off..off + 20)?;
+            if h[9] != 17 {
+                return None;
+            }
+            let dst = IpAddr::from(<[u8; 4]>::try_from(&h[16..20]).ok()?);
+            off += usize::from(h[0] & 0xf) * 4;
+            dst
+        }
+        0x86dd => {
+            let h = f.get(off..off + 40)?;
+            if h[6] != 17 {
+                return None;
+            }
+            let dst = IpAddr::from(<[u8; 16]>::try_from(&h[24..40]).ok()?);
+            off += 40;
+            dst
+        }
+        _ => return None,
+    };
+    if u16_at(off + 2)? != uroce::wire::ROCEV2_UDP_PORT {
+        return None;
+    }
+    Some((dst, off + 8))
+}
+
+fn interface_addresses(iface: &str) -> anyhow::Result<(Vec<IpAddr>, u32)> {
+    let info = uroce::net::addresses::interface_info(iface)
+        .with_context(|| format!("interface {iface}"))?;
+    Ok((info.addrs.iter().map(|&(a, _)| a).collect(), info.mtu))
+}
+
+fn open_backend(
+    args: &Args,
+    addrs: &[IpAddr],
+    mtu: u32,
+) -> anyhow::Result<Box<dyn Backend + Send>> {
+    let mtu = uroce::verbs::Mtu::fitting(mtu).unwrap_or(uroce::verbs::Mtu::M1024);
+    let xdp = || {
+        XdpBackend::open_with(
+            &args.iface,
+            1,
+            mtu.bytes() + 100,
+            uroce::transport::rc::MAX_INFLIGHT_PSNS,
+            &XdpConfig::default(),
+        )
+    };
+    let udp = || -> anyhow::Result<Box<dyn Backend + Send>> {
+        let ip = addrs
+            .iter()
+            .find(|a| a.is_ipv4())
+            .or_else(|| addrs.first())
+            .ok_or_else(|| anyhow!("{} has no IP address", args.iface))?;
+        Ok(Box::new(UdpBackend::bind(*ip).with_context(|| {
+            format!(
+                "binding UDP {ip}:4791{}",
+                uroce::datapath::holder::held_by(uroce::datapath::holder::udp_holder(
+                    *ip,
+                    uroce::wire::ROCEV2_UDP_PORT
+                ))
+            )
+        })?))
+    };
+    match args.backend.as_str() {
+        "xdp" => Ok(Box::new(xdp().context("AF_XDP")?)),
+        "udp" => udp(),
+        "auto" => match xdp() {
+            Ok(b) => Ok(Box::new(b)),
+            Err(e) if uroce::datapath::xdp::is_held(&e) => Err(e).context("AF_XDP"),
+            Err(_) => udp(),
+        },
+        other => bail!("backend {other:?} is not auto, xdp or udp"),
+    }
+}
+
+/// The socket a daemon for `args` listens on.
+pub fn socket_path(args: &Args) -> anyhow::Result<PathBuf> {
+    match &args.socket {
+        Some(p) => Ok(p.clone()),
+        // SAFETY: geteuid cannot fail.
+        None => Ok(proto::socket_path(
+            &args.iface,
+            unsafe { libc::geteuid() } == 0,
+        )?),
+    }
+}
+
+/// `uroce daemon --check`: attaches and says to whom.
+pub fn check(args: &Args) -> anyhow::Result<String> {
+    match uroce::datapath::daemon::DaemonBackend::find(&args.iface)? {
+        Some(b) => Ok(format!(
+            "attached to uroce daemon for {} as process {} ({})",
+            args.iface,
+            b.control().client(),
+            if b.needs_link_addresses() {
+                "AF_XDP"
+            } else {
+                "UDP"
+            }
+        )),
+        None => bail!(
+            "no uroce daemon serves {} in this network namespace",
+            args.iface
+        ),
+    }
+}
+
+/// Runs a daemon until SIGINT / SIGTERM, or until `--linger` seconds after its last
+/// process left. `ready` is called once the socket accepts processes.
+pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Result<()> {
+    let (addrs, mtu) = interface_addresses(&args.iface)?;
+    let backend = open_backend(args, &addrs, mtu)?;
+    let path = socket_path(args)?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| anyhow!("socket path without a directory"))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    if path.exists() {
+        if proto::connect(&path).is_ok() {
+            bail!(
+                "a uroce daemon already serves {} at {}",
+                args.iface,
+                path.display()
+            );
+        }
+        // A socket left by a daemon that died.
+        let _ = std::fs::remove_file(&path);
+    }
+    let listener =
+        proto::listen(&path).with_context(|| format!("listening on {}", path.display()))?;
+    let mode = if args.allow_uid.is_empty() {
+        0o600
+    } else {
+        0o666
+    };
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+    }
+    let ring_bytes = u64::from(SLOTS / 2) * 1024;
+    let rx_capacity = backend
+        .rx_capacity()
+        .map_or(ring_bytes, |c| c.min(ring_bytes));
+    let needs_link = backend.needs_link_addresses();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() ^ std::process::id());
+    let daemon = Arc::new(Daemon {
+        backend: Mutex::new(backend),
+        switch: Mutex::new(Switch::new(seed)),
+        clients: RwLock::new(HashMap::new()),
+        generation: AtomicU64::new(0),
+        local: RwLock::new(addrs),
+        needs_link,
+        rx_capacity,
+        stop: AtomicBool::new(false),
+        stats: Stats::default(),
+    });
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).clamp(1, 4))
+    });
+    let mut senders = Vec::new();
+    let mut handles = Vec::new();
+    for k in 0..threads {
+        let (epoll, wake) = epoll_with_wake()?;
+        let epoll = Arc::new(epoll);
+        senders.push((epoll.clone(), wake.clone()));
+        let d = daemon.clone();
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("uroced-tx{k}"))
+                .spawn(move || send_loop(&d, k, threads, &epoll, &wake))?,
+        );
+    }
+    {
+        let d = daemon.clone();
+        handles.push(
+            std::thread::Builder::new()
+                .name("uroced-rx".into())
+                .spawn(move || receive_loop(&d))?,
+        );
+    }
+    ready(&path);
+    let r = control_loop(&daemon, args, listener.as_raw_fd(), &senders);
+    daemon.stop.store(true, Ordering::SeqCst);
+    for (_, wake) in &senders {
+        proto::ring(wake.as_raw_fd());
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+    let _ = std::fs::remove_file(&path);
+    r
+}
+
+/// The daemon's counters, read by tests and `--stats` style reports.
+fn stats_line(s: &Stats) -> String {
+    format!(
+        "rx {} (unrouted {}), tx {}, local {}, refused {}, dropped (ring full) {}",
+        s.rx.load(Ordering::Relaxed),
+        s.rx_unrouted.load(Ordering::Relaxed),
+        s.tx.load(Ordering::Relaxed),
+        s.local.load(Ordering::Relaxed),
+        s.refused.load(Ordering::Relaxed),
+        s.dropped_full.load(Ordering::Relaxed)
+    )
+}
+
+fn epoll_with_wake() -> anyhow::Result<(OwnedFd, Arc<OwnedFd>)> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: epoll_create1 with a constant flag; the result is checked.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    // SAFETY: a new descriptor we own.
+    let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+    let wake = Arc::new(proto::eventfd()?);
+    epoll_add(ep.as_raw_fd(), wake.as_raw_fd(), u64::MAX)?;
+    Ok((ep, wake))
+}
+
+fn epoll_add(ep: RawFd, fd: RawFd, data: u64) -> std::io::Result<()> {
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: data,
+    };
+    // SAFETY: a valid epoll descriptor, a descriptor to watch and an event record.
+    if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Takes frames off the wire and hands each to the process owning its destination.
+fn receive_loop(d: &Daemon) {
+    let fds = d
+        .backend
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .wait_fds();
+    let mut woken: Vec<Arc<Client>> = Vec::new();
+    while !d.stop.load(Ordering::Relaxed) {
+        if fds.is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        } else {
+            let mut p: Vec<libc::pollfd> = fds
+                .iter()
+                .map(|&fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            // SAFETY: an array of pollfds of the given length.
+            unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, 100) };
+        }
+        loop {
+            let clients = d.clients.read().unwrap_or_else(|e| e.into_inner());
+            let switch = d.switch.lock().unwrap_or_else(|e| e.into_inner());
+            let mut backend = d.backend.lock().unwrap_or_else(|e| e.into_inner());
+            let n = backend
+                .receive(Duration::ZERO, 64, &mut |r| {
+                    d.stats.rx.fetch_add(1, Ordering::Relaxed);
+                    let (dst, roce, header, data) = match r {
+                        Received::Frame(f) => match locate(f) {
+                            Some((dst, at)) => (dst, &f[at..], SlotHeader::Frame, f),
+                            None => {
+                                d.stats.rx_unrouted.fetch_add(1, Ordering::Relaxed);
+                                return;
+                            }
+                        },
+                        Received::Datagram {
+                            datagram,
+                            roce,
+                            icrc,
+                        } => (
+                            datagram.dst(),
+                            roce,
+                            SlotHeader::Datagram {
+                                datagram: *datagram,
+                                dst_mac: [0; 6],
+                                icrc,
+                            },
+                            roce,
+                        ),
+                    };
+                    match switch.route(dst, roce).and_then(|c| clients.get(&c)) {
+                        Some(c) => {
+                            if c.deliver(&d.stats, &header, data)
+                                && !woken.iter().any(|w| w.id == c.id)
+                            {
+                                woken.push(c.clone());
+                            }
+                        }
+                        None => {
+                            d.stats.rx_unrouted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+                .unwrap_or(0);
+            drop((backend, switch, clients));
+            for c in woken.drain(..) {
+                c.wake();
+            }
+            if n == 0 {
+                break;
+            }
+        }
+    }
+}
+
+/// Takes the sends of the processes whose id is `k` modulo `threads`.
+fn send_loop(d: &Daemon, k: usize, threads: usize, epoll: &OwnedFd, wake: &OwnedFd) {
+    let mut mine: Vec<Arc<Client>> = Vec::new();
+    let mut seen = u64::MAX;
+    let mut buf = vec![0u8; SLOT];
+    let mut woken: Vec<Arc<Client>> = Vec::new();
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 32];
+    while !d.stop.load(Ordering::Relaxed) {
+        let g = d.generation.load(Ordering::Acquire);
+        if g != seen {
+            seen = g;
+            mine = d
+                .clients
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .filter(|c| c.id as usize % threads == k)
+                .cloned()
+                .collect();
+        }
+        let mut work = 0;
+        for c in &mine {
+            work += drain(d, c, &mut buf, &mut woken);
+        }
+        for c in woken.drain(..) {
+            c.wake();
+        }
+        if work > 0 {
+            continue;
+        }
+        let mut all_empty = true;
+        for c in &mine {
+            match c.region.ring(Dir::ToDaemon).prepare_sleep() {
+                Ok(true) => {}
+                Ok(false) => all_empty = false,
+                Err(_) => c.cut(),
+            }
+        }
+        if !all_empty {
+            continue;
+        }
+        // SAFETY: an epoll descriptor and an array of events of the given length.
+        let n = unsafe {
+            libc::epoll_wait(
+                epoll.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                100,
+            )
+        };
+        for ev in events.iter().take(n.max(0) as usize) {
+            let id = ev.u64;
+            if id == u64::MAX {
+                proto::drain(wake.as_raw_fd());
+            } else if let Some(c) = mine.iter().find(|c| u64::from(c.id) == id) {
+                proto::drain(c.to_daemon.as_raw_fd());
+            }
+        }
+    }
+}
+
+/// Takes up to 64 of a process's sends: to another of our processes (locally) or to
+/// the wire. Returns how many.
+fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client>>) -> usize {
+    if c.broken.load(Ordering::Relaxed) {
+        return 0;
+    }
+    let ring = c.region.ring(Dir::ToDaemon);
+    if matches!(ring.next_slot(), Ok(None)) {
+        return 0;
+    }
+    // Locks in the one order every thread takes them: clients, switch, backend.
+    let clients = d.clients.read().unwrap_or_else(|e| e.into_inner());
+    let mut switch = d.switch.lock().unwrap_or_else(|e| e.into_inner());
+    let local = d.local.read().unwrap_or_else(|e| e.into_inner());
+    let mut backend = None;
+    let mut n = 0;
+    while n < 64 {
+        let index = match ring.next_slot() {
+            Ok(Some(i)) => i,
+            Ok(None) => break,
+            Err(_) => {
+                c.cut();
+                break;
+            }
+        };
+        n += 1;
+        let slot = ring.read_slot(index, buf);
+        ring.release(index);
+        let Some((
+            SlotHeader::Datagram {
+                datagram, dst_mac, ..
+            },
+            len,
+        )) = slot
+        else {
+            // A frame, or a header that is not one: processes send datagrams only.
+            d.stats.refused.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        let roce = &buf[..len];
+        if switch
+            .check_send(c.id, datagram.src(), datagram.udp.dst_port, roce, &local)
+            .is_err()
+        {
+            d.stats.refused.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let dst = datagram.dst();
+        if local.contains(&dst) {
+            // Between two of our processes: never on the wire.
+            match switch.route(dst, roce).and_then(|t| clients.get(&t)) {
+                Some(t) => {
+                    let h = SlotHeader::Datagram {
+                        datagram,
+                        dst_mac,
+                        icrc: None,
+                    };
+                    d.stats.local.fetch_add(1, Ordering::Relaxed);
+                    if t.deliver(&d.stats, &h, roce) && !woken.iter().any(|w| w.id == t.id) {
+                        woken.push(t.clone());
+                    }
+                }
+                None => {
+                    d.stats.rx_unrouted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            continue;
+        }
+        let b = backend.get_or_insert_with(|| d.backend.lock().unwrap_or_else(|e| e.into_inner()));
+        let t = Transmit {
+            datagram,
+            dst_mac,
+            len,
+        };
+        let mut copy = |out: &mut [u8]| {
+            if out.len() < len {
+                return None;
+            }
+            out[..len].copy_from_slice(roce);
+            Some(t)
+        };
+        for attempt in 0..100 {
+            match b.send_with(&mut copy) {
+                Ok(_) => {
+                    d.stats.tx.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && attempt < 99 => {
+                    let _ = b.flush();
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    if let Some(mut b) = backend {
+        let _ = b.flush();
+    }
+    n
+}
+
+/// A connection on the control socket.
+struct Conn {
+    fd: OwnedFd,
+    cred: libc::ucred,
+    client: Option<ClientId>,
+}
+
+fn allowed(args: &Args, cred: &libc::ucred) -> bool {
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    cred.uid == 0 || cred.uid == me || args.allow_uid.contains(&cred.uid)
+}
+
+fn control_loop(
+    d: &Arc<Daemon>,
+    args: &Args,
+    listener: RawFd,
+    senders: &[(Arc<OwnedFd>, Arc<OwnedFd>)],
+) -> anyhow::Result<()> {
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut next_id: ClientId = 1;
+    let mut last_seen = Instant::now();
+    let mut last_refresh = Instant::now();
+    loop {
+        if uroce::datapath::interrupted() {
+            eprintln!(
+                "uroce daemon {}: stopping; {}",
+                args.iface,
+                stats_line(&d.stats)
+            );
+            return Ok(());
+        }
+        if let Some(l) = args.linger {
+            if conns.is_empty() && last_seen.elapsed() >= Duration::from_secs(l) {
+                return Ok(());
+            }
+        }
+        if last_refresh.elapsed() >= Duration::from_secs(1) {
+            last_refresh = Instant::now();
+            if let Ok((addrs, _)) = interface_addresses(&args.iface) {
+                *d.local.write().unwrap_or_else(|e| e.into_inner()) = addrs;
+            }
+        }
+        let mut p: Vec<libc::pollfd> = std::iter::once(listener)
+            .chain(conns.iter().map(|c| c.fd.as_raw_fd()))
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: an array of pollfds of the given length.
+        unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, 200) };
+        if p[0].revents & libc::POLLIN != 0 {
+            if let Ok(fd) = proto::accept(listener) {
+                match proto::peer_cred(fd.as_raw_fd()) {
+                    Ok(cred) if allowed(args, &cred) => conns.push(Conn {
+                        fd,
+                        cred,
+                        client: None,
+                    }),
+                    // Refused: said once, then the connection closes.
+                    _ => {
+                        let _ =
+                            proto::send(fd.as_raw_fd(), &Reply::Err(libc::EACCES).encode(), &[]);
+                    }
+                }
+            }
+        }
+        let mut gone = Vec::new();
+        for (i, pfd) in p.iter().enumerate().skip(1) {
+            if pfd.revents == 0 {
+                continue;
+            }
+            let conn = &mut conns[i - 1];
+            match proto::recv(conn.fd.as_raw_fd(), libc::MSG_DONTWAIT) {
+                Ok(Some((msg, _fds))) => {
+                    // Descriptors a process sends are dropped (closed) here.
+                    let reply = match Request::decode(&msg) {
+                        Some(req) => handle(d, args, conn, req, &mut next_id, senders),
+                        None => Err(libc::EPROTO),
+                    };
+                    let sent = match reply {
+                        Ok((r, fds)) => proto::send(conn.fd.as_raw_fd(), &r.encode(), &fds),
+                        Err(errno) => {
+                            proto::send(conn.fd.as_raw_fd(), &Reply::Err(errno).encode(), &[])
+                        }
+                    };
+                    if sent.is_err() {
+                        gone.push(i - 1);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                _ => gone.push(i - 1),
+            }
+        }
+        for i in gone.into_iter().rev() {
+            let conn = conns.swap_remove(i);
+            if let Some(id) = conn.client {
+                // Its QPNs, listens and communication IDs go at once; its rings when the
+                // threads let go of them.
+                d.clients
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
+                d.switch
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .forget(id, Instant::now());
+                d.generation.fetch_add(1, Ordering::Release);
+            }
+            let _ = conn.cred;
+        }
+        if !conns.is_empty() {
+            last_seen = Instant::now();
+        }
+    }
+}
+
+fn handle(
+    d: &Arc<Daemon>,
+    args: &Args,
+    conn: &mut Conn,
+    req: Request,
+    next_id: &mut ClientId,
+    senders: &[(Arc<OwnedFd>, Arc<OwnedFd>)],
+) -> Result<(Reply, Vec<RawFd>), i32> {
+    match (req, conn.client) {
+        (Request::Hello { version }, None) => {
+            if version != proto::VERSION {
+                return Err(libc::EPROTO);
+            }
+            let id = *next_id;
+            *next_id += 1;
+            let region = Region::create(&format!("uroce-{}-{}", args.iface, conn.cred.pid))
+                .map_err(errno)?;
+            let to_daemon = proto::eventfd().map_err(errno)?;
+            let to_process = proto::eventfd().map_err(errno)?;
+            let (epoll, wake) = &senders[id as usize % senders.len()];
+            epoll_add(epoll.as_raw_fd(), to_daemon.as_raw_fd(), u64::from(id)).map_err(errno)?;
+            let fds = vec![
+                region.fd().as_raw_fd(),
+                to_daemon.as_raw_fd(),
+                to_process.as_raw_fd(),
+            ];
+            let client = Arc::new(Client {
+                id,
+                region,
+                to_daemon,
+                to_process,
+                control: conn.fd.as_raw_fd(),
+                rx_lock: Mutex::new(()),
+                broken: AtomicBool::new(false),
+            });
+            d.clients
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id, client);
+            d.generation.fetch_add(1, Ordering::Release);
+            proto::ring(wake.as_raw_fd());
+            conn.client = Some(id);
+            Ok((
+                Reply::Welcome {
+                    client: id,
+                    needs_link_addresses: d.needs_link,
+                    rx_capacity: d.rx_capacity,
+                },
+                fds,
+            ))
+        }
+        (Request::ClaimQpns { count }, Some(id)) => {
+            let mut s = d.switch.lock().unwrap_or_else(|e| e.into_inner());
+            s.claim_qpns(id, count, Instant::now())
+                .map(|(first, count)| (Reply::Qpns { first, count }, Vec::new()))
+                .ok_or(libc::ENOSPC)
+        }
+        (Request::Listen { service_id, ip, on }, Some(id)) => d
+            .switch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .listen(id, service_id, ip, on)
+            .map(|()| (Reply::Ok, Vec::new())),
+        _ => Err(libc::EPROTO),
+    }
+}
+
+fn errno(e: std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_located_by_their_headers() {
+        let mut f = vec![0u8; 14 + 20 + 8 + 12];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[14] = 0x45;
+        f[14 + 9] = 17;
+        f[14 + 16..14 + 20].copy_from_slice(&[10, 0, 0, 2]);
+        f[34 + 2..34 + 4].copy_from_slice(&4791u16.to_be_bytes());
+        assert_eq!(locate(&f), Some(("10.0.0.2".parse().unwrap(), 42)));
+        f[34 + 2..34 + 4].copy_from_slice(&53u16.to_be_bytes());
+        assert_eq!(locate(&f), None, "not RoCEv2");
+        assert_eq!(locate(&f[..20]), None, "short");
+    }
+}

@@ -1,0 +1,420 @@
+//! Where a packet goes: the daemon's tables, with no I/O (unit-tested on their own).
+//!
+//! - **QPNs** are handed out in blocks of [`QPN_BLOCK`]; a packet for QPN `q` belongs to
+//!   the process holding block `q / 64`. A block let go is quarantined for
+//!   [`QUARANTINE`] and handed out again only after every other free block was (the
+//!   counter runs on through the 2^24 space), so a peer still addressing a dead
+//!   process's QP reaches no one instead of a stranger.
+//! - **QP 1** is everyone's (IBTA §13.5: one GSI QP per port): a CM REQ or SIDR REQ goes
+//!   to the process listening on its service ID (at the datagram's destination address,
+//!   else at any); the other CM messages carry the receiver's communication ID (REP,
+//!   RTU, REJ, MRA, DREQ, DREP, LAP, APR: the Remote Communication ID; SIDR REP: the
+//!   Request ID), which the daemon learnt when that process sent its own first message
+//!   (IBTA §12.6: the Local Communication ID of a REQ, REP, MRA or REJ; a SIDR REQ's
+//!   Request ID).
+//! - **Sources**: a process sends only from the interface's addresses and, where the
+//!   packet names its source QP (UD's DETH), from its own QPNs or QP 1.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+pub use uroce::datapath::daemon::proto::QPN_BLOCK;
+
+/// How long a block of QPNs a process let go is not handed out again.
+pub const QUARANTINE: Duration = Duration::from_secs(60);
+/// Communication IDs remembered per process (the oldest are forgotten first).
+const COMM_IDS_PER_CLIENT: usize = 16384;
+
+const BLOCKS: u32 = (1 << 24) / QPN_BLOCK;
+/// Blocks below this hold QP 0, QP 1 and the numbers below 0x100 a NIC keeps.
+const FIRST_BLOCK: u32 = 0x100 / QPN_BLOCK;
+
+/// A process attached to the daemon.
+pub type ClientId = u32;
+
+/// BTH opcodes of UD (the only ones with a DETH naming the source QP).
+const UD_SEND_ONLY: u8 = 0x64;
+const UD_SEND_ONLY_IMM: u8 = 0x65;
+const BTH_LEN: usize = 12;
+const DETH_LEN: usize = 8;
+const MAD: usize = BTH_LEN + DETH_LEN;
+const MGMT_CLASS_CM: u8 = 0x07;
+
+/// CM attribute IDs (IBTA Vol. 1 Table 214 / §12.6).
+mod attr {
+    pub const REQ: u16 = 0x0010;
+    pub const MRA: u16 = 0x0011;
+    pub const REJ: u16 = 0x0012;
+    pub const REP: u16 = 0x0013;
+    pub const SIDR_REQ: u16 = 0x0017;
+    pub const SIDR_REP: u16 = 0x0018;
+}
+
+/// The destination QP of a RoCE packet (BTH to ICRC).
+pub fn dest_qp(roce: &[u8]) -> Option<u32> {
+    let b = roce.get(5..8)?;
+    Some(u32::from_be_bytes([0, b[0], b[1], b[2]]))
+}
+
+/// A CM MAD's management class, attribute ID and data, in a UD packet to or from QP 1.
+fn cm_mad(roce: &[u8]) -> Option<(u16, &[u8])> {
+    if !matches!(roce.first(), Some(&UD_SEND_ONLY) | Some(&UD_SEND_ONLY_IMM)) {
+        return None;
+    }
+    let mad = roce.get(MAD..)?;
+    if mad.len() < 24 + 16 || mad[1] != MGMT_CLASS_CM {
+        return None;
+    }
+    Some((u16::from_be_bytes([mad[16], mad[17]]), &mad[24..]))
+}
+
+fn be32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// Why a packet a process sent was not let out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Shorter than a BTH and an ICRC.
+    Short,
+    /// From an address that is not the interface's.
+    ForeignAddress,
+    /// UD with a source QP that is not the process's.
+    ForeignQp,
+    /// Not UDP port 4791.
+    NotRoce,
+}
+
+/// The daemon's tables.
+#[derive(Debug)]
+pub struct Switch {
+    /// Owner of each QPN block: 0 free, else the client's id.
+    owner: Vec<ClientId>,
+    freed: HashMap<u32, Instant>,
+    next_block: u32,
+    listeners: HashMap<(u64, IpAddr), ClientId>,
+    comm_ids: HashMap<u32, ClientId>,
+    learnt: HashMap<ClientId, VecDeque<u32>>,
+}
+
+impl Switch {
+    /// Empty tables; QPN blocks are handed out from `seed`'s block on (a daemon started
+    /// again does not hand out the numbers it handed out before, most likely).
+    pub fn new(seed: u32) -> Self {
+        Self {
+            owner: vec![0; BLOCKS as usize],
+            freed: HashMap::new(),
+            next_block: FIRST_BLOCK + seed % (BLOCKS - FIRST_BLOCK),
+            listeners: HashMap::new(),
+            comm_ids: HashMap::new(),
+            learnt: HashMap::new(),
+        }
+    }
+
+    /// Hands `client` at least `count` QPNs, contiguous: `(first, count)`; `None` when no
+    /// run of free blocks that long is left.
+    pub fn claim_qpns(&mut self, client: ClientId, count: u32, now: Instant) -> Option<(u32, u32)> {
+        let blocks = count.div_ceil(QPN_BLOCK).clamp(1, 1024);
+        let span = BLOCKS - FIRST_BLOCK;
+        for _ in 0..span {
+            let start = self.next_block;
+            let fits = start + blocks <= BLOCKS
+                && (start..start + blocks).all(|b| {
+                    self.owner[b as usize] == 0
+                        && self
+                            .freed
+                            .get(&b)
+                            .is_none_or(|t| now.duration_since(*t) >= QUARANTINE)
+                });
+            self.next_block = if start + 1 >= BLOCKS {
+                FIRST_BLOCK
+            } else {
+                start + 1
+            };
+            if fits {
+                for b in start..start + blocks {
+                    self.owner[b as usize] = client;
+                    self.freed.remove(&b);
+                }
+                self.next_block = if start + blocks >= BLOCKS {
+                    FIRST_BLOCK
+                } else {
+                    start + blocks
+                };
+                return Some((start * QPN_BLOCK, blocks * QPN_BLOCK));
+            }
+        }
+        None
+    }
+
+    /// The process owning `qpn`.
+    pub fn owner_of(&self, qpn: u32) -> Option<ClientId> {
+        match self.owner.get((qpn / QPN_BLOCK) as usize) {
+            Some(0) | None => None,
+            Some(&c) => Some(c),
+        }
+    }
+
+    /// Sends connection requests for `service_id` at `ip` to `client` (`on`), or stops.
+    /// EADDRINUSE when another process listens there.
+    pub fn listen(
+        &mut self,
+        client: ClientId,
+        service_id: u64,
+        ip: IpAddr,
+        on: bool,
+    ) -> Result<(), i32> {
+        let key = (service_id, ip);
+        match (on, self.listeners.get(&key)) {
+            (true, Some(&c)) if c != client => Err(libc::EADDRINUSE),
+            (true, _) => {
+                self.listeners.insert(key, client);
+                Ok(())
+            }
+            (false, Some(&c)) if c == client => {
+                self.listeners.remove(&key);
+                Ok(())
+            }
+            (false, _) => Ok(()),
+        }
+    }
+
+    /// Forgets `client`: its QPNs go to quarantine, its listens and communication IDs
+    /// are dropped.
+    pub fn forget(&mut self, client: ClientId, now: Instant) {
+        for (b, o) in self.owner.iter_mut().enumerate() {
+            if *o == client {
+                *o = 0;
+                self.freed.insert(b as u32, now);
+            }
+        }
+        self.freed
+            .retain(|_, t| now.duration_since(*t) < QUARANTINE);
+        self.listeners.retain(|_, c| *c != client);
+        if let Some(ids) = self.learnt.remove(&client) {
+            for id in ids {
+                if self.comm_ids.get(&id) == Some(&client) {
+                    self.comm_ids.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// Checks a packet `client` sends (its source address `src`, its RoCE bytes) and
+    /// learns the communication ID of a CM message it carries.
+    pub fn check_send(
+        &mut self,
+        client: ClientId,
+        src: IpAddr,
+        dst_port: u16,
+        roce: &[u8],
+        local: &[IpAddr],
+    ) -> Result<(), Refusal> {
+        if roce.len() < BTH_LEN + 4 {
+            return Err(Refusal::Short);
+        }
+        if dst_port != uroce::wire::ROCEV2_UDP_PORT {
+            return Err(Refusal::NotRoce);
+        }
+        if !local.contains(&src) {
+            return Err(Refusal::ForeignAddress);
+        }
+        if matches!(roce[0], UD_SEND_ONLY | UD_SEND_ONLY_IMM) {
+            let src_qp = be32(roce, BTH_LEN + 4)
+                .map(|v| v & 0xff_ffff)
+                .ok_or(Refusal::Short)?;
+            if src_qp == 1 {
+                self.learn(client, roce);
+            } else if self.owner_of(src_qp) != Some(client) {
+                return Err(Refusal::ForeignQp);
+            }
+        }
+        Ok(())
+    }
+
+    fn learn(&mut self, client: ClientId, roce: &[u8]) {
+        let Some((attr, data)) = cm_mad(roce) else {
+            return;
+        };
+        let id = match attr {
+            attr::REQ | attr::REP | attr::MRA | attr::REJ | attr::SIDR_REQ => be32(data, 0),
+            _ => None,
+        };
+        let Some(id) = id.filter(|&i| i != 0) else {
+            return;
+        };
+        // First come: a process cannot take over another's communication.
+        match self.comm_ids.get(&id) {
+            Some(&c) if c != client => return,
+            Some(_) => return,
+            None => {}
+        }
+        self.comm_ids.insert(id, client);
+        let ids = self.learnt.entry(client).or_default();
+        ids.push_back(id);
+        if ids.len() > COMM_IDS_PER_CLIENT {
+            if let Some(old) = ids.pop_front() {
+                self.comm_ids.remove(&old);
+            }
+        }
+    }
+
+    /// The process a packet for QP 1 at `dst` goes to.
+    pub fn route_gsi(&self, dst: IpAddr, roce: &[u8]) -> Option<ClientId> {
+        let (attr, data) = cm_mad(roce)?;
+        match attr {
+            attr::REQ | attr::SIDR_REQ => {
+                let sid = u64::from_be_bytes(data.get(8..16)?.try_into().ok()?);
+                let any = match dst {
+                    IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                    IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                };
+                self.listeners
+                    .get(&(sid, dst))
+                    .or_else(|| self.listeners.get(&(sid, any)))
+                    .or_else(|| {
+                        // An IPv4 listen on "any" was registered as IPv6's unspecified.
+                        self.listeners
+                            .get(&(sid, IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)))
+                    })
+                    .copied()
+            }
+            attr::SIDR_REP => self.comm_ids.get(&be32(data, 0)?).copied(),
+            _ => self.comm_ids.get(&be32(data, 4)?).copied(),
+        }
+    }
+
+    /// The process a packet for `qpn` at `dst` goes to.
+    pub fn route(&self, dst: IpAddr, roce: &[u8]) -> Option<ClientId> {
+        match dest_qp(roce)? {
+            1 => self.route_gsi(dst, roce),
+            q => self.owner_of(q),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ud(dest_qp: u32, src_qp: u32, attr: u16, data: &[(usize, &[u8])]) -> Vec<u8> {
+        let mut p = vec![0u8; MAD + 256 + 4];
+        p[0] = UD_SEND_ONLY;
+        p[5..8].copy_from_slice(&dest_qp.to_be_bytes()[1..]);
+        p[BTH_LEN + 4..BTH_LEN + 8].copy_from_slice(&src_qp.to_be_bytes());
+        p[MAD + 1] = MGMT_CLASS_CM;
+        p[MAD + 16..MAD + 18].copy_from_slice(&attr.to_be_bytes());
+        for (at, b) in data {
+            p[MAD + 24 + at..MAD + 24 + at + b.len()].copy_from_slice(b);
+        }
+        p
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn qpn_blocks_are_owned_and_quarantined() {
+        let t0 = Instant::now();
+        let mut s = Switch::new(0);
+        let (a, n) = s.claim_qpns(1, 100, t0).unwrap();
+        assert_eq!((a, n), (0x100, 128), "two blocks, above the reserved QPNs");
+        let (b, _) = s.claim_qpns(2, 1, t0).unwrap();
+        assert_eq!(b, 0x180);
+        assert_eq!(s.owner_of(0x100 + 127), Some(1));
+        assert_eq!(s.owner_of(0x180), Some(2));
+        assert_eq!(s.owner_of(0x1c0), None);
+        s.forget(1, t0);
+        assert_eq!(s.owner_of(0x100), None);
+        // Wrap the counter round: the quarantined blocks are skipped.
+        s.next_block = FIRST_BLOCK;
+        let (c, _) = s.claim_qpns(3, 1, t0 + Duration::from_secs(1)).unwrap();
+        assert_eq!(c, 0x1c0, "a block freed a second ago is not handed out");
+        s.next_block = FIRST_BLOCK;
+        let (d, _) = s.claim_qpns(3, 1, t0 + QUARANTINE).unwrap();
+        assert_eq!(d, 0x100, "after the quarantine it is");
+    }
+
+    #[test]
+    fn connection_requests_go_to_the_listener_and_replies_by_comm_id() {
+        let t0 = Instant::now();
+        let mut s = Switch::new(0);
+        let local = [ip("10.0.0.1")];
+        let sid: u64 = 0x0106_0000_0000_1c06;
+        assert_eq!(s.listen(7, sid, ip("0.0.0.0"), true), Ok(()));
+        assert_eq!(s.listen(8, sid, ip("0.0.0.0"), true), Err(libc::EADDRINUSE));
+        let req = ud(
+            1,
+            1,
+            attr::REQ,
+            &[(0, &0xaaaa_0001u32.to_be_bytes()), (8, &sid.to_be_bytes())],
+        );
+        assert_eq!(s.route(ip("10.0.0.1"), &req), Some(7));
+        // Process 8 connects out: its REQ teaches the daemon its comm ID; the REP that
+        // answers names it as the remote one.
+        s.claim_qpns(8, 1, t0).unwrap();
+        assert_eq!(s.check_send(8, ip("10.0.0.1"), 4791, &req, &local), Ok(()));
+        let rep = ud(
+            1,
+            1,
+            attr::REP,
+            &[(0, &5u32.to_be_bytes()), (4, &0xaaaa_0001u32.to_be_bytes())],
+        );
+        assert_eq!(s.route(ip("10.0.0.1"), &rep), Some(8));
+        // Another process cannot take the comm ID over.
+        assert_eq!(s.check_send(9, ip("10.0.0.1"), 4791, &req, &local), Ok(()));
+        assert_eq!(s.route(ip("10.0.0.1"), &rep), Some(8));
+        // SIDR: the reply carries the request ID.
+        let sidr = ud(
+            1,
+            1,
+            attr::SIDR_REQ,
+            &[(0, &77u32.to_be_bytes()), (8, &sid.to_be_bytes())],
+        );
+        assert_eq!(s.route(ip("10.0.0.1"), &sidr), Some(7));
+        s.check_send(8, ip("10.0.0.1"), 4791, &sidr, &local)
+            .unwrap();
+        let sidr_rep = ud(1, 1, attr::SIDR_REP, &[(0, &77u32.to_be_bytes())]);
+        assert_eq!(s.route(ip("10.0.0.1"), &sidr_rep), Some(8));
+        // Gone: all of it forgotten.
+        s.forget(8, t0);
+        assert_eq!(s.route(ip("10.0.0.1"), &rep), None);
+        s.forget(7, t0);
+        assert_eq!(s.route(ip("10.0.0.1"), &req), None);
+        assert_eq!(s.listen(8, sid, ip("0.0.0.0"), true), Ok(()));
+    }
+
+    #[test]
+    fn sources_are_checked() {
+        let t0 = Instant::now();
+        let mut s = Switch::new(0);
+        let local = [ip("10.0.0.1")];
+        let (mine, _) = s.claim_qpns(1, 1, t0).unwrap();
+        let (theirs, _) = s.claim_qpns(2, 1, t0).unwrap();
+        let ok = ud(0x200, mine, 0, &[]);
+        assert_eq!(s.check_send(1, ip("10.0.0.1"), 4791, &ok, &local), Ok(()));
+        let forged = ud(0x200, theirs, 0, &[]);
+        assert_eq!(
+            s.check_send(1, ip("10.0.0.1"), 4791, &forged, &local),
+            Err(Refusal::ForeignQp)
+        );
+        assert_eq!(
+            s.check_send(1, ip("10.9.9.9"), 4791, &ok, &local),
+            Err(Refusal::ForeignAddress)
+        );
+        assert_eq!(
+            s.check_send(1, ip("10.0.0.1"), 53, &ok, &local),
+            Err(Refusal::NotRoce)
+        );
+        assert_eq!(
+            s.check_send(1, ip("10.0.0.1"), 4791, &[0; 8], &local),
+            Err(Refusal::Short)
+        );
+        // RC names no source QP: only the address is checked.
+        let mut rc = vec![0u8; 32];
+        rc[0] = 0x04;
+        assert_eq!(s.check_send(1, ip("10.0.0.1"), 4791, &rc, &local), Ok(()));
+    }
+}
