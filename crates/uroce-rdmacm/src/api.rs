@@ -386,8 +386,13 @@ fn release_cm(g: &mut State, k: usize) {
                 && x.ps == ps
         });
         if let (Some(sid), false, Some(devs)) = (sid, others, g.devices.as_mut()) {
+            let v = crate::verbs::verbs().ok();
             for d in devs.iter_mut() {
-                d.cm.stop_listen(sid);
+                if d.cm.stop_listen(sid) {
+                    if let (Some(v), Some(_)) = (v, d.gsi_fd) {
+                        v.gsi_listen(d.ctx, sid, false);
+                    }
+                }
             }
         }
     }
@@ -701,9 +706,24 @@ pub(crate) fn listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
     if devs.is_empty() {
         return fail(libc::ENODEV);
     }
-    for d in devs {
+    let shared = g.ids.iter().any(|(&o, x)| {
+        o != k && x.phase == Phase::Listening && x.ps == ps && x.src.map(|s| s.port()) == Some(port)
+    });
+    for (i, &d) in devs.iter().enumerate() {
         if let Err(e) = g.open_gsi(d) {
             return fail(e);
+        }
+        // Through `uroce daemon`, the host's other processes may listen too: the daemon
+        // says whether the service is ours (EADDRINUSE, as the kernel's rdma_cm).
+        if !shared {
+            let v = tri!(crate::verbs::verbs());
+            let r = v.gsi_listen(tri!(g.dev(d)).ctx, sid, true);
+            if r != 0 {
+                for &done in &devs[..i] {
+                    v.gsi_listen(tri!(g.dev(done)).ctx, sid, false);
+                }
+                return fail(r);
+            }
         }
         let c = &mut tri!(g.dev_mut(d)).cm;
         // Another id listening on the same service at another address shares it.

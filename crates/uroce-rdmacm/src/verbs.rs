@@ -81,6 +81,7 @@ verbs_table! {
     gsi_send = "uroce_gsi_send" @ "UROCE_PRIVATE_1": fn(*mut ibv_context, *const u8, u32, u32, *const u8, usize) -> c_int;
     gsi_recv = "uroce_gsi_recv" @ "UROCE_PRIVATE_1": fn(*mut ibv_context, *mut u8, *mut u32, *mut u8, usize) -> c_int;
     gsi_resolve = "uroce_gsi_resolve" @ "UROCE_PRIVATE_1": fn(*mut ibv_context, *const u8, c_int) -> c_int;
+    gsi_listen = "uroce_gsi_listen" @ "UROCE_PRIVATE_1": fn(*mut ibv_context, u64, c_int) -> c_int;
 }
 
 /// The soname of the library the entry points come from.
@@ -246,6 +247,14 @@ impl Verbs {
     pub fn gsi_resolve(&self, ctx: *mut ibv_context, gid: &[u8; 16], timeout_ms: c_int) -> c_int {
         // SAFETY: an open context; 16 live bytes.
         unsafe { (self.gsi_resolve)(ctx, gid.as_ptr(), timeout_ms) }
+    }
+
+    /// `uroce_gsi_listen`: connection requests for `service_id` are this process's
+    /// (`on`) or no longer; 0 or an errno (EADDRINUSE: another process on the host
+    /// listens on it).
+    pub fn gsi_listen(&self, ctx: *mut ibv_context, service_id: u64, on: bool) -> c_int {
+        // SAFETY: an open context.
+        unsafe { (self.gsi_listen)(ctx, service_id, on as c_int) }
     }
 }
 

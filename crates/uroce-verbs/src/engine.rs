@@ -141,6 +141,11 @@ pub(crate) struct Inner {
     /// QP 1, once uroce's librdmacm asked for it (`crate::gsi`).
     pub gsi: Option<crate::gsi::Gsi>,
     datapath: Option<Datapath>,
+    /// The daemon's control connection when the datapath is a `uroce daemon`'s
+    /// (QPNs and listens are asked of it).
+    daemon: Option<uroce::datapath::daemon::Control>,
+    /// QPNs the daemon gave this context and not used yet: `next..end`.
+    qpns: (u32, u32),
     /// The context's async fd (owned by [`Shared`]), counted up per queued event.
     async_fd: RawFd,
     /// When the progress thread wakes next on its own (its timer), to know whether a
@@ -217,6 +222,8 @@ impl Shared {
                 wcs: Vec::with_capacity(64),
                 gsi: None,
                 datapath: None,
+                daemon: None,
+                qpns: (0, 0),
                 sleep_until: None,
             }),
             wake: ffi::eventfd(libc::EFD_NONBLOCK)?,
@@ -279,7 +286,7 @@ impl Shared {
         if inner.datapath.is_some() {
             return Ok(());
         }
-        let backend = open_backend(inner)?;
+        let (backend, daemon) = open_backend(inner)?;
         // RC windows no larger than what the receive buffer holds (the peer's taken to be
         // like ours), as `Endpoint::new` does: a clean path then loses nothing.
         if let Some(bytes) = backend.rx_capacity() {
@@ -287,8 +294,13 @@ impl Shared {
         }
         // Both of the context's addresses are its own: a QP talking to one of the device's
         // QPs through GID 0 (link-local) is delivered here too, not put on the wire.
+        // Through a daemon, it delivers locally, between every process it serves.
         let mut local = vec![inner.uroce.config().ip];
         local.extend(inner.uroce.link_local().map(std::net::IpAddr::V6));
+        if daemon.is_some() {
+            local.clear();
+        }
+        inner.daemon = daemon;
         let backend = Loopback::new(backend, local);
         let me = self.clone();
         // Signals blocked: the program's signals are for its own threads.
@@ -525,6 +537,36 @@ impl Inner {
     pub fn backend(&mut self) -> Option<&mut Loopback> {
         self.datapath.as_mut().map(|d| &mut d.backend)
     }
+
+    /// Makes the next QP the context creates take a QPN of this process's own: through a
+    /// daemon, one it handed out (asked for in blocks); in direct mode the context's own.
+    pub fn next_qpn_from_daemon(&mut self) -> Result<(), c_int> {
+        let Some(control) = &self.daemon else {
+            return Ok(());
+        };
+        if self.qpns.0 >= self.qpns.1 {
+            let (first, count) = control.claim_qpns(64).map_err(|e| errno_of(&e))?;
+            self.qpns = (first, first + count);
+        }
+        self.uroce.set_qpn_space(self.qpns.0, 1);
+        self.qpns.0 += 1;
+        Ok(())
+    }
+
+    /// Connection requests for `service_id` come to this process (`on`), or no longer:
+    /// asked of the daemon when there is one (EADDRINUSE: another process listens).
+    pub fn listen(&mut self, service_id: u64, on: bool) -> Result<(), c_int> {
+        match &self.daemon {
+            Some(c) => c
+                .listen(
+                    service_id,
+                    std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                    on,
+                )
+                .map_err(|e| errno_of(&e)),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Hands every sendable packet to the backend, then to the kernel.
@@ -554,9 +596,32 @@ fn errno_of(e: &std::io::Error) -> c_int {
 /// Bytes of a frame above the path MTU's payload: every header uroce may put around it.
 const FRAME_OVERHEAD: u32 = 100;
 
-/// The datapath `UROCE_BACKEND` asks for on the device's interface.
-fn open_backend(inner: &Inner) -> Result<Box<dyn Backend + Send>, c_int> {
+/// A daemon's control connection, when the datapath is one.
+type DaemonControl = Option<uroce::datapath::daemon::Control>;
+
+/// The datapath `UROCE_BACKEND` asks for on the device's interface: `auto` attaches to
+/// the `uroce daemon` serving the interface when one runs, else opens it in direct mode;
+/// `daemon` attaches or fails (ECONNREFUSED); `xdp` and `udp` are direct mode.
+fn open_backend(inner: &Inner) -> Result<(Box<dyn Backend + Send>, DaemonControl), c_int> {
     let choice = std::env::var(BACKEND_ENV).unwrap_or_else(|_| "auto".into());
+    let iface = inner.device.iface();
+    if matches!(choice.as_str(), "auto" | "daemon") {
+        match uroce::datapath::daemon::DaemonBackend::find(iface) {
+            Ok(Some(b)) => {
+                let control = b.control();
+                return Ok((Box::new(b), Some(control)));
+            }
+            Ok(None) if choice == "daemon" => return Err(libc::ECONNREFUSED),
+            Ok(None) => {}
+            // A daemon serves the interface but not us: EACCES, never a second datapath.
+            Err(e) => return Err(errno_of(&e)),
+        }
+    }
+    direct_backend(inner, &choice).map(|b| (b, None))
+}
+
+/// The datapath in direct mode: this process owns it.
+fn direct_backend(inner: &Inner, choice: &str) -> Result<Box<dyn Backend + Send>, c_int> {
     let iface = inner.device.iface();
     let local = inner.uroce.config().ip;
     let mtu = uroce::net::addresses::interface_info(iface)
@@ -579,7 +644,7 @@ fn open_backend(inner: &Inner) -> Result<Box<dyn Backend + Send>, c_int> {
             &xdp,
         )
     };
-    let xdp = match choice.as_str() {
+    let xdp = match choice {
         "udp" => None,
         // AF_XDP held by another process is EADDRINUSE, never the UDP backend: with the
         // XDP program taking every RoCE frame of the interface, a process on UDP would

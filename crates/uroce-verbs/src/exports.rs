@@ -1836,3 +1836,21 @@ pub unsafe extern "C" fn uroce_gsi_resolve(
     })
 }
 default_version!(uroce_gsi_resolve, "UROCE_PRIVATE_1");
+
+/// `uroce_gsi_listen`: connection requests for `service_id` come to this process (`on`
+/// non-zero) or no longer; 0, or an errno (EADDRINUSE: another process on the host
+/// listens on it, through `uroce daemon`).
+///
+/// # Safety
+/// `ctx` as for [`uroce_gsi_open`].
+#[no_mangle]
+pub unsafe extern "C" fn uroce_gsi_listen(
+    ctx: *mut crate::abi::ibv_context,
+    service_id: u64,
+    on: c_int,
+) -> c_int {
+    ffi::errno("uroce_gsi_listen", move || {
+        crate::gsi::gsi_listen(ctx, service_id, on != 0)
+    })
+}
+default_version!(uroce_gsi_listen, "UROCE_PRIVATE_1");

@@ -472,3 +472,19 @@ pub(crate) fn gsi_resolve(
         Err(e) => e,
     }
 }
+
+/// Connection requests (CM REQ, SIDR REQ) for `service_id` come to this process (`on`),
+/// or no longer do: through `uroce daemon` the daemon is told, which refuses with
+/// EADDRINUSE a service another process on the host listens on, as the kernel's
+/// rdma_cm refuses a port in use; in direct mode every request is this process's already.
+pub(crate) fn gsi_listen(ctx: *mut ibv_context, service_id: u64, on: bool) -> c_int {
+    let shared = match open(ctx) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    let mut g = shared.lock();
+    match g.listen(service_id, on) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}

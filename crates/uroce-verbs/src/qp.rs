@@ -286,6 +286,7 @@ pub(crate) fn create_qp_with(
             return Err(EINVAL);
         }
         shared.start(inner)?;
+        inner.next_qpn_from_daemon()?;
         let caps = QpCaps {
             qp_type,
             send_cq,
