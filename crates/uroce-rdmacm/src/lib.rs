@@ -10,8 +10,8 @@
 //!
 //! - [`abi`]: the C structures and constants of `<rdma/rdma_cma.h>` (and the parts of
 //!   `<infiniband/sa.h>` and `<infiniband/verbs.h>` it needs), hand written.
-//! - [`verbs_abi`]: uroce-verbs' `src/abi.rs`, the structures of `<infiniband/verbs.h>`,
-//!   included by path rather than by depending on that crate (below).
+//! - [`verbs_abi`]: the uroce-verbs-abi crate, the structures of `<infiniband/verbs.h>`,
+//!   shared with uroce-verbs rather than by depending on that crate (below).
 //! - `exports`: the exported entry points. `rdma_event_str` answers as librdmacm does;
 //!   every other one answers "unsupported" as the headers document failure (-1 with errno
 //!   `ENOSYS`, NULL with errno `ENOSYS`, nothing for the destroy calls).
@@ -50,9 +50,8 @@ mod qp;
 mod state;
 mod verbs;
 
-/// The C structures of `<infiniband/verbs.h>`: uroce-verbs' own file (it uses only `std`
-/// and `libc`), so both libraries agree on one definition.
-#[path = "../../uroce-verbs/src/abi.rs"]
-pub mod verbs_abi;
+/// The C structures of `<infiniband/verbs.h>`: the uroce-verbs-abi crate, which uroce-verbs
+/// uses as its `abi` too, so both libraries agree on one definition.
+pub use uroce_verbs_abi as verbs_abi;
 
 pub use exports::event_name;

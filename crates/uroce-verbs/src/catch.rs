@@ -1,6 +1,6 @@
 //! The core of both drop-in libraries' C boundary: a C entry point's body run under
 //! `catch_unwind`, errno, and the debug-only test hook. uroce-verbs' `ffi.rs` and
-//! uroce-rdmacm's include this one file (by path, as rdmacm includes `abi.rs`), so the two
+//! uroce-rdmacm's include this one file (by path), so the two
 //! libraries answer a panic the same way.
 
 use std::ffi::c_int;

@@ -46,7 +46,7 @@
     unsafe_code
 )]
 
-pub mod abi;
+pub use uroce_verbs_abi as abi;
 mod ah;
 mod cq;
 mod cq_ex;

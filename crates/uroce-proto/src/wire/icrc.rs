@@ -13,7 +13,7 @@
 //!
 //! It is stored as the last 4 bytes of the UDP payload, least significant byte first:
 //! this is what rdma_rxe and ConnectX NICs put on the wire (checked against the captures
-//! in `tests/data`).
+//! in `crates/uroce/tests/data`).
 //!
 //! The masked headers (at most 88 bytes) are assembled in a stack scratch buffer and
 //! hashed with one update, then the rest of the packet is hashed in place: one pass,

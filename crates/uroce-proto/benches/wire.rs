@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::net::Ipv4Addr;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use uroce::wire::{
+use uroce_proto::wire::{
     parse, parse_headers, BthRepr, EthernetRepr, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Opcode,
     RethRepr, UdpRepr,
 };

@@ -1070,7 +1070,7 @@ mod tests {
 
     /// Frames of every kind: each opcode with all its extension headers and a payload
     /// its rule allows (three lengths where any is), IPv4 and IPv6, and every capture in
-    /// `tests/data`.
+    /// `crates/uroce/tests/data`.
     fn corpus() -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         let full = ExtHeaders {
@@ -1152,7 +1152,7 @@ mod tests {
                 }
             }
         }
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../uroce/tests/data");
         for e in std::fs::read_dir(dir).unwrap() {
             let path = e.unwrap().path();
             if path.extension().is_some_and(|x| x == "pcap") {

@@ -1,7 +1,16 @@
-//! The C structures of `<infiniband/verbs.h>` (rdma-core 44, x86-64), written by hand
-//! from the header's declarations: same fields, same order, same types, so the same
-//! layout. tests/abi_layout.rs compiles a C program against the distro's header and
-//! compares `sizeof` and `offsetof` of every field this library reads or writes.
+//! uroce-verbs-abi: the C structures of `<infiniband/verbs.h>` (rdma-core 44, x86-64),
+//! written by hand from the header's declarations: same fields, same order, same types, so
+//! the same layout. uroce-verbs' tests/abi_layout.rs compiles a C program against the
+//! distro's header and compares `sizeof` and `offsetof` of every field the libraries read
+//! or write.
+//!
+//! A crate of its own so that both drop-in libraries share one definition: uroce-verbs
+//! (`libibverbs.so.1`, as its module `abi`) and uroce-rdmacm (`librdmacm.so.1`, as its
+//! module `verbs_abi`). uroce-rdmacm cannot depend on uroce-verbs itself, whose
+//! `#[no_mangle]` `ibv_*` functions would then be exported from librdmacm.so as well;
+//! this crate has types and constants only, no functions of its own, so depending on it
+//! adds nothing to either library's exported symbols. It uses only `std` and `libc`
+//! (the pthread types embedded in the structures).
 //!
 //! C enums are `c_int` / `c_uint` here (their storage); anonymous unions of two 32-bit
 //! members are one `u32` named after the first member. Function pointer fields the

@@ -1,5 +1,5 @@
 //! State machine tests: two endpoints wired back to back through a loop that can drop
-//! any MAD, plus the MADs rdma_rxe's CM sent (`tests/data/rdma_cm.pcap`) fed to one
+//! any MAD, plus the MADs rdma_rxe's CM sent (`crates/uroce/tests/data/rdma_cm.pcap`) fed to one
 //! endpoint, whose answers must be rxe's byte for byte.
 
 use std::net::IpAddr;
@@ -890,11 +890,11 @@ fn sidr_resolves_a_listened_service_and_refuses_others() {
     assert_eq!(n.ev_a(), [CmEvent::Unreachable { id: ia }]);
 }
 
-// ---- against rdma_rxe's own MADs (tests/data/rdma_cm.pcap) ----
+// ---- against rdma_rxe's own MADs (crates/uroce/tests/data/rdma_cm.pcap) ----
 
 /// The CM MAD of frame `n` of rdma_cm.pcap.
 fn rxe_mad(n: usize) -> [u8; MAD_LEN] {
-    let file = include_bytes!("../../tests/data/rdma_cm.pcap");
+    let file = include_bytes!("../../../uroce/tests/data/rdma_cm.pcap");
     let f = crate::pcap::Reader::new(file)
         .unwrap()
         .nth(n - 1)
@@ -906,7 +906,7 @@ fn rxe_mad(n: usize) -> [u8; MAD_LEN] {
 
 /// The BTH PSN of frame `n` of rdma_cm.pcap.
 fn rxe_psn(n: usize) -> u32 {
-    let file = include_bytes!("../../tests/data/rdma_cm.pcap");
+    let file = include_bytes!("../../../uroce/tests/data/rdma_cm.pcap");
     let f = crate::pcap::Reader::new(file)
         .unwrap()
         .nth(n - 1)

@@ -426,7 +426,7 @@ impl Context {
     /// the sender retransmits everything behind the first loss (go-back-N, IBTA
     /// §9.7.5.1.1 PSN sequence errors), on a path that lost nothing itself; a window no
     /// bigger than the buffer keeps a clean path clean. `None`: the transport's own bound
-    /// ([`crate::transport::rc::MAX_INFLIGHT_PSNS`]). [`crate::datapath::Backend::rx_capacity`]
+    /// ([`crate::transport::rc::MAX_INFLIGHT_PSNS`]). `uroce::datapath::Backend::rx_capacity` (the IO crate)
     /// says what a backend's receive buffer holds; `Endpoint::new` applies it, taking the
     /// peer's to be like ours.
     pub fn set_inflight_budget(&mut self, bytes: Option<u64>) {

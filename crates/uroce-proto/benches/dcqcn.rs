@@ -9,9 +9,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
-use uroce::congestion::dcqcn::Params;
-use uroce::mem::Access;
-use uroce::verbs::{
+use uroce_proto::congestion::dcqcn::Params;
+use uroce_proto::mem::Access;
+use uroce_proto::verbs::{
     Context, ContextConfig, InitAttr, Mtu, QpCaps, QpType, Remote, RtrAttr, RtsAttr, SendOp,
     SendWr, Sge,
 };
@@ -31,7 +31,7 @@ fn sender(dcqcn: bool, n: usize, size: u32, now: Instant) -> Context {
         c.enable_dcqcn(Params::paper(100e9), now);
     }
     let cq = c
-        .create_cq(uroce::verbs::MAX_CQE)
+        .create_cq(uroce_proto::verbs::MAX_CQE)
         .expect("MAX_CQE is a valid CQ depth");
     let pd = c.alloc_pd();
     let caps = QpCaps {

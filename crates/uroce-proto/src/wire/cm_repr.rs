@@ -4,7 +4,7 @@
 //! MAD with its header. Layouts are the ones drawn in [`super::cm`]; reserved bits are
 //! written as zero (IBTA §13.4.1: "reserved fields shall be set to zero by the sender"),
 //! so a message that had them zero re-emits byte for byte (the tests check that against
-//! the MADs rdma_rxe's CM sent in `tests/data/rdma_cm.pcap`).
+//! the MADs rdma_rxe's CM sent in `crates/uroce/tests/data/rdma_cm.pcap`).
 //!
 //! A `Repr` borrows its private data. `emit` writes the whole CM data area: the fixed
 //! fields, the private data, and zeros up to the end, so a message never carries stale
@@ -897,11 +897,11 @@ impl<'a> CmMad<'a> {
 mod tests {
     use super::*;
 
-    /// The CM MADs in `tests/data/rdma_cm.pcap` (rdma_rxe's CM: rping over IPv4 and
+    /// The CM MADs in `crates/uroce/tests/data/rdma_cm.pcap` (rdma_rxe's CM: rping over IPv4 and
     /// IPv6, udaddy's SIDR, a REQ to a port nobody listens on, ib_write_bw -R), each
     /// with its frame number.
     fn rxe_mads() -> Vec<(usize, Vec<u8>)> {
-        let file = include_bytes!("../../tests/data/rdma_cm.pcap");
+        let file = include_bytes!("../../../uroce/tests/data/rdma_cm.pcap");
         let mut out = Vec::new();
         for (i, f) in crate::pcap::Reader::new(file).unwrap().enumerate() {
             let f = f.unwrap();

@@ -8,9 +8,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use uroce::sim::rc::{run, Mix, SimConfig};
-use uroce::sim::LinkConfig;
-use uroce::verbs::Mtu;
+use uroce_proto::sim::rc::{run, Mix, SimConfig};
+use uroce_proto::sim::LinkConfig;
+use uroce_proto::verbs::Mtu;
 
 fn workload(kind: &str, size: u32, ops: usize, loss: f64) -> SimConfig {
     let mix = match kind {

@@ -56,16 +56,31 @@ impl VerbsError {
     pub fn errno(&self) -> i32 {
         use crate::mem::RegError;
         match self {
-            Self::QueueFull(_) => libc::ENOMEM,
-            Self::Reg(RegError::Busy | RegError::RegionInUse(_)) | Self::Busy => libc::EBUSY,
-            Self::Reg(RegError::BadAddress) => libc::EFAULT,
+            Self::QueueFull(_) => errno::ENOMEM,
+            Self::Reg(RegError::Busy | RegError::RegionInUse(_)) | Self::Busy => errno::EBUSY,
+            Self::Reg(RegError::BadAddress) => errno::EFAULT,
             Self::NoSuchQp(_)
             | Self::NoSuchCq
             | Self::NoSuchSrq
             | Self::BadState { .. }
             | Self::BadModify { .. }
             | Self::InvalidWr(_)
-            | Self::Reg(_) => libc::EINVAL,
+            | Self::Reg(_) => errno::EINVAL,
         }
     }
+}
+
+/// The errno values [`VerbsError::errno`] returns, as Linux numbers them (the generic
+/// `asm-generic/errno-base.h` values, the same on every architecture Linux runs on). Written
+/// out here so that this sans-IO crate needs no `libc`; `uroce`'s tests check them against
+/// `libc`'s.
+pub mod errno {
+    /// Out of memory (a full queue).
+    pub const ENOMEM: i32 = 12;
+    /// Bad address (a null address to register).
+    pub const EFAULT: i32 = 14;
+    /// Device or resource busy (still in use).
+    pub const EBUSY: i32 = 16;
+    /// Invalid argument.
+    pub const EINVAL: i32 = 22;
 }

@@ -22,7 +22,7 @@ pub use attr::{
 };
 pub use completion::{CqId, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use counters::QpCounters;
-pub use error::VerbsError;
+pub use error::{errno, VerbsError};
 pub use qp::QpState;
 pub(crate) use qp::{Connected, Datagram, Fatal, Peer, Qp, QpCore, QpErrorEvent, Service};
 pub(crate) use sgl::Local;

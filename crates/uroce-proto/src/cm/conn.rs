@@ -110,7 +110,7 @@ impl Conn {
     /// passive side's `sq_psn`, the REP's for the passive side's `rq_psn` and the
     /// active side's `sq_psn` (`ib_send_cm_req`, `cm_req_handler`, `ib_send_cm_rep`,
     /// `cm_rep_handler`), and rdma_rxe's first SEND after the RTU goes out at the REP's
-    /// PSN (`tests/data/rdma_cm.pcap`, frame 4). The address's MAC is left
+    /// PSN (`crates/uroce/tests/data/rdma_cm.pcap`, frame 4). The address's MAC is left
     /// zero: the CM does not know it; the caller fills it from its neighbour table.
     /// `None` for another state, or RTR / RTS before the peer's QP is known.
     pub fn qp_attr(&self, to: QpState) -> Option<(QpAttr, QpAttrMask)> {

@@ -132,8 +132,8 @@ mod tests {
 
     #[test]
     fn flow_label_hashes_the_ports_as_rdma_cm() {
-        // rdma_rxe's REQ in tests/data/rdma_cm.pcap: source port 59576 to rping's 7174.
-        let file = include_bytes!("../../tests/data/rdma_cm.pcap");
+        // rdma_rxe's REQ in crates/uroce/tests/data/rdma_cm.pcap: source port 59576 to rping's 7174.
+        let file = include_bytes!("../../../uroce/tests/data/rdma_cm.pcap");
         let f = crate::pcap::Reader::new(file)
             .unwrap()
             .next()

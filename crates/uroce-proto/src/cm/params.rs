@@ -44,7 +44,7 @@ pub fn mtu_of_code(code: u8) -> Option<Mtu> {
 }
 
 /// What `connect` sends in the REQ. [`ConnectParams::new`] fills in what the kernel's
-/// RDMA CM sends (rdma_rxe's REQs in `tests/data/rdma_cm.pcap`): CM response timeouts
+/// RDMA CM sends (rdma_rxe's REQs in `crates/uroce/tests/data/rdma_cm.pcap`): CM response timeouts
 /// 20 (4.3 s; `CMA_CM_RESPONSE_TIMEOUT`), 15 CM retries (`CMA_MAX_CM_RETRIES`), retry and
 /// RNR retry counts 7, path MTU 1024, hop limit 64.
 #[derive(Debug, Clone, PartialEq, Eq)]

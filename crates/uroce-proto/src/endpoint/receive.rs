@@ -23,13 +23,13 @@ pub enum Received<'a> {
     /// ([`super::Context::handle_datagram`]).
     Datagram {
         /// IP and UDP as they were on the wire, as far as the socket tells (see
-        /// [`crate::datapath::udp`] for the IPv4 identification).
+        /// `uroce::datapath::udp` (the IO crate) for the IPv4 identification).
         datagram: &'a DatagramRepr,
         /// BTH to ICRC.
         roce: &'a [u8],
         /// The ICRC of `roce` under `datagram`'s headers, when the backend computed it
         /// already (the UDP backend does, to find the IPv4 identification, see
-        /// [`crate::datapath::udp`]): the context compares it with the ICRC stored in
+        /// `uroce::datapath::udp` (the IO crate)): the context compares it with the ICRC stored in
         /// `roce` instead of hashing the bytes a second time. `None`: the context
         /// computes it.
         icrc: Option<u32>,

@@ -271,7 +271,7 @@ mod tests {
             srq.post(&mem, RecvWr { wr_id: i, sge }).unwrap();
         }
         let e = srq.post(&mem, RecvWr { wr_id: 9, sge }).unwrap_err();
-        assert_eq!(e.errno(), libc::ENOMEM);
+        assert_eq!(e.errno(), crate::transport::errno::ENOMEM);
         assert_eq!(srq.take().map(|r| r.wr_id), Some(0));
     }
 
