@@ -4,6 +4,7 @@
 //! network namespaces and veth pairs, the RDMA files `uroce run` shows its program.
 
 pub mod backend;
+pub mod daemon_start;
 pub mod decode;
 pub mod decode_views;
 pub mod demo;

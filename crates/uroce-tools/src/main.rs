@@ -27,6 +27,9 @@ enum Command {
     /// Start an unmodified ibverbs program (ibv_rc_pingpong, perftest, your own) on uroce's
     /// libibverbs.so.1: `uroce run [--iface IF] [--backend B] -- PROGRAM ARGS...`.
     Run(cli::run::Args),
+    /// Own an interface's datapath and share it with every uroce process on the host
+    /// (`uroce run`, perf and pingpong start one by themselves).
+    Daemon(uroce_daemon::Args),
     /// What uroce can use here: interfaces, MTUs, GIDs, backends.
     Devices,
     /// One interface: MTU, path MTU, GIDs, backends.
@@ -46,10 +49,25 @@ enum Command {
     SimCc(cli::simcc::Args),
 }
 
+/// `uroce daemon`: serves until interrupted (or `--linger` after its last process), or
+/// with `--check` says whether one serves the interface.
+fn run_daemon(a: uroce_daemon::Args) -> anyhow::Result<ExitCode> {
+    if a.check {
+        println!("{}", uroce_daemon::check(&a)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    uroce::datapath::catch_interrupts();
+    uroce_daemon::serve(&a, |p| {
+        eprintln!("uroce daemon: serving {} at {}", a.iface, p.display())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Decode(a) => cli::decode::run(a),
+        Command::Daemon(a) => run_daemon(a),
         Command::Devices => cli::devices::run_devices(),
         Command::Info(a) => cli::devices::run_info(a),
         Command::Demo(a) => cli::demo::run_cmd(a),

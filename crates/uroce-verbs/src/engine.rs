@@ -13,7 +13,9 @@
 //!   program blocked in `ibv_get_cq_event` still gets its completions.
 //!
 //! The datapath is opened lazily (listing and querying devices, as `ibv_devinfo` does,
-//! opens none): `UROCE_BACKEND` = `auto` (default: AF_XDP on the device's interface
+//! opens none): `UROCE_BACKEND` = `auto` (default: the `uroce daemon` serving the
+//! device's interface when one runs, shared with every process on the host; else as
+//! `direct`), `daemon` (that daemon or ECONNREFUSED), `direct` (AF_XDP on the device's interface
 //! where the process may set it up, else the UDP backend; EADDRINUSE, never the UDP
 //! backend, when another process holds the interface's AF_XDP), `xdp` or `udp`; AF_XDP is tuned
 //! by `UROCE_XDP_TX_BATCH` and `UROCE_XDP_BUSY_POLL` ([`uroce::datapath::xdp::XdpConfig`]).
@@ -617,7 +619,12 @@ fn open_backend(inner: &Inner) -> Result<(Box<dyn Backend + Send>, DaemonControl
             Err(e) => return Err(errno_of(&e)),
         }
     }
-    direct_backend(inner, &choice).map(|b| (b, None))
+    let choice = if choice == "direct" {
+        "auto"
+    } else {
+        choice.as_str()
+    };
+    direct_backend(inner, choice).map(|b| (b, None))
 }
 
 /// The datapath in direct mode: this process owns it.

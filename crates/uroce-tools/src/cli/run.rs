@@ -10,7 +10,10 @@
 //!   links next to it), else its `deps/` (where `cargo test` leaves them; a `uroce-run/`
 //!   directory beside the binary then holds the `.so.1` links);
 //! - `UROCE_IFACES`: the interfaces that become devices (`--iface`, comma-separated);
-//! - `UROCE_BACKEND`: the datapath (`--backend`: auto, xdp, udp);
+//! - `UROCE_BACKEND`: `daemon` once a `uroce daemon` serves each of the program's
+//!   interfaces (started here when none does, `--backend` its datapath: auto, xdp, udp),
+//!   so that any number of programs share the host's interfaces; with `--no-daemon` the
+//!   datapath the program opens itself (`direct` for auto, `xdp`, `udp`);
 //! - `NCCL_IBVERBS_LIB`, unless set: the path of uroce's `libibverbs.so.1` (NCCL opens
 //!   `libibverbs.so` first, which a directory holding only the `.so.1` link leaves to the
 //!   distribution's library).
@@ -37,6 +40,11 @@ pub struct Args {
     /// Datapath: auto (AF_XDP where the process may set it up, else UDP), xdp or udp.
     #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "udp"])]
     backend: String,
+    /// Open the datapath in the program itself (direct mode: one uroce process per
+    /// interface) instead of through the `uroce daemon` serving the interface, which is
+    /// started when none runs (`--backend` is then the daemon's datapath).
+    #[arg(long)]
+    no_daemon: bool,
     /// Do not show uroce's devices in /sys/class/infiniband, /sys/class/infiniband_verbs
     /// and /dev/infiniband (shown by default, in a mount namespace of the program's own).
     #[arg(long)]
@@ -155,7 +163,18 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
             _ => {}
         }
     }
-    if a.backend != "udp" {
+    let mut backend = a.backend.clone();
+    if !a.no_daemon {
+        match start_daemons(a.iface.as_deref(), &a.backend) {
+            Ok(()) => backend = "daemon".into(),
+            Err(e) => eprintln!("uroce run: {e:#}; the program opens the datapath itself"),
+        }
+    }
+    if backend == "auto" {
+        // Not through a daemon: never attach to one that runs.
+        backend = "direct".into();
+    }
+    if backend != "udp" && backend != "daemon" {
         for line in held_interfaces(a.iface.as_deref()) {
             eprintln!("uroce run: {line}");
         }
@@ -179,7 +198,7 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     let mut cmd = std::process::Command::new(&a.program[0]);
     cmd.args(&a.program[1..])
         .env("LD_LIBRARY_PATH", path)
-        .env("UROCE_BACKEND", &a.backend);
+        .env("UROCE_BACKEND", &backend);
     if let Some(i) = &a.iface {
         cmd.env("UROCE_IFACES", i);
     }
@@ -188,6 +207,38 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     }
     let e = cmd.exec();
     bail!("starting {}: {e}", a.program[0].to_string_lossy())
+}
+
+/// The interfaces the program's library will list as devices: `--iface`, else
+/// `UROCE_IFACES`, else every interface that is up, has an Ethernet address and an IP
+/// address (loopback has none).
+fn device_interfaces(iface: Option<&str>) -> Vec<String> {
+    let selected = iface
+        .map(str::to_string)
+        .or_else(|| std::env::var(ibverbs::device::IFACES_ENV).ok());
+    match selected {
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect(),
+        None => uroce::net::addresses::interfaces()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|i| i.up && i.mac.is_some() && !i.addrs.is_empty())
+            .map(|i| i.name)
+            .collect(),
+    }
+}
+
+/// Makes sure a `uroce daemon` serves each interface the program will use.
+fn start_daemons(iface: Option<&str>, backend: &str) -> anyhow::Result<()> {
+    for i in device_interfaces(iface) {
+        uroce_tools::daemon_start::ensure(&i, backend)
+            .with_context(|| format!("no uroce daemon for {i}"))?;
+    }
+    Ok(())
 }
 
 /// Shows the program the RDMA files of the devices it will list (interfaces `iface`, as
