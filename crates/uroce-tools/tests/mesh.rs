@@ -36,12 +36,14 @@ fn mesh_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/mesh.c");
-        let dir = std::env::temp_dir().join(format!("uroce-mesh-bin-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Built under a name of this process's, then renamed over target/tmp/mesh (a run
+        // of another test binary may be executing the old one: it keeps its inode).
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
         let exe = dir.join("mesh");
+        let tmp = dir.join(format!("mesh.{}", std::process::id()));
         let out = Command::new("cc")
             .args(["-O2", "-Wall", "-Werror", "-o"])
-            .arg(&exe)
+            .arg(&tmp)
             .arg(&src)
             .arg("-libverbs")
             .output()
@@ -52,6 +54,7 @@ fn mesh_exe() -> &'static Path {
             src.display(),
             String::from_utf8_lossy(&out.stderr)
         );
+        std::fs::rename(&tmp, &exe).unwrap();
         exe
     })
 }
@@ -96,7 +99,14 @@ impl Proc {
 
 /// Every process's status, stdout and stderr, for a failure message.
 fn report(procs: &[Proc]) -> String {
-    procs
+    let dir = procs
+        .first()
+        .map(|p| p.out.parent().unwrap().display().to_string());
+    let head = format!(
+        "(the run's files are left in {})\n",
+        dir.unwrap_or_default()
+    );
+    head + &procs
         .iter()
         .map(|p| {
             format!(
@@ -194,19 +204,32 @@ fn run_mesh(
 
     // Every child under one deadline: one that hangs is killed, and the test fails with
     // what every process said.
+    // Once a process failed, the others get a few seconds to say what they saw (a peer
+    // gone: retries exhausted), not their whole timeout.
     let limit = deadline(procs_per_side, qps, iters);
     let start = Instant::now();
+    let mut failed_at: Option<Instant> = None;
     while procs.iter().any(|p| p.status.is_none()) {
         for p in procs.iter_mut().filter(|p| p.status.is_none()) {
             p.status = p.child.try_wait().expect("waiting for a mesh process");
+            let dying = die.is_some_and(|(s, r, _)| (s, r) == (p.side, p.rank));
+            if p.status.is_some_and(|s| !s.success()) && !dying && failed_at.is_none() {
+                failed_at = Some(Instant::now());
+            }
         }
-        if start.elapsed() > limit {
+        let late = failed_at.is_some_and(|t| t.elapsed() > Duration::from_secs(5));
+        if start.elapsed() > limit || late {
             for p in procs.iter_mut().filter(|p| p.status.is_none()) {
                 let _ = p.child.kill();
                 let _ = p.child.wait();
             }
+            let why = if late {
+                "a process failed".to_string()
+            } else {
+                format!("it did not finish in {limit:?}")
+            };
             panic!(
-                "the mesh ({backend}, {procs_per_side} x {qps} QPs x {iters}) did not finish in {limit:?}:\n{}",
+                "the mesh ({backend}, {procs_per_side} x {qps} QPs x {iters}) was stopped, {why}:\n{}",
                 report(&procs)
             );
         }

@@ -375,8 +375,8 @@ static void on_error(int q, const struct ibv_wc *wc, int op) {
     struct qpst *s = &qs[q];
     if (s->dead)
         return; /* the flush of what was posted once the peer was found dead */
-    if (s->peer_done && op == OP_PROBE)
-        return; /* a probe the peer left unanswered when it finished and exited */
+    if (s->peer_done)
+        return; /* the peer finished and exited: a probe it left unanswered, its flush */
     const char *st = ibv_wc_status_str(wc->status);
     if (cfg.tolerate && (wc->status == IBV_WC_RETRY_EXC_ERR ||
                          wc->status == IBV_WC_RNR_RETRY_EXC_ERR ||
