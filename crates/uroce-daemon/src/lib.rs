@@ -146,9 +146,26 @@ struct Daemon {
     generation: AtomicU64,
     local: RwLock<Vec<IpAddr>>,
     needs_link: bool,
+    /// The interface's MAC (neighbour requests a process sends must be from it).
+    mac: Option<[u8; 6]>,
     rx_capacity: u64,
     stop: AtomicBool,
     stats: Stats,
+}
+
+/// Whether a frame a process sends is one the daemon lets out for it: an ARP request
+/// (RFC 826) or an ICMPv6 Neighbor Solicitation (RFC 4861), from the interface's MAC
+/// address `mac` (the library resolves next hops over AF_XDP so; the replies reach it
+/// through the kernel, which the XDP program passes them to).
+fn neighbour_request(f: &[u8], mac: [u8; 6]) -> bool {
+    if f.len() < 14 || f[6..12] != mac {
+        return false;
+    }
+    match u16::from_be_bytes([f[12], f[13]]) {
+        0x0806 => f.len() >= 14 + 28 && f[14 + 6..14 + 8] == [0, 1],
+        0x86dd => f.len() >= 14 + 40 + 4 && f[14 + 6] == 58 && f[14 + 40] == 135,
+        _ => false,
+    }
 }
 
 /// Where an Ethernet frame's IP destination and RoCE part (BTH on) are; `None` when it
@@ -317,6 +334,13 @@ pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Resul
         generation: AtomicU64::new(0),
         local: RwLock::new(addrs),
         needs_link,
+        mac: if needs_link {
+            uroce::net::addresses::interface_info(&args.iface)
+                .ok()
+                .and_then(|i| i.mac)
+        } else {
+            None
+        },
         rx_capacity,
         stop: AtomicBool::new(false),
         stats: Stats::default(),
@@ -564,16 +588,35 @@ fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client
         n += 1;
         let slot = ring.read_slot(index, buf);
         ring.release(index);
-        let Some((
-            SlotHeader::Datagram {
-                datagram, dst_mac, ..
-            },
-            len,
-        )) = slot
-        else {
-            // A frame, or a header that is not one: processes send datagrams only.
-            d.stats.refused.fetch_add(1, Ordering::Relaxed);
-            continue;
+        let (datagram, dst_mac, len) = match slot {
+            Some((
+                SlotHeader::Datagram {
+                    datagram, dst_mac, ..
+                },
+                len,
+            )) => (datagram, dst_mac, len),
+            Some((SlotHeader::Frame, len))
+                if d.mac.is_some_and(|m| neighbour_request(&buf[..len], m)) =>
+            {
+                let frame = &buf[..len];
+                let b = backend
+                    .get_or_insert_with(|| d.backend.lock().unwrap_or_else(|e| e.into_inner()));
+                let mut copy = |out: &mut [u8]| {
+                    (out.len() >= frame.len()).then(|| {
+                        out[..frame.len()].copy_from_slice(frame);
+                        frame.len()
+                    })
+                };
+                if b.send_frame_with(&mut copy).is_ok() {
+                    d.stats.tx.fetch_add(1, Ordering::Relaxed);
+                }
+                continue;
+            }
+            // Another frame, or a header that is not one.
+            _ => {
+                d.stats.refused.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
         };
         let roce = &buf[..len];
         if switch

@@ -306,13 +306,11 @@ fn mesh_one_process_per_side_xdp() {
 }
 
 #[test]
-#[ignore = "needs the shared datapath (uroce daemon)"]
 fn mesh_eight_processes_per_side_udp() {
     run_mesh("udp", 8, 4, 100, None);
 }
 
 #[test]
-#[ignore = "needs the shared datapath (uroce daemon)"]
 fn mesh_eight_processes_per_side_xdp() {
     run_mesh("xdp", 8, 4, 100, None);
 }
@@ -321,7 +319,6 @@ fn mesh_eight_processes_per_side_xdp() {
 /// to see that QP fail, report the peer dead and finish their other QPs; every other
 /// process of side A finishes untouched.
 #[test]
-#[ignore = "needs the shared datapath (uroce daemon)"]
 fn mesh_kill_9_one_process() {
     run_mesh("udp", 4, 4, 200, Some((Side::A, 1, 20)));
 }

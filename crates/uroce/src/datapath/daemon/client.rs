@@ -223,6 +223,34 @@ impl Backend for DaemonBackend {
         Ok(true)
     }
 
+    /// ARP requests and neighbour solicitations (the library's own neighbour
+    /// resolution over AF_XDP); the daemon sends no other link-layer frame for a process.
+    fn send_frame_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> io::Result<bool> {
+        if !self.needs_link {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the daemon's datapath (UDP) does not send link-layer frames",
+            ));
+        }
+        let ring = self.region.ring(Dir::ToDaemon);
+        let Some(index) = ring.free_slot().map_err(ring_error)? else {
+            self.flush()?;
+            return Err(io::ErrorKind::WouldBlock.into());
+        };
+        // SAFETY: a free slot of the ring this backend alone produces into.
+        let slot = unsafe { ring.slot_mut(index) };
+        let (head, body) = slot.split_at_mut(HEADER_LEN);
+        let Some(len) = build(&mut body[..MAX_FRAME]) else {
+            return Ok(false);
+        };
+        SlotHeader::Frame.write(head.try_into().expect("header"), len.min(MAX_FRAME) as u32);
+        ring.publish(index);
+        Ok(true)
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         if self.region.ring(Dir::ToDaemon).consumer_needs_wake() {
             proto::ring(self.to_daemon.as_raw_fd());
