@@ -46,7 +46,7 @@ fn exports_match_the_list_in_the_repository() {
     }
     let want = expected();
     elf::assert_exports(&common::built_library(), &want);
-    assert_eq!(want.len(), 184);
+    assert_eq!(want.len(), 185);
 }
 
 #[test]
