@@ -85,7 +85,7 @@ done
 
 # The peer's command line and the fuzzer's arguments for it.
 peer_cmd() { # PEER BACKEND
-    local run="$bin run --backend $2 --iface $if_b --"
+    local run="$bin run --no-daemon --backend $2 --iface $if_b --"
     case "$1" in
         uroce-perf) echo "$bin perf write --keep-serving --backend $2 --iface $if_b -p 18515" ;;
         ib_write_bw|ib_read_bw|ib_send_bw) echo "$run $1 -x 1 -F -q 4 -p 18515" ;;

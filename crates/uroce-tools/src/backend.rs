@@ -16,6 +16,52 @@ use uroce::verbs::Mtu;
 /// A backend a tool owns, movable to a loop's thread.
 pub type Boxed = Box<dyn Backend + Send>;
 
+/// The prefix of a datapath choice that goes through the `uroce daemon` serving the
+/// interface: `daemon:auto`, `daemon:xdp`, `daemon:udp` (the datapath the daemon opens
+/// when none runs and this tool starts one; a daemon already running keeps its own).
+pub const VIA_DAEMON: &str = "daemon:";
+
+/// The datapath choice a tool's `--backend` and `--no-daemon` make: through the daemon
+/// unless `no_daemon`.
+pub fn choice_string(backend: &str, no_daemon: bool) -> String {
+    if no_daemon {
+        backend.to_string()
+    } else {
+        format!("{VIA_DAEMON}{backend}")
+    }
+}
+
+/// A backend through the `uroce daemon` serving `iface`, started with datapath `kind`
+/// (auto, xdp, udp) when none runs; and a line saying what it is.
+pub fn open_daemon(iface: &str, kind: &str) -> anyhow::Result<(Boxed, String)> {
+    BackendChoice::parse(kind)?;
+    let (path, started) = crate::daemon_start::ensure(iface, kind)?;
+    let b = uroce::datapath::daemon::DaemonBackend::connect(&path)
+        .with_context(|| format!("attaching to uroce daemon at {}", path.display()))?;
+    let what = format!(
+        "uroce daemon on {iface} ({}{})",
+        if b.needs_link_addresses() {
+            "AF_XDP"
+        } else {
+            "UDP backend"
+        },
+        if started { ", started now" } else { "" }
+    );
+    Ok((Box::new(b), what))
+}
+
+/// Makes `ctx` give its QPs the numbers `backend` reserves for it (a daemon's: it steers
+/// by destination QPN); call before creating QPs.
+pub fn adopt_qpns(
+    ctx: &mut uroce::verbs::Context,
+    backend: &mut dyn Backend,
+) -> anyhow::Result<()> {
+    if let Some((first, _)) = backend.qpn_range().context("QPNs from uroce daemon")? {
+        ctx.set_qpn_space(first, 1);
+    }
+    Ok(())
+}
+
 /// Which datapath a tool uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendChoice {
@@ -223,6 +269,11 @@ pub(crate) fn open_backend_lossy(
     iface: &str,
     impair: Impairment,
 ) -> anyhow::Result<(Box<dyn Backend + Send>, String)> {
+    if let Some(kind) = backend.strip_prefix(VIA_DAEMON) {
+        let (b, what) = open_daemon(iface, kind)?;
+        let b = impaired(b, impair, seed_of(local.into()));
+        return Ok((crate::fuzz_peer::planted::wrap_from_env(b), what));
+    }
     let choice = BackendChoice::parse(backend)?;
     let (b, what) = open(choice, Some(iface), "", local.into(), mtu, impair)?;
     // Unset (always, outside the fuzzer's tests) this is `b` itself.

@@ -62,11 +62,16 @@ pub(crate) fn peer_mac(
     if !backend.needs_link_addresses() {
         return Ok([0; 6]);
     }
+    let (local, peer) = (local.into(), peer.into());
+    if local == peer {
+        // A peer on our own address: through `uroce daemon`, delivered locally.
+        return Ok(my_mac);
+    }
     uroce::net::resolve::resolve(
         iface,
         my_mac,
-        local.into(),
-        peer.into(),
+        local,
+        peer,
         &mut |f| backend.send(f),
         uroce::net::neighbours::GIVE_UP,
     )

@@ -329,7 +329,7 @@ fn ibv_rc_pingpong_on_uroce_survives_fuzz_peer() {
     }
     let pair = netns::VethPair::create("fzr", 1500).unwrap();
     let cmd = format!(
-        "{bin} run --backend udp --iface {iface} -- ibv_rc_pingpong -g 1 -p 18714 -s 2048 \
+        "{bin} run --no-daemon --backend udp --iface {iface} -- ibv_rc_pingpong -g 1 -p 18714 -s 2048 \
          -n 1000000000",
         bin = env!("CARGO_BIN_EXE_uroce"),
         iface = pair.ifaces[1],
@@ -403,7 +403,7 @@ fn ibv_ud_pingpong_on_uroce_survives_fuzz_peer() {
     }
     let pair = netns::VethPair::create("fzd", 1500).unwrap();
     let cmd = format!(
-        "{bin} run --backend udp --iface {iface} -- ibv_ud_pingpong -g 1 -p 18715 -s 512 \
+        "{bin} run --no-daemon --backend udp --iface {iface} -- ibv_ud_pingpong -g 1 -p 18715 -s 512 \
          -n 1000000000",
         bin = env!("CARGO_BIN_EXE_uroce"),
         iface = pair.ifaces[1],
@@ -609,7 +609,7 @@ fn ib_write_bw_with_four_qps_on_uroce_survives_fuzz_peer() {
     }
     let pair = netns::VethPair::create("fzq", 1500).unwrap();
     let cmd = format!(
-        "{bin} run --backend udp --iface {iface} -- ib_write_bw -x 1 -F -q 4 -p 18720",
+        "{bin} run --no-daemon --backend udp --iface {iface} -- ib_write_bw -x 1 -F -q 4 -p 18720",
         bin = env!("CARGO_BIN_EXE_uroce"),
         iface = pair.ifaces[1],
     );

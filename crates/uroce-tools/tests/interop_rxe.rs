@@ -596,7 +596,7 @@ fn perftest_cases(peer: &Peer, rows: &mut Vec<Row>) {
 /// there. `UROCE_INTEROP_ONLY=libibverbs` runs only these.
 fn verbs_library_cases(peer: &Peer, rows: &mut Vec<Row>) {
     let rxe = "10.77.0.11";
-    let probe = peer.uroce(&["run", "--", "true"]);
+    let probe = peer.uroce(&["run", "--no-daemon", "--", "true"]);
     if !probe.status.success() {
         eprintln!("SKIP: uroce's libibverbs.so.1 cases: {}", text(&probe));
         return;
@@ -663,6 +663,7 @@ fn verbs_library_cases(peer: &Peer, rows: &mut Vec<Row>) {
         let host = |addr: Option<&str>| {
             let mut v: Vec<String> = [
                 "run",
+                "--no-daemon",
                 "--iface",
                 "roce-host",
                 "--backend",
@@ -772,6 +773,7 @@ fn rdmacm_libdir() -> Result<PathBuf, String> {
 fn cm_host_args(cmd: &str) -> Vec<String> {
     let mut v: Vec<String> = [
         "run",
+        "--no-daemon",
         "--iface",
         "roce-host",
         "--backend",

@@ -120,6 +120,10 @@ impl Backend for Loopback {
         self.inner.rx_capacity()
     }
 
+    fn qpn_range(&mut self) -> std::io::Result<Option<(u32, u32)>> {
+        self.inner.qpn_range()
+    }
+
     fn send_frame_with(
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,

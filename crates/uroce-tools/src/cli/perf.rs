@@ -68,9 +68,16 @@ pub struct Args {
     /// than 32).
     #[arg(long, default_value_t = 1)]
     qps: u32,
-    /// Datapath: auto (AF_XDP where possible, else UDP), xdp or udp.
+    /// Datapath: auto (AF_XDP where possible, else UDP), xdp or udp: the datapath of the
+    /// `uroce daemon` started for the interface when none serves it (one that runs keeps
+    /// its own), or with --no-daemon this process's own.
     #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "udp"])]
     backend: String,
+    /// Open the datapath in this process (direct mode: one uroce process per interface)
+    /// instead of through the `uroce daemon` serving the interface. Implied by
+    /// --busy-poll and --xdp-tx-batch, which tune the process's own AF_XDP.
+    #[arg(long)]
+    no_daemon: bool,
     /// Interface for AF_XDP (default: the one holding the local address).
     #[arg(long)]
     iface: Option<String>,
@@ -161,6 +168,10 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
         xdp.tx_batch = n;
     }
     uroce_tools::backend::set_xdp_config(xdp).context("--busy-poll / --xdp-tx-batch")?;
+    // Raw frames and AF_XDP tuning are the process's own datapath's.
+    let no_daemon =
+        a.no_daemon || a.busy_poll.is_some() || a.xdp_tx_batch.is_some() || a.op == "raw";
+    let backend = uroce_tools::backend::choice_string(&a.backend, no_daemon);
     let impair = a.impair.impairment()?;
     let traffic = a.traffic.traffic()?;
     let mtu = a
@@ -200,7 +211,7 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
             compare_swap: a.atomic_type == "CMP_AND_SWAP",
             report_gbits: a.report_gbits,
             port: a.port,
-            backend: a.backend.clone(),
+            backend: backend.clone(),
             iface: a.iface.clone(),
             impair,
             traffic: traffic.clone(),
@@ -217,7 +228,7 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
         size: a.size.unwrap_or(if a.lat { 8 } else { 65536 }),
         duration: Duration::from_secs_f64(a.duration),
         latency: a.lat,
-        backend: a.backend,
+        backend,
         iface: a.iface,
         port: a.port,
         mtu: mtu.unwrap_or(Mtu::M4096),

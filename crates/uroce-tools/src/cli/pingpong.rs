@@ -44,9 +44,15 @@ pub struct Args {
     /// Sleep on CQ events (req_notify_cq) instead of polling, as ibv_*_pingpong -e does.
     #[arg(short = 'e', long)]
     events: bool,
-    /// Datapath: auto, xdp or udp.
+    /// Datapath: auto, xdp or udp: the datapath of the `uroce daemon` started for the
+    /// interface when none serves it (one that runs keeps its own), or with --no-daemon
+    /// this process's own.
     #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "udp"])]
     backend: String,
+    /// Open the datapath in this process (direct mode: one uroce process per interface)
+    /// instead of through the `uroce daemon` serving the interface.
+    #[arg(long)]
+    no_daemon: bool,
     /// Interface for AF_XDP.
     #[arg(long)]
     iface: Option<String>,
@@ -91,7 +97,7 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
         rx_depth: a.rx_depth,
         validate: a.chk,
         events: a.events,
-        backend: a.backend,
+        backend: uroce_tools::backend::choice_string(&a.backend, a.no_daemon),
         iface: a.iface,
         impair,
     };

@@ -36,7 +36,8 @@ pub(super) fn setup(cfg: &PerfConfig, local: IpAddr) -> anyhow::Result<Setup> {
     // of 1024; by default the QPs share a few ports.
     let link = local_link(cfg.iface.as_deref(), local)?;
     let iface = link.iface.clone();
-    let (backend, datapath) = open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.impair)?;
+    let (mut backend, datapath) =
+        open_backend_lossy(&cfg.backend, cfg.mtu, local, &iface, cfg.impair)?;
     let udp = datapath.starts_with("UDP");
     let sports = cfg.traffic.udp_sports_for(udp);
     let sockets = match sports {
@@ -55,6 +56,7 @@ pub(super) fn setup(cfg: &PerfConfig, local: IpAddr) -> anyhow::Result<Setup> {
     }
     let mac = link.mac_for(&*backend)?;
     let mut ctx = cfg.traffic.context(&iface, mac, local, seed_of(local))?;
+    crate::backend::adopt_qpns(&mut ctx, &mut *backend)?;
     ctx.set_udp_sports(sports)
         .map_err(|e| anyhow::anyhow!("sharing UDP source ports: {e}"))?;
     let (cq, qps, mr) = rc_resources(&mut ctx, cfg.qps, cfg.size)?;

@@ -52,8 +52,27 @@ fn backends(
 ) -> anyhow::Result<(Vec<Boxed>, String, String, [u8; 6])> {
     let link = local_link(cfg.iface.as_deref(), local)?;
     let iface = link.iface.clone();
-    let choice = crate::backend::BackendChoice::parse(&cfg.backend)?;
-    let (v, what) = crate::backend::open_per_loop(choice, &iface, local, n, cfg.mtu, cfg.impair)?;
+    let (v, what) = match cfg.backend.strip_prefix(crate::backend::VIA_DAEMON) {
+        // Through the daemon: each loop a process of the daemon's of its own.
+        Some(kind) => {
+            let mut v = Vec::new();
+            let mut what = String::new();
+            for k in 0..n {
+                let (b, w) = crate::backend::open_daemon(&iface, kind)?;
+                v.push(crate::backend::impaired(
+                    b,
+                    cfg.impair,
+                    seed_of(local) ^ u64::from(k),
+                ));
+                what = format!("{w}, {n} loops on threads");
+            }
+            (v, what)
+        }
+        None => {
+            let choice = crate::backend::BackendChoice::parse(&cfg.backend)?;
+            crate::backend::open_per_loop(choice, &iface, local, n, cfg.mtu, cfg.impair)?
+        }
+    };
     let mac = match v.first() {
         Some(b) => link.mac_for(&**b)?,
         None => bail!("{what}: no loop"),
@@ -67,10 +86,11 @@ fn lanes(cfg: &PerfConfig, local: IpAddr, n: u32) -> anyhow::Result<Lanes> {
     }
     let (backends, datapath, iface, mac) = backends(cfg, local, n)?;
     let mut v = Vec::new();
-    for (k, backend) in (0..n).zip(backends) {
+    for (k, mut backend) in (0..n).zip(backends) {
         let seed = seed_of(local) ^ (u64::from(k) << 40);
         let mut ctx = cfg.traffic.context(&iface, mac, local, seed)?;
         ctx.set_qpn_space(16 * n + k, n);
+        crate::backend::adopt_qpns(&mut ctx, &mut *backend)?;
         let (cq, qpns, mr) = rc_resources(&mut ctx, 1, cfg.size)?;
         let qpn = qpns[0];
         v.push(Lane {

@@ -241,10 +241,11 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> anyhow::Result<Outcome> {
     // Resources, sized as perftest sizes its buffer.
     let size = u64::from(cfg.size);
     let half = step(size.max(cycle), cache_line);
-    let (backend, datapath) = open_backend_lossy(&cfg.backend, mtu, local, &iface, cfg.impair)?;
+    let (mut backend, datapath) = open_backend_lossy(&cfg.backend, mtu, local, &iface, cfg.impair)?;
     let mac = link.mac_for(&*backend)?;
     let seed = u64::from(u32::from(local)) ^ u64::from(std::process::id());
     let mut ctx = cfg.traffic.context(&iface, mac, IpAddr::V4(local), seed)?;
+    crate::backend::adopt_qpns(&mut ctx, &mut *backend)?;
     let cq = ctx
         .create_cq(uroce::verbs::MAX_CQE)
         .expect("MAX_CQE is a valid CQ depth");

@@ -115,6 +115,10 @@ impl<B: Backend> Backend for Impaired<B> {
         self.inner.rx_capacity()
     }
 
+    fn qpn_range(&mut self) -> std::io::Result<Option<(u32, u32)>> {
+        self.inner.qpn_range()
+    }
+
     fn receive(
         &mut self,
         timeout: Duration,

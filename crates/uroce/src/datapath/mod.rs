@@ -110,6 +110,15 @@ pub trait Backend {
         None
     }
 
+    /// The QPNs a context over this datapath must give its QPs, `(first, count)`: a
+    /// shared datapath (`uroce daemon`, [`daemon::DaemonBackend`]) steers frames by
+    /// destination QPN and hands each process numbers of its own; `None` (a datapath of
+    /// the process's own): any. Call it before creating QPs, and make the context use
+    /// them ([`crate::verbs::Context::set_qpn_space`]).
+    fn qpn_range(&mut self) -> io::Result<Option<(u32, u32)>> {
+        Ok(None)
+    }
+
     /// Sends one whole link-layer frame now (copied); see [`Backend::send_frame_with`].
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         if frame.len() > MAX_FRAME {
@@ -153,6 +162,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn rx_capacity(&self) -> Option<u64> {
         (**self).rx_capacity()
+    }
+    fn qpn_range(&mut self) -> io::Result<Option<(u32, u32)>> {
+        (**self).qpn_range()
     }
     fn send_with(
         &mut self,

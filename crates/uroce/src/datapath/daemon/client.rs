@@ -82,7 +82,13 @@ pub struct DaemonBackend {
     /// We said we sleep: the next ring of our doorbell is to be drained.
     armed: bool,
     control: Control,
+    /// QPNs claimed for [`Backend::qpn_range`], once asked.
+    range: Option<(u32, u32)>,
 }
+
+/// QPNs [`Backend::qpn_range`] claims for a context (the tools' one context over one
+/// backend; the verbs library claims blocks as it creates QPs, through [`Control`]).
+const CONTEXT_QPNS: u32 = 4096;
 
 impl DaemonBackend {
     /// Connects to the daemon listening at `path`.
@@ -129,6 +135,7 @@ impl DaemonBackend {
             needs_link,
             rx_capacity,
             armed: false,
+            range: None,
             control: Control {
                 sock: Arc::new(Mutex::new(sock)),
                 client,
@@ -299,6 +306,13 @@ impl Backend for DaemonBackend {
 
     fn wait_fds(&self) -> Vec<RawFd> {
         vec![self.to_process.as_raw_fd()]
+    }
+
+    fn qpn_range(&mut self) -> io::Result<Option<(u32, u32)>> {
+        if self.range.is_none() {
+            self.range = Some(self.control.claim_qpns(CONTEXT_QPNS)?);
+        }
+        Ok(self.range)
     }
 
     fn needs_link_addresses(&self) -> bool {
