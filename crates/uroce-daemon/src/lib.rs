@@ -96,8 +96,10 @@ struct Client {
     to_daemon: OwnedFd,
     /// The process waits on it.
     to_process: OwnedFd,
-    /// The control socket's descriptor, to cut a process that broke its ring.
-    control: RawFd,
+    /// The control socket (a descriptor of its own, so that it cannot be another
+    /// process's by the time a thread still holding this Client cuts it), to cut a
+    /// process that broke its ring.
+    control: OwnedFd,
     /// Producers into the process's ring: the receive thread and the send threads
     /// (local delivery).
     rx_lock: Mutex<()>,
@@ -108,10 +110,8 @@ impl Client {
     /// Cuts the process off (the control thread then forgets it).
     fn cut(&self) {
         if !self.broken.swap(true, Ordering::Relaxed) {
-            // SAFETY: shutdown on a socket descriptor that lives as long as the control
-            // thread's record of it, which outlives this Client's use by other threads
-            // (the control thread closes it only after removing the client).
-            unsafe { libc::shutdown(self.control, libc::SHUT_RDWR) };
+            // SAFETY: shutdown on a socket descriptor this Client owns.
+            unsafe { libc::shutdown(self.control.as_raw_fd(), libc::SHUT_RDWR) };
         }
     }
 
@@ -267,9 +267,17 @@ pub fn socket_path(args: &Args) -> anyhow::Result<PathBuf> {
     }
 }
 
-/// `uroce daemon --check`: attaches and says to whom.
+/// `uroce daemon --check`: attaches and says to whom (with `--socket`, to the daemon
+/// listening there, else to the one serving the interface).
 pub fn check(args: &Args) -> anyhow::Result<String> {
-    match uroce::datapath::daemon::DaemonBackend::find(&args.iface)? {
+    let found = match &args.socket {
+        Some(p) => Some(
+            uroce::datapath::daemon::DaemonBackend::connect(p)
+                .with_context(|| format!("uroce daemon at {}", p.display()))?,
+        ),
+        None => uroce::datapath::daemon::DaemonBackend::find(&args.iface)?,
+    };
+    match found {
         Some(b) => Ok(format!(
             "attached to uroce daemon for {} as process {} ({})",
             args.iface,
@@ -744,6 +752,12 @@ fn control_loop(
                     _ => {
                         let _ =
                             proto::send(fd.as_raw_fd(), &Reply::Err(libc::EACCES).encode(), &[]);
+                        // Nothing more comes in, and what came (its hello) is read: a
+                        // socket closed with unread messages resets its peer, whose
+                        // ECONNRESET would then take the place of our answer.
+                        // SAFETY: shutdown on a socket we own.
+                        unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RD) };
+                        while let Ok(Some(_)) = proto::recv(fd.as_raw_fd(), libc::MSG_DONTWAIT) {}
                     }
                 }
             }
@@ -830,7 +844,7 @@ fn handle(
                 region,
                 to_daemon,
                 to_process,
-                control: conn.fd.as_raw_fd(),
+                control: conn.fd.try_clone().map_err(errno)?,
                 rx_lock: Mutex::new(()),
                 broken: AtomicBool::new(false),
             });

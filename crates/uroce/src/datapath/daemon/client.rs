@@ -94,15 +94,29 @@ impl DaemonBackend {
     /// Connects to the daemon listening at `path`.
     pub fn connect(path: &Path) -> io::Result<Self> {
         let sock = proto::connect(path)?;
-        proto::send(
+        let hello = proto::send(
             sock.as_raw_fd(),
             &Request::Hello {
                 version: proto::VERSION,
             }
             .encode(),
             &[],
-        )?;
-        let (msg, mut fds) = proto::recv(sock.as_raw_fd(), 0)?.ok_or_else(|| {
+        );
+        // A daemon that refuses us says why and closes at once, maybe before our hello
+        // goes out (EPIPE): its answer is still there to read.
+        let flags = if hello.is_err() {
+            libc::MSG_DONTWAIT
+        } else {
+            0
+        };
+        let received = proto::recv(sock.as_raw_fd(), flags);
+        if let Err(e) = hello {
+            if !matches!(&received, Ok(Some((m, _))) if matches!(Reply::decode(m), Some(Reply::Err(_))))
+            {
+                return Err(e);
+            }
+        }
+        let (msg, mut fds) = received?.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 format!(
