@@ -139,7 +139,7 @@ impl Client {
 }
 
 struct Daemon {
-    backend: Mutex<Box<dyn Backend + Send>>,
+    datapaths: Vec<Datapath>,
     switch: Mutex<Switch>,
     clients: RwLock<HashMap<ClientId, Arc<Client>>>,
     /// Bumped when a process comes or goes.
@@ -212,11 +212,17 @@ fn interface_addresses(iface: &str) -> anyhow::Result<(Vec<IpAddr>, u32)> {
     Ok((info.addrs.iter().map(|&(a, _)| a).collect(), info.mtu))
 }
 
-fn open_backend(
-    args: &Args,
-    addrs: &[IpAddr],
-    mtu: u32,
-) -> anyhow::Result<Box<dyn Backend + Send>> {
+/// One datapath of the daemon and the source addresses it sends from (empty: any of the
+/// interface's, as AF_XDP, which writes the IP header itself).
+struct Datapath {
+    sources: Vec<IpAddr>,
+    backend: Mutex<Box<dyn Backend + Send>>,
+}
+
+/// The interface's datapaths: AF_XDP (one, for every address), or a UDP socket backend
+/// for each address that can be bound (IPv4 and IPv6: a UDP socket sends from the
+/// address it is bound to).
+fn open_datapaths(args: &Args, addrs: &[IpAddr], mtu: u32) -> anyhow::Result<Vec<Datapath>> {
     let mtu = uroce::verbs::Mtu::fitting(mtu).unwrap_or(uroce::verbs::Mtu::M1024);
     let xdp = || {
         XdpBackend::open_with(
@@ -226,28 +232,42 @@ fn open_backend(
             uroce::transport::rc::MAX_INFLIGHT_PSNS,
             &XdpConfig::default(),
         )
+        .map(|b| {
+            vec![Datapath {
+                sources: Vec::new(),
+                backend: Mutex::new(Box::new(b) as Box<dyn Backend + Send>),
+            }]
+        })
     };
-    let udp = || -> anyhow::Result<Box<dyn Backend + Send>> {
-        let ip = addrs
-            .iter()
-            .find(|a| a.is_ipv4())
-            .or_else(|| addrs.first())
-            .ok_or_else(|| anyhow!("{} has no IP address", args.iface))?;
-        Ok(Box::new(UdpBackend::bind(*ip).with_context(|| {
-            format!(
-                "binding UDP {ip}:4791{}",
-                uroce::datapath::holder::held_by(uroce::datapath::holder::udp_holder(
-                    *ip,
-                    uroce::wire::ROCEV2_UDP_PORT
-                ))
-            )
-        })?))
+    let udp = || -> anyhow::Result<Vec<Datapath>> {
+        let mut v = Vec::new();
+        let mut first_error = None;
+        for &ip in addrs {
+            match UdpBackend::bind(ip) {
+                Ok(b) => v.push(Datapath {
+                    sources: vec![ip],
+                    backend: Mutex::new(Box::new(b)),
+                }),
+                Err(e) => {
+                    // A link-local IPv6 address needs its scope: not served over UDP.
+                    let held = uroce::datapath::holder::held_by(
+                        uroce::datapath::holder::udp_holder(ip, uroce::wire::ROCEV2_UDP_PORT),
+                    );
+                    first_error.get_or_insert(anyhow!("binding UDP {ip}:4791{held}: {e}"));
+                }
+            }
+        }
+        match (v.is_empty(), first_error) {
+            (true, Some(e)) => Err(e),
+            (true, None) => bail!("{} has no IP address", args.iface),
+            _ => Ok(v),
+        }
     };
     match args.backend.as_str() {
-        "xdp" => Ok(Box::new(xdp().context("AF_XDP")?)),
+        "xdp" => xdp().context("AF_XDP"),
         "udp" => udp(),
         "auto" => match xdp() {
-            Ok(b) => Ok(Box::new(b)),
+            Ok(v) => Ok(v),
             Err(e) if uroce::datapath::xdp::is_held(&e) => Err(e).context("AF_XDP"),
             Err(_) => udp(),
         },
@@ -299,7 +319,7 @@ pub fn check(args: &Args) -> anyhow::Result<String> {
 /// process left. `ready` is called once the socket accepts processes.
 pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Result<()> {
     let (addrs, mtu) = interface_addresses(&args.iface)?;
-    let backend = open_backend(args, &addrs, mtu)?;
+    let datapaths = open_datapaths(args, &addrs, mtu)?;
     let path = socket_path(args)?;
     let dir = path
         .parent()
@@ -328,15 +348,21 @@ pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Resul
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
     }
     let ring_bytes = u64::from(SLOTS / 2) * 1024;
-    let rx_capacity = backend
-        .rx_capacity()
-        .map_or(ring_bytes, |c| c.min(ring_bytes));
-    let needs_link = backend.needs_link_addresses();
+    let (rx_capacity, needs_link) = {
+        let b = datapaths[0]
+            .backend
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        (
+            b.rx_capacity().map_or(ring_bytes, |c| c.min(ring_bytes)),
+            b.needs_link_addresses(),
+        )
+    };
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos() ^ std::process::id());
     let daemon = Arc::new(Daemon {
-        backend: Mutex::new(backend),
+        datapaths,
         switch: Mutex::new(Switch::new(seed)),
         clients: RwLock::new(HashMap::new()),
         generation: AtomicU64::new(0),
@@ -431,19 +457,22 @@ fn epoll_add(ep: RawFd, fd: RawFd, data: u64) -> std::io::Result<()> {
 
 /// Takes frames off the wire and hands each to the process owning its destination.
 fn receive_loop(d: &Daemon) {
-    let fds = d
-        .backend
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .wait_fds();
+    // Which datapath each descriptor is of.
+    let mut fds: Vec<(RawFd, usize)> = Vec::new();
+    for (k, dp) in d.datapaths.iter().enumerate() {
+        let b = dp.backend.lock().unwrap_or_else(|e| e.into_inner());
+        fds.extend(b.wait_fds().into_iter().map(|fd| (fd, k)));
+    }
     let mut woken: Vec<Arc<Client>> = Vec::new();
+    let mut ready = vec![true; d.datapaths.len()];
     while !d.stop.load(Ordering::Relaxed) {
         if fds.is_empty() {
             std::thread::sleep(Duration::from_millis(1));
+            ready.fill(true);
         } else {
             let mut p: Vec<libc::pollfd> = fds
                 .iter()
-                .map(|&fd| libc::pollfd {
+                .map(|&(fd, _)| libc::pollfd {
                     fd,
                     events: libc::POLLIN,
                     revents: 0,
@@ -451,58 +480,71 @@ fn receive_loop(d: &Daemon) {
                 .collect();
             // SAFETY: an array of pollfds of the given length.
             unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, 100) };
+            ready.fill(false);
+            for (pfd, &(_, k)) in p.iter().zip(&fds) {
+                ready[k] |= pfd.revents != 0;
+            }
         }
-        loop {
-            let clients = d.clients.read().unwrap_or_else(|e| e.into_inner());
-            let switch = d.switch.lock().unwrap_or_else(|e| e.into_inner());
-            let mut backend = d.backend.lock().unwrap_or_else(|e| e.into_inner());
-            let n = backend
-                .receive(Duration::ZERO, 64, &mut |r| {
-                    d.stats.rx.fetch_add(1, Ordering::Relaxed);
-                    let (dst, roce, header, data) = match r {
-                        Received::Frame(f) => match locate(f) {
-                            Some((dst, at)) => (dst, &f[at..], SlotHeader::Frame, f),
-                            None => {
-                                d.stats.rx_unrouted.fetch_add(1, Ordering::Relaxed);
-                                return;
-                            }
-                        },
-                        Received::Datagram {
-                            datagram,
-                            roce,
-                            icrc,
-                        } => (
-                            datagram.dst(),
-                            roce,
-                            SlotHeader::Datagram {
-                                datagram: *datagram,
-                                dst_mac: [0; 6],
-                                icrc,
-                            },
-                            roce,
-                        ),
-                    };
-                    match switch.route(dst, roce).and_then(|c| clients.get(&c)) {
-                        Some(c) => {
-                            if c.deliver(&d.stats, &header, data)
-                                && !woken.iter().any(|w| w.id == c.id)
-                            {
-                                woken.push(c.clone());
-                            }
-                        }
+        for (k, dp) in d.datapaths.iter().enumerate() {
+            if ready[k] {
+                receive_from(d, dp, &mut woken);
+            }
+        }
+    }
+}
+
+/// Takes what one datapath received until it has nothing left.
+fn receive_from(d: &Daemon, dp: &Datapath, woken: &mut Vec<Arc<Client>>) {
+    loop {
+        // Locks in the one order every thread takes them: clients, switch, datapath.
+        let clients = d.clients.read().unwrap_or_else(|e| e.into_inner());
+        let switch = d.switch.lock().unwrap_or_else(|e| e.into_inner());
+        let mut backend = dp.backend.lock().unwrap_or_else(|e| e.into_inner());
+        let n = backend
+            .receive(Duration::ZERO, 64, &mut |r| {
+                d.stats.rx.fetch_add(1, Ordering::Relaxed);
+                let (dst, roce, header, data) = match r {
+                    Received::Frame(f) => match locate(f) {
+                        Some((dst, at)) => (dst, &f[at..], SlotHeader::Frame, f),
                         None => {
                             d.stats.rx_unrouted.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                    },
+                    Received::Datagram {
+                        datagram,
+                        roce,
+                        icrc,
+                    } => (
+                        datagram.dst(),
+                        roce,
+                        SlotHeader::Datagram {
+                            datagram: *datagram,
+                            dst_mac: [0; 6],
+                            icrc,
+                        },
+                        roce,
+                    ),
+                };
+                match switch.route(dst, roce).and_then(|c| clients.get(&c)) {
+                    Some(c) => {
+                        if c.deliver(&d.stats, &header, data) && !woken.iter().any(|w| w.id == c.id)
+                        {
+                            woken.push(c.clone());
                         }
                     }
-                })
-                .unwrap_or(0);
-            drop((backend, switch, clients));
-            for c in woken.drain(..) {
-                c.wake();
-            }
-            if n == 0 {
-                break;
-            }
+                    None => {
+                        d.stats.rx_unrouted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+            .unwrap_or(0);
+        drop((backend, switch, clients));
+        for c in woken.drain(..) {
+            c.wake();
+        }
+        if n == 0 {
+            break;
         }
     }
 }
@@ -607,8 +649,9 @@ fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client
                 if d.mac.is_some_and(|m| neighbour_request(&buf[..len], m)) =>
             {
                 let frame = &buf[..len];
-                let b = backend
-                    .get_or_insert_with(|| d.backend.lock().unwrap_or_else(|e| e.into_inner()));
+                let Some(b) = datapath_for(d, &mut backend, None) else {
+                    continue;
+                };
                 let mut copy = |out: &mut [u8]| {
                     (out.len() >= frame.len()).then(|| {
                         out[..frame.len()].copy_from_slice(frame);
@@ -655,7 +698,11 @@ fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client
             }
             continue;
         }
-        let b = backend.get_or_insert_with(|| d.backend.lock().unwrap_or_else(|e| e.into_inner()));
+        let Some(b) = datapath_for(d, &mut backend, Some(datagram.src())) else {
+            // No datapath sends from that address (over UDP: one that could not be bound).
+            d.stats.refused.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
         let t = Transmit {
             datagram,
             dst_mac,
@@ -681,10 +728,44 @@ fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client
             }
         }
     }
-    if let Some(mut b) = backend {
+    if let Some((_, mut b)) = backend {
         let _ = b.flush();
     }
     n
+}
+
+/// A datapath's lock as [`drain`] holds it.
+type Held<'a> = Option<(usize, std::sync::MutexGuard<'a, Box<dyn Backend + Send>>)>;
+
+/// The datapath that sends from `src` (`None`: a link-layer frame, the first), locked:
+/// the one `held` holds already, or that one flushed and let go for the right one.
+fn datapath_for<'a, 'h>(
+    d: &'a Daemon,
+    held: &'h mut Held<'a>,
+    src: Option<IpAddr>,
+) -> Option<&'h mut Box<dyn Backend + Send>> {
+    let k = match src {
+        None => 0,
+        Some(ip) => d
+            .datapaths
+            .iter()
+            .position(|dp| dp.sources.is_empty() || dp.sources.contains(&ip))?,
+    };
+    if held.as_ref().is_some_and(|(j, _)| *j != k) {
+        if let Some((_, mut b)) = held.take() {
+            let _ = b.flush();
+        }
+    }
+    let (_, b) = held.get_or_insert_with(|| {
+        (
+            k,
+            d.datapaths[k]
+                .backend
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        )
+    });
+    Some(b)
 }
 
 /// A connection on the control socket.

@@ -34,6 +34,19 @@ pub fn ensure(iface: &str, backend: &str) -> anyhow::Result<(PathBuf, bool)> {
     let exe = std::env::current_exe().context("finding the uroce binary")?;
     let dir = path.parent().context("socket directory")?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // One starter at a time (eight ranks of a job start at once): the others wait here,
+    // then find the daemon the first one started.
+    let lock_path = dir.join(format!("{iface}.lock"));
+    let lock = std::fs::File::create(&lock_path)
+        .with_context(|| format!("creating {}", lock_path.display()))?;
+    // SAFETY: flock on a descriptor we own; released when `lock` is closed.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("locking {}", lock_path.display()));
+    }
+    if proto::connect(&path).is_ok() {
+        return Ok((path, false));
+    }
     let log_path = dir.join(format!("{iface}.log"));
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;

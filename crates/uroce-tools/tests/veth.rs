@@ -255,10 +255,19 @@ fn interrupted_perf_leaves_no_xdp_program_or_process() {
             .unwrap();
         String::from_utf8_lossy(&o.stdout).contains("prog/xdp")
     };
-    let mut server = perf_server(&pair, &["--backend=xdp", "--port", "18602"]);
+    // Direct mode: what the killed process itself held (a daemon outlives its processes
+    // on purpose, for a few seconds).
+    let mut server = perf_server(&pair, &["--backend=xdp", "--no-daemon", "--port", "18602"]);
     let addr = pair.addrs[1].to_string();
     let mut client = uroce_in(&pair.ns[0], &["perf", "write", &addr])
-        .args(["--backend=xdp", "--port", "18602", "--duration", "60"])
+        .args([
+            "--backend=xdp",
+            "--no-daemon",
+            "--port",
+            "18602",
+            "--duration",
+            "60",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -584,7 +593,10 @@ fn gso_segments_on_the_wire_carry_good_icrcs() {
         );
         return;
     }
-    let flags = ["--backend=udp", "--port", "18602"];
+    // Direct mode: the UDP backend's own GSO sends (through a daemon the server's ACKs
+    // go as GSO runs too, which the server's veth, segmenting in hardware, hands to the
+    // capture uncut).
+    let flags = ["--backend=udp", "--no-daemon", "--port", "18602"];
     let cap = Capture::start(Some(pair.ns[0].clone()), pair.ifaces[0].clone(), false).unwrap();
     let mut server = perf_server(&pair, &flags);
     let addr = pair.addrs[1].to_string();
