@@ -3,9 +3,10 @@
 //! namespace, side B in the other), each with Q RC QPs to Q different processes of the
 //! other side: RDMA WRITE, RDMA READ and SEND every iteration, every byte checked.
 //!
-//! Today uroce serves one process per interface (a second one is EADDRINUSE), so only the
-//! one-process-per-side meshes run; the many-process ones and the kill -9 one wait for the
-//! shared datapath (the uroce daemon). Needs root, iproute2, a C compiler and
+//! `uroce run` starts a `uroce daemon` per namespace for the interface, which every
+//! process of that side shares (the shared datapath): 8 processes x 4 QPs per side
+//! all-to-all, and a process killed with SIGKILL mid-transfer while the others finish.
+//! Needs root, iproute2, a C compiler and
 //! `<infiniband/verbs.h>`; says why and skips otherwise. `cargo build` first: `uroce run`
 //! takes libibverbs.so.1 from next to the uroce binary.
 

@@ -1,0 +1,282 @@
+//! Two unmodified programs on ONE address, as on a host with a RoCE NIC: the distro's
+//! `ib_write_bw`, `ibv_rc_pingpong` and `rping` server and client in one network
+//! namespace on one interface, each through `uroce run`, which starts one `uroce daemon`
+//! for the interface that both attach to (its frames between them never reach the wire).
+//! Over AF_XDP and over the UDP backend. Root, iproute2 and the distro's perftest,
+//! ibverbs-utils and rdmacm-utils (scripts/setup.sh installs them); each case says why
+//! and skips otherwise. `cargo build` first: `uroce run` takes the libraries from next
+//! to the uroce binary.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use uroce_tools::netns::{self, VethPair};
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn can_run(tools: &[&str]) -> bool {
+    if let Err(e) = netns::check_privileges() {
+        eprintln!("SKIP: {e:#}");
+        return false;
+    }
+    if let Some(t) = tools.iter().find(|t| !have(t)) {
+        eprintln!("SKIP: {t} is not installed (scripts/setup.sh installs it)");
+        return false;
+    }
+    true
+}
+
+/// `uroce run --iface IF --backend B -- ARGS` in namespace `ns`, under a timeout.
+fn uroce_run(ns: &str, iface: &str, backend: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_uroce"), "run"])
+        .args([
+            "--iface",
+            iface,
+            "--backend",
+            backend,
+            "--",
+            "timeout",
+            "60",
+        ])
+        .args(args);
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs `server` in the background, then `client` (after `settle`), both on the first
+/// namespace's interface and address; returns both outputs.
+fn pair_on_one_address(
+    pair: &VethPair,
+    backend: &str,
+    server: &[&str],
+    client: &[&str],
+    settle: Duration,
+) -> (Output, Output) {
+    let (ns, iface) = (&pair.ns[0], &pair.ifaces[0]);
+    let s = uroce_run(ns, iface, backend, server)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the server");
+    std::thread::sleep(settle);
+    let c = uroce_run(ns, iface, backend, client)
+        .output()
+        .expect("running the client");
+    let start = Instant::now();
+    let mut s = s;
+    while s.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = s.kill();
+    (s.wait_with_output().unwrap(), c)
+}
+
+/// The `uroce daemon` serving the namespace's interface answers `--check`.
+fn daemon_serves(pair: &VethPair) -> String {
+    let o = Command::new("ip")
+        .args(["netns", "exec", &pair.ns[0], env!("CARGO_BIN_EXE_uroce")])
+        .args(["daemon", "--check", "--iface", &pair.ifaces[0]])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "no daemon serves the interface: {}",
+        text(&o)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn ib_write_bw_on_one_address(backend: &str) {
+    if !can_run(&["ib_write_bw"]) {
+        return;
+    }
+    let pair = VethPair::create("sdw", 1500).unwrap();
+    let dev = format!("uroce_{}", pair.ifaces[0]);
+    let addr = pair.addrs[0].to_string();
+    let common = [
+        "-d",
+        dev.as_str(),
+        "-x",
+        "1",
+        "-F",
+        "-n",
+        "2000",
+        "-s",
+        "65536",
+    ];
+    let mut client: Vec<&str> = vec!["ib_write_bw"];
+    client.extend(common);
+    client.push(&addr);
+    let mut server = vec!["ib_write_bw"];
+    server.extend(common);
+    let (s, c) = pair_on_one_address(
+        &pair,
+        backend,
+        &server,
+        &client,
+        Duration::from_millis(1500),
+    );
+    assert!(c.status.success(), "client: {}", text(&c));
+    assert!(s.status.success(), "server: {}", text(&s));
+    let out = String::from_utf8_lossy(&c.stdout);
+    let row = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("65536"))
+        .unwrap_or_else(|| panic!("no result row: {}", text(&c)));
+    let avg: f64 = row.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!(avg > 0.0, "{row}");
+    let how = daemon_serves(&pair);
+    let want = if backend == "xdp" { "AF_XDP" } else { "UDP" };
+    assert!(how.contains(want), "{how}");
+}
+
+#[test]
+fn ib_write_bw_server_and_client_on_one_address_over_af_xdp() {
+    ib_write_bw_on_one_address("xdp");
+}
+
+#[test]
+fn ib_write_bw_server_and_client_on_one_address_over_udp() {
+    ib_write_bw_on_one_address("udp");
+}
+
+fn rc_pingpong_on_one_address(backend: &str) {
+    if !can_run(&["ibv_rc_pingpong"]) {
+        return;
+    }
+    let pair = VethPair::create("sdp", 1500).unwrap();
+    let addr = pair.addrs[0].to_string();
+    let args = [
+        "ibv_rc_pingpong",
+        "-g",
+        "1",
+        "-n",
+        "200",
+        "-c",
+        "-p",
+        "18761",
+    ];
+    let mut client = args.to_vec();
+    client.push(&addr);
+    let (s, c) = pair_on_one_address(&pair, backend, &args, &client, Duration::from_millis(1500));
+    assert!(c.status.success(), "client: {}", text(&c));
+    assert!(s.status.success(), "server: {}", text(&s));
+    for o in [&s, &c] {
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("200 iters in"),
+            "{}",
+            text(o)
+        );
+    }
+}
+
+#[test]
+fn ibv_rc_pingpong_on_one_address_over_af_xdp() {
+    rc_pingpong_on_one_address("xdp");
+}
+
+#[test]
+fn ibv_rc_pingpong_on_one_address_over_udp() {
+    rc_pingpong_on_one_address("udp");
+}
+
+fn rping_on_one_address(backend: &str) {
+    if !can_run(&["rping"]) {
+        return;
+    }
+    let pair = VethPair::create("sdr", 1500).unwrap();
+    let addr = pair.addrs[0].to_string();
+    let server = [
+        "rping",
+        "-s",
+        "-a",
+        addr.as_str(),
+        "-p",
+        "18762",
+        "-C",
+        "10",
+        "-v",
+    ];
+    let client = [
+        "rping",
+        "-c",
+        "-a",
+        addr.as_str(),
+        "-p",
+        "18762",
+        "-C",
+        "10",
+        "-v",
+    ];
+    let (s, c) = pair_on_one_address(
+        &pair,
+        backend,
+        &server,
+        &client,
+        Duration::from_millis(1500),
+    );
+    assert!(c.status.success(), "client: {}", text(&c));
+    let pings = String::from_utf8_lossy(&c.stdout)
+        .lines()
+        .filter(|l| l.starts_with("ping data: rdma-ping-"))
+        .count();
+    assert_eq!(pings, 10, "client: {}", text(&c));
+    let served = String::from_utf8_lossy(&s.stdout)
+        .lines()
+        .filter(|l| l.starts_with("server ping data: rdma-ping-"))
+        .count();
+    assert_eq!(served, 10, "server: {}", text(&s));
+}
+
+#[test]
+fn rping_server_and_client_on_one_address_over_af_xdp() {
+    rping_on_one_address("xdp");
+}
+
+#[test]
+fn rping_server_and_client_on_one_address_over_udp() {
+    rping_on_one_address("udp");
+}
+
+/// A second `rping -s` on the port the first listens on is refused, as the kernel's
+/// rdma_cm refuses a port in use: the daemon owns the host's listens.
+#[test]
+fn a_second_listener_on_a_port_in_use_is_refused() {
+    if !can_run(&["rping"]) {
+        return;
+    }
+    let pair = VethPair::create("sdl", 1500).unwrap();
+    let (ns, iface) = (&pair.ns[0], &pair.ifaces[0]);
+    let addr = pair.addrs[0].to_string();
+    let server = ["rping", "-s", "-a", addr.as_str(), "-p", "18763", "-C", "1"];
+    let mut first = uroce_run(ns, iface, "udp", &server)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let second = uroce_run(ns, iface, "udp", &server).output().unwrap();
+    let _ = first.kill();
+    let _ = first.wait();
+    assert!(!second.status.success(), "{}", text(&second));
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        err.contains("rdma_listen: Address already in use"),
+        "{}",
+        text(&second)
+    );
+}
