@@ -144,8 +144,36 @@ fn run_mesh(
         eprintln!("SKIP: {why}");
         return None;
     }
-    let exe = mesh_exe();
     let pair = VethPair::create("mesh", 1500).expect("veth pair");
+    Some(run_mesh_on(&pair, backend, procs_per_side, qps, iters, die))
+}
+
+/// The pids of the `uroce daemon`s running in namespace `ns`.
+fn daemons_in(ns: &str) -> Vec<u32> {
+    let o = Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"daemon"))
+        })
+        .collect()
+}
+
+/// [`run_mesh`] on a veth pair made already.
+fn run_mesh_on(
+    pair: &VethPair,
+    backend: &str,
+    procs_per_side: usize,
+    qps: usize,
+    iters: usize,
+    die: Option<(Side, usize, usize)>,
+) -> Vec<String> {
+    let exe = mesh_exe();
     static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
         "uroce-mesh-{}-{}",
@@ -291,9 +319,8 @@ fn run_mesh(
     for (_, _, o) in &outs {
         eprint!("{o}");
     }
-    drop(pair);
     let _ = std::fs::remove_dir_all(&dir);
-    Some(outs.into_iter().map(|(_, _, o)| o).collect())
+    outs.into_iter().map(|(_, _, o)| o).collect()
 }
 
 #[test]
@@ -321,7 +348,24 @@ fn mesh_eight_processes_per_side_xdp() {
 /// process of side A finishes untouched.
 #[test]
 fn mesh_kill_9_one_process() {
-    run_mesh("udp", 4, 4, 200, Some((Side::A, 1, 20)));
+    if let Some(why) = cannot_run() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let pair = VethPair::create("mesh", 1500).expect("veth pair");
+    run_mesh_on(&pair, "udp", 4, 4, 200, Some((Side::A, 1, 20)));
+    // The same daemons serve new processes after it (within their linger).
+    let before = [daemons_in(&pair.ns[0]), daemons_in(&pair.ns[1])];
+    assert!(
+        before.iter().all(|d| d.len() == 1),
+        "one daemon per side: {before:?}"
+    );
+    run_mesh_on(&pair, "udp", 2, 2, 50, None);
+    let after = [daemons_in(&pair.ns[0]), daemons_in(&pair.ns[1])];
+    assert_eq!(
+        before, after,
+        "the daemons that saw the kill served the next mesh"
+    );
 }
 
 /// The same with one process per side, which runs today: side A's only process dies
