@@ -671,7 +671,14 @@ fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client
         };
         let roce = &buf[..len];
         if switch
-            .check_send(c.id, datagram.src(), datagram.udp.dst_port, roce, &local)
+            .check_send(
+                c.id,
+                datagram.src(),
+                datagram.dst(),
+                datagram.udp.dst_port,
+                roce,
+                &local,
+            )
             .is_err()
         {
             d.stats.refused.fetch_add(1, Ordering::Relaxed);

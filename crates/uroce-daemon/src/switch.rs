@@ -13,7 +13,11 @@
 //!   (IBTA §12.6: the Local Communication ID of a REQ, REP, MRA or REJ; a SIDR REQ's
 //!   Request ID).
 //! - **Sources**: a process sends only from the interface's addresses and, where the
-//!   packet names its source QP (UD's DETH), from its own QPNs or QP 1.
+//!   packet names its source QP (UD's DETH), from its own QPNs or QP 1. RC and UC packets
+//!   name no source QP: a flow (destination address and QPN) belongs to the first process
+//!   that sends on it, until it leaves, and another's packets on it are refused (a
+//!   connected QP talks to one peer QP; a process cannot inject into another's
+//!   connection).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -23,6 +27,8 @@ pub use uroce::datapath::daemon::proto::QPN_BLOCK;
 
 /// How long a block of QPNs a process let go is not handed out again.
 pub const QUARANTINE: Duration = Duration::from_secs(60);
+/// RC / UC flows remembered per process (the oldest are forgotten first).
+const FLOWS_PER_CLIENT: usize = 1 << 16;
 /// Communication IDs remembered per process (the oldest are forgotten first).
 const COMM_IDS_PER_CLIENT: usize = 16384;
 
@@ -36,6 +42,8 @@ pub type ClientId = u32;
 /// BTH opcodes of UD (the only ones with a DETH naming the source QP).
 const UD_SEND_ONLY: u8 = 0x64;
 const UD_SEND_ONLY_IMM: u8 = 0x65;
+/// The CNP (RoCEv2 Annex A17.9.2): to the QP that sent what was marked, from anyone's.
+const CNP: u8 = 0x81;
 const BTH_LEN: usize = 12;
 const DETH_LEN: usize = 8;
 const MAD: usize = BTH_LEN + DETH_LEN;
@@ -84,6 +92,8 @@ pub enum Refusal {
     ForeignQp,
     /// Not UDP port 4791.
     NotRoce,
+    /// RC or UC to a destination QP another process sends to.
+    ForeignFlow,
 }
 
 /// The daemon's tables.
@@ -96,6 +106,9 @@ pub struct Switch {
     listeners: HashMap<(u64, IpAddr), ClientId>,
     comm_ids: HashMap<u32, ClientId>,
     learnt: HashMap<ClientId, VecDeque<u32>>,
+    /// RC and UC flows (destination address and QPN) and the process sending on each.
+    flows: HashMap<(IpAddr, u32), ClientId>,
+    flows_of: HashMap<ClientId, VecDeque<(IpAddr, u32)>>,
 }
 
 impl Switch {
@@ -109,6 +122,8 @@ impl Switch {
             listeners: HashMap::new(),
             comm_ids: HashMap::new(),
             learnt: HashMap::new(),
+            flows: HashMap::new(),
+            flows_of: HashMap::new(),
         }
     }
 
@@ -192,6 +207,11 @@ impl Switch {
         self.freed
             .retain(|_, t| now.duration_since(*t) < QUARANTINE);
         self.listeners.retain(|_, c| *c != client);
+        for key in self.flows_of.remove(&client).unwrap_or_default() {
+            if self.flows.get(&key) == Some(&client) {
+                self.flows.remove(&key);
+            }
+        }
         if let Some(ids) = self.learnt.remove(&client) {
             for id in ids {
                 if self.comm_ids.get(&id) == Some(&client) {
@@ -207,6 +227,7 @@ impl Switch {
         &mut self,
         client: ClientId,
         src: IpAddr,
+        dst: IpAddr,
         dst_port: u16,
         roce: &[u8],
         local: &[IpAddr],
@@ -219,6 +240,25 @@ impl Switch {
         }
         if !local.contains(&src) {
             return Err(Refusal::ForeignAddress);
+        }
+        if !matches!(roce[0], UD_SEND_ONLY | UD_SEND_ONLY_IMM | CNP) {
+            // RC and UC: the flow (destination address and QP) is the first sender's.
+            let key = (dst, dest_qp(roce).ok_or(Refusal::Short)?);
+            return match self.flows.get(&key) {
+                Some(&c) if c == client => Ok(()),
+                Some(_) => Err(Refusal::ForeignFlow),
+                None => {
+                    self.flows.insert(key, client);
+                    let mine = self.flows_of.entry(client).or_default();
+                    mine.push_back(key);
+                    if mine.len() > FLOWS_PER_CLIENT {
+                        if let Some(old) = mine.pop_front() {
+                            self.flows.remove(&old);
+                        }
+                    }
+                    Ok(())
+                }
+            };
         }
         if matches!(roce[0], UD_SEND_ONLY | UD_SEND_ONLY_IMM) {
             let src_qp = be32(roce, BTH_LEN + 4)
@@ -355,7 +395,10 @@ mod tests {
         // Process 8 connects out: its REQ teaches the daemon its comm ID; the REP that
         // answers names it as the remote one.
         s.claim_qpns(8, 1, t0).unwrap();
-        assert_eq!(s.check_send(8, ip("10.0.0.1"), 4791, &req, &local), Ok(()));
+        assert_eq!(
+            s.check_send(8, ip("10.0.0.1"), ip("10.0.0.2"), 4791, &req, &local),
+            Ok(())
+        );
         let rep = ud(
             1,
             1,
@@ -364,7 +407,10 @@ mod tests {
         );
         assert_eq!(s.route(ip("10.0.0.1"), &rep), Some(8));
         // Another process cannot take the comm ID over.
-        assert_eq!(s.check_send(9, ip("10.0.0.1"), 4791, &req, &local), Ok(()));
+        assert_eq!(
+            s.check_send(9, ip("10.0.0.1"), ip("10.0.0.2"), 4791, &req, &local),
+            Ok(())
+        );
         assert_eq!(s.route(ip("10.0.0.1"), &rep), Some(8));
         // SIDR: the reply carries the request ID.
         let sidr = ud(
@@ -374,7 +420,7 @@ mod tests {
             &[(0, &77u32.to_be_bytes()), (8, &sid.to_be_bytes())],
         );
         assert_eq!(s.route(ip("10.0.0.1"), &sidr), Some(7));
-        s.check_send(8, ip("10.0.0.1"), 4791, &sidr, &local)
+        s.check_send(8, ip("10.0.0.1"), ip("10.0.0.2"), 4791, &sidr, &local)
             .unwrap();
         let sidr_rep = ud(1, 1, attr::SIDR_REP, &[(0, &77u32.to_be_bytes())]);
         assert_eq!(s.route(ip("10.0.0.1"), &sidr_rep), Some(8));
@@ -394,27 +440,43 @@ mod tests {
         let (mine, _) = s.claim_qpns(1, 1, t0).unwrap();
         let (theirs, _) = s.claim_qpns(2, 1, t0).unwrap();
         let ok = ud(0x200, mine, 0, &[]);
-        assert_eq!(s.check_send(1, ip("10.0.0.1"), 4791, &ok, &local), Ok(()));
+        assert_eq!(
+            s.check_send(1, ip("10.0.0.1"), ip("10.0.0.2"), 4791, &ok, &local),
+            Ok(())
+        );
         let forged = ud(0x200, theirs, 0, &[]);
         assert_eq!(
-            s.check_send(1, ip("10.0.0.1"), 4791, &forged, &local),
+            s.check_send(1, ip("10.0.0.1"), ip("10.0.0.2"), 4791, &forged, &local),
             Err(Refusal::ForeignQp)
         );
         assert_eq!(
-            s.check_send(1, ip("10.9.9.9"), 4791, &ok, &local),
+            s.check_send(1, ip("10.9.9.9"), ip("10.0.0.2"), 4791, &ok, &local),
             Err(Refusal::ForeignAddress)
         );
         assert_eq!(
-            s.check_send(1, ip("10.0.0.1"), 53, &ok, &local),
+            s.check_send(1, ip("10.0.0.1"), ip("10.0.0.2"), 53, &ok, &local),
             Err(Refusal::NotRoce)
         );
         assert_eq!(
-            s.check_send(1, ip("10.0.0.1"), 4791, &[0; 8], &local),
+            s.check_send(1, ip("10.0.0.1"), ip("10.0.0.2"), 4791, &[0; 8], &local),
             Err(Refusal::Short)
         );
-        // RC names no source QP: only the address is checked.
+        // RC names no source QP: a flow is its first sender's, until it leaves.
         let mut rc = vec![0u8; 32];
         rc[0] = 0x04;
-        assert_eq!(s.check_send(1, ip("10.0.0.1"), 4791, &rc, &local), Ok(()));
+        rc[5..8].copy_from_slice(&[0, 0x12, 0x34]);
+        assert_eq!(
+            s.check_send(2, ip("10.0.0.1"), ip("10.0.0.9"), 4791, &rc, &local),
+            Ok(())
+        );
+        assert_eq!(
+            s.check_send(1, ip("10.0.0.1"), ip("10.0.0.9"), 4791, &rc, &local),
+            Err(Refusal::ForeignFlow)
+        );
+        s.forget(2, t0);
+        assert_eq!(
+            s.check_send(1, ip("10.0.0.1"), ip("10.0.0.2"), 4791, &rc, &local),
+            Ok(())
+        );
     }
 }
