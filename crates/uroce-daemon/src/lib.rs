@@ -293,6 +293,24 @@ pub fn socket_path(args: &Args) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// Refuses a socket directory another user owns or may write to (under /tmp, another
+/// user could have made `/tmp/uroce-UID` first and would then own our socket's name).
+fn owned_by_us(dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(dir).with_context(|| format!("{}", dir.display()))?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !m.is_dir() || (m.uid() != me && m.uid() != 0) || m.mode() & 0o022 != 0 {
+        bail!(
+            "{} is not a directory of this user's that only it may write to (owner uid {}, mode {:o})",
+            dir.display(),
+            m.uid(),
+            m.mode() & 0o7777
+        );
+    }
+    Ok(())
+}
+
 /// `uroce daemon --check`: attaches and says to whom (with `--socket`, to the daemon
 /// listening there, else to the one serving the interface).
 pub fn check(args: &Args) -> anyhow::Result<String> {
@@ -331,6 +349,10 @@ pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Resul
         .parent()
         .ok_or_else(|| anyhow!("socket path without a directory"))?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    owned_by_us(dir)?;
+    if let Some(up) = dir.parent().filter(|_| args.socket.is_none()) {
+        owned_by_us(up)?;
+    }
     if path.exists() {
         if proto::connect(&path).is_ok() {
             bail!(
