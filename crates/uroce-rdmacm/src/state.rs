@@ -144,13 +144,27 @@ pub(crate) struct State {
     /// channel, queued only once the MADs that answer what arrived are sent (a DREP must
     /// leave before the program, told it is disconnected, may exit).
     pub deferred: Option<Vec<(usize, CBox<EventBox>)>>,
+    /// The process whose state this is ([`lock`] starts afresh in a forked child).
+    pub pid: u32,
 }
 
-/// The CM thread's wake-up eventfd.
+/// The CM thread's wake-up eventfd (this process's: a child of a fork makes its own, as
+/// it runs a CM thread of its own).
 fn wake_fd() -> RawFd {
-    static WAKE: OnceLock<OwnedFd> = OnceLock::new();
-    WAKE.get_or_init(|| eventfd(libc::EFD_NONBLOCK).expect("eventfd"))
-        .as_raw_fd()
+    static WAKE: Mutex<Option<(u32, RawFd)>> = Mutex::new(None);
+    let mut w = WAKE.lock().unwrap_or_else(|e| e.into_inner());
+    let me = std::process::id();
+    match *w {
+        Some((pid, fd)) if pid == me => fd,
+        _ => {
+            // The parent's stays open (its CM thread is the parent's).
+            let fd = eventfd(libc::EFD_NONBLOCK).expect("eventfd");
+            let raw = fd.as_raw_fd();
+            std::mem::forget(fd);
+            *w = Some((me, raw));
+            raw
+        }
+    }
 }
 
 pub(crate) use crate::ffi::{eventfd, signal, take_one};
@@ -187,6 +201,15 @@ impl std::ops::DerefMut for Guard {
 /// The state, locked (created at the first call).
 pub(crate) fn lock() -> Guard {
     let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    if g.as_ref().is_some_and(|s| s.pid != std::process::id()) {
+        // A child of a fork (Python's multiprocessing, a server forking per client): the
+        // state is the parent's, its CM thread is not running here and its devices'
+        // contexts are the parent's. Start afresh; what the parent's state holds is
+        // forgotten, not dropped (dropping would close the parent's contexts).
+        if let Some(old) = g.take() {
+            std::mem::forget(old);
+        }
+    }
     if g.is_none() {
         let seed = run_seed();
         *g = Some(State {
@@ -197,6 +220,7 @@ pub(crate) fn lock() -> Guard {
             rng: seed | 1,
             thread: false,
             deferred: None,
+            pid: std::process::id(),
         });
     }
     Guard(g)

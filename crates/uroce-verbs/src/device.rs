@@ -258,6 +258,10 @@ struct ContextEntry {
     _vctx: ffi::CBox<verbs_context>,
     device: &'static Device,
     shared: Arc<Shared>,
+    /// The process that opened it: after a fork the child inherits the entry, but not
+    /// the engine's progress thread nor its datapath (a daemon's rings are the
+    /// parent's), so the child opens engines of its own and never stops an inherited one.
+    pid: u32,
 }
 
 /// The state of the open context `ctx`, if it is one. A verb holds it (not the
@@ -401,7 +405,10 @@ fn open(device: &'static Device) -> *mut ibv_context {
     let mut contexts = lock(&CONTEXTS);
     let existing = contexts
         .as_ref()
-        .and_then(|m| m.values().find(|e| std::ptr::eq(e.device, device)))
+        .and_then(|m| {
+            m.values()
+                .find(|e| std::ptr::eq(e.device, device) && e.pid == std::process::id())
+        })
         .map(|e| e.shared.clone());
     let shared = match existing {
         Some(s) => s,
@@ -424,6 +431,7 @@ fn open(device: &'static Device) -> *mut ibv_context {
             _vctx: c,
             device,
             shared,
+            pid: std::process::id(),
         },
     );
     // The `context` member, inside the allocation.
@@ -478,6 +486,12 @@ fn close(ctx: *mut ibv_context) -> bool {
     let last = !lock(&CONTEXTS)
         .as_ref()
         .is_some_and(|m| m.values().any(|e| Arc::ptr_eq(&e.shared, &c.shared)));
+    if c.pid != std::process::id() {
+        // Inherited over a fork: the engine's thread is the parent's (joining it here
+        // would wait for nothing that exists); what it holds stays, as memory.
+        std::mem::forget(c);
+        return true;
+    }
     if last {
         c.shared.stop();
     }
