@@ -11,9 +11,10 @@
 #   2. the 8-byte round trip: ib_send_lat -s 8 (LAT_PROG), its t_typical (perftest's
 #      median), through the daemons against direct: the difference in us and the ratio.
 #      ib_send_lat, not ib_write_lat: ib_write_lat's receiver spins on memory, never on a
-#      CQ, so in direct mode uroce's progress thread (not the program's polling) moves its
-#      packets and the figure is that thread's wake-up time (about 0.5 ms here), not the
-#      datapath's;
+#      CQ, and in direct mode gave about 0.585 ms on both backends on a 2-core machine
+#      (ib_send_lat: 4-7 us), most likely uroce's progress thread taking over from a
+#      program that stopped polling (APP_ACTIVE in crates/uroce-verbs/src/engine.rs),
+#      not the datapath;
 #   3. N processes at once against one, all through one daemon per side: N concurrent
 #      ib_write_bw pairs (N = 1, 2, 4, and 8 with 8 cores or more; each pair on its own
 #      TCP port; each client runs AGG_SECONDS seconds, -D, so they overlap), the
