@@ -84,7 +84,16 @@ pub struct DaemonBackend {
     control: Control,
     /// QPNs claimed for [`Backend::qpn_range`], once asked.
     range: Option<(u32, u32)>,
+    /// The next slot to write when slots are written and not published yet: they are
+    /// published together ([`Backend::flush`], or every [`PUBLISH_EVERY`]), so the
+    /// daemon takes a batch at a time (and sends it as one, GSO over UDP) instead of
+    /// chasing each packet.
+    unpublished: Option<u32>,
 }
+
+/// Slots written before they are published even without a flush, so that the daemon
+/// works on a long batch while the rest is written.
+const PUBLISH_EVERY: u32 = 32;
 
 /// QPNs [`Backend::qpn_range`] claims for a context (the tools' one context over one
 /// backend; the verbs library claims blocks as it creates QPs, through [`Control`]).
@@ -150,6 +159,7 @@ impl DaemonBackend {
             rx_capacity,
             armed: false,
             range: None,
+            unpublished: None,
             control: Control {
                 sock: Arc::new(Mutex::new(sock)),
                 client,
@@ -220,12 +230,14 @@ impl Backend for DaemonBackend {
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
     ) -> io::Result<bool> {
         let ring = self.region.ring(Dir::ToDaemon);
-        let Some(index) = ring.free_slot().map_err(ring_error)? else {
-            // Full: make sure the daemon is awake to empty it.
+        let index = self.unpublished.unwrap_or_else(|| ring.published());
+        if !ring.is_free(index).map_err(ring_error)? {
+            // Full: make sure the daemon has all of it and is awake to empty it.
             self.flush()?;
             return Err(io::ErrorKind::WouldBlock.into());
-        };
-        // SAFETY: a free slot of the ring this backend alone produces into.
+        }
+        // SAFETY: a free slot of the ring this backend alone produces into, not yet
+        // published (the daemon does not look at it).
         let slot = unsafe { ring.slot_mut(index) };
         let (head, body) = slot.split_at_mut(HEADER_LEN);
         let Some(t) = build(&mut body[..MAX_FRAME]) else {
@@ -240,7 +252,16 @@ impl Backend for DaemonBackend {
             head.try_into().expect("header"),
             t.len.min(MAX_FRAME) as u32,
         );
-        ring.publish(index);
+        let next = index.wrapping_add(1);
+        if next.wrapping_sub(ring.published()) >= PUBLISH_EVERY {
+            ring.publish(index);
+            self.unpublished = None;
+            if ring.consumer_needs_wake() {
+                proto::ring(self.to_daemon.as_raw_fd());
+            }
+        } else {
+            self.unpublished = Some(next);
+        }
         Ok(true)
     }
 
@@ -256,9 +277,10 @@ impl Backend for DaemonBackend {
                 "the daemon's datapath (UDP) does not send link-layer frames",
             ));
         }
+        // Datagrams written before go first.
+        self.flush()?;
         let ring = self.region.ring(Dir::ToDaemon);
         let Some(index) = ring.free_slot().map_err(ring_error)? else {
-            self.flush()?;
             return Err(io::ErrorKind::WouldBlock.into());
         };
         // SAFETY: a free slot of the ring this backend alone produces into.
@@ -273,7 +295,11 @@ impl Backend for DaemonBackend {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        if self.region.ring(Dir::ToDaemon).consumer_needs_wake() {
+        let ring = self.region.ring(Dir::ToDaemon);
+        if let Some(next) = self.unpublished.take() {
+            ring.publish(next.wrapping_sub(1));
+        }
+        if ring.consumer_needs_wake() {
             proto::ring(self.to_daemon.as_raw_fd());
         }
         Ok(())

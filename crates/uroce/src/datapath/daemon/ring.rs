@@ -212,6 +212,19 @@ impl<'a> Ring<'a> {
         Ok((self.used(head, tail)? < SLOTS).then_some(head))
     }
 
+    /// The producer's own view, for writing several slots before publishing them at
+    /// once: whether slot `index` (the next after those written and not published yet,
+    /// from [`Ring::published`] on) is free.
+    pub fn is_free(&self, index: u32) -> Result<bool, RingError> {
+        let tail = self.tail().load(Ordering::Acquire);
+        Ok(self.used(index, tail)? < SLOTS)
+    }
+
+    /// The index of the next slot to publish (the producer's).
+    pub fn published(&self) -> u32 {
+        self.head().load(Ordering::Relaxed)
+    }
+
     /// The slot at `index` to write (the producer's, between [`Ring::free_slot`] and
     /// [`Ring::publish`]).
     ///
