@@ -1205,6 +1205,23 @@ pub(crate) fn init_qp_attr(id: *mut rdma_cm_id, attr: &mut ibv_qp_attr, mask: &m
 }
 
 /// `rdma_set_option`: RDMA_OPTION_ID_TOS, _REUSEADDR, _AFONLY, _ACK_TIMEOUT;
+/// `rdma_set_local_ece` and `rdma_get_remote_ece` on `id`: 0, or -1 with EINVAL for an id
+/// that is not one or has a QP of its own (enhanced connection establishment is for a
+/// QP the program made itself and connects through the id). uroce's CM, as rdma_rxe's
+/// devices, puts no ECE on the wire: the local one is accepted, the remote one is all
+/// zero (no vendor, no options), what librdmacm reports on a device without ECE.
+pub(crate) fn ece(id: *mut rdma_cm_id) -> c_int {
+    let g = lock();
+    let k = match id_key(&g, id) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    if !tri!(cid(&g, k)).qp.is_null() {
+        return fail(libc::EINVAL);
+    }
+    0
+}
+
 /// RDMA_OPTION_IB_PATH is accepted and ignored (the path over RoCE is made locally).
 /// `val` is the option's first bytes (at least one, at most four): a byte, or an int
 /// when there are four.

@@ -141,9 +141,44 @@ unsupported! {
         mc_join_attr: *mut rdma_cm_join_mc_attr_ex,
         context: *mut c_void,
     ) -> minus1 @@ "RDMACM_1.1";
-    fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> minus1 @@ "RDMACM_1.3";
-    fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> minus1 @@ "RDMACM_1.3";
 }
+
+/// `rdma_set_local_ece`: see `api::ece`.
+///
+/// # Safety
+/// `id` is an id of this library or any pointer (refused); `ece` NULL (EINVAL) or
+/// readable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    ffi::minus1("rdma_set_local_ece", move || {
+        if ece.is_null() {
+            return api::fail(libc::EINVAL);
+        }
+        api::ece(id)
+    })
+}
+default_version!(rdma_set_local_ece, "RDMACM_1.3");
+
+/// `rdma_get_remote_ece`: see `api::ece`.
+///
+/// # Safety
+/// `id` is an id of this library or any pointer (refused); `ece` NULL (EINVAL) or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    ffi::minus1("rdma_get_remote_ece", move || {
+        if ece.is_null() {
+            return api::fail(libc::EINVAL);
+        }
+        let r = api::ece(id);
+        if r == 0 {
+            // SAFETY: the caller's pointer, not null.
+            unsafe { ffi::write_out(ece, ibv_ece::default()) };
+        }
+        r
+    })
+}
+default_version!(rdma_get_remote_ece, "RDMACM_1.3");
 
 // <rdma/rdma_verbs.h>: shared receive queues on an id.
 unsupported! {

@@ -120,7 +120,7 @@ fn a_program_linked_with_lrdmacm_runs_on_ours() {
         "rdma_create_event_channel channel errno 0",
         "rdma_join_multicast_ex -1 errno 38",
         "rdma_establish -1 errno 22",
-        "rdma_set_local_ece -1 errno 38",
+        "rdma_set_local_ece -1 errno 22",
     ] {
         assert!(
             text.contains(&format!("{line}\n")),
