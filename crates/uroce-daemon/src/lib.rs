@@ -146,7 +146,9 @@ impl Client {
 
 struct Daemon {
     datapaths: Vec<Datapath>,
-    switch: Mutex<Switch>,
+    /// Shared by the receive and send threads' lookups; written by the control thread and
+    /// by a send thread for a packet that teaches it something (a new flow, a CM ID).
+    switch: RwLock<Switch>,
     clients: RwLock<HashMap<ClientId, Arc<Client>>>,
     /// Bumped when a process comes or goes.
     generation: AtomicU64,
@@ -391,7 +393,7 @@ pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Resul
         .map_or(0, |d| d.subsec_nanos() ^ std::process::id());
     let daemon = Arc::new(Daemon {
         datapaths,
-        switch: Mutex::new(Switch::new(seed)),
+        switch: RwLock::new(Switch::new(seed)),
         clients: RwLock::new(HashMap::new()),
         generation: AtomicU64::new(0),
         local: RwLock::new(addrs),
@@ -528,7 +530,7 @@ fn receive_from(d: &Daemon, dp: &Datapath, woken: &mut Vec<Arc<Client>>) {
     loop {
         // Locks in the one order every thread takes them: clients, switch, datapath.
         let clients = d.clients.read().unwrap_or_else(|e| e.into_inner());
-        let switch = d.switch.lock().unwrap_or_else(|e| e.into_inner());
+        let switch = d.switch.read().unwrap_or_else(|e| e.into_inner());
         let mut backend = dp.backend.lock().unwrap_or_else(|e| e.into_inner());
         let n = backend
             .receive(Duration::ZERO, 64, &mut |r| {
@@ -665,9 +667,9 @@ fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client
     }
     // Locks in the one order every thread takes them: clients, switch, backend.
     let clients = d.clients.read().unwrap_or_else(|e| e.into_inner());
-    let mut switch = d.switch.lock().unwrap_or_else(|e| e.into_inner());
+    let mut switch = d.switch.read().unwrap_or_else(|e| e.into_inner());
     let local = d.local.read().unwrap_or_else(|e| e.into_inner());
-    let mut backend = None;
+    let mut backend: Held<'_> = None;
     let mut n = 0;
     while n < 64 {
         let index = match ring.next_slot() {
@@ -713,17 +715,26 @@ fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client
             }
         };
         let roce = &buf[..len];
-        if switch
-            .check_send(
-                c.id,
-                datagram.src(),
-                datagram.dst(),
-                datagram.udp.dst_port,
-                roce,
-                &local,
-            )
-            .is_err()
-        {
+        let (src, dst, port) = (datagram.src(), datagram.dst(), datagram.udp.dst_port);
+        let verdict = match switch.check_send_shared(c.id, src, dst, port, roce, &local) {
+            Some(v) => v,
+            None => {
+                // The switch learns from it: written under its own lock, taken in order
+                // (what this thread holds of a datapath goes first).
+                if let Some((_, mut b)) = backend.take() {
+                    let _ = b.flush();
+                }
+                drop(switch);
+                let v = d
+                    .switch
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .check_send(c.id, src, dst, port, roce, &local);
+                switch = d.switch.read().unwrap_or_else(|e| e.into_inner());
+                v
+            }
+        };
+        if verdict.is_err() {
             d.stats.refused.fetch_add(1, Ordering::Relaxed);
             continue;
         }
@@ -778,6 +789,8 @@ fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client
             }
         }
     }
+    // The kernel's part (sendmmsg, the AF_XDP kick) without the tables locked.
+    drop((switch, clients, local));
     if let Some((_, mut b)) = backend {
         let _ = b.flush();
     }
@@ -931,7 +944,7 @@ fn control_loop(
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&id);
                 d.switch
-                    .lock()
+                    .write()
                     .unwrap_or_else(|e| e.into_inner())
                     .forget(id, Instant::now());
                 d.generation.fetch_add(1, Ordering::Release);
@@ -996,14 +1009,14 @@ fn handle(
             ))
         }
         (Request::ClaimQpns { count }, Some(id)) => {
-            let mut s = d.switch.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = d.switch.write().unwrap_or_else(|e| e.into_inner());
             s.claim_qpns(id, count, Instant::now())
                 .map(|(first, count)| (Reply::Qpns { first, count }, Vec::new()))
                 .ok_or(libc::ENOSPC)
         }
         (Request::Listen { service_id, ip, on }, Some(id)) => d
             .switch
-            .lock()
+            .write()
             .unwrap_or_else(|e| e.into_inner())
             .listen(id, service_id, ip, on)
             .map(|()| (Reply::Ok, Vec::new())),

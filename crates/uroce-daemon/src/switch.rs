@@ -273,6 +273,44 @@ impl Switch {
         Ok(())
     }
 
+    /// [`Switch::check_send`] without changing anything, for the send threads under a
+    /// shared lock: `None` when the packet teaches the switch something (the first packet
+    /// of a flow, a CM message from QP 1), which needs [`Switch::check_send`].
+    pub fn check_send_shared(
+        &self,
+        client: ClientId,
+        src: IpAddr,
+        dst: IpAddr,
+        dst_port: u16,
+        roce: &[u8],
+        local: &[IpAddr],
+    ) -> Option<Result<(), Refusal>> {
+        if roce.len() < BTH_LEN + 4 {
+            return Some(Err(Refusal::Short));
+        }
+        if dst_port != uroce::wire::ROCEV2_UDP_PORT {
+            return Some(Err(Refusal::NotRoce));
+        }
+        if !local.contains(&src) {
+            return Some(Err(Refusal::ForeignAddress));
+        }
+        match roce[0] {
+            CNP => Some(Ok(())),
+            UD_SEND_ONLY | UD_SEND_ONLY_IMM => {
+                let src_qp = be32(roce, BTH_LEN + 4)? & 0xff_ffff;
+                match src_qp {
+                    1 => None,
+                    q if self.owner_of(q) == Some(client) => Some(Ok(())),
+                    _ => Some(Err(Refusal::ForeignQp)),
+                }
+            }
+            _ => match self.flows.get(&(dst, dest_qp(roce)?))? {
+                &c if c == client => Some(Ok(())),
+                _ => Some(Err(Refusal::ForeignFlow)),
+            },
+        }
+    }
+
     fn learn(&mut self, client: ClientId, roce: &[u8]) {
         let Some((attr, data)) = cm_mad(roce) else {
             return;
@@ -472,6 +510,19 @@ mod tests {
         assert_eq!(
             s.check_send(1, ip("10.0.0.1"), ip("10.0.0.9"), 4791, &rc, &local),
             Err(Refusal::ForeignFlow)
+        );
+        assert_eq!(
+            s.check_send_shared(1, ip("10.0.0.1"), ip("10.0.0.9"), 4791, &rc, &local),
+            Some(Err(Refusal::ForeignFlow))
+        );
+        assert_eq!(
+            s.check_send_shared(2, ip("10.0.0.1"), ip("10.0.0.9"), 4791, &rc, &local),
+            Some(Ok(()))
+        );
+        assert_eq!(
+            s.check_send_shared(2, ip("10.0.0.1"), ip("10.0.0.8"), 4791, &rc, &local),
+            None,
+            "a new flow needs the switch changed"
         );
         s.forget(2, t0);
         assert_eq!(
