@@ -320,8 +320,8 @@ case_rdma_core_tests() {
     # errors=E, skipped=S)"; what is neither failed nor skipped passed.
     local ran skipped failed ok
     ran=$(echo "$o" | awk '/^Ran [0-9]+ tests/ {print $2}')
-    skipped=$(echo "$o" | grep -oE 'skipped=[0-9]+' | tail -1 | cut -d= -f2)
-    failed=$(echo "$o" | grep -oE '(failures|errors)=[0-9]+' | cut -d= -f2 | awk '{s+=$1} END {print s+0}')
+    skipped=$(echo "$o" | { grep -oE 'skipped=[0-9]+' || true; } | tail -1 | cut -d= -f2)
+    failed=$(echo "$o" | { grep -oE '(failures|errors)=[0-9]+' || true; } | cut -d= -f2 | awk '{s+=$1} END {print s+0}')
     skipped=${skipped:-0}
     ok=$(( ${ran:-0} - failed - skipped ))
     if [ -z "$ran" ]; then
