@@ -280,3 +280,48 @@ fn a_second_listener_on_a_port_in_use_is_refused() {
         text(&second)
     );
 }
+
+/// A program that forks after using the device: the child opens the device anew and moves
+/// data through the daemon (its own engine: the parent's progress thread and rings are
+/// not the child's), and the parent's QPs keep working after it (Python's
+/// multiprocessing, rdma-core's own tests, a server forking per client).
+#[test]
+fn a_forked_child_uses_the_device_beside_its_parent() {
+    if !can_run(&["cc"]) {
+        return;
+    }
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        eprintln!("SKIP: <infiniband/verbs.h> is missing (apt-get install libibverbs-dev)");
+        return;
+    }
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fork.c");
+    let exe = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("fork.{}", std::process::id()));
+    let cc = Command::new("cc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "cc: {}", text(&cc));
+    for backend in ["udp", "xdp"] {
+        let pair = VethPair::create("sdf", 1500).unwrap();
+        let out = uroce_run(
+            &pair.ns[0],
+            &pair.ifaces[0],
+            backend,
+            &[exe.to_str().unwrap()],
+        )
+        .output()
+        .unwrap();
+        let t = text(&out);
+        assert!(
+            out.status.success()
+                && t.contains("child: traffic OK")
+                && t.contains("parent: traffic OK"),
+            "{backend}: {t}"
+        );
+    }
+    let _ = std::fs::remove_file(&exe);
+}
