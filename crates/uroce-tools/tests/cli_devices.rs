@@ -22,6 +22,10 @@ fn devices_lists_loopback_with_its_ipv4_mapped_gid() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&info.stdout).contains("xdp: not on loopback"));
+    assert!(
+        String::from_utf8_lossy(&info.stdout).contains("    daemon: "),
+        "says whether a uroce daemon serves it"
+    );
     let bad = Command::new(env!("CARGO_BIN_EXE_uroce"))
         .args(["info", "no-such-if"])
         .output()

@@ -82,6 +82,12 @@ fn show(l: &Link, verbose: bool) {
     }
     if verbose {
         println!("    backends: {}", backends(l));
+        let daemon = if uroce_tools::daemon_start::running(&l.name) {
+            "uroce daemon serving it (programs share its datapath)"
+        } else {
+            "none (uroce run, perf and pingpong start one)"
+        };
+        println!("    daemon: {daemon}");
     }
 }
 
