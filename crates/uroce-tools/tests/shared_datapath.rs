@@ -301,6 +301,10 @@ fn a_forked_child_uses_the_device_beside_its_parent() {
         .args(["-O2", "-Wall", "-Werror", "-o"])
         .arg(&exe)
         .arg(&src)
+        .arg(format!(
+            "-I{}/../../test-support/c",
+            env!("CARGO_MANIFEST_DIR")
+        ))
         .arg("-libverbs")
         .output()
         .unwrap();
