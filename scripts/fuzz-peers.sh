@@ -15,7 +15,8 @@
 #                    flushed by a fuzz QP's error, its known-good QP with it; README)
 #   ibv_rc_pingpong  rdma-core's pingpongs on uroce (RC, and UD: the UD peer)
 #   ibv_ud_pingpong
-# The backend is the peer's datapath (`uroce run --backend`, `uroce perf --backend`); the
+# The backend is the peer's own datapath (`uroce run --no-daemon --backend`, `uroce perf
+# --no-daemon --backend`: direct mode, so that each row's datapath is the one it names); the
 # fuzzer sends whole frames over AF_XDP (IP and UDP header edges too).
 #
 # Needs root (namespaces, AF_XDP); the distro's perftest and ibverbs-utils
@@ -87,7 +88,7 @@ done
 peer_cmd() { # PEER BACKEND
     local run="$bin run --no-daemon --backend $2 --iface $if_b --"
     case "$1" in
-        uroce-perf) echo "$bin perf write --keep-serving --backend $2 --iface $if_b -p 18515" ;;
+        uroce-perf) echo "$bin perf write --keep-serving --no-daemon --backend $2 --iface $if_b -p 18515" ;;
         ib_write_bw|ib_read_bw|ib_send_bw) echo "$run $1 -x 1 -F -q 4 -p 18515" ;;
         ib_atomic_bw) echo "$run ib_atomic_bw -x 1 -F -q 4 -p 18515" ;;
         ibv_rc_pingpong) echo "$run ibv_rc_pingpong -g 1 -p 18515 -s 2048 -n 1000000000" ;;
