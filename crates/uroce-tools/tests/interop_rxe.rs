@@ -90,7 +90,10 @@ impl Peer {
         self.uroce_bg_env(&[], args)
     }
 
-    /// `uroce ARGS` in the host's namespace with `env` added to its environment.
+    /// `uroce ARGS` in the host's namespace with `env` added to its environment. `uroce
+    /// perf` and `uroce pingpong` run in direct mode (`--no-daemon`), as every case here:
+    /// each row names the datapath it runs on, and a daemon a row left for its linger would
+    /// hold the interface for the next.
     fn uroce_cmd(env: &[(&str, &str)], args: &[&str]) -> Command {
         let mut c = Command::new("timeout");
         c.args([
@@ -100,8 +103,13 @@ impl Peer {
             "exec",
             "roce-h",
             env!("CARGO_BIN_EXE_uroce"),
-        ])
-        .args(args)
+        ]);
+        match args.split_first() {
+            Some((&tool, rest)) if tool == "perf" || tool == "pingpong" => {
+                c.args([tool, "--no-daemon"]).args(rest)
+            }
+            _ => c.args(args),
+        }
         .envs(env.iter().copied());
         c
     }
