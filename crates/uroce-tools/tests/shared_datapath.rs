@@ -81,7 +81,12 @@ fn pair_on_one_address(
     while s.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = s.kill();
+    if s.try_wait().unwrap().is_none() {
+        // SIGTERM reaches the program through `timeout` (SIGKILL would end `timeout`
+        // alone and leave the program behind).
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(s.id() as i32, libc::SIGTERM) };
+    }
     (s.wait_with_output().unwrap(), c)
 }
 
@@ -270,7 +275,10 @@ fn a_second_listener_on_a_port_in_use_is_refused() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     let second = uroce_run(ns, iface, "udp", &server).output().unwrap();
-    let _ = first.kill();
+    // SIGTERM, which `timeout` (the first process's, under `uroce run`) passes on to
+    // rping: SIGKILL would end `timeout` alone and leave rping waiting for a client.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
     let _ = first.wait();
     assert!(!second.status.success(), "{}", text(&second));
     let err = String::from_utf8_lossy(&second.stderr);

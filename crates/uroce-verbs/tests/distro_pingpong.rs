@@ -311,6 +311,7 @@ fn library_against_uroce_tools() {
         [
             &uroce,
             "pingpong",
+            "--no-daemon",
             "--backend",
             "udp",
             "-p",
@@ -351,6 +352,7 @@ fn library_against_uroce_tools() {
             &uroce,
             "perf",
             "write",
+            "--no-daemon",
             "--backend",
             "udp",
             "-p",
