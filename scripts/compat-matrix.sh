@@ -71,6 +71,11 @@ addr_a=10.213.77.1 addr_b=10.213.77.2
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    # What the servers left in the namespaces (qperf's server outlives the shell that
+    # started it; the uroce daemons `uroce run` started would linger a few seconds).
+    for n in "$ns_a" "$ns_b"; do
+        ip netns pids "$n" 2>/dev/null | xargs -r kill 2>/dev/null || true
+    done
     ip netns del "$ns_a" 2>/dev/null || true
     ip netns del "$ns_b" 2>/dev/null || true
 }
