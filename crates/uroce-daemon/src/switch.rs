@@ -27,6 +27,9 @@ pub use uroce::datapath::daemon::proto::QPN_BLOCK;
 
 /// How long a block of QPNs a process let go is not handed out again.
 pub const QUARANTINE: Duration = Duration::from_secs(60);
+/// QPN blocks one process may hold: 2^20 QPNs, a sixteenth of the space (a NIC's QP
+/// limit is of that order; mlx5's is 2^18 per device).
+const MAX_BLOCKS_PER_CLIENT: u32 = (1 << 20) / QPN_BLOCK;
 /// RC / UC flows remembered per process (the oldest are forgotten first).
 const FLOWS_PER_CLIENT: usize = 1 << 16;
 /// Communication IDs remembered per process (the oldest are forgotten first).
@@ -108,6 +111,8 @@ pub struct Switch {
     learnt: HashMap<ClientId, VecDeque<u32>>,
     /// RC and UC flows (destination address and QPN) and the process sending on each.
     flows: HashMap<(IpAddr, u32), ClientId>,
+    /// QPN blocks each process holds.
+    blocks_of: HashMap<ClientId, u32>,
     flows_of: HashMap<ClientId, VecDeque<(IpAddr, u32)>>,
 }
 
@@ -123,6 +128,7 @@ impl Switch {
             comm_ids: HashMap::new(),
             learnt: HashMap::new(),
             flows: HashMap::new(),
+            blocks_of: HashMap::new(),
             flows_of: HashMap::new(),
         }
     }
@@ -131,6 +137,11 @@ impl Switch {
     /// run of free blocks that long is left.
     pub fn claim_qpns(&mut self, client: ClientId, count: u32, now: Instant) -> Option<(u32, u32)> {
         let blocks = count.div_ceil(QPN_BLOCK).clamp(1, 1024);
+        let held = self.blocks_of.get(&client).copied().unwrap_or(0);
+        if held + blocks > MAX_BLOCKS_PER_CLIENT {
+            // One process cannot take the host's QPNs from the others.
+            return None;
+        }
         let span = BLOCKS - FIRST_BLOCK;
         for _ in 0..span {
             let start = self.next_block;
@@ -152,6 +163,7 @@ impl Switch {
                     self.owner[b as usize] = client;
                     self.freed.remove(&b);
                 }
+                *self.blocks_of.entry(client).or_default() += blocks;
                 self.next_block = if start + blocks >= BLOCKS {
                     FIRST_BLOCK
                 } else {
@@ -198,6 +210,7 @@ impl Switch {
     /// Forgets `client`: its QPNs go to quarantine, its listens and communication IDs
     /// are dropped.
     pub fn forget(&mut self, client: ClientId, now: Instant) {
+        self.blocks_of.remove(&client);
         for (b, o) in self.owner.iter_mut().enumerate() {
             if *o == client {
                 *o = 0;
@@ -413,6 +426,18 @@ mod tests {
         s.next_block = FIRST_BLOCK;
         let (d, _) = s.claim_qpns(3, 1, t0 + QUARANTINE).unwrap();
         assert_eq!(d, 0x100, "after the quarantine it is");
+        // One process cannot take them all.
+        let mut claimed = 0;
+        while s.claim_qpns(4, 1 << 16, t0).is_some() {
+            claimed += 1 << 16;
+        }
+        assert_eq!(claimed, 1 << 20);
+        assert!(s.claim_qpns(5, 1, t0).is_some(), "others still get QPNs");
+        s.forget(4, t0);
+        assert!(
+            s.claim_qpns(4, 1, t0).is_some(),
+            "its own again once it left"
+        );
     }
 
     #[test]
