@@ -30,6 +30,8 @@ pub const QUARANTINE: Duration = Duration::from_secs(60);
 /// QPN blocks one process may hold: 2^20 QPNs, a sixteenth of the space (a NIC's QP
 /// limit is of that order; mlx5's is 2^18 per device).
 const MAX_BLOCKS_PER_CLIENT: u32 = (1 << 20) / QPN_BLOCK;
+/// Services one process may listen on at once.
+const MAX_LISTENS_PER_CLIENT: usize = 4096;
 /// RC / UC flows remembered per process (the oldest are forgotten first).
 const FLOWS_PER_CLIENT: usize = 1 << 16;
 /// Communication IDs remembered per process (the oldest are forgotten first).
@@ -195,7 +197,13 @@ impl Switch {
         let key = (service_id, ip);
         match (on, self.listeners.get(&key)) {
             (true, Some(&c)) if c != client => Err(libc::EADDRINUSE),
-            (true, _) => {
+            (true, Some(_)) => Ok(()),
+            (true, None) => {
+                let n = self.listeners.values().filter(|&&c| c == client).count();
+                if n >= MAX_LISTENS_PER_CLIENT {
+                    // As a process's ports run out: the table stays bounded.
+                    return Err(libc::ENOBUFS);
+                }
                 self.listeners.insert(key, client);
                 Ok(())
             }
