@@ -831,6 +831,11 @@ fn datapath_for<'a, 'h>(
     Some(b)
 }
 
+/// Connections the daemon serves at once (each a process's rings and descriptors); one
+/// more is refused with EAGAIN, so a flood of connections cannot take the daemon's
+/// descriptors.
+const MAX_PROCESSES: usize = 4096;
+
 /// A connection on the control socket.
 struct Conn {
     fd: OwnedFd,
@@ -886,16 +891,17 @@ fn control_loop(
         unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, 200) };
         if p[0].revents & libc::POLLIN != 0 {
             if let Ok(fd) = proto::accept(listener) {
+                let full = conns.len() >= MAX_PROCESSES;
                 match proto::peer_cred(fd.as_raw_fd()) {
-                    Ok(cred) if allowed(args, &cred) => conns.push(Conn {
+                    Ok(cred) if allowed(args, &cred) && !full => conns.push(Conn {
                         fd,
                         cred,
                         client: None,
                     }),
                     // Refused: said once, then the connection closes.
                     _ => {
-                        let _ =
-                            proto::send(fd.as_raw_fd(), &Reply::Err(libc::EACCES).encode(), &[]);
+                        let why = if full { libc::EAGAIN } else { libc::EACCES };
+                        let _ = proto::send(fd.as_raw_fd(), &Reply::Err(why).encode(), &[]);
                         // Nothing more comes in, and what came (its hello) is read: a
                         // socket closed with unread messages resets its peer, whose
                         // ECONNRESET would then take the place of our answer.
