@@ -345,6 +345,7 @@ pub fn check(args: &Args) -> anyhow::Result<String> {
 /// process left. `ready` is called once the socket accepts processes.
 pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Result<()> {
     let (addrs, mtu) = interface_addresses(&args.iface)?;
+    raise_open_files();
     let datapaths = open_datapaths(args, &addrs, mtu)?;
     let path = socket_path(args)?;
     let dir = path
@@ -829,6 +830,20 @@ fn datapath_for<'a, 'h>(
         )
     });
     Some(b)
+}
+
+/// Takes the open-files limit up to its hard limit: each process attached holds four of
+/// the daemon's descriptors (its socket, memfd and two eventfds), and the usual soft
+/// limit of 1024 would stop at about 250 processes.
+fn raise_open_files() {
+    // SAFETY: getrlimit / setrlimit on a local struct.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
 }
 
 /// Connections the daemon serves at once (each a process's rings and descriptors); one
