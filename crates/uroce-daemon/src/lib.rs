@@ -71,8 +71,8 @@ pub struct Args {
     /// the processes).
     #[arg(long)]
     pub spin_us: Option<u64>,
-    /// Attach to the daemon serving the interface, say which, and leave (exit 1 when
-    /// none serves it or it refuses us).
+    /// Attach to the daemon serving the interface (or listening at --socket), say which,
+    /// and leave; an error when none serves it or it refuses us.
     #[arg(long)]
     pub check: bool,
 }

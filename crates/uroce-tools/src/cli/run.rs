@@ -37,7 +37,9 @@ pub struct Args {
     /// Ethernet interface of the namespace.
     #[arg(long)]
     iface: Option<String>,
-    /// Datapath: auto (AF_XDP where the process may set it up, else UDP), xdp or udp.
+    /// Datapath of the `uroce daemon` started for the interface when none serves it (one
+    /// that runs keeps its own), or with --no-daemon the program's own: auto (AF_XDP where
+    /// it may be set up, else UDP), xdp or udp.
     #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "udp"])]
     backend: String,
     /// Open the datapath in the program itself (direct mode: one uroce process per
