@@ -86,6 +86,21 @@ fn be32(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
+/// What every packet a process sends must be, whatever it carries: a BTH and an ICRC at
+/// least, to UDP port 4791, from one of the interface's addresses (`local`).
+fn envelope(src: IpAddr, dst_port: u16, roce: &[u8], local: &[IpAddr]) -> Result<(), Refusal> {
+    if roce.len() < BTH_LEN + 4 {
+        return Err(Refusal::Short);
+    }
+    if dst_port != uroce::wire::ROCEV2_UDP_PORT {
+        return Err(Refusal::NotRoce);
+    }
+    if !local.contains(&src) {
+        return Err(Refusal::ForeignAddress);
+    }
+    Ok(())
+}
+
 /// Why a packet a process sent was not let out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -253,15 +268,7 @@ impl Switch {
         roce: &[u8],
         local: &[IpAddr],
     ) -> Result<(), Refusal> {
-        if roce.len() < BTH_LEN + 4 {
-            return Err(Refusal::Short);
-        }
-        if dst_port != uroce::wire::ROCEV2_UDP_PORT {
-            return Err(Refusal::NotRoce);
-        }
-        if !local.contains(&src) {
-            return Err(Refusal::ForeignAddress);
-        }
+        envelope(src, dst_port, roce, local)?;
         if !matches!(roce[0], UD_SEND_ONLY | UD_SEND_ONLY_IMM | CNP) {
             // RC and UC: the flow (destination address and QP) is the first sender's.
             let key = (dst, dest_qp(roce).ok_or(Refusal::Short)?);
@@ -306,14 +313,8 @@ impl Switch {
         roce: &[u8],
         local: &[IpAddr],
     ) -> Option<Result<(), Refusal>> {
-        if roce.len() < BTH_LEN + 4 {
-            return Some(Err(Refusal::Short));
-        }
-        if dst_port != uroce::wire::ROCEV2_UDP_PORT {
-            return Some(Err(Refusal::NotRoce));
-        }
-        if !local.contains(&src) {
-            return Some(Err(Refusal::ForeignAddress));
+        if let Err(r) = envelope(src, dst_port, roce, local) {
+            return Some(Err(r));
         }
         match roce[0] {
             CNP => Some(Ok(())),
