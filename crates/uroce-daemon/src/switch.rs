@@ -41,6 +41,9 @@ const BLOCKS: u32 = (1 << 24) / QPN_BLOCK;
 /// Blocks below this hold QP 0, QP 1 and the numbers below 0x100 a NIC keeps.
 const FIRST_BLOCK: u32 = 0x100 / QPN_BLOCK;
 
+/// A listen on any of the interface's addresses, IPv4 or IPv6.
+const ANY: IpAddr = IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED);
+
 /// A process attached to the daemon.
 pub type ClientId = u32;
 
@@ -209,7 +212,8 @@ impl Switch {
         ip: IpAddr,
         on: bool,
     ) -> Result<(), i32> {
-        let key = (service_id, ip);
+        // Any address, of either family, is one key.
+        let key = (service_id, if ip.is_unspecified() { ANY } else { ip });
         match (on, self.listeners.get(&key)) {
             (true, Some(&c)) if c != client => Err(libc::EADDRINUSE),
             (true, Some(_)) => Ok(()),
@@ -258,7 +262,8 @@ impl Switch {
     }
 
     /// Checks a packet `client` sends (its source address `src`, its RoCE bytes) and
-    /// learns the communication ID of a CM message it carries.
+    /// learns from it what [`Switch::check_send_shared`] cannot: the flow of an RC or UC
+    /// packet on a flow nobody sends on yet, the communication ID of a CM message.
     pub fn check_send(
         &mut self,
         client: ClientId,
@@ -268,34 +273,22 @@ impl Switch {
         roce: &[u8],
         local: &[IpAddr],
     ) -> Result<(), Refusal> {
-        envelope(src, dst_port, roce, local)?;
-        if !matches!(roce[0], UD_SEND_ONLY | UD_SEND_ONLY_IMM | CNP) {
-            // RC and UC: the flow (destination address and QP) is the first sender's.
-            let key = (dst, dest_qp(roce).ok_or(Refusal::Short)?);
-            return match self.flows.get(&key) {
-                Some(&c) if c == client => Ok(()),
-                Some(_) => Err(Refusal::ForeignFlow),
-                None => {
-                    self.flows.insert(key, client);
-                    let mine = self.flows_of.entry(client).or_default();
-                    mine.push_back(key);
-                    if mine.len() > FLOWS_PER_CLIENT {
-                        if let Some(old) = mine.pop_front() {
-                            self.flows.remove(&old);
-                        }
-                    }
-                    Ok(())
-                }
-            };
+        if let Some(verdict) = self.check_send_shared(client, src, dst, dst_port, roce, local) {
+            return verdict;
         }
         if matches!(roce[0], UD_SEND_ONLY | UD_SEND_ONLY_IMM) {
-            let src_qp = be32(roce, BTH_LEN + 4)
-                .map(|v| v & 0xff_ffff)
-                .ok_or(Refusal::Short)?;
-            if src_qp == 1 {
-                self.learn(client, roce);
-            } else if self.owner_of(src_qp) != Some(client) {
-                return Err(Refusal::ForeignQp);
+            // From QP 1.
+            self.learn(client, roce);
+            return Ok(());
+        }
+        // RC and UC: a new flow (destination address and QP) is its first sender's.
+        let key = (dst, dest_qp(roce).ok_or(Refusal::Short)?);
+        self.flows.insert(key, client);
+        let mine = self.flows_of.entry(client).or_default();
+        mine.push_back(key);
+        if mine.len() > FLOWS_PER_CLIENT {
+            if let Some(old) = mine.pop_front() {
+                self.flows.remove(&old);
             }
         }
         Ok(())
@@ -319,7 +312,9 @@ impl Switch {
         match roce[0] {
             CNP => Some(Ok(())),
             UD_SEND_ONLY | UD_SEND_ONLY_IMM => {
-                let src_qp = be32(roce, BTH_LEN + 4)? & 0xff_ffff;
+                let Some(src_qp) = be32(roce, BTH_LEN + 4).map(|v| v & 0xff_ffff) else {
+                    return Some(Err(Refusal::Short));
+                };
                 match src_qp {
                     1 => None,
                     q if self.owner_of(q) == Some(client) => Some(Ok(())),
@@ -366,18 +361,9 @@ impl Switch {
         match attr {
             attr::REQ | attr::SIDR_REQ => {
                 let sid = u64::from_be_bytes(data.get(8..16)?.try_into().ok()?);
-                let any = match dst {
-                    IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-                    IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-                };
                 self.listeners
                     .get(&(sid, dst))
-                    .or_else(|| self.listeners.get(&(sid, any)))
-                    .or_else(|| {
-                        // An IPv4 listen on "any" was registered as IPv6's unspecified.
-                        self.listeners
-                            .get(&(sid, IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)))
-                    })
+                    .or_else(|| self.listeners.get(&(sid, ANY)))
                     .copied()
             }
             attr::SIDR_REP => self.comm_ids.get(&be32(data, 0)?).copied(),
