@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
 use uroce::datapath::daemon::proto::{self, Reply, Request};
-use uroce::datapath::daemon::ring::{Dir, Region, SlotHeader, SLOT, SLOTS};
+use uroce::datapath::daemon::ring::{Dir, Region, SlotHeader, SLOTS};
 use uroce::datapath::udp::UdpBackend;
 use uroce::datapath::xdp::{XdpBackend, XdpConfig};
 use uroce::datapath::{Backend, Received, Transmit};
@@ -214,10 +214,15 @@ fn locate(f: &[u8]) -> Option<(IpAddr, usize)> {
     Some((dst, off + 8))
 }
 
-fn interface_addresses(iface: &str) -> anyhow::Result<(Vec<IpAddr>, u32)> {
+/// The interface's addresses, MTU and MAC.
+fn interface(iface: &str) -> anyhow::Result<(Vec<IpAddr>, u32, Option<[u8; 6]>)> {
     let info = uroce::net::addresses::interface_info(iface)
         .with_context(|| format!("interface {iface}"))?;
-    Ok((info.addrs.iter().map(|&(a, _)| a).collect(), info.mtu))
+    Ok((
+        info.addrs.iter().map(|&(a, _)| a).collect(),
+        info.mtu,
+        info.mac,
+    ))
 }
 
 /// One datapath of the daemon and the source addresses it sends from (empty: any of the
@@ -344,7 +349,7 @@ pub fn check(args: &Args) -> anyhow::Result<String> {
 /// Runs a daemon until SIGINT / SIGTERM, or until `--linger` seconds after its last
 /// process left. `ready` is called once the socket accepts processes.
 pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Result<()> {
-    let (addrs, mtu) = interface_addresses(&args.iface)?;
+    let (addrs, mtu, mac) = interface(&args.iface)?;
     raise_open_files();
     let datapaths = open_datapaths(args, &addrs, mtu)?;
     let path = socket_path(args)?;
@@ -399,13 +404,7 @@ pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Resul
         generation: AtomicU64::new(0),
         local: RwLock::new(addrs),
         needs_link,
-        mac: if needs_link {
-            uroce::net::addresses::interface_info(&args.iface)
-                .ok()
-                .and_then(|i| i.mac)
-        } else {
-            None
-        },
+        mac: mac.filter(|_| needs_link),
         rx_capacity,
         stop: AtomicBool::new(false),
         stats: Stats::default(),
@@ -449,7 +448,7 @@ pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Resul
     r
 }
 
-/// The daemon's counters, read by tests and `--stats` style reports.
+/// The daemon's counters, as it prints them when it stops on SIGINT or SIGTERM.
 fn stats_line(s: &Stats) -> String {
     format!(
         "rx {} (unrouted {}), tx {}, local {}, refused {}, dropped (ring full) {}",
@@ -498,19 +497,22 @@ fn receive_loop(d: &Daemon) {
     }
     let mut woken: Vec<Arc<Client>> = Vec::new();
     let mut ready = vec![true; d.datapaths.len()];
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&(fd, _)| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     while !d.stop.load(Ordering::Relaxed) {
         if fds.is_empty() {
             std::thread::sleep(Duration::from_millis(1));
             ready.fill(true);
         } else {
-            let mut p: Vec<libc::pollfd> = fds
-                .iter()
-                .map(|&(fd, _)| libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                })
-                .collect();
+            for pfd in p.iter_mut() {
+                pfd.revents = 0;
+            }
             // SAFETY: an array of pollfds of the given length.
             unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, 100) };
             ready.fill(false);
@@ -594,7 +596,7 @@ fn send_loop(
     let mut last_work = Instant::now();
     let mut mine: Vec<Arc<Client>> = Vec::new();
     let mut seen = u64::MAX;
-    let mut buf = vec![0u8; SLOT];
+    let mut buf = vec![0u8; uroce::datapath::MAX_FRAME];
     let mut woken: Vec<Arc<Client>> = Vec::new();
     let mut events = [libc::epoll_event { events: 0, u64: 0 }; 32];
     while !d.stop.load(Ordering::Relaxed) {
@@ -656,8 +658,17 @@ fn send_loop(
     }
 }
 
+/// Bytes at the start of a packet the switch looks at: BTH, DETH, the MAD's header and
+/// the CM fields it routes by (a REQ's service ID ends at byte 60).
+const CHECKED: usize = 64;
+
 /// Takes up to 64 of a process's sends: to another of our processes (locally) or to
 /// the wire. Returns how many.
+///
+/// A packet's first [`CHECKED`] bytes are copied out of the process's ring and checked;
+/// that copy, not the ring, is what goes on, so the process cannot change what was
+/// checked. The rest is copied once, straight into the datapath's buffer (or the other
+/// process's ring).
 fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client>>) -> usize {
     if c.broken.load(Ordering::Relaxed) {
         return 0;
@@ -682,113 +693,125 @@ fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client
             }
         };
         n += 1;
-        let slot = ring.read_slot(index, buf);
-        ring.release(index);
-        let (datagram, dst_mac, len) = match slot {
-            Some((
-                SlotHeader::Datagram {
-                    datagram, dst_mac, ..
-                },
-                len,
-            )) => (datagram, dst_mac, len),
-            Some((SlotHeader::Frame, len))
-                if d.mac.is_some_and(|m| neighbour_request(&buf[..len], m)) =>
-            {
-                let frame = &buf[..len];
-                let Some(b) = datapath_for(d, &mut backend, None) else {
-                    continue;
-                };
-                let mut copy = |out: &mut [u8]| {
-                    (out.len() >= frame.len()).then(|| {
-                        out[..frame.len()].copy_from_slice(frame);
-                        frame.len()
-                    })
-                };
-                if b.send_frame_with(&mut copy).is_ok() {
-                    d.stats.tx.fetch_add(1, Ordering::Relaxed);
-                }
-                continue;
-            }
-            // Another frame, or a header that is not one.
-            _ => {
-                d.stats.refused.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-        };
-        let roce = &buf[..len];
-        let (src, dst, port) = (datagram.src(), datagram.dst(), datagram.udp.dst_port);
-        let verdict = match switch.check_send_shared(c.id, src, dst, port, roce, &local) {
-            Some(v) => v,
-            None => {
-                // The switch learns from it: written under its own lock, taken in order
-                // (what this thread holds of a datapath goes first).
-                if let Some((_, mut b)) = backend.take() {
-                    let _ = b.flush();
-                }
-                drop(switch);
-                let v = d
-                    .switch
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .check_send(c.id, src, dst, port, roce, &local);
-                switch = d.switch.read().unwrap_or_else(|e| e.into_inner());
-                v
-            }
-        };
-        if verdict.is_err() {
-            d.stats.refused.fetch_add(1, Ordering::Relaxed);
-            continue;
-        }
-        let dst = datagram.dst();
-        if local.contains(&dst) {
-            // Between two of our processes: never on the wire.
-            match switch.route(dst, roce).and_then(|t| clients.get(&t)) {
-                Some(t) => {
-                    let h = SlotHeader::Datagram {
-                        datagram,
-                        dst_mac,
-                        icrc: None,
+        let header = ring.read_header(index);
+        'slot: {
+            let (datagram, dst_mac, len) = match header {
+                Some((
+                    SlotHeader::Datagram {
+                        datagram, dst_mac, ..
+                    },
+                    len,
+                )) => (datagram, dst_mac, len),
+                Some((SlotHeader::Frame, len)) => {
+                    ring.copy_data(index, 0, &mut buf[..len]);
+                    let frame = &buf[..len];
+                    let b = match d.mac {
+                        Some(m) if neighbour_request(frame, m) => {
+                            datapath_for(d, &mut backend, None)
+                        }
+                        _ => None,
                     };
-                    d.stats.local.fetch_add(1, Ordering::Relaxed);
-                    if t.deliver(&d.stats, &h, roce) && !woken.iter().any(|w| w.id == t.id) {
-                        woken.push(t.clone());
+                    let Some(b) = b else {
+                        d.stats.refused.fetch_add(1, Ordering::Relaxed);
+                        break 'slot;
+                    };
+                    let mut copy = |out: &mut [u8]| {
+                        (out.len() >= frame.len()).then(|| {
+                            out[..frame.len()].copy_from_slice(frame);
+                            frame.len()
+                        })
+                    };
+                    if let Ok(true) = b.send_frame_with(&mut copy) {
+                        d.stats.tx.fetch_add(1, Ordering::Relaxed);
+                    }
+                    break 'slot;
+                }
+                // A header that is not one.
+                None => {
+                    d.stats.refused.fetch_add(1, Ordering::Relaxed);
+                    break 'slot;
+                }
+            };
+            let checked = len.min(CHECKED);
+            ring.copy_data(index, 0, &mut buf[..checked]);
+            let head = &buf[..checked];
+            let (src, dst, port) = (datagram.src(), datagram.dst(), datagram.udp.dst_port);
+            let verdict = match switch.check_send_shared(c.id, src, dst, port, head, &local) {
+                Some(v) => v,
+                None => {
+                    // The switch learns from it: written under its own lock, taken in order
+                    // (what this thread holds of a datapath goes first).
+                    if let Some((_, mut b)) = backend.take() {
+                        let _ = b.flush();
+                    }
+                    drop(switch);
+                    let v = d
+                        .switch
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .check_send(c.id, src, dst, port, head, &local);
+                    switch = d.switch.read().unwrap_or_else(|e| e.into_inner());
+                    v
+                }
+            };
+            if verdict.is_err() {
+                d.stats.refused.fetch_add(1, Ordering::Relaxed);
+                break 'slot;
+            }
+            if local.contains(&dst) {
+                // Between two of our processes: never on the wire.
+                let Some(t) = switch.route(dst, head).and_then(|t| clients.get(&t)) else {
+                    d.stats.rx_unrouted.fetch_add(1, Ordering::Relaxed);
+                    break 'slot;
+                };
+                ring.copy_data(index, checked, &mut buf[checked..len]);
+                let h = SlotHeader::Datagram {
+                    datagram,
+                    dst_mac,
+                    icrc: None,
+                };
+                d.stats.local.fetch_add(1, Ordering::Relaxed);
+                if t.deliver(&d.stats, &h, &buf[..len]) && !woken.iter().any(|w| w.id == t.id) {
+                    woken.push(t.clone());
+                }
+                break 'slot;
+            }
+            let Some(b) = datapath_for(d, &mut backend, Some(src)) else {
+                // No datapath sends from that address (over UDP: one that could not be
+                // bound).
+                d.stats.refused.fetch_add(1, Ordering::Relaxed);
+                break 'slot;
+            };
+            let t = Transmit {
+                datagram,
+                dst_mac,
+                len,
+            };
+            let mut copy = |out: &mut [u8]| {
+                if out.len() < len {
+                    return None;
+                }
+                out[..checked].copy_from_slice(&buf[..checked]);
+                ring.copy_data(index, checked, &mut out[checked..len]);
+                Some(t)
+            };
+            for attempt in 0..100 {
+                match b.send_with(&mut copy) {
+                    Ok(true) => {
+                        d.stats.tx.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && attempt < 99 => {
+                        let _ = b.flush();
+                    }
+                    _ => {
+                        d.stats.refused.fetch_add(1, Ordering::Relaxed);
+                        break;
                     }
                 }
-                None => {
-                    d.stats.rx_unrouted.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            continue;
-        }
-        let Some(b) = datapath_for(d, &mut backend, Some(datagram.src())) else {
-            // No datapath sends from that address (over UDP: one that could not be bound).
-            d.stats.refused.fetch_add(1, Ordering::Relaxed);
-            continue;
-        };
-        let t = Transmit {
-            datagram,
-            dst_mac,
-            len,
-        };
-        let mut copy = |out: &mut [u8]| {
-            if out.len() < len {
-                return None;
-            }
-            out[..len].copy_from_slice(roce);
-            Some(t)
-        };
-        for attempt in 0..100 {
-            match b.send_with(&mut copy) {
-                Ok(_) => {
-                    d.stats.tx.fetch_add(1, Ordering::Relaxed);
-                    break;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && attempt < 99 => {
-                    let _ = b.flush();
-                }
-                Err(_) => break,
             }
         }
+        ring.release(index);
     }
     // The kernel's part (sendmmsg, the AF_XDP kick) without the tables locked.
     drop((switch, clients, local));
@@ -890,7 +913,7 @@ fn control_loop(
         }
         if last_refresh.elapsed() >= Duration::from_secs(1) {
             last_refresh = Instant::now();
-            if let Ok((addrs, _)) = interface_addresses(&args.iface) {
+            if let Ok((addrs, _, _)) = interface(&args.iface) {
                 *d.local.write().unwrap_or_else(|e| e.into_inner()) = addrs;
             }
         }
@@ -970,7 +993,6 @@ fn control_loop(
                     .forget(id, Instant::now());
                 d.generation.fetch_add(1, Ordering::Release);
             }
-            let _ = conn.cred;
         }
         if !conns.is_empty() {
             last_seen = Instant::now();

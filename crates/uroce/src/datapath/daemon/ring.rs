@@ -22,7 +22,7 @@
 //! The daemon creates and seals the memfd (it can neither shrink nor grow), so a process
 //! cannot make the daemon's mapping fault. Everything the other side wrote is untrusted on
 //! the daemon's side: indices are checked ([`RingError`]) and slots are copied out with
-//! [`Ring::read_slot`] before they are looked at.
+//! ([`Ring::read_header`], [`Ring::copy_data`]) before they are looked at.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -294,23 +294,33 @@ impl<'a> Ring<'a> {
         unsafe { std::slice::from_raw_parts(self.region.slot_ptr(self.dir, index), SLOT) }
     }
 
-    /// Copies the published slot at `index` into `out` (at least [`SLOT`] bytes) and
-    /// returns its header and data length, checked: the daemon's way to read what an
-    /// untrusted process wrote. `None` when the header is not valid.
-    pub fn read_slot(&self, index: u32, out: &mut [u8]) -> Option<(SlotHeader, usize)> {
+    /// The header of the published slot at `index` and its data length, checked (at most
+    /// [`MAX_FRAME`]): the daemon's way to read what an untrusted process wrote, a copy
+    /// of it (whatever the other side writes meanwhile, the caller looks at the copy).
+    /// `None` when the header is not valid.
+    pub fn read_header(&self, index: u32) -> Option<(SlotHeader, usize)> {
         let p = self.region.slot_ptr(self.dir, index);
         let mut h = [0u8; HEADER_LEN];
-        // SAFETY: the header lies inside the slot; the copy is of bytes only (whatever the
-        // other side writes meanwhile, we look at our copy).
+        // SAFETY: the header lies inside the slot; the copy is of bytes only.
         unsafe { std::ptr::copy_nonoverlapping(p, h.as_mut_ptr(), HEADER_LEN) };
         let (header, len) = SlotHeader::read(&h)?;
         let len = len as usize;
-        if len > MAX_FRAME || out.len() < len {
-            return None;
+        (len <= MAX_FRAME).then_some((header, len))
+    }
+
+    /// Copies the published slot at `index`'s data from byte `offset` on into `out`
+    /// (the copy [`Ring::read_header`]'s caller then looks at). Nothing is copied when
+    /// `offset + out.len()` passes [`MAX_FRAME`].
+    pub fn copy_data(&self, index: u32, offset: usize, out: &mut [u8]) {
+        if offset.saturating_add(out.len()) > MAX_FRAME {
+            return;
         }
-        // SAFETY: len <= MAX_FRAME keeps the copy inside the slot; `out` is ours.
-        unsafe { std::ptr::copy_nonoverlapping(p.add(HEADER_LEN), out.as_mut_ptr(), len) };
-        Some((header, len))
+        let p = self.region.slot_ptr(self.dir, index);
+        // SAFETY: offset + out.len() <= MAX_FRAME keeps the copy inside the slot's data;
+        // `out` is the caller's own memory, not the mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(p.add(HEADER_LEN + offset), out.as_mut_ptr(), out.len())
+        };
     }
 
     /// Frees the slot at `index` (and every one before it).
@@ -527,7 +537,8 @@ mod tests {
         assert!(!tx.push(&SlotHeader::Frame, b"x").unwrap(), "full");
         for i in 0..SLOTS {
             let s = rx.next_slot().unwrap().unwrap();
-            let (h, len) = rx.read_slot(s, &mut out).unwrap();
+            let (h, len) = rx.read_header(s).unwrap();
+            rx.copy_data(s, 0, &mut out[..len]);
             assert_eq!((h, len), (SlotHeader::Frame, 4));
             assert_eq!(out[..4], i.to_le_bytes());
             rx.release(s);
