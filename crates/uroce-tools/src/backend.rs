@@ -50,13 +50,19 @@ pub fn open_daemon(iface: &str, kind: &str) -> anyhow::Result<(Boxed, String)> {
     Ok((Box::new(b), what))
 }
 
+/// QPs a tool's context may create: `uroce perf --qps` goes up to 65,536.
+const TOOL_QPNS: u32 = 1 << 16;
+
 /// Makes `ctx` give its QPs the numbers `backend` reserves for it (a daemon's: it steers
-/// by destination QPN); call before creating QPs.
+/// by destination QPN), as many as a tool creates; call before creating QPs.
 pub fn adopt_qpns(
     ctx: &mut uroce::verbs::Context,
     backend: &mut dyn Backend,
 ) -> anyhow::Result<()> {
-    if let Some((first, _)) = backend.qpn_range().context("QPNs from uroce daemon")? {
+    if let Some((first, _)) = backend
+        .claim_qpns(TOOL_QPNS)
+        .context("QPNs from uroce daemon")?
+    {
         ctx.set_qpn_space(first, 1);
     }
     Ok(())

@@ -144,7 +144,7 @@ pub(crate) struct Inner {
     pub gsi: Option<crate::gsi::Gsi>,
     datapath: Option<Datapath>,
     /// The daemon's control connection when the datapath is a `uroce daemon`'s
-    /// (QPNs and listens are asked of it).
+    /// (listens are asked of it).
     daemon: Option<uroce::datapath::daemon::Control>,
     /// QPNs the daemon gave this context and not used yet: `next..end`.
     qpns: (u32, u32),
@@ -541,14 +541,17 @@ impl Inner {
     }
 
     /// Makes the next QP the context creates take a QPN of this process's own: through a
-    /// daemon, one it handed out (asked for in blocks); in direct mode the context's own.
+    /// daemon, one it handed out ([`Backend::claim_qpns`], a block at a time); in direct
+    /// mode the context's own.
     pub fn next_qpn_from_daemon(&mut self) -> Result<(), c_int> {
-        let Some(control) = &self.daemon else {
-            return Ok(());
-        };
         if self.qpns.0 >= self.qpns.1 {
-            let (first, count) = control.claim_qpns(64).map_err(|e| errno_of(&e))?;
-            self.qpns = (first, first + count);
+            let Some(d) = self.datapath.as_mut() else {
+                return Ok(());
+            };
+            match d.backend.claim_qpns(64).map_err(|e| errno_of(&e))? {
+                Some((first, count)) => self.qpns = (first, first + count),
+                None => return Ok(()),
+            }
         }
         self.uroce.set_qpn_space(self.qpns.0, 1);
         self.qpns.0 += 1;

@@ -120,8 +120,8 @@ impl Backend for Loopback {
         self.inner.rx_capacity()
     }
 
-    fn qpn_range(&mut self) -> std::io::Result<Option<(u32, u32)>> {
-        self.inner.qpn_range()
+    fn claim_qpns(&mut self, count: u32) -> std::io::Result<Option<(u32, u32)>> {
+        self.inner.claim_qpns(count)
     }
 
     fn send_frame_with(

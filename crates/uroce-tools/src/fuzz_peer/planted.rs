@@ -92,8 +92,8 @@ impl<B: Backend> Backend for Planted<B> {
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
     }
-    fn qpn_range(&mut self) -> io::Result<Option<(u32, u32)>> {
-        self.inner.qpn_range()
+    fn claim_qpns(&mut self, count: u32) -> io::Result<Option<(u32, u32)>> {
+        self.inner.claim_qpns(count)
     }
     fn needs_link_addresses(&self) -> bool {
         self.inner.needs_link_addresses()

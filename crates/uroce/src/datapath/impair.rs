@@ -115,8 +115,8 @@ impl<B: Backend> Backend for Impaired<B> {
         self.inner.rx_capacity()
     }
 
-    fn qpn_range(&mut self) -> std::io::Result<Option<(u32, u32)>> {
-        self.inner.qpn_range()
+    fn claim_qpns(&mut self, count: u32) -> std::io::Result<Option<(u32, u32)>> {
+        self.inner.claim_qpns(count)
     }
 
     fn receive(

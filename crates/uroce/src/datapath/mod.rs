@@ -110,12 +110,13 @@ pub trait Backend {
         None
     }
 
-    /// The QPNs a context over this datapath must give its QPs, `(first, count)`: a
-    /// shared datapath (`uroce daemon`, [`daemon::DaemonBackend`]) steers frames by
-    /// destination QPN and hands each process numbers of its own; `None` (a datapath of
-    /// the process's own): any. Call it before creating QPs, and make the context use
-    /// them ([`crate::verbs::Context::set_qpn_space`]).
-    fn qpn_range(&mut self) -> io::Result<Option<(u32, u32)>> {
+    /// At least `count` more QPNs a context over this datapath must give its QPs,
+    /// `(first, count)`, contiguous: a shared datapath (`uroce daemon`,
+    /// [`daemon::DaemonBackend`]) steers frames by destination QPN and hands each process
+    /// numbers of its own; `None` (a datapath of the process's own): any. Claim before
+    /// creating QPs, and make the context use them
+    /// ([`crate::verbs::Context::set_qpn_space`]).
+    fn claim_qpns(&mut self, _count: u32) -> io::Result<Option<(u32, u32)>> {
         Ok(None)
     }
 
@@ -163,8 +164,8 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     fn rx_capacity(&self) -> Option<u64> {
         (**self).rx_capacity()
     }
-    fn qpn_range(&mut self) -> io::Result<Option<(u32, u32)>> {
-        (**self).qpn_range()
+    fn claim_qpns(&mut self, count: u32) -> io::Result<Option<(u32, u32)>> {
+        (**self).claim_qpns(count)
     }
     fn send_with(
         &mut self,

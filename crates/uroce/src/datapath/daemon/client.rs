@@ -82,8 +82,6 @@ pub struct DaemonBackend {
     /// We said we sleep: the next ring of our doorbell is to be drained.
     armed: bool,
     control: Control,
-    /// QPNs claimed for [`Backend::qpn_range`], once asked.
-    range: Option<(u32, u32)>,
     /// The next slot to write when slots are written and not published yet: they are
     /// published together ([`Backend::flush`], or every [`PUBLISH_EVERY`]), so the
     /// daemon takes a batch at a time (and sends it as one, GSO over UDP) instead of
@@ -94,10 +92,6 @@ pub struct DaemonBackend {
 /// Slots written before they are published even without a flush, so that the daemon
 /// works on a long batch while the rest is written.
 const PUBLISH_EVERY: u32 = 32;
-
-/// QPNs [`Backend::qpn_range`] claims for a context (the tools' one context over one
-/// backend; the verbs library claims blocks as it creates QPs, through [`Control`]).
-const CONTEXT_QPNS: u32 = 4096;
 
 impl DaemonBackend {
     /// Connects to the daemon listening at `path`.
@@ -158,7 +152,6 @@ impl DaemonBackend {
             needs_link,
             rx_capacity,
             armed: false,
-            range: None,
             unpublished: None,
             control: Control {
                 sock: Arc::new(Mutex::new(sock)),
@@ -348,11 +341,8 @@ impl Backend for DaemonBackend {
         vec![self.to_process.as_raw_fd()]
     }
 
-    fn qpn_range(&mut self) -> io::Result<Option<(u32, u32)>> {
-        if self.range.is_none() {
-            self.range = Some(self.control.claim_qpns(CONTEXT_QPNS)?);
-        }
-        Ok(self.range)
+    fn claim_qpns(&mut self, count: u32) -> io::Result<Option<(u32, u32)>> {
+        self.control.claim_qpns(count).map(Some)
     }
 
     fn needs_link_addresses(&self) -> bool {
