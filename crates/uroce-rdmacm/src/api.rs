@@ -372,6 +372,14 @@ pub(crate) fn create_id(
     Ok(p.cast())
 }
 
+/// Whether an id other than `k` listens on port space `ps`'s `port` (its service is then
+/// listened on already, in the CM and in the daemon, and stays so when `k` stops).
+fn another_listens(g: &State, k: usize, ps: c_int, port: u16) -> bool {
+    g.ids.iter().any(|(&o, x)| {
+        o != k && x.phase == Phase::Listening && x.ps == ps && x.src.map(|s| s.port()) == Some(port)
+    })
+}
+
 /// Undoes what the CM holds for id `k` (as the kernel's `rdma_destroy_id`): a connection
 /// is disconnected (DREQ) or its REQ rejected, a listen stopped.
 fn release_cm(g: &mut State, k: usize) {
@@ -379,12 +387,7 @@ fn release_cm(g: &mut State, k: usize) {
     let (dev, cm, phase, src, ps) = (id.dev, id.cm, id.phase, id.src, id.ps);
     if phase == Phase::Listening {
         let sid = src.map(|s| service_id(port_space(ps), s.port()));
-        let others = g.ids.iter().any(|(&o, x)| {
-            o != k
-                && x.phase == Phase::Listening
-                && x.src.map(|s| s.port()) == src.map(|s| s.port())
-                && x.ps == ps
-        });
+        let others = src.is_some_and(|s| another_listens(g, k, ps, s.port()));
         if let (Some(sid), false, Some(devs)) = (sid, others, g.devices.as_mut()) {
             let v = crate::verbs::verbs().ok();
             for d in devs.iter_mut() {
@@ -706,9 +709,7 @@ pub(crate) fn listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
     if devs.is_empty() {
         return fail(libc::ENODEV);
     }
-    let shared = g.ids.iter().any(|(&o, x)| {
-        o != k && x.phase == Phase::Listening && x.ps == ps && x.src.map(|s| s.port()) == Some(port)
-    });
+    let shared = another_listens(&g, k, ps, port);
     for (i, &d) in devs.iter().enumerate() {
         if let Err(e) = g.open_gsi(d) {
             return fail(e);
@@ -1204,7 +1205,6 @@ pub(crate) fn init_qp_attr(id: *mut rdma_cm_id, attr: &mut ibv_qp_attr, mask: &m
     }
 }
 
-/// `rdma_set_option`: RDMA_OPTION_ID_TOS, _REUSEADDR, _AFONLY, _ACK_TIMEOUT;
 /// `rdma_set_local_ece` and `rdma_get_remote_ece` on `id`: 0, or -1 with EINVAL for an id
 /// that is not one or has a QP of its own (enhanced connection establishment is for a
 /// QP the program made itself and connects through the id). uroce's CM, as rdma_rxe's
@@ -1222,6 +1222,7 @@ pub(crate) fn ece(id: *mut rdma_cm_id) -> c_int {
     0
 }
 
+/// `rdma_set_option`: RDMA_OPTION_ID_TOS, _REUSEADDR, _AFONLY, _ACK_TIMEOUT;
 /// RDMA_OPTION_IB_PATH is accepted and ignored (the path over RoCE is made locally).
 /// `val` is the option's first bytes (at least one, at most four): a byte, or an int
 /// when there are four.

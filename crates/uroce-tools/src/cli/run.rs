@@ -211,27 +211,20 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     bail!("starting {}: {e}", a.program[0].to_string_lossy())
 }
 
-/// The interfaces the program's library will list as devices: `--iface`, else
-/// `UROCE_IFACES`, else every interface that is up, has an Ethernet address and an IP
-/// address (loopback has none).
+/// The interfaces of the devices the program's library will list (`--iface`, else
+/// `UROCE_IFACES`: the library's own [`ibverbs::device::usable`]) that a daemon can serve:
+/// with an IP address, and up unless named.
 fn device_interfaces(iface: Option<&str>) -> Vec<String> {
     let selected = iface
         .map(str::to_string)
         .or_else(|| std::env::var(ibverbs::device::IFACES_ENV).ok());
-    match selected {
-        Some(list) => list
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect(),
-        None => uroce::net::addresses::interfaces()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|i| i.up && i.mac.is_some() && !i.addrs.is_empty())
-            .map(|i| i.name)
-            .collect(),
-    }
+    uroce::net::addresses::interfaces()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|i| ibverbs::device::usable(i, selected.as_deref()))
+        .filter(|i| !i.addrs.is_empty() && (i.up || selected.is_some()))
+        .map(|i| i.name)
+        .collect()
 }
 
 /// Makes sure a `uroce daemon` serves each interface the program will use.

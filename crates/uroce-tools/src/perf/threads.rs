@@ -64,9 +64,9 @@ fn backends(
                     cfg.impair,
                     seed_of(local) ^ u64::from(k),
                 ));
-                what = format!("{w}, {n} loops on threads");
+                what = w;
             }
-            (v, what)
+            (v, format!("{what}, {n} loops on threads"))
         }
         None => {
             let choice = crate::backend::BackendChoice::parse(&cfg.backend)?;
