@@ -49,7 +49,9 @@ pub struct Args {
     /// The interface whose RoCEv2 datapath to own and share.
     #[arg(long)]
     pub iface: String,
-    /// The datapath: auto (AF_XDP where it can be set up, else UDP), xdp or udp.
+    /// The datapath: auto (the faster on the interface: AF_XDP on a NIC with zero-copy or
+    /// native XDP, UDP on veth and other virtual links; UDP where AF_XDP cannot be set
+    /// up), xdp or udp.
     #[arg(long, default_value = "auto")]
     pub backend: String,
     /// Exit this many seconds after the last process left (default: stay).
@@ -279,11 +281,33 @@ fn open_datapaths(args: &Args, addrs: &[IpAddr], mtu: u32) -> anyhow::Result<Vec
     match args.backend.as_str() {
         "xdp" => xdp().context("AF_XDP"),
         "udp" => udp(),
-        "auto" => match xdp() {
-            Ok(v) => Ok(v),
-            Err(e) if uroce::datapath::xdp::is_held(&e) => Err(e).context("AF_XDP"),
-            Err(_) => udp(),
-        },
+        "auto" => {
+            let c = uroce::datapath::choice::choose(&args.iface);
+            eprintln!("uroce daemon {}: auto takes {c}", args.iface);
+            if c.datapath == uroce::datapath::choice::Datapath::Udp {
+                // Another process's XDP program would take every RoCE frame away from
+                // the daemon's sockets.
+                let index = uroce::net::addresses::ifindex(&args.iface).unwrap_or(0);
+                if let Some(h) = uroce::datapath::holder::xdp_holder(index) {
+                    bail!(
+                        "AF_XDP on {} is held by {h}: its XDP program takes every RoCE frame there",
+                        args.iface
+                    );
+                }
+                return udp();
+            }
+            match xdp() {
+                Ok(v) => Ok(v),
+                Err(e) if uroce::datapath::xdp::is_held(&e) => Err(e).context("AF_XDP"),
+                Err(e) => {
+                    eprintln!(
+                        "uroce daemon {}: AF_XDP not possible ({e}), UDP backend",
+                        args.iface
+                    );
+                    udp()
+                }
+            }
+        }
         other => bail!("backend {other:?} is not auto, xdp or udp"),
     }
 }

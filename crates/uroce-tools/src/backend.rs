@@ -1,10 +1,13 @@
-//! Choosing and opening a tool's datapath: AF_XDP where it can be set up, else the UDP
-//! backend (saying why), with seeded loss and reordering wrapped around it when asked.
+//! Choosing and opening a tool's datapath: `auto` takes what [`choice::choose`] says is the
+//! faster one on the interface (AF_XDP on a NIC with zero-copy or native XDP, the UDP
+//! backend on veth and other virtual links), and the UDP backend where AF_XDP cannot be set
+//! up, saying why; with seeded loss and reordering wrapped around it when asked.
 
 use std::net::IpAddr;
 
 use anyhow::{anyhow, bail, Context as _};
 
+use uroce::datapath::choice::{self, Choice, Datapath};
 use uroce::datapath::holder;
 use uroce::datapath::impair::{Impaired, Impairment};
 use uroce::datapath::udp::UdpBackend;
@@ -71,7 +74,8 @@ pub fn adopt_qpns(
 /// Which datapath a tool uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendChoice {
-    /// AF_XDP where it can be set up, else the UDP backend (saying why).
+    /// The faster datapath on the interface ([`choice::choose`]); the UDP backend where
+    /// AF_XDP cannot be set up (saying why).
     Auto,
     /// AF_XDP or fail.
     Xdp,
@@ -125,10 +129,15 @@ pub fn open(
     mtu: Mtu,
     impair: Impairment,
 ) -> anyhow::Result<(Boxed, String)> {
-    let xdp = match (choice, iface) {
-        (BackendChoice::Udp, _) => None,
-        (_, None) => Some(Err(anyhow!("{no_iface}"))),
-        (_, Some(i)) => {
+    let auto = match (choice, iface) {
+        (BackendChoice::Auto, Some(i)) => Some(auto_choice(i)?),
+        _ => None,
+    };
+    let xdp = match (choice, iface, &auto) {
+        (BackendChoice::Udp, _, _) => None,
+        (_, _, Some(c)) if c.datapath == Datapath::Udp => None,
+        (_, None, _) => Some(Err(anyhow!("{no_iface}"))),
+        (_, Some(i), _) => {
             let cfg = xdp_config()?;
             let r = retry_while_letting_go(i, || {
                 XdpBackend::open_with(i, 2, mtu.bytes() + FRAME_OVERHEAD, MAX_INFLIGHT_PSNS, &cfg)
@@ -140,10 +149,11 @@ pub fn open(
         }
     };
     let seed = seed_of(local);
+    let why = auto.map_or(String::new(), |c| format!(", auto: {}", c.reason));
     match xdp {
         Some(Ok((b, i))) => {
             refuse_if_udp_held(local)?;
-            let what = format!("AF_XDP on {i} ({})", b.mode());
+            let what = format!("AF_XDP on {i} ({}{why})", b.mode());
             Ok((impaired(b, impair, seed), what))
         }
         Some(Err(e)) if choice == BackendChoice::Xdp => Err(e),
@@ -151,11 +161,33 @@ pub fn open(
             let u = UdpBackend::bind(local)?;
             let what = match other {
                 Some(Err(e)) => format!("UDP backend (AF_XDP not possible: {e:#})"),
-                _ => "UDP backend".to_string(),
+                _ if why.is_empty() => "UDP backend".to_string(),
+                _ => format!("UDP backend ({})", &why[2..]),
             };
             Ok((impaired(u, impair, seed), what))
         }
     }
+}
+
+/// What `auto` takes on `iface` ([`choice::choose`]). When that is the UDP backend
+/// while another process holds the interface's AF_XDP (its XDP program takes every RoCE
+/// frame, so a UDP socket would receive nothing), EADDRINUSE naming the holder.
+fn auto_choice(iface: &str) -> anyhow::Result<Choice> {
+    let c = choice::choose(iface);
+    if c.datapath == Datapath::Udp {
+        let index = uroce::net::addresses::ifindex(iface).unwrap_or(0);
+        if let Some(h) = holder::xdp_holder(index) {
+            bail!(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!(
+                    "AF_XDP on {iface} is in use, its XDP program taking every RoCE frame \
+                     there: held by {h}; one uroce process per interface (or share it \
+                     through a uroce daemon)"
+                )
+            ));
+        }
+    }
+    Ok(c)
 }
 
 /// [`holder::retry_while_letting_go`] for the interface named `iface`.
@@ -207,8 +239,14 @@ pub fn open_per_loop(
     mtu: Mtu,
     impair: Impairment,
 ) -> anyhow::Result<(Vec<Boxed>, String)> {
-    let mut why = String::new();
-    if choice != BackendChoice::Udp {
+    let auto = match choice {
+        BackendChoice::Auto => Some(auto_choice(iface)?),
+        _ => None,
+    };
+    let mut why = auto
+        .as_ref()
+        .map_or(String::new(), |c| format!(" (auto: {})", c.reason));
+    if choice == BackendChoice::Xdp || auto.is_some_and(|c| c.datapath == Datapath::Xdp) {
         let cfg = xdp_config()?;
         match retry_while_letting_go(iface, || {
             XdpBackend::open_per_queue_with(
@@ -226,7 +264,7 @@ pub fn open_per_loop(
                     .enumerate()
                     .map(|(k, b)| impaired(b, impair, seed_of(local) ^ k as u64))
                     .collect();
-                let what = format!("AF_XDP on {iface}, {n} loops on threads, one queue each");
+                let what = format!("AF_XDP on {iface}, {n} loops on threads, one queue each{why}");
                 return Ok((v, what));
             }
             Err(e) if choice == BackendChoice::Xdp || is_held(&e) => {

@@ -1,6 +1,7 @@
-//! One uroce datapath per interface, said where a CLI prints it: with AF_XDP held on an
-//! interface (here by this test process), a tool's `auto` backend is EADDRINUSE naming
-//! the holder, never the UDP backend beside it (which would receive nothing while the
+//! One uroce datapath per interface, said where a CLI prints it: `auto` takes the UDP
+//! backend on veth and says why; with AF_XDP held on an interface (here by this test
+//! process), a tool's `auto` backend is EADDRINUSE naming the holder, never the UDP
+//! backend beside it (which would receive nothing while the
 //! holder's XDP program takes every RoCE frame), and `uroce run` says before starting
 //! the program that its first QP there will fail. Needs root and iproute2; skips
 //! otherwise, and when AF_XDP cannot be set up here.
@@ -36,11 +37,25 @@ fn a_held_interface_is_eaddrinuse_naming_the_holder() {
                 Impairment::default(),
             )
         };
-        let (first, what) = auto().expect("the first datapath");
-        if !what.starts_with("AF_XDP") {
-            eprintln!("SKIP: AF_XDP cannot be set up here: {what}");
-            return;
-        }
+        // On veth, `auto` takes the UDP backend, and says why.
+        let (udp, what) = auto().expect("auto");
+        assert!(what.starts_with("UDP backend (auto: a veth link"), "{what}");
+        drop(udp);
+        let first = open(
+            BackendChoice::Xdp,
+            Some(&iface),
+            "",
+            local,
+            Mtu::M1024,
+            Impairment::default(),
+        );
+        let first = match first {
+            Ok((b, _)) => b,
+            Err(e) => {
+                eprintln!("SKIP: AF_XDP cannot be set up here: {e:#}");
+                return;
+            }
+        };
         let second = auto().map(|(_, w)| w);
         let e = second.expect_err("a second AF_XDP datapath on the interface");
         let text = format!("{e:#}");
@@ -69,7 +84,7 @@ fn a_held_interface_is_eaddrinuse_naming_the_holder() {
         drop(first);
         // Let go: the interface is free again, for a tool and for `uroce run`.
         let (_again, what) = auto().expect("the datapath once let go");
-        assert!(what.starts_with("AF_XDP"), "{what}");
+        assert!(what.starts_with("UDP backend"), "{what}");
     });
     t.join().unwrap();
     drop(pair);

@@ -15,9 +15,11 @@
 //! The datapath is opened lazily (listing and querying devices, as `ibv_devinfo` does,
 //! opens none): `UROCE_BACKEND` = `auto` (default: the `uroce daemon` serving the
 //! device's interface when one runs, shared with every process on the host; else as
-//! `direct`), `daemon` (that daemon or ECONNREFUSED), `direct` (AF_XDP on the device's interface
-//! where the process may set it up, else the UDP backend; EADDRINUSE, never the UDP
-//! backend, when another process holds the interface's AF_XDP), `xdp` or `udp`; AF_XDP is tuned
+//! `direct`), `daemon` (that daemon or ECONNREFUSED), `direct` (the faster datapath on the
+//! device's interface, `uroce::datapath::choice`: the UDP backend on veth and other virtual
+//! links, AF_XDP on a NIC with zero-copy or native XDP where the process may set it up,
+//! else the UDP backend; EADDRINUSE, never the UDP backend, when another process holds the
+//! interface's AF_XDP), `xdp` or `udp`; AF_XDP is tuned
 //! by `UROCE_XDP_TX_BATCH` and `UROCE_XDP_BUSY_POLL` ([`uroce::datapath::xdp::XdpConfig`]).
 //!
 //! Safe code: the eventfd, read, write and poll calls and the `Send` of [`AsyncEntry`]
@@ -654,8 +656,20 @@ fn direct_backend(inner: &Inner, choice: &str) -> Result<Box<dyn Backend + Send>
             &xdp,
         )
     };
+    // `auto` takes the faster datapath on the interface (`choice::choose`: AF_XDP on a NIC
+    // with zero-copy or native XDP, UDP on veth and other virtual links); `uroce run` and
+    // `uroce devices` say which and why.
+    let auto_udp = choice == "auto"
+        && uroce::datapath::choice::choose(iface).datapath
+            == uroce::datapath::choice::Datapath::Udp;
+    if auto_udp && holder::xdp_holder(inner.device.ifindex()).is_some() {
+        // Another process's XDP program takes every RoCE frame of the interface: a UDP
+        // socket here would receive nothing.
+        return Err(libc::EADDRINUSE);
+    }
     let xdp = match choice {
         "udp" => None,
+        "auto" if auto_udp => None,
         // AF_XDP held by another process is EADDRINUSE, never the UDP backend: with the
         // XDP program taking every RoCE frame of the interface, a process on UDP would
         // receive nothing (until a shared datapath lands, one uroce process per

@@ -147,23 +147,51 @@ pub fn held_interfaces(only: Option<&str>) -> Vec<String> {
         .collect()
 }
 
+/// What `auto` takes on interface `iface` and why ([`uroce::datapath::choice`]), for a
+/// process lacking the capabilities `missing`: AF_XDP where it is the faster and can be
+/// had, else the UDP backend.
+pub fn auto_line(iface: &str, missing: &[&str]) -> String {
+    let c = uroce::datapath::choice::choose(iface);
+    if c.datapath == uroce::datapath::choice::Datapath::Xdp && !missing.is_empty() {
+        format!(
+            "auto takes the UDP backend: AF_XDP would be the faster ({}) but needs \
+             {} (run as root or grant them)",
+            c.reason,
+            missing.join(", ")
+        )
+    } else if c.datapath == uroce::datapath::choice::Datapath::Udp && has_link_local(iface) {
+        format!(
+            "auto takes {c}; the IPv6 link-local GID (which libfabric's dgram endpoint \
+             names) is served over AF_XDP only: --backend xdp"
+        )
+    } else {
+        format!("auto takes {c}")
+    }
+}
+
+/// Whether interface `iface` has an IPv6 link-local address (its GID 0).
+fn has_link_local(iface: &str) -> bool {
+    uroce::net::addresses::interface_info(iface).is_ok_and(|i| {
+        i.addrs
+            .iter()
+            .any(|(a, _)| matches!(a, std::net::IpAddr::V6(v) if v.is_unicast_link_local()))
+    })
+}
+
 /// Runs `uroce run`: only returns on failure to start the program.
 pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     // The library never prints: say here why `auto` will take the UDP backend.
     let caps = cap_eff();
     let missing = caps.map(missing_for_xdp).unwrap_or_default();
-    if !missing.is_empty() {
-        match a.backend.as_str() {
-            "auto" => eprintln!(
-                "uroce run: AF_XDP needs {} (run as root or grant them): the UDP backend",
-                missing.join(", ")
-            ),
-            "xdp" => bail!(
-                "--backend xdp needs {}; run as root, grant them, or use --backend udp",
-                missing.join(", ")
-            ),
-            _ => {}
+    if a.backend == "auto" {
+        for i in device_interfaces(a.iface.as_deref()) {
+            eprintln!("uroce run: {i}: {}", auto_line(&i, &missing));
         }
+    } else if a.backend == "xdp" && !missing.is_empty() {
+        bail!(
+            "--backend xdp needs {}; run as root, grant them, or use --backend udp",
+            missing.join(", ")
+        );
     }
     let mut backend = a.backend.clone();
     if !a.no_daemon {

@@ -11,12 +11,14 @@
 //! - [`xdp`]: AF_XDP (kernel bypass) with an XDP program steering UDP/4791.
 //! - [`daemon`]: the shared datapath, `uroce daemon`'s rings and the process's end of them
 //!   ([`daemon::DaemonBackend`]).
+//! - [`choice`]: which of AF_XDP and UDP `auto` takes on an interface, and why.
 //! - [`holder`]: which process holds an interface's XDP hook or a UDP port, for errors
 //!   that name it.
 //!
 //! The next hop and MAC address AF_XDP frames go to come from [`crate::net::resolve`]
 //! (the kernel's route and neighbour table over rtnetlink, else ARP / NDP).
 
+pub mod choice;
 pub mod daemon;
 pub mod event_loop;
 pub mod holder;

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use netlink_packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage,
 };
-use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage, State};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkInfo, LinkMessage, State};
 use netlink_packet_route::RouteNetlinkMessage;
 
 use super::netlink::{request, Kind};
@@ -193,6 +193,25 @@ pub fn interfaces() -> Result<Vec<InterfaceInfo>, NetError> {
         Kind::Dump,
     )?;
     Ok(interfaces_from(&links, &addrs))
+}
+
+/// The kind of link `index` is (`IFLA_LINKINFO`'s `IFLA_INFO_KIND`: "veth", "bridge",
+/// "macvlan", ...), as `ip -d link` prints it; `None` for a device with a driver of its
+/// own (a NIC), which has none.
+pub fn link_kind(index: u32) -> Result<Option<String>, NetError> {
+    let mut m = LinkMessage::default();
+    m.header.index = index;
+    let answer = request(RouteNetlinkMessage::GetLink(m), Kind::Get)?;
+    Ok(answer.iter().find_map(|m| match m {
+        RouteNetlinkMessage::NewLink(l) => l.attributes.iter().find_map(|a| match a {
+            LinkAttribute::LinkInfo(infos) => infos.iter().find_map(|i| match i {
+                LinkInfo::Kind(k) => Some(k.to_string()),
+                _ => None,
+            }),
+            _ => None,
+        }),
+        _ => None,
+    }))
 }
 
 /// The interface named `iface` (see [`interfaces`]).

@@ -12,6 +12,8 @@
 //! - [`resolve`]: the next hop and its MAC for a peer, as the AF_XDP datapath needs them.
 //! - [`packet_socket`]: AF_PACKET sockets, and capturing what crosses an interface.
 //! - [`link_watch`]: a link's state changes (`RTNLGRP_LINK`), for the port events.
+//! - [`xdp_features`]: what a driver does with XDP (native mode, AF_XDP zero-copy), from
+//!   the `netdev` generic netlink family.
 //!
 //! Every query runs in the calling thread's network namespace. Failures are
 //! [`NetError`]s that say what is missing.
@@ -24,6 +26,7 @@ pub mod netlink;
 pub mod packet_socket;
 pub mod resolve;
 pub mod routes;
+pub mod xdp_features;
 
 use std::io;
 use std::net::IpAddr;
