@@ -252,10 +252,10 @@ bulk_uroce() {
   fi
   cpu=$(awk -v c="$(time_cpu "$WORK/tc")" -v s="$(time_cpu "$WORK/ts")" -v d=$((d1 - d0)) -v k="$CLK" \
     'BEGIN { printf "%.3f", c + s + d / k }')
-  gb=$(awk -v g="$g" -v t="$DUR" 'BEGIN { printf "%.4f", g * t / 8 }')
+  gb=$(awk -v g="$g" -v t="$DUR" 'BEGIN { printf "%.6f", g * t / 8 }')
   record bulk "$r" "$row" "$n" "$g" "$cpu" "$gb"
   printf '  %-5s %-7s %-6s %10.2f Gb/s     %8.3f cpu-s/GB\n' "$r" "bulk x$n" "$row" "$g" \
-    "$(awk -v c="$cpu" -v g="$gb" 'BEGIN { print (g > 0) ? c / g : 0 }')"
+    "$(awk -v c="$cpu" -v g="$gb" 'BEGIN { print (g > 0) ? c / g : "inf" }')"
 }
 bulk_tcp() { # N ROUND
   local n=$1 r=$2 out sp g cpu gb port=$((18700 + RANDOM % 100))
@@ -271,10 +271,10 @@ bulk_tcp() { # N ROUND
     return 0
   }
   cpu=$(awk -v c="$(time_cpu "$WORK/tc")" -v s="$(time_cpu "$WORK/ts")" 'BEGIN { printf "%.3f", c + s }')
-  gb=$(awk -v g="$g" -v t="$DUR" 'BEGIN { printf "%.4f", g * t / 8 }')
+  gb=$(awk -v g="$g" -v t="$DUR" 'BEGIN { printf "%.6f", g * t / 8 }')
   record bulk "$r" tcp "$n" "$g" "$cpu" "$gb"
   printf '  %-5s %-7s %-6s %10.2f Gb/s     %8.3f cpu-s/GB   (iperf3 -P %s)\n' "$r" "bulk x$n" tcp "$g" \
-    "$(awk -v c="$cpu" -v g="$gb" 'BEGIN { print (g > 0) ? c / g : 0 }')" "$n"
+    "$(awk -v c="$cpu" -v g="$gb" 'BEGIN { print (g > 0) ? c / g : "inf" }')" "$n"
 }
 if want bulk; then
   echo "2. bulk: uroce perf write 64 KiB, path MTU 4096, N loops/QPs of one process (--threads N) / iperf3 -P N; $DUR s each; CPU: both ends + daemons"
@@ -350,7 +350,8 @@ def ratios(part, row, n, what):
     out = []
     for rd in sorted({k[1] for k in res}, key=int):
         u, t = res.get((part, rd, row, n)), res.get((part, rd, "tcp", n))
-        if not u or not t or u[0] <= 0 or t[0] <= 0:
+        # A uroce run that moved nothing counts as 0x (its CPU per GB is left out).
+        if not u or not t or t[0] <= 0 or (what != "v" and (u[2] <= 0 or t[2] <= 0)):
             continue
         out.append(u[0] / t[0] if what == "v" else per_gb(u) / per_gb(t))
     return out
@@ -383,7 +384,10 @@ def goal(name, part, n, what, op, target, note=""):
         extra = f"best other row: {best[1]} {best[0]:.2f}x"
     else:
         extra = ""
-    if m is None:
+    if m is None and what != "v" and ratios(part, "auto", n, "v"):
+        verdict, shown = "NOT met", "-"
+        extra = "(uroce moved nothing) " + extra
+    elif m is None:
         verdict, shown = "not measured", "-"
     else:
         ok = m >= target if op == ">=" else m <= target
