@@ -1,7 +1,8 @@
 #!/bin/bash
 # Does uroce beat kernel TCP for an AI-training user? One run over a veth pair between two
 # namespaces (as root; MTU 9000, two queues each way), each round alternating uroce and TCP
-# so that the ratios hold on a noisy shared machine; at the end the medians over rounds of
+# (TCP first in odd rounds, last in even ones) so that the ratios hold on a noisy shared
+# machine; at the end the medians over rounds of
 # the per-round ratios uroce/TCP against the goals, met or not met.
 #   1. nccl: NCCL's own net plugins (the real libnccl.so.2, scripts/nccl-net/fetch.sh; when
 #      it cannot be had, this part says why and is skipped) driven by
@@ -187,6 +188,12 @@ with_uroce() {
   return $rc
 }
 
+# order ROUND: the rows of a round, TCP first in odd rounds and last in even ones (a
+# machine getting busier or quieter during a round then favours neither side throughout)
+order() {
+  if [ $(($1 % 2)) = 1 ]; then echo tcp "${ROWS[@]}"; else echo "${ROWS[@]}" tcp; fi
+}
+
 # record PART ROUND ROW N VALUE CPU_S GB: one result (VALUE: GB/s per direction, Gb/s or
 # p50 us; CPU_S the CPU-seconds of both ends and daemons; GB moved)
 record() { echo "$*" >>"$RESULTS"; }
@@ -218,9 +225,12 @@ if [ "$NCCL" = 1 ]; then
   NCCL_SIZE=$(awk '{ for (i = 1; i < NF; i++) if ($i == "--size") print $(i + 1) }' <<<"${NCCL_HARNESS_ARGS:-}")
   echo "1. NCCL net plugins, $NCOUNT x $((${NCCL_SIZE:-524288} / 1024)) KiB each way per run, 8 in flight; ncclNetIb on uroce (rows) / ncclNetSocket on TCP (tcp)"
   for r in $(seq "$ROUNDS"); do
-    nccl_one tcp "$r" || echo "  $r nccl tcp failed"
-    for row in "${ROWS[@]}"; do
-      with_uroce "$row" nccl_one "$row" "$r" || echo "  $r nccl $row failed"
+    for row in $(order "$r"); do
+      if [ "$row" = tcp ]; then
+        nccl_one tcp "$r" || echo "  $r nccl tcp failed"
+      else
+        with_uroce "$row" nccl_one "$row" "$r" || echo "  $r nccl $row failed"
+      fi
     done
   done
 fi
@@ -280,9 +290,12 @@ if want bulk; then
   echo "2. bulk: uroce perf write 64 KiB, path MTU 4096, N loops/QPs of one process (--threads N) / iperf3 -P N; $DUR s each; CPU: both ends + daemons"
   for r in $(seq "$ROUNDS"); do
     for n in 1 4 8; do
-      bulk_tcp "$n" "$r"
-      for row in "${ROWS[@]}"; do
-        with_uroce "$row" bulk_uroce "$row" "$n" "$r" || echo "  $r bulk $row x$n failed"
+      for row in $(order "$r"); do
+        if [ "$row" = tcp ]; then
+          bulk_tcp "$n" "$r"
+        else
+          with_uroce "$row" bulk_uroce "$row" "$n" "$r" || echo "  $r bulk $row x$n failed"
+        fi
       done
     done
   done
@@ -326,9 +339,12 @@ rtt_tcp() { # ROUND
 if want rtt; then
   echo "3. 8-byte round trip: uroce perf write --lat ($DUR s) / TCP request-response (tcp_rr, 10,000)"
   for r in $(seq "$ROUNDS"); do
-    rtt_tcp "$r"
-    for row in "${ROWS[@]}"; do
-      with_uroce "$row" rtt_uroce "$row" "$r" || echo "  $r rtt $row failed"
+    for row in $(order "$r"); do
+      if [ "$row" = tcp ]; then
+        rtt_tcp "$r"
+      else
+        with_uroce "$row" rtt_uroce "$row" "$r" || echo "  $r rtt $row failed"
+      fi
     done
   done
 fi
