@@ -2,8 +2,8 @@
 # Does uroce beat kernel TCP for an AI-training user? One run over a veth pair between two
 # namespaces (as root; MTU 9000, two queues each way), each round alternating uroce and TCP
 # (TCP first in odd rounds, last in even ones) so that the ratios hold on a noisy shared
-# machine; at the end the medians over rounds of
-# the per-round ratios uroce/TCP against the goals, met or not met.
+# machine; at the end the medians over rounds of the per-round ratios uroce/TCP against
+# the goals, met or not met.
 #   1. nccl: NCCL's own net plugins (the real libnccl.so.2, scripts/nccl-net/fetch.sh; when
 #      it cannot be had, this part says why and is skipped) driven by
 #      scripts/nccl-net/harness.c (scripts/nccl-net/lib.sh's pair): ncclNetIb on uroce
