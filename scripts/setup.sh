@@ -12,8 +12,10 @@
 # openmpi-bin and libopenmpi-dev, libfabric-bin and python3-pyverbs. With
 # --interop, also the rxe interop guest (scripts/interop/install.sh: qemu, debootstrap, a
 # cached guest image; a failure there is reported and the interop test then says why it
-# skips). With --bench, also iperf3 (scripts/bench-datapath.sh --bulk measures kernel TCP
-# beside uroce). With --nccl, also gcc and NVIDIA's libnccl.so.2 (scripts/nccl-net/fetch.sh:
+# skips). With --bench, also iperf3 (scripts/bench-datapath.sh --bulk and
+# scripts/bench-vs-tcp.sh measure kernel TCP beside uroce), GNU time (/usr/bin/time: their
+# CPU-seconds) and gcc (bench-vs-tcp.sh builds scripts/nccl-net/harness.c; it fetches
+# libnccl.so.2 itself, or says why it cannot and skips its NCCL part). With --nccl, also gcc and NVIDIA's libnccl.so.2 (scripts/nccl-net/fetch.sh:
 # the nvidia-nccl-cu13 wheel, about 300 MB, into .cache/nccl-net; the NCCL test fetches it
 # itself when missing). Idempotent; needs root only when something is missing.
 set -euo pipefail
@@ -33,10 +35,14 @@ command -v tc >/dev/null 2>&1 || need+=(iproute2)
 command -v ethtool >/dev/null 2>&1 || [ -x /usr/sbin/ethtool ] || need+=(ethtool)
 if [ $bench -eq 1 ]; then
     command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
+    [ -x /usr/bin/time ] || need+=(time)
+    command -v gcc >/dev/null 2>&1 || need+=(gcc)
 fi
 if [ $nccl -eq 1 ]; then
     command -v gcc >/dev/null 2>&1 || need+=(gcc)
 fi
+# Both may ask for gcc: once.
+mapfile -t need < <(printf '%s\n' "${need[@]}" | awk 'NF && !seen[$0]++')
 [ -f /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 command -v ibv_devinfo >/dev/null 2>&1 || need+=(ibverbs-utils)
 [ -e /usr/lib/x86_64-linux-gnu/libmlx5.so.1 ] || need+=(ibverbs-providers)

@@ -1,8 +1,10 @@
 #!/bin/bash
 # NCCL's network transports between two namespaces joined by a veth pair (as root), driven
 # by harness.c without a GPU: NCCL's ncclNetIb on uroce (each side under `uroce run`, over
-# AF_XDP and over the UDP backend) and ncclNetSocket on kernel TCP, both directions at once,
-# 512 KiB messages, 8 in flight each way.
+# AF_XDP and over the UDP backend, through a `uroce daemon` per side that this script starts
+# with that backend and stops after each run) and ncclNetSocket on kernel TCP, both
+# directions at once, 512 KiB messages, 8 in flight each way. The pair machinery is
+# scripts/nccl-net/lib.sh (scripts/bench-vs-tcp.sh uses it too).
 # Usage: scripts/nccl-net/run.sh                   one run of each, every byte checked
 #        scripts/nccl-net/run.sh --bench [ROUNDS] [COUNT]
 #   --bench: ROUNDS rounds (default 3) of COUNT messages each way (default 2000, 1 GiB),
@@ -29,56 +31,39 @@ else
 fi
 LIB=${NCCL_NET_LIB:-$(scripts/nccl-net/fetch.sh | tail -n 1)}
 WORK=$(mktemp -d /tmp/uroce-nccl-net.XXXXXX)
-H=$WORK/nccl-net-harness
-gcc -O2 -Wall -o "$H" scripts/nccl-net/harness.c -ldl
+NETNS_WORK=$WORK
+# shellcheck source=scripts/lib/netns.sh
+. scripts/lib/netns.sh
+# shellcheck source=scripts/nccl-net/lib.sh
+. scripts/nccl-net/lib.sh
+nccl_harness
 A=uroce-nccl-$$-a
 Z=uroce-nccl-$$-b
 IA=un$$a
 IZ=un$$b
 cleanup() {
-  ip netns del "$A" 2>/dev/null || true
-  ip netns del "$Z" 2>/dev/null || true
+  for p in "${DAEMONS[@]}"; do kill "$p" 2>/dev/null || true; done
+  netns_down "$A" "$Z"
   rm -rf "$WORK"
 }
-trap cleanup EXIT INT TERM
-ip netns add "$A"
-ip netns add "$Z"
-# Two queues each way, as the tests' veth pairs have (one AF_XDP loop per queue).
-ip link add "$IA" numtxqueues 2 numrxqueues 2 netns "$A" type veth peer name "$IZ" \
-  numtxqueues 2 numrxqueues 2 netns "$Z"
-ip -n "$A" addr add 10.98.0.1/24 dev "$IA"
-ip -n "$Z" addr add 10.98.0.2/24 dev "$IZ"
-for s in "$A:$IA" "$Z:$IZ"; do
-  ip -n "${s%%:*}" link set "${s#*:}" mtu 9000 up
-  ip -n "${s%%:*}" link set lo up
-done
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+netns_up "$A" "$Z" "$IA" "$IZ" 10.98.0
 sleep 1
 
-# pair NET(xdp|udp|tcp) COUNT CHECK: both sides, each report line on stdout (a, then b).
+# pair NET(xdp|udp|tcp) COUNT CHECK: both sides, each report line on stdout (a, then b);
+# uroce through a daemon per side with NET as its datapath, started here and stopped after
+# (one left by `uroce run` lingers for 5 s and would serve the next run whatever it asks).
 pair() {
-  local be=$1 n=$2 check=$3 dir=$WORK/$1.$RANDOM
-  mkdir -p "$dir"
-  side() { # NS IFACE ROLE
-    local pre=() net=socket
-    if [ "$be" != tcp ]; then
-      pre=("$B" run --iface "$2" --backend "$be" --)
-      net=ib
-    fi
-    ip netns exec "$1" env NCCL_SOCKET_IFNAME="$2" NCCL_IB_HCA="=uroce_$2" \
-      "${pre[@]}" "$H" --lib "$LIB" --net "$net" \
-      --role "$3" --dir "$dir" --count "$n" --check "$check" --timeout 120 \
-      >"$dir/out.$3" 2>"$dir/err.$3"
-  }
-  side "$Z" "$IZ" b &
-  local pid=$! rc=0
-  side "$A" "$IA" a || rc=1
-  wait $pid || rc=1
-  if [ $rc != 0 ]; then
-    echo "$be failed:" >&2
-    cat "$dir"/err.* >&2
-    return 1
+  if [ "$1" = tcp ]; then
+    nccl_pair "$@"
+    return
   fi
-  cat "$dir/out.a" "$dir/out.b"
+  daemons_start "$B" "$1" "$A:$IA" "$Z:$IZ"
+  local rc=0
+  nccl_pair "$@" || rc=1
+  daemons_stop "$B" "$A:$IA" "$Z:$IZ"
+  return $rc
 }
 
 # field NAME LINES: the number before NAME in each line.
