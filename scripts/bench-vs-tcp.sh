@@ -15,7 +15,8 @@
 #      (NCCL_P2P_NET_CHUNKSIZE, 128 KiB) is smaller: NCCL_HARNESS_ARGS="--size 131072"
 #      measures that instead. COUNT = 400 x SECONDS messages each way per run.
 #   2. bulk: `uroce perf write`, 64 KiB messages, path MTU 4096, 1, 4 and 8 QPs of one
-#      process (--threads N: N loops on threads, one QP each) against iperf3 -P N (1, 4, 8
+#      process (--threads N: N loops on threads, one QP each, where the machine has N
+#      cores; else --qps N, one loop driving N QPs) against iperf3 -P N (1, 4, 8
 #      streams), SECONDS each; Gb/s, CPU-seconds per GB of both ends (/usr/bin/time) plus
 #      both uroce daemons (/proc/PID/stat during the run).
 #   3. rtt: the 8-byte RC WRITE round trip p50 (`uroce perf write --lat`, SECONDS) against
@@ -239,7 +240,14 @@ fi
 # bulk_uroce ROW N ROUND: `uroce perf write` with N loops/QPs (UFLAGS set by with_uroce)
 bulk_uroce() {
   local row=$1 n=$2 r=$3 thr=() out sp d0 d1 g dp cpu gb port=$((18600 + RANDOM % 100))
-  [ "$n" -gt 1 ] && thr=(--threads "$n")
+  # N loops on threads where the machine has a core for each; beyond that one loop
+  # drives the N QPs (--qps), since more busy loops than cores starve each other into
+  # spurious retransmission timeouts (measured: 0.01x TCP with 8 loops on 2 cores).
+  if [ "$n" -gt 1 ] && [ "$n" -le "$(nproc)" ]; then
+    thr=(--threads "$n")
+  elif [ "$n" -gt 1 ]; then
+    thr=(--qps "$n")
+  fi
   ip netns exec "$Z" /usr/bin/time -f '%U %S' -o "$WORK/ts" \
     timeout -k 2 $((DUR + 40)) "$B" perf write "${UFLAGS[@]}" -m 4096 --port "$port" \
     >"$WORK/server.out" 2>&1 &
@@ -287,7 +295,7 @@ bulk_tcp() { # N ROUND
     "$(awk -v c="$cpu" -v g="$gb" 'BEGIN { print (g > 0) ? c / g : "inf" }')" "$n"
 }
 if want bulk; then
-  echo "2. bulk: uroce perf write 64 KiB, path MTU 4096, N loops/QPs of one process (--threads N) / iperf3 -P N; $DUR s each; CPU: both ends + daemons"
+  echo "2. bulk: uroce perf write 64 KiB, path MTU 4096, N QPs of one process (--threads N up to the cores, else --qps N) / iperf3 -P N; $DUR s each; CPU: both ends + daemons"
   for r in $(seq "$ROUNDS"); do
     for n in 1 4 8; do
       for row in $(order "$r"); do

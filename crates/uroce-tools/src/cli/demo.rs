@@ -24,7 +24,7 @@ pub struct Args {
     netem: Option<String>,
     #[command(flatten)]
     impair: super::impair::ImpairArgs,
-    /// Datapath: auto (AF_XDP where possible, else UDP, saying why), xdp or udp.
+    /// Datapath: auto (the faster on the interface: UDP on veth, AF_XDP on a NIC with zero-copy or native XDP; saying why), xdp or udp.
     #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "udp"])]
     backend: String,
     /// Capture the veth traffic into this pcap file (and check every RoCE frame's ICRC).

@@ -68,7 +68,7 @@ pub struct Args {
     /// than 32).
     #[arg(long, default_value_t = 1)]
     qps: u32,
-    /// Datapath: auto (AF_XDP where possible, else UDP), xdp or udp: the datapath of the
+    /// Datapath: auto (the faster on the interface: UDP on veth, AF_XDP on a NIC with zero-copy or native XDP), xdp or udp: the datapath of the
     /// `uroce daemon` started for the interface when none serves it (one that runs keeps
     /// its own), or with --no-daemon this process's own.
     #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "udp"])]

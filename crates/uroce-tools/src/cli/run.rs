@@ -38,8 +38,9 @@ pub struct Args {
     #[arg(long)]
     iface: Option<String>,
     /// Datapath of the `uroce daemon` started for the interface when none serves it (one
-    /// that runs keeps its own), or with --no-daemon the program's own: auto (AF_XDP where
-    /// it may be set up, else UDP), xdp or udp.
+    /// that runs keeps its own), or with --no-daemon the program's own: auto (the faster on
+    /// the interface, printed with its reason: UDP on veth, AF_XDP on a NIC with zero-copy
+    /// or native XDP), xdp or udp.
     #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "udp"])]
     backend: String,
     /// Open the datapath in the program itself (direct mode: one uroce process per

@@ -715,25 +715,31 @@ impl Backend for UdpBackend {
             return Ok(handled);
         }
         let fd = self.rx.as_raw_fd();
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd for an open socket.
-        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            // A signal (Ctrl-C is handled by the caller's loop) is just an early wake-up.
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(0)
-            } else {
-                Err(e)
+        // Without a timeout the non-blocking recvmmsg below is the test: one system call
+        // per receive instead of poll and recvmmsg (a program polling its CQ in a loop
+        // receives this way).
+        if !timeout.is_zero() {
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
             };
-        }
-        if r == 0 {
-            return Ok(0);
+            let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+            // SAFETY: one valid pollfd for an open socket.
+            let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                // A signal (Ctrl-C is handled by the caller's loop) is just an early
+                // wake-up.
+                return if e.kind() == io::ErrorKind::Interrupted {
+                    Ok(0)
+                } else {
+                    Err(e)
+                };
+            }
+            if r == 0 {
+                return Ok(0);
+            }
         }
         let slot = self.rx_slot;
         let slots = self.rxbuf.len() / slot;
