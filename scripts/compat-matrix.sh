@@ -92,6 +92,16 @@ for n in a b; do
     ip -n "$ns" link set lo up
     ip -n "$ns" link set "$if" mtu 1500 up
 done
+# The IPv6 link-local addresses (the default GIDs, which fi-dgram and fi-rdm name) pass
+# duplicate address detection first: over UDP the kernel drops packets to a tentative
+# address (AF_XDP takes them before it looks).
+for n in a b; do
+    eval "ns=\$ns_$n if=\$if_$n"
+    for _ in $(seq 50); do
+        [ -z "$(ip -n "$ns" -6 addr show dev "$if" tentative)" ] && break
+        sleep 0.1
+    done
+done
 dev_a=uroce_$if_a dev_b=uroce_$if_b
 
 # Runs CMD... in namespace a (client) or b (server) on uroce.

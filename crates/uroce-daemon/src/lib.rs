@@ -156,6 +156,9 @@ struct Daemon {
     generation: AtomicU64,
     local: RwLock<Vec<IpAddr>>,
     needs_link: bool,
+    /// A datapath serves the interface's link-local address (AF_XDP, or a UDP socket
+    /// bound to it): processes are told so in their welcome.
+    link_local: bool,
     /// The interface's MAC (neighbour requests a process sends must be from it).
     mac: Option<[u8; 6]>,
     rx_capacity: u64,
@@ -236,8 +239,17 @@ struct Datapath {
 
 /// The interface's datapaths: AF_XDP (one, for every address), or a UDP socket backend
 /// for each address that can be bound (IPv4 and IPv6: a UDP socket sends from the
-/// address it is bound to).
-fn open_datapaths(args: &Args, addrs: &[IpAddr], mtu: u32) -> anyhow::Result<Vec<Datapath>> {
+/// address it is bound to). Over UDP the IPv6 link-local addresses are bound with their
+/// scope, the interface's index, and the default GID (the EUI-64 address of `mac`) is
+/// bound even before the kernel has it (`UdpBackend::bind_link_local`): processes then
+/// send from and receive at GID 0 as over AF_XDP (libfabric's dgram and rdm endpoints
+/// name it at both ends).
+fn open_datapaths(
+    args: &Args,
+    addrs: &[IpAddr],
+    mtu: u32,
+    mac: Option<[u8; 6]>,
+) -> anyhow::Result<Vec<Datapath>> {
     let mtu = uroce::verbs::Mtu::fitting(mtu).unwrap_or(uroce::verbs::Mtu::M1024);
     let xdp = || {
         XdpBackend::open_with(
@@ -257,14 +269,24 @@ fn open_datapaths(args: &Args, addrs: &[IpAddr], mtu: u32) -> anyhow::Result<Vec
     let udp = || -> anyhow::Result<Vec<Datapath>> {
         let mut v = Vec::new();
         let mut first_error = None;
-        for &ip in addrs {
-            match UdpBackend::bind(ip) {
+        let index = uroce::net::addresses::ifindex(&args.iface).unwrap_or(0);
+        let mut addrs = addrs.to_vec();
+        if let Some(ll) = mac.map(uroce::net::addresses::eui64_link_local) {
+            if !addrs.contains(&IpAddr::V6(ll)) {
+                addrs.push(IpAddr::V6(ll));
+            }
+        }
+        for ip in addrs {
+            let bound = match ip {
+                IpAddr::V6(a) if a.is_unicast_link_local() => UdpBackend::bind_link_local(a, index),
+                _ => UdpBackend::bind(ip),
+            };
+            match bound {
                 Ok(b) => v.push(Datapath {
                     sources: vec![ip],
                     backend: Mutex::new(Box::new(b)),
                 }),
                 Err(e) => {
-                    // A link-local IPv6 address needs its scope: not served over UDP.
                     let held = uroce::datapath::holder::held_by(
                         uroce::datapath::holder::udp_holder(ip, uroce::wire::ROCEV2_UDP_PORT),
                     );
@@ -375,7 +397,7 @@ pub fn check(args: &Args) -> anyhow::Result<String> {
 pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Result<()> {
     let (addrs, mtu, mac) = interface(&args.iface)?;
     raise_open_files();
-    let datapaths = open_datapaths(args, &addrs, mtu)?;
+    let datapaths = open_datapaths(args, &addrs, mtu, mac)?;
     let path = socket_path(args)?;
     let dir = path
         .parent()
@@ -418,6 +440,12 @@ pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Resul
             b.needs_link_addresses(),
         )
     };
+    let link_local = datapaths.iter().any(|dp| {
+        dp.backend
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .serves_link_local()
+    });
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos() ^ std::process::id());
@@ -428,6 +456,7 @@ pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Resul
         generation: AtomicU64::new(0),
         local: RwLock::new(addrs),
         needs_link,
+        link_local,
         mac: mac.filter(|_| needs_link),
         rx_capacity,
         stop: AtomicBool::new(false),
@@ -1070,6 +1099,7 @@ fn handle(
                 Reply::Welcome {
                     client: id,
                     needs_link_addresses: d.needs_link,
+                    serves_link_local: d.link_local,
                     rx_capacity: d.rx_capacity,
                 },
                 fds,

@@ -29,12 +29,14 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use uroce::datapath::by_source::BySource;
 use uroce::datapath::holder;
 use uroce::datapath::udp::UdpBackend;
 use uroce::datapath::xdp::{XdpBackend, XdpConfig};
@@ -706,6 +708,31 @@ fn direct_backend(inner: &Inner, choice: &str) -> Result<Box<dyn Backend + Send>
         Some(Ok(b)) => Ok(Box::new(b)),
         Some(Err(e)) if choice == "xdp" || uroce::datapath::xdp::is_held(&e) => Err(errno_of(&e)),
         // `auto` without AF_XDP (the library cannot say why; `uroce run` does).
-        _ => Ok(Box::new(UdpBackend::bind(local).map_err(|e| errno_of(&e))?)),
+        _ => udp_backend(inner).map_err(|e| errno_of(&e)),
     }
+}
+
+/// The UDP datapath of a context in direct mode: a socket on its address and, beside it,
+/// one on the interface's IPv6 link-local address (the default GID, GID 0) bound with its
+/// scope, held together by source address (`BySource`), so that the context sends from
+/// and receives at GID 0 over UDP as over AF_XDP (libfabric's dgram and rdm endpoints
+/// name it at both ends). Without the second socket (its port taken, IPv6 off on the
+/// interface) the context goes on with its address alone: GID 0 is then not served
+/// (`qp::remote_of` refuses it).
+fn udp_backend(inner: &Inner) -> std::io::Result<Box<dyn Backend + Send>> {
+    let local = inner.uroce.config().ip;
+    let index = inner.device.ifindex();
+    let bind = |ip: IpAddr| match ip {
+        IpAddr::V6(a) if a.is_unicast_link_local() => UdpBackend::bind_link_local(a, index),
+        a => UdpBackend::bind(a),
+    };
+    let mut b = BySource::new(vec![local], Box::new(bind(local)?));
+    if let Some(ll) = inner.uroce.link_local().map(IpAddr::V6) {
+        if ll != local {
+            if let Ok(second) = bind(ll) {
+                b.add(vec![ll], Box::new(second));
+            }
+        }
+    }
+    Ok(Box::new(b))
 }

@@ -107,6 +107,9 @@ impl Backend for Loopback {
     fn needs_link_addresses(&self) -> bool {
         self.inner.needs_link_addresses()
     }
+    fn serves_link_local(&self) -> bool {
+        self.inner.serves_link_local()
+    }
 
     fn wait_fds(&self) -> Vec<RawFd> {
         self.inner.wait_fds()

@@ -122,11 +122,14 @@ pub(crate) fn gid_of(ip: IpAddr) -> ibv_gid {
 /// from, or the destination is of the other IP version; EHOSTUNREACH when the MAC cannot
 /// be found.
 ///
-/// A context sends from one address, the device's first IPv4 one (else its first), and
-/// on a datapath that builds the link headers (AF_XDP) also from GID 0, the default GID
-/// (fe80:: with the EUI-64 of the MAC), to a destination GID that is IPv6 link-local, as
-/// a NIC does: libfabric's dgram and rdm endpoints name GID 0 at both ends. The UDP
-/// backend's socket is bound to the one address, so there GID 0 stays EINVAL.
+/// A context sends from one address, the device's first IPv4 one (else its first), and,
+/// where the datapath serves the interface's link-local address
+/// (`Backend::serves_link_local`: AF_XDP, which writes the IP header itself; the UDP
+/// backend with a second socket bound to that address with its scope; a daemon that says
+/// it does), also from GID 0, the default GID (fe80:: with the EUI-64 of the MAC), to a
+/// destination GID that is IPv6 link-local, as a NIC does: libfabric's dgram and rdm
+/// endpoints name GID 0 at both ends. Where it does not (that socket could not be
+/// bound), GID 0 stays EINVAL.
 /// Called without the context's lock: finding a MAC may take an ARP exchange (up to
 /// `neighbours::GIVE_UP`), during which the context's other verbs and its progress
 /// thread go on; each ARP frame takes the lock only to be sent.
@@ -136,8 +139,11 @@ pub(crate) fn remote_of(shared: &Arc<Shared>, ah: &ibv_ah_attr) -> Result<Remote
         let mut g = shared.lock();
         shared.start(&mut g)?;
         let needs = g.backend().is_some_and(|b| b.needs_link_addresses());
+        let link_local = g.backend().is_some_and(|b| b.serves_link_local());
         let source = match (ip, g.uroce.link_local()) {
-            (IpAddr::V6(to), Some(ll)) if needs && to.is_unicast_link_local() => IpAddr::V6(ll),
+            (IpAddr::V6(to), Some(ll)) if link_local && to.is_unicast_link_local() => {
+                IpAddr::V6(ll)
+            }
             _ => g.uroce.config().ip,
         };
         (g.device, source, needs)

@@ -98,6 +98,9 @@ impl<B: Backend> Backend for Planted<B> {
     fn needs_link_addresses(&self) -> bool {
         self.inner.needs_link_addresses()
     }
+    fn serves_link_local(&self) -> bool {
+        self.inner.serves_link_local()
+    }
     fn receive(
         &mut self,
         timeout: Duration,

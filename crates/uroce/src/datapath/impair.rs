@@ -102,6 +102,9 @@ impl<B: Backend> Backend for Impaired<B> {
     fn needs_link_addresses(&self) -> bool {
         self.inner.needs_link_addresses()
     }
+    fn serves_link_local(&self) -> bool {
+        self.inner.serves_link_local()
+    }
 
     fn wait_fds(&self) -> Vec<std::os::fd::RawFd> {
         self.inner.wait_fds()

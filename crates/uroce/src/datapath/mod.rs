@@ -2,6 +2,9 @@
 //!
 //! - [`udp`]: a plain UDP socket on port 4791 (no privileges, no XDP): the kernel builds
 //!   Ethernet, IP and UDP; uroce sends and receives the RoCEv2 transport bytes.
+//! - [`by_source`]: [`by_source::BySource`], several backends as one, each packet sent
+//!   by the one bound to its source address (UDP on the routable and on the link-local
+//!   address).
 //! - [`event_loop`]: drives a context from a backend, its timers and the application.
 //! - [`notify`]: [`notify::Notifier`], an eventfd an application polls for completion and
 //!   asynchronous events instead of spinning.
@@ -18,6 +21,7 @@
 //! The next hop and MAC address AF_XDP frames go to come from [`crate::net::resolve`]
 //! (the kernel's route and neighbour table over rtnetlink, else ARP / NDP).
 
+pub mod by_source;
 pub mod choice;
 pub mod daemon;
 pub mod event_loop;
@@ -98,6 +102,18 @@ pub trait Backend {
         true
     }
 
+    /// Whether the datapath sends from and receives at the interface's IPv6 link-local
+    /// address (its default GID, fe80:: with the EUI-64 of its MAC, which libfabric's
+    /// dgram and rdm endpoints name at both ends): AF_XDP, which writes the IP header
+    /// itself, does; a UDP socket does only when bound to that address with its scope
+    /// ([`udp::UdpBackend::bind_link_local`], held with the routable address's by
+    /// [`by_source::BySource`]); a daemon's datapath when the daemon says so. A context
+    /// sends to a link-local destination from the link-local address only where this
+    /// holds (else from its routable address, which the peer cannot answer at GID 0).
+    fn serves_link_local(&self) -> bool {
+        false
+    }
+
     /// Frames the kernel dropped on their way in because this backend fell behind (AF_XDP:
     /// a full RX ring or no chunk in the fill ring), where the kernel counts them.
     fn rx_overruns(&self) -> u64 {
@@ -159,6 +175,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn needs_link_addresses(&self) -> bool {
         (**self).needs_link_addresses()
+    }
+    fn serves_link_local(&self) -> bool {
+        (**self).serves_link_local()
     }
     fn rx_overruns(&self) -> u64 {
         (**self).rx_overruns()

@@ -63,7 +63,13 @@ use crate::wire::{self, DatagramRepr, IpRepr};
 
 /// RoCEv2 over UDP sockets bound to one local address (IPv4 or IPv6).
 pub struct UdpBackend {
+    /// The address, plain (no scope): what received datagrams are addressed to as the
+    /// ICRC covers it.
     local: IpAddr,
+    /// The interface index a link-local IPv6 `local` is scoped to (0 otherwise): its
+    /// sockets are bound with it, which ties them to that interface, and link-local
+    /// destinations are sent to through it ([`UdpBackend::bind_link_local`]).
+    scope: u32,
     rx: UdpSocket,
     tx: HashMap<u16, UdpSocket>,
     /// Queued datagrams: `TX_BATCH` slots of `MAX_FRAME` bytes, each UDP payload at the
@@ -113,6 +119,24 @@ pub struct UdpBackend {
 
 /// A UDP socket bound to `addr` with SO_REUSEPORT set before the bind.
 fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
+    bind_with(addr, true, false)
+}
+
+/// The error of a failed bind of port 4791 on `addr`, saying who holds it when it is
+/// taken (another uroce process on this address).
+fn bind_error(addr: SocketAddr, e: io::Error) -> io::Error {
+    let by = if e.kind() == io::ErrorKind::AddrInUse {
+        super::holder::held_by(super::holder::udp_holder(addr.ip(), addr.port()))
+    } else {
+        String::new()
+    };
+    io::Error::new(e.kind(), format!("binding UDP {addr}: {e}{by}"))
+}
+
+/// A UDP socket bound to `addr` (with its scope), with SO_REUSEPORT (`reuseport`) and
+/// IPV6_FREEBIND (`freebind`: an address the kernel does not have yet, a tentative
+/// link-local one) set before the bind.
+fn bind_with(addr: SocketAddr, reuseport: bool, freebind: bool) -> io::Result<UdpSocket> {
     let family = if addr.is_ipv4() {
         libc::AF_INET
     } else {
@@ -125,7 +149,12 @@ fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     }
     // SAFETY: `fd` is a fresh descriptor nobody else owns.
     let sock = unsafe { <UdpSocket as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+    if reuseport {
+        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+    }
+    if freebind && addr.is_ipv6() {
+        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_FREEBIND, 1)?;
+    }
     let mut sa = zeroed_sockaddr();
     let len = to_sockaddr(addr, &mut sa);
     // SAFETY: `sa` holds a valid sockaddr of `len` bytes.
@@ -260,16 +289,41 @@ impl UdpBackend {
         let local = local.into();
         check_local(local)?;
         let addr = SocketAddr::new(local, wire::ROCEV2_UDP_PORT);
-        let rx = UdpSocket::bind(addr).map_err(|e| {
-            // Port 4791 taken: say by whom (another uroce process on this address).
-            let by = if e.kind() == io::ErrorKind::AddrInUse {
-                super::holder::held_by(super::holder::udp_holder(local, addr.port()))
-            } else {
-                String::new()
-            };
-            io::Error::new(e.kind(), format!("binding UDP {addr}: {e}{by}"))
-        })?;
-        Self::with_socket(local, rx, false)
+        let rx = UdpSocket::bind(addr).map_err(|e| bind_error(addr, e))?;
+        Self::with_socket(local, 0, rx, false)
+    }
+
+    /// Binds port 4791 on the link-local IPv6 address `local` of the interface with index
+    /// `ifindex` (its scope: a link-local address is only one with it). The sockets are
+    /// then the interface's (the kernel sets SO_BINDTODEVICE from the scope), so
+    /// link-local traffic leaves through it, and datagrams to link-local destinations are
+    /// given that scope too. What this backend hands up carries the plain addresses, as
+    /// the ICRC covers them.
+    ///
+    /// The address is bound with IPV6_FREEBIND: the interface's default GID (fe80:: with
+    /// the EUI-64 of its MAC) is the device's from the start, as over AF_XDP, while the
+    /// kernel's address may still be tentative (duplicate address detection, a second or
+    /// two after the link comes up); packets to it arrive once the kernel has it.
+    pub fn bind_link_local(local: Ipv6Addr, ifindex: u32) -> io::Result<Self> {
+        if !local.is_unicast_link_local() || ifindex == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{local} with scope {ifindex} is not a scoped link-local address"),
+            ));
+        }
+        let addr = SocketAddr::V6(SocketAddrV6::new(local, wire::ROCEV2_UDP_PORT, 0, ifindex));
+        let rx = bind_with(addr, false, true).map_err(|e| bind_error(addr, e))?;
+        Self::with_socket(IpAddr::V6(local), ifindex, rx, false)
+    }
+
+    /// The socket address of `port` on this backend's address, with its scope.
+    fn local_at(&self, port: u16) -> SocketAddr {
+        match self.local {
+            IpAddr::V6(a) if self.scope != 0 => {
+                SocketAddr::V6(SocketAddrV6::new(a, port, 0, self.scope))
+            }
+            a => SocketAddr::new(a, port),
+        }
     }
 
     /// One of `count` backends on `local`, for the loop with index `index`: all share UDP
@@ -288,10 +342,15 @@ impl UdpBackend {
         if index == 0 {
             attach_qpn_steering(rx.as_raw_fd(), count.max(1))?;
         }
-        Self::with_socket(local, rx, true)
+        Self::with_socket(local, 0, rx, true)
     }
 
-    fn with_socket(local: IpAddr, rx: UdpSocket, shared_ports: bool) -> io::Result<Self> {
+    fn with_socket(
+        local: IpAddr,
+        scope: u32,
+        rx: UdpSocket,
+        shared_ports: bool,
+    ) -> io::Result<Self> {
         let fd = rx.as_raw_fd();
         if local.is_ipv4() {
             setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
@@ -332,6 +391,7 @@ impl UdpBackend {
         };
         Ok(Self {
             local,
+            scope,
             rx,
             tx: HashMap::new(),
             txbuf: vec![0; TX_BATCH * MAX_FRAME],
@@ -367,10 +427,8 @@ impl UdpBackend {
         if !self.tx.contains_key(&sport) {
             let s = if sport == wire::ROCEV2_UDP_PORT {
                 self.rx.try_clone()?
-            } else if self.shared_ports {
-                bind_reuseport(SocketAddr::new(self.local, sport))?
             } else {
-                UdpSocket::bind(SocketAddr::new(self.local, sport))?
+                bind_with(self.local_at(sport), self.shared_ports, self.scope != 0)?
             };
             let fd = s.as_raw_fd();
             if self.local.is_ipv4() {
@@ -645,6 +703,10 @@ impl Backend for UdpBackend {
         false
     }
 
+    fn serves_link_local(&self) -> bool {
+        self.scope != 0
+    }
+
     fn wait_fds(&self) -> Vec<std::os::fd::RawFd> {
         vec![self.rx.as_raw_fd()]
     }
@@ -686,7 +748,13 @@ impl Backend for UdpBackend {
             start,
             len: t.len.min(MAX_FRAME),
             sport: t.datagram.udp.src_port,
-            dst: SocketAddr::new(dst, t.datagram.udp.dst_port),
+            dst: match dst {
+                // A link-local destination is reached through our interface.
+                IpAddr::V6(d) if self.scope != 0 && d.is_unicast_link_local() => {
+                    SocketAddr::V6(SocketAddrV6::new(d, t.datagram.udp.dst_port, 0, self.scope))
+                }
+                d => SocketAddr::new(d, t.datagram.udp.dst_port),
+            },
             tos: t.datagram.tos(),
             dest_qp: self.txbuf[start..]
                 .get(5..8)

@@ -230,6 +230,17 @@ pub fn interface_with_address(ip: IpAddr) -> Result<InterfaceInfo, NetError> {
         .ok_or(NetError::NoAddress(ip))
 }
 
+/// The IPv6 link-local address made from `mac` (fe80::/64 with the EUI-64 interface id:
+/// ff:fe in the middle, the universal/local bit flipped): the address an interface gets
+/// by default, and a RoCE device's default GID (GID 0).
+pub fn eui64_link_local(mac: [u8; 6]) -> std::net::Ipv6Addr {
+    let m = mac;
+    let mut o = [0u8; 16];
+    o[..2].copy_from_slice(&[0xfe, 0x80]);
+    o[8..].copy_from_slice(&[m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]);
+    std::net::Ipv6Addr::from(o)
+}
+
 /// The index of interface `iface` (if_nametoindex(3)), without a netlink round trip.
 pub fn ifindex(iface: &str) -> Result<u32, NetError> {
     let name = CString::new(iface).map_err(|_| NetError::NoInterface(iface.to_string()))?;
@@ -309,6 +320,14 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_eui64_link_local_address_of_a_mac() {
+        assert_eq!(
+            IpAddr::V6(eui64_link_local([0x6e, 0x31, 0x8e, 0x34, 0x40, 0xd8])),
+            ip("fe80::6c31:8eff:fe34:40d8")
+        );
     }
 
     /// An `RTM_NEWLINK` (16) as the kernel sends it: `ifinfomsg` then attributes.

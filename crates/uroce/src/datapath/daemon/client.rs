@@ -78,6 +78,8 @@ pub struct DaemonBackend {
     /// We wait on this one for packets received.
     to_process: OwnedFd,
     needs_link: bool,
+    /// The daemon serves the interface's link-local address (its welcome says so).
+    link_local: bool,
     rx_capacity: u64,
     /// We said we sleep: the next ring of our doorbell is to be drained.
     armed: bool,
@@ -128,12 +130,13 @@ impl DaemonBackend {
                 ),
             )
         })?;
-        let (client, needs_link, rx_capacity) = match Reply::decode(&msg) {
+        let (client, needs_link, link_local, rx_capacity) = match Reply::decode(&msg) {
             Some(Reply::Welcome {
                 client,
                 needs_link_addresses,
+                serves_link_local,
                 rx_capacity,
-            }) if fds.len() == 3 => (client, needs_link_addresses, rx_capacity),
+            }) if fds.len() == 3 => (client, needs_link_addresses, serves_link_local, rx_capacity),
             Some(Reply::Err(errno)) => return Err(io::Error::from_raw_os_error(errno)),
             _ => {
                 return Err(io::Error::new(
@@ -150,6 +153,7 @@ impl DaemonBackend {
             to_daemon,
             to_process,
             needs_link,
+            link_local,
             rx_capacity,
             armed: false,
             unpublished: None,
@@ -347,6 +351,10 @@ impl Backend for DaemonBackend {
 
     fn needs_link_addresses(&self) -> bool {
         self.needs_link
+    }
+
+    fn serves_link_local(&self) -> bool {
+        self.link_local
     }
 
     fn rx_capacity(&self) -> Option<u64> {

@@ -11,8 +11,9 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
-/// Bumped when the messages or the shared region's layout change.
-pub const VERSION: u32 = 1;
+/// Bumped when the messages or the shared region's layout change (2: the welcome says
+/// whether the daemon serves the interface's link-local address).
+pub const VERSION: u32 = 2;
 /// Bytes of every message.
 pub const MSG_LEN: usize = 32;
 
@@ -56,6 +57,10 @@ pub enum Reply {
         client: u32,
         /// Whether frames need next-hop MAC addresses (the daemon runs AF_XDP).
         needs_link_addresses: bool,
+        /// Whether the daemon sends from and receives at the interface's IPv6 link-local
+        /// address ([`crate::datapath::Backend::serves_link_local`]: AF_XDP, or UDP with
+        /// a socket bound to it).
+        serves_link_local: bool,
         /// Bytes the receive path holds before it drops
         /// ([`crate::datapath::Backend::rx_capacity`]).
         rx_capacity: u64,
@@ -124,10 +129,12 @@ impl Reply {
             Self::Welcome {
                 client,
                 needs_link_addresses,
+                serves_link_local,
                 rx_capacity,
             } => {
                 b[0] = 1;
                 b[1] = needs_link_addresses as u8;
+                b[2] = serves_link_local as u8;
                 b[4..8].copy_from_slice(&client.to_le_bytes());
                 b[8..16].copy_from_slice(&rx_capacity.to_le_bytes());
             }
@@ -154,6 +161,7 @@ impl Reply {
         Some(match b[0] {
             1 => Self::Welcome {
                 needs_link_addresses: b[1] != 0,
+                serves_link_local: b[2] != 0,
                 client: u32_at(4),
                 rx_capacity: u64::from_le_bytes(b[8..16].try_into().expect("8")),
             },
@@ -464,7 +472,14 @@ mod tests {
             Reply::Welcome {
                 client: 7,
                 needs_link_addresses: true,
+                serves_link_local: true,
                 rx_capacity: 1 << 22,
+            },
+            Reply::Welcome {
+                client: 8,
+                needs_link_addresses: false,
+                serves_link_local: true,
+                rx_capacity: 1 << 20,
             },
             Reply::Qpns {
                 first: 0x1000,

@@ -852,6 +852,12 @@ impl Backend for XdpBackend {
         self.socks.iter().map(|s| s.fd.as_raw_fd()).collect()
     }
 
+    /// AF_XDP writes the IP header itself: any of the interface's addresses, the
+    /// link-local one included, is a source.
+    fn serves_link_local(&self) -> bool {
+        true
+    }
+
     fn send_with(
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,

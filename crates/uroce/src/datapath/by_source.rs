@@ -1,0 +1,235 @@
+//! [`BySource`]: several backends as one, each datagram sent by the one that owns its
+//! source address, and what any of them receives handed up.
+//!
+//! A UDP socket sends from the address it is bound to, so a context that sends from two
+//! addresses over UDP needs a socket for each: its routable address and the interface's
+//! IPv6 link-local one (its default GID, which libfabric's dgram and rdm endpoints name at
+//! both ends), bound with its scope ([`super::udp::UdpBackend::bind_link_local`]). The
+//! library's direct mode holds them in one `BySource`; `uroce daemon` keeps its own list of
+//! datapaths by source, locked one by one for its threads.
+
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use super::{Backend, Received, Transmit, MAX_FRAME};
+
+/// Backends keyed by source address (see the module docs). The first one added is the
+/// main one: it sends link-layer frames, claims QPNs and says whether link addresses are
+/// needed.
+///
+/// Sending: `build` writes into the buffer of the backend the last datagram went to (a
+/// context sends runs from one address); a datagram from another backend's address is
+/// copied into that one's (only link-local traffic, which is little, pays for the copy
+/// while routable traffic flows). Receiving: each backend in turn, without waiting, then
+/// a wait on all of their descriptors.
+pub struct BySource {
+    /// The source addresses each backend sends from (a field of its own, so that a
+    /// `build` routing by them and a backend sending are disjoint borrows).
+    sources: Vec<Vec<IpAddr>>,
+    backends: Vec<Box<dyn Backend + Send>>,
+    /// The part whose buffer the next `build` writes into.
+    last: usize,
+    /// The next part to receive from first (so one busy part does not starve the others).
+    next_rx: usize,
+    /// A datagram built in one part's buffer that another part sends.
+    moved: Vec<u8>,
+}
+
+impl BySource {
+    /// A composite of one backend, `main`, sending from `sources`.
+    pub fn new(sources: Vec<IpAddr>, main: Box<dyn Backend + Send>) -> Self {
+        Self {
+            sources: vec![sources],
+            backends: vec![main],
+            last: 0,
+            next_rx: 0,
+            moved: Vec::new(),
+        }
+    }
+
+    /// Adds `backend`, sending from `sources`.
+    pub fn add(&mut self, sources: Vec<IpAddr>, backend: Box<dyn Backend + Send>) {
+        self.sources.push(sources);
+        self.backends.push(backend);
+    }
+
+    /// How many backends it holds.
+    pub fn len(&self) -> usize {
+        self.backends.len()
+    }
+
+    /// Whether it holds none (never: [`BySource::new`] takes the first).
+    pub fn is_empty(&self) -> bool {
+        self.backends.is_empty()
+    }
+}
+
+impl Backend for BySource {
+    fn send_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+    ) -> io::Result<bool> {
+        let here = self.last;
+        let mut elsewhere: Option<(usize, Transmit)> = None;
+        let mut unknown = None;
+        let (sources, moved) = (&self.sources, &mut self.moved);
+        let mut route = |buf: &mut [u8]| {
+            let t = build(buf)?;
+            match sources.iter().position(|s| s.contains(&t.datagram.src())) {
+                Some(k) if k == here => Some(t),
+                Some(k) => {
+                    let len = t.len.min(buf.len()).min(MAX_FRAME);
+                    moved.clear();
+                    moved.extend_from_slice(&buf[..len]);
+                    elsewhere = Some((k, t));
+                    None
+                }
+                None => {
+                    unknown = Some(t.datagram.src());
+                    None
+                }
+            }
+        };
+        let sent = self.backends[here].send_with(&mut route)?;
+        if let Some(src) = unknown {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("no datapath here sends from {src}"),
+            ));
+        }
+        let Some((k, t)) = elsewhere else {
+            return Ok(sent);
+        };
+        // Runs from the new address go straight into its buffer.
+        self.last = k;
+        let moved = &self.moved;
+        let mut copy = |buf: &mut [u8]| {
+            (buf.len() >= moved.len()).then(|| {
+                buf[..moved.len()].copy_from_slice(moved);
+                t
+            })
+        };
+        let b = &mut self.backends[k];
+        match b.send_with(&mut copy) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                b.flush()?;
+                b.send_with(&mut copy)
+            }
+            r => r,
+        }
+    }
+
+    fn send_frame_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> io::Result<bool> {
+        self.backends[0].send_frame_with(build)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let mut first = Ok(());
+        for b in &mut self.backends {
+            if let Err(e) = b.flush() {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    fn receive(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        handle: &mut dyn FnMut(Received<'_>),
+    ) -> io::Result<usize> {
+        let n = self.backends.len();
+        let mut got = self.receive_each(max, handle)?;
+        if got > 0 || timeout.is_zero() || max == 0 {
+            return Ok(got);
+        }
+        let fds = self.wait_fds();
+        if fds.len() < n {
+            // A part that cannot say when it has packets: each waits its share.
+            let share = timeout / n as u32;
+            let start = self.next_rx;
+            for i in 0..n {
+                let k = (start + i) % n;
+                got += self.backends[k].receive(share, max - got, handle)?;
+                if got > 0 {
+                    break;
+                }
+            }
+            return Ok(got);
+        }
+        let mut p: Vec<libc::pollfd> = fds
+            .iter()
+            .map(|&fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        // SAFETY: an array of pollfds of the given length, alive for the call.
+        let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        self.receive_each(max, handle)
+    }
+
+    fn wait_fds(&self) -> Vec<RawFd> {
+        self.backends.iter().flat_map(|b| b.wait_fds()).collect()
+    }
+
+    fn needs_link_addresses(&self) -> bool {
+        self.backends[0].needs_link_addresses()
+    }
+
+    fn serves_link_local(&self) -> bool {
+        self.backends.iter().any(|b| b.serves_link_local())
+    }
+
+    fn rx_overruns(&self) -> u64 {
+        self.backends.iter().map(|b| b.rx_overruns()).sum()
+    }
+
+    fn rx_capacity(&self) -> Option<u64> {
+        // The smallest: RC windows are sized so that no part's buffer overflows.
+        self.backends.iter().filter_map(|b| b.rx_capacity()).min()
+    }
+
+    fn claim_qpns(&mut self, count: u32) -> io::Result<Option<(u32, u32)>> {
+        self.backends[0].claim_qpns(count)
+    }
+}
+
+impl BySource {
+    /// What each part has received, without waiting, up to `max` in all, starting with a
+    /// different part each call.
+    fn receive_each(
+        &mut self,
+        max: usize,
+        handle: &mut dyn FnMut(Received<'_>),
+    ) -> io::Result<usize> {
+        let n = self.backends.len();
+        let start = self.next_rx;
+        self.next_rx = (start + 1) % n;
+        let mut got = 0;
+        for i in 0..n {
+            if got >= max {
+                break;
+            }
+            let k = (start + i) % n;
+            got += self.backends[k].receive(Duration::ZERO, max - got, handle)?;
+        }
+        Ok(got)
+    }
+}
