@@ -142,6 +142,39 @@ impl VethPair {
         }
     }
 
+    /// Waits (at most 5 s) until both ends have an IPv6 link-local address past duplicate
+    /// address detection (a second or two after the link comes up): the kernel drops
+    /// packets to a tentative address, so over the UDP backend GID 0 (the link-local
+    /// default GID) receives nothing before. Returns whether both have one.
+    pub fn wait_link_local(&self) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        (0..2).all(|i| loop {
+            let o = Command::new("ip")
+                .args([
+                    "-n",
+                    &self.ns[i],
+                    "-6",
+                    "addr",
+                    "show",
+                    "dev",
+                    &self.ifaces[i],
+                ])
+                .args(["scope", "link"])
+                .output();
+            let text = o.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+            let ready = text
+                .as_deref()
+                .is_ok_and(|t| t.contains("inet6 fe80") && !t.contains("tentative"));
+            if ready {
+                break true;
+            }
+            if std::time::Instant::now() >= deadline {
+                break false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        })
+    }
+
     /// Runs `tc qdisc add dev IFACE root netem ARGS` on side `i` (loss, delay, reorder).
     pub fn netem(&self, i: usize, args: &[&str]) -> io::Result<()> {
         let mut cmd = vec![

@@ -4,11 +4,6 @@
 //! built libraries. Every row must pass (or be the refusal it expects); a row whose
 //! package is missing skips and says which. README.md's table comes from this script.
 //!
-//! Over AF_XDP (`--backend xdp`), what `auto` takes on a NIC: on veth `auto` takes the UDP
-//! backend, which does not serve the IPv6 link-local GID (the one libfabric's dgram
-//! endpoint names), so fi-dgram needs AF_XDP there. The UDP backend's middleware runs are
-//! `tests/nccl_net.rs`, `tests/mesh.rs` and `tests/shared_datapath.rs`.
-//!
 //! Needs root and iproute2; skips (saying why) otherwise.
 
 use std::path::Path;
@@ -37,7 +32,6 @@ fn the_middleware_matrix_runs_unmodified_on_uroce() {
     let run = Command::new("timeout")
         .arg("900")
         .arg(root.join("scripts/compat-matrix.sh"))
-        .args(["--backend", "xdp"])
         .arg("--bin")
         .arg(bin)
         .arg("--out")

@@ -120,26 +120,39 @@ fn run_on_gid(
 
 /// GID 0, the link-local default GID, at both ends as libfabric's dgram and rdm
 /// endpoints use it: an RC connection (its data checked), a UD exchange (checked) and
-/// an RDMA WRITE test between the two namespaces go over IPv6 link-local, over AF_XDP
-/// (the datapath that builds its own link headers: the UDP backend's socket has only
-/// the device's first address).
-#[test]
-fn gid_0_link_local_over_af_xdp() {
+/// an RDMA WRITE test between the two namespaces go over IPv6 link-local, on `backend`
+/// (UDP: the library's second socket, bound to the link-local address with its scope).
+fn gid_0_link_local(backend: &str, base_port: u16) {
     if !ready() {
         return;
     }
-    let lib = common::library_dir("pp-gid0");
-    let pair = VethPair::create("ppg", 1500).expect("veth pair");
+    let lib = common::library_dir(&format!("pp-gid0-{backend}"));
+    let pair = VethPair::create(&format!("pg{}", &backend[..1]), 1500).expect("veth pair");
+    // Over UDP the kernel must have the addresses (past duplicate address detection).
+    assert!(
+        pair.wait_link_local(),
+        "no link-local address on the veth pair"
+    );
     let cases: [(&str, &[&str]); 3] = [
         ("ibv_rc_pingpong", &["-n", "100", "-c"]),
         ("ibv_ud_pingpong", &["-s", "1024", "-n", "100", "-c"]),
         ("ib_write_bw", &["-s", "65536", "-n", "100"]),
     ];
     for (k, (tool, args)) in cases.iter().enumerate() {
-        run_on_gid(&pair, &lib, "xdp", tool, args, 18620 + k as u16, "0");
+        run_on_gid(&pair, &lib, backend, tool, args, base_port + k as u16, "0");
     }
     drop(pair);
     let _ = std::fs::remove_dir_all(&lib);
+}
+
+#[test]
+fn gid_0_link_local_over_af_xdp() {
+    gid_0_link_local("xdp", 18620);
+}
+
+#[test]
+fn gid_0_link_local_over_udp() {
+    gid_0_link_local("udp", 18630);
 }
 
 fn suite(backend: &str, base_port: u16) {

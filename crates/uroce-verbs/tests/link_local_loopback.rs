@@ -3,8 +3,8 @@
 //! READ and a FETCH_ADD complete, and one with a bad rkey completes in error, as on
 //! rdma_rxe. The device's link-local address is its own, so what goes to it is delivered
 //! locally, never put on the wire (where it used to be lost, and nothing completed).
-//! AF_XDP only: the UDP backend sends from its one bound address, so GID 0 is EINVAL
-//! there (`qp::remote_of`).
+//! Over AF_XDP and over the UDP backend (whose second socket, on the link-local address,
+//! makes GID 0 one it serves: `qp::remote_of`).
 //!
 //! Needs root, iproute2, gcc and libibverbs-dev; skips (saying which is missing)
 //! otherwise.
@@ -167,4 +167,9 @@ fn run(backend: &str) {
 #[test]
 fn qps_of_one_device_talk_through_the_link_local_gid_over_af_xdp() {
     run("xdp");
+}
+
+#[test]
+fn qps_of_one_device_talk_through_the_link_local_gid_over_udp() {
+    run("udp");
 }

@@ -160,23 +160,9 @@ pub fn auto_line(iface: &str, missing: &[&str]) -> String {
             c.reason,
             missing.join(", ")
         )
-    } else if c.datapath == uroce::datapath::choice::Datapath::Udp && has_link_local(iface) {
-        format!(
-            "auto takes {c}; the IPv6 link-local GID (which libfabric's dgram endpoint \
-             names) is served over AF_XDP only: --backend xdp"
-        )
     } else {
         format!("auto takes {c}")
     }
-}
-
-/// Whether interface `iface` has an IPv6 link-local address (its GID 0).
-fn has_link_local(iface: &str) -> bool {
-    uroce::net::addresses::interface_info(iface).is_ok_and(|i| {
-        i.addrs
-            .iter()
-            .any(|(a, _)| matches!(a, std::net::IpAddr::V6(v) if v.is_unicast_link_local()))
-    })
 }
 
 /// Runs `uroce run`: only returns on failure to start the program.

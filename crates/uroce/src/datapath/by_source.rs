@@ -233,3 +233,106 @@ impl BySource {
         Ok(got)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+    use crate::datapath::udp::UdpBackend;
+    use crate::wire::{self, BthRepr, DatagramRepr, ExtHeaders, IpRepr, Ipv4Repr, Opcode, UdpRepr};
+
+    /// A UD SEND from `a` to `b` with PSN `psn`, written into `buf`, and where it goes.
+    fn ud_send(a: Ipv4Addr, b: Ipv4Addr, psn: u32, buf: &mut [u8]) -> Transmit {
+        let repr = wire::FrameRepr {
+            eth: None,
+            ip: IpRepr::V4(Ipv4Repr::new(a, b, 0)),
+            udp: UdpRepr {
+                src_port: 0xc000,
+                dst_port: wire::ROCEV2_UDP_PORT,
+                checksum: 0,
+            },
+            bth: BthRepr::new(Opcode::UdSendOnly, 0x12, psn),
+            ext: ExtHeaders {
+                deth: Some(wire::DethRepr {
+                    qkey: 0x1111,
+                    src_qp: 0x34,
+                }),
+                ..ExtHeaders::default()
+            },
+        };
+        let len = repr.emit_roce_with(16, buf, |d| d.fill(psn as u8)).unwrap();
+        Transmit {
+            datagram: DatagramRepr {
+                ip: repr.ip,
+                udp: repr.udp,
+            },
+            dst_mac: [0; 6],
+            len,
+        }
+    }
+
+    /// Receives until `n` datagrams came (5 s at most): their (source, destination, PSN).
+    fn receive(rx: &mut impl Backend, n: usize) -> Vec<(IpAddr, IpAddr, u32)> {
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while got.len() < n && std::time::Instant::now() < deadline {
+            rx.receive(Duration::from_millis(50), 8, &mut |r| {
+                if let Received::Datagram { datagram, roce, .. } = r {
+                    let psn = u32::from_be_bytes([0, roce[9], roce[10], roce[11]]);
+                    got.push((datagram.src(), datagram.dst(), psn));
+                }
+            })
+            .unwrap();
+        }
+        got
+    }
+
+    #[test]
+    fn each_datagram_leaves_from_the_backend_of_its_source_and_both_receive() {
+        let (a1, a2, peer) = (
+            Ipv4Addr::new(127, 61, 0, 1),
+            Ipv4Addr::new(127, 61, 0, 2),
+            Ipv4Addr::new(127, 61, 0, 3),
+        );
+        let mut b = BySource::new(vec![a1.into()], Box::new(UdpBackend::bind(a1).unwrap()));
+        b.add(vec![a2.into()], Box::new(UdpBackend::bind(a2).unwrap()));
+        let mut p = UdpBackend::bind(peer).unwrap();
+        // Sources alternate, so datagrams move between the two backends' buffers.
+        let from = [a1, a2, a2, a1, a2];
+        for (psn, &src) in from.iter().enumerate() {
+            let sent = b
+                .send_with(&mut |buf| Some(ud_send(src, peer, psn as u32, buf)))
+                .unwrap();
+            assert!(sent || src != a1, "queued in the main backend");
+        }
+        b.flush().unwrap();
+        let mut got = receive(&mut p, from.len());
+        got.sort_by_key(|g| g.2);
+        let want: Vec<_> = from
+            .iter()
+            .enumerate()
+            .map(|(k, &s)| (IpAddr::V4(s), IpAddr::V4(peer), k as u32))
+            .collect();
+        assert_eq!(got, want, "each from its own address, in one piece");
+        // Answers to either address come back through the composite.
+        for (psn, dst) in [(10, a1), (11, a2)] {
+            p.send_with(&mut |buf| Some(ud_send(peer, dst, psn, buf)))
+                .unwrap();
+        }
+        p.flush().unwrap();
+        let mut back = receive(&mut b, 2);
+        back.sort_by_key(|g| g.2);
+        assert_eq!(
+            back,
+            vec![(peer.into(), a1.into(), 10), (peer.into(), a2.into(), 11)]
+        );
+        // A source no backend has is refused, not sent from the wrong address.
+        let other = Ipv4Addr::new(127, 61, 0, 9);
+        let e = b
+            .send_with(&mut |buf| Some(ud_send(other, peer, 0, buf)))
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(!b.serves_link_local());
+    }
+}

@@ -1,0 +1,143 @@
+//! GID 0, the IPv6 link-local default GID (fe80:: with the MAC's EUI-64), between two
+//! network namespaces through `uroce daemon`s on the UDP backend, as libfabric's dgram
+//! and rdm endpoints use it: the distro's `ibv_ud_pingpong` and `ibv_rc_pingpong` with
+//! `-g 0` at both ends, each under `uroce run --backend udp`, which starts a daemon per
+//! namespace; the daemon binds the link-local address with its scope beside the IPv4
+//! one and says so in its welcome, so the library sends from GID 0 as over AF_XDP.
+//! Root, iproute2 and ibverbs-utils (scripts/setup.sh installs them); skips otherwise.
+//! `cargo build` first: `uroce run` takes the libraries from next to the uroce binary.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use uroce_tools::netns::{self, VethPair};
+
+fn can_run(tools: &[&str]) -> bool {
+    if let Err(e) = netns::check_privileges() {
+        eprintln!("SKIP: {e:#}");
+        return false;
+    }
+    let have = |t: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if let Some(t) = tools.iter().find(|t| !have(t)) {
+        eprintln!("SKIP: {t} is not installed (scripts/setup.sh installs it)");
+        return false;
+    }
+    true
+}
+
+/// `uroce run --iface IF --backend udp -- timeout 60 ARGS` in namespace `ns`.
+fn uroce_run(ns: &str, iface: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_uroce"), "run"])
+        .args(["--iface", iface, "--backend", "udp", "--", "timeout", "60"])
+        .args(args);
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs `args` as server in the first namespace and, with its IPv4 address added, as
+/// client in the second (tried again while the server is not listening yet); both
+/// outputs.
+fn across(pair: &VethPair, args: &[&str]) -> (Output, Output) {
+    let s = uroce_run(&pair.ns[0], &pair.ifaces[0], args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the server");
+    let addr = pair.addrs[0].to_string();
+    let mut client = args.to_vec();
+    client.push(&addr);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let c = loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let o = uroce_run(&pair.ns[1], &pair.ifaces[1], &client)
+            .output()
+            .expect("running the client");
+        let refused = !o.status.success() && text(&o).contains("onnect");
+        if !refused || Instant::now() > deadline {
+            break o;
+        }
+    };
+    (s.wait_with_output().expect("server output"), c)
+}
+
+/// What `uroce daemon --check` says of the daemon serving side `i`'s interface.
+fn daemon_check(pair: &VethPair, i: usize) -> String {
+    let o = Command::new("ip")
+        .args(["netns", "exec", &pair.ns[i], env!("CARGO_BIN_EXE_uroce")])
+        .args(["daemon", "--check", "--iface", &pair.ifaces[i]])
+        .output()
+        .unwrap();
+    text(&o)
+}
+
+#[test]
+fn gid_0_link_local_through_udp_daemons() {
+    if !can_run(&["ibv_ud_pingpong", "ibv_rc_pingpong"]) {
+        return;
+    }
+    let pair = VethPair::create("llu", 1500).unwrap();
+    // The kernel drops packets to a tentative address: past duplicate address detection.
+    assert!(
+        pair.wait_link_local(),
+        "no link-local address on the veth pair"
+    );
+    let cases: [&[&str]; 2] = [
+        &[
+            "ibv_ud_pingpong",
+            "-g",
+            "0",
+            "-s",
+            "1024",
+            "-n",
+            "100",
+            "-c",
+            "-p",
+            "18791",
+        ],
+        &[
+            "ibv_rc_pingpong",
+            "-g",
+            "0",
+            "-n",
+            "100",
+            "-c",
+            "-p",
+            "18792",
+        ],
+    ];
+    for args in cases {
+        let (s, c) = across(&pair, args);
+        let what = format!(
+            "{}\n-- server:\n{}\n-- client:\n{}",
+            args.join(" "),
+            text(&s),
+            text(&c)
+        );
+        assert!(s.status.success() && c.status.success(), "{what}");
+        for o in [&s, &c] {
+            assert!(
+                String::from_utf8_lossy(&o.stdout).contains("100 iters in"),
+                "{what}"
+            );
+        }
+    }
+    // Through the daemons, on UDP (each lingers a few seconds after its last process).
+    for i in 0..2 {
+        let how = daemon_check(&pair, i);
+        assert!(how.contains("(UDP)"), "{how}");
+    }
+}
