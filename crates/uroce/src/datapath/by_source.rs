@@ -15,6 +15,10 @@ use std::time::Duration;
 
 use super::{Backend, Received, Transmit, MAX_FRAME};
 
+/// A receive without waiting asks a backend other than the main one that had nothing the
+/// last time once in this many calls.
+const COLD_EVERY: u32 = 8;
+
 /// Backends keyed by source address (see the module docs). The first one added is the
 /// main one: it sends link-layer frames, claims QPNs and says whether link addresses are
 /// needed.
@@ -22,8 +26,13 @@ use super::{Backend, Received, Transmit, MAX_FRAME};
 /// Sending: `build` writes into the buffer of the backend the last datagram went to (a
 /// context sends runs from one address); a datagram from another backend's address is
 /// copied into that one's (only link-local traffic, which is little, pays for the copy
-/// while routable traffic flows). Receiving: each backend in turn, without waiting, then
-/// a wait on all of their descriptors.
+/// while routable traffic flows). Receiving: the backends in turn, without waiting, then
+/// a wait on all of their descriptors. A program polling its CQ in a loop receives
+/// without waiting, one `recvmmsg` per backend asked: the main backend is asked every
+/// time, another one every time while it has packets ("hot") and every
+/// [`COLD_EVERY`]th time otherwise, so an idle link-local socket does not double the
+/// system calls of an empty poll (after a wait that saw a descriptor readable, all are
+/// asked).
 pub struct BySource {
     /// The source addresses each backend sends from (a field of its own, so that a
     /// `build` routing by them and a backend sending are disjoint borrows).
@@ -33,6 +42,10 @@ pub struct BySource {
     last: usize,
     /// The next part to receive from first (so one busy part does not starve the others).
     next_rx: usize,
+    /// Whether each part had packets when last asked.
+    hot: Vec<bool>,
+    /// Receives without waiting so far, counting to the next one that asks cold parts.
+    polls: u32,
     /// A datagram built in one part's buffer that another part sends.
     moved: Vec<u8>,
 }
@@ -45,6 +58,8 @@ impl BySource {
             backends: vec![main],
             last: 0,
             next_rx: 0,
+            hot: vec![false],
+            polls: 0,
             moved: Vec::new(),
         }
     }
@@ -53,6 +68,7 @@ impl BySource {
     pub fn add(&mut self, sources: Vec<IpAddr>, backend: Box<dyn Backend + Send>) {
         self.sources.push(sources);
         self.backends.push(backend);
+        self.hot.push(false);
     }
 
     /// How many backends it holds.
@@ -147,7 +163,7 @@ impl Backend for BySource {
         handle: &mut dyn FnMut(Received<'_>),
     ) -> io::Result<usize> {
         let n = self.backends.len();
-        let mut got = self.receive_each(max, handle)?;
+        let mut got = self.receive_each(max, false, handle)?;
         if got > 0 || timeout.is_zero() || max == 0 {
             return Ok(got);
         }
@@ -182,7 +198,7 @@ impl Backend for BySource {
                 return Err(e);
             }
         }
-        self.receive_each(max, handle)
+        self.receive_each(max, true, handle)
     }
 
     fn wait_fds(&self) -> Vec<RawFd> {
@@ -212,23 +228,32 @@ impl Backend for BySource {
 }
 
 impl BySource {
-    /// What each part has received, without waiting, up to `max` in all, starting with a
-    /// different part each call.
+    /// What the parts have received, without waiting, up to `max` in all, starting with
+    /// a different part each call: every part when `all`, else the main one, the hot
+    /// ones, and the cold ones every [`COLD_EVERY`]th call (see [`BySource`]).
     fn receive_each(
         &mut self,
         max: usize,
+        all: bool,
         handle: &mut dyn FnMut(Received<'_>),
     ) -> io::Result<usize> {
         let n = self.backends.len();
         let start = self.next_rx;
         self.next_rx = (start + 1) % n;
+        self.polls = self.polls.wrapping_add(1);
+        let cold_too = all || self.polls % COLD_EVERY == 0;
         let mut got = 0;
         for i in 0..n {
             if got >= max {
                 break;
             }
             let k = (start + i) % n;
-            got += self.backends[k].receive(Duration::ZERO, max - got, handle)?;
+            if k != 0 && !self.hot[k] && !cold_too {
+                continue;
+            }
+            let here = self.backends[k].receive(Duration::ZERO, max - got, handle)?;
+            self.hot[k] = here > 0;
+            got += here;
         }
         Ok(got)
     }
