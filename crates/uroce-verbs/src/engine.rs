@@ -8,9 +8,12 @@
 //!   it returns, and a poll of an empty CQ first takes what the datapath received (no
 //!   thread hand-off on the busy-polling path perftest and pingpong use);
 //! - the progress thread, started with the datapath at the first QP: it sleeps in
-//!   `poll(2)` on the datapath's descriptors, a wake-up eventfd and the next timer
-//!   (retransmission, RNR, ACK coalescing), and runs the same pump when one fires, so a
-//!   program blocked in `ibv_get_cq_event` still gets its completions.
+//!   `ppoll(2)` on the datapath's descriptors, a wake-up eventfd and the next timer
+//!   (retransmission, RNR), and runs the same pump when one fires, so a program blocked
+//!   in `ibv_get_cq_event` still gets its completions. While the program polls or posts
+//!   it leaves the datapath to it, but a packet that arrives while the program has stopped
+//!   calling in (perftest's `ib_write_lat` spins on memory for the peer's RDMA WRITE) is
+//!   still taken at once: see [`Shared::run`].
 //!
 //! The datapath is opened lazily (listing and querying devices, as `ibv_devinfo` does,
 //! opens none): `UROCE_BACKEND` = `auto` (default: the `uroce daemon` serving the
@@ -20,8 +23,8 @@
 //! backend, when another process holds the interface's AF_XDP), `xdp` or `udp`; AF_XDP is tuned
 //! by `UROCE_XDP_TX_BATCH` and `UROCE_XDP_BUSY_POLL` ([`uroce::datapath::xdp::XdpConfig`]).
 //!
-//! Safe code: the eventfd, read, write and poll calls and the `Send` of [`AsyncEntry`]
-//! are in `ffi.rs`.
+//! Safe code: the eventfd, read, write, ppoll and prctl calls and the `Send` of
+//! [`AsyncEntry`] are in `ffi.rs`.
 
 #![deny(unsafe_code)]
 
@@ -56,11 +59,39 @@ const MAX_SLEEP: Duration = Duration::from_millis(5);
 /// system call), as `datapath::event_loop::Endpoint::watch_port` does.
 const PORT_CHECK: Duration = Duration::from_millis(50);
 
-/// How long after the program last polled a CQ or posted the progress thread leaves the
-/// datapath to it: a program that polls moves its own packets (fewer context switches,
-/// no lock contention on a machine with few cores); one that stops polling (it sleeps on
-/// a completion channel, or spins on memory) gets the thread back within this time.
+/// How long after the program last polled a CQ or posted the progress thread counts it
+/// as at work: meanwhile the thread leaves the datapath to it (a program that polls moves
+/// its own packets: fewer context switches, no lock contention on a machine with few
+/// cores) unless a packet arrives that the program is not there to take ([`POLLING`]); and
+/// it pumps at least once in this time. Past it, the thread alone moves the packets.
 const APP_ACTIVE: Duration = Duration::from_millis(1);
+
+/// A program that polled a CQ or posted this recently is polling now: a packet that
+/// arrives is its to take. One that has not called in for longer has stopped to do
+/// something else, maybe to spin on memory for a peer's RDMA WRITE, which only the thread
+/// can then move into it. A busy-polling program calls in well within this (each empty
+/// poll moves packets and stamps the time); a round trip to a peer takes longer.
+const POLLING: Duration = Duration::from_micros(10);
+
+/// The progress thread's first back-off when a packet arrives while the program polls:
+/// it looks away from the datapath this long, then again for twice as long on each
+/// consecutive such finding, up to [`APP_ACTIVE`], so that a program that busy-polls
+/// through a stream of packets (`ib_write_bw`, `ib_send_bw`) costs at most about a
+/// thousand thread wake-ups a second, not one a packet; a program that stops polling
+/// waits at most this long for its first packet after a poll.
+const MIN_BACKOFF: Duration = Duration::from_micros(20);
+
+/// The progress thread's timer slack: the kernel's default of 50 µs would stretch a
+/// back-off of [`MIN_BACKOFF`] to three times as long.
+const TIMER_SLACK_NS: u64 = 1_000;
+
+/// The progress thread's scheduler slice (EEVDF's custom slice, Linux 6.12 on; the
+/// shortest it grants): when a packet arrives for a program that spins on memory, the
+/// program's thread and its peer's are likely on every core, and a thread of the default
+/// slice that wakes waits for one of them to run out its own (milliseconds); one of a
+/// short slice preempts at once. The thread runs for microseconds at a time, so the slice
+/// costs nothing else.
+const SCHED_SLICE_NS: u64 = 100_000;
 
 /// A CQ handed out: uroce's id and the completion channel it reports to (0: none).
 #[derive(Debug, Clone, Copy)]
@@ -242,6 +273,15 @@ impl Shared {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The state, locked, unless another thread holds the lock now.
+    fn try_lock(&self) -> Option<MutexGuard<'_, Inner>> {
+        match self.inner.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// The program has just polled a CQ (an empty one moves the packets itself).
     pub fn app_polled(&self) {
         let ns = self.epoch.elapsed().as_nanos().max(1) as u64;
@@ -341,7 +381,33 @@ impl Shared {
         g.pump(false);
     }
 
-    /// The progress thread.
+    /// The progress thread. Three states, by how recently the program polled a CQ or
+    /// posted (its stamp, [`Shared::app_polled`]):
+    /// - the program is away (not within [`APP_ACTIVE`], or it waits on a completion
+    ///   channel: [`Shared::app_waits`]): the thread moves every packet. It pumps when a
+    ///   datapath descriptor is readable, its wake-up eventfd is written or its timer
+    ///   (retransmission, RNR) is due, at least every [`MAX_SLEEP`].
+    /// - the program is at work (within [`APP_ACTIVE`]): it moves its own packets, so the
+    ///   thread takes no lock, but it still watches the datapath's descriptors: a program
+    ///   may stop calling in without blocking anywhere the library sees (it spins on
+    ///   memory for a peer's RDMA WRITE, as `ib_write_lat` does), and nobody else would
+    ///   move that WRITE into it. When one is readable the thread looks at the stamp: not
+    ///   within [`POLLING`], the program has stopped to do something else, and the thread
+    ///   pumps at once (if the lock is free: a program holding it is at work). Within it,
+    ///   or with the lock held, the program takes the packet itself; the thread then
+    ///   sleeps without the datapath's descriptors for a back-off, [`MIN_BACKOFF`]
+    ///   doubled on each consecutive such finding up to [`APP_ACTIVE`] (back to the first
+    ///   once the thread pumps again), so a program busy-polling through a stream of
+    ///   packets wakes it about a thousand times a second at most, not once a packet,
+    ///   which on a machine with two cores would take throughput from it. And it pumps
+    ///   at least every [`APP_ACTIVE`], so what the program leaves waits no longer.
+    ///
+    /// Through a `uroce daemon`, the datapath's descriptor is the doorbell the daemon
+    /// rings only for a side that said it sleeps: every receive that finds the ring empty
+    /// says so (the program's empty polls, the thread's pumps, which end with one), so a
+    /// program that stops polling is rung for its next packet and the thread wakes; the
+    /// doorbell stays readable until the next receive takes its count, which the thread
+    /// leaves to the program while it polls.
     fn run(&self) {
         let fds = {
             let g = self.lock();
@@ -350,6 +416,8 @@ impl Shared {
                 .map(|d| d.backend.wait_fds())
                 .unwrap_or_default()
         };
+        ffi::set_timer_slack(TIMER_SLACK_NS);
+        ffi::set_sched_slice(SCHED_SLICE_NS);
         // The port's events (IBV_EVENT_PORT_ERR / PORT_ACTIVE) follow the interface's link,
         // read from rtnetlink every PORT_CHECK; without a netlink socket there are none.
         let ifindex = self.lock().device.ifindex();
@@ -359,6 +427,10 @@ impl Shared {
         }
         let mut next_port_check = Instant::now() + PORT_CHECK;
         let mut last_pump = Instant::now();
+        // The back-off while the program polls through arriving packets (zero: none).
+        let mut backoff = Duration::ZERO;
+        // A datapath descriptor was readable when the thread last woke.
+        let mut readable = false;
         let mut pfds: Vec<libc::pollfd> = std::iter::once(self.wake.as_raw_fd())
             .chain(fds)
             .map(|fd| libc::pollfd {
@@ -375,42 +447,68 @@ impl Shared {
                 }
             }
             let idle = last_pump.elapsed();
-            let (wait, watch) = match self.since_app_polled() {
-                // The program is polling or posting: it moves the packets itself. Stay out
-                // of its way (no lock, no CPU), but pump at least every APP_ACTIVE, so
-                // what nobody else takes (another thread's receives, timers) waits no
-                // longer than that.
-                Some(since) if since < APP_ACTIVE && idle < APP_ACTIVE => {
-                    ((APP_ACTIVE - since).min(APP_ACTIVE - idle), 1)
-                }
-                _ => {
-                    let mut g = self.lock();
-                    g.pump(true);
-                    last_pump = Instant::now();
-                    let now = last_pump;
-                    let next = g.uroce.poll_timeout();
-                    g.sleep_until = next;
-                    let wait = next.map_or(MAX_SLEEP, |t| {
-                        t.saturating_duration_since(now).min(MAX_SLEEP)
-                    });
+            let since = self
+                .since_app_polled()
+                .filter(|&s| s < APP_ACTIVE && idle < APP_ACTIVE);
+            let (wait, watch) = match since {
+                // The program is away: the thread moves everything.
+                None => {
+                    backoff = Duration::ZERO;
+                    let wait = self.pump_as_thread(self.lock(), &mut last_pump);
                     (wait, pfds.len())
                 }
+                // The program is at work and nothing arrived: watch the datapath too, until
+                // its turn ends or the thread's periodic pump is due.
+                Some(since) if !readable => {
+                    ((APP_ACTIVE - since).min(APP_ACTIVE - idle), pfds.len())
+                }
+                // A packet arrived and the program has stopped calling in: take it now.
+                Some(since) if since >= POLLING => match self.try_lock() {
+                    Some(g) => {
+                        backoff = Duration::ZERO;
+                        (self.pump_as_thread(g, &mut last_pump), pfds.len())
+                    }
+                    // The program (or another of its threads) holds the lock: at work.
+                    None => {
+                        backoff = (backoff * 2).clamp(MIN_BACKOFF, APP_ACTIVE);
+                        (backoff.min(APP_ACTIVE - idle), 1)
+                    }
+                },
+                // A packet arrived while the program polls: it takes it. Look away a while.
+                Some(_) => {
+                    backoff = (backoff * 2).clamp(MIN_BACKOFF, APP_ACTIVE);
+                    (backoff.min(APP_ACTIVE - idle), 1)
+                }
             };
+            readable = false;
             if wait.is_zero() {
                 continue;
             }
-            let ms = wait.as_micros().div_ceil(1000) as c_int;
             for p in pfds.iter_mut() {
                 p.revents = 0;
             }
             // The descriptors are this device's own (the backend's outlive the thread:
             // `stop` joins before they close); `watch` is at most their number.
-            ffi::poll(&mut pfds[..watch], ms);
+            ffi::poll(&mut pfds[..watch], wait);
             if pfds[0].revents != 0 {
                 // Our non-blocking wake-up eventfd: its whole count.
                 let _ = ffi::eventfd_read(pfds[0].fd);
             }
+            readable = pfds[1..watch].iter().any(|p| p.revents != 0);
         }
+    }
+
+    /// The progress thread's pump, with the lock `g`: moves everything, notes when
+    /// (`last_pump`) and when its next timer is due; returns how long it may sleep.
+    fn pump_as_thread(&self, mut g: MutexGuard<'_, Inner>, last_pump: &mut Instant) -> Duration {
+        g.pump(true);
+        let now = Instant::now();
+        *last_pump = now;
+        let next = g.uroce.poll_timeout();
+        g.sleep_until = next;
+        next.map_or(MAX_SLEEP, |t| {
+            t.saturating_duration_since(now).min(MAX_SLEEP)
+        })
     }
 }
 
