@@ -397,10 +397,13 @@ impl Shared {
     ///   or with the lock held, the program takes the packet itself; the thread then
     ///   sleeps without the datapath's descriptors for a back-off, [`MIN_BACKOFF`]
     ///   doubled on each consecutive such finding up to [`APP_ACTIVE`] (back to the first
-    ///   once the thread pumps again), so a program busy-polling through a stream of
-    ///   packets wakes it about a thousand times a second at most, not once a packet,
-    ///   which on a machine with two cores would take throughput from it. And it pumps
-    ///   at least every [`APP_ACTIVE`], so what the program leaves waits no longer.
+    ///   once the thread finds the program stopped or away), so a program busy-polling
+    ///   through a stream of packets wakes it about a thousand times a second at most,
+    ///   not once a packet, which on a machine with two cores would take throughput from
+    ///   it. And it pumps at least every [`APP_ACTIVE`], so what the program leaves
+    ///   waits no longer.
+    ///
+    /// [`Progress::next`] makes these choices; this loop carries them out.
     ///
     /// Through a `uroce daemon`, the datapath's descriptor is the doorbell the daemon
     /// rings only for a side that said it sleeps: every receive that finds the ring empty
@@ -447,38 +450,19 @@ impl Shared {
                 }
             }
             let idle = last_pump.elapsed();
-            let since = self
-                .since_app_polled()
-                .filter(|&s| s < APP_ACTIVE && idle < APP_ACTIVE);
-            let (wait, watch) = match since {
-                // The program is away: the thread moves everything.
-                None => {
-                    backoff = Duration::ZERO;
-                    let wait = self.pump_as_thread(self.lock(), &mut last_pump);
-                    (wait, pfds.len())
-                }
-                // The program is at work and nothing arrived: watch the datapath too, until
-                // its turn ends or the thread's periodic pump is due.
-                Some(since) if !readable => {
-                    ((APP_ACTIVE - since).min(APP_ACTIVE - idle), pfds.len())
-                }
-                // A packet arrived and the program has stopped calling in: take it now.
-                Some(since) if since >= POLLING => match self.try_lock() {
+            let step = Progress::next(&mut backoff, self.since_app_polled(), idle, readable);
+            let (wait, watch) = match step {
+                Progress::Pump => (self.pump_as_thread(self.lock(), &mut last_pump), pfds.len()),
+                Progress::Watch(wait) => (wait, pfds.len()),
+                Progress::LookAway(wait) => (wait, 1),
+                Progress::TryPump => match self.try_lock() {
                     Some(g) => {
                         backoff = Duration::ZERO;
                         (self.pump_as_thread(g, &mut last_pump), pfds.len())
                     }
                     // The program (or another of its threads) holds the lock: at work.
-                    None => {
-                        backoff = (backoff * 2).clamp(MIN_BACKOFF, APP_ACTIVE);
-                        (backoff.min(APP_ACTIVE - idle), 1)
-                    }
+                    None => (Progress::back_off(&mut backoff, idle), 1),
                 },
-                // A packet arrived while the program polls: it takes it. Look away a while.
-                Some(_) => {
-                    backoff = (backoff * 2).clamp(MIN_BACKOFF, APP_ACTIVE);
-                    (backoff.min(APP_ACTIVE - idle), 1)
-                }
             };
             readable = false;
             if wait.is_zero() {
@@ -509,6 +493,61 @@ impl Shared {
         next.map_or(MAX_SLEEP, |t| {
             t.saturating_duration_since(now).min(MAX_SLEEP)
         })
+    }
+}
+
+/// What the progress thread does next ([`Shared::run`] says why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Progress {
+    /// The program is away: pump, waiting for the lock if need be.
+    Pump,
+    /// A packet arrived and the program has stopped calling in: pump if the lock is
+    /// free (if not, the program is at work: look away, [`Progress::back_off`]).
+    TryPump,
+    /// The program is at work and nothing arrived: sleep this long on the wake-up
+    /// eventfd and the datapath's descriptors.
+    Watch(Duration),
+    /// A packet arrived while the program polls: sleep this long (the back-off) on the
+    /// wake-up eventfd alone.
+    LookAway(Duration),
+}
+
+impl Progress {
+    /// The next step, from how long ago the program last polled or posted (`since`;
+    /// None: never, or it waits on a channel), how long ago the thread last pumped
+    /// (`idle`) and whether a datapath descriptor was readable when it woke; `backoff` is
+    /// the thread's back-off, doubled when it looks away again, zero when it pumps.
+    fn next(
+        backoff: &mut Duration,
+        since: Option<Duration>,
+        idle: Duration,
+        readable: bool,
+    ) -> Self {
+        let at_work = since.filter(|&s| s < APP_ACTIVE);
+        match at_work {
+            None => {
+                *backoff = Duration::ZERO;
+                Progress::Pump
+            }
+            // The periodic pump; the back-off stays as it is (the program is at work: a
+            // program busy-polling through packets would otherwise have the thread back
+            // at MIN_BACKOFF every APP_ACTIVE).
+            Some(_) if idle >= APP_ACTIVE => Progress::Pump,
+            // Until the program's turn ends or the thread's periodic pump is due.
+            Some(since) if !readable => {
+                Progress::Watch((APP_ACTIVE - since).min(APP_ACTIVE - idle))
+            }
+            Some(since) if since >= POLLING => Progress::TryPump,
+            Some(_) => Progress::LookAway(Self::back_off(backoff, idle)),
+        }
+    }
+
+    /// The next back-off (`backoff` doubled, at least [`MIN_BACKOFF`], at most
+    /// [`APP_ACTIVE`]), stored; how long to sleep (no later than the periodic pump, due
+    /// [`APP_ACTIVE`] after the last, `idle` ago).
+    fn back_off(backoff: &mut Duration, idle: Duration) -> Duration {
+        *backoff = (*backoff * 2).clamp(MIN_BACKOFF, APP_ACTIVE);
+        (*backoff).min(APP_ACTIVE.saturating_sub(idle))
     }
 }
 
@@ -791,5 +830,108 @@ fn direct_backend(inner: &Inner, choice: &str) -> Result<Box<dyn Backend + Send>
         Some(Err(e)) if choice == "xdp" || uroce::datapath::xdp::is_held(&e) => Err(errno_of(&e)),
         // `auto` without AF_XDP (the library cannot say why; `uroce run` does).
         _ => Ok(Box::new(UdpBackend::bind(local).map_err(|e| errno_of(&e))?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    /// A packet that arrives for a program that has stopped polling (it spins on memory
+    /// for the peer's RDMA WRITE, as `ib_write_lat` does) is taken at once, not left
+    /// until the program's turn of APP_ACTIVE ends.
+    #[test]
+    fn a_packet_for_a_program_that_stopped_polling_is_taken_at_once() {
+        let mut backoff = Duration::ZERO;
+        for since in [us(50), us(300), us(900)] {
+            assert_eq!(
+                Progress::next(&mut backoff, Some(since), us(100), true),
+                Progress::TryPump,
+                "{since:?}"
+            );
+        }
+    }
+
+    /// While the program is at work and nothing arrived, the thread watches the
+    /// datapath until the program's turn ends or its own periodic pump is due.
+    #[test]
+    fn a_program_at_work_is_watched_until_its_turn_ends() {
+        let mut backoff = Duration::ZERO;
+        assert_eq!(
+            Progress::next(&mut backoff, Some(us(200)), us(100), false),
+            Progress::Watch(us(800))
+        );
+        assert_eq!(
+            Progress::next(&mut backoff, Some(us(100)), us(600), false),
+            Progress::Watch(us(400))
+        );
+    }
+
+    /// A program that is away (never polled, polled longer than APP_ACTIVE ago, or
+    /// waits on a completion channel) has the thread pump, with or without a packet, and
+    /// the thread pumps at least every APP_ACTIVE whatever the program does.
+    #[test]
+    fn the_thread_pumps_for_a_program_away_and_every_app_active() {
+        for readable in [false, true] {
+            for since in [None, Some(APP_ACTIVE)] {
+                let mut backoff = us(640);
+                assert_eq!(
+                    Progress::next(&mut backoff, since, us(10), readable),
+                    Progress::Pump
+                );
+                assert_eq!(backoff, Duration::ZERO);
+            }
+            // The periodic pump leaves the back-off of a program at work as it is.
+            let mut backoff = us(640);
+            assert_eq!(
+                Progress::next(&mut backoff, Some(us(1)), APP_ACTIVE, readable),
+                Progress::Pump
+            );
+            assert_eq!(backoff, us(640));
+        }
+    }
+
+    /// A program busy-polling through a stream of packets keeps the thread away for a
+    /// back-off that doubles from MIN_BACKOFF to APP_ACTIVE: over a second, about a
+    /// thousand wake-ups, not one a packet.
+    #[test]
+    fn a_busy_polling_program_wakes_the_thread_a_thousand_times_a_second_at_most() {
+        let mut backoff = Duration::ZERO;
+        let mut seen = Vec::new();
+        let (mut t, mut wakeups, mut idle) = (Duration::ZERO, 0, Duration::ZERO);
+        while t < Duration::from_secs(1) {
+            // The program polled a microsecond ago; a packet is always there.
+            let wait = match Progress::next(&mut backoff, Some(us(1)), idle, true) {
+                Progress::LookAway(w) => w,
+                // The periodic pump, every APP_ACTIVE.
+                Progress::Pump => {
+                    idle = Duration::ZERO;
+                    continue;
+                }
+                other => panic!("{other:?}"),
+            };
+            if seen.len() < 8 {
+                seen.push(wait);
+            }
+            t += wait;
+            idle += wait;
+            wakeups += 1;
+        }
+        assert_eq!(
+            &seen[..6],
+            &[us(20), us(40), us(80), us(160), us(320), us(380)]
+        );
+        assert_eq!(&seen[6..8], &[APP_ACTIVE, APP_ACTIVE]);
+        assert!(wakeups <= 1_010, "{wakeups} wake-ups in a second");
+        // The thread's own pump puts the back-off back to its first.
+        Progress::next(&mut backoff, None, us(1), true);
+        assert_eq!(
+            Progress::next(&mut backoff, Some(us(1)), us(1), true),
+            Progress::LookAway(MIN_BACKOFF)
+        );
     }
 }
