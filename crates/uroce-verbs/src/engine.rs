@@ -381,7 +381,7 @@ impl Shared {
         g.pump(false);
     }
 
-    /// The progress thread. Three states, by how recently the program polled a CQ or
+    /// The progress thread. Two states, by how recently the program polled a CQ or
     /// posted (its stamp, [`Shared::app_polled`]):
     /// - the program is away (not within [`APP_ACTIVE`], or it waits on a completion
     ///   channel: [`Shared::app_waits`]): the thread moves every packet. It pumps when a
@@ -400,8 +400,9 @@ impl Shared {
     ///   once the thread finds the program stopped or away), so a program busy-polling
     ///   through a stream of packets wakes it about a thousand times a second at most,
     ///   not once a packet, which on a machine with two cores would take throughput from
-    ///   it. And it pumps at least every [`APP_ACTIVE`], so what the program leaves
-    ///   waits no longer.
+    ///   it. And it pumps every [`APP_ACTIVE`] (unless the program holds the lock then:
+    ///   it is in the library, and the thread never waits for the lock while the program
+    ///   is at work), so what the program leaves waits no longer.
     ///
     /// [`Progress::next`] makes these choices; this loop carries them out.
     ///
@@ -455,13 +456,22 @@ impl Shared {
                 Progress::Pump => (self.pump_as_thread(self.lock(), &mut last_pump), pfds.len()),
                 Progress::Watch(wait) => (wait, pfds.len()),
                 Progress::LookAway(wait) => (wait, 1),
-                Progress::TryPump => match self.try_lock() {
+                Progress::TryPump | Progress::Periodic => match self.try_lock() {
                     Some(g) => {
-                        backoff = Duration::ZERO;
+                        if step == Progress::TryPump {
+                            backoff = Duration::ZERO;
+                        }
                         (self.pump_as_thread(g, &mut last_pump), pfds.len())
                     }
-                    // The program (or another of its threads) holds the lock: at work.
-                    None => (Progress::back_off(&mut backoff, idle), 1),
+                    // The program (or another of its threads) holds the lock: it is in
+                    // the library, at work; its next empty poll moves what there is. (No
+                    // wait for the lock: the thread would be woken at each of the
+                    // program's unlocks to lose the lock again, thousands of times a
+                    // second while the program busy-polls.)
+                    None => {
+                        last_pump = Instant::now();
+                        (Progress::back_off(&mut backoff, Duration::ZERO), 1)
+                    }
                 },
             };
             readable = false;
@@ -502,8 +512,14 @@ enum Progress {
     /// The program is away: pump, waiting for the lock if need be.
     Pump,
     /// A packet arrived and the program has stopped calling in: pump if the lock is
-    /// free (if not, the program is at work: look away, [`Progress::back_off`]).
+    /// free (if not, the program is at work: look away, [`Progress::back_off`]); the
+    /// back-off goes back to its first.
     TryPump,
+    /// The program is at work and the thread has not pumped for [`APP_ACTIVE`]: pump if
+    /// the lock is free, as for `TryPump`, the back-off kept as it is (the program is at
+    /// work: a program busy-polling through packets would otherwise have the thread back
+    /// at [`MIN_BACKOFF`] every [`APP_ACTIVE`]).
+    Periodic,
     /// The program is at work and nothing arrived: sleep this long on the wake-up
     /// eventfd and the datapath's descriptors.
     Watch(Duration),
@@ -529,10 +545,7 @@ impl Progress {
                 *backoff = Duration::ZERO;
                 Progress::Pump
             }
-            // The periodic pump; the back-off stays as it is (the program is at work: a
-            // program busy-polling through packets would otherwise have the thread back
-            // at MIN_BACKOFF every APP_ACTIVE).
-            Some(_) if idle >= APP_ACTIVE => Progress::Pump,
+            Some(_) if idle >= APP_ACTIVE => Progress::Periodic,
             // Until the program's turn ends or the thread's periodic pump is due.
             Some(since) if !readable => {
                 Progress::Watch((APP_ACTIVE - since).min(APP_ACTIVE - idle))
@@ -889,7 +902,7 @@ mod tests {
             let mut backoff = us(640);
             assert_eq!(
                 Progress::next(&mut backoff, Some(us(1)), APP_ACTIVE, readable),
-                Progress::Pump
+                Progress::Periodic
             );
             assert_eq!(backoff, us(640));
         }
@@ -908,7 +921,7 @@ mod tests {
             let wait = match Progress::next(&mut backoff, Some(us(1)), idle, true) {
                 Progress::LookAway(w) => w,
                 // The periodic pump, every APP_ACTIVE.
-                Progress::Pump => {
+                Progress::Periodic => {
                     idle = Duration::ZERO;
                     continue;
                 }
