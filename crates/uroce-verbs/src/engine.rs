@@ -86,14 +86,6 @@ const MIN_BACKOFF: Duration = Duration::from_micros(10);
 /// back-off of [`MIN_BACKOFF`] to three times as long.
 const TIMER_SLACK_NS: u64 = 1_000;
 
-/// The progress thread's scheduler slice (EEVDF's custom slice, Linux 6.12 on; the
-/// shortest it grants): when a packet arrives for a program that spins on memory, the
-/// program's thread and its peer's are likely on every core, and a thread of the default
-/// slice that wakes waits for one of them to run out its own (milliseconds); one of a
-/// short slice preempts at once. The thread runs for microseconds at a time, so the slice
-/// costs nothing else.
-const SCHED_SLICE_NS: u64 = 100_000;
-
 /// A CQ handed out: uroce's id and the completion channel it reports to (0: none).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CqEntry {
@@ -422,7 +414,6 @@ impl Shared {
                 .unwrap_or_default()
         };
         ffi::set_timer_slack(TIMER_SLACK_NS);
-        ffi::set_sched_slice(SCHED_SLICE_NS);
         // The port's events (IBV_EVENT_PORT_ERR / PORT_ACTIVE) follow the interface's link,
         // read from rtnetlink every PORT_CHECK; without a netlink socket there are none.
         let ifindex = self.lock().device.ifindex();

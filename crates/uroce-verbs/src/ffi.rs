@@ -333,26 +333,6 @@ pub(crate) fn set_timer_slack(ns: u64) {
     let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
 }
 
-/// Asks the scheduler for slices of `ns` nanoseconds for the calling thread
-/// (`sched_setattr(2)`'s `sched_runtime` under SCHED_OTHER, Linux 6.12's EEVDF custom
-/// slice; its policy, nice value and flags kept): a thread with a short slice preempts
-/// one running out a long one when it wakes, instead of waiting up to a whole slice for
-/// a CPU. Best effort: older kernels ignore it, other policies are left alone.
-pub(crate) fn set_sched_slice(ns: u64) {
-    // SAFETY: `sched_attr` is plain data (all zeros is a valid value).
-    let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
-    let size = std::mem::size_of::<libc::sched_attr>() as libc::c_uint;
-    // SAFETY: sched_getattr writes at most `size` bytes into `attr`, which is that large.
-    let got = unsafe { libc::syscall(libc::SYS_sched_getattr, 0, &mut attr, size, 0) };
-    if got != 0 || attr.sched_policy != libc::SCHED_OTHER as u32 {
-        return;
-    }
-    attr.size = size;
-    attr.sched_runtime = ns;
-    // SAFETY: sched_setattr reads `attr`, a live sched_attr of `size` bytes.
-    let _ = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr, 0) };
-}
-
 /// The calling thread's errno (EIO if it has none).
 fn last_errno() -> c_int {
     std::io::Error::last_os_error()
