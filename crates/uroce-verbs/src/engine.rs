@@ -63,7 +63,8 @@ const PORT_CHECK: Duration = Duration::from_millis(50);
 /// as at work: meanwhile the thread leaves the datapath to it (a program that polls moves
 /// its own packets: fewer context switches, no lock contention on a machine with few
 /// cores) unless a packet arrives that the program is not there to take ([`POLLING`]); and
-/// it pumps at least once in this time. Past it, the thread alone moves the packets.
+/// it pumps once in this time unless the program is in the library then (holds the lock).
+/// Past it, the thread alone moves the packets.
 const APP_ACTIVE: Duration = Duration::from_millis(1);
 
 /// A program that polled a CQ or posted this recently is polling now: a packet that
@@ -83,7 +84,7 @@ const POLLING: Duration = Duration::from_micros(5);
 const MIN_BACKOFF: Duration = Duration::from_micros(10);
 
 /// The progress thread's timer slack: the kernel's default of 50 µs would stretch a
-/// back-off of [`MIN_BACKOFF`] to three times as long.
+/// back-off of [`MIN_BACKOFF`] to six times as long.
 const TIMER_SLACK_NS: u64 = 1_000;
 
 /// A CQ handed out: uroce's id and the completion channel it reports to (0: none).
