@@ -1,7 +1,8 @@
 //! Two unmodified programs on ONE address, as on a host with a RoCE NIC: the distro's
-//! `ib_write_bw`, `ibv_rc_pingpong` and `rping` server and client in one network
-//! namespace on one interface, each through `uroce run`, which starts one `uroce daemon`
-//! for the interface that both attach to (its frames between them never reach the wire).
+//! `ib_write_bw`, `ib_write_lat`, `ibv_rc_pingpong` and `rping` server and client in one
+//! network namespace on one interface, each through `uroce run`, which starts one
+//! `uroce daemon` for the interface that both attach to (its frames between them never
+//! reach the wire).
 //! Over AF_XDP and over the UDP backend. Root, iproute2 and the distro's perftest,
 //! ibverbs-utils and rdmacm-utils (scripts/setup.sh installs them); each case says why
 //! and skips otherwise. `cargo build` first: `uroce run` takes the libraries from next
@@ -157,6 +158,66 @@ fn ib_write_bw_server_and_client_on_one_address_over_af_xdp() {
 #[test]
 fn ib_write_bw_server_and_client_on_one_address_over_udp() {
     ib_write_bw_on_one_address("udp");
+}
+
+/// `ib_write_lat`: each side spins on MEMORY for the peer's RDMA WRITE and polls no CQ
+/// meanwhile, so only the library's progress thread moves the WRITE into it (it watches
+/// the datapath while the program is at work and takes a packet the program is not
+/// polling for: `engine::Progress`). Every iteration must complete and the result row
+/// be printed; how fast is for the benchmarks to say (DESIGN.md: never a timed test).
+fn ib_write_lat_on_one_address(backend: &str) {
+    if !can_run(&["ib_write_lat"]) {
+        return;
+    }
+    let pair = VethPair::create("sdl", 1500).unwrap();
+    let dev = format!("uroce_{}", pair.ifaces[0]);
+    let addr = pair.addrs[0].to_string();
+    let common = [
+        "-d",
+        dev.as_str(),
+        "-x",
+        "1",
+        "-F",
+        "-n",
+        "500",
+        "-s",
+        "8",
+        "-p",
+        "18763",
+    ];
+    let mut client: Vec<&str> = vec!["ib_write_lat"];
+    client.extend(common);
+    client.push(&addr);
+    let mut server = vec!["ib_write_lat"];
+    server.extend(common);
+    let (s, c) = pair_on_one_address(
+        &pair,
+        backend,
+        &server,
+        &client,
+        Duration::from_millis(1500),
+    );
+    assert!(c.status.success(), "client: {}", text(&c));
+    assert!(s.status.success(), "server: {}", text(&s));
+    for o in [&s, &c] {
+        let out = String::from_utf8_lossy(&o.stdout);
+        let row = out
+            .lines()
+            .find(|l| l.split_whitespace().take(2).eq(["8", "500"]))
+            .unwrap_or_else(|| panic!("no result row: {}", text(o)));
+        let typical: f64 = row.split_whitespace().nth(4).unwrap().parse().unwrap();
+        assert!(typical > 0.0, "{row}");
+    }
+}
+
+#[test]
+fn ib_write_lat_server_and_client_on_one_address_over_af_xdp() {
+    ib_write_lat_on_one_address("xdp");
+}
+
+#[test]
+fn ib_write_lat_server_and_client_on_one_address_over_udp() {
+    ib_write_lat_on_one_address("udp");
 }
 
 fn rc_pingpong_on_one_address(backend: &str) {

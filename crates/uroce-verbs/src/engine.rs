@@ -8,9 +8,12 @@
 //!   it returns, and a poll of an empty CQ first takes what the datapath received (no
 //!   thread hand-off on the busy-polling path perftest and pingpong use);
 //! - the progress thread, started with the datapath at the first QP: it sleeps in
-//!   `poll(2)` on the datapath's descriptors, a wake-up eventfd and the next timer
-//!   (retransmission, RNR, ACK coalescing), and runs the same pump when one fires, so a
-//!   program blocked in `ibv_get_cq_event` still gets its completions.
+//!   `ppoll(2)` on the datapath's descriptors, a wake-up eventfd and the next timer
+//!   (retransmission, RNR), and runs the same pump when one fires, so a program blocked
+//!   in `ibv_get_cq_event` still gets its completions. While the program polls or posts
+//!   it leaves the datapath to it, but a packet that arrives while the program has stopped
+//!   calling in (perftest's `ib_write_lat` spins on memory for the peer's RDMA WRITE) is
+//!   still taken at once: see [`Shared::run`].
 //!
 //! The datapath is opened lazily (listing and querying devices, as `ibv_devinfo` does,
 //! opens none): `UROCE_BACKEND` = `auto` (default: the `uroce daemon` serving the
@@ -22,8 +25,8 @@
 //! interface's AF_XDP), `xdp` or `udp`; AF_XDP is tuned
 //! by `UROCE_XDP_TX_BATCH` and `UROCE_XDP_BUSY_POLL` ([`uroce::datapath::xdp::XdpConfig`]).
 //!
-//! Safe code: the eventfd, read, write and poll calls and the `Send` of [`AsyncEntry`]
-//! are in `ffi.rs`.
+//! Safe code: the eventfd, read, write, ppoll and prctl calls and the `Send` of
+//! [`AsyncEntry`] are in `ffi.rs`.
 
 #![deny(unsafe_code)]
 
@@ -60,11 +63,33 @@ const MAX_SLEEP: Duration = Duration::from_millis(5);
 /// system call), as `datapath::event_loop::Endpoint::watch_port` does.
 const PORT_CHECK: Duration = Duration::from_millis(50);
 
-/// How long after the program last polled a CQ or posted the progress thread leaves the
-/// datapath to it: a program that polls moves its own packets (fewer context switches,
-/// no lock contention on a machine with few cores); one that stops polling (it sleeps on
-/// a completion channel, or spins on memory) gets the thread back within this time.
+/// How long after the program last polled a CQ or posted the progress thread counts it
+/// as at work: meanwhile the thread leaves the datapath to it (a program that polls moves
+/// its own packets: fewer context switches, no lock contention on a machine with few
+/// cores) unless a packet arrives that the program is not there to take ([`POLLING`]); and
+/// it pumps once in this time unless the program is in the library then (holds the lock).
+/// Past it, the thread alone moves the packets.
 const APP_ACTIVE: Duration = Duration::from_millis(1);
+
+/// A program that polled a CQ or posted this recently is polling now: a packet that
+/// arrives is its to take. One that has not called in for longer has stopped to do
+/// something else, maybe to spin on memory for a peer's RDMA WRITE, which only the thread
+/// can then move into it. A busy-polling program calls in well within this (each empty
+/// poll moves packets and stamps the time); a round trip to a peer takes longer.
+const POLLING: Duration = Duration::from_micros(5);
+
+/// The progress thread's first back-off when a packet arrives while the program polls:
+/// it looks away from the datapath this long, then again for twice as long on each
+/// consecutive such finding, up to [`APP_ACTIVE`], so that a program that busy-polls
+/// through a stream of packets (`ib_write_bw`, `ib_send_bw`) costs at most about a
+/// thousand thread wake-ups a second, not one a packet. A program that stops polling
+/// may wait this long for its first packet after a poll (in `ib_write_lat` the peer's
+/// WRITE comes right behind the ACK the program polled for: short, then).
+const MIN_BACKOFF: Duration = Duration::from_micros(10);
+
+/// The progress thread's timer slack: the kernel's default of 50 µs would stretch a
+/// back-off of [`MIN_BACKOFF`] to six times as long.
+const TIMER_SLACK_NS: u64 = 1_000;
 
 /// A CQ handed out: uroce's id and the completion channel it reports to (0: none).
 #[derive(Debug, Clone, Copy)]
@@ -246,6 +271,15 @@ impl Shared {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The state, locked, unless another thread holds the lock now.
+    fn try_lock(&self) -> Option<MutexGuard<'_, Inner>> {
+        match self.inner.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// The program has just polled a CQ (an empty one moves the packets itself).
     pub fn app_polled(&self) {
         let ns = self.epoch.elapsed().as_nanos().max(1) as u64;
@@ -345,7 +379,37 @@ impl Shared {
         g.pump(false);
     }
 
-    /// The progress thread.
+    /// The progress thread. Two states, by how recently the program polled a CQ or
+    /// posted (its stamp, [`Shared::app_polled`]):
+    /// - the program is away (not within [`APP_ACTIVE`], or it waits on a completion
+    ///   channel: [`Shared::app_waits`]): the thread moves every packet. It pumps when a
+    ///   datapath descriptor is readable, its wake-up eventfd is written or its timer
+    ///   (retransmission, RNR) is due, at least every [`MAX_SLEEP`].
+    /// - the program is at work (within [`APP_ACTIVE`]): it moves its own packets, so the
+    ///   thread takes no lock, but it still watches the datapath's descriptors: a program
+    ///   may stop calling in without blocking anywhere the library sees (it spins on
+    ///   memory for a peer's RDMA WRITE, as `ib_write_lat` does), and nobody else would
+    ///   move that WRITE into it. When one is readable the thread looks at the stamp: not
+    ///   within [`POLLING`], the program has stopped to do something else, and the thread
+    ///   pumps at once (if the lock is free: a program holding it is at work). Within it,
+    ///   or with the lock held, the program takes the packet itself; the thread then
+    ///   sleeps without the datapath's descriptors for a back-off, [`MIN_BACKOFF`]
+    ///   doubled on each consecutive such finding up to [`APP_ACTIVE`] (back to the first
+    ///   once the thread finds the program stopped or away), so a program busy-polling
+    ///   through a stream of packets wakes it about a thousand times a second at most,
+    ///   not once a packet, which on a machine with two cores would take throughput from
+    ///   it. And it pumps every [`APP_ACTIVE`] (unless the program holds the lock then:
+    ///   it is in the library, and the thread never waits for the lock while the program
+    ///   is at work), so what the program leaves waits no longer.
+    ///
+    /// [`Progress::next`] makes these choices; this loop carries them out.
+    ///
+    /// Through a `uroce daemon`, the datapath's descriptor is the doorbell the daemon
+    /// rings only for a side that said it sleeps: every receive that finds the ring empty
+    /// says so (the program's empty polls, the thread's pumps, which end with one), so a
+    /// program that stops polling is rung for its next packet and the thread wakes; the
+    /// doorbell stays readable until the next receive takes its count, which the thread
+    /// leaves to the program while it polls.
     fn run(&self) {
         let fds = {
             let g = self.lock();
@@ -354,6 +418,7 @@ impl Shared {
                 .map(|d| d.backend.wait_fds())
                 .unwrap_or_default()
         };
+        ffi::set_timer_slack(TIMER_SLACK_NS);
         // The port's events (IBV_EVENT_PORT_ERR / PORT_ACTIVE) follow the interface's link,
         // read from rtnetlink every PORT_CHECK; without a netlink socket there are none.
         let ifindex = self.lock().device.ifindex();
@@ -363,6 +428,10 @@ impl Shared {
         }
         let mut next_port_check = Instant::now() + PORT_CHECK;
         let mut last_pump = Instant::now();
+        // The back-off while the program polls through arriving packets (zero: none).
+        let mut backoff = Duration::ZERO;
+        // A datapath descriptor was readable when the thread last woke.
+        let mut readable = false;
         let mut pfds: Vec<libc::pollfd> = std::iter::once(self.wake.as_raw_fd())
             .chain(fds)
             .map(|fd| libc::pollfd {
@@ -379,42 +448,116 @@ impl Shared {
                 }
             }
             let idle = last_pump.elapsed();
-            let (wait, watch) = match self.since_app_polled() {
-                // The program is polling or posting: it moves the packets itself. Stay out
-                // of its way (no lock, no CPU), but pump at least every APP_ACTIVE, so
-                // what nobody else takes (another thread's receives, timers) waits no
-                // longer than that.
-                Some(since) if since < APP_ACTIVE && idle < APP_ACTIVE => {
-                    ((APP_ACTIVE - since).min(APP_ACTIVE - idle), 1)
-                }
-                _ => {
-                    let mut g = self.lock();
-                    g.pump(true);
-                    last_pump = Instant::now();
-                    let now = last_pump;
-                    let next = g.uroce.poll_timeout();
-                    g.sleep_until = next;
-                    let wait = next.map_or(MAX_SLEEP, |t| {
-                        t.saturating_duration_since(now).min(MAX_SLEEP)
-                    });
-                    (wait, pfds.len())
-                }
+            let step = Progress::next(&mut backoff, self.since_app_polled(), idle, readable);
+            let (wait, watch) = match step {
+                Progress::Pump => (self.pump_as_thread(self.lock(), &mut last_pump), pfds.len()),
+                Progress::Watch(wait) => (wait, pfds.len()),
+                Progress::LookAway(wait) => (wait, 1),
+                Progress::TryPump | Progress::Periodic => match self.try_lock() {
+                    Some(g) => {
+                        if step == Progress::TryPump {
+                            backoff = Duration::ZERO;
+                        }
+                        (self.pump_as_thread(g, &mut last_pump), pfds.len())
+                    }
+                    // The program (or another of its threads) holds the lock: it is in
+                    // the library, at work; its next empty poll moves what there is. (No
+                    // wait for the lock: the thread would be woken at each of the
+                    // program's unlocks to lose the lock again, thousands of times a
+                    // second while the program busy-polls.)
+                    None => {
+                        last_pump = Instant::now();
+                        (Progress::back_off(&mut backoff, Duration::ZERO), 1)
+                    }
+                },
             };
+            readable = false;
             if wait.is_zero() {
                 continue;
             }
-            let ms = wait.as_micros().div_ceil(1000) as c_int;
             for p in pfds.iter_mut() {
                 p.revents = 0;
             }
             // The descriptors are this device's own (the backend's outlive the thread:
             // `stop` joins before they close); `watch` is at most their number.
-            ffi::poll(&mut pfds[..watch], ms);
+            ffi::poll(&mut pfds[..watch], wait);
             if pfds[0].revents != 0 {
                 // Our non-blocking wake-up eventfd: its whole count.
                 let _ = ffi::eventfd_read(pfds[0].fd);
             }
+            readable = pfds[1..watch].iter().any(|p| p.revents != 0);
         }
+    }
+
+    /// The progress thread's pump, with the lock `g`: moves everything, notes when
+    /// (`last_pump`) and when its next timer is due; returns how long it may sleep.
+    fn pump_as_thread(&self, mut g: MutexGuard<'_, Inner>, last_pump: &mut Instant) -> Duration {
+        g.pump(true);
+        let now = Instant::now();
+        *last_pump = now;
+        let next = g.uroce.poll_timeout();
+        g.sleep_until = next;
+        next.map_or(MAX_SLEEP, |t| {
+            t.saturating_duration_since(now).min(MAX_SLEEP)
+        })
+    }
+}
+
+/// What the progress thread does next ([`Shared::run`] says why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Progress {
+    /// The program is away: pump, waiting for the lock if need be.
+    Pump,
+    /// A packet arrived and the program has stopped calling in: pump if the lock is
+    /// free (if not, the program is at work: look away, [`Progress::back_off`]); the
+    /// back-off goes back to its first.
+    TryPump,
+    /// The program is at work and the thread has not pumped for [`APP_ACTIVE`]: pump if
+    /// the lock is free, as for `TryPump`, the back-off kept as it is (the program is at
+    /// work: a program busy-polling through packets would otherwise have the thread back
+    /// at [`MIN_BACKOFF`] every [`APP_ACTIVE`]).
+    Periodic,
+    /// The program is at work and nothing arrived: sleep this long on the wake-up
+    /// eventfd and the datapath's descriptors.
+    Watch(Duration),
+    /// A packet arrived while the program polls: sleep this long (the back-off) on the
+    /// wake-up eventfd alone.
+    LookAway(Duration),
+}
+
+impl Progress {
+    /// The next step, from how long ago the program last polled or posted (`since`;
+    /// None: never, or it waits on a channel), how long ago the thread last pumped
+    /// (`idle`) and whether a datapath descriptor was readable when it woke; `backoff` is
+    /// the thread's back-off, doubled when it looks away again, zero when it pumps.
+    fn next(
+        backoff: &mut Duration,
+        since: Option<Duration>,
+        idle: Duration,
+        readable: bool,
+    ) -> Self {
+        let at_work = since.filter(|&s| s < APP_ACTIVE);
+        match at_work {
+            None => {
+                *backoff = Duration::ZERO;
+                Progress::Pump
+            }
+            Some(_) if idle >= APP_ACTIVE => Progress::Periodic,
+            // Until the program's turn ends or the thread's periodic pump is due.
+            Some(since) if !readable => {
+                Progress::Watch((APP_ACTIVE - since).min(APP_ACTIVE - idle))
+            }
+            Some(since) if since >= POLLING => Progress::TryPump,
+            Some(_) => Progress::LookAway(Self::back_off(backoff, idle)),
+        }
+    }
+
+    /// The next back-off (`backoff` doubled, at least [`MIN_BACKOFF`], at most
+    /// [`APP_ACTIVE`]), stored; how long to sleep (no later than the periodic pump, due
+    /// [`APP_ACTIVE`] after the last, `idle` ago).
+    fn back_off(backoff: &mut Duration, idle: Duration) -> Duration {
+        *backoff = (*backoff * 2).clamp(MIN_BACKOFF, APP_ACTIVE);
+        (*backoff).min(APP_ACTIVE.saturating_sub(idle))
     }
 }
 
@@ -735,4 +878,107 @@ fn udp_backend(inner: &Inner) -> std::io::Result<Box<dyn Backend + Send>> {
         }
     }
     Ok(Box::new(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    /// A packet that arrives for a program that has stopped polling (it spins on memory
+    /// for the peer's RDMA WRITE, as `ib_write_lat` does) is taken at once, not left
+    /// until the program's turn of APP_ACTIVE ends.
+    #[test]
+    fn a_packet_for_a_program_that_stopped_polling_is_taken_at_once() {
+        let mut backoff = Duration::ZERO;
+        for since in [us(50), us(300), us(900)] {
+            assert_eq!(
+                Progress::next(&mut backoff, Some(since), us(100), true),
+                Progress::TryPump,
+                "{since:?}"
+            );
+        }
+    }
+
+    /// While the program is at work and nothing arrived, the thread watches the
+    /// datapath until the program's turn ends or its own periodic pump is due.
+    #[test]
+    fn a_program_at_work_is_watched_until_its_turn_ends() {
+        let mut backoff = Duration::ZERO;
+        assert_eq!(
+            Progress::next(&mut backoff, Some(us(200)), us(100), false),
+            Progress::Watch(us(800))
+        );
+        assert_eq!(
+            Progress::next(&mut backoff, Some(us(100)), us(600), false),
+            Progress::Watch(us(400))
+        );
+    }
+
+    /// A program that is away (never polled, polled longer than APP_ACTIVE ago, or
+    /// waits on a completion channel) has the thread pump, with or without a packet, and
+    /// the thread pumps at least every APP_ACTIVE whatever the program does.
+    #[test]
+    fn the_thread_pumps_for_a_program_away_and_every_app_active() {
+        for readable in [false, true] {
+            for since in [None, Some(APP_ACTIVE)] {
+                let mut backoff = us(640);
+                assert_eq!(
+                    Progress::next(&mut backoff, since, us(10), readable),
+                    Progress::Pump
+                );
+                assert_eq!(backoff, Duration::ZERO);
+            }
+            // The periodic pump leaves the back-off of a program at work as it is.
+            let mut backoff = us(640);
+            assert_eq!(
+                Progress::next(&mut backoff, Some(us(1)), APP_ACTIVE, readable),
+                Progress::Periodic
+            );
+            assert_eq!(backoff, us(640));
+        }
+    }
+
+    /// A program busy-polling through a stream of packets keeps the thread away for a
+    /// back-off that doubles from MIN_BACKOFF to APP_ACTIVE: over a second, about a
+    /// thousand wake-ups, not one a packet.
+    #[test]
+    fn a_busy_polling_program_wakes_the_thread_a_thousand_times_a_second_at_most() {
+        let mut backoff = Duration::ZERO;
+        let mut seen = Vec::new();
+        let (mut t, mut wakeups, mut idle) = (Duration::ZERO, 0, Duration::ZERO);
+        while t < Duration::from_secs(1) {
+            // The program polled a microsecond ago; a packet is always there.
+            let wait = match Progress::next(&mut backoff, Some(us(1)), idle, true) {
+                Progress::LookAway(w) => w,
+                // The periodic pump, every APP_ACTIVE.
+                Progress::Periodic => {
+                    idle = Duration::ZERO;
+                    continue;
+                }
+                other => panic!("{other:?}"),
+            };
+            if seen.len() < 8 {
+                seen.push(wait);
+            }
+            t += wait;
+            idle += wait;
+            wakeups += 1;
+        }
+        assert_eq!(
+            &seen[..7],
+            &[us(10), us(20), us(40), us(80), us(160), us(320), us(370)]
+        );
+        assert_eq!(seen[7], APP_ACTIVE);
+        assert!(wakeups <= 1_010, "{wakeups} wake-ups in a second");
+        // The thread's own pump puts the back-off back to its first.
+        Progress::next(&mut backoff, None, us(1), true);
+        assert_eq!(
+            Progress::next(&mut backoff, Some(us(1)), us(1), true),
+            Progress::LookAway(MIN_BACKOFF)
+        );
+    }
 }
