@@ -121,17 +121,9 @@ echo "  uroce: $B ($BUILD build); perftest $(ib_write_bw --version 2>&1 | awk '/
 echo "  $ROUNDS rounds; bulk: $ITERS x 64 KiB per run; latency: $LAT_PROG, $LAT_ITERS x 8 B;" \
   "N processes: $AGG_SECONDS s each, N in $NS_LIST; backends: $BACKENDS"
 
-# ticks PID...: user + system clock ticks of the processes (all their threads)
-ticks() {
-  local t=0 p s
-  for p in "$@"; do
-    s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
-    s=${s##*) }
-    # After the command's name: field 3 is the state; utime and stime are 14 and 15.
-    t=$((t + $(echo "$s" | awk '{ print $12 + $13 }')))
-  done
-  echo "$t"
-}
+# ticks PID...: user + system clock ticks of the processes (all their threads).
+# shellcheck source=scripts/lib/netns.sh
+source scripts/lib/netns.sh # (the working directory is the repository root)
 
 # thread_ticks TAG PID: "TAG name=ticks" for each of the process's threads
 thread_ticks() {

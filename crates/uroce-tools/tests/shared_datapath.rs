@@ -106,29 +106,31 @@ fn daemon_serves(pair: &VethPair) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn ib_write_bw_on_one_address(backend: &str) {
-    if !can_run(&["ib_write_bw"]) {
-        return;
+/// Runs perftest's `tool` (`-n iters -s size`, on `port` when given) with server and
+/// client on ONE address of a veth pair through the uroce daemon (`backend`), checks both
+/// ended well, and returns (server, client) output.
+fn perftest_on_one_address(
+    backend: &str,
+    tool: &str,
+    iters: &str,
+    size: &str,
+    port: Option<&str>,
+) -> Option<(std::process::Output, std::process::Output, VethPair)> {
+    if !can_run(&[tool]) {
+        return None;
     }
-    let pair = VethPair::create("sdw", 1500).unwrap();
+    let pair = VethPair::create(&format!("sd{}", &tool[9..10]), 1500).unwrap();
     let dev = format!("uroce_{}", pair.ifaces[0]);
     let addr = pair.addrs[0].to_string();
-    let common = [
-        "-d",
-        dev.as_str(),
-        "-x",
-        "1",
-        "-F",
-        "-n",
-        "2000",
-        "-s",
-        "65536",
-    ];
-    let mut client: Vec<&str> = vec!["ib_write_bw"];
-    client.extend(common);
+    let mut common = vec!["-d", dev.as_str(), "-x", "1", "-F", "-n", iters, "-s", size];
+    if let Some(p) = port {
+        common.extend(["-p", p]);
+    }
+    let mut client: Vec<&str> = vec![tool];
+    client.extend(&common);
     client.push(&addr);
-    let mut server = vec!["ib_write_bw"];
-    server.extend(common);
+    let mut server = vec![tool];
+    server.extend(&common);
     let (s, c) = pair_on_one_address(
         &pair,
         backend,
@@ -138,6 +140,14 @@ fn ib_write_bw_on_one_address(backend: &str) {
     );
     assert!(c.status.success(), "client: {}", text(&c));
     assert!(s.status.success(), "server: {}", text(&s));
+    Some((s, c, pair))
+}
+
+fn ib_write_bw_on_one_address(backend: &str) {
+    let Some((_, c, pair)) = perftest_on_one_address(backend, "ib_write_bw", "2000", "65536", None)
+    else {
+        return;
+    };
     let out = String::from_utf8_lossy(&c.stdout);
     let row = out
         .lines()
@@ -166,39 +176,11 @@ fn ib_write_bw_server_and_client_on_one_address_over_udp() {
 /// polling for: `engine::Progress`). Every iteration must complete and the result row
 /// be printed; how fast is for the benchmarks to say (DESIGN.md: never a timed test).
 fn ib_write_lat_on_one_address(backend: &str) {
-    if !can_run(&["ib_write_lat"]) {
+    let Some((s, c, _pair)) =
+        perftest_on_one_address(backend, "ib_write_lat", "500", "8", Some("18763"))
+    else {
         return;
-    }
-    let pair = VethPair::create("sdl", 1500).unwrap();
-    let dev = format!("uroce_{}", pair.ifaces[0]);
-    let addr = pair.addrs[0].to_string();
-    let common = [
-        "-d",
-        dev.as_str(),
-        "-x",
-        "1",
-        "-F",
-        "-n",
-        "500",
-        "-s",
-        "8",
-        "-p",
-        "18763",
-    ];
-    let mut client: Vec<&str> = vec!["ib_write_lat"];
-    client.extend(common);
-    client.push(&addr);
-    let mut server = vec!["ib_write_lat"];
-    server.extend(common);
-    let (s, c) = pair_on_one_address(
-        &pair,
-        backend,
-        &server,
-        &client,
-        Duration::from_millis(1500),
-    );
-    assert!(c.status.success(), "client: {}", text(&c));
-    assert!(s.status.success(), "server: {}", text(&s));
+    };
     for o in [&s, &c] {
         let out = String::from_utf8_lossy(&o.stdout);
         let row = out
