@@ -77,6 +77,55 @@ pub struct Args {
     /// and leave; an error when none serves it or it refuses us.
     #[arg(long)]
     pub check: bool,
+    /// Over UDP, keep every packet in the rings: no socket of its own for a process (the
+    /// fast path skips the daemon's checks on what a process sends, as any process
+    /// sending UDP to port 4791 does; with this the daemon checks every packet).
+    #[arg(long)]
+    pub no_fast_path: bool,
+}
+
+/// The fast path over UDP: the sockets of classes 1 to 63 of the reuseport group on
+/// `addr` (`uroce::datapath::udp::bind_classes`; class 0 is the daemon's own datapath for
+/// that address), each given to at most one process, which is then handed QPNs of its
+/// class only, so the kernel steers its datagrams straight to its socket.
+struct FastPath {
+    addr: IpAddr,
+    /// Socket of class `k` at `k - 1`.
+    sockets: Vec<std::net::UdpSocket>,
+    /// The process holding each class (index `k`; 0: free; class 0 is never given).
+    owners: Mutex<Vec<ClientId>>,
+    /// The class given last: the next search starts after it, so that classes are used
+    /// in turn and a class's quarantined QPNs (a process that just left) rest.
+    last: Mutex<usize>,
+}
+
+impl FastPath {
+    /// A free class for `client`, its socket emptied of what an earlier holder left.
+    fn take(&self, client: ClientId) -> Option<(u8, RawFd)> {
+        let mut o = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let n = o.len() - 1;
+        let k = (0..n).map(|i| 1 + (*last + i) % n).find(|&k| o[k] == 0)?;
+        *last = k;
+        o[k] = client;
+        let sock = &self.sockets[k - 1];
+        uroce::datapath::udp::drain_socket(sock);
+        Some((k as u8, sock.as_raw_fd()))
+    }
+
+    /// The class `client` holds, if any.
+    fn class_of(&self, client: ClientId) -> Option<u32> {
+        let o = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        (1..o.len()).find(|&k| o[k] == client).map(|k| k as u32)
+    }
+
+    /// `client` left: its class is free again (its QPNs are quarantined by the switch).
+    fn release(&self, client: ClientId) {
+        let mut o = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        for c in o.iter_mut().filter(|c| **c == client) {
+            *c = 0;
+        }
+    }
 }
 
 /// Counters of the whole daemon.
@@ -162,6 +211,8 @@ struct Daemon {
     /// The interface's MAC (neighbour requests a process sends must be from it).
     mac: Option<[u8; 6]>,
     rx_capacity: u64,
+    /// Over UDP: the sockets a process may have of its own.
+    fast: Option<FastPath>,
     stop: AtomicBool,
     stats: Stats,
 }
@@ -249,8 +300,20 @@ fn open_datapaths(
     addrs: &[IpAddr],
     mtu: u32,
     mac: Option<[u8; 6]>,
-) -> anyhow::Result<Vec<Datapath>> {
+) -> anyhow::Result<(Vec<Datapath>, Option<FastPath>)> {
     let mtu = uroce::verbs::Mtu::fitting(mtu).unwrap_or(uroce::verbs::Mtu::M1024);
+    // Over UDP, the address processes send from (a context's: the first IPv4 one, else
+    // the first) gets the fast path's reuseport group instead of one socket.
+    let fast_addr = (!args.no_fast_path)
+        .then(|| {
+            addrs
+                .iter()
+                .find(|a| a.is_ipv4())
+                .or_else(|| addrs.first())
+                .copied()
+        })
+        .flatten();
+    let fast = std::cell::RefCell::new(None);
     let xdp = || {
         XdpBackend::open_with(
             &args.iface,
@@ -279,6 +342,26 @@ fn open_datapaths(
         for ip in addrs {
             let bound = match ip {
                 IpAddr::V6(a) if a.is_unicast_link_local() => UdpBackend::bind_link_local(a, index),
+                _ if Some(ip) == fast_addr => match uroce::datapath::udp::bind_classes(ip) {
+                    Ok(mut socks) => {
+                        let zero = socks.remove(0);
+                        let n = socks.len() + 1;
+                        *fast.borrow_mut() = Some(FastPath {
+                            addr: ip,
+                            sockets: socks,
+                            owners: Mutex::new(vec![0; n]),
+                            last: Mutex::new(0),
+                        });
+                        UdpBackend::from_class_socket(ip, zero)
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "uroce daemon {}: no fast path on {ip} ({e}): every packet through the rings",
+                            args.iface
+                        );
+                        UdpBackend::bind(ip)
+                    }
+                },
                 _ => UdpBackend::bind(ip),
             };
             match bound {
@@ -300,7 +383,7 @@ fn open_datapaths(
             _ => Ok(v),
         }
     };
-    match args.backend.as_str() {
+    let v = match args.backend.as_str() {
         "xdp" => xdp().context("AF_XDP"),
         "udp" => udp(),
         "auto" => {
@@ -316,22 +399,24 @@ fn open_datapaths(
                         args.iface
                     );
                 }
-                return udp();
-            }
-            match xdp() {
-                Ok(v) => Ok(v),
-                Err(e) if uroce::datapath::xdp::is_held(&e) => Err(e).context("AF_XDP"),
-                Err(e) => {
-                    eprintln!(
-                        "uroce daemon {}: AF_XDP not possible ({e}), UDP backend",
-                        args.iface
-                    );
-                    udp()
+                udp()
+            } else {
+                match xdp() {
+                    Ok(v) => Ok(v),
+                    Err(e) if uroce::datapath::xdp::is_held(&e) => Err(e).context("AF_XDP"),
+                    Err(e) => {
+                        eprintln!(
+                            "uroce daemon {}: AF_XDP not possible ({e}), UDP backend",
+                            args.iface
+                        );
+                        udp()
+                    }
                 }
             }
         }
         other => bail!("backend {other:?} is not auto, xdp or udp"),
-    }
+    }?;
+    Ok((v, fast.into_inner()))
 }
 
 /// The socket a daemon for `args` listens on.
@@ -381,6 +466,8 @@ pub fn check(args: &Args) -> anyhow::Result<String> {
             b.control().client(),
             if b.needs_link_addresses() {
                 "AF_XDP"
+            } else if b.fast_path() {
+                "UDP, fast path: a socket of its own"
             } else {
                 "UDP"
             }
@@ -397,7 +484,7 @@ pub fn check(args: &Args) -> anyhow::Result<String> {
 pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Result<()> {
     let (addrs, mtu, mac) = interface(&args.iface)?;
     raise_open_files();
-    let datapaths = open_datapaths(args, &addrs, mtu, mac)?;
+    let (datapaths, fast) = open_datapaths(args, &addrs, mtu, mac)?;
     let path = socket_path(args)?;
     let dir = path
         .parent()
@@ -459,6 +546,7 @@ pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Resul
         link_local,
         mac: mac.filter(|_| needs_link),
         rx_capacity,
+        fast,
         stop: AtomicBool::new(false),
         stats: Stats::default(),
     });
@@ -1044,6 +1132,9 @@ fn control_loop(
                     .write()
                     .unwrap_or_else(|e| e.into_inner())
                     .forget(id, Instant::now());
+                if let Some(f) = &d.fast {
+                    f.release(id);
+                }
                 d.generation.fetch_add(1, Ordering::Release);
             }
         }
@@ -1095,19 +1186,34 @@ fn handle(
             d.generation.fetch_add(1, Ordering::Release);
             proto::ring(wake.as_raw_fd());
             conn.client = Some(id);
+            let mut fds = fds;
+            let (fast_class, fast_addr) = match d.fast.as_ref().and_then(|f| f.take(id)) {
+                Some((k, fd)) => {
+                    fds.push(fd);
+                    (k, d.fast.as_ref().map(|f| f.addr).expect("fast"))
+                }
+                None => (0, IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)),
+            };
             Ok((
                 Reply::Welcome {
                     client: id,
                     needs_link_addresses: d.needs_link,
                     serves_link_local: d.link_local,
                     rx_capacity: d.rx_capacity,
+                    fast_class,
+                    fast_addr,
+                    fast_netns: proto::netns_id().unwrap_or(0),
                 },
                 fds,
             ))
         }
         (Request::ClaimQpns { count }, Some(id)) => {
+            // With the fast path, a process's QPNs are of its socket's class (the kernel
+            // steers by them); those of a process without one, of class 0 (the daemon's
+            // socket, then its ring).
+            let class = d.fast.as_ref().map(|f| f.class_of(id).unwrap_or(0));
             let mut s = d.switch.write().unwrap_or_else(|e| e.into_inner());
-            s.claim_qpns(id, count, Instant::now())
+            s.claim_qpns_in_class(id, count, class, Instant::now())
                 .map(|(first, count)| (Reply::Qpns { first, count }, Vec::new()))
                 .ok_or(libc::ENOSPC)
         }

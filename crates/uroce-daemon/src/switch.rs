@@ -126,6 +126,9 @@ pub struct Switch {
     owner: Vec<ClientId>,
     freed: HashMap<u32, Instant>,
     next_block: u32,
+    /// Where the search for free blocks of each QPN class starts.
+    cursors: HashMap<u32, u32>,
+    seed: u32,
     listeners: HashMap<(u64, IpAddr), ClientId>,
     comm_ids: HashMap<u32, ClientId>,
     learnt: HashMap<ClientId, VecDeque<u32>>,
@@ -144,6 +147,8 @@ impl Switch {
             owner: vec![0; BLOCKS as usize],
             freed: HashMap::new(),
             next_block: FIRST_BLOCK + seed % (BLOCKS - FIRST_BLOCK),
+            cursors: HashMap::new(),
+            seed,
             listeners: HashMap::new(),
             comm_ids: HashMap::new(),
             learnt: HashMap::new(),
@@ -156,16 +161,42 @@ impl Switch {
     /// Hands `client` at least `count` QPNs, contiguous: `(first, count)`; `None` when no
     /// run of free blocks that long is left.
     pub fn claim_qpns(&mut self, client: ClientId, count: u32, now: Instant) -> Option<(u32, u32)> {
+        self.claim_qpns_in_class(client, count, None, now)
+    }
+
+    /// [`Switch::claim_qpns`] within QPN class `class` (QPNs `class << CLASS_SHIFT` and up,
+    /// the ones the kernel steers to the fast path's socket of that class) when given.
+    pub fn claim_qpns_in_class(
+        &mut self,
+        client: ClientId,
+        count: u32,
+        class: Option<u32>,
+        now: Instant,
+    ) -> Option<(u32, u32)> {
         let blocks = count.div_ceil(QPN_BLOCK).clamp(1, 1024);
         let held = self.blocks_of.get(&client).copied().unwrap_or(0);
         if held + blocks > MAX_BLOCKS_PER_CLIENT {
             // One process cannot take the host's QPNs from the others.
             return None;
         }
-        let span = BLOCKS - FIRST_BLOCK;
+        let per_class = (1 << uroce::datapath::udp::CLASS_SHIFT) / QPN_BLOCK;
+        let (lo, hi) = match class {
+            Some(k) => ((k * per_class).max(FIRST_BLOCK), (k + 1) * per_class),
+            None => (FIRST_BLOCK, BLOCKS),
+        };
+        let span = hi - lo;
+        // The whole space's search starts where the last ended (`next_block`, from a
+        // random block: a daemon started again most likely does not hand out the numbers
+        // it handed out before); each class keeps a cursor of its own the same way.
+        let seed = self.seed;
+        let mut cursor = match class {
+            None => self.next_block,
+            Some(k) => *self.cursors.entry(k).or_insert(lo + seed % span),
+        };
+        let mut found = None;
         for _ in 0..span {
-            let start = self.next_block;
-            let fits = start + blocks <= BLOCKS
+            let start = cursor;
+            let fits = start + blocks <= hi
                 && (start..start + blocks).all(|b| {
                     self.owner[b as usize] == 0
                         && self
@@ -173,26 +204,30 @@ impl Switch {
                             .get(&b)
                             .is_none_or(|t| now.duration_since(*t) >= QUARANTINE)
                 });
-            self.next_block = if start + 1 >= BLOCKS {
-                FIRST_BLOCK
-            } else {
-                start + 1
-            };
+            cursor = if start + 1 >= hi { lo } else { start + 1 };
             if fits {
-                for b in start..start + blocks {
-                    self.owner[b as usize] = client;
-                    self.freed.remove(&b);
-                }
-                *self.blocks_of.entry(client).or_default() += blocks;
-                self.next_block = if start + blocks >= BLOCKS {
-                    FIRST_BLOCK
+                cursor = if start + blocks >= hi {
+                    lo
                 } else {
                     start + blocks
                 };
-                return Some((start * QPN_BLOCK, blocks * QPN_BLOCK));
+                found = Some(start);
+                break;
             }
         }
-        None
+        match class {
+            None => self.next_block = cursor,
+            Some(k) => {
+                self.cursors.insert(k, cursor);
+            }
+        }
+        let start = found?;
+        for b in start..start + blocks {
+            self.owner[b as usize] = client;
+            self.freed.remove(&b);
+        }
+        *self.blocks_of.entry(client).or_default() += blocks;
+        Some((start * QPN_BLOCK, blocks * QPN_BLOCK))
     }
 
     /// The process owning `qpn`.
@@ -432,6 +467,40 @@ mod tests {
         assert!(
             s.claim_qpns(4, 1, t0).is_some(),
             "its own again once it left"
+        );
+    }
+
+    #[test]
+    fn a_class_claim_stays_in_its_class() {
+        let mut s = Switch::new(12345);
+        let now = Instant::now();
+        let shift = uroce::datapath::udp::CLASS_SHIFT;
+        for _ in 0..3 {
+            let (first, count) = s.claim_qpns_in_class(1, 65_536, Some(5), now).unwrap();
+            assert_eq!(first >> shift, 5, "{first:#x}");
+            assert_eq!((first + count - 1) >> shift, 5, "{first:#x} + {count}");
+        }
+        // A class holds 2^18 QPNs (4096 blocks): 1024 single blocks are left, all of it.
+        let mut more = 0;
+        while let Some((first, _)) = s.claim_qpns_in_class(2, 64, Some(5), now) {
+            assert_eq!(first >> shift, 5, "{first:#x}");
+            more += 1;
+        }
+        assert_eq!(more, 1024);
+        // A process after another in a class: whatever the first held is quarantined,
+        // and the rest of the class still holds a run of 65,536.
+        let mut s = Switch::new(777);
+        let (a, _) = s.claim_qpns_in_class(1, 65_536, Some(1), now).unwrap();
+        s.forget(1, now);
+        let (b, _) = s
+            .claim_qpns_in_class(2, 65_536, Some(1), now)
+            .expect("a second run in the class");
+        assert!(b >= a + 65_536 || b + 65_536 <= a, "{a:#x} {b:#x}");
+        // Class 0 (the daemon's socket) never hands out QPN block 0 (QP 0 and QP 1).
+        let (first, _) = s.claim_qpns_in_class(3, 64, Some(0), now).unwrap();
+        assert!(
+            first >= FIRST_BLOCK * QPN_BLOCK && first >> shift == 0,
+            "{first:#x}"
         );
     }
 

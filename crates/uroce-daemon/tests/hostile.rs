@@ -114,7 +114,12 @@ impl Hostile {
             matches!(Reply::decode(&msg), Some(Reply::Welcome { .. })),
             "{msg:?}"
         );
-        assert_eq!(fds.len(), 3, "region and two doorbells");
+        // Region, two doorbells, and over UDP the fast path's socket (not used here: the
+        // attacks go through the ring, where the daemon checks them).
+        assert!(matches!(fds.len(), 3 | 4), "{} descriptors", fds.len());
+        if fds.len() == 4 {
+            fds.pop();
+        }
         let to_process = fds.pop().unwrap();
         let to_daemon = fds.pop().unwrap();
         let region = Region::map(fds.pop().unwrap()).expect("mapping the region");
@@ -291,7 +296,7 @@ fn malformed_control(socket: &Path) {
     assert!(proto::wait_readable(c.as_raw_fd(), Duration::from_secs(5)));
     let (msg, fds) = proto::recv(c.as_raw_fd(), 0).unwrap().unwrap();
     assert!(matches!(Reply::decode(&msg), Some(Reply::Welcome { .. })));
-    assert_eq!(fds.len(), 3);
+    assert!(matches!(fds.len(), 3 | 4), "{} descriptors", fds.len());
     drop(fds);
     send_raw(c.as_raw_fd(), &hello, &raw[..3]).unwrap();
     assert_eq!(answer(c.as_raw_fd()), eproto, "a second hello");

@@ -53,17 +53,22 @@ pub fn open_daemon(iface: &str, kind: &str) -> anyhow::Result<(Boxed, String)> {
     Ok((Box::new(b), what))
 }
 
-/// QPs a tool's context may create: `uroce perf --qps` goes up to 65,536.
-const TOOL_QPNS: u32 = 1 << 16;
+/// QPNs a tool claims from the daemon at the least.
+pub const TOOL_QPNS: u32 = 4096;
 
 /// Makes `ctx` give its QPs the numbers `backend` reserves for it (a daemon's: it steers
-/// by destination QPN), as many as a tool creates; call before creating QPs.
+/// by destination QPN), enough for `qps` QPs at a time: at least [`TOOL_QPNS`], which
+/// leaves room for the QPs a server creates for client after client; call before creating
+/// QPs. A claim holds its numbers for the tool's life and a minute of quarantine after,
+/// so a tool asks for about what it uses, not for the most it could (a fast-path class of
+/// the daemon holds 2^18).
 pub fn adopt_qpns(
     ctx: &mut uroce::verbs::Context,
     backend: &mut dyn Backend,
+    qps: u32,
 ) -> anyhow::Result<()> {
     if let Some((first, _)) = backend
-        .claim_qpns(TOOL_QPNS)
+        .claim_qpns(qps.max(TOOL_QPNS))
         .context("QPNs from uroce daemon")?
     {
         ctx.set_qpn_space(first, 1);

@@ -240,7 +240,7 @@ pub(crate) fn open_session(
         },
         std::time::Instant::now(),
     );
-    crate::backend::adopt_qpns(&mut ctx, &mut *backend)?;
+    crate::backend::adopt_qpns(&mut ctx, &mut *backend, 1)?;
     let cq = ctx
         .create_cq(uroce::verbs::MAX_CQE)
         .expect("MAX_CQE is a valid CQ depth");

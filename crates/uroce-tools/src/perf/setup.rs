@@ -56,7 +56,7 @@ pub(super) fn setup(cfg: &PerfConfig, local: IpAddr) -> anyhow::Result<Setup> {
     }
     let mac = link.mac_for(&*backend)?;
     let mut ctx = cfg.traffic.context(&iface, mac, local, seed_of(local))?;
-    crate::backend::adopt_qpns(&mut ctx, &mut *backend)?;
+    crate::backend::adopt_qpns(&mut ctx, &mut *backend, cfg.qps)?;
     ctx.set_udp_sports(sports)
         .map_err(|e| anyhow::anyhow!("sharing UDP source ports: {e}"))?;
     let (cq, qps, mr) = rc_resources(&mut ctx, cfg.qps, cfg.size)?;

@@ -90,7 +90,7 @@ fn lanes(cfg: &PerfConfig, local: IpAddr, n: u32) -> anyhow::Result<Lanes> {
         let seed = seed_of(local) ^ (u64::from(k) << 40);
         let mut ctx = cfg.traffic.context(&iface, mac, local, seed)?;
         ctx.set_qpn_space(16 * n + k, n);
-        crate::backend::adopt_qpns(&mut ctx, &mut *backend)?;
+        crate::backend::adopt_qpns(&mut ctx, &mut *backend, 1)?;
         let (cq, qpns, mr) = rc_resources(&mut ctx, 1, cfg.size)?;
         let qpn = qpns[0];
         v.push(Lane {

@@ -245,7 +245,7 @@ fn run(cfg: &Config, tcp: TcpStream, client: bool) -> anyhow::Result<Outcome> {
     let mac = link.mac_for(&*backend)?;
     let seed = u64::from(u32::from(local)) ^ u64::from(std::process::id());
     let mut ctx = cfg.traffic.context(&iface, mac, IpAddr::V4(local), seed)?;
-    crate::backend::adopt_qpns(&mut ctx, &mut *backend)?;
+    crate::backend::adopt_qpns(&mut ctx, &mut *backend, 1)?;
     let cq = ctx
         .create_cq(uroce::verbs::MAX_CQE)
         .expect("MAX_CQE is a valid CQ depth");

@@ -122,6 +122,55 @@ fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     bind_with(addr, true, false)
 }
 
+/// Sockets of the daemon's fast path: [`CLASSES`] sockets of one reuseport group on
+/// `local` port 4791, bound in order (the kernel numbers a group's sockets in the order
+/// they bind, and the daemon keeps every one open for its life, so the numbering holds),
+/// with a steering program handing each datagram to socket `DestQP >> CLASS_SHIFT`: QPNs
+/// `k << CLASS_SHIFT ..` go to socket `k`. Socket 0 (QP 1 and the daemon's own) is the
+/// daemon's; it gives socket `k` to one process with QPNs of that class only. Each asks
+/// for a deep receive buffer (forced where the daemon may).
+pub fn bind_classes(local: IpAddr) -> io::Result<Vec<UdpSocket>> {
+    check_local(local)?;
+    let addr = SocketAddr::new(local, wire::ROCEV2_UDP_PORT);
+    let mut v = Vec::with_capacity(CLASSES as usize);
+    for k in 0..CLASSES {
+        let s = bind_reuseport(addr).map_err(|e| bind_error(addr, e))?;
+        if k == 0 {
+            attach_qpn_steering(s.as_raw_fd(), Steer::Shift(CLASS_SHIFT))?;
+        } else {
+            let fd = s.as_raw_fd();
+            let big = 16 << 20;
+            if setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, big).is_err() {
+                let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, big);
+            }
+        }
+        v.push(s);
+    }
+    Ok(v)
+}
+
+/// Sockets of a [`bind_classes`] group: one per 2^[`CLASS_SHIFT`] QPNs of the 24-bit space.
+pub const CLASSES: u32 = 64;
+/// QPN `q` is steered to socket `q >> CLASS_SHIFT` of a [`bind_classes`] group.
+pub const CLASS_SHIFT: u32 = 18;
+
+/// Throws away what `sock` holds (a class socket handed to a new process: datagrams for
+/// QPNs of the process before it).
+pub fn drain_socket(sock: &UdpSocket) {
+    let mut buf = [0u8; 64];
+    // SAFETY: `buf` is writable for its length; MSG_TRUNC makes a longer datagram go
+    // whole; a non-blocking read ends the loop when nothing is left.
+    while unsafe {
+        libc::recv(
+            sock.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+        )
+    } >= 0
+    {}
+}
+
 /// The error of a failed bind of port 4791 on `addr`, saying who holds it when it is
 /// taken (another uroce process on this address).
 fn bind_error(addr: SocketAddr, e: io::Error) -> io::Error {
@@ -165,15 +214,28 @@ fn bind_with(addr: SocketAddr, reuseport: bool, freebind: bool) -> io::Result<Ud
     Ok(sock)
 }
 
+/// How a reuseport group's steering program picks a socket from the BTH's DestQP.
+#[derive(Debug, Clone, Copy)]
+enum Steer {
+    /// Socket `DestQP mod count` (loops on threads, [`UdpBackend::bind_steered`]).
+    Modulo(u32),
+    /// Socket `DestQP >> shift` (the daemon's classes, [`bind_classes`]).
+    Shift(u32),
+}
+
 /// Attaches to the reuseport group of `fd` a classic BPF program returning the socket
-/// index `DestQP mod count`. The kernel runs it with the data starting at the UDP payload,
+/// index `steer` computes. The kernel runs it with the data starting at the UDP payload,
 /// so the BTH's DestQP is the low 24 bits of the word at offset 4.
-fn attach_qpn_steering(fd: i32, count: u32) -> io::Result<()> {
+fn attach_qpn_steering(fd: i32, steer: Steer) -> io::Result<()> {
     let code = |code: u16, k: u32| libc::sock_filter {
         code,
         jt: 0,
         jf: 0,
         k,
+    };
+    let pick = match steer {
+        Steer::Modulo(count) => code((libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K) as u16, count),
+        Steer::Shift(shift) => code((libc::BPF_ALU | libc::BPF_RSH | libc::BPF_K) as u16, shift),
     };
     let mut prog = [
         code((libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, 4),
@@ -181,7 +243,7 @@ fn attach_qpn_steering(fd: i32, count: u32) -> io::Result<()> {
             (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16,
             0x00ff_ffff,
         ),
-        code((libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K) as u16, count),
+        pick,
         code((libc::BPF_RET | libc::BPF_A) as u16, 0),
     ];
     let fprog = libc::sock_fprog {
@@ -326,6 +388,14 @@ impl UdpBackend {
         }
     }
 
+    /// A backend on `rx`, one socket of a reuseport group [`bind_classes`] made (the
+    /// uroce daemon's, handed to a process): it receives the datagrams steered to it,
+    /// without GRO (two QPs of different sockets may share a peer's source port).
+    pub fn from_class_socket(local: IpAddr, rx: UdpSocket) -> io::Result<Self> {
+        check_local(local)?;
+        Self::with_socket(local, 0, rx, true)
+    }
+
     /// One of `count` backends on `local`, for the loop with index `index`: all share UDP
     /// port 4791 (SO_REUSEPORT), and a classic BPF program attached to the group hands
     /// each datagram to socket `DestQP mod count`, so it reaches the loop whose context
@@ -340,7 +410,7 @@ impl UdpBackend {
             io::Error::new(e.kind(), format!("binding UDP {addr} (reuseport): {e}"))
         })?;
         if index == 0 {
-            attach_qpn_steering(rx.as_raw_fd(), count.max(1))?;
+            attach_qpn_steering(rx.as_raw_fd(), Steer::Modulo(count.max(1)))?;
         }
         Self::with_socket(local, 0, rx, true)
     }
@@ -367,8 +437,13 @@ impl UdpBackend {
             .ok()
             .and_then(|v| v.parse::<i32>().ok())
             .unwrap_or(16 << 20);
-        let forced = std::env::var_os("UROCE_UDP_RCVBUF").is_none()
-            && setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, big).is_ok();
+        // A socket handed over already as deep (the daemon's, forced as root) is left as
+        // it is: SO_RCVBUF would cut it down to rmem_max.
+        let deep =
+            getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).is_ok_and(|v| v / 2 >= big);
+        let forced = deep
+            || std::env::var_os("UROCE_UDP_RCVBUF").is_none()
+                && setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, big).is_ok();
         if !forced {
             let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, big);
         }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use super::proto::{self, Reply, Request};
 use super::ring::{Dir, Region, RingError, SlotHeader, HEADER_LEN};
+use crate::datapath::udp::UdpBackend;
 use crate::datapath::{Backend, Received, Transmit, MAX_FRAME};
 
 fn ring_error(e: RingError) -> io::Error {
@@ -89,6 +90,44 @@ pub struct DaemonBackend {
     /// daemon takes a batch at a time (and sends it as one, GSO over UDP) instead of
     /// chasing each packet.
     unpublished: Option<u32>,
+    /// The fast path, when the daemon gave this process a socket of its own.
+    fast: Option<Fast>,
+}
+
+/// The fast path over UDP: a socket of the daemon's reuseport group on `addr`, to which
+/// the kernel steers the datagrams for this process's QPNs (the daemon hands it QPNs of
+/// the socket's class only), so data moves between the process and the kernel as in
+/// direct mode, with no ring and no daemon thread on the way. Packets from another
+/// address and QP 1's (connection management, which the daemon switches by service ID
+/// and communication ID) still go through the rings.
+struct Fast {
+    udp: UdpBackend,
+    addr: IpAddr,
+    /// This process is in the daemon's network namespace: it sends through the socket
+    /// too (the sockets of its source ports are made in its own namespace; in another
+    /// one they would send there, so such a process sends through the rings).
+    sends: bool,
+    /// A packet built into the socket's buffer that belongs to the rings, waiting for a
+    /// free slot (the rings were full when it was built).
+    held: Option<(Transmit, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for Fast {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fast")
+            .field("addr", &self.addr)
+            .field("held", &self.held.is_some())
+            .finish()
+    }
+}
+
+/// Whether a packet built for `addr`'s fast path goes out through its socket: from that
+/// address, and not to QP 1.
+fn takes_fast_path(t: &Transmit, roce: &[u8], addr: IpAddr) -> bool {
+    let dest_qp = roce
+        .get(5..8)
+        .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
+    t.datagram.src() == addr && dest_qp.is_some_and(|q| q != 1)
 }
 
 /// Slots written before they are published even without a flush, so that the daemon
@@ -130,13 +169,22 @@ impl DaemonBackend {
                 ),
             )
         })?;
-        let (client, needs_link, link_local, rx_capacity) = match Reply::decode(&msg) {
+        let (client, needs_link, link_local, rx_capacity, fast) = match Reply::decode(&msg) {
             Some(Reply::Welcome {
                 client,
                 needs_link_addresses,
                 serves_link_local,
                 rx_capacity,
-            }) if fds.len() == 3 => (client, needs_link_addresses, serves_link_local, rx_capacity),
+                fast_class,
+                fast_addr,
+                fast_netns,
+            }) if fds.len() == 3 + usize::from(fast_class != 0) => (
+                client,
+                needs_link_addresses,
+                serves_link_local,
+                rx_capacity,
+                (fast_class != 0).then_some((fast_addr, fast_netns)),
+            ),
             Some(Reply::Err(errno)) => return Err(io::Error::from_raw_os_error(errno)),
             _ => {
                 return Err(io::Error::new(
@@ -145,6 +193,22 @@ impl DaemonBackend {
                 ))
             }
         };
+        let fast = match fast {
+            Some((addr, netns)) => {
+                let sock = std::net::UdpSocket::from(fds.pop().expect("four"));
+                Some(Fast {
+                    udp: UdpBackend::from_class_socket(addr, sock)?,
+                    addr,
+                    sends: proto::netns_id().is_ok_and(|me| me == netns),
+                    held: None,
+                })
+            }
+            None => None,
+        };
+        let rx_capacity = fast
+            .as_ref()
+            .and_then(|f| f.udp.rx_capacity())
+            .unwrap_or(rx_capacity);
         let to_process = fds.pop().expect("three");
         let to_daemon = fds.pop().expect("three");
         let region = Region::map(fds.pop().expect("three"))?;
@@ -157,6 +221,7 @@ impl DaemonBackend {
             rx_capacity,
             armed: false,
             unpublished: None,
+            fast,
             control: Control {
                 sock: Arc::new(Mutex::new(sock)),
                 client,
@@ -190,6 +255,84 @@ impl DaemonBackend {
     /// The control connection, for QPNs and listens.
     pub fn control(&self) -> Control {
         self.control.clone()
+    }
+
+    /// Whether the daemon gave this process the fast path (a socket of its own).
+    pub fn fast_path(&self) -> bool {
+        self.fast.is_some()
+    }
+
+    /// Writes one packet into the ring to the daemon; see [`Backend::send_with`].
+    fn ring_send_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+    ) -> io::Result<bool> {
+        let ring = self.region.ring(Dir::ToDaemon);
+        let index = self.unpublished.unwrap_or_else(|| ring.published());
+        if !ring.is_free(index).map_err(ring_error)? {
+            // Full: make sure the daemon has all of it and is awake to empty it.
+            self.flush_ring();
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        // SAFETY: a free slot of the ring this backend alone produces into, not yet
+        // published (the daemon does not look at it).
+        let slot = unsafe { ring.slot_mut(index) };
+        let (head, body) = slot.split_at_mut(HEADER_LEN);
+        let Some(t) = build(&mut body[..MAX_FRAME]) else {
+            return Ok(false);
+        };
+        let header = SlotHeader::Datagram {
+            datagram: t.datagram,
+            dst_mac: t.dst_mac,
+            icrc: None,
+        };
+        header.write(
+            head.try_into().expect("header"),
+            t.len.min(MAX_FRAME) as u32,
+        );
+        let next = index.wrapping_add(1);
+        if next.wrapping_sub(ring.published()) >= PUBLISH_EVERY {
+            ring.publish(index);
+            self.unpublished = None;
+            if ring.consumer_needs_wake() {
+                proto::ring(self.to_daemon.as_raw_fd());
+            }
+        } else {
+            self.unpublished = Some(next);
+        }
+        Ok(true)
+    }
+
+    /// Publishes what was written to the ring and wakes the daemon if it sleeps.
+    fn flush_ring(&mut self) {
+        let ring = self.region.ring(Dir::ToDaemon);
+        if let Some(next) = self.unpublished.take() {
+            ring.publish(next.wrapping_sub(1));
+        }
+        if ring.consumer_needs_wake() {
+            proto::ring(self.to_daemon.as_raw_fd());
+        }
+    }
+
+    /// Moves a packet held for the rings into them: false while they are full.
+    fn send_held(&mut self) -> io::Result<bool> {
+        let Some((t, bytes)) = self.fast.as_mut().and_then(|f| f.held.take()) else {
+            return Ok(true);
+        };
+        let r = self.ring_send_with(&mut |buf| {
+            buf[..bytes.len()].copy_from_slice(&bytes);
+            Some(t)
+        });
+        match r {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if let Some(f) = self.fast.as_mut() {
+                    f.held = Some((t, bytes));
+                }
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn take(&mut self, max: usize, handle: &mut dyn FnMut(Received<'_>)) -> io::Result<usize> {
@@ -245,39 +388,34 @@ impl Backend for DaemonBackend {
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
     ) -> io::Result<bool> {
-        let ring = self.region.ring(Dir::ToDaemon);
-        let index = self.unpublished.unwrap_or_else(|| ring.published());
-        if !ring.is_free(index).map_err(ring_error)? {
-            // Full: make sure the daemon has all of it and is awake to empty it.
-            self.flush()?;
+        let Some(f) = self.fast.as_mut() else {
+            return self.ring_send_with(build);
+        };
+        // A packet of QP 1 (or from another address) built into the socket's buffer
+        // goes to the rings: held until they have room, nothing built meanwhile.
+        if f.held.is_some() && !self.send_held()? {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        // SAFETY: a free slot of the ring this backend alone produces into, not yet
-        // published (the daemon does not look at it).
-        let slot = unsafe { ring.slot_mut(index) };
-        let (head, body) = slot.split_at_mut(HEADER_LEN);
-        let Some(t) = build(&mut body[..MAX_FRAME]) else {
-            return Ok(false);
-        };
-        let header = SlotHeader::Datagram {
-            datagram: t.datagram,
-            dst_mac: t.dst_mac,
-            icrc: None,
-        };
-        header.write(
-            head.try_into().expect("header"),
-            t.len.min(MAX_FRAME) as u32,
-        );
-        let next = index.wrapping_add(1);
-        if next.wrapping_sub(ring.published()) >= PUBLISH_EVERY {
-            ring.publish(index);
-            self.unpublished = None;
-            if ring.consumer_needs_wake() {
-                proto::ring(self.to_daemon.as_raw_fd());
-            }
-        } else {
-            self.unpublished = Some(next);
+        let f = self.fast.as_mut().expect("fast");
+        if !f.sends {
+            return self.ring_send_with(build);
         }
+        let addr = f.addr;
+        let mut held = None;
+        let queued = f.udp.send_with(&mut |buf| {
+            let t = build(buf)?;
+            if takes_fast_path(&t, &buf[..t.len], addr) {
+                Some(t)
+            } else {
+                held = Some((t, buf[..t.len.min(MAX_FRAME)].to_vec()));
+                None
+            }
+        })?;
+        if held.is_none() {
+            return Ok(queued);
+        }
+        f.held = held;
+        self.send_held()?;
         Ok(true)
     }
 
@@ -311,14 +449,14 @@ impl Backend for DaemonBackend {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        let ring = self.region.ring(Dir::ToDaemon);
-        if let Some(next) = self.unpublished.take() {
-            ring.publish(next.wrapping_sub(1));
+        if self.fast.as_ref().is_some_and(|f| f.held.is_some()) {
+            self.send_held()?;
         }
-        if ring.consumer_needs_wake() {
-            proto::ring(self.to_daemon.as_raw_fd());
+        self.flush_ring();
+        match self.fast.as_mut() {
+            Some(f) => f.udp.flush(),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn receive(
@@ -327,14 +465,47 @@ impl Backend for DaemonBackend {
         max: usize,
         handle: &mut dyn FnMut(Received<'_>),
     ) -> io::Result<usize> {
+        let mut got = 0;
+        if let Some(f) = self.fast.as_mut() {
+            // The socket first, without waiting: it carries the data.
+            got = f.udp.receive(Duration::ZERO, max, handle)?;
+            if got > 0 || max == 0 {
+                return Ok(got);
+            }
+            if !timeout.is_zero() {
+                // Wait for either: the socket or the daemon's doorbell (QP 1's packets).
+                let _ = self.region.ring(Dir::ToProcess).prepare_sleep();
+                self.armed = true;
+                let mut fds: Vec<libc::pollfd> = f
+                    .udp
+                    .wait_fds()
+                    .into_iter()
+                    .chain([self.to_process.as_raw_fd()])
+                    .map(|fd| libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    })
+                    .collect();
+                let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+                // SAFETY: `fds` holds valid pollfds for descriptors this backend owns.
+                unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+                got = f.udp.receive(Duration::ZERO, max, handle)?;
+            }
+        }
         if self.armed && !self.region.ring(Dir::ToProcess).asleep() {
             // The daemon rang since we last slept: take the ring's count down so that
             // waiting on the doorbell blocks again.
             proto::drain(self.to_process.as_raw_fd());
             self.armed = false;
         }
-        let n = self.take(max, handle)?;
-        if n > 0 || max == 0 {
+        let n = self.take(max - got, handle)? + got;
+        if n > 0 || max == 0 || self.fast.is_some() {
+            // With the fast path, no waiting on the rings alone: what they bring is QP 1's.
+            if self.fast.is_some() && n == 0 {
+                let _ = self.region.ring(Dir::ToProcess).prepare_sleep();
+                self.armed = true;
+            }
             return Ok(n);
         }
         if !self
@@ -361,7 +532,11 @@ impl Backend for DaemonBackend {
     }
 
     fn wait_fds(&self) -> Vec<RawFd> {
-        vec![self.to_process.as_raw_fd()]
+        let mut v = vec![self.to_process.as_raw_fd()];
+        if let Some(f) = &self.fast {
+            v.extend(f.udp.wait_fds());
+        }
+        v
     }
 
     fn claim_qpns(&mut self, count: u32) -> io::Result<Option<(u32, u32)>> {

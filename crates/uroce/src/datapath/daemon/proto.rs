@@ -1,5 +1,5 @@
 //! The control messages between a process and `uroce daemon`, on a `SOCK_SEQPACKET` Unix
-//! socket: fixed 32-byte requests and replies, little-endian, one per message; the
+//! socket: fixed 40-byte requests and replies, little-endian, one per message; the
 //! daemon's welcome carries the shared region and the two doorbells as `SCM_RIGHTS`.
 //!
 //! The socket lives at [`socket_path`]: one per interface and network namespace (two
@@ -12,10 +12,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 /// Bumped when the messages or the shared region's layout change (2: the welcome says
-/// whether the daemon serves the interface's link-local address).
-pub const VERSION: u32 = 2;
+/// whether the daemon serves the interface's link-local address; 3: it may hand the
+/// process a socket of its own, the fast path).
+pub const VERSION: u32 = 3;
 /// Bytes of every message.
-pub const MSG_LEN: usize = 32;
+pub const MSG_LEN: usize = 40;
 
 /// What a process asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +65,20 @@ pub enum Reply {
         /// Bytes the receive path holds before it drops
         /// ([`crate::datapath::Backend::rx_capacity`]).
         rx_capacity: u64,
+        /// The fast path over UDP: the class (1 to 63) of the socket of its own the
+        /// message carries as a fourth descriptor, one of the daemon's reuseport group on
+        /// `fast_addr` (`udp::bind_classes`), to which the kernel steers the datagrams
+        /// for the QPNs of that class, the ones this process is given; 0: none, every
+        /// packet goes through the rings.
+        fast_class: u8,
+        /// The address the fast path's socket is bound to: packets from it, except QP 1's
+        /// (the daemon switches connection management), go out through the socket.
+        fast_addr: IpAddr,
+        /// The daemon's network namespace ([`netns_id`]): a process in another one (it
+        /// reached the daemon's socket by its path) receives on the fast path's socket
+        /// but sends through the rings, since the sockets it would send from are of its
+        /// own namespace.
+        fast_netns: u64,
     },
     /// To `ClaimQpns`.
     Qpns {
@@ -131,12 +146,18 @@ impl Reply {
                 needs_link_addresses,
                 serves_link_local,
                 rx_capacity,
+                fast_class,
+                fast_addr,
+                fast_netns,
             } => {
                 b[0] = 1;
                 b[1] = needs_link_addresses as u8;
                 b[2] = serves_link_local as u8;
+                b[3] = fast_class;
                 b[4..8].copy_from_slice(&client.to_le_bytes());
                 b[8..16].copy_from_slice(&rx_capacity.to_le_bytes());
+                b[16..32].copy_from_slice(&ipv6_of(fast_addr).octets());
+                b[32..40].copy_from_slice(&fast_netns.to_le_bytes());
             }
             Self::Qpns { first, count } => {
                 b[0] = 2;
@@ -164,6 +185,9 @@ impl Reply {
                 serves_link_local: b[2] != 0,
                 client: u32_at(4),
                 rx_capacity: u64::from_le_bytes(b[8..16].try_into().expect("8")),
+                fast_class: b[3],
+                fast_addr: ip_of(b[16..32].try_into().expect("16")),
+                fast_netns: u64::from_le_bytes(b[32..40].try_into().expect("8")),
             },
             2 => Self::Qpns {
                 first: u32_at(4),
@@ -474,12 +498,18 @@ mod tests {
                 needs_link_addresses: true,
                 serves_link_local: true,
                 rx_capacity: 1 << 22,
+                fast_class: 0,
+                fast_addr: IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+                fast_netns: 0,
             },
             Reply::Welcome {
                 client: 8,
                 needs_link_addresses: false,
                 serves_link_local: true,
                 rx_capacity: 1 << 20,
+                fast_class: 5,
+                fast_addr: "10.0.0.1".parse().unwrap(),
+                fast_netns: 4026531840,
             },
             Reply::Qpns {
                 first: 0x1000,
