@@ -272,6 +272,9 @@ impl DaemonBackend {
         if !ring.is_free(index).map_err(ring_error)? {
             // Full: make sure the daemon has all of it and is awake to empty it.
             self.flush_ring();
+            if self.region.ring(Dir::ToDaemon).consumer_needs_wake() {
+                proto::ring(self.to_daemon.as_raw_fd());
+            }
             return Err(io::ErrorKind::WouldBlock.into());
         }
         // SAFETY: a free slot of the ring this backend alone produces into, not yet
@@ -303,14 +306,17 @@ impl DaemonBackend {
         Ok(true)
     }
 
-    /// Publishes what was written to the ring and wakes the daemon if it sleeps.
+    /// Publishes what was written to the ring and wakes the daemon if it sleeps. With
+    /// nothing new published the daemon is not rung: it looked at the ring before it
+    /// went to sleep (with the fast path most flushes publish nothing, and a doorbell
+    /// each would wake the daemon's thread for nothing, thousands of times a second).
     fn flush_ring(&mut self) {
         let ring = self.region.ring(Dir::ToDaemon);
         if let Some(next) = self.unpublished.take() {
             ring.publish(next.wrapping_sub(1));
-        }
-        if ring.consumer_needs_wake() {
-            proto::ring(self.to_daemon.as_raw_fd());
+            if ring.consumer_needs_wake() {
+                proto::ring(self.to_daemon.as_raw_fd());
+            }
         }
     }
 
