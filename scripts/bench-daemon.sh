@@ -136,15 +136,7 @@ thread_ticks() {
   done
 }
 
-# listening NS PORT: wait (up to 20 s) until a server listens on TCP PORT in NS
-listening() {
-  local _
-  for _ in $(seq 400); do
-    [ -n "$(ip netns exec "$1" ss -Hltn "sport = :$2")" ] && return 0
-    sleep 0.05
-  done
-  return 1
-}
+# listening NS PORT (scripts/lib/netns.sh): wait up to 20 s for a TCP server in NS.
 
 # cpu FILE: user + system seconds that /usr/bin/time wrote to FILE
 cpu() { awk '{ u = $(NF - 1); s = $NF } END { print u + s }' "$1"; }
