@@ -495,3 +495,56 @@ fn a_process_that_vanishes_leaves_its_qpns_to_nobody() {
     exchange(&mut a, &mut n0, 1, 20);
     daemon.assert_alive();
 }
+
+/// The fast path over UDP has 63 sockets to give: the 63 first processes get one each
+/// (with QPNs of its class: `DestQP >> 18` names the socket the kernel steers to), the
+/// next goes through the rings with QPNs of class 0 (the daemon's own socket), and it
+/// still exchanges with a process on the fast path; once one leaves, its socket is given
+/// again; with `--no-fast-path` nobody gets one.
+#[test]
+fn the_fast_path_has_63_sockets_and_the_rings_take_the_rest() {
+    if !common::root_or_skip("the_fast_path_has_63_sockets_and_the_rings_take_the_rest") {
+        return;
+    }
+    let _watchdog = common::Watchdog::new(
+        "the_fast_path_has_63_sockets_and_the_rings_take_the_rest",
+        Duration::from_secs(120),
+    );
+    let shift = uroce::datapath::udp::CLASS_SHIFT;
+    let mut daemon = Daemon::start("classes", &[]);
+    let mut fast: Vec<Honest> = (0..63).map(|_| Honest::attach(&daemon.socket)).collect();
+    let mut classes: Vec<u32> = fast.iter().map(|h| h.first >> shift).collect();
+    for h in &fast {
+        assert!(h.backend.fast_path(), "process with QPN {:#x}", h.first);
+        assert_eq!(h.first >> shift, (h.first + h.count - 1) >> shift);
+    }
+    classes.sort_unstable();
+    assert_eq!(classes, (1..64).collect::<Vec<u32>>(), "one class each");
+    let mut ringed = Honest::attach(&daemon.socket);
+    assert!(!ringed.backend.fast_path());
+    assert_eq!(ringed.first >> shift, 0, "{:#x}", ringed.first);
+    exchange(&mut fast[0], &mut ringed, 0, 20);
+    // A socket let go is given again (after the daemon saw its process leave).
+    let freed = fast.pop().unwrap();
+    let class = freed.first >> shift;
+    drop(freed);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let again = loop {
+        let h = Honest::attach(&daemon.socket);
+        if h.backend.fast_path() {
+            break h;
+        }
+        assert!(Instant::now() < deadline, "class {class} never given again");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(again.first >> shift, class);
+    daemon.assert_alive();
+    drop(fast);
+
+    let mut off = Daemon::start("nofast", &["--no-fast-path"]);
+    let mut a = Honest::attach(&off.socket);
+    let mut b = Honest::attach(&off.socket);
+    assert!(!a.backend.fast_path() && !b.backend.fast_path());
+    exchange(&mut a, &mut b, 0, 20);
+    off.assert_alive();
+}
