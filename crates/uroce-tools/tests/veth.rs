@@ -972,3 +972,40 @@ fn port_events_follow_the_link() {
         "one event per change of the link"
     );
 }
+
+/// On an interface of the usual 1500 bytes, `uroce perf` fits its path MTU to the link
+/// (1024) whatever its default (4096): over the UDP backend, which sends with DF set, a
+/// 4096-byte path MTU was EMSGSIZE for every packet and nothing moved (0 iterations, all
+/// retransmits), in direct mode and through the daemon alike.
+#[test]
+fn perf_fits_its_path_mtu_to_a_1500_byte_link() {
+    if !can_run() {
+        return;
+    }
+    let pair = netns::VethPair::create("p15", 1500).unwrap();
+    let addr = pair.addrs[1].to_string();
+    let modes: [&[&str]; 2] = [&["--backend=udp", "--no-daemon"], &["--backend=udp"]];
+    for (k, mode) in modes.iter().enumerate() {
+        let port = format!("{}", 18620 + k);
+        let mut server = perf_server(&pair, &[mode, &["--port", &port][..]].concat());
+        let out = uroce_in(&pair.ns[0], &["perf", "write", &addr])
+            .args(*mode)
+            .args([
+                "--port",
+                &port,
+                "--duration",
+                "1",
+                "--size",
+                "16384",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        let _ = server.wait();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {stderr}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(v["iterations"].as_u64().unwrap() > 0, "{mode:?}: {v}");
+        assert_eq!(v["retransmits"].as_u64(), Some(0), "{mode:?}: {v}");
+    }
+}

@@ -195,6 +195,21 @@ impl Meter {
     }
 }
 
+/// `cfg` with its path MTU no larger than the interface at `local` carries (one of 1500
+/// bytes carries 1024): the UDP backend sends with DF set, so a packet of a 4096-byte
+/// path MTU on such a link is refused by the kernel (EMSGSIZE) and nothing moves, and
+/// AF_XDP would put frames on the wire that the link drops.
+fn fitted_to_link(cfg: &PerfConfig, local: IpAddr) -> PerfConfig {
+    let mut c = cfg.clone();
+    let link = crate::link::local_link(cfg.iface.as_deref(), local)
+        .ok()
+        .and_then(|l| Mtu::fitting(l.mtu));
+    if let Some(m) = link.filter(|m| m.bytes() < cfg.mtu.bytes()) {
+        c.mtu = m;
+    }
+    c
+}
+
 /// Runs the server: answers one client, then returns.
 pub fn server(cfg: &PerfConfig) -> anyhow::Result<String> {
     uroce::datapath::catch_interrupts();
@@ -205,6 +220,7 @@ pub fn server(cfg: &PerfConfig) -> anyhow::Result<String> {
 pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> anyhow::Result<String> {
     let local = tcp.local_addr()?.ip().to_canonical();
     let peer = tcp.peer_addr()?.ip().to_canonical();
+    let cfg = &fitted_to_link(cfg, local);
     let theirs: Hello = read_json(&tcp, "hello from the client")?;
     if theirs.threads > 1 {
         return threads::serve(cfg, &tcp, local, peer, &theirs);
@@ -283,6 +299,7 @@ pub fn client(
         .with_context(|| format!("connecting to {server}:{}", cfg.port))?;
     let local = tcp.local_addr()?.ip().to_canonical();
     let peer = server;
+    let cfg = &fitted_to_link(cfg, local);
     if cfg.threads > 1 {
         return threads::client(cfg, &tcp, local, peer, progress);
     }
