@@ -96,8 +96,8 @@ pub struct Args {
     /// TCP port of the out-of-band exchange.
     #[arg(short = 'p', long, default_value_t = 18515)]
     port: u16,
-    /// Path MTU: 256 to 4096 (uroce peers must agree; default 4096). Against perftest the
-    /// smaller of both sides' wins, and the default is what the interface carries.
+    /// Path MTU: 256 to 4096 (default 4096); never more than the interface carries (1024
+    /// on a 1500-byte link), and the smaller of both sides' wins.
     #[arg(short = 'm', long)]
     mtu: Option<u32>,
     #[command(flatten)]
