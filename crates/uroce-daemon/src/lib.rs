@@ -303,13 +303,18 @@ fn open_datapaths(
 ) -> anyhow::Result<(Vec<Datapath>, Option<FastPath>)> {
     let mtu = uroce::verbs::Mtu::fitting(mtu).unwrap_or(uroce::verbs::Mtu::M1024);
     // Over UDP, the address processes send from (a context's: the first IPv4 one, else
-    // the first) gets the fast path's reuseport group instead of one socket.
+    // the first) gets the fast path's reuseport group instead of one socket; never a
+    // link-local one (bound with its scope, below).
     let fast_addr = (!args.no_fast_path)
         .then(|| {
             addrs
                 .iter()
                 .find(|a| a.is_ipv4())
-                .or_else(|| addrs.first())
+                .or_else(|| {
+                    addrs
+                        .iter()
+                        .find(|a| !matches!(a, IpAddr::V6(v) if v.is_unicast_link_local()))
+                })
                 .copied()
         })
         .flatten();
