@@ -858,9 +858,9 @@ impl Backend for UdpBackend {
             return Ok(handled);
         }
         let fd = self.rx.as_raw_fd();
-        // Without a timeout the non-blocking recvmmsg below is the test: one system call
-        // per receive instead of poll and recvmmsg (a program polling its CQ in a loop
-        // receives this way).
+        // Without a timeout the non-blocking recvmmsg below is the test: a receive that
+        // finds datagrams makes one system call instead of poll and recvmmsg (an empty one
+        // still makes one: recvmmsg's EAGAIN instead of poll's 0).
         if !timeout.is_zero() {
             let mut pfd = libc::pollfd {
                 fd,
