@@ -952,10 +952,13 @@ const FRAME_OVERHEAD: u32 = 100;
 /// A daemon's control connection, when the datapath is one.
 type DaemonControl = Option<uroce::datapath::daemon::Control>;
 
+/// A datapath and, when it is a daemon's, its control connection.
+type Opened = (Box<dyn Backend + Send>, DaemonControl);
+
 /// The datapath `UROCE_BACKEND` asks for on the device's interface: `auto` attaches to
 /// the `uroce daemon` serving the interface when one runs, else opens it in direct mode;
 /// `daemon` attaches or fails (ECONNREFUSED); `xdp` and `udp` are direct mode.
-fn open_backend(inner: &Inner) -> Result<(Box<dyn Backend + Send>, DaemonControl), c_int> {
+fn open_backend(inner: &Inner) -> Result<Opened, c_int> {
     let choice = std::env::var(BACKEND_ENV).unwrap_or_else(|_| "auto".into());
     if let Some((b, control)) = daemon_backend(inner, &choice)? {
         return Ok((b, control));
@@ -971,10 +974,7 @@ fn open_backend(inner: &Inner) -> Result<(Box<dyn Backend + Send>, DaemonControl
 /// The `uroce daemon` serving the device's interface, when `choice` (`UROCE_BACKEND`)
 /// lets it be taken (`auto`, `daemon`) and one runs; ECONNREFUSED for `daemon` when none
 /// does.
-fn daemon_backend(
-    inner: &Inner,
-    choice: &str,
-) -> Result<Option<(Box<dyn Backend + Send>, DaemonControl)>, c_int> {
+fn daemon_backend(inner: &Inner, choice: &str) -> Result<Option<Opened>, c_int> {
     if !matches!(choice, "auto" | "daemon") {
         return Ok(None);
     }
