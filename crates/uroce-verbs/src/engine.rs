@@ -25,6 +25,10 @@
 //! interface's AF_XDP), `xdp` or `udp`; AF_XDP is tuned
 //! by `UROCE_XDP_TX_BATCH` and `UROCE_XDP_BUSY_POLL` ([`uroce::datapath::xdp::XdpConfig`]).
 //!
+//! With `UROCE_SHARDS` = N > 1 (direct mode over UDP), the device has N engines:
+//! [`Inner`]'s context is the first, [`crate::shard`] holds the others, each with its own
+//! lock, socket and thread, and the QPs are spread over them.
+//!
 //! Safe code: the eventfd, read, write, ppoll and prctl calls and the `Send` of
 //! [`AsyncEntry`] are in `ffi.rs`.
 
