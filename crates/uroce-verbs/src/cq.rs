@@ -101,6 +101,10 @@ pub(crate) fn create_cq(
         }
         let id = inner.uroce.create_cq(cqe).map_err(|e| e.errno())?;
         let depth = inner.uroce.cq_depth(id).unwrap_or(cqe);
+        // Each engine shard has a copy, fed by its QPs (`crate::shard`).
+        inner
+            .mirror(|c| c.mirror_cq(id, depth))
+            .map_err(|e| e.errno())?;
         let mut c: crate::abi::ibv_cq_ex = crate::ffi::zeroed();
         c.context = ctx;
         c.channel = channel;
@@ -186,6 +190,9 @@ pub(crate) fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         };
         match inner.uroce.resize_cq(e.id, cqe) {
             Ok(depth) => {
+                // A shard's copy holding more than that keeps its depth: it still
+                // holds all it has.
+                let _ = inner.mirror(|c| c.resize_cq(e.id, cqe).map(|_| ()));
                 if let Some(o) = cq_object(inner, cq) {
                     o.cqe = c_int::try_from(depth).unwrap_or(c_int::MAX);
                 }
@@ -318,7 +325,10 @@ fn poll_with(
     };
     let inner = &mut *g;
     inner.wcs.clear();
-    let mut got = inner.uroce.poll_cq_into(e.id, n, &mut inner.wcs);
+    // The engine shards' copies first (none without shards), then the device's own.
+    inner.poll_shards(e.id, n);
+    let mut got = inner.wcs.len();
+    got += inner.uroce.poll_cq_into(e.id, n - got, &mut inner.wcs);
     if got < n && inner.started() {
         inner.pump(true);
         got += inner.uroce.poll_cq_into(e.id, n - got, &mut inner.wcs);
@@ -341,7 +351,13 @@ pub(crate) fn req_notify_cq(
         let Some(e) = inner.cqs.get(&(cq as usize)).copied() else {
             return EINVAL;
         };
-        match inner.uroce.req_notify_cq(e.id, solicited_only != 0) {
+        // Every copy is armed; the first to fire takes the others' arms back.
+        let solicited = solicited_only != 0;
+        let armed = inner
+            .uroce
+            .req_notify_cq(e.id, solicited)
+            .and_then(|()| inner.mirror(|c| c.req_notify_cq(e.id, solicited)));
+        match armed {
             Ok(()) => 0,
             Err(e) => e.errno(),
         }

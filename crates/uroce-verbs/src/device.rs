@@ -468,10 +468,32 @@ fn new_engine(device: &'static Device) -> Result<Arc<Shared>, c_int> {
     // program restarted against the same peer would otherwise offer the QPN of its
     // previous life, which the peer's CM holds in time wait and rejects as a stale
     // connection (IBTA §12.9.8.3.1; the kernel numbers QPs across processes).
-    uctx.set_qpn_space(first_qpn(seed), 1);
-    Shared::new(uctx, device)
+    //
+    // With `UROCE_SHARDS` = n > 1, each engine numbers its QPs in the class of QPNs its
+    // socket receives (`crate::shard`): every n-th from there.
+    let n = crate::shard::count_from_env()?;
+    let space = |k: usize| match n {
+        1 => (first_qpn(seed), 1),
+        _ => crate::shard::qpn_space(first_qpn(seed), k, n),
+    };
+    let (first, stride) = space(0);
+    uctx.set_qpn_space(first, stride);
+    let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EMFILE);
+    let mut shards = Vec::with_capacity(n - 1);
+    for k in 1..n {
+        let cfg = ContextConfig {
+            seed: seed ^ (k as u64).rotate_left(48),
+            ..cfg
+        };
+        let mut c = uroce::verbs::Context::new(cfg, std::time::Instant::now());
+        c.set_link_local(uctx.link_local());
+        let (first, stride) = space(k);
+        c.set_qpn_space(first, stride);
+        shards.push(crate::shard::Shard::new(k, n, c).map_err(errno)?);
+    }
+    Shared::new(uctx, device, shards)
         .map(Arc::new)
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))
+        .map_err(errno)
 }
 
 fn close(ctx: *mut ibv_context) -> bool {

@@ -51,6 +51,7 @@ use crate::abi::{ibv_async_event, ibv_async_event_element, ibv_cq, ibv_qp, ibv_s
 use crate::device::Device;
 use crate::ffi;
 use crate::loopback::Loopback;
+use crate::shard::Shard;
 
 /// The environment variable that picks the datapath.
 pub const BACKEND_ENV: &str = "UROCE_BACKEND";
@@ -107,6 +108,8 @@ pub(crate) struct QpEntry {
     pub recv_cq: usize,
     /// A UD QP (its sends name an address handle).
     pub ud: bool,
+    /// The engine it lives in: 0 for the device's own context, else a [`Shard`]'s index.
+    pub shard: usize,
 }
 
 /// An SRQ handed out.
@@ -182,6 +185,17 @@ pub(crate) struct Inner {
     /// When the progress thread wakes next on its own (its timer), to know whether a
     /// post brought a timer forward.
     sleep_until: Option<Instant>,
+    /// The device's other engines (`UROCE_SHARDS`), index `k - 1` for shard `k`; empty
+    /// for one engine. Every PD, region and CQ is mirrored into each.
+    pub shards: Vec<Arc<Shard>>,
+    /// Whether the shards have datapaths and take QPs: direct mode over UDP only.
+    sharded: bool,
+    /// A memory window was allocated: every QP stays on shard 0 from then on.
+    pub pinned: bool,
+    /// The shard the next QP goes to (1 to `shards.len()`, in turn).
+    next_shard: usize,
+    /// The copy of a CQ `ibv_poll_cq` looks at first, in turn, so that none is starved.
+    poll_turn: usize,
 }
 
 /// An open device's state, shared by the program's threads and the progress thread.
@@ -231,7 +245,11 @@ pub(crate) fn take_one(fd: RawFd) -> Result<(), c_int> {
 
 impl Shared {
     /// The state of a newly opened device.
-    pub fn new(uroce: uroce::verbs::Context, device: &'static Device) -> std::io::Result<Self> {
+    pub fn new(
+        uroce: uroce::verbs::Context,
+        device: &'static Device,
+        shards: Vec<Arc<Shard>>,
+    ) -> std::io::Result<Self> {
         let async_fd = semaphore()?;
         Ok(Self {
             inner: Mutex::new(Inner {
@@ -256,6 +274,11 @@ impl Shared {
                 daemon: None,
                 qpns: (0, 0),
                 sleep_until: None,
+                shards,
+                sharded: false,
+                pinned: false,
+                next_shard: 0,
+                poll_turn: 0,
             }),
             wake: ffi::eventfd(libc::EFD_NONBLOCK)?,
             async_fd,
@@ -326,12 +349,31 @@ impl Shared {
         if inner.datapath.is_some() {
             return Ok(());
         }
-        let (backend, daemon) = open_backend(inner)?;
-        // RC windows no larger than what the receive buffer holds (the peer's taken to be
-        // like ours), as `Endpoint::new` does: a clean path then loses nothing.
-        if let Some(bytes) = backend.rx_capacity() {
-            inner.uroce.set_inflight_budget(Some(bytes));
+        let choice = std::env::var(BACKEND_ENV).unwrap_or_else(|_| "auto".into());
+        if !inner.shards.is_empty() {
+            // A daemon serving the interface takes every engine's packets: one engine.
+            if let Some((b, control)) = daemon_backend(inner, &choice)? {
+                return self.start_on(inner, b, control, Vec::new());
+            }
+            if let Some(mut group) = sharded_backends(inner, &choice)? {
+                // Socket `shard::socket_of(s, n)` is shard `s`'s: shard 0's first.
+                let n = group.len();
+                let mut by_shard: Vec<Option<Box<dyn Backend + Send>>> =
+                    group.drain(..).map(Some).collect();
+                let mine = |s: usize, v: &mut Vec<Option<Box<dyn Backend + Send>>>| {
+                    v[crate::shard::socket_of(s, n)].take()
+                };
+                let first = mine(0, &mut by_shard).ok_or(libc::EIO)?;
+                for sh in inner.shards.clone() {
+                    let b = mine(sh.index, &mut by_shard).ok_or(libc::EIO)?;
+                    let name = format!("uroce-s{}-{}", sh.index, inner.device.iface());
+                    sh.start(b, self.clone(), name)?;
+                }
+                inner.sharded = true;
+                return self.start_on(inner, first, None, Vec::new());
+            }
         }
+        let (backend, daemon) = open_backend(inner)?;
         // Both of the context's addresses are its own: a QP talking to one of the device's
         // QPs through GID 0 (link-local) is delivered here too, not put on the wire.
         // Through a daemon, it delivers locally, between every process it serves.
@@ -339,6 +381,23 @@ impl Shared {
         local.extend(inner.uroce.link_local().map(std::net::IpAddr::V6));
         if daemon.is_some() {
             local.clear();
+        }
+        self.start_on(inner, backend, daemon, local)
+    }
+
+    /// Starts the progress thread on `backend`, delivering what goes to one of `local`
+    /// itself ([`Loopback`]).
+    fn start_on(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        backend: Box<dyn Backend + Send>,
+        daemon: DaemonControl,
+        local: Vec<IpAddr>,
+    ) -> Result<(), c_int> {
+        // RC windows no larger than what the receive buffer holds (the peer's taken to be
+        // like ours), as `Endpoint::new` does: a clean path then loses nothing.
+        if let Some(bytes) = backend.rx_capacity() {
+            inner.uroce.set_inflight_budget(Some(bytes));
         }
         inner.daemon = daemon;
         let backend = Loopback::new(backend, local);
@@ -362,10 +421,25 @@ impl Shared {
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         signal(self.wake.as_raw_fd());
-        let thread = self.lock().datapath.as_mut().and_then(|d| d.thread.take());
+        let (thread, shards) = {
+            let mut g = self.lock();
+            let t = g.datapath.as_mut().and_then(|d| d.thread.take());
+            (t, g.shards.clone())
+        };
         if let Some(t) = thread {
             let _ = t.join();
         }
+        for s in shards {
+            s.stop();
+        }
+    }
+
+    /// Hands the completion and asynchronous events shard `shard` found to their
+    /// channels and the async fd (its thread, after a pump, without its lock).
+    pub fn take_shard_events(&self, shard: &Shard) {
+        let mut g = self.lock();
+        let mut st = shard.lock();
+        g.take_events_of(shard.index, &mut st.uroce);
     }
 
     /// Queues IBV_EVENT_PORT_ACTIVE (`up`) or IBV_EVENT_PORT_ERR for port 1.
@@ -609,23 +683,150 @@ impl Inner {
     /// Hands completion events to their channels and asynchronous events to the async fd.
     fn dispatch_events(&mut self) {
         while let Some(cq) = self.uroce.poll_cq_event() {
-            let channel = self
-                .cq_by_id
-                .get(&cq.0)
-                .and_then(|c| self.cqs.get(c).map(|e| (*c, e.channel)));
-            match channel.and_then(|(c, ch)| self.channels.get_mut(&ch).map(|e| (c, e))) {
-                Some((c, ch)) => {
-                    ch.events.push_back((c, cq.0));
-                    signal(ch.fd.as_raw_fd());
-                }
-                // A CQ without a channel cannot be waited on: the event goes.
-                None => self.uroce.ack_cq_events(cq, 1),
+            // One arm, one event: the shards' copies of the CQ take theirs back.
+            for s in &self.shards {
+                s.lock().uroce.disarm_cq(cq);
+            }
+            if !self.deliver_cq_event(cq) {
+                self.uroce.ack_cq_events(cq, 1);
             }
         }
         while let Some(ev) = self.uroce.poll_async_event() {
-            if let Some(e) = self.async_event(ev) {
-                self.async_events.push_back(e);
-                signal(self.async_fd);
+            self.deliver_async_event(ev);
+        }
+    }
+
+    /// Hands the completion and asynchronous events of shard `index` (its context,
+    /// `from`, locked) to their channels and the async fd.
+    fn take_events_of(&mut self, index: usize, from: &mut uroce::verbs::Context) {
+        while let Some(cq) = from.poll_cq_event() {
+            // Counted where the program acknowledges it: in the device's own copy.
+            from.ack_cq_events(cq, 1);
+            self.uroce.disarm_cq(cq);
+            for other in self.shards.iter().filter(|o| o.index != index) {
+                other.lock().uroce.disarm_cq(cq);
+            }
+            if self.deliver_cq_event(cq) {
+                self.uroce.count_cq_event(cq);
+            }
+        }
+        while let Some(ev) = from.poll_async_event() {
+            self.deliver_async_event(ev);
+        }
+    }
+
+    /// Queues a completion event of `cq` on its channel: false when it has none (a CQ
+    /// without a channel cannot be waited on: the event goes).
+    fn deliver_cq_event(&mut self, cq: CqId) -> bool {
+        let channel = self
+            .cq_by_id
+            .get(&cq.0)
+            .and_then(|c| self.cqs.get(c).map(|e| (*c, e.channel)));
+        match channel.and_then(|(c, ch)| self.channels.get_mut(&ch).map(|e| (c, e))) {
+            Some((c, ch)) => {
+                ch.events.push_back((c, cq.0));
+                signal(ch.fd.as_raw_fd());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Queues an asynchronous event for `ibv_get_async_event`, if its object is still
+    /// handed out.
+    fn deliver_async_event(&mut self, ev: AsyncEvent) {
+        if let Some(e) = self.async_event(ev) {
+            self.async_events.push_back(e);
+            signal(self.async_fd);
+        }
+    }
+
+    /// Runs `f` on the context of engine `shard` (0: the device's own; else under that
+    /// shard's lock, taken after the device's).
+    pub fn ctx_of<R>(
+        &mut self,
+        shard: usize,
+        f: impl FnOnce(&mut uroce::verbs::Context) -> R,
+    ) -> R {
+        match shard.checked_sub(1).and_then(|k| self.shards.get(k)) {
+            Some(s) => f(&mut s.lock().uroce),
+            None => f(&mut self.uroce),
+        }
+    }
+
+    /// Runs `f` on every shard's context (after the device's own was changed the same
+    /// way): the first error, if any.
+    pub fn mirror<E>(
+        &self,
+        mut f: impl FnMut(&mut uroce::verbs::Context) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for s in &self.shards {
+            f(&mut s.lock().uroce)?;
+        }
+        Ok(())
+    }
+
+    /// The engine a new QP goes to: a shard in turn when the shards have datapaths, the
+    /// QP has no SRQ and no memory window was allocated; else the device's own.
+    pub fn place_qp(&mut self, srq: bool) -> usize {
+        if !self.sharded || self.pinned || srq || self.shards.is_empty() {
+            return 0;
+        }
+        self.next_shard = self.next_shard % self.shards.len() + 1;
+        self.next_shard
+    }
+
+    /// After a change on a QP of shard `k` (a modify): its packets go out now.
+    pub fn shard_after_post(&self, k: usize) {
+        if let Some(s) = k.checked_sub(1).and_then(|i| self.shards.get(i)) {
+            s.after_post(s.lock());
+        }
+    }
+
+    /// Whether any QP lives on a shard.
+    pub fn any_qp_on_shards(&self) -> bool {
+        self.qps.values().any(|e| e.shard != 0)
+    }
+
+    /// Takes up to `n - inner.wcs.len()` completions of `cq` from the shards' copies,
+    /// starting at a different copy each time. Each is looked at (its lock waited for,
+    /// a pump's round at most): a program that arms the CQ and then polls it must see
+    /// every completion that came before the arm, or it would wait for an event that
+    /// never comes.
+    pub fn poll_shards(&mut self, cq: CqId, n: usize) {
+        let count = self.shards.len();
+        if count == 0 {
+            return;
+        }
+        self.poll_turn = (self.poll_turn + 1) % count;
+        for k in 0..count {
+            let got = self.wcs.len();
+            if got >= n {
+                break;
+            }
+            let s = &self.shards[(self.poll_turn + k) % count];
+            s.lock().uroce.poll_cq_into(cq, n - got, &mut self.wcs);
+        }
+        // A shard whose thread sleeps has its packets moved by the program that polls
+        // (as the device's own engine's are): a busy-polling program then waits for no
+        // thread's wake-up. One whose thread is at work is left to it.
+        for k in 0..count {
+            if self.wcs.len() >= n {
+                break;
+            }
+            let s = self.shards[(self.poll_turn + k) % count].clone();
+            if !s.asleep() {
+                continue;
+            }
+            let Some(mut st) = s.try_lock() else {
+                continue;
+            };
+            if st.pump(Instant::now()) {
+                let got = self.wcs.len();
+                st.uroce.poll_cq_into(cq, n - got, &mut self.wcs);
+                if st.uroce.has_events() {
+                    self.take_events_of(s.index, &mut st.uroce);
+                }
             }
         }
     }
@@ -722,7 +923,7 @@ impl Inner {
 }
 
 /// Hands every sendable packet to the backend, then to the kernel.
-fn transmit(uroce: &mut uroce::verbs::Context, backend: &mut dyn Backend, now: Instant) {
+pub(crate) fn transmit(uroce: &mut uroce::verbs::Context, backend: &mut dyn Backend, now: Instant) {
     while let Ok(true) = backend.send_with(&mut |buf| uroce.poll_transmit(now, buf)) {}
     let _ = backend.flush();
 }
@@ -751,23 +952,16 @@ const FRAME_OVERHEAD: u32 = 100;
 /// A daemon's control connection, when the datapath is one.
 type DaemonControl = Option<uroce::datapath::daemon::Control>;
 
+/// A datapath and, when it is a daemon's, its control connection.
+type Opened = (Box<dyn Backend + Send>, DaemonControl);
+
 /// The datapath `UROCE_BACKEND` asks for on the device's interface: `auto` attaches to
 /// the `uroce daemon` serving the interface when one runs, else opens it in direct mode;
 /// `daemon` attaches or fails (ECONNREFUSED); `xdp` and `udp` are direct mode.
-fn open_backend(inner: &Inner) -> Result<(Box<dyn Backend + Send>, DaemonControl), c_int> {
+fn open_backend(inner: &Inner) -> Result<Opened, c_int> {
     let choice = std::env::var(BACKEND_ENV).unwrap_or_else(|_| "auto".into());
-    let iface = inner.device.iface();
-    if matches!(choice.as_str(), "auto" | "daemon") {
-        match uroce::datapath::daemon::DaemonBackend::find(iface) {
-            Ok(Some(b)) => {
-                let control = b.control();
-                return Ok((Box::new(b), Some(control)));
-            }
-            Ok(None) if choice == "daemon" => return Err(libc::ECONNREFUSED),
-            Ok(None) => {}
-            // A daemon serves the interface but not us: EACCES, never a second datapath.
-            Err(e) => return Err(errno_of(&e)),
-        }
+    if let Some((b, control)) = daemon_backend(inner, &choice)? {
+        return Ok((b, control));
     }
     let choice = if choice == "direct" {
         "auto"
@@ -775,6 +969,25 @@ fn open_backend(inner: &Inner) -> Result<(Box<dyn Backend + Send>, DaemonControl
         choice.as_str()
     };
     direct_backend(inner, choice).map(|b| (b, None))
+}
+
+/// The `uroce daemon` serving the device's interface, when `choice` (`UROCE_BACKEND`)
+/// lets it be taken (`auto`, `daemon`) and one runs; ECONNREFUSED for `daemon` when none
+/// does.
+fn daemon_backend(inner: &Inner, choice: &str) -> Result<Option<Opened>, c_int> {
+    if !matches!(choice, "auto" | "daemon") {
+        return Ok(None);
+    }
+    match uroce::datapath::daemon::DaemonBackend::find(inner.device.iface()) {
+        Ok(Some(b)) => {
+            let control = b.control();
+            Ok(Some((Box::new(b), Some(control))))
+        }
+        Ok(None) if choice == "daemon" => Err(libc::ECONNREFUSED),
+        Ok(None) => Ok(None),
+        // A daemon serves the interface but not us: EACCES, never a second datapath.
+        Err(e) => Err(errno_of(&e)),
+    }
 }
 
 /// The datapath in direct mode: this process owns it.
@@ -853,6 +1066,52 @@ fn direct_backend(inner: &Inner, choice: &str) -> Result<Box<dyn Backend + Send>
         // `auto` without AF_XDP (the library cannot say why; `uroce run` does).
         _ => udp_backend(inner).map_err(|e| errno_of(&e)),
     }
+}
+
+/// The datapaths of a sharded device (`UROCE_SHARDS` > 1), one per engine, when the
+/// device is in direct mode over UDP: a steered reuseport group of sockets on its
+/// address, index `i` receiving DestQP `mod n == i` (`crate::shard`), each with its
+/// link-local partner where the first could be bound. None where the device takes a
+/// daemon or AF_XDP: one engine then.
+fn sharded_backends(
+    inner: &Inner,
+    choice: &str,
+) -> Result<Option<Vec<Box<dyn Backend + Send>>>, c_int> {
+    let udp = match choice {
+        "udp" => true,
+        "auto" | "direct" => {
+            uroce::datapath::choice::choose(inner.device.iface()).datapath
+                == uroce::datapath::choice::Datapath::Udp
+        }
+        _ => false,
+    };
+    if !udp {
+        return Ok(None);
+    }
+    if choice != "udp" && holder::xdp_holder(inner.device.ifindex()).is_some() {
+        return Err(libc::EADDRINUSE);
+    }
+    let n = inner.shards.len() as u32 + 1;
+    let local = inner.uroce.config().ip;
+    let index = inner.device.ifindex();
+    let ll = inner.uroce.link_local().filter(|&a| IpAddr::V6(a) != local);
+    let mut with_ll = ll.is_some();
+    let mut group: Vec<Box<dyn Backend + Send>> = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let first = UdpBackend::bind_steered(local, i, n).map_err(|e| errno_of(&e))?;
+        let mut b = BySource::new(vec![local], Box::new(first));
+        if let (Some(a), true) = (ll, with_ll) {
+            match UdpBackend::bind_link_local_steered(a, index, i, n) {
+                Ok(second) => b.add(vec![IpAddr::V6(a)], Box::new(second)),
+                // GID 0 is served on every socket or on none (the group's steering holds
+                // only for a whole group): without the first, none.
+                Err(_) if i == 0 => with_ll = false,
+                Err(e) => return Err(errno_of(&e)),
+            }
+        }
+        group.push(Box::new(b));
+    }
+    Ok(Some(group))
 }
 
 /// The UDP datapath of a context in direct mode: a socket on its address and, beside it,

@@ -548,6 +548,23 @@ impl ProgramMemory {
     }
 }
 
+/// Registers region `mr` of the device's own context in `shard`, the context of one of
+/// its engine shards, under the same keys (`crate::shard`).
+pub(crate) fn mirror_region(
+    shard: &mut uroce::verbs::Context,
+    mr: &uroce::verbs::Mr,
+) -> Result<(), uroce::verbs::VerbsError> {
+    // SAFETY: `mr` is registered in the device's own context, either in place (the
+    // program's memory, `ProgramMemory::register`: valid until ibv_dereg_mr succeeds,
+    // and `resources::deregister` deregisters the mirrors with it) or as the context's
+    // own buffer (the inline staging region, never deregistered: its bytes live as long
+    // as the device's context, and the shards' contexts, dropped with it, reach them
+    // only while the device is open). Either way the bytes stay valid for reads and
+    // writes as long as the mirror can reach them, `mirror_mr_raw`'s contract; and the
+    // shard reaches them as the device's context does, during calls under its lock.
+    unsafe { shard.mirror_mr_raw(mr) }
+}
+
 /// Takes address handle `ah` out of `inner`'s registry and frees its C object, as
 /// [`take_qp`].
 pub(crate) fn take_ah(

@@ -63,6 +63,7 @@ mod mw;
 mod qp;
 mod qp_ex;
 mod resources;
+mod shard;
 mod srq;
 pub mod sysfs;
 mod util;

@@ -44,6 +44,13 @@ pub(crate) fn alloc_mw(pd: *mut ibv_pd, mw_type: c_int) -> *mut ibv_mw {
     let Some(&pd_id) = g.pds.get(&(pd as usize)) else {
         return null_with(EINVAL);
     };
+    // A window's bindings change with work requests on one QP and are not mirrored
+    // into the engine shards (`crate::shard`): a context with a window keeps every QP
+    // on its own engine, and one with QPs on the shards already gets none.
+    if g.any_qp_on_shards() {
+        return null_with(libc::EOPNOTSUPP);
+    }
+    g.pinned = true;
     let mw = match g.uroce.alloc_mw(pd_id, t) {
         Ok(m) => m,
         Err(e) => return null_with(e.errno()),

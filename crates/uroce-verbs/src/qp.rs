@@ -307,11 +307,12 @@ pub(crate) fn create_qp_with(
             max_send_sge: a.cap.max_send_sge,
             max_recv_sge: a.cap.max_recv_sge,
         };
-        let qpn = inner
-            .uroce
-            .create_qp_ex(pd_id, caps, ex)
-            .map_err(|e| e.errno())?;
-        if let Ok((_, i)) = inner.uroce.query_qp(qpn) {
+        let shard = inner.place_qp(srq.is_some());
+        let (qpn, init) = inner.ctx_of(shard, |c| {
+            let qpn = c.create_qp_ex(pd_id, caps, ex).map_err(|e| e.errno())?;
+            Ok::<_, c_int>((qpn, c.query_qp(qpn).ok().map(|(_, i)| i)))
+        })?;
+        if let Some(i) = init {
             a.cap = cap_of(&i);
         }
         let mut x: crate::abi::ibv_qp_ex = crate::ffi::zeroed();
@@ -342,6 +343,7 @@ pub(crate) fn create_qp_with(
                 send_cq: a.send_cq as usize,
                 recv_cq: a.recv_cq as usize,
                 ud: qp_type == QpType::Ud,
+                shard,
             },
         );
         inner.qp_by_qpn.insert(qpn, q as usize);
@@ -439,21 +441,27 @@ pub(crate) fn modify_qp(qp: *mut ibv_qp, attr: Option<ibv_qp_attr>, mask: c_int)
             Ok(a) => a,
             Err(e) => return e,
         };
-        let now = inner.uroce.qp_state(e.qpn);
+        let now = inner.ctx_of(e.shard, |c| c.qp_state(e.qpn));
         let ud_rtr = e.ud && a.qp_state == QpState::Rtr && now == Some(QpState::Init);
         if ud_rtr && !mask.contains(QpAttrMask::PATH_MTU) {
             // ibverbs has no path MTU for UD: the port's.
             a.path_mtu = port_mtu(inner);
             mask |= QpAttrMask::PATH_MTU;
         }
-        match inner.uroce.modify_qp(e.qpn, &a, mask) {
-            Ok(()) => {
-                if let Some(s) = inner.uroce.qp_state(e.qpn) {
+        let modified = inner.ctx_of(e.shard, |c| {
+            c.modify_qp(e.qpn, &a, mask).map(|()| c.qp_state(e.qpn))
+        });
+        match modified {
+            Ok(state) => {
+                if let Some(s) = state {
                     if let Some(q) = crate::ffi::qp_object(inner, qp) {
                         q.state = state_code(s);
                     }
                 }
-                inner.pump(false);
+                match e.shard {
+                    0 => inner.pump(false),
+                    k => inner.shard_after_post(k),
+                }
                 0
             }
             Err(e) => e.errno(),
@@ -467,7 +475,9 @@ pub(crate) fn query_qp(qp: *mut ibv_qp) -> Result<(ibv_qp_attr, ibv_qp_init_attr
     let ctx = owner_of(qp).ok_or(EINVAL)?;
     with_inner(ctx, |inner| {
         let e = inner.qps.get(&(qp as usize)).copied().ok_or(EINVAL)?;
-        let (a, i) = inner.uroce.query_qp(e.qpn).map_err(|_| EINVAL)?;
+        let (a, i) = inner
+            .ctx_of(e.shard, |c| c.query_qp(e.qpn))
+            .map_err(|_| EINVAL)?;
         let cap = cap_of(&i);
         let mut ah = ibv_ah_attr {
             is_global: 1,
@@ -531,7 +541,7 @@ pub(crate) fn destroy_qp(qp: *mut ibv_qp) -> c_int {
             return EINVAL;
         };
         inner.qp_by_qpn.remove(&e.qpn);
-        let _ = inner.uroce.destroy_qp(e.qpn);
+        let _ = inner.ctx_of(e.shard, |c| c.destroy_qp(e.qpn));
         inner.forget_async_events_of(qp as usize);
         // Disowned first, then its C object freed as it leaves the registry, so a new
         // object at this address (of any context) is owned only after.
@@ -578,6 +588,13 @@ fn stage_with(
             let mr = inner
                 .uroce
                 .reg_mr(pd, vec![0; MAX_INLINE_DATA as usize], Access::NONE)
+                .map_err(|e| e.errno())?;
+            // A QP of any shard stages here: the region is every shard's.
+            inner
+                .mirror(|c| {
+                    c.mirror_pd(pd);
+                    crate::ffi::mirror_region(c, &mr)
+                })
                 .map_err(|e| e.errno())?;
             inner.inline_stage = Some(mr);
             mr
@@ -670,10 +687,10 @@ pub(crate) fn post_request(inner: &mut Inner, e: QpEntry, r: SendRequest<'_>) ->
             signaled,
             solicited,
         };
-        match one {
-            Some(_) => inner.uroce.post_send_ud_with(e.qpn, wr, flags),
-            None => inner.uroce.post_send_ud_sgl(e.qpn, wr, list, flags),
-        }
+        inner.ctx_of(e.shard, |c| match one {
+            Some(_) => c.post_send_ud_with(e.qpn, wr, flags),
+            None => c.post_send_ud_sgl(e.qpn, wr, list, flags),
+        })
     } else {
         let wr = SendWr {
             wr_id: r.wr_id,
@@ -682,10 +699,10 @@ pub(crate) fn post_request(inner: &mut Inner, e: QpEntry, r: SendRequest<'_>) ->
             signaled,
             solicited,
         };
-        match one {
-            Some(_) => inner.uroce.post_send_with(e.qpn, wr, flags),
-            None => inner.uroce.post_send_sgl(e.qpn, wr, list, flags),
-        }
+        inner.ctx_of(e.shard, |c| match one {
+            Some(_) => c.post_send_with(e.qpn, wr, flags),
+            None => c.post_send_sgl(e.qpn, wr, list, flags),
+        })
     };
     res.map_err(|e| e.errno())
 }
@@ -805,6 +822,29 @@ fn post_list<W: crate::ffi::WorkRequest>(
     r
 }
 
+/// [`post_list`] on a QP of engine `shard`, then, for sends (`sends`), what a post tells
+/// the progress thread ([`crate::engine::Shared::after_post`]). A shard's packets go out
+/// under its lock alone, after the device's (`g`) is let go.
+fn post_list_on<W: crate::ffi::WorkRequest>(
+    shared: &crate::engine::Shared,
+    mut g: std::sync::MutexGuard<'_, Inner>,
+    (shard, sends): (usize, bool),
+    list: WrList<W>,
+    mut one: impl FnMut(&mut Inner, Wr<'_, W>) -> Result<(), c_int>,
+) -> c_int {
+    let Some(sh) = shard.checked_sub(1).and_then(|k| g.shards.get(k)).cloned() else {
+        let r = post_list(&mut g, list, one);
+        if sends {
+            shared.after_post(&g);
+        }
+        return r;
+    };
+    let r = list.each(|w| one(&mut g, w));
+    drop(g);
+    sh.after_post(sh.lock());
+    r
+}
+
 /// `ibv_context_ops.post_send` (the inline `ibv_post_send`) on QP `qp` of context `ctx`
 /// (`qp->context`, NULL for a NULL QP): 0, or the errno of the first request refused
 /// with `*bad` pointing at it (the ones before it are posted).
@@ -816,29 +856,30 @@ pub(crate) fn post_send(
     let Some(shared) = shared_of(ctx) else {
         return list.refuse();
     };
-    let mut g = shared.lock();
+    let g = shared.lock();
     let Some(e) = g.qps.get(&(qp as usize)).copied() else {
         return list.refuse();
     };
-    let r = post_list(&mut g, list, |inner, w| post_one_send(inner, e, w));
-    shared.after_post(&g);
-    r
+    post_list_on(&shared, g, (e.shard, true), list, |inner, w| {
+        post_one_send(inner, e, w)
+    })
 }
 
 /// Posts one receive work request on a QP.
-fn post_one_recv(inner: &mut Inner, qpn: u32, w: Wr<'_, ibv_recv_wr>) -> Result<(), c_int> {
+fn post_one_recv(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_recv_wr>) -> Result<(), c_int> {
     let mut buf = [Sge::default(); MAX_SGE as usize];
     let list = w.sges(&mut buf)?;
-    let r = match list {
-        [] | [_] => inner.uroce.post_recv(
+    let qpn = e.qpn;
+    let r = inner.ctx_of(e.shard, |c| match list {
+        [] | [_] => c.post_recv(
             qpn,
             RecvWr {
                 wr_id: w.wr_id,
                 sge: list.first().copied().unwrap_or_default(),
             },
         ),
-        _ => inner.uroce.post_recv_sgl(qpn, w.wr_id, list),
-    };
+        _ => c.post_recv_sgl(qpn, w.wr_id, list),
+    });
     r.map_err(|e| e.errno())
 }
 
@@ -851,11 +892,13 @@ pub(crate) fn post_recv(
     let Some(shared) = shared_of(ctx) else {
         return list.refuse();
     };
-    let mut g = shared.lock();
+    let g = shared.lock();
     let Some(e) = g.qps.get(&(qp as usize)).copied() else {
         return list.refuse();
     };
-    post_list(&mut g, list, |inner, w| post_one_recv(inner, e.qpn, w))
+    post_list_on(&shared, g, (e.shard, false), list, |inner, w| {
+        post_one_recv(inner, e, w)
+    })
 }
 
 /// Posts a receive list on an SRQ (shared with [`crate::srq`]): `one` takes each

@@ -550,7 +550,11 @@ fn post_batch(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, wrs: &[ExWr]) -> c_in
             return EINVAL;
         }
     }
-    if inner.uroce.send_queue_room(e.qpn).unwrap_or(0) < wrs.len() {
+    if inner
+        .ctx_of(e.shard, |c| c.send_queue_room(e.qpn))
+        .unwrap_or(0)
+        < wrs.len()
+    {
         return ENOMEM;
     }
     let mut r = 0;
@@ -593,8 +597,17 @@ fn post_batch(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, wrs: &[ExWr]) -> c_in
             break;
         }
     }
-    inner.pump(false);
-    shared.after_post(&g);
+    match e.shard {
+        0 => {
+            inner.pump(false);
+            shared.after_post(&g);
+        }
+        k => {
+            let sh = inner.shards[k - 1].clone();
+            drop(g);
+            sh.after_post(sh.lock());
+        }
+    }
     r
 }
 

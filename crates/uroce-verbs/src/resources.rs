@@ -98,6 +98,10 @@ pub fn access_bits(a: Access) -> c_uint {
 pub(crate) fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     let made = with_inner(ctx, |inner| {
         let id = inner.uroce.alloc_pd();
+        let _ = inner.mirror(|c| {
+            c.mirror_pd(id);
+            Ok::<(), ()>(())
+        });
         let pd = Box::into_raw(Box::new(ibv_pd {
             context: ctx,
             handle: id.0,
@@ -164,6 +168,7 @@ pub(crate) fn reg_mr(
         let mr = mem
             .register(&mut inner.uroce, id, rights)
             .map_err(|e| e.errno())?;
+        mirror_region(inner, &mr)?;
         let c = Box::into_raw(Box::new(ibv_mr {
             context: ctx,
             pd,
@@ -262,21 +267,52 @@ pub(crate) fn rereg_mr(
                 .uroce
                 .modify_mr(&old, pd_id, rights)
                 .map_err(|e| (REREG_ERR_CMD, e.errno()))?;
+            // The shards' copies took the same checks in the device's own: they agree.
+            let _ = inner.mirror(|c| c.modify_mr(&old, pd_id, rights).map(|_| ()));
             inner.mrs.insert(mr as usize, new);
             return Ok((new.lkey, new.rkey));
         }
         let new = mem
             .register(&mut inner.uroce, pd_id, rights)
             .map_err(|e| (REREG_ERR_CMD, e.errno()))?;
-        if let Err(e) = inner.uroce.dereg_mr(&old) {
+        mirror_region(inner, &new).map_err(|e| (REREG_ERR_CMD, e))?;
+        if let Err(e) = deregister(inner, &old) {
             // Nothing refers to the new registration yet.
-            let _ = inner.uroce.dereg_mr(&new);
+            let _ = deregister(inner, &new);
             return Err((REREG_ERR_CMD, e.errno()));
         }
         inner.mrs.insert(mr as usize, new);
         Ok((new.lkey, new.rkey))
     });
     done.unwrap_or(Err((REREG_ERR_INPUT, EINVAL)))
+}
+
+/// Registers region `mr` of the device's own context in every engine shard's too
+/// (`crate::shard`); on a failure, none keeps it and the device's own lets it go: the
+/// errno.
+fn mirror_region(inner: &mut crate::engine::Inner, mr: &uroce::verbs::Mr) -> Result<(), c_int> {
+    let Err(e) = inner.mirror(|c| crate::ffi::mirror_region(c, mr)) else {
+        return Ok(());
+    };
+    // The mirrors made so far and the region itself go: nothing refers to them yet.
+    let _ = inner.mirror(|c| c.dereg_mr(mr).map(|_| ()));
+    let _ = inner.uroce.dereg_mr(mr);
+    Err(e.errno())
+}
+
+/// Deregisters region `mr` in the device's own context and every shard's, or in none: a
+/// work request of any engine that may still use it refuses it (EBUSY), as
+/// `Context::dereg_mr` does.
+fn deregister(
+    inner: &mut crate::engine::Inner,
+    mr: &uroce::verbs::Mr,
+) -> Result<(), uroce::verbs::VerbsError> {
+    inner.mirror(|c| c.may_dereg_mr(mr))?;
+    inner.uroce.dereg_mr(mr)?;
+    // Each shard said yes under the device's lock, and a post to a shard takes it: no
+    // request came in between.
+    let _ = inner.mirror(|c| c.dereg_mr(mr).map(|_| ()));
+    Ok(())
 }
 
 /// `ibv_dereg_mr`: 0, or the errno (EBUSY while in use, EINVAL for an unknown region).
@@ -288,7 +324,7 @@ pub(crate) fn dereg_mr(mr: *mut ibv_mr) -> c_int {
         let Some(m) = inner.mrs.get(&(mr as usize)).copied() else {
             return EINVAL;
         };
-        if let Err(e) = inner.uroce.dereg_mr(&m) {
+        if let Err(e) = deregister(inner, &m) {
             return e.errno();
         }
         // Disowned first, then its C object freed as it leaves the registry.

@@ -128,6 +128,11 @@ impl Cq {
         };
     }
 
+    /// Takes the arm back (another copy of the CQ fired it).
+    pub(crate) fn disarm(&mut self) {
+        self.arm = Arm::Off;
+    }
+
     /// Offers a completion.
     pub(crate) fn offer(&mut self, wc: WorkCompletion) -> Offer {
         if self.error {

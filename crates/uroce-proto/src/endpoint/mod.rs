@@ -13,7 +13,9 @@
 //!   their timers, so that no call walks every QP;
 //! - `qp`: a QP as the context holds it (the transport's QP and its reaction point);
 //! - `table`: the QPs by QPN, in constant time;
-//! - `srq`: shared receive queues (create, modify, post, destroy) and their events.
+//! - `srq`: shared receive queues (create, modify, post, destroy) and their events;
+//! - `mirror`: the PDs, regions and CQs a context shares with another context of the
+//!   same device (the drop-in library's engine shards).
 //!
 //! No `unsafe` here but [`Context::reg_mr_raw`], the door for registering the
 //! program's memory in place (its contract is stated there; `mem/shared.rs` holds the
@@ -22,6 +24,7 @@
 #![deny(unsafe_code)]
 
 mod cq;
+mod mirror;
 mod prefetch;
 mod qp;
 mod receive;

@@ -206,7 +206,7 @@ impl Context {
     /// message is being placed in). Receives waiting on a receive queue or an SRQ are
     /// not: no byte is placed in one before its keys are looked up again. Walked at
     /// deregistration only, so the data path pays nothing for it.
-    fn region_in_use(&self, lkey: u32) -> bool {
+    pub(super) fn region_in_use(&self, lkey: u32) -> bool {
         self.qps.values().any(|q| q.refers_to(lkey))
     }
 

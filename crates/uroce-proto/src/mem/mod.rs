@@ -139,6 +139,10 @@ pub enum RegError {
     /// No memory window with this handle (EINVAL).
     #[error("no such memory window")]
     NoSuchMw,
+    /// A region mirrored from another context of the device names a key in use here
+    /// (EINVAL: [`crate::endpoint::Context::mirror_mr_raw`]).
+    #[error("memory key {0:#x} is in use")]
+    KeyTaken(u32),
 }
 
 struct Region {
@@ -227,6 +231,16 @@ impl Memory {
         Ok(())
     }
 
+    /// Makes protection domain `pd` live, as another table of the device allocated it
+    /// (`Context::mirror_pd`); the ids below it this table lacks stay unallocated.
+    pub fn mirror_pd(&mut self, pd: PdId) {
+        let at = pd.0 as usize;
+        if self.pds.len() <= at {
+            self.pds.resize(at + 1, false);
+        }
+        self.pds[at] = true;
+    }
+
     /// True for a live protection domain.
     pub fn pd_exists(&self, pd: PdId) -> bool {
         self.pds.get(pd.0 as usize).copied().unwrap_or(false)
@@ -293,6 +307,26 @@ impl Memory {
         };
         self.by_lkey.insert(lkey, Region { mr, data });
         Ok(mr)
+    }
+
+    /// Registers `data` as region `mr` of another table of the device: its keys, PD and
+    /// rights, the address being `data`'s (`Context::mirror_mr_raw`). [`RegError::KeyTaken`]
+    /// when one of its keys names something here already.
+    pub(crate) fn register_buffer_as(&mut self, mr: &Mr, data: Buffer) -> Result<(), RegError> {
+        self.check_reg(mr.pd, mr.access)?;
+        for k in [mr.lkey, mr.rkey] {
+            if self.by_lkey.contains_key(&k) || self.rkeys.contains_key(&k) {
+                return Err(RegError::KeyTaken(k));
+            }
+        }
+        self.rkeys.insert(mr.rkey, RemoteKey::Mr(mr.lkey));
+        let mr = Mr {
+            addr: data.addr(),
+            len: data.len(),
+            ..*mr
+        };
+        self.by_lkey.insert(mr.lkey, Region { mr, data });
+        Ok(())
     }
 
     /// Whether the region `lkey` may be deregistered as far as this table knows:

@@ -367,6 +367,21 @@ impl UdpBackend {
     /// kernel's address may still be tentative (duplicate address detection, a second or
     /// two after the link comes up); packets to it arrive once the kernel has it.
     pub fn bind_link_local(local: Ipv6Addr, ifindex: u32) -> io::Result<Self> {
+        Self::link_local(local, ifindex, None)
+    }
+
+    /// [`UdpBackend::bind_link_local`] as one of `count` backends steered by destination
+    /// QP, as [`UdpBackend::bind_steered`] binds them: this one is socket `index`.
+    pub fn bind_link_local_steered(
+        local: Ipv6Addr,
+        ifindex: u32,
+        index: u32,
+        count: u32,
+    ) -> io::Result<Self> {
+        Self::link_local(local, ifindex, Some((index, count)))
+    }
+
+    fn link_local(local: Ipv6Addr, ifindex: u32, steer: Option<(u32, u32)>) -> io::Result<Self> {
         if !local.is_unicast_link_local() || ifindex == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -374,8 +389,11 @@ impl UdpBackend {
             ));
         }
         let addr = SocketAddr::V6(SocketAddrV6::new(local, wire::ROCEV2_UDP_PORT, 0, ifindex));
-        let rx = bind_with(addr, false, true).map_err(|e| bind_error(addr, e))?;
-        Self::with_socket(IpAddr::V6(local), ifindex, rx, false)
+        let rx = bind_with(addr, steer.is_some(), true).map_err(|e| bind_error(addr, e))?;
+        if let Some((0, count)) = steer {
+            attach_qpn_steering(rx.as_raw_fd(), Steer::Modulo(count.max(1)))?;
+        }
+        Self::with_socket(IpAddr::V6(local), ifindex, rx, steer.is_some())
     }
 
     /// The socket address of `port` on this backend's address, with its scope.
