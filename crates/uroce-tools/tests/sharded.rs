@@ -216,7 +216,9 @@ fn children(pid: u32) -> Vec<u32> {
 }
 
 /// While `ib_write_bw -q 4 -D 2` runs, the server has more than one uroce progress
-/// thread (unsharded it has one per device).
+/// thread (unsharded it has one per device, `uroce-<iface>`): shard 0's and those of the
+/// two data shards, `uroce-s1-<iface>` and `uroce-s2-<iface>` (the kernel keeps 15 bytes
+/// of a thread's name), each holding two of the four QPs.
 #[test]
 fn a_sharded_server_runs_a_progress_thread_per_shard() {
     if !can_run(&["ib_write_bw"]) {
@@ -260,12 +262,21 @@ fn a_sharded_server_runs_a_progress_thread_per_shard() {
          {seen:?}\n-- server:\n{}",
         text(&s)
     );
+    for k in 1..3 {
+        let shard = format!("uroce-s{k}-");
+        assert!(
+            seen.iter()
+                .any(|t| t.split_once(' ').unwrap().1.starts_with(&shard)),
+            "no {shard}<iface> thread in the server; seen: {seen:?}"
+        );
+    }
     eprintln!("server's uroce threads, at most {most} at once: {seen:?}");
 }
 
-/// `UROCE_SHARDS` out of range or not a number: the program's first QP fails and it exits
-/// non-zero at once (`ibv_rc_pingpong` creates its QP before it waits for a client), never
-/// waiting on a datapath it did not get.
+/// `UROCE_SHARDS` out of range (1 to 64) or not a number: the device does not open
+/// (`ibv_open_device` fails, EINVAL), so the program exits non-zero at once
+/// (`ibv_rc_pingpong`: "Couldn't get context for uroce_<iface>") instead of waiting for a
+/// client it could not serve.
 #[test]
 fn a_bad_shard_count_fails_cleanly() {
     if !can_run(&["ibv_rc_pingpong"]) {
@@ -285,6 +296,11 @@ fn a_bad_shard_count_fails_cleanly() {
         // `timeout` exits 124 when it had to stop the program (137 with SIGKILL).
         assert!(
             !o.status.success() && !matches!(o.status.code(), Some(124 | 137)),
+            "UROCE_SHARDS={bad}: {}",
+            text(&o)
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("Couldn't get context"),
             "UROCE_SHARDS={bad}: {}",
             text(&o)
         );
