@@ -25,23 +25,29 @@
 # `uroce daemon` of each side, which this script starts with that backend before each uroce
 # run and stops after it, so no daemon lingers into a TCP run and its CPU is counted);
 # `udp` and `xdp` the same with that backend; `direct` is `--backend auto --no-daemon`
-# (the process owns the interface's datapath). Each row's datapath is printed the first
-# time (the daemon's own line, or `uroce perf`'s). The goals are judged on `auto`; the best
-# other row is shown beside it.
+# (the process owns the interface's datapath); `shards` (added by --shards N) is
+# `--backend udp --no-daemon` with UROCE_SHARDS=N exported, the drop-in library's sharded
+# engine (N sans-IO contexts, each with its socket and progress thread), for the NCCL part
+# only (`uroce perf` does not go through the library: its rows scale with --threads).
+# Each row's datapath is printed the first time (the daemon's own line, or `uroce perf`'s).
+# The goals are judged on `auto`; the best other row is shown beside it.
 # Goals: ncclNetIb on uroce >= 2.0x ncclNetSocket's GB/s; one QP >= 1.0x one TCP stream
 # (Gb/s); with 8 cores or more, 8 QPs of one process >= 2.0x iperf3 -P 8 (Gb/s), with fewer
 # (the two ends share the cores: throughput then measures the scheduler) instead CPU-seconds
 # per GB of 8 QPs <= 0.5x iperf3 -P 8's (both ends); the 8-byte round trip p50 <= 0.5x
 # TCP's.
-# Usage: scripts/bench-vs-tcp.sh [--quick] [--only nccl|bulk|rtt] [ROUNDS] [SECONDS]
+# Usage: scripts/bench-vs-tcp.sh [--quick] [--only nccl|bulk|rtt] [--shards N] [ROUNDS] [SECONDS]
 #   default 2 rounds of 2 s per run (a few minutes on 2 cores); --quick: 1 round of 1 s
 #   (a smoke check). UROCE_BIN=path/to/uroce runs another build (its libibverbs.so.1 next
 #   to it, as `uroce run` looks for it; its examples/tcp_rr when there) instead of building
 #   this checkout's (release); NCCL_NET_LIB=path/to/libnccl.so.2 another library instead
-#   of fetch.sh's. ROWS (default "auto udp xdp direct") chooses the uroce rows.
+#   of fetch.sh's. ROWS (default "auto udp xdp direct", plus "shards" with --shards N)
+#   chooses the uroce rows. UROCE_SHARDS in the caller's environment is ignored: only the
+#   shards row gets it.
 set -euo pipefail
 QUICK=0
 ONLY=all
+SHARDS=
 POS=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -51,6 +57,11 @@ while [ $# -gt 0 ]; do
       shift
       ;;
     --only=*) ONLY=${1#--only=} ;;
+    --shards)
+      SHARDS=${2:-}
+      shift
+      ;;
+    --shards=*) SHARDS=${1#--shards=} ;;
     -h | --help)
       sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
       exit 0
@@ -68,6 +79,10 @@ case "$ONLY" in all | nccl | bulk | rtt) ;; *)
   exit 2
   ;;
 esac
+if [ -n "$SHARDS" ] && ! { [[ "$SHARDS" =~ ^[0-9]+$ ]] && [ "$SHARDS" -ge 1 ] && [ "$SHARDS" -le 64 ]; }; then
+  echo "bench-vs-tcp.sh: --shards takes a number from 1 to 64" >&2
+  exit 2
+fi
 if [ $QUICK = 1 ]; then
   ROUNDS=${POS[0]:-1}
   DUR=${POS[1]:-1}
@@ -75,7 +90,15 @@ else
   ROUNDS=${POS[0]:-2}
   DUR=${POS[1]:-2}
 fi
-read -r -a ROWS <<<"${ROWS:-auto udp xdp direct}"
+read -r -a ROWS <<<"${ROWS:-auto udp xdp direct${SHARDS:+ shards}}"
+for row in "${ROWS[@]}"; do
+  if [ "$row" = shards ] && [ -z "$SHARDS" ]; then
+    echo "bench-vs-tcp.sh: the shards row needs --shards N" >&2
+    exit 2
+  fi
+done
+# Only the shards row runs sharded (it exports UROCE_SHARDS for its own runs).
+unset UROCE_SHARDS
 want() { [ "$ONLY" = all ] || [ "$ONLY" = "$1" ]; }
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -178,6 +201,15 @@ with_uroce() {
     "$@" || rc=1
     return $rc
   fi
+  if [ "$row" = shards ]; then
+    UFLAGS=(--backend udp --no-daemon)
+    if [ -z "${SEEN[daemon.$row]:-}" ]; then
+      SEEN[daemon.$row]=1
+      echo "    datapath of shards: no daemon, each process its own UDP backend in UROCE_SHARDS=$SHARDS shards"
+    fi
+    "$@" || rc=1
+    return $rc
+  fi
   UFLAGS=(--backend "$row")
   daemons_start "$B" "$row" "${SIDES[@]}" || return 1
   if [ -z "${SEEN[daemon.$row]:-}" ]; then
@@ -209,6 +241,12 @@ nccl_one() { # ROW ROUND
   elif [ "$row" = direct ]; then
     out=$(nccl_pair auto "$NCOUNT" ends --no-daemon) || return 1
     net=Ib
+  elif [ "$row" = shards ]; then
+    out=$(
+      export UROCE_SHARDS=$SHARDS
+      nccl_pair udp "$NCOUNT" ends --no-daemon
+    ) || return 1
+    net="Ib, UROCE_SHARDS=$SHARDS"
   else
     out=$(nccl_pair "$row" "$NCOUNT" ends) || return 1
     net=Ib
@@ -301,6 +339,8 @@ if want bulk; then
       for row in $(order "$r"); do
         if [ "$row" = tcp ]; then
           bulk_tcp "$n" "$r"
+        elif [ "$row" = shards ]; then
+          continue # uroce perf does not load the library: UROCE_SHARDS changes nothing there
         else
           with_uroce "$row" bulk_uroce "$row" "$n" "$r" || echo "  $r bulk $row x$n failed"
         fi
@@ -350,6 +390,8 @@ if want rtt; then
     for row in $(order "$r"); do
       if [ "$row" = tcp ]; then
         rtt_tcp "$r"
+      elif [ "$row" = shards ]; then
+        continue # uroce perf does not load the library: UROCE_SHARDS changes nothing there
       else
         with_uroce "$row" rtt_uroce "$row" "$r" || echo "  $r rtt $row failed"
       fi

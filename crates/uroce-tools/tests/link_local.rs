@@ -7,28 +7,12 @@
 //! Root, iproute2 and ibverbs-utils (scripts/setup.sh installs them); skips otherwise.
 //! `cargo build` first: `uroce run` takes the libraries from next to the uroce binary.
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-use uroce_tools::netns::{self, VethPair};
+use std::process::Command;
 
-fn can_run(tools: &[&str]) -> bool {
-    if let Err(e) = netns::check_privileges() {
-        eprintln!("SKIP: {e:#}");
-        return false;
-    }
-    let have = |t: &str| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if let Some(t) = tools.iter().find(|t| !have(t)) {
-        eprintln!("SKIP: {t} is not installed (scripts/setup.sh installs it)");
-        return false;
-    }
-    true
-}
+use common::{across, can_run, text};
+use uroce_tools::netns::VethPair;
 
 /// `uroce run --iface IF --backend udp -- timeout 60 ARGS` in namespace `ns`.
 fn uroce_run(ns: &str, iface: &str, args: &[&str]) -> Command {
@@ -37,41 +21,6 @@ fn uroce_run(ns: &str, iface: &str, args: &[&str]) -> Command {
         .args(["--iface", iface, "--backend", "udp", "--", "timeout", "60"])
         .args(args);
     c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Runs `args` as server in the first namespace and, with its IPv4 address added, as
-/// client in the second (tried again while the server is not listening yet); both
-/// outputs.
-fn across(pair: &VethPair, args: &[&str]) -> (Output, Output) {
-    let s = uroce_run(&pair.ns[0], &pair.ifaces[0], args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting the server");
-    let addr = pair.addrs[0].to_string();
-    let mut client = args.to_vec();
-    client.push(&addr);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let c = loop {
-        std::thread::sleep(Duration::from_millis(500));
-        let o = uroce_run(&pair.ns[1], &pair.ifaces[1], &client)
-            .output()
-            .expect("running the client");
-        let refused = !o.status.success() && text(&o).contains("onnect");
-        if !refused || Instant::now() > deadline {
-            break o;
-        }
-    };
-    (s.wait_with_output().expect("server output"), c)
 }
 
 /// What `uroce daemon --check` says of the daemon serving side `i`'s interface.
@@ -120,7 +69,11 @@ fn gid_0_link_local_through_udp_daemons() {
         ],
     ];
     for args in cases {
-        let (s, c) = across(&pair, args);
+        let (s, c) = across(
+            &pair,
+            |i, a| uroce_run(&pair.ns[i], &pair.ifaces[i], a),
+            args,
+        );
         let what = format!(
             "{}\n-- server:\n{}\n-- client:\n{}",
             args.join(" "),

@@ -8,29 +8,13 @@
 //! and skips otherwise. `cargo build` first: `uroce run` takes the libraries from next
 //! to the uroce binary.
 
+mod common;
+
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use uroce_tools::netns::{self, VethPair};
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-fn can_run(tools: &[&str]) -> bool {
-    if let Err(e) = netns::check_privileges() {
-        eprintln!("SKIP: {e:#}");
-        return false;
-    }
-    if let Some(t) = tools.iter().find(|t| !have(t)) {
-        eprintln!("SKIP: {t} is not installed (scripts/setup.sh installs it)");
-        return false;
-    }
-    true
-}
+use common::{can_run, text};
+use uroce_tools::netns::VethPair;
 
 /// `uroce run --iface IF --backend B -- ARGS` in namespace `ns`, under a timeout.
 fn uroce_run(ns: &str, iface: &str, backend: &str, args: &[&str]) -> Command {
@@ -47,15 +31,6 @@ fn uroce_run(ns: &str, iface: &str, backend: &str, args: &[&str]) -> Command {
         ])
         .args(args);
     c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Runs `server` in the background, then `client` (after `settle`), both on the first

@@ -1,0 +1,308 @@
+//! The sharded engine (`UROCE_SHARDS=N`, crates/uroce-verbs/src/engine.rs): a process's
+//! device in direct mode over the UDP backend split into N sans-IO contexts, each with its
+//! own socket of one SO_REUSEPORT group (steered by destination QPN), its own lock and its
+//! own progress thread; data QPs placed round-robin on shards 1..N-1, QP 1 and the QPs of
+//! an SRQ on shard 0, regions and CQs mirrored to every shard.
+//!
+//! The distro's unmodified perftest (`ib_write_bw -q 4`, `ib_send_lat`, `ib_write_lat`)
+//! and ibverbs-utils (`ibv_rc_pingpong`, `ibv_ud_pingpong`) between two network
+//! namespaces over a veth pair, server and client each under
+//! `uroce run --backend udp --no-daemon` (`UROCE_BACKEND=udp`: direct mode, no daemon)
+//! with `UROCE_SHARDS=3`: every one completes at both ends; while `ib_write_bw -q 4`
+//! runs, the server has more than one uroce progress thread; and a bad `UROCE_SHARDS`
+//! makes a program fail at once, not hang. Nothing here is timed (DESIGN.md: never a timed
+//! test). Root, iproute2, perftest and ibverbs-utils (scripts/setup.sh installs them);
+//! each case says why and skips otherwise. `cargo build` first: `uroce run` takes the
+//! libraries from next to the uroce binary.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::{Command, Output};
+
+use common::{across, across_watching, can_run, text};
+use uroce_tools::netns::VethPair;
+
+/// The shards every case but the bad-value one asks for: shard 0 and two data shards,
+/// so that four QPs land two on each.
+const SHARDS: &str = "3";
+
+/// `uroce run --iface IF --backend udp --no-daemon -- timeout -k 5 SECS ARGS` on side `i`
+/// of `pair`, with `UROCE_SHARDS=shards`.
+fn direct(pair: &VethPair, i: usize, shards: &str, secs: u32, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args([
+        "netns",
+        "exec",
+        &pair.ns[i],
+        env!("CARGO_BIN_EXE_uroce"),
+        "run",
+    ])
+    .args([
+        "--iface",
+        &pair.ifaces[i],
+        "--backend",
+        "udp",
+        "--no-daemon",
+    ])
+    .args(["--", "timeout", "-k", "5", &secs.to_string()])
+    .args(args)
+    .env("UROCE_SHARDS", shards);
+    c
+}
+
+/// `args` as server on the pair's first side and client on its second, both sharded
+/// ([`SHARDS`]); panics with both outputs unless both exit 0.
+fn sharded(pair: &VethPair, args: &[&str]) -> (Output, Output) {
+    let (s, c) = across(pair, |i, a| direct(pair, i, SHARDS, 60, a), args);
+    check_both(args, &s, &c);
+    (s, c)
+}
+
+fn check_both(args: &[&str], s: &Output, c: &Output) {
+    assert!(
+        s.status.success() && c.status.success(),
+        "UROCE_SHARDS={SHARDS} {}\n-- server:\n{}\n-- client:\n{}",
+        args.join(" "),
+        text(s),
+        text(c)
+    );
+}
+
+/// perftest's bandwidth row of `o` for messages of `size` bytes: its average Gb/s.
+fn bw_row(o: &Output, size: &str) -> Option<f64> {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let row = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(size))?;
+    row.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// `ib_write_bw` over four QPs (two on each data shard), a few thousand 64 KiB WRITEs each:
+/// both ends exit 0 and print their bandwidth row.
+#[test]
+fn ib_write_bw_over_four_qps_on_three_shards() {
+    if !can_run(&["ib_write_bw"]) {
+        return;
+    }
+    let pair = VethPair::create("shw", 1500).unwrap();
+    let args = [
+        "ib_write_bw",
+        "-x",
+        "1",
+        "-F",
+        "-q",
+        "4",
+        "-n",
+        "2000",
+        "-s",
+        "65536",
+    ];
+    let (s, c) = sharded(&pair, &args);
+    for (who, o) in [("server", &s), ("client", &c)] {
+        let avg =
+            bw_row(o, "65536").unwrap_or_else(|| panic!("{who}: no bandwidth row: {}", text(o)));
+        assert!(avg > 0.0, "{who}: {}", text(o));
+    }
+}
+
+/// `tool` (a perftest latency test, 8-byte messages) for a few hundred iterations: both
+/// ends exit 0 and print their result row.
+fn latency(tool: &str, tag: &str) {
+    if !can_run(&[tool]) {
+        return;
+    }
+    let pair = VethPair::create(tag, 1500).unwrap();
+    let args = [tool, "-x", "1", "-F", "-n", "300", "-s", "8"];
+    let (s, c) = sharded(&pair, &args);
+    for o in [&s, &c] {
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.lines()
+                .any(|l| l.split_whitespace().take(2).eq(["8", "300"])),
+            "{tool}: no result row: {}",
+            text(o)
+        );
+    }
+}
+
+#[test]
+fn ib_send_lat_on_three_shards() {
+    latency("ib_send_lat", "shs");
+}
+
+/// Each side spins on memory for the peer's WRITE, polling no CQ: only the progress
+/// thread of the QP's shard moves it.
+#[test]
+fn ib_write_lat_on_three_shards() {
+    latency("ib_write_lat", "shl");
+}
+
+/// `ibv_rc_pingpong` and `ibv_ud_pingpong` (`-c`: each checks the data it receives).
+#[test]
+fn rc_and_ud_pingpong_on_three_shards() {
+    if !can_run(&["ibv_rc_pingpong"]) {
+        return;
+    }
+    let pair = VethPair::create("shp", 1500).unwrap();
+    let mut cases: Vec<&[&str]> = vec![&["ibv_rc_pingpong", "-g", "1", "-n", "200", "-c"]];
+    if common::have("ibv_ud_pingpong") {
+        cases.push(&[
+            "ibv_ud_pingpong",
+            "-g",
+            "1",
+            "-s",
+            "1024",
+            "-n",
+            "200",
+            "-c",
+        ]);
+    } else {
+        eprintln!("SKIP (part): ibv_ud_pingpong is not installed");
+    }
+    for args in cases {
+        let (s, c) = sharded(&pair, args);
+        for o in [&s, &c] {
+            assert!(
+                String::from_utf8_lossy(&o.stdout).contains("200 iters in"),
+                "{}: {}",
+                args[0],
+                text(o)
+            );
+        }
+    }
+}
+
+/// The `uroce` threads (progress threads: `uroce-<iface>` unsharded, one per shard
+/// sharded) of process `pid` and of every process under it (`uroce run` execs the
+/// program under `timeout`, which forks it): each as "PID/TID name".
+fn uroce_threads(pid: u32) -> BTreeSet<String> {
+    let mut tree = vec![pid];
+    let mut k = 0;
+    while k < tree.len() {
+        tree.extend(children(tree[k]));
+        k += 1;
+    }
+    let mut names = BTreeSet::new();
+    for p in tree {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.starts_with("uroce") {
+                let tid = t.file_name().to_string_lossy().into_owned();
+                names.insert(format!("{p}/{tid} {}", comm.trim_end()));
+            }
+        }
+    }
+    names
+}
+
+/// The processes whose parent is `pid` (from /proc/*/stat).
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+            let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
+            after.split_whitespace().nth(1) == Some(&pid.to_string())
+        })
+        .collect()
+}
+
+/// While `ib_write_bw -q 4 -D 2` runs, the server has more than one uroce progress
+/// thread (unsharded it has one per device, `uroce-<iface>`): shard 0's and those of the
+/// two data shards, `uroce-s1-<iface>` and `uroce-s2-<iface>` (the kernel keeps 15 bytes
+/// of a thread's name), each holding two of the four QPs.
+#[test]
+fn a_sharded_server_runs_a_progress_thread_per_shard() {
+    if !can_run(&["ib_write_bw"]) {
+        return;
+    }
+    let pair = VethPair::create("sht", 1500).unwrap();
+    let args = [
+        "ib_write_bw",
+        "-x",
+        "1",
+        "-F",
+        "-q",
+        "4",
+        "-D",
+        "2",
+        "-s",
+        "65536",
+    ];
+    // Every thread name seen, and the most seen at once.
+    let mut seen = BTreeSet::new();
+    let mut most = 0;
+    let (s, c) = across_watching(
+        &pair,
+        |i, a| direct(&pair, i, SHARDS, 60, a),
+        &args,
+        |pid| {
+            let now = uroce_threads(pid);
+            most = most.max(now.len());
+            seen.extend(now);
+        },
+    );
+    check_both(&args, &s, &c);
+    assert!(
+        bw_row(&c, "65536").is_some(),
+        "client: no bandwidth row: {}",
+        text(&c)
+    );
+    assert!(
+        most > 1,
+        "UROCE_SHARDS={SHARDS}: at most {most} uroce thread(s) at once in the server; seen: \
+         {seen:?}\n-- server:\n{}",
+        text(&s)
+    );
+    for k in 1..3 {
+        let shard = format!("uroce-s{k}-");
+        assert!(
+            seen.iter()
+                .any(|t| t.split_once(' ').unwrap().1.starts_with(&shard)),
+            "no {shard}<iface> thread in the server; seen: {seen:?}"
+        );
+    }
+    eprintln!("server's uroce threads, at most {most} at once: {seen:?}");
+}
+
+/// `UROCE_SHARDS` out of range (1 to 64) or not a number: the device does not open
+/// (`ibv_open_device` fails, EINVAL), so the program exits non-zero at once
+/// (`ibv_rc_pingpong`: "Couldn't get context for uroce_<iface>") instead of waiting for a
+/// client it could not serve.
+#[test]
+fn a_bad_shard_count_fails_cleanly() {
+    if !can_run(&["ibv_rc_pingpong"]) {
+        return;
+    }
+    let pair = VethPair::create("shb", 1500).unwrap();
+    for bad in ["0", "abc", "65"] {
+        let o = direct(
+            &pair,
+            0,
+            bad,
+            20,
+            &["ibv_rc_pingpong", "-g", "1", "-n", "10"],
+        )
+        .output()
+        .expect("running ibv_rc_pingpong");
+        // `timeout` exits 124 when it had to stop the program (137 with SIGKILL).
+        assert!(
+            !o.status.success() && !matches!(o.status.code(), Some(124 | 137)),
+            "UROCE_SHARDS={bad}: {}",
+            text(&o)
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("Couldn't get context"),
+            "UROCE_SHARDS={bad}: {}",
+            text(&o)
+        );
+    }
+}
