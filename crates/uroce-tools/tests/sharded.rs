@@ -138,14 +138,20 @@ fn ib_write_lat_on_three_shards() {
     latency("ib_write_lat", "shl");
 }
 
-/// `ibv_rc_pingpong` and `ibv_ud_pingpong` (`-c`: each checks the data it receives).
+/// `ibv_rc_pingpong` (polling, and waiting on a completion channel) and
+/// `ibv_ud_pingpong` (`-c`: each checks the data it receives).
 #[test]
 fn rc_and_ud_pingpong_on_three_shards() {
     if !can_run(&["ibv_rc_pingpong"]) {
         return;
     }
     let pair = VethPair::create("shp", 1500).unwrap();
-    let mut cases: Vec<&[&str]> = vec![&["ibv_rc_pingpong", "-g", "1", "-n", "200", "-c"]];
+    // `-e`: completions through a completion channel, so an event fired by one shard's
+    // copy of the CQ must reach the program (and disarm the other copies).
+    let mut cases: Vec<&[&str]> = vec![
+        &["ibv_rc_pingpong", "-g", "1", "-n", "200", "-c"],
+        &["ibv_rc_pingpong", "-g", "1", "-n", "200", "-c", "-e"],
+    ];
     if common::have("ibv_ud_pingpong") {
         cases.push(&[
             "ibv_ud_pingpong",
