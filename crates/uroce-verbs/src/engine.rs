@@ -793,10 +793,11 @@ impl Inner {
     }
 
     /// Takes up to `n - inner.wcs.len()` completions of `cq` from the shards' copies,
-    /// starting at a different copy each time. Each is looked at (its lock waited for,
-    /// a pump's round at most): a program that arms the CQ and then polls it must see
-    /// every completion that came before the arm, or it would wait for an event that
-    /// never comes.
+    /// starting at a different copy each time. A shard that says it holds completions
+    /// ([`Shard::has_completions`]) is looked at, its lock waited for (a pump's round at
+    /// most); one that holds none is not: a program that arms the CQ (every shard's lock
+    /// taken) and then polls it sees every completion that came before the arm, or it
+    /// would wait for an event that never comes.
     pub fn poll_shards(&mut self, cq: CqId, n: usize) {
         let count = self.shards.len();
         if count == 0 {
@@ -809,7 +810,12 @@ impl Inner {
                 break;
             }
             let s = &self.shards[(self.poll_turn + k) % count];
-            s.lock().uroce.poll_cq_into(cq, n - got, &mut self.wcs);
+            if !s.has_completions() {
+                continue;
+            }
+            let mut st = s.lock();
+            st.uroce.poll_cq_into(cq, n - got, &mut self.wcs);
+            s.publish(&st);
         }
         // A shard whose thread sleeps has its packets moved by the program that polls
         // (as the device's own engine's are): a busy-polling program then waits for no
@@ -832,6 +838,7 @@ impl Inner {
                     self.take_events_of(s.index, &mut st.uroce);
                 }
             }
+            s.publish(&st);
         }
     }
 
@@ -1075,8 +1082,9 @@ fn direct_backend(inner: &Inner, choice: &str) -> Result<Box<dyn Backend + Send>
 /// The datapaths of a sharded device (`UROCE_SHARDS` > 1), one per engine, when the
 /// device is in direct mode over UDP: a steered reuseport group of sockets on its
 /// address, index `i` receiving DestQP `mod n == i` (`crate::shard`), each with its
-/// link-local partner where the first could be bound. None where the device takes a
-/// daemon or AF_XDP: one engine then.
+/// link-local partner where the first could be bound, with UDP GRO and the handoff of a
+/// coalesced packet of another class (`uroce::datapath::handoff`). None where the device
+/// takes a daemon or AF_XDP: one engine then.
 fn sharded_backends(
     inner: &Inner,
     choice: &str,
@@ -1100,9 +1108,12 @@ fn sharded_backends(
     let index = inner.device.ifindex();
     let ll = inner.uroce.link_local().filter(|&a| IpAddr::V6(a) != local);
     let mut with_ll = ll.is_some();
+    // The sockets coalesce (UDP GRO): a run the kernel steered by its first packet may
+    // hold packets of another socket's class, which `handoff` takes to their engine.
+    let handoff = uroce::datapath::handoff::Group::new(n as usize).map_err(|e| errno_of(&e))?;
     let mut group: Vec<Box<dyn Backend + Send>> = Vec::with_capacity(n as usize);
     for i in 0..n {
-        let first = UdpBackend::bind_steered(local, i, n).map_err(|e| errno_of(&e))?;
+        let first = UdpBackend::bind_steered_coalescing(local, i, n).map_err(|e| errno_of(&e))?;
         let mut b = BySource::new(vec![local], Box::new(first));
         if let (Some(a), true) = (ll, with_ll) {
             match UdpBackend::bind_link_local_steered(a, index, i, n) {
@@ -1113,7 +1124,9 @@ fn sharded_backends(
                 Err(e) => return Err(errno_of(&e)),
             }
         }
-        group.push(Box::new(b));
+        let member =
+            uroce::datapath::handoff::Member::new(Box::new(b), i as usize, handoff.clone());
+        group.push(Box::new(member));
     }
     Ok(Some(group))
 }

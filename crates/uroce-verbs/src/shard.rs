@@ -43,7 +43,7 @@
 
 use std::ffi::c_int;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -110,6 +110,9 @@ pub(crate) struct Shard {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Its thread sleeps (in `ppoll`): a program polling a CQ moves its packets then.
     asleep: AtomicBool,
+    /// Completions waiting in its CQ copies, as of the last time its lock was let go
+    /// ([`Shard::publish`]): a poll leaves a shard with none alone, without its lock.
+    waiting: AtomicUsize,
     /// How long its thread polls on after a packet: [`SPIN`] where the machine has a
     /// core for each engine thread and the program's, else none (spinning threads would
     /// take the cores the others need).
@@ -143,6 +146,7 @@ impl Shard {
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
             asleep: AtomicBool::new(false),
+            waiting: AtomicUsize::new(0),
             spin: if cores > count { SPIN } else { Duration::ZERO },
         }))
     }
@@ -159,6 +163,20 @@ impl Shard {
             Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => None,
         }
+    }
+
+    /// Says how many completions its CQ copies hold (`st`, its state, locked): stored
+    /// before the lock is let go, so a thread that takes the lock after sees it, and a
+    /// program that armed a CQ (which takes every shard's lock) and then finds no
+    /// completion waiting anywhere has missed none.
+    pub fn publish(&self, st: &ShardState) {
+        self.waiting
+            .store(st.uroce.completions_waiting(), Ordering::Release);
+    }
+
+    /// Whether its CQ copies may hold completions.
+    pub fn has_completions(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) != 0
     }
 
     /// Whether its thread sleeps now.
@@ -213,6 +231,7 @@ impl Shard {
         if next.is_some() && (sleep_until.is_none() || next < *sleep_until) {
             engine::signal(self.wake.as_raw_fd());
         }
+        self.publish(&st);
     }
 
     /// The thread: pumps, hands events to the device, polls on for [`SPIN`] after the
@@ -241,6 +260,7 @@ impl Shard {
                 let moved = st.pump(now);
                 let next = st.uroce.poll_timeout();
                 st.sleep_until = next;
+                self.publish(&st);
                 (moved, next, st.uroce.has_events())
             };
             if events {

@@ -80,6 +80,11 @@ impl Context {
         }
     }
 
+    /// Completions waiting in all of this context's CQs: what a poll of them could take.
+    pub fn completions_waiting(&self) -> usize {
+        self.cqs.iter().map(|c| c.q.len()).sum()
+    }
+
     /// Counts a completion event of CQ `cq` that another context's copy produced and the
     /// program took, as [`Context::poll_cq_event`] counts its own: until
     /// [`Context::ack_cq_events`] acknowledges it, [`Context::cq_events_unacked`] has it.

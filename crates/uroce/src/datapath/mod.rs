@@ -6,6 +6,8 @@
 //!   by the one bound to its source address (UDP on the routable and on the link-local
 //!   address).
 //! - [`event_loop`]: drives a context from a backend, its timers and the application.
+//! - [`handoff`]: [`handoff::Member`], a member of a group of sockets steered by
+//!   destination QP that hands a packet of another member's class to it (coalesced runs).
 //! - [`notify`]: [`notify::Notifier`], an eventfd an application polls for completion and
 //!   asynchronous events instead of spinning.
 //! - [`impair`]: [`impair::Impaired`], a wrapper that drops and reorders what any backend
@@ -25,6 +27,7 @@ pub mod by_source;
 pub mod choice;
 pub mod daemon;
 pub mod event_loop;
+pub mod handoff;
 pub mod holder;
 pub mod impair;
 pub mod notify;

@@ -352,7 +352,7 @@ impl UdpBackend {
         check_local(local)?;
         let addr = SocketAddr::new(local, wire::ROCEV2_UDP_PORT);
         let rx = UdpSocket::bind(addr).map_err(|e| bind_error(addr, e))?;
-        Self::with_socket(local, 0, rx, false)
+        Self::with_socket(local, 0, rx, false, true)
     }
 
     /// Binds port 4791 on the link-local IPv6 address `local` of the interface with index
@@ -371,7 +371,8 @@ impl UdpBackend {
     }
 
     /// [`UdpBackend::bind_link_local`] as one of `count` backends steered by destination
-    /// QP, as [`UdpBackend::bind_steered`] binds them: this one is socket `index`.
+    /// QP, as [`UdpBackend::bind_steered_coalescing`] binds them (UDP GRO on: the caller
+    /// hands a packet of another class to its owner): this one is socket `index`.
     pub fn bind_link_local_steered(
         local: Ipv6Addr,
         ifindex: u32,
@@ -393,7 +394,7 @@ impl UdpBackend {
         if let Some((0, count)) = steer {
             attach_qpn_steering(rx.as_raw_fd(), Steer::Modulo(count.max(1)))?;
         }
-        Self::with_socket(IpAddr::V6(local), ifindex, rx, steer.is_some())
+        Self::with_socket(IpAddr::V6(local), ifindex, rx, steer.is_some(), true)
     }
 
     /// The socket address of `port` on this backend's address, with its scope.
@@ -411,7 +412,7 @@ impl UdpBackend {
     /// without GRO (two QPs of different sockets may share a peer's source port).
     pub fn from_class_socket(local: IpAddr, rx: UdpSocket) -> io::Result<Self> {
         check_local(local)?;
-        Self::with_socket(local, 0, rx, true)
+        Self::with_socket(local, 0, rx, true, false)
     }
 
     /// One of `count` backends on `local`, for the loop with index `index`: all share UDP
@@ -421,7 +422,24 @@ impl UdpBackend {
     /// [`crate::verbs::Context::set_qpn_space`]). Create them in index order: the kernel
     /// numbers the group's sockets in the order they bind.
     pub fn bind_steered(local: impl Into<IpAddr>, index: u32, count: u32) -> io::Result<Self> {
-        let local = local.into();
+        Self::steered(local.into(), index, count, false)
+    }
+
+    /// [`UdpBackend::bind_steered`] with UDP GRO on: the kernel may coalesce a run of one
+    /// flow before the group's steering program sees it, and steer it by its first
+    /// packet, so a peer's QPs of two classes that share a source port may have packets
+    /// on the wrong socket. The caller hands those over to their owner
+    /// ([`super::handoff::Member`]). [`UdpBackend::bind_link_local_steered`] coalesces
+    /// too, for the same caller.
+    pub fn bind_steered_coalescing(
+        local: impl Into<IpAddr>,
+        index: u32,
+        count: u32,
+    ) -> io::Result<Self> {
+        Self::steered(local.into(), index, count, true)
+    }
+
+    fn steered(local: IpAddr, index: u32, count: u32, gro: bool) -> io::Result<Self> {
         check_local(local)?;
         let addr = SocketAddr::new(local, wire::ROCEV2_UDP_PORT);
         let rx = bind_reuseport(addr).map_err(|e| {
@@ -430,7 +448,7 @@ impl UdpBackend {
         if index == 0 {
             attach_qpn_steering(rx.as_raw_fd(), Steer::Modulo(count.max(1)))?;
         }
-        Self::with_socket(local, 0, rx, true)
+        Self::with_socket(local, 0, rx, true, gro)
     }
 
     fn with_socket(
@@ -438,6 +456,7 @@ impl UdpBackend {
         scope: u32,
         rx: UdpSocket,
         shared_ports: bool,
+        coalesce: bool,
     ) -> io::Result<Self> {
         let fd = rx.as_raw_fd();
         if local.is_ipv4() {
@@ -472,11 +491,11 @@ impl UdpBackend {
         let rx_capacity = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)
             .map_or(0, |v| u64::try_from(v).unwrap_or(0) / 4);
         // GRO: the kernel may hand up a run of packets of one flow as one datagram with
-        // the segment size in a control message. Not on steered sockets: packets of two
-        // QPs sharing a source port would be coalesced and reach the first one's loop.
-        let gro = offloads_wanted()
-            && !shared_ports
-            && setsockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1).is_ok();
+        // the segment size in a control message. Not on steered sockets unless the
+        // caller hands packets over (`coalesce`): packets of two QPs sharing a source
+        // port would be coalesced and reach the first one's loop.
+        let gro =
+            offloads_wanted() && coalesce && setsockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1).is_ok();
         let (slot, slots) = if gro {
             (GRO_SLOT, GRO_SLOTS)
         } else {

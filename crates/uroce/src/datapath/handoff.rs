@@ -1,0 +1,301 @@
+//! Handing a packet to the member of a steered group that owns its QP.
+//!
+//! A reuseport group steered by destination QP ([`super::udp::UdpBackend::bind_steered`])
+//! puts each datagram on the socket of its QP's class, `DestQP mod N`. With UDP GRO on
+//! those sockets the kernel may coalesce a run of one flow (one source address and port)
+//! before the steering program sees it, and steer the whole run by its first packet: when
+//! a peer's QPs of two classes share a source port (rare: uroce, rdma_rxe and ConnectX
+//! pick one per QP), some of a run belongs to another member. [`Member`] wraps each
+//! member's backend: what it receives for another class goes into that member's inbox
+//! (a copy, and a doorbell rung for its thread), and each member takes its inbox before
+//! its socket. So the group may coalesce, as a single socket does, and still loses no
+//! packet to the wrong engine.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::daemon::proto::{drain, eventfd, ring};
+use super::{Backend, Received, Transmit};
+use crate::wire::DatagramRepr;
+
+/// Most packets an inbox holds; past it, packets for that member are lost as on a
+/// congested link (RC retransmits).
+const DEPTH: usize = 4096;
+
+/// The inboxes of a group of `N` members, one per QP class.
+pub struct Group {
+    inboxes: Vec<Inbox>,
+}
+
+struct Inbox {
+    queue: Mutex<VecDeque<(DatagramRepr, Vec<u8>)>>,
+    bell: OwnedFd,
+}
+
+impl Group {
+    /// A group of `count` members (at least 1).
+    pub fn new(count: usize) -> io::Result<Arc<Self>> {
+        let inboxes = (0..count.max(1))
+            .map(|_| {
+                Ok(Inbox {
+                    queue: Mutex::new(VecDeque::new()),
+                    bell: eventfd()?,
+                })
+            })
+            .collect::<io::Result<_>>()?;
+        Ok(Arc::new(Self { inboxes }))
+    }
+
+    /// The number of members.
+    pub fn len(&self) -> usize {
+        self.inboxes.len()
+    }
+
+    /// Never: a group has a member at least.
+    pub fn is_empty(&self) -> bool {
+        self.inboxes.is_empty()
+    }
+}
+
+/// The class of a RoCE packet (BTH first): its DestQP mod `count`; None for one too short
+/// to have a BTH (the member's own context refuses it).
+fn class_of(roce: &[u8], count: usize) -> Option<usize> {
+    let b = roce.get(5..8)?;
+    let qpn = u32::from_be_bytes([0, b[0], b[1], b[2]]);
+    Some(qpn as usize % count)
+}
+
+/// Member `class` of a [`Group`] around its backend.
+pub struct Member {
+    inner: Box<dyn Backend + Send>,
+    class: usize,
+    group: Arc<Group>,
+    /// What was taken from the inbox and not handed up yet.
+    taken: VecDeque<(DatagramRepr, Vec<u8>)>,
+    /// Buffers of packets handed over, for the next ones (no allocation once warm).
+    spare: Vec<Vec<u8>>,
+    /// Packets this member handed to another.
+    pub handed_over: u64,
+}
+
+impl Member {
+    /// Member `class` of `group` on `inner`, the socket the group's steering gives that
+    /// class.
+    pub fn new(inner: Box<dyn Backend + Send>, class: usize, group: Arc<Group>) -> Self {
+        Self {
+            inner,
+            class,
+            group,
+            taken: VecDeque::new(),
+            spare: Vec::new(),
+            handed_over: 0,
+        }
+    }
+
+    fn my_inbox(&self) -> &Inbox {
+        &self.group.inboxes[self.class]
+    }
+}
+
+impl Backend for Member {
+    fn send_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+    ) -> io::Result<bool> {
+        self.inner.send_with(build)
+    }
+
+    fn send_frame_with(
+        &mut self,
+        build: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> io::Result<bool> {
+        self.inner.send_frame_with(build)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+
+    fn receive(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        handle: &mut dyn FnMut(Received<'_>),
+    ) -> io::Result<usize> {
+        if self.taken.is_empty() {
+            let inbox = &self.group.inboxes[self.class];
+            drain(inbox.bell.as_raw_fd());
+            let mut q = inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::swap(&mut *q, &mut self.taken);
+        }
+        let mut n = 0;
+        while n < max {
+            let Some((datagram, roce)) = self.taken.pop_front() else {
+                break;
+            };
+            handle(Received::Datagram {
+                datagram: &datagram,
+                roce: &roce,
+                icrc: None,
+            });
+            self.spare.push(roce);
+            n += 1;
+        }
+        let wait = if n > 0 { Duration::ZERO } else { timeout };
+        let Self {
+            inner,
+            class,
+            group,
+            spare,
+            handed_over,
+            ..
+        } = self;
+        let count = group.len();
+        let mut mine = 0;
+        inner.receive(wait, max - n, &mut |r| {
+            let to = match &r {
+                Received::Datagram { roce, .. } => class_of(roce, count),
+                Received::Frame(_) => None,
+            };
+            match (to, &r) {
+                (Some(k), Received::Datagram { datagram, roce, .. }) if k != *class => {
+                    let inbox = &group.inboxes[k];
+                    let mut q = inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+                    if q.len() < DEPTH {
+                        let mut buf = spare.pop().unwrap_or_default();
+                        buf.clear();
+                        buf.extend_from_slice(roce);
+                        q.push_back((**datagram, buf));
+                        *handed_over += 1;
+                    }
+                    drop(q);
+                    ring(inbox.bell.as_raw_fd());
+                }
+                _ => {
+                    handle(r);
+                    mine += 1;
+                }
+            }
+        })?;
+        Ok(n + mine)
+    }
+
+    fn wait_fds(&self) -> Vec<RawFd> {
+        let mut v = self.inner.wait_fds();
+        v.push(self.my_inbox().bell.as_raw_fd());
+        v
+    }
+
+    fn needs_link_addresses(&self) -> bool {
+        self.inner.needs_link_addresses()
+    }
+
+    fn serves_link_local(&self) -> bool {
+        self.inner.serves_link_local()
+    }
+
+    fn rx_overruns(&self) -> u64 {
+        self.inner.rx_overruns()
+    }
+
+    fn rx_capacity(&self) -> Option<u64> {
+        self.inner.rx_capacity()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    /// A backend that hands up the packets it was given, once.
+    struct Canned(Vec<Vec<u8>>);
+
+    impl Backend for Canned {
+        fn send_with(
+            &mut self,
+            _: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+        ) -> io::Result<bool> {
+            Ok(false)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+        fn receive(
+            &mut self,
+            _: Duration,
+            max: usize,
+            handle: &mut dyn FnMut(Received<'_>),
+        ) -> io::Result<usize> {
+            let d = datagram();
+            let n = max.min(self.0.len());
+            for p in self.0.drain(..n) {
+                handle(Received::Datagram {
+                    datagram: &d,
+                    roce: &p,
+                    icrc: None,
+                });
+            }
+            Ok(n)
+        }
+    }
+
+    fn datagram() -> DatagramRepr {
+        let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+        DatagramRepr::roce(a, a, 0xc001, 0).unwrap()
+    }
+
+    /// A BTH-led packet for `qpn`, tagged with `tag` after the BTH.
+    fn packet(qpn: u32, tag: u8) -> Vec<u8> {
+        let mut p = vec![0u8; 16];
+        p[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+        p[12] = tag;
+        p
+    }
+
+    fn taken(m: &mut Member) -> Vec<(u32, u8)> {
+        let mut got = Vec::new();
+        m.receive(Duration::ZERO, 64, &mut |r| {
+            if let Received::Datagram { roce, .. } = r {
+                let q = u32::from_be_bytes([0, roce[5], roce[6], roce[7]]);
+                got.push((q, roce[12]));
+            }
+        })
+        .unwrap();
+        got
+    }
+
+    /// A run steered to member 1 with packets of classes 0 and 2 in it: member 1 keeps
+    /// its own, the others find theirs in their inboxes, in order, their doorbells rung.
+    #[test]
+    fn packets_of_another_class_reach_their_member_in_order() {
+        let group = Group::new(3).unwrap();
+        let run = vec![
+            packet(4, 1),
+            packet(3, 2),
+            packet(7, 3),
+            packet(5, 4),
+            packet(6, 5),
+        ];
+        let mut one = Member::new(Box::new(Canned(run)), 1, group.clone());
+        let mut zero = Member::new(Box::new(Canned(Vec::new())), 0, group.clone());
+        let mut two = Member::new(Box::new(Canned(Vec::new())), 2, group.clone());
+        assert_eq!(taken(&mut one), vec![(4, 1), (7, 3)]);
+        assert_eq!(one.handed_over, 3);
+        let bell = *zero.wait_fds().last().unwrap();
+        assert!(super::super::daemon::proto::wait_readable(
+            bell,
+            Duration::ZERO
+        ));
+        assert_eq!(taken(&mut zero), vec![(3, 2), (6, 5)]);
+        assert!(!super::super::daemon::proto::wait_readable(
+            bell,
+            Duration::ZERO
+        ));
+        assert_eq!(taken(&mut two), vec![(5, 4)]);
+        assert!(taken(&mut two).is_empty());
+    }
+}
