@@ -7,27 +7,22 @@
 
 #![deny(unsafe_code)]
 
-use std::collections::VecDeque;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+use uroce::datapath::handoff::Parked;
 use uroce::datapath::{Backend, Received, Transmit};
-use uroce::wire::DatagramRepr;
-
-/// Most datagrams waiting for local delivery; past it, sends to ourselves are lost as on a
-/// congested link (RC retransmits).
-const DEPTH: usize = 4096;
 
 /// A backend with local delivery of what goes to one of `local`: the device's address and
 /// its link-local one (GID 0, which rdma-core's tests pick first).
 pub struct Loopback {
     inner: Box<dyn Backend + Send>,
     local: Vec<IpAddr>,
-    queue: VecDeque<(DatagramRepr, Vec<u8>)>,
-    /// Buffers of datagrams delivered, for the next ones (no allocation once warm).
-    spare: Vec<Vec<u8>>,
+    /// Datagrams waiting for local delivery (past `Parked`'s depth, sends to ourselves
+    /// are lost as on a congested link: RC retransmits).
+    queue: Parked,
 }
 
 impl Loopback {
@@ -36,8 +31,7 @@ impl Loopback {
         Self {
             inner,
             local,
-            queue: VecDeque::new(),
-            spare: Vec::new(),
+            queue: Parked::default(),
         }
     }
 
@@ -56,7 +50,6 @@ impl Backend for Loopback {
             inner,
             local,
             queue,
-            spare,
         } = self;
         let mut looped = false;
         let sent = inner.send_with(&mut |buf| {
@@ -64,12 +57,7 @@ impl Backend for Loopback {
             if !local.contains(&t.datagram.dst()) {
                 return Some(t);
             }
-            if queue.len() < DEPTH {
-                let mut b = spare.pop().unwrap_or_default();
-                b.clear();
-                b.extend_from_slice(&buf[..t.len]);
-                queue.push_back((t.datagram, b));
-            }
+            queue.park(t.datagram, &buf[..t.len]);
             looped = true;
             None
         })?;
@@ -86,20 +74,7 @@ impl Backend for Loopback {
         max: usize,
         handle: &mut dyn FnMut(Received<'_>),
     ) -> io::Result<usize> {
-        let mut n = 0;
-        while n < max {
-            let Some((datagram, roce)) = self.queue.pop_front() else {
-                break;
-            };
-            handle(Received::Datagram {
-                datagram: &datagram,
-                roce: &roce,
-                // Nobody computed it on the way: the context verifies it.
-                icrc: None,
-            });
-            self.spare.push(roce);
-            n += 1;
-        }
+        let n = self.queue.hand_up(max, handle);
         let wait = if n > 0 { Duration::ZERO } else { timeout };
         Ok(n + self.inner.receive(wait, max - n, handle)?)
     }

@@ -25,13 +25,61 @@ use crate::wire::DatagramRepr;
 /// congested link (RC retransmits).
 const DEPTH: usize = 4096;
 
+/// Datagrams kept aside (copies) to be handed up later, oldest first, with the buffers
+/// of those handed up kept for the next ones (no allocation once warm): a member's
+/// inbox here, the drop-in library's local delivery.
+#[derive(Default)]
+pub struct Parked {
+    queue: VecDeque<(DatagramRepr, Vec<u8>)>,
+    spare: Vec<Vec<u8>>,
+}
+
+impl Parked {
+    /// Keeps a copy of `roce` under `datagram`; false, nothing kept, when [`DEPTH`]
+    /// datagrams wait already (lost as on a congested link: RC retransmits).
+    pub fn park(&mut self, datagram: DatagramRepr, roce: &[u8]) -> bool {
+        if self.queue.len() >= DEPTH {
+            return false;
+        }
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(roce);
+        self.queue.push_back((datagram, b));
+        true
+    }
+
+    /// Hands up to `max` of them to `handle`, oldest first (the ICRC not computed: the
+    /// context verifies it); how many.
+    pub fn hand_up(&mut self, max: usize, handle: &mut dyn FnMut(Received<'_>)) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some((datagram, roce)) = self.queue.pop_front() else {
+                break;
+            };
+            handle(Received::Datagram {
+                datagram: &datagram,
+                roce: &roce,
+                icrc: None,
+            });
+            self.spare.push(roce);
+            n += 1;
+        }
+        n
+    }
+
+    /// Whether datagrams wait.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+}
+
 /// The inboxes of a group of `N` members, one per QP class.
 pub struct Group {
     inboxes: Vec<Inbox>,
 }
 
 struct Inbox {
-    queue: Mutex<VecDeque<(DatagramRepr, Vec<u8>)>>,
+    queue: Mutex<Parked>,
     bell: OwnedFd,
 }
 
@@ -41,7 +89,7 @@ impl Group {
         let inboxes = (0..count.max(1))
             .map(|_| {
                 Ok(Inbox {
-                    queue: Mutex::new(VecDeque::new()),
+                    queue: Mutex::new(Parked::default()),
                     bell: eventfd()?,
                 })
             })
@@ -74,9 +122,7 @@ pub struct Member {
     class: usize,
     group: Arc<Group>,
     /// What was taken from the inbox and not handed up yet.
-    taken: VecDeque<(DatagramRepr, Vec<u8>)>,
-    /// Buffers of packets handed over, for the next ones (no allocation once warm).
-    spare: Vec<Vec<u8>>,
+    taken: Parked,
     /// Packets this member handed to another.
     pub handed_over: u64,
 }
@@ -89,8 +135,7 @@ impl Member {
             inner,
             class,
             group,
-            taken: VecDeque::new(),
-            spare: Vec::new(),
+            taken: Parked::default(),
             handed_over: 0,
         }
     }
@@ -129,27 +174,16 @@ impl Backend for Member {
             let inbox = &self.group.inboxes[self.class];
             drain(inbox.bell.as_raw_fd());
             let mut q = inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+            // The inbox's datagrams for the buffers handed up before: those go to the
+            // members that park here next.
             std::mem::swap(&mut *q, &mut self.taken);
         }
-        let mut n = 0;
-        while n < max {
-            let Some((datagram, roce)) = self.taken.pop_front() else {
-                break;
-            };
-            handle(Received::Datagram {
-                datagram: &datagram,
-                roce: &roce,
-                icrc: None,
-            });
-            self.spare.push(roce);
-            n += 1;
-        }
+        let n = self.taken.hand_up(max, handle);
         let wait = if n > 0 { Duration::ZERO } else { timeout };
         let Self {
             inner,
             class,
             group,
-            spare,
             handed_over,
             ..
         } = self;
@@ -164,11 +198,7 @@ impl Backend for Member {
                 (Some(k), Received::Datagram { datagram, roce, .. }) if k != *class => {
                     let inbox = &group.inboxes[k];
                     let mut q = inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
-                    if q.len() < DEPTH {
-                        let mut buf = spare.pop().unwrap_or_default();
-                        buf.clear();
-                        buf.extend_from_slice(roce);
-                        q.push_back((**datagram, buf));
+                    if q.park(**datagram, roce) {
                         *handed_over += 1;
                     }
                     drop(q);
