@@ -26,7 +26,8 @@ const COLD_EVERY: u32 = 8;
 /// Sending: `build` writes into the buffer of the backend the last datagram went to (a
 /// context sends runs from one address); a datagram from another backend's address is
 /// copied into that one's (only link-local traffic, which is little, pays for the copy
-/// while routable traffic flows). Receiving: the backends in turn, without waiting, then
+/// while routable traffic flows); when that one has no room even after a flush, the copy
+/// is held and sends are refused (WouldBlock, nothing built) until it goes. Receiving: the backends in turn, without waiting, then
 /// a wait on all of their descriptors. A program polling its CQ in a loop receives
 /// without waiting, one `recvmmsg` per backend asked: the main backend is asked every
 /// time, another one every time while it has packets ("hot") and every
@@ -48,6 +49,9 @@ pub struct BySource {
     polls: u32,
     /// A datagram built in one part's buffer that another part sends.
     moved: Vec<u8>,
+    /// `moved` is waiting for room in part `.0` (it had none even after a flush): sends
+    /// are refused (WouldBlock) until it goes, so nothing is lost.
+    held: Option<(usize, Transmit)>,
 }
 
 impl BySource {
@@ -61,6 +65,7 @@ impl BySource {
             hot: vec![false],
             polls: 0,
             moved: Vec::new(),
+            held: None,
         }
     }
 
@@ -69,6 +74,41 @@ impl BySource {
         self.sources.push(sources);
         self.backends.push(backend);
         self.hot.push(false);
+    }
+
+    /// Hands the held datagram to its part, flushing that part once if it has no room:
+    /// whether nothing is held now.
+    fn send_held(&mut self) -> io::Result<bool> {
+        let Some((k, t)) = self.held else {
+            return Ok(true);
+        };
+        let moved = &self.moved;
+        let mut copy = |buf: &mut [u8]| {
+            (buf.len() >= moved.len()).then(|| {
+                buf[..moved.len()].copy_from_slice(moved);
+                t
+            })
+        };
+        let b = &mut self.backends[k];
+        let r = match b.send_with(&mut copy) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                b.flush()?;
+                b.send_with(&mut copy)
+            }
+            r => r,
+        };
+        match r {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => {
+                // Refused for good (too big for that part): dropped, as a failed send is.
+                self.held = None;
+                Err(e)
+            }
+            Ok(_) => {
+                self.held = None;
+                Ok(true)
+            }
+        }
     }
 
     /// How many backends it holds.
@@ -87,6 +127,9 @@ impl Backend for BySource {
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
     ) -> io::Result<bool> {
+        if !self.send_held()? {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
         let here = self.last;
         let mut elsewhere: Option<(usize, Transmit)> = None;
         let mut unknown = None;
@@ -120,21 +163,10 @@ impl Backend for BySource {
         };
         // Runs from the new address go straight into its buffer.
         self.last = k;
-        let moved = &self.moved;
-        let mut copy = |buf: &mut [u8]| {
-            (buf.len() >= moved.len()).then(|| {
-                buf[..moved.len()].copy_from_slice(moved);
-                t
-            })
-        };
-        let b = &mut self.backends[k];
-        match b.send_with(&mut copy) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                b.flush()?;
-                b.send_with(&mut copy)
-            }
-            r => r,
-        }
+        self.held = Some((k, t));
+        // Queued here or held: either way it goes, and the caller's datagram was taken.
+        self.send_held()?;
+        Ok(true)
     }
 
     fn send_frame_with(
@@ -145,7 +177,7 @@ impl Backend for BySource {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        let mut first = Ok(());
+        let mut first = self.send_held().map(|_| ());
         for b in &mut self.backends {
             if let Err(e) = b.flush() {
                 if first.is_ok() {
@@ -359,5 +391,79 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         assert!(!b.serves_link_local());
+    }
+
+    /// A backend that takes datagrams while `room` lasts; `flush` does not make room.
+    #[derive(Clone, Default)]
+    struct Stuck {
+        room: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        took: std::sync::Arc<std::sync::Mutex<Vec<u32>>>,
+    }
+
+    impl Backend for Stuck {
+        fn send_with(
+            &mut self,
+            build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+        ) -> io::Result<bool> {
+            use std::sync::atomic::Ordering::SeqCst;
+            if self.room.load(SeqCst) == 0 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let mut buf = vec![0u8; MAX_FRAME];
+            let Some(_) = build(&mut buf) else {
+                return Ok(false);
+            };
+            self.room.fetch_sub(1, SeqCst);
+            let psn = u32::from_be_bytes([0, buf[9], buf[10], buf[11]]);
+            self.took.lock().unwrap().push(psn);
+            Ok(true)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+        fn receive(
+            &mut self,
+            _: Duration,
+            _: usize,
+            _: &mut dyn FnMut(Received<'_>),
+        ) -> io::Result<usize> {
+            Ok(0)
+        }
+    }
+
+    /// A datagram for a part that has no room even after a flush is held, not dropped:
+    /// sends are refused (nothing built) until it goes, and it goes first.
+    #[test]
+    fn a_datagram_for_a_full_part_is_held_until_it_has_room() {
+        let (a1, a2, peer) = (
+            Ipv4Addr::new(127, 62, 0, 1),
+            Ipv4Addr::new(127, 62, 0, 2),
+            Ipv4Addr::new(127, 62, 0, 3),
+        );
+        let stuck = Stuck::default();
+        let mut b = BySource::new(vec![a1.into()], Box::new(UdpBackend::bind(a1).unwrap()));
+        b.add(vec![a2.into()], Box::new(stuck.clone()));
+        assert!(b
+            .send_with(&mut |buf| Some(ud_send(a2, peer, 7, buf)))
+            .unwrap());
+        let mut built = false;
+        let e = b
+            .send_with(&mut |buf| {
+                built = true;
+                Some(ud_send(a1, peer, 8, buf))
+            })
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert!(!built, "a refused send builds nothing");
+        b.flush().unwrap();
+        assert!(b.held.is_some());
+        // Room again: the held datagram goes at the next flush, then sends go on.
+        stuck.room.store(2, std::sync::atomic::Ordering::SeqCst);
+        b.flush().unwrap();
+        assert!(b.held.is_none());
+        assert!(b
+            .send_with(&mut |buf| Some(ud_send(a2, peer, 9, buf)))
+            .unwrap());
+        assert_eq!(*stuck.took.lock().unwrap(), vec![7, 9]);
     }
 }
