@@ -279,9 +279,13 @@ pub fn open_per_loop(
             Err(e) => why = format!(" (AF_XDP not possible: {e})"),
         }
     }
+    // The sockets coalesce (UDP GRO) as a single one does; a packet the kernel put on
+    // the wrong socket in a coalesced run is handed to its loop (`datapath::handoff`).
+    let group = uroce::datapath::handoff::Group::new(n as usize)?;
     let mut v = Vec::new();
     for k in 0..n {
-        let b = UdpBackend::bind_steered(local, k, n)?;
+        let b = UdpBackend::bind_steered_coalescing(local, k, n)?;
+        let b = uroce::datapath::handoff::Member::new(Box::new(b), k as usize, group.clone());
         v.push(impaired(b, impair, seed_of(local) ^ u64::from(k)));
     }
     let what = format!("UDP backend, {n} loops on threads, steered by DestQP{why}");
