@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int};
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use libc::{EINVAL, ENODATA, ENODEV};
 use uroce::net::addresses::{self, InterfaceInfo, OperState};
@@ -126,8 +126,21 @@ fn eui64(m: [u8; 6]) -> [u8; 8] {
 /// The devices listed so far, leaked: they live (unchanged) for the rest of the process.
 static DEVICES: Mutex<Vec<&'static Device>> = Mutex::new(Vec::new());
 
-/// The open contexts, by the address of their `verbs_context` (which owns it).
-static CONTEXTS: Mutex<Option<HashMap<usize, ContextEntry>>> = Mutex::new(None);
+/// The open contexts, by the address of their `verbs_context` (which owns it). Read on
+/// every verb (finding a context's engine), written only at open and close: a reader's
+/// lock, so that the threads of a program (and the engine shards' work) do not queue
+/// behind each other here.
+static CONTEXTS: RwLock<Option<HashMap<usize, ContextEntry>>> = RwLock::new(None);
+
+/// The open contexts, to look at.
+fn contexts() -> RwLockReadGuard<'static, Option<HashMap<usize, ContextEntry>>> {
+    CONTEXTS.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The open contexts, to change.
+fn contexts_mut() -> RwLockWriteGuard<'static, Option<HashMap<usize, ContextEntry>>> {
+    CONTEXTS.write().unwrap_or_else(|e| e.into_inner())
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -270,7 +283,7 @@ struct ContextEntry {
 /// still uses.
 pub(crate) fn shared_of(ctx: *mut ibv_context) -> Option<Arc<Shared>> {
     let p = context_ptr_of(ctx);
-    lock(&CONTEXTS)
+    contexts()
         .as_ref()
         .and_then(|m| m.get(&(p as usize)))
         .map(|e| e.shared.clone())
@@ -302,7 +315,7 @@ fn context_ptr_of(ctx: *mut ibv_context) -> *mut verbs_context {
 /// The open context behind `ctx`, if it is one of ours.
 fn context(ctx: *mut ibv_context) -> Option<&'static Device> {
     let p = context_ptr_of(ctx);
-    lock(&CONTEXTS)
+    contexts()
         .as_ref()
         .and_then(|m| m.get(&(p as usize)))
         .map(|e| e.device)
@@ -402,7 +415,7 @@ fn open(device: &'static Device) -> *mut ibv_context {
     // program beside librdmacm opens its own context).
     // The registry stays locked from the look to the insert, so two threads opening the
     // device at once do not make two engines.
-    let mut contexts = lock(&CONTEXTS);
+    let mut contexts = contexts_mut();
     let existing = contexts
         .as_ref()
         .and_then(|m| {
@@ -498,14 +511,14 @@ fn new_engine(device: &'static Device) -> Result<Arc<Shared>, c_int> {
 
 fn close(ctx: *mut ibv_context) -> bool {
     let p = context_ptr_of(ctx);
-    let Some(c) = lock(&CONTEXTS)
+    let Some(c) = contexts_mut()
         .as_mut()
         .and_then(|m| m.remove(&(p as usize)))
     else {
         return false;
     };
     // The engine stops with the device's last context in this process.
-    let last = !lock(&CONTEXTS)
+    let last = !contexts()
         .as_ref()
         .is_some_and(|m| m.values().any(|e| Arc::ptr_eq(&e.shared, &c.shared)));
     if c.pid != std::process::id() {

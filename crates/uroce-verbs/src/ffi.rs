@@ -237,6 +237,11 @@ impl<T> Drop for CBox<T> {
 // never dereferenced here, and it has no drop glue of its own.
 unsafe impl Send for CBox<crate::abi::verbs_context> {}
 
+// SAFETY: as for `Send`: Rust code never reads or writes through a shared `CBox`
+// (it only hands out the address, `as_ptr`), so sharing one between threads shares
+// nothing but that address.
+unsafe impl Sync for CBox<crate::abi::verbs_context> {}
+
 /// A NULL-terminated `calloc`ed array of `items` (freed by the program with the call
 /// that gives it back, which calls `libc::free`); NULL when the allocation fails.
 pub(crate) fn calloc_list<T>(items: &[*mut T]) -> *mut *mut T {
