@@ -188,6 +188,17 @@ pub(crate) fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         let Some(e) = inner.cqs.get(&(cq as usize)).copied() else {
             return EINVAL;
         };
+        // Never below what the CQ holds, counted over every shard's copy (each copy
+        // checks only its own).
+        let mut held = inner.uroce.cq_held(e.id);
+        let _ = inner.mirror(|c| {
+            held += c.cq_held(e.id);
+            Ok::<(), ()>(())
+        });
+        let depth = uroce::verbs::Context::cq_depth_for(cqe).map_or(0, |d| d as usize);
+        if depth < held {
+            return EINVAL;
+        }
         match inner.uroce.resize_cq(e.id, cqe) {
             Ok(depth) => {
                 // A shard's copy holding more than that keeps its depth: it still
@@ -358,7 +369,12 @@ pub(crate) fn req_notify_cq(
             .req_notify_cq(e.id, solicited)
             .and_then(|()| inner.mirror(|c| c.req_notify_cq(e.id, solicited)));
         match armed {
-            Ok(()) => 0,
+            Ok(()) => {
+                if !inner.shards.is_empty() {
+                    inner.armed.insert(e.id.0);
+                }
+                0
+            }
             Err(e) => e.errno(),
         }
     })

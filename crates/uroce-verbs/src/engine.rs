@@ -200,6 +200,10 @@ pub(crate) struct Inner {
     next_shard: usize,
     /// The copy of a CQ `ibv_poll_cq` looks at first, in turn, so that none is starved.
     poll_turn: usize,
+    /// With shards: the CQs (uroce's ids) armed and not fired yet. Each copy of a CQ is
+    /// armed; the first event delivered takes the arm, and an event of another copy that
+    /// fired meanwhile is dropped: one arm, one event.
+    pub armed: std::collections::HashSet<u32>,
 }
 
 /// An open device's state, shared by the program's threads and the progress thread.
@@ -283,6 +287,7 @@ impl Shared {
                 pinned: false,
                 next_shard: 0,
                 poll_turn: 0,
+                armed: Default::default(),
             }),
             wake: ffi::eventfd(libc::EFD_NONBLOCK)?,
             async_fd,
@@ -371,7 +376,14 @@ impl Shared {
                 for sh in inner.shards.clone() {
                     let b = mine(sh.index, &mut by_shard).ok_or(libc::EIO)?;
                     let name = format!("uroce-s{}-{}", sh.index, inner.device.iface());
-                    sh.start(b, self.clone(), name)?;
+                    if let Err(e) = sh.start(b, self.clone(), name) {
+                        // None keeps its socket: the next QP's start binds a whole group
+                        // again.
+                        for s in &inner.shards {
+                            s.stop();
+                        }
+                        return Err(e);
+                    }
                 }
                 inner.sharded = true;
                 return self.start_on(inner, first, None, Vec::new());
@@ -687,9 +699,16 @@ impl Inner {
     /// Hands completion events to their channels and asynchronous events to the async fd.
     fn dispatch_events(&mut self) {
         while let Some(cq) = self.uroce.poll_cq_event() {
-            // One arm, one event: the shards' copies of the CQ take theirs back.
-            for s in &self.shards {
-                s.lock().uroce.disarm_cq(cq);
+            // One arm, one event: the shards' copies of the CQ take theirs back, and an
+            // event another copy delivered first for this arm is the one.
+            if !self.shards.is_empty() {
+                for s in &self.shards {
+                    s.lock().uroce.disarm_cq(cq);
+                }
+                if !self.armed.remove(&cq.0) {
+                    self.uroce.ack_cq_events(cq, 1);
+                    continue;
+                }
             }
             if !self.deliver_cq_event(cq) {
                 self.uroce.ack_cq_events(cq, 1);
@@ -709,6 +728,10 @@ impl Inner {
             self.uroce.disarm_cq(cq);
             for other in self.shards.iter().filter(|o| o.index != index) {
                 other.lock().uroce.disarm_cq(cq);
+            }
+            if !self.armed.remove(&cq.0) {
+                // Another copy's event took this arm already.
+                continue;
             }
             if self.deliver_cq_event(cq) {
                 self.uroce.count_cq_event(cq);
@@ -753,7 +776,14 @@ impl Inner {
         f: impl FnOnce(&mut uroce::verbs::Context) -> R,
     ) -> R {
         match shard.checked_sub(1).and_then(|k| self.shards.get(k)) {
-            Some(s) => f(&mut s.lock().uroce),
+            Some(s) => {
+                let mut st = s.lock();
+                let r = f(&mut st.uroce);
+                // A post may complete at once (a flush on a QP in error): published
+                // before the lock goes, so a poll that follows sees it.
+                s.publish(&st);
+                r
+            }
             None => f(&mut self.uroce),
         }
     }
@@ -780,10 +810,14 @@ impl Inner {
         self.next_shard
     }
 
-    /// After a change on a QP of shard `k` (a modify): its packets go out now.
-    pub fn shard_after_post(&self, k: usize) {
-        if let Some(s) = k.checked_sub(1).and_then(|i| self.shards.get(i)) {
-            s.after_post(s.lock());
+    /// After a change on a QP of shard `k` (a modify): its packets go out now, and the
+    /// events it raised (flush completions on an armed CQ) go to their channels.
+    pub fn shard_after_post(&mut self, k: usize) {
+        if let Some(s) = k.checked_sub(1).and_then(|i| self.shards.get(i)).cloned() {
+            let mut st = s.lock();
+            if s.after_post(&mut st) {
+                self.take_events_of(s.index, &mut st.uroce);
+            }
         }
     }
 
@@ -834,11 +868,11 @@ impl Inner {
             if st.pump(Instant::now()) {
                 let got = self.wcs.len();
                 st.uroce.poll_cq_into(cq, n - got, &mut self.wcs);
-                if st.uroce.has_events() {
-                    self.take_events_of(s.index, &mut st.uroce);
-                }
             }
-            s.publish(&st);
+            if st.uroce.has_events() {
+                self.take_events_of(s.index, &mut st.uroce);
+            }
+            s.after_pump(&mut st);
         }
     }
 
@@ -1105,6 +1139,12 @@ fn sharded_backends(
     }
     let n = inner.shards.len() as u32 + 1;
     let local = inner.uroce.config().ip;
+    // The port held already (another uroce process in direct mode, rdma_rxe's socket):
+    // EADDRINUSE, as a plain bind would be. A reuseport group would take our sockets in
+    // beside another process's of the same user, and the steering would mix them.
+    if holder::udp_bound(local, uroce::wire::ROCEV2_UDP_PORT) {
+        return Err(libc::EADDRINUSE);
+    }
     let index = inner.device.ifindex();
     let ll = inner.uroce.link_local().filter(|&a| IpAddr::V6(a) != local);
     let mut with_ll = ll.is_some();

@@ -566,7 +566,10 @@ pub(crate) fn mirror_region(
     // as the device's context, and the shards' contexts, dropped with it, reach them
     // only while the device is open). Either way the bytes stay valid for reads and
     // writes as long as the mirror can reach them, `mirror_mr_raw`'s contract; and the
-    // shard reaches them as the device's context does, during calls under its lock.
+    // shard reaches them as the device's context does, during calls under its lock,
+    // through raw copies. Of the staging region the device's context makes no Rust
+    // reference either once shards exist (`qp::stage_with` writes it with
+    // `Context::mr_write`), so it is to the shards what the program's memory is.
     unsafe { shard.mirror_mr_raw(mr) }
 }
 

@@ -50,11 +50,11 @@ pub(crate) fn alloc_mw(pd: *mut ibv_pd, mw_type: c_int) -> *mut ibv_mw {
     if g.any_qp_on_shards() {
         return null_with(libc::EOPNOTSUPP);
     }
-    g.pinned = true;
     let mw = match g.uroce.alloc_mw(pd_id, t) {
         Ok(m) => m,
         Err(e) => return null_with(e.errno()),
     };
+    g.pinned = true;
     let c = Box::into_raw(Box::new(ibv_mw {
         context: ctx,
         pd,

@@ -600,8 +600,18 @@ fn stage_with(
             mr
         }
     };
-    let dst = inner.uroce.mr_bytes_mut(&stage);
-    let at = fill(dst)?;
+    let at = if inner.shards.is_empty() {
+        fill(inner.uroce.mr_bytes_mut(&stage))?
+    } else {
+        // The shards reach the region through their mirrors, as memory of the
+        // program's: it is written by a copy too, never through a reference to it.
+        let mut staged = [0u8; MAX_INLINE_DATA as usize];
+        let at = fill(&mut staged)?;
+        if !inner.uroce.mr_write(&stage, 0, &staged[..at]) {
+            return Err(EINVAL);
+        }
+        at
+    };
     Ok(Sge {
         addr: stage.addr,
         length: at as u32,
@@ -822,9 +832,11 @@ fn post_list<W: crate::ffi::WorkRequest>(
     r
 }
 
-/// [`post_list`] on a QP of engine `shard`, then, for sends (`sends`), what a post tells
-/// the progress thread ([`crate::engine::Shared::after_post`]). A shard's packets go out
-/// under its lock alone, after the device's (`g`) is let go.
+/// [`post_list`] on a QP of engine `shard`, then, on the device's own engine, for sends
+/// (`sends`), what a post tells its progress thread
+/// ([`crate::engine::Shared::after_post`]). A shard's packets go out under its lock
+/// alone, after the device's (`g`) is let go, and the events the post raised go to their
+/// channels.
 fn post_list_on<W: crate::ffi::WorkRequest>(
     shared: &crate::engine::Shared,
     mut g: std::sync::MutexGuard<'_, Inner>,
@@ -841,7 +853,10 @@ fn post_list_on<W: crate::ffi::WorkRequest>(
     };
     let r = list.each(|w| one(&mut g, w));
     drop(g);
-    sh.after_post(sh.lock());
+    let events = sh.after_post(&mut sh.lock());
+    if events {
+        shared.take_shard_events(&sh);
+    }
     r
 }
 

@@ -605,7 +605,10 @@ fn post_batch(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, wrs: &[ExWr]) -> c_in
         k => {
             let sh = inner.shards[k - 1].clone();
             drop(g);
-            sh.after_post(sh.lock());
+            let events = sh.after_post(&mut sh.lock());
+            if events {
+                shared.take_shard_events(&sh);
+            }
         }
     }
     r

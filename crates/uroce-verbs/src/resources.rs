@@ -302,16 +302,26 @@ fn mirror_region(inner: &mut crate::engine::Inner, mr: &uroce::verbs::Mr) -> Res
 
 /// Deregisters region `mr` in the device's own context and every shard's, or in none: a
 /// work request of any engine that may still use it refuses it (EBUSY), as
-/// `Context::dereg_mr` does.
+/// `Context::dereg_mr` does. (A shard's own deregistration cannot fail once its check
+/// passed under the same lock; if it did, the error says so and the region stays
+/// registered there, never reached through a freed pointer.)
 fn deregister(
     inner: &mut crate::engine::Inner,
     mr: &uroce::verbs::Mr,
 ) -> Result<(), uroce::verbs::VerbsError> {
-    inner.mirror(|c| c.may_dereg_mr(mr))?;
+    // Every shard's lock is held from its check to its deregistration (in index order,
+    // under the device's lock, as the lock order allows): a shard's thread makes
+    // references to a region under its own lock alone (a multi-packet SEND landing in a
+    // receive, a READ being answered), so a check let go of would say nothing.
+    let shards = inner.shards.clone();
+    let mut held: Vec<_> = shards.iter().map(|s| s.lock()).collect();
+    for st in &held {
+        st.uroce.may_dereg_mr(mr)?;
+    }
     inner.uroce.dereg_mr(mr)?;
-    // Each shard said yes under the device's lock, and a post to a shard takes it: no
-    // request came in between.
-    let _ = inner.mirror(|c| c.dereg_mr(mr).map(|_| ()));
+    for st in &mut held {
+        st.uroce.dereg_mr(mr)?;
+    }
     Ok(())
 }
 

@@ -4,7 +4,7 @@
 //! `UROCE_SHARDS=N` (1 to 64; 1, the default, is the single engine of `engine.rs`) gives
 //! a device opened in direct mode over the UDP backend N engines:
 //! - shard 0 is the device's own context (`engine::Inner`): QP 1, QPs on an SRQ, and
-//!   every QP of a context that allocated a memory window;
+//!   every QP once a memory window was allocated on the device;
 //! - shards 1 to N-1 ([`Shard`]) take the other QPs (RC, UC, UD), in turn as they are
 //!   created. Each is a `uroce::verbs::Context` of its own behind its own lock, with its
 //!   own UDP socket and its own thread.
@@ -13,9 +13,10 @@
 //! program hands each datagram to socket `DestQP mod N`
 //! (`UdpBackend::bind_steered`): shard `s` gets socket `(s + 1) mod N` and the QPNs of
 //! that class, so QP 1 (class 1) is shard 0's. A datagram reaches the thread that owns
-//! its QP in the kernel, with no hand-off between threads. Datagrams between QPs of one
-//! process go through the kernel too (it loops them back to the right socket), not
-//! through the single engine's local delivery.
+//! its QP in the kernel; the sockets coalesce (UDP GRO), and a packet of another class in
+//! a coalesced run goes to its owner through `uroce::datapath::handoff`. Datagrams
+//! between QPs of one process go through the kernel too (it loops them back to the right
+//! socket), not through the single engine's local delivery.
 //!
 //! **What every shard shares.** One key space and one set of CQs for the program: every
 //! protection domain, memory region and CQ is made in shard 0 and mirrored into each
@@ -35,9 +36,10 @@
 //!
 //! **Threads.** A shard's thread moves its packets: it sleeps in `ppoll(2)` on the
 //! socket, a wake-up eventfd and the next timer, and after any packet it keeps polling
-//! for [`SPIN`] before it sleeps again, as a NIC's queue engine would (a program's poll
-//! of a CQ reads the shards' completions but leaves their datapaths to them). Completion
-//! and asynchronous events it finds go through the device's lock to their channels.
+//! for [`SPIN`] before it sleeps again (where the cores allow), as a NIC's queue engine
+//! would. A program's poll of a CQ reads the shards' completions, and moves the packets
+//! of a shard whose thread sleeps. Completion and asynchronous events go through the
+//! device's lock to their channels.
 
 #![deny(unsafe_code)]
 
@@ -205,7 +207,8 @@ impl Shard {
         Ok(())
     }
 
-    /// Stops its thread (the device is being closed).
+    /// Stops its thread and closes its datapath (the device is being closed, or its
+    /// datapaths could not all be started).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         engine::signal(self.wake.as_raw_fd());
@@ -213,25 +216,30 @@ impl Shard {
         if let Some(t) = t {
             let _ = t.join();
         }
+        self.lock().backend = None;
     }
 
     /// After a post on one of its QPs (with `st`, its state): what became sendable goes to
     /// the datapath now, and the thread is woken if the post brought its timer forward.
-    pub fn after_post(&self, mut st: MutexGuard<'_, ShardState>) {
-        let now = Instant::now();
-        let ShardState {
-            uroce,
-            backend,
-            sleep_until,
-        } = &mut *st;
+    /// Whether the shard has events for the device to hand on
+    /// ([`Shared::take_shard_events`]).
+    pub fn after_post(&self, st: &mut ShardState) -> bool {
+        let ShardState { uroce, backend, .. } = st;
         if let Some(b) = backend.as_mut() {
-            engine::transmit(uroce, b.as_mut(), now);
+            engine::transmit(uroce, b.as_mut(), Instant::now());
         }
-        let next = uroce.poll_timeout();
-        if next.is_some() && (sleep_until.is_none() || next < *sleep_until) {
+        self.after_pump(st);
+        st.uroce.has_events()
+    }
+
+    /// After its packets moved on another thread than its own (with `st`, its state):
+    /// its thread is woken if its timer came forward, and its completions are published.
+    pub fn after_pump(&self, st: &mut ShardState) {
+        let next = st.uroce.poll_timeout();
+        if next.is_some() && (st.sleep_until.is_none() || next < st.sleep_until) {
             engine::signal(self.wake.as_raw_fd());
         }
-        self.publish(&st);
+        self.publish(st);
     }
 
     /// The thread: pumps, hands events to the device, polls on for [`SPIN`] after the

@@ -80,6 +80,17 @@ impl Context {
         }
     }
 
+    /// The depth a CQ of at least `cqe` entries gets ([`Context::create_cq`],
+    /// [`Context::resize_cq`]); None for a `cqe` they refuse.
+    pub fn cq_depth_for(cqe: u32) -> Option<u32> {
+        Cq::round(cqe)
+    }
+
+    /// Completions waiting in CQ `cq` (0 for an unknown one).
+    pub fn cq_held(&self, cq: CqId) -> usize {
+        self.cqs.get(cq.0 as usize).map_or(0, |c| c.q.len())
+    }
+
     /// Completions waiting in all of this context's CQs: what a poll of them could take.
     pub fn completions_waiting(&self) -> usize {
         self.cqs.iter().map(|c| c.q.len()).sum()

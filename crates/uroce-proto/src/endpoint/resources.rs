@@ -406,7 +406,7 @@ impl Context {
             1
         } else {
             let q = self.next_qpn;
-            self.next_qpn = (self.next_qpn + self.qpn_stride) & 0xff_ffff;
+            self.next_qpn = next_in_class(q, self.qpn_stride);
             q
         };
         let mut rp = ReactionPoint::default();
@@ -830,5 +830,45 @@ impl Context {
         let r = qp.post_recv(&self.mem, wr, &mut self.wcs);
         self.route_completions();
         r
+    }
+}
+
+/// The QPN after `q` in its class `q mod stride` ([`Context::set_qpn_space`]): `q + stride`,
+/// or past the 24-bit space the class's first above QP 1, so that a context of one event
+/// loop or engine shard numbers in its class for ever (a plain wrap would change the
+/// class where `stride` does not divide 2^24), and never takes QPN 0 or 1.
+fn next_in_class(q: u32, stride: u32) -> u32 {
+    let stride = stride.max(1);
+    match q.checked_add(stride).filter(|&n| n <= 0xff_ffff) {
+        Some(n) => n,
+        None => {
+            let first = q % stride;
+            let mut n = first;
+            while n < 2 {
+                n += stride;
+            }
+            n
+        }
+    }
+}
+
+#[cfg(test)]
+mod qpn_tests {
+    use super::next_in_class;
+
+    /// QPNs stay in their class across the end of the 24-bit space and skip 0 and 1.
+    #[test]
+    fn qpns_keep_their_class_past_the_wrap() {
+        for stride in [1u32, 2, 3, 5, 64] {
+            for class in 0..stride {
+                let q = 0xff_ffff - (0xff_ffff - class) % stride;
+                assert_eq!(q % stride, class);
+                let n = next_in_class(q, stride);
+                assert_eq!(n % stride, class, "stride {stride}");
+                assert!(n >= 2 && n < q, "stride {stride}: {q:#x} -> {n:#x}");
+            }
+        }
+        assert_eq!(next_in_class(0x100, 3), 0x103);
+        assert_eq!(next_in_class(0xff_ffff, 1), 2);
     }
 }

@@ -140,6 +140,16 @@ pub fn retry_while_letting_go<T>(
     r
 }
 
+/// Whether a socket (of any process, or the kernel's) is bound to UDP `port` on `local`
+/// (or the wildcard) in the caller's namespace. A SO_REUSEPORT group of the same user
+/// takes more members without an error, so a group that must be a process's own asks
+/// this before it binds.
+pub fn udp_bound(local: IpAddr, port: u16) -> bool {
+    let table = if local.is_ipv4() { "udp" } else { "udp6" };
+    fs::read_to_string(Path::new("/proc/thread-self/net").join(table))
+        .is_ok_and(|text| !udp_inodes(&text, local, port).is_empty())
+}
+
 /// The process holding UDP `port` on `local` (or the wildcard) in the caller's
 /// namespace, if one can be seen.
 pub fn udp_holder(local: IpAddr, port: u16) -> Option<Holder> {
