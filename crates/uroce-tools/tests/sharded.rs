@@ -312,3 +312,54 @@ fn a_bad_shard_count_fails_cleanly() {
         );
     }
 }
+
+/// A sharded process where UDP 4791 of its address is bound already (here by a socket
+/// with SO_REUSEPORT of the same user, which a reuseport group would take in beside its
+/// own, the steering mixing them) is refused at its first QP, as a plain bind would be:
+/// `ibv_rc_pingpong` fails at once ("Couldn't create QP"), it does not wait for a peer.
+#[test]
+fn a_sharded_process_does_not_join_a_group_it_does_not_own() {
+    if !can_run(&["ibv_rc_pingpong", "python3"]) {
+        return;
+    }
+    let pair = VethPair::create("shx", 1500).unwrap();
+    let hold = format!(
+        "import socket,time\n\
+         s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+         s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEPORT,1)\n\
+         s.bind(('{}',4791))\n\
+         print('bound',flush=True)\n\
+         time.sleep(30)",
+        pair.addrs[0]
+    );
+    let mut holder = Command::new("ip")
+        .args(["netns", "exec", &pair.ns[0], "python3", "-c", &hold])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the holder");
+    let mut line = String::new();
+    let out = holder.stdout.take().expect("the holder's stdout");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).unwrap();
+    assert_eq!(line.trim(), "bound");
+    let o = direct(
+        &pair,
+        0,
+        SHARDS,
+        20,
+        &["ibv_rc_pingpong", "-g", "1", "-n", "10"],
+    )
+    .output()
+    .expect("running ibv_rc_pingpong");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(
+        !o.status.success() && !matches!(o.status.code(), Some(124 | 137)),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Couldn't create QP"),
+        "{}",
+        text(&o)
+    );
+}
