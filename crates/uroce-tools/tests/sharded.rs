@@ -363,3 +363,25 @@ fn a_sharded_process_does_not_join_a_group_it_does_not_own() {
         text(&o)
     );
 }
+
+/// `uroce run --shards N` checks N (1 to 64) and refuses AF_XDP, which gives a process
+/// one queue, before it starts anything.
+#[test]
+fn uroce_run_checks_its_shards() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_uroce"))
+            .arg("run")
+            .args(args)
+            .args(["--", "true"])
+            .output()
+            .expect("running uroce run")
+    };
+    for bad in ["0", "65", "two"] {
+        let o = run(&["--shards", bad]);
+        assert_eq!(o.status.code(), Some(2), "--shards {bad}: {}", text(&o));
+        assert!(text(&o).contains("--shards"), "{}", text(&o));
+    }
+    let o = run(&["--shards", "3", "--backend", "xdp"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("UDP backend"), "{}", text(&o));
+}

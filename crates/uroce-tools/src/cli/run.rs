@@ -48,6 +48,11 @@ pub struct Args {
     /// started when none runs (`--backend` is then the daemon's datapath).
     #[arg(long)]
     no_daemon: bool,
+    /// Spread each device's QPs over N engines, each with its own UDP socket, lock and
+    /// thread (UROCE_SHARDS; 1 to 64): direct mode over the UDP backend only, so it
+    /// implies --no-daemon and refuses --backend xdp.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    shards: Option<u32>,
     /// Do not show uroce's devices in /sys/class/infiniband, /sys/class/infiniband_verbs
     /// and /dev/infiniband (shown by default, in a mount namespace of the program's own).
     #[arg(long)]
@@ -166,7 +171,14 @@ pub fn auto_line(iface: &str, missing: &[&str]) -> String {
 }
 
 /// Runs `uroce run`: only returns on failure to start the program.
-pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
+pub fn run_cmd(mut a: Args) -> anyhow::Result<ExitCode> {
+    if a.shards.is_some_and(|n| n > 1) {
+        if a.backend == "xdp" {
+            bail!("--shards needs the UDP backend (AF_XDP gives a process one queue): use --backend udp or auto");
+        }
+        // Engine shards are direct mode's: through a daemon a process has one engine.
+        a.no_daemon = true;
+    }
     // The library never prints: say here why `auto` will take the UDP backend.
     let caps = cap_eff();
     let missing = caps.map(missing_for_xdp).unwrap_or_default();
@@ -218,6 +230,20 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
         .env("UROCE_BACKEND", &backend);
     if let Some(i) = &a.iface {
         cmd.env("UROCE_IFACES", i);
+    }
+    if let Some(n) = a.shards {
+        cmd.env("UROCE_SHARDS", n.to_string());
+        if n > 1 && a.backend == "auto" {
+            for i in device_interfaces(a.iface.as_deref()) {
+                if uroce::datapath::choice::choose(&i).datapath
+                    != uroce::datapath::choice::Datapath::Udp
+                {
+                    eprintln!(
+                        "uroce run: {i}: --shards {n} applies over the UDP backend only;                          auto takes AF_XDP here (one engine): --backend udp for {n}"
+                    );
+                }
+            }
+        }
     }
     if let Some(lib) = nccl_ibverbs_lib(&dir, std::env::var_os("NCCL_IBVERBS_LIB")) {
         cmd.env("NCCL_IBVERBS_LIB", lib);
