@@ -290,27 +290,33 @@ fn a_bad_shard_count_fails_cleanly() {
     }
     let pair = VethPair::create("shb", 1500).unwrap();
     for bad in ["0", "abc", "65"] {
-        let o = direct(
-            &pair,
-            0,
-            bad,
-            20,
-            &["ibv_rc_pingpong", "-g", "1", "-n", "10"],
-        )
-        .output()
-        .expect("running ibv_rc_pingpong");
-        // `timeout` exits 124 when it had to stop the program (137 with SIGKILL).
-        assert!(
-            !o.status.success() && !matches!(o.status.code(), Some(124 | 137)),
-            "UROCE_SHARDS={bad}: {}",
-            text(&o)
-        );
-        assert!(
-            String::from_utf8_lossy(&o.stderr).contains("Couldn't get context"),
-            "UROCE_SHARDS={bad}: {}",
-            text(&o)
-        );
+        fails_at_once(&pair, bad, "Couldn't get context");
     }
+}
+
+/// `ibv_rc_pingpong` as a server on the pair's first side with `UROCE_SHARDS=shards`
+/// fails, at once (not stopped by its `timeout`), saying `why` on stderr.
+fn fails_at_once(pair: &VethPair, shards: &str, why: &str) {
+    let o = direct(
+        pair,
+        0,
+        shards,
+        20,
+        &["ibv_rc_pingpong", "-g", "1", "-n", "10"],
+    )
+    .output()
+    .expect("running ibv_rc_pingpong");
+    // `timeout` exits 124 when it had to stop the program (137 with SIGKILL).
+    assert!(
+        !o.status.success() && !matches!(o.status.code(), Some(124 | 137)),
+        "UROCE_SHARDS={shards}: {}",
+        text(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(why),
+        "UROCE_SHARDS={shards}: {}",
+        text(&o)
+    );
 }
 
 /// A sharded process where UDP 4791 of its address is bound already (here by a socket
@@ -341,27 +347,9 @@ fn a_sharded_process_does_not_join_a_group_it_does_not_own() {
     let out = holder.stdout.take().expect("the holder's stdout");
     std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).unwrap();
     assert_eq!(line.trim(), "bound");
-    let o = direct(
-        &pair,
-        0,
-        SHARDS,
-        20,
-        &["ibv_rc_pingpong", "-g", "1", "-n", "10"],
-    )
-    .output()
-    .expect("running ibv_rc_pingpong");
+    fails_at_once(&pair, SHARDS, "Couldn't create QP");
     let _ = holder.kill();
     let _ = holder.wait();
-    assert!(
-        !o.status.success() && !matches!(o.status.code(), Some(124 | 137)),
-        "{}",
-        text(&o)
-    );
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("Couldn't create QP"),
-        "{}",
-        text(&o)
-    );
 }
 
 /// `uroce run --shards N` checks N (1 to 64) and refuses AF_XDP, which gives a process
