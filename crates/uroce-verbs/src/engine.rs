@@ -522,14 +522,7 @@ impl Shared {
         let mut backoff = Duration::ZERO;
         // A datapath descriptor was readable when the thread last woke.
         let mut readable = false;
-        let mut pfds: Vec<libc::pollfd> = std::iter::once(self.wake.as_raw_fd())
-            .chain(fds)
-            .map(|fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
+        let mut pfds: Vec<libc::pollfd> = ffi::pollfds(self.wake.as_raw_fd(), fds);
         while !self.stop.load(Ordering::Acquire) {
             if Instant::now() >= next_port_check {
                 next_port_check = Instant::now() + PORT_CHECK;

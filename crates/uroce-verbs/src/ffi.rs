@@ -311,6 +311,19 @@ pub(crate) fn eventfd_read(fd: std::os::fd::RawFd) -> Result<u64, c_int> {
     }
 }
 
+/// The `pollfd`s a progress thread sleeps on: its wake-up eventfd `wake` first, then its
+/// datapath's descriptors `fds`, each for reading.
+pub(crate) fn pollfds(wake: std::os::fd::RawFd, fds: Vec<std::os::fd::RawFd>) -> Vec<libc::pollfd> {
+    std::iter::once(wake)
+        .chain(fds)
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect()
+}
+
 /// `ppoll(2)` on `pfds` for up to `timeout` (microseconds count: the progress thread's
 /// back-off is tens of them, which `poll(2)`'s milliseconds would round up to one), the
 /// signal mask left as it is: its return value.

@@ -252,14 +252,7 @@ impl Shard {
             .as_ref()
             .map(|b| b.wait_fds())
             .unwrap_or_default();
-        let mut pfds: Vec<libc::pollfd> = std::iter::once(self.wake.as_raw_fd())
-            .chain(fds)
-            .map(|fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
+        let mut pfds: Vec<libc::pollfd> = ffi::pollfds(self.wake.as_raw_fd(), fds);
         let mut last_busy = Instant::now();
         while !self.stop.load(Ordering::Acquire) {
             let now = Instant::now();
