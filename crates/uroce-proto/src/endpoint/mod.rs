@@ -127,6 +127,8 @@ pub struct Context {
     /// Start of DCQCN rate state for QPs created after `enable_dcqcn`.
     epoch: Instant,
     wcs: Vec<(CqId, WorkCompletion)>,
+    /// Completions in all the CQs, not polled yet ([`Context::completions_waiting`]).
+    held: usize,
     /// The staging list of the packet being built ([`crate::transport::Io::gather`]).
     gather: Vec<crate::mem::Span>,
     counters: ContextCounters,
@@ -157,6 +159,7 @@ impl Context {
             udp_sports: 0,
             epoch: now,
             wcs: Vec::new(),
+            held: 0,
             gather: Vec::with_capacity(crate::transport::MAX_SGE as usize),
             counters: ContextCounters::default(),
             link_local: None,
@@ -220,7 +223,11 @@ impl Context {
             let Some(c) = self.cqs.get_mut(cq.0 as usize) else {
                 continue;
             };
-            match c.offer(wc) {
+            let offer = c.offer(wc);
+            if let Offer::Queued(_) = offer {
+                self.held += 1;
+            }
+            match offer {
                 Offer::Queued(true) => self.cq_events.push_back(cq),
                 Offer::Queued(false) | Offer::Lost => {}
                 Offer::Overrun => {

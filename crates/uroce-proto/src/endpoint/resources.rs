@@ -283,6 +283,7 @@ impl Context {
             return Vec::new();
         };
         let n = max.min(c.q.len());
+        self.held -= n;
         c.q.drain(..n).collect()
     }
 
@@ -293,6 +294,7 @@ impl Context {
             return 0;
         };
         let n = max.min(c.q.len());
+        self.held -= n;
         out.extend(c.q.drain(..n));
         n
     }
@@ -504,7 +506,9 @@ impl Context {
             // restates a QP from ERR and expects its next completion to be new work's).
             for cq in [cqs.0, cqs.1] {
                 if let Some(c) = self.cqs.get_mut(cq.0 as usize) {
+                    let before = c.q.len();
                     c.q.retain(|w| w.qp_num != qpn);
+                    self.held -= before - c.q.len();
                 }
             }
         }
