@@ -365,16 +365,12 @@ impl Shared {
                 return self.start_on(inner, b, control, Vec::new());
             }
             if let Some(mut group) = sharded_backends(inner, &choice)? {
-                // Socket `shard::socket_of(s, n)` is shard `s`'s: shard 0's first.
-                let n = group.len();
-                let mut by_shard: Vec<Option<Box<dyn Backend + Send>>> =
-                    group.drain(..).map(Some).collect();
-                let mine = |s: usize, v: &mut Vec<Option<Box<dyn Backend + Send>>>| {
-                    v[crate::shard::socket_of(s, n)].take()
-                };
-                let first = mine(0, &mut by_shard).ok_or(libc::EIO)?;
-                for sh in inner.shards.clone() {
-                    let b = mine(sh.index, &mut by_shard).ok_or(libc::EIO)?;
+                // Shard `s` takes socket `shard::socket_of(s, n)`, `(s + 1) mod n`: with
+                // the group turned left by one, the `s`th.
+                group.rotate_left(1);
+                let mut group = group.into_iter();
+                let first = group.next().ok_or(libc::EIO)?;
+                for (sh, b) in inner.shards.clone().into_iter().zip(group) {
                     let name = format!("uroce-s{}-{}", sh.index, inner.device.iface());
                     if let Err(e) = sh.start(b, self.clone(), name) {
                         // None keeps its socket: the next QP's start binds a whole group
@@ -692,18 +688,7 @@ impl Inner {
     /// Hands completion events to their channels and asynchronous events to the async fd.
     fn dispatch_events(&mut self) {
         while let Some(cq) = self.uroce.poll_cq_event() {
-            // One arm, one event: the shards' copies of the CQ take theirs back, and an
-            // event another copy delivered first for this arm is the one.
-            if !self.shards.is_empty() {
-                for s in &self.shards {
-                    s.lock().uroce.disarm_cq(cq);
-                }
-                if !self.armed.remove(&cq.0) {
-                    self.uroce.ack_cq_events(cq, 1);
-                    continue;
-                }
-            }
-            if !self.deliver_cq_event(cq) {
+            if !(self.takes_the_arm(0, cq) && self.deliver_cq_event(cq)) {
                 self.uroce.ack_cq_events(cq, 1);
             }
         }
@@ -718,21 +703,30 @@ impl Inner {
         while let Some(cq) = from.poll_cq_event() {
             // Counted where the program acknowledges it: in the device's own copy.
             from.ack_cq_events(cq, 1);
-            self.uroce.disarm_cq(cq);
-            for other in self.shards.iter().filter(|o| o.index != index) {
-                other.lock().uroce.disarm_cq(cq);
-            }
-            if !self.armed.remove(&cq.0) {
-                // Another copy's event took this arm already.
-                continue;
-            }
-            if self.deliver_cq_event(cq) {
+            if self.takes_the_arm(index, cq) && self.deliver_cq_event(cq) {
                 self.uroce.count_cq_event(cq);
             }
         }
         while let Some(ev) = from.poll_async_event() {
             self.deliver_async_event(ev);
         }
+    }
+
+    /// Whether a completion event of `cq` that engine `from`'s copy raised is the one of
+    /// the CQ's arm. With shards every copy was armed: the other copies' arms are taken
+    /// back (`from`'s fired), and an event another copy raised first took the arm (one
+    /// arm, one event). With one engine, every event is its arm's.
+    fn takes_the_arm(&mut self, from: usize, cq: CqId) -> bool {
+        if self.shards.is_empty() {
+            return true;
+        }
+        if from != 0 {
+            self.uroce.disarm_cq(cq);
+        }
+        for s in self.shards.iter().filter(|s| s.index != from) {
+            s.lock().uroce.disarm_cq(cq);
+        }
+        self.armed.remove(&cq.0)
     }
 
     /// Queues a completion event of `cq` on its channel: false when it has none (a CQ
@@ -796,7 +790,7 @@ impl Inner {
     /// The engine a new QP goes to: a shard in turn when the shards have datapaths, the
     /// QP has no SRQ and no memory window was allocated; else the device's own.
     pub fn place_qp(&mut self, srq: bool) -> usize {
-        if !self.sharded || self.pinned || srq || self.shards.is_empty() {
+        if !self.sharded || self.pinned || srq {
             return 0;
         }
         self.next_shard = self.next_shard % self.shards.len() + 1;
@@ -1052,17 +1046,7 @@ fn direct_backend(inner: &Inner, choice: &str) -> Result<Box<dyn Backend + Send>
             &xdp,
         )
     };
-    // `auto` takes the faster datapath on the interface (`choice::choose`: AF_XDP on a NIC
-    // with zero-copy or native XDP, UDP on veth and other virtual links); `uroce run` and
-    // `uroce devices` say which and why.
-    let auto_udp = choice == "auto"
-        && uroce::datapath::choice::choose(iface).datapath
-            == uroce::datapath::choice::Datapath::Udp;
-    if auto_udp && holder::xdp_holder(inner.device.ifindex()).is_some() {
-        // Another process's XDP program takes every RoCE frame of the interface: a UDP
-        // socket here would receive nothing.
-        return Err(libc::EADDRINUSE);
-    }
+    let auto_udp = choice == "auto" && takes_udp(inner, choice)?;
     let xdp = match choice {
         "udp" => None,
         "auto" if auto_udp => None,
@@ -1106,6 +1090,27 @@ fn direct_backend(inner: &Inner, choice: &str) -> Result<Box<dyn Backend + Send>
     }
 }
 
+/// Whether direct mode takes the UDP backend for `choice` (`UROCE_BACKEND`): `udp`, or
+/// `auto` / `direct` where the interface makes it the faster (`choice::choose`: UDP on
+/// veth and other virtual links, AF_XDP on a NIC with zero-copy or native XDP; `uroce
+/// run` and `uroce devices` say which and why). EADDRINUSE where `auto` would take UDP
+/// but another process's XDP program takes every RoCE frame of the interface: a UDP
+/// socket here would receive nothing.
+fn takes_udp(inner: &Inner, choice: &str) -> Result<bool, c_int> {
+    match choice {
+        "udp" => Ok(true),
+        "auto" | "direct" => {
+            let udp = uroce::datapath::choice::choose(inner.device.iface()).datapath
+                == uroce::datapath::choice::Datapath::Udp;
+            if udp && holder::xdp_holder(inner.device.ifindex()).is_some() {
+                return Err(libc::EADDRINUSE);
+            }
+            Ok(udp)
+        }
+        _ => Ok(false),
+    }
+}
+
 /// The datapaths of a sharded device (`UROCE_SHARDS` > 1), one per engine, when the
 /// device is in direct mode over UDP: a steered reuseport group of sockets on its
 /// address, index `i` receiving DestQP `mod n == i` (`crate::shard`), each with its
@@ -1116,19 +1121,8 @@ fn sharded_backends(
     inner: &Inner,
     choice: &str,
 ) -> Result<Option<Vec<Box<dyn Backend + Send>>>, c_int> {
-    let udp = match choice {
-        "udp" => true,
-        "auto" | "direct" => {
-            uroce::datapath::choice::choose(inner.device.iface()).datapath
-                == uroce::datapath::choice::Datapath::Udp
-        }
-        _ => false,
-    };
-    if !udp {
+    if !takes_udp(inner, choice)? {
         return Ok(None);
-    }
-    if choice != "udp" && holder::xdp_holder(inner.device.ifindex()).is_some() {
-        return Err(libc::EADDRINUSE);
     }
     let n = inner.shards.len() as u32 + 1;
     let local = inner.uroce.config().ip;
@@ -1138,25 +1132,16 @@ fn sharded_backends(
     if holder::udp_bound(local, uroce::wire::ROCEV2_UDP_PORT) {
         return Err(libc::EADDRINUSE);
     }
-    let index = inner.device.ifindex();
-    let ll = inner.uroce.link_local().filter(|&a| IpAddr::V6(a) != local);
-    let mut with_ll = ll.is_some();
     // The sockets coalesce (UDP GRO): a run the kernel steered by its first packet may
     // hold packets of another socket's class, which `handoff` takes to their engine.
     let handoff = uroce::datapath::handoff::Group::new(n as usize).map_err(|e| errno_of(&e))?;
     let mut group: Vec<Box<dyn Backend + Send>> = Vec::with_capacity(n as usize);
+    // GID 0 is served on every socket or on none (the group's steering holds only for a
+    // whole group): as the first goes.
+    let mut with_ll = true;
     for i in 0..n {
-        let first = UdpBackend::bind_steered_coalescing(local, i, n).map_err(|e| errno_of(&e))?;
-        let mut b = BySource::new(vec![local], Box::new(first));
-        if let (Some(a), true) = (ll, with_ll) {
-            match UdpBackend::bind_link_local_steered(a, index, i, n) {
-                Ok(second) => b.add(vec![IpAddr::V6(a)], Box::new(second)),
-                // GID 0 is served on every socket or on none (the group's steering holds
-                // only for a whole group): without the first, none.
-                Err(_) if i == 0 => with_ll = false,
-                Err(e) => return Err(errno_of(&e)),
-            }
-        }
+        let (b, ll) = udp_pair(inner, Some((i, n)), with_ll).map_err(|e| errno_of(&e))?;
+        with_ll = ll;
         let member =
             uroce::datapath::handoff::Member::new(Box::new(b), i as usize, handoff.clone());
         group.push(Box::new(member));
@@ -1172,21 +1157,45 @@ fn sharded_backends(
 /// interface) the context goes on with its address alone: GID 0 is then not served
 /// (`qp::remote_of` refuses it).
 fn udp_backend(inner: &Inner) -> std::io::Result<Box<dyn Backend + Send>> {
+    udp_pair(inner, None, true).map(|(b, _)| Box::new(b) as Box<dyn Backend + Send>)
+}
+
+/// The socket on the context's address and, with `link_local`, the one on the
+/// interface's link-local address beside it (`udp_backend`); with `steer` = (i, n), each
+/// is socket `i` of a steered group of `n` that coalesces (`sharded_backends`), and the
+/// link-local one is needed once socket 0 had it (its failure is then the error).
+/// Whether the link-local socket is there.
+fn udp_pair(
+    inner: &Inner,
+    steer: Option<(u32, u32)>,
+    link_local: bool,
+) -> std::io::Result<(BySource, bool)> {
     let local = inner.uroce.config().ip;
     let index = inner.device.ifindex();
-    let bind = |ip: IpAddr| match ip {
-        IpAddr::V6(a) if a.is_unicast_link_local() => UdpBackend::bind_link_local(a, index),
-        a => UdpBackend::bind(a),
-    };
-    let mut b = BySource::new(vec![local], Box::new(bind(local)?));
-    if let Some(ll) = inner.uroce.link_local().map(IpAddr::V6) {
-        if ll != local {
-            if let Ok(second) = bind(ll) {
-                b.add(vec![ll], Box::new(second));
-            }
+    let first = match (steer, local) {
+        (Some((i, n)), a) => UdpBackend::bind_steered_coalescing(a, i, n)?,
+        (None, IpAddr::V6(a)) if a.is_unicast_link_local() => {
+            UdpBackend::bind_link_local(a, index)?
         }
+        (None, a) => UdpBackend::bind(a)?,
+    };
+    let mut b = BySource::new(vec![local], Box::new(first));
+    let ll = inner.uroce.link_local().filter(|&a| IpAddr::V6(a) != local);
+    let Some(a) = ll.filter(|_| link_local) else {
+        return Ok((b, false));
+    };
+    let second = match steer {
+        Some((i, n)) => UdpBackend::bind_link_local_steered(a, index, i, n),
+        None => UdpBackend::bind_link_local(a, index),
+    };
+    match second {
+        Ok(second) => {
+            b.add(vec![IpAddr::V6(a)], Box::new(second));
+            Ok((b, true))
+        }
+        Err(e) if steer.is_some_and(|(i, _)| i > 0) => Err(e),
+        Err(_) => Ok((b, false)),
     }
-    Ok(Box::new(b))
 }
 
 #[cfg(test)]
