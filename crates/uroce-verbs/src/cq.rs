@@ -190,11 +190,10 @@ pub(crate) fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         };
         // Never below what the CQ holds, counted over every shard's copy (each copy
         // checks only its own).
-        let mut held = inner.uroce.cq_held(e.id);
-        let _ = inner.mirror(|c| {
-            held += c.cq_held(e.id);
-            Ok::<(), ()>(())
-        });
+        let held = inner.uroce.cq_held(e.id)
+            + (inner.shards.iter())
+                .map(|s| s.lock().uroce.cq_held(e.id))
+                .sum::<usize>();
         let depth = uroce::verbs::Context::cq_depth_for(cqe).map_or(0, |d| d as usize);
         if depth < held {
             return EINVAL;

@@ -446,6 +446,28 @@ impl Shared {
         }
     }
 
+    /// After a post or modify on a QP of engine `shard`, with the device's lock `g`: what
+    /// became sendable goes to the datapath and the events it raised (flush completions on
+    /// an armed CQ) to their channels. On the device's own engine, for a send (`sends`),
+    /// the progress thread is told ([`Shared::after_post`]); a shard's packets go out
+    /// under its lock alone, after the device's is let go.
+    pub fn finish_post(&self, mut g: MutexGuard<'_, Inner>, shard: usize, sends: bool) {
+        match shard.checked_sub(1).and_then(|k| g.shards.get(k)).cloned() {
+            None => {
+                g.pump(false);
+                if sends {
+                    self.after_post(&g);
+                }
+            }
+            Some(sh) => {
+                drop(g);
+                if sh.after_post(&mut sh.lock()) {
+                    self.take_shard_events(&sh);
+                }
+            }
+        }
+    }
+
     /// Hands the completion and asynchronous events shard `shard` found to their
     /// channels and the async fd (its thread, after a pump, without its lock).
     pub fn take_shard_events(&self, shard: &Shard) {
@@ -795,17 +817,6 @@ impl Inner {
         }
         self.next_shard = self.next_shard % self.shards.len() + 1;
         self.next_shard
-    }
-
-    /// After a change on a QP of shard `k` (a modify): its packets go out now, and the
-    /// events it raised (flush completions on an armed CQ) go to their channels.
-    pub fn shard_after_post(&mut self, k: usize) {
-        if let Some(s) = k.checked_sub(1).and_then(|i| self.shards.get(i)).cloned() {
-            let mut st = s.lock();
-            if s.after_post(&mut st) {
-                self.take_events_of(s.index, &mut st.uroce);
-            }
-        }
     }
 
     /// Whether any QP lives on a shard.

@@ -432,7 +432,7 @@ pub(crate) fn modify_qp(qp: *mut ibv_qp, attr: Option<ibv_qp_attr>, mask: c_int)
     };
     let mut g = shared.lock();
     let inner = &mut *g;
-    {
+    let (r, shard) = {
         let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
             return EINVAL;
         };
@@ -458,15 +458,13 @@ pub(crate) fn modify_qp(qp: *mut ibv_qp, attr: Option<ibv_qp_attr>, mask: c_int)
                         q.state = state_code(s);
                     }
                 }
-                match e.shard {
-                    0 => inner.pump(false),
-                    k => inner.shard_after_post(k),
-                }
-                0
+                (0, e.shard)
             }
-            Err(e) => e.errno(),
+            Err(err) => return err.errno(),
         }
-    }
+    };
+    shared.finish_post(g, shard, false);
+    r
 }
 
 /// `ibv_query_qp`: the QP's attributes (all of them, whatever `mask` asks) and what it
@@ -832,11 +830,8 @@ fn post_list<W: crate::ffi::WorkRequest>(
     r
 }
 
-/// [`post_list`] on a QP of engine `shard`, then, on the device's own engine, for sends
-/// (`sends`), what a post tells its progress thread
-/// ([`crate::engine::Shared::after_post`]). A shard's packets go out under its lock
-/// alone, after the device's (`g`) is let go, and the events the post raised go to their
-/// channels.
+/// Posts each request of `list` on a QP of engine `shard` with `one`, as [`post_list`],
+/// then [`crate::engine::Shared::finish_post`] (`sends`: a send queue's).
 fn post_list_on<W: crate::ffi::WorkRequest>(
     shared: &crate::engine::Shared,
     mut g: std::sync::MutexGuard<'_, Inner>,
@@ -844,19 +839,8 @@ fn post_list_on<W: crate::ffi::WorkRequest>(
     list: WrList<W>,
     mut one: impl FnMut(&mut Inner, Wr<'_, W>) -> Result<(), c_int>,
 ) -> c_int {
-    let Some(sh) = shard.checked_sub(1).and_then(|k| g.shards.get(k)).cloned() else {
-        let r = post_list(&mut g, list, one);
-        if sends {
-            shared.after_post(&g);
-        }
-        return r;
-    };
     let r = list.each(|w| one(&mut g, w));
-    drop(g);
-    let events = sh.after_post(&mut sh.lock());
-    if events {
-        shared.take_shard_events(&sh);
-    }
+    shared.finish_post(g, shard, sends);
     r
 }
 

@@ -597,20 +597,7 @@ fn post_batch(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, wrs: &[ExWr]) -> c_in
             break;
         }
     }
-    match e.shard {
-        0 => {
-            inner.pump(false);
-            shared.after_post(&g);
-        }
-        k => {
-            let sh = inner.shards[k - 1].clone();
-            drop(g);
-            let events = sh.after_post(&mut sh.lock());
-            if events {
-                shared.take_shard_events(&sh);
-            }
-        }
-    }
+    shared.finish_post(g, e.shard, true);
     r
 }
 

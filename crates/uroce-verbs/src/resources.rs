@@ -98,10 +98,9 @@ pub fn access_bits(a: Access) -> c_uint {
 pub(crate) fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     let made = with_inner(ctx, |inner| {
         let id = inner.uroce.alloc_pd();
-        let _ = inner.mirror(|c| {
-            c.mirror_pd(id);
-            Ok::<(), ()>(())
-        });
+        for s in &inner.shards {
+            s.lock().uroce.mirror_pd(id);
+        }
         let pd = Box::into_raw(Box::new(ibv_pd {
             context: ctx,
             handle: id.0,
