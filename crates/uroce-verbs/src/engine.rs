@@ -1136,13 +1136,9 @@ fn sharded_backends(
         return Ok(None);
     }
     let n = inner.shards.len() as u32 + 1;
-    let local = inner.uroce.config().ip;
-    // The port held already (another uroce process in direct mode, rdma_rxe's socket):
-    // EADDRINUSE, as a plain bind would be. A reuseport group would take our sockets in
-    // beside another process's of the same user, and the steering would mix them.
-    if holder::udp_bound(local, uroce::wire::ROCEV2_UDP_PORT) {
-        return Err(libc::EADDRINUSE);
-    }
+    // The port held already (another uroce process in direct mode, rdma_rxe's socket)
+    // is EADDRINUSE, as a plain bind would be: the group's first socket asks
+    // (`holder::udp_bound`).
     // The sockets coalesce (UDP GRO): a run the kernel steered by its first packet may
     // hold packets of another socket's class, which `handoff` takes to their engine.
     let handoff = uroce::datapath::handoff::Group::new(n as usize).map_err(|e| errno_of(&e))?;

@@ -185,6 +185,16 @@ pub fn run_cmd(mut a: Args) -> anyhow::Result<ExitCode> {
     if a.backend == "auto" {
         for i in device_interfaces(a.iface.as_deref()) {
             eprintln!("uroce run: {i}: {}", auto_line(&i, &missing));
+            let shards = a.shards.unwrap_or(1);
+            if shards > 1
+                && uroce::datapath::choice::choose(&i).datapath
+                    != uroce::datapath::choice::Datapath::Udp
+            {
+                eprintln!(
+                    "uroce run: {i}: --shards {shards} applies over the UDP backend only; \
+                     auto takes AF_XDP here (one engine): --backend udp for {shards}"
+                );
+            }
         }
     } else if a.backend == "xdp" && !missing.is_empty() {
         bail!(
@@ -233,17 +243,6 @@ pub fn run_cmd(mut a: Args) -> anyhow::Result<ExitCode> {
     }
     if let Some(n) = a.shards {
         cmd.env("UROCE_SHARDS", n.to_string());
-        if n > 1 && a.backend == "auto" {
-            for i in device_interfaces(a.iface.as_deref()) {
-                if uroce::datapath::choice::choose(&i).datapath
-                    != uroce::datapath::choice::Datapath::Udp
-                {
-                    eprintln!(
-                        "uroce run: {i}: --shards {n} applies over the UDP backend only;                          auto takes AF_XDP here (one engine): --backend udp for {n}"
-                    );
-                }
-            }
-        }
     }
     if let Some(lib) = nccl_ibverbs_lib(&dir, std::env::var_os("NCCL_IBVERBS_LIB")) {
         cmd.env("NCCL_IBVERBS_LIB", lib);

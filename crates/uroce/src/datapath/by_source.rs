@@ -230,6 +230,10 @@ impl Backend for BySource {
                 return Err(e);
             }
         }
+        if r == 0 {
+            // The wait ran out with nothing readable: no part has anything to ask for.
+            return Ok(0);
+        }
         self.receive_each(max, true, handle)
     }
 

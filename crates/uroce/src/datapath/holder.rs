@@ -140,22 +140,27 @@ pub fn retry_while_letting_go<T>(
     r
 }
 
+/// The inodes of the sockets bound to UDP `port` on `local` (or the wildcard) in the
+/// caller's namespace (none when the table cannot be read).
+fn bound_inodes(local: IpAddr, port: u16) -> Vec<u64> {
+    let table = if local.is_ipv4() { "udp" } else { "udp6" };
+    fs::read_to_string(Path::new("/proc/thread-self/net").join(table))
+        .map(|text| udp_inodes(&text, local, port))
+        .unwrap_or_default()
+}
+
 /// Whether a socket (of any process, or the kernel's) is bound to UDP `port` on `local`
 /// (or the wildcard) in the caller's namespace. A SO_REUSEPORT group of the same user
 /// takes more members without an error, so a group that must be a process's own asks
-/// this before it binds.
+/// this before it binds (`udp::bind_classes`, `UdpBackend::bind_steered`).
 pub fn udp_bound(local: IpAddr, port: u16) -> bool {
-    let table = if local.is_ipv4() { "udp" } else { "udp6" };
-    fs::read_to_string(Path::new("/proc/thread-self/net").join(table))
-        .is_ok_and(|text| !udp_inodes(&text, local, port).is_empty())
+    !bound_inodes(local, port).is_empty()
 }
 
 /// The process holding UDP `port` on `local` (or the wildcard) in the caller's
 /// namespace, if one can be seen.
 pub fn udp_holder(local: IpAddr, port: u16) -> Option<Holder> {
-    let table = if local.is_ipv4() { "udp" } else { "udp6" };
-    let text = fs::read_to_string(Path::new("/proc/thread-self/net").join(table)).ok()?;
-    let inodes = udp_inodes(&text, local, port);
+    let inodes = bound_inodes(local, port);
     if inodes.is_empty() {
         return None;
     }

@@ -134,7 +134,7 @@ pub fn bind_classes(local: IpAddr) -> io::Result<Vec<UdpSocket>> {
     let addr = SocketAddr::new(local, wire::ROCEV2_UDP_PORT);
     let mut v = Vec::with_capacity(CLASSES as usize);
     for k in 0..CLASSES {
-        let s = bind_reuseport(addr).map_err(|e| bind_error(addr, e))?;
+        let s = bind_group_member(addr, k).map_err(|e| bind_error(addr, e))?;
         if k == 0 {
             attach_qpn_steering(s.as_raw_fd(), Steer::Shift(CLASS_SHIFT))?;
         } else {
@@ -173,6 +173,17 @@ pub fn drain_socket(sock: &UdpSocket) {
 
 /// The error of a failed bind of port 4791 on `addr`, saying who holds it when it is
 /// taken (another uroce process on this address).
+/// Member `index` of a reuseport group on `addr` (SO_REUSEPORT, no freebind); the first
+/// is refused (AddrInUse) where a socket is bound to the port already: a group of the
+/// same user would take ours in beside its own without an error, and the steering
+/// program would then number the sockets of both.
+fn bind_group_member(addr: SocketAddr, index: u32) -> io::Result<UdpSocket> {
+    if index == 0 && super::holder::udp_bound(addr.ip(), addr.port()) {
+        return Err(io::ErrorKind::AddrInUse.into());
+    }
+    bind_reuseport(addr)
+}
+
 fn bind_error(addr: SocketAddr, e: io::Error) -> io::Error {
     let by = if e.kind() == io::ErrorKind::AddrInUse {
         super::holder::held_by(super::holder::udp_holder(addr.ip(), addr.port()))
@@ -390,7 +401,13 @@ impl UdpBackend {
             ));
         }
         let addr = SocketAddr::V6(SocketAddrV6::new(local, wire::ROCEV2_UDP_PORT, 0, ifindex));
-        let rx = bind_with(addr, steer.is_some(), true).map_err(|e| bind_error(addr, e))?;
+        let rx = match steer {
+            Some((0, _)) if super::holder::udp_bound(IpAddr::V6(local), addr.port()) => {
+                Err(io::ErrorKind::AddrInUse.into())
+            }
+            _ => bind_with(addr, steer.is_some(), true),
+        }
+        .map_err(|e| bind_error(addr, e))?;
         if let Some((0, count)) = steer {
             attach_qpn_steering(rx.as_raw_fd(), Steer::Modulo(count.max(1)))?;
         }
@@ -442,9 +459,7 @@ impl UdpBackend {
     fn steered(local: IpAddr, index: u32, count: u32, gro: bool) -> io::Result<Self> {
         check_local(local)?;
         let addr = SocketAddr::new(local, wire::ROCEV2_UDP_PORT);
-        let rx = bind_reuseport(addr).map_err(|e| {
-            io::Error::new(e.kind(), format!("binding UDP {addr} (reuseport): {e}"))
-        })?;
+        let rx = bind_group_member(addr, index).map_err(|e| bind_error(addr, e))?;
         if index == 0 {
             attach_qpn_steering(rx.as_raw_fd(), Steer::Modulo(count.max(1)))?;
         }

@@ -108,8 +108,11 @@ struct Fast {
     /// one they would send there, so such a process sends through the rings).
     sends: bool,
     /// A packet built into the socket's buffer that belongs to the rings, waiting for a
-    /// free slot (the rings were full when it was built).
-    held: Option<(Transmit, Vec<u8>)>,
+    /// free slot (the rings were full when it was built); its bytes are in `moved`.
+    held: Option<Transmit>,
+    /// The bytes of such a packet, copied out of the socket's buffer (kept for the next,
+    /// so that link-local traffic, which all takes this way, allocates nothing).
+    moved: Vec<u8>,
 }
 
 impl std::fmt::Debug for Fast {
@@ -201,6 +204,7 @@ impl DaemonBackend {
                     addr,
                     sends: proto::netns_id().is_ok_and(|me| me == netns),
                     held: None,
+                    moved: Vec::new(),
                 })
             }
             None => None,
@@ -322,19 +326,23 @@ impl DaemonBackend {
 
     /// Moves a packet held for the rings into them: false while they are full.
     fn send_held(&mut self) -> io::Result<bool> {
-        let Some((t, bytes)) = self.fast.as_mut().and_then(|f| f.held.take()) else {
+        let Some(f) = self.fast.as_mut() else {
             return Ok(true);
         };
+        let Some(t) = f.held.take() else {
+            return Ok(true);
+        };
+        let bytes = std::mem::take(&mut f.moved);
         let r = self.ring_send_with(&mut |buf| {
             buf[..bytes.len()].copy_from_slice(&bytes);
             Some(t)
         });
+        let f = self.fast.as_mut().expect("fast");
+        f.moved = bytes;
         match r {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if let Some(f) = self.fast.as_mut() {
-                    f.held = Some((t, bytes));
-                }
+                f.held = Some(t);
                 Ok(false)
             }
             Err(e) => Err(e),
@@ -408,12 +416,15 @@ impl Backend for DaemonBackend {
         }
         let addr = f.addr;
         let mut held = None;
+        let moved = &mut f.moved;
         let queued = f.udp.send_with(&mut |buf| {
             let t = build(buf)?;
             if takes_fast_path(&t, &buf[..t.len], addr) {
                 Some(t)
             } else {
-                held = Some((t, buf[..t.len.min(MAX_FRAME)].to_vec()));
+                moved.clear();
+                moved.extend_from_slice(&buf[..t.len.min(MAX_FRAME)]);
+                held = Some(t);
                 None
             }
         })?;
@@ -473,14 +484,21 @@ impl Backend for DaemonBackend {
     ) -> io::Result<usize> {
         let mut got = 0;
         if let Some(f) = self.fast.as_mut() {
-            // The socket first, without waiting: it carries the data.
+            // The socket first, without waiting: it carries the data. The rings after it
+            // even so (their packets, QP 1's and those from other addresses, must not
+            // wait for the data to stop).
             got = f.udp.receive(Duration::ZERO, max, handle)?;
-            if got > 0 || max == 0 {
-                return Ok(got);
+            if max == 0 {
+                return Ok(0);
             }
-            if !timeout.is_zero() {
-                // Wait for either: the socket or the daemon's doorbell (QP 1's packets).
-                let _ = self.region.ring(Dir::ToProcess).prepare_sleep();
+            // Wait for either, the socket or the daemon's doorbell, when neither has
+            // anything (the rings' answer is the one `prepare_sleep` gives).
+            let idle = got == 0
+                && !timeout.is_zero()
+                && (self.region.ring(Dir::ToProcess))
+                    .prepare_sleep()
+                    .map_err(ring_error)?;
+            if idle {
                 self.armed = true;
                 let mut fds: Vec<libc::pollfd> = f
                     .udp
