@@ -138,8 +138,9 @@ fn ib_write_lat_on_three_shards() {
     latency("ib_write_lat", "shl");
 }
 
-/// `ibv_rc_pingpong` (polling, and waiting on a completion channel) and
-/// `ibv_ud_pingpong` (`-c`: each checks the data it receives).
+/// `ibv_rc_pingpong` (polling, and waiting on a completion channel), `ibv_ud_pingpong`
+/// and `ibv_srq_pingpong` (`-c`: each checks the data it receives; the SRQ's QPs on
+/// shard 0).
 #[test]
 fn rc_and_ud_pingpong_on_three_shards() {
     if !can_run(&["ibv_rc_pingpong"]) {
@@ -166,6 +167,12 @@ fn rc_and_ud_pingpong_on_three_shards() {
     } else {
         eprintln!("SKIP (part): ibv_ud_pingpong is not installed");
     }
+    let srq: &[&str] = &["ibv_srq_pingpong", "-g", "1", "-n", "200", "-c"];
+    if common::have("ibv_srq_pingpong") {
+        cases.push(srq);
+    } else {
+        eprintln!("SKIP (part): ibv_srq_pingpong is not installed");
+    }
     for args in cases {
         let (s, c) = sharded(&pair, args);
         for o in [&s, &c] {
@@ -176,7 +183,29 @@ fn rc_and_ud_pingpong_on_three_shards() {
                 text(o)
             );
         }
+        if args == srq {
+            // QPs on an SRQ stay on shard 0: their QPNs are of its socket's class,
+            // DestQP mod 3 = 1 (QP 1's).
+            for o in [&s, &c] {
+                let qpns = local_qpns(o);
+                assert!(!qpns.is_empty(), "{}", text(o));
+                assert!(qpns.iter().all(|q| q % 3 == 1), "{qpns:x?}: {}", text(o));
+            }
+        }
     }
+}
+
+/// The QPNs an rdma-core example prints for its own QPs ("local address: ..., QPN
+/// 0x..., ...").
+fn local_qpns(o: &Output) -> Vec<u32> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.contains("local address"))
+        .filter_map(|l| {
+            let hex = l.split("QPN 0x").nth(1)?.split(',').next()?;
+            u32::from_str_radix(hex.trim(), 16).ok()
+        })
+        .collect()
 }
 
 /// The `uroce` threads (progress threads: `uroce-<iface>` unsharded, one per shard
