@@ -82,14 +82,10 @@ fn show(l: &Link, verbose: bool) {
     }
     if verbose {
         println!("    backends: {}", backends(l));
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
-        let missing: &[&str] = if root {
-            &[]
-        } else {
-            &["CAP_BPF", "CAP_NET_ADMIN", "CAP_NET_RAW"]
-        };
-        println!("    {}", super::run::auto_line(&l.name, missing));
+        let missing = super::run::cap_eff()
+            .map(super::run::missing_for_xdp)
+            .unwrap_or_default();
+        println!("    {}", super::run::auto_line(&l.name, &missing));
         let daemon = if uroce_tools::daemon_start::running(&l.name) {
             "uroce daemon serving it (programs share its datapath)"
         } else {

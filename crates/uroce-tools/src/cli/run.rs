@@ -129,7 +129,7 @@ pub fn nccl_ibverbs_lib(dir: &Path, current: Option<OsString>) -> Option<PathBuf
 }
 
 /// This process's effective capabilities.
-fn cap_eff() -> Option<u64> {
+pub fn cap_eff() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
     u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()

@@ -110,16 +110,6 @@ impl BySource {
             }
         }
     }
-
-    /// How many backends it holds.
-    pub fn len(&self) -> usize {
-        self.backends.len()
-    }
-
-    /// Whether it holds none (never: [`BySource::new`] takes the first).
-    pub fn is_empty(&self) -> bool {
-        self.backends.is_empty()
-    }
 }
 
 impl Backend for BySource {

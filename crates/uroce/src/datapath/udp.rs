@@ -137,12 +137,8 @@ pub fn bind_classes(local: IpAddr) -> io::Result<Vec<UdpSocket>> {
         let s = bind_group_member(addr, k).map_err(|e| bind_error(addr, e))?;
         if k == 0 {
             attach_qpn_steering(s.as_raw_fd(), Steer::Shift(CLASS_SHIFT))?;
-        } else {
-            let fd = s.as_raw_fd();
-            let big = 16 << 20;
-            if setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, big).is_err() {
-                let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, big);
-            }
+        } else if !force_rcvbuf(s.as_raw_fd(), 16 << 20) {
+            let _ = setsockopt_int(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 16 << 20);
         }
         v.push(s);
     }
@@ -173,6 +169,12 @@ pub fn drain_socket(sock: &UdpSocket) {
 
 /// The error of a failed bind of port 4791 on `addr`, saying who holds it when it is
 /// taken (another uroce process on this address).
+/// Sets the receive buffer of `fd` to `bytes` past `net.core.rmem_max`
+/// (SO_RCVBUFFORCE, CAP_NET_ADMIN): whether it could.
+fn force_rcvbuf(fd: i32, bytes: i32) -> bool {
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, bytes).is_ok()
+}
+
 /// Member `index` of a reuseport group on `addr` (SO_REUSEPORT, no freebind); the first
 /// is refused (AddrInUse) where a socket is bound to the port already: a group of the
 /// same user would take ours in beside its own without an error, and the steering
@@ -490,12 +492,13 @@ impl UdpBackend {
             .and_then(|v| v.parse::<i32>().ok())
             .unwrap_or(16 << 20);
         // A socket handed over already as deep (the daemon's, forced as root) is left as
-        // it is: SO_RCVBUF would cut it down to rmem_max.
-        let deep =
-            getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).is_ok_and(|v| v / 2 >= big);
-        let forced = deep
-            || std::env::var_os("UROCE_UDP_RCVBUF").is_none()
-                && setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, big).is_ok();
+        // it is: SO_RCVBUF would cut it down to rmem_max. (Not when UROCE_UDP_RCVBUF asks
+        // for a size: a fresh socket's default may be deeper than that, and the size asked
+        // is what is tested.)
+        let asked = std::env::var_os("UROCE_UDP_RCVBUF").is_some();
+        let deep = !asked
+            && getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).is_ok_and(|v| v / 2 >= big);
+        let forced = deep || !asked && force_rcvbuf(fd, big);
         if !forced {
             let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, big);
         }

@@ -234,11 +234,9 @@ pub fn interface_with_address(ip: IpAddr) -> Result<InterfaceInfo, NetError> {
 /// ff:fe in the middle, the universal/local bit flipped): the address an interface gets
 /// by default, and a RoCE device's default GID (GID 0).
 pub fn eui64_link_local(mac: [u8; 6]) -> std::net::Ipv6Addr {
-    let m = mac;
-    let mut o = [0u8; 16];
-    o[..2].copy_from_slice(&[0xfe, 0x80]);
-    o[8..].copy_from_slice(&[m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]);
-    std::net::Ipv6Addr::from(o)
+    // The interface id is the CA GUID a RoCE device derives from its MAC.
+    let id = crate::cm::ca_guid_from_mac(mac);
+    std::net::Ipv6Addr::from((0xfe80u128 << 112) | u128::from(id))
 }
 
 /// The index of interface `iface` (if_nametoindex(3)), without a netlink round trip.
