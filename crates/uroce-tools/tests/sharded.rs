@@ -10,7 +10,8 @@
 //! `uroce run --backend udp --no-daemon` (`UROCE_BACKEND=udp`: direct mode, no daemon)
 //! with `UROCE_SHARDS=3`: every one completes at both ends; while `ib_write_bw -q 4`
 //! runs, the server has more than one uroce progress thread; and a bad `UROCE_SHARDS`
-//! makes a program fail at once, not hang. Nothing here is timed (DESIGN.md: never a timed
+//! makes a program fail at once, not hang. `tests/c/threads.c` runs four threads posting
+//! and polling at once on QPs of both data shards. Nothing here is timed (DESIGN.md: never a timed
 //! test). Root, iproute2, perftest and ibverbs-utils (scripts/setup.sh installs them);
 //! each case says why and skips otherwise. `cargo build` first: `uroce run` takes the
 //! libraries from next to the uroce binary.
@@ -192,6 +193,46 @@ fn rc_and_ud_pingpong_on_three_shards() {
                 assert!(qpns.iter().all(|q| q % 3 == 1), "{qpns:x?}: {}", text(o));
             }
         }
+    }
+}
+
+/// `tests/c/threads.c` in one namespace, one process, `UROCE_SHARDS=3`: four threads, each
+/// with its own CQ and two RC QPs connected to each other, post and poll at once (inline
+/// SENDs, 4 KiB RDMA WRITEs with immediate) and check every byte. Each thread's QPs are
+/// one on each data shard (their QPNs in the two data classes), so the threads' posts and
+/// polls run on both shards side by side, without the device's lock, and their inline
+/// data is staged in each shard's own slot (a slot shared by two shards garbles messages
+/// here).
+#[test]
+fn threads_post_and_poll_side_by_side_on_two_shards() {
+    if !can_run(&[]) {
+        return;
+    }
+    let Some(exe) = common::c_program("threads") else {
+        return;
+    };
+    let pair = VethPair::create("sht", 1500).unwrap();
+    let exe = exe.to_str().unwrap();
+    let args = [exe, "--threads", "4", "--iters", "2000"];
+    let o = direct(&pair, 0, SHARDS, 120, &args).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("threads: 4 x 2000 ok"),
+        "{}",
+        text(&o)
+    );
+    // "thread T: QPN A 0x.. B 0x..": A and B in different classes, neither shard 0's (1).
+    let classes: Vec<(u32, u32)> = out
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let qpn = |s: &str| u32::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+            Some((qpn(w.get(4)?)? % 3, qpn(w.get(6)?)? % 3))
+        })
+        .collect();
+    assert_eq!(classes.len(), 4, "{}", text(&o));
+    for (a, b) in classes {
+        assert!(a != b && a != 1 && b != 1, "{}", text(&o));
     }
 }
 

@@ -84,6 +84,9 @@ pub(crate) fn create_ah(pd: *mut ibv_pd, attr: Option<ibv_ah_attr>) -> *mut ibv_
                 pd: pd as usize,
             },
         );
+        if let Some(mut r) = inner.routes_mut() {
+            r.ahs.insert(ah as usize, remote);
+        }
         own(ah, ctx);
         Ok(ah)
     })();

@@ -118,6 +118,10 @@ pub(crate) fn create_cq(
         };
         let c = Box::into_raw(Box::new(obj)).cast::<ibv_cq>();
         inner.cqs.insert(c as usize, CqEntry { id, channel: ch });
+        if let Some(mut r) = inner.routes_mut() {
+            let route = crate::routes::CqRoute { id, on_zero: false };
+            r.cqs.insert(c as usize, route);
+        }
         inner.cq_by_id.insert(id.0, c as usize);
         if let Some(ch) = channel_object(inner, channel) {
             ch.refcnt += 1;
@@ -329,6 +333,10 @@ fn poll_with(
     let Some(shared) = shared_of(ctx) else {
         return -1;
     };
+    // A CQ only engine shards feed: their copies, without the device's lock.
+    if let Some(got) = shared.poll_on_shards(cq as usize, n, |i, w| out(i, wc_of(w))) {
+        return got as c_int;
+    }
     let mut g = shared.lock();
     let Some(e) = g.cqs.get(&(cq as usize)).copied() else {
         return -1;

@@ -38,7 +38,7 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -55,6 +55,7 @@ use crate::abi::{ibv_async_event, ibv_async_event_element, ibv_cq, ibv_qp, ibv_s
 use crate::device::Device;
 use crate::ffi;
 use crate::loopback::Loopback;
+use crate::routes::{RouteTable, Routes};
 use crate::shard::Shard;
 
 /// The environment variable that picks the datapath.
@@ -204,6 +205,8 @@ pub(crate) struct Inner {
     /// armed; the first event delivered takes the arm, and an event of another copy that
     /// fired meanwhile is dropped: one arm, one event.
     pub armed: std::collections::HashSet<u32>,
+    /// With shards: what their posts and polls look up without this lock.
+    pub routes: RouteTable,
 }
 
 /// An open device's state, shared by the program's threads and the progress thread.
@@ -223,6 +226,13 @@ pub(crate) struct Shared {
     /// When the program last polled a CQ (an empty poll moves packets), in nanoseconds
     /// since `epoch`; 0 for never. Atomic, so the progress thread looks without the lock.
     app_polled: AtomicU64,
+    /// The engine shards (as [`Inner::shards`]), for the posts and polls that reach them
+    /// without the device's lock.
+    shards: Vec<Arc<Shard>>,
+    /// What those posts and polls look up (as [`Inner::routes`]).
+    routes: RouteTable,
+    /// The shard copy a poll without the device's lock looks at first, in turn.
+    poll_turn: AtomicUsize,
 }
 
 /// A new non-blocking eventfd (a read takes the whole count).
@@ -259,6 +269,7 @@ impl Shared {
         shards: Vec<Arc<Shard>>,
     ) -> std::io::Result<Self> {
         let async_fd = semaphore()?;
+        let routes = RouteTable::default();
         Ok(Self {
             inner: Mutex::new(Inner {
                 async_fd: async_fd.as_raw_fd(),
@@ -282,12 +293,13 @@ impl Shared {
                 daemon: None,
                 qpns: (0, 0),
                 sleep_until: None,
-                shards,
+                shards: shards.clone(),
                 sharded: false,
                 pinned: false,
                 next_shard: 0,
                 poll_turn: 0,
                 armed: Default::default(),
+                routes: routes.clone(),
             }),
             wake: ffi::eventfd(libc::EFD_NONBLOCK)?,
             async_fd,
@@ -295,6 +307,9 @@ impl Shared {
             stop: AtomicBool::new(false),
             epoch: Instant::now(),
             app_polled: AtomicU64::new(0),
+            shards,
+            routes,
+            poll_turn: AtomicUsize::new(0),
         })
     }
 
@@ -365,6 +380,8 @@ impl Shared {
                 return self.start_on(inner, b, control, Vec::new());
             }
             if let Some(mut group) = sharded_backends(inner, &choice)? {
+                // Each engine's posts stage inline data in a slot of their own.
+                crate::post::inline_stage(inner)?;
                 // Shard `s` takes socket `shard::socket_of(s, n)`, `(s + 1) mod n`: with
                 // the group turned left by one, the `s`th.
                 group.rotate_left(1);
@@ -466,6 +483,73 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Runs `f` on the context of QP `qp` (an `ibv_qp`'s address) when it lives on an
+    /// engine shard, under that shard's lock alone, with the routes read; then what it
+    /// made sendable goes to the shard's datapath and its events to their channels, as
+    /// [`Shared::finish_post`] does. None when the QP is not a shard's: the caller takes
+    /// the device's lock.
+    pub fn on_shard<R>(
+        &self,
+        qp: usize,
+        f: impl FnOnce(&Routes, QpEntry, &mut uroce::verbs::Context) -> R,
+    ) -> Option<R> {
+        if self.shards.is_empty() {
+            return None;
+        }
+        let routes = self.routes.read();
+        let e = *routes.qps.get(&qp)?;
+        let sh = self.shards.get(e.shard.checked_sub(1)?)?;
+        let mut st = sh.lock();
+        let r = f(&routes, e, &mut st.uroce);
+        let events = sh.after_post(&mut st);
+        drop(st);
+        drop(routes);
+        if events {
+            self.take_shard_events(sh);
+        }
+        Some(r)
+    }
+
+    /// Polls CQ `cq` (an `ibv_cq`'s address) without the device's lock when only the
+    /// shards feed it (no QP of the device's own engine ever used it): up to `n`
+    /// completions, each given to `out` with its index, and their number. None when the
+    /// device's own copy may hold some, or `cq` is not known here: the caller takes the
+    /// device's lock.
+    pub fn poll_on_shards(
+        &self,
+        cq: usize,
+        n: usize,
+        mut out: impl FnMut(usize, &WorkCompletion),
+    ) -> Option<usize> {
+        if self.shards.is_empty() {
+            return None;
+        }
+        let route = *self.routes.read().cqs.get(&cq)?;
+        if route.on_zero {
+            return None;
+        }
+        thread_local! {
+            /// Completions taken by a poll without the device's lock (no allocation per
+            /// poll once grown).
+            static SCRATCH: std::cell::RefCell<Vec<WorkCompletion>> =
+                const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let turn = self.poll_turn.fetch_add(1, Ordering::Relaxed);
+        let (got, events) = SCRATCH.with(|s| {
+            let mut wcs = s.borrow_mut();
+            wcs.clear();
+            let events = crate::shard::poll_copies(&self.shards, turn, route.id, n, &mut wcs);
+            for (i, w) in wcs.iter().enumerate() {
+                out(i, w);
+            }
+            (wcs.len(), events)
+        });
+        for s in self.shards.iter().filter(|s| events & (1 << s.index) != 0) {
+            self.take_shard_events(s);
+        }
+        Some(got)
     }
 
     /// Hands the completion and asynchronous events shard `shard` found to their
@@ -797,6 +881,12 @@ impl Inner {
         }
     }
 
+    /// The route table, for a change, when the device has shards (no shard's lock
+    /// held: `crate::routes`' lock order).
+    pub fn routes_mut(&self) -> Option<std::sync::RwLockWriteGuard<'_, Routes>> {
+        (!self.shards.is_empty()).then(|| self.routes.write())
+    }
+
     /// Runs `f` on every shard's context (after the device's own was changed the same
     /// way): the first error, if any.
     pub fn mirror<E>(
@@ -824,53 +914,21 @@ impl Inner {
         self.qps.values().any(|e| e.shard != 0)
     }
 
-    /// Takes up to `n - inner.wcs.len()` completions of `cq` from the shards' copies,
-    /// starting at a different copy each time. A shard that says it holds completions
-    /// ([`Shard::has_completions`]) is looked at, its lock waited for (a pump's round at
-    /// most); one that holds none is not: a program that arms the CQ (every shard's lock
-    /// taken) and then polls it sees every completion that came before the arm, or it
-    /// would wait for an event that never comes.
+    /// Takes up to `n - inner.wcs.len()` completions of `cq` from the shards' copies
+    /// ([`crate::shard::poll_copies`]), starting at a different copy each time, and hands
+    /// on the events the pumps on the way raised.
     pub fn poll_shards(&mut self, cq: CqId, n: usize) {
-        let count = self.shards.len();
-        if count == 0 {
+        if self.shards.is_empty() {
             return;
         }
-        self.poll_turn = (self.poll_turn + 1) % count;
-        for k in 0..count {
-            let got = self.wcs.len();
-            if got >= n {
-                break;
-            }
-            let s = &self.shards[(self.poll_turn + k) % count];
-            if !s.has_completions() {
-                continue;
-            }
-            let mut st = s.lock();
-            st.uroce.poll_cq_into(cq, n - got, &mut self.wcs);
-            s.publish(&st);
-        }
-        // A shard whose thread sleeps has its packets moved by the program that polls
-        // (as the device's own engine's are): a busy-polling program then waits for no
-        // thread's wake-up. One whose thread is at work is left to it.
-        for k in 0..count {
-            if self.wcs.len() >= n {
-                break;
-            }
-            let s = self.shards[(self.poll_turn + k) % count].clone();
-            if !s.asleep() {
-                continue;
-            }
-            let Some(mut st) = s.try_lock() else {
-                continue;
-            };
-            if st.pump(Instant::now()) {
-                let got = self.wcs.len();
-                st.uroce.poll_cq_into(cq, n - got, &mut self.wcs);
-            }
-            if st.uroce.has_events() {
+        self.poll_turn = self.poll_turn.wrapping_add(1);
+        let events = crate::shard::poll_copies(&self.shards, self.poll_turn, cq, n, &mut self.wcs);
+        for k in 0..self.shards.len() {
+            if events & (1 << (k + 1)) != 0 {
+                let s = self.shards[k].clone();
+                let mut st = s.lock();
                 self.take_events_of(s.index, &mut st.uroce);
             }
-            s.after_pump(&mut st);
         }
     }
 

@@ -444,7 +444,7 @@ pub(crate) unsafe extern "C" fn post_send(
         let ctx = unsafe { ffi::qp_context(qp) };
         // SAFETY: as above.
         let list = unsafe { ffi::WrList::new(wr, bad) };
-        crate::qp::post_send(ctx, qp, list)
+        crate::post::post_send(ctx, qp, list)
     })
 }
 
@@ -462,7 +462,7 @@ pub(crate) unsafe extern "C" fn post_recv(
         let ctx = unsafe { ffi::qp_context(qp) };
         // SAFETY: as above.
         let list = unsafe { ffi::WrList::new(wr, bad) };
-        crate::qp::post_recv(ctx, qp, list)
+        crate::post::post_recv(ctx, qp, list)
     })
 }
 

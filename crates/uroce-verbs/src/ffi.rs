@@ -384,6 +384,9 @@ pub(crate) fn take_qp(
     qp: *mut crate::abi::ibv_qp,
 ) -> Option<crate::engine::QpEntry> {
     let e = inner.qps.remove(&(qp as usize))?;
+    if let Some(mut r) = inner.routes_mut() {
+        r.qps.remove(&(qp as usize));
+    }
     // SAFETY: a key of `qps` is a live Box of a `QpObject` from `ibv_create_qp` (the
     // `ibv_qp` its first member); it has just left the registry, under the context's
     // lock, so it is freed once.
@@ -580,9 +583,9 @@ pub(crate) fn mirror_region(
     // only while the device is open). Either way the bytes stay valid for reads and
     // writes as long as the mirror can reach them, `mirror_mr_raw`'s contract; and the
     // shard reaches them as the device's context does, during calls under its lock,
-    // through raw copies. Of the staging region the device's context makes no Rust
-    // reference either once shards exist (`qp::stage_with` writes it with
-    // `Context::mr_write`), so it is to the shards what the program's memory is.
+    // through raw copies. Of the staging region no context makes a Rust reference once
+    // shards exist (each engine writes its own slot with `Context::mr_write`,
+    // `post::fill_slot`), so it is to the shards what the program's memory is.
     unsafe { shard.mirror_mr_raw(mr) }
 }
 
@@ -593,6 +596,9 @@ pub(crate) fn take_ah(
     ah: *mut crate::abi::ibv_ah,
 ) -> Option<crate::ah::AhEntry> {
     let e = inner.ahs.remove(&(ah as usize))?;
+    if let Some(mut r) = inner.routes_mut() {
+        r.ahs.remove(&(ah as usize));
+    }
     // SAFETY: a key of `ahs` is a live Box from `ibv_create_ah`; it has just left the
     // registry, under the context's lock, so it is freed once.
     unsafe { free_c(ah) };
@@ -622,6 +628,9 @@ pub(crate) fn take_cq(
     cq: *mut crate::abi::ibv_cq,
 ) -> Option<crate::engine::CqEntry> {
     let e = inner.cqs.remove(&(cq as usize))?;
+    if let Some(mut r) = inner.routes_mut() {
+        r.cqs.remove(&(cq as usize));
+    }
     // SAFETY: a key of `cqs` is a live Box of a `CqObject` from `ibv_create_cq` (the
     // `ibv_cq` its first member); it has just left the registry, under the context's
     // lock, so it is freed once.
@@ -804,6 +813,15 @@ pub(crate) struct WrList<W> {
     head: *mut W,
     bad: *mut *mut W,
 }
+
+// A list is two addresses: a copy hands over the same list (`qp`: a post tries the
+// shard path, then the device's lock).
+impl<W> Clone for WrList<W> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<W> Copy for WrList<W> {}
 
 impl<W: WorkRequest> WrList<W> {
     /// # Safety

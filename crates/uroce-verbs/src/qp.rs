@@ -15,35 +15,25 @@
 
 #![deny(unsafe_code)]
 
-use std::ffi::{c_int, c_uint};
+use std::ffi::c_int;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
 use libc::{EINVAL, EOPNOTSUPP};
 use uroce::datapath::Backend;
 use uroce::verbs::{
-    Access, Mtu, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpInitEx, QpState, QpType, RecvWr, Remote,
-    SendFlags, SendOp, SendWr, Sge, UdSendWr, MAX_INLINE_DATA, MAX_SGE,
+    Mtu, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpInitEx, QpState, QpType, Remote,
 };
 
-use crate::abi::{
-    ibv_ah_attr, ibv_gid, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_init_attr, ibv_recv_wr,
-    ibv_send_wr,
-};
+use crate::abi::{ibv_ah_attr, ibv_gid, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_init_attr};
 use crate::device::{shared_of, with_inner};
 use crate::engine::{Inner, QpEntry, Shared};
-use crate::ffi::{Wr, WrList};
 use crate::resources::{access_of, disown, null_with, own, owner_of};
 
 // enum ibv_qp_type.
 const IBV_QPT_RC: c_int = 2;
 const IBV_QPT_UC: c_int = 3;
 const IBV_QPT_UD: c_int = 4;
-
-// enum ibv_send_flags.
-const SEND_FENCE: c_uint = 1;
-const SEND_SIGNALED: c_uint = 2;
-const SEND_SOLICITED: c_uint = 4;
 
 /// uroce's QP type for `enum ibv_qp_type`; EOPNOTSUPP for raw packet, XRC and driver QPs.
 fn qp_type_of(t: c_int) -> Result<QpType, c_int> {
@@ -347,6 +337,18 @@ pub(crate) fn create_qp_with(
             },
         );
         inner.qp_by_qpn.insert(qpn, q as usize);
+        if let Some(mut r) = inner.routes_mut() {
+            if shard != 0 {
+                r.qps.insert(q as usize, inner.qps[&(q as usize)]);
+            } else {
+                // The device's own copy of its CQs may hold completions now.
+                for cq in [a.send_cq, a.recv_cq] {
+                    if let Some(c) = r.cqs.get_mut(&(cq as usize)) {
+                        c.on_zero = true;
+                    }
+                }
+            }
+        }
         own(q, ctx);
         Ok(q)
     })();
@@ -548,370 +550,6 @@ pub(crate) fn destroy_qp(qp: *mut ibv_qp) -> c_int {
         0
     })
     .unwrap_or(EINVAL)
-}
-
-/// Gathers the bytes an IBV_SEND_INLINE request names into the context's inline staging
-/// region and gives the one SGE over them: ibverbs reads inline data from the SGEs'
-/// addresses at post time, registered or not (mlx5 and rdma_rxe copy it with `memcpy`,
-/// their lkeys unread). uroce then copies it into the QP's inline pool as it posts, so
-/// the staging region is free again when the post returns. EINVAL above the device's
-/// `max_inline_data` (512; the QP's own limit is checked by uroce). `list` is `w`'s SGEs.
-fn stage_inline(inner: &mut Inner, w: &Wr<'_, ibv_send_wr>, list: &[Sge]) -> Result<Sge, c_int> {
-    let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
-    stage_with(inner, total, |dst| w.gather_inline(dst))
-}
-
-/// [`stage_inline`] for bytes the extended API copied already (`ibv_wr_set_inline_data`).
-pub(crate) fn stage_bytes(inner: &mut Inner, bytes: &[u8]) -> Result<Sge, c_int> {
-    stage_with(inner, bytes.len() as u64, |dst| {
-        dst[..bytes.len()].copy_from_slice(bytes);
-        Ok(bytes.len())
-    })
-}
-
-/// The staging region (made on first use) filled by `fill` with `total` bytes: the SGE
-/// over them; EINVAL above the device's `max_inline_data`.
-fn stage_with(
-    inner: &mut Inner,
-    total: u64,
-    fill: impl FnOnce(&mut [u8]) -> Result<usize, c_int>,
-) -> Result<Sge, c_int> {
-    if total > u64::from(MAX_INLINE_DATA) {
-        return Err(EINVAL);
-    }
-    let stage = match inner.inline_stage {
-        Some(mr) => mr,
-        None => {
-            let pd = inner.uroce.alloc_pd();
-            let mr = inner
-                .uroce
-                .reg_mr(pd, vec![0; MAX_INLINE_DATA as usize], Access::NONE)
-                .map_err(|e| e.errno())?;
-            // A QP of any shard stages here: the region is every shard's.
-            inner
-                .mirror(|c| {
-                    c.mirror_pd(pd);
-                    crate::ffi::mirror_region(c, &mr)
-                })
-                .map_err(|e| e.errno())?;
-            inner.inline_stage = Some(mr);
-            mr
-        }
-    };
-    let at = if inner.shards.is_empty() {
-        fill(inner.uroce.mr_bytes_mut(&stage))?
-    } else {
-        // The shards reach the region through their mirrors, as memory of the
-        // program's: it is written by a copy too, never through a reference to it.
-        let mut staged = [0u8; MAX_INLINE_DATA as usize];
-        let at = fill(&mut staged)?;
-        if !inner.uroce.mr_write(&stage, 0, &staged[..at]) {
-            return Err(EINVAL);
-        }
-        at
-    };
-    Ok(Sge {
-        addr: stage.addr,
-        length: at as u32,
-        lkey: stage.lkey,
-    })
-}
-
-/// The destination of a UD send: `wr.ud` of `ibv_send_wr`, or what
-/// `ibv_wr_set_ud_addr` gave (the address handle by address).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct UdAddr {
-    pub ah: usize,
-    pub remote_qpn: u32,
-    pub remote_qkey: u32,
-}
-
-/// One send work request as both posting APIs (`ibv_post_send`, `ibv_wr_complete`)
-/// hand it to [`post_request`]: its operation, its local buffer (inline data already
-/// staged, [`stage_bytes`]), its `ibv_send_flags` and, on UD, its destination.
-pub(crate) struct SendRequest<'a> {
-    pub wr_id: u64,
-    pub op: SendOp,
-    pub list: &'a [Sge],
-    pub send_flags: c_uint,
-    pub ud: Option<UdAddr>,
-}
-
-/// The BIND_MW operation for window `mw` (by address) with `rkey` and `info`: EINVAL for
-/// a window, or a region (unless the length is 0), that is not registered.
-pub(crate) fn bind_op(
-    inner: &Inner,
-    mw: usize,
-    rkey: u32,
-    info: &crate::abi::ibv_mw_bind_info,
-) -> Result<SendOp, c_int> {
-    let (mw, _) = *inner.mws.get(&mw).ok_or(EINVAL)?;
-    let mr_lkey = match inner.mrs.get(&(info.mr as usize)) {
-        Some(m) => m.lkey,
-        None if info.length == 0 => 0,
-        None => return Err(EINVAL),
-    };
-    Ok(SendOp::BindMw {
-        mw: mw.id(),
-        rkey,
-        mr_lkey,
-        addr: info.addr,
-        length: info.length,
-        access: access_of(info.mw_access_flags)?,
-    })
-}
-
-/// Posts one send work request: 0, or the errno `ibv_post_send` gives for it. On UD the
-/// operation is SEND or SEND with immediate (EINVAL otherwise) and `ud` names a
-/// registered address handle (EINVAL otherwise).
-pub(crate) fn post_request(inner: &mut Inner, e: QpEntry, r: SendRequest<'_>) -> Result<(), c_int> {
-    let f = r.send_flags;
-    let mut flags = SendFlags::NONE;
-    if f & SEND_FENCE != 0 {
-        flags = flags | SendFlags::FENCE;
-    }
-    if f & crate::abi::IBV_SEND_INLINE != 0 {
-        flags = flags | SendFlags::INLINE;
-    }
-    let signaled = f & SEND_SIGNALED != 0;
-    let solicited = f & SEND_SOLICITED != 0;
-    let list = r.list;
-    let one = (list.len() <= 1).then(|| list.first().copied().unwrap_or_default());
-    let res = if e.ud {
-        let imm = match r.op {
-            SendOp::Send => None,
-            SendOp::SendWithImm(imm) => Some(imm),
-            _ => return Err(EINVAL),
-        };
-        let ud = r.ud.ok_or(EINVAL)?;
-        let dest = inner.ahs.get(&ud.ah).ok_or(EINVAL)?.remote;
-        let wr = UdSendWr {
-            wr_id: r.wr_id,
-            dest,
-            remote_qpn: ud.remote_qpn,
-            remote_qkey: ud.remote_qkey,
-            sge: one.unwrap_or_default(),
-            imm,
-            signaled,
-            solicited,
-        };
-        inner.ctx_of(e.shard, |c| match one {
-            Some(_) => c.post_send_ud_with(e.qpn, wr, flags),
-            None => c.post_send_ud_sgl(e.qpn, wr, list, flags),
-        })
-    } else {
-        let wr = SendWr {
-            wr_id: r.wr_id,
-            op: r.op,
-            sge: one.unwrap_or_default(),
-            signaled,
-            solicited,
-        };
-        inner.ctx_of(e.shard, |c| match one {
-            Some(_) => c.post_send_with(e.qpn, wr, flags),
-            None => c.post_send_sgl(e.qpn, wr, list, flags),
-        })
-    };
-    res.map_err(|e| e.errno())
-}
-
-/// The operation of an `ibv_send_wr` (its `wr` union read as the opcode says it is
-/// filled; `None` from an accessor cannot happen, each answers for the opcodes that
-/// name its member).
-fn send_op_of(inner: &Inner, e: QpEntry, w: &Wr<'_, ibv_send_wr>) -> Result<SendOp, c_int> {
-    if e.ud {
-        return match w.opcode {
-            crate::abi::IBV_WR_SEND => Ok(SendOp::Send),
-            crate::abi::IBV_WR_SEND_WITH_IMM => Ok(SendOp::SendWithImm(u32::from_be(w.imm_data))),
-            _ => Err(EINVAL),
-        };
-    }
-    Ok(match w.opcode {
-        crate::abi::IBV_WR_SEND => SendOp::Send,
-        crate::abi::IBV_WR_SEND_WITH_IMM => SendOp::SendWithImm(u32::from_be(w.imm_data)),
-        crate::abi::IBV_WR_SEND_WITH_INV => SendOp::SendWithInv(w.imm_data),
-        crate::abi::IBV_WR_RDMA_WRITE => {
-            let r = w.rdma().ok_or(EINVAL)?;
-            SendOp::Write {
-                remote_addr: r.remote_addr,
-                rkey: r.rkey,
-            }
-        }
-        crate::abi::IBV_WR_RDMA_WRITE_WITH_IMM => {
-            let r = w.rdma().ok_or(EINVAL)?;
-            SendOp::WriteWithImm {
-                remote_addr: r.remote_addr,
-                rkey: r.rkey,
-                imm: u32::from_be(w.imm_data),
-            }
-        }
-        crate::abi::IBV_WR_RDMA_READ => {
-            let r = w.rdma().ok_or(EINVAL)?;
-            SendOp::Read {
-                remote_addr: r.remote_addr,
-                rkey: r.rkey,
-            }
-        }
-        crate::abi::IBV_WR_ATOMIC_CMP_AND_SWP => {
-            let a = w.atomic().ok_or(EINVAL)?;
-            SendOp::CompareSwap {
-                remote_addr: a.remote_addr,
-                rkey: a.rkey,
-                compare: a.compare_add,
-                swap: a.swap,
-            }
-        }
-        crate::abi::IBV_WR_ATOMIC_FETCH_AND_ADD => {
-            let a = w.atomic().ok_or(EINVAL)?;
-            SendOp::FetchAdd {
-                remote_addr: a.remote_addr,
-                rkey: a.rkey,
-                add: a.compare_add,
-            }
-        }
-        crate::abi::IBV_WR_LOCAL_INV => SendOp::LocalInv { rkey: w.imm_data },
-        crate::abi::IBV_WR_BIND_MW => {
-            let b = w.bind_mw().ok_or(EINVAL)?;
-            bind_op(inner, b.mw as usize, b.rkey, &b.bind_info)?
-        }
-        // TSO, driver.
-        10 | 11 => return Err(EOPNOTSUPP),
-        _ => return Err(EINVAL),
-    })
-}
-
-/// Posts one send work request of `ibv_post_send`.
-fn post_one_send(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_send_wr>) -> Result<(), c_int> {
-    let mut buf = [Sge::default(); MAX_SGE as usize];
-    let list = w.sges(&mut buf)?;
-    let carries_data = matches!(
-        w.opcode,
-        crate::abi::IBV_WR_SEND
-            | crate::abi::IBV_WR_SEND_WITH_IMM
-            | crate::abi::IBV_WR_SEND_WITH_INV
-            | crate::abi::IBV_WR_RDMA_WRITE
-            | crate::abi::IBV_WR_RDMA_WRITE_WITH_IMM
-    );
-    let staged;
-    let list = if w.send_flags & crate::abi::IBV_SEND_INLINE != 0 && carries_data {
-        staged = stage_inline(inner, &w, list)?;
-        std::slice::from_ref(&staged)
-    } else {
-        list
-    };
-    let op = send_op_of(inner, e, &w)?;
-    let ud = match e.ud {
-        true => w.ud().map(|u| UdAddr {
-            ah: u.ah as usize,
-            remote_qpn: u.remote_qpn,
-            remote_qkey: u.remote_qkey,
-        }),
-        false => None,
-    };
-    let r = SendRequest {
-        wr_id: w.wr_id,
-        op,
-        list,
-        send_flags: w.send_flags,
-        ud,
-    };
-    post_request(inner, e, r)
-}
-
-/// Posts each request of `list` with `one`; on the first failure `*bad` is it and the
-/// answer its errno. Then hands what became sendable to the datapath.
-fn post_list<W: crate::ffi::WorkRequest>(
-    inner: &mut Inner,
-    list: WrList<W>,
-    mut one: impl FnMut(&mut Inner, Wr<'_, W>) -> Result<(), c_int>,
-) -> c_int {
-    let r = list.each(|w| one(inner, w));
-    inner.pump(false);
-    r
-}
-
-/// Posts each request of `list` on a QP of engine `shard` with `one`, as [`post_list`],
-/// then [`crate::engine::Shared::finish_post`] (`sends`: a send queue's).
-fn post_list_on<W: crate::ffi::WorkRequest>(
-    shared: &crate::engine::Shared,
-    mut g: std::sync::MutexGuard<'_, Inner>,
-    (shard, sends): (usize, bool),
-    list: WrList<W>,
-    mut one: impl FnMut(&mut Inner, Wr<'_, W>) -> Result<(), c_int>,
-) -> c_int {
-    let r = list.each(|w| one(&mut g, w));
-    shared.finish_post(g, shard, sends);
-    r
-}
-
-/// `ibv_context_ops.post_send` (the inline `ibv_post_send`) on QP `qp` of context `ctx`
-/// (`qp->context`, NULL for a NULL QP): 0, or the errno of the first request refused
-/// with `*bad` pointing at it (the ones before it are posted).
-pub(crate) fn post_send(
-    ctx: *mut crate::abi::ibv_context,
-    qp: *mut ibv_qp,
-    list: WrList<ibv_send_wr>,
-) -> c_int {
-    let Some(shared) = shared_of(ctx) else {
-        return list.refuse();
-    };
-    let g = shared.lock();
-    let Some(e) = g.qps.get(&(qp as usize)).copied() else {
-        return list.refuse();
-    };
-    post_list_on(&shared, g, (e.shard, true), list, |inner, w| {
-        post_one_send(inner, e, w)
-    })
-}
-
-/// Posts one receive work request on a QP.
-fn post_one_recv(inner: &mut Inner, e: QpEntry, w: Wr<'_, ibv_recv_wr>) -> Result<(), c_int> {
-    let mut buf = [Sge::default(); MAX_SGE as usize];
-    let list = w.sges(&mut buf)?;
-    let qpn = e.qpn;
-    let r = inner.ctx_of(e.shard, |c| match list {
-        [] | [_] => c.post_recv(
-            qpn,
-            RecvWr {
-                wr_id: w.wr_id,
-                sge: list.first().copied().unwrap_or_default(),
-            },
-        ),
-        _ => c.post_recv_sgl(qpn, w.wr_id, list),
-    });
-    r.map_err(|e| e.errno())
-}
-
-/// `ibv_context_ops.post_recv` (the inline `ibv_post_recv`), as [`post_send`].
-pub(crate) fn post_recv(
-    ctx: *mut crate::abi::ibv_context,
-    qp: *mut ibv_qp,
-    list: WrList<ibv_recv_wr>,
-) -> c_int {
-    let Some(shared) = shared_of(ctx) else {
-        return list.refuse();
-    };
-    let g = shared.lock();
-    let Some(e) = g.qps.get(&(qp as usize)).copied() else {
-        return list.refuse();
-    };
-    post_list_on(&shared, g, (e.shard, false), list, |inner, w| {
-        post_one_recv(inner, e, w)
-    })
-}
-
-/// Posts a receive list on an SRQ (shared with [`crate::srq`]): `one` takes each
-/// request's id and SGEs.
-pub(crate) fn post_recv_list(
-    inner: &mut Inner,
-    list: WrList<ibv_recv_wr>,
-    mut one: impl FnMut(&mut Inner, u64, &[Sge]) -> Result<(), c_int>,
-) -> c_int {
-    post_list(inner, list, |inner, w| {
-        let mut buf = [Sge::default(); MAX_SGE as usize];
-        let sges = w.sges(&mut buf)?;
-        one(inner, w.wr_id, sges)
-    })
 }
 
 #[cfg(test)]

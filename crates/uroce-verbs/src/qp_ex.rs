@@ -45,7 +45,7 @@ use crate::abi::{
     self, ibv_mw_bind_info, ibv_qp, ibv_qp_ex, ibv_qp_init_attr, ibv_qp_init_attr_ex,
 };
 use crate::device::shared_of;
-use crate::qp::{SendRequest, UdAddr};
+use crate::post::{SendRequest, UdAddr};
 use crate::resources::null_with;
 
 // enum ibv_qp_type.
@@ -497,7 +497,7 @@ fn send_op(inner: &crate::engine::Inner, op: &ExOp) -> Result<SendOp, c_int> {
                 length: info.length,
                 mw_access_flags: info.mw_access_flags,
             };
-            crate::qp::bind_op(inner, mw, rkey, &c)?
+            crate::post::bind_op(inner, mw, rkey, &c)?
         }
     })
 }
@@ -571,7 +571,7 @@ fn post_batch(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, wrs: &[ExWr]) -> c_in
             Data::None => (&[], w.flags),
             Data::One(sge) => (std::slice::from_ref(sge), w.flags),
             Data::Sges(l) => (l, w.flags),
-            Data::Inline(bytes) => match crate::qp::stage_bytes(inner, bytes) {
+            Data::Inline(bytes) => match crate::post::stage_bytes(inner, bytes) {
                 Ok(s) => {
                     staged = s;
                     (
@@ -592,7 +592,7 @@ fn post_batch(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, wrs: &[ExWr]) -> c_in
             send_flags: flags,
             ud: w.ud,
         };
-        if let Err(e) = crate::qp::post_request(inner, e, req) {
+        if let Err(e) = crate::post::post_request(inner, e, req) {
             r = e;
             break;
         }

@@ -28,12 +28,15 @@
 //! bindings change with work requests on a QP): a context allocates one only while all
 //! its QPs are on shard 0, and is kept there from then on (EOPNOTSUPP otherwise).
 //!
-//! **Locks.** A post or poll on a QP of shard `s` takes the device's lock only to find
-//! the QP and check the request (the handle tables are there), then shard `s`'s: the
-//! packets go out, and come in, under shard `s`'s lock alone. A thread takes a shard's
-//! lock either alone or after the device's, never two shards' without the device's:
-//! no cycle.
-//!
+//! **Locks.** `ibv_post_send` and `ibv_post_recv` on a QP of shard `s`, and
+//! `ibv_poll_cq` on a CQ only shards feed, never take the device's lock: they find the
+//! QP, the CQ and any address handle in the device's route table (`crate::routes`, a
+//! reader-writer lock the data path only reads), then take shard `s`'s lock once for the
+//! whole list of work requests, and the packets go out, and come in, under it alone.
+//! Threads posting to QPs of different shards run side by side. The other verbs (and the
+//! extended posting API, and polls of a CQ a QP of shard 0 used) take the device's lock
+//! and then a shard's. A thread takes a shard's lock alone, after the route table's read,
+//! or after the device's, never two shards' without the device's: no cycle.
 //! **Threads.** A shard's thread moves its packets: it sleeps in `ppoll(2)` on the
 //! socket, a wake-up eventfd and the next timer, and after any packet it keeps polling
 //! for [`SPIN`] before it sleeps again (where the cores allow), as a NIC's queue engine
@@ -51,6 +54,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use uroce::datapath::Backend;
+use uroce::verbs::{CqId, WorkCompletion};
 
 use crate::engine::{self, Shared};
 use crate::ffi;
@@ -292,6 +296,62 @@ impl Shard {
             }
         }
     }
+}
+
+/// Takes up to `n - wcs.len()` completions of `cq` from the copies of `shards`, starting
+/// at copy `turn` (modulo their number) so that none is starved; a bit `1 << index` set
+/// in the answer for each shard whose pump on the way raised events to hand on (with its
+/// lock taken again, after the device's: [`Shared::take_shard_events`]).
+///
+/// A shard that says it holds completions ([`Shard::has_completions`]) is looked at, its
+/// lock waited for (a pump's round at most); one that holds none is not: a program that
+/// arms the CQ (every shard's lock taken) and then polls it sees every completion that
+/// came before the arm, or it would wait for an event that never comes. Then a shard
+/// whose thread sleeps has its packets moved by the program that polls (as the device's
+/// own engine's are): a busy-polling program waits for no thread's wake-up. One whose
+/// thread is at work is left to it.
+pub(crate) fn poll_copies(
+    shards: &[Arc<Shard>],
+    turn: usize,
+    cq: CqId,
+    n: usize,
+    wcs: &mut Vec<WorkCompletion>,
+) -> u64 {
+    let count = shards.len();
+    let in_turn = |k: usize| &shards[(turn + k) % count];
+    for k in 0..count {
+        if wcs.len() >= n {
+            break;
+        }
+        let s = in_turn(k);
+        if !s.has_completions() {
+            continue;
+        }
+        let mut st = s.lock();
+        st.uroce.poll_cq_into(cq, n - wcs.len(), wcs);
+        s.publish(&st);
+    }
+    let mut events = 0;
+    for k in 0..count {
+        if wcs.len() >= n {
+            break;
+        }
+        let s = in_turn(k);
+        if !s.asleep() {
+            continue;
+        }
+        let Some(mut st) = s.try_lock() else {
+            continue;
+        };
+        if st.pump(Instant::now()) {
+            st.uroce.poll_cq_into(cq, n - wcs.len(), wcs);
+        }
+        if st.uroce.has_events() {
+            events |= 1 << s.index;
+        }
+        s.after_pump(&mut st);
+    }
+    events
 }
 
 impl ShardState {

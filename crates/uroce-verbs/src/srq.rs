@@ -161,7 +161,7 @@ pub(crate) fn post_srq_recv(
     let Some(e) = g.srqs.get(&(srq as usize)).copied() else {
         return list.refuse();
     };
-    crate::qp::post_recv_list(&mut g, list, |inner, wr_id, list| {
+    crate::post::post_recv_list(&mut g, list, |inner, wr_id, list| {
         let r = match list {
             [] | [_] => inner.uroce.post_srq_recv(
                 e.id,

@@ -87,3 +87,39 @@ pub fn across_watching(
     };
     (s.wait_with_output().expect("server output"), c)
 }
+
+/// `tests/c/NAME.c`, a plain libibverbs program, compiled once per test binary
+/// (`cc -O2 -Wall -Werror ... -libverbs -lpthread`) into the target's temporary folder;
+/// None, with a SKIP line, where the machine has no C compiler or no
+/// `<infiniband/verbs.h>`.
+pub fn c_program(name: &str) -> Option<std::path::PathBuf> {
+    use std::path::Path;
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        eprintln!("SKIP: <infiniband/verbs.h> is missing (apt-get install libibverbs-dev)");
+        return None;
+    }
+    if !have("cc") {
+        eprintln!("SKIP: no C compiler (cc)");
+        return None;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    // Built under a name of this process's, then renamed over the shared one: a run of
+    // another test binary may be executing the old one (it keeps its inode).
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let exe = dir.join(name);
+    let tmp = dir.join(format!("{name}.{}", std::process::id()));
+    let out = Command::new("cc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&tmp)
+        .arg(&src)
+        .arg(format!(
+            "-I{}/../../test-support/c",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .args(["-libverbs", "-lpthread"])
+        .output()
+        .expect("running cc");
+    assert!(out.status.success(), "cc {}: {}", src.display(), text(&out));
+    std::fs::rename(&tmp, &exe).unwrap();
+    Some(exe)
+}

@@ -1,0 +1,345 @@
+/*
+ * threads: many threads of one process posting and polling at once, every byte checked.
+ *
+ *   threads --threads T --iters N [--gid-index I] [--size BYTES]
+ *
+ * Opens the first device. For each of T threads the main thread makes one CQ and two RC
+ * QPs on it, A and B, connected to each other through the device's own GID (so with
+ * UROCE_SHARDS=3 every A lands on one engine shard and every B on the other). Then the T
+ * threads run together; in each, iteration i:
+ *   1. A posts an inline SEND of 48 bytes (pattern 's') and an RDMA WRITE with immediate
+ *      i of BYTES (pattern 'w') into B's buffer;
+ *   2. B, once both arrived, checks the message, the written bytes and the immediate,
+ *      then answers with an inline SEND (pattern 'r');
+ *   3. A checks the answer.
+ * A thread polls only its own CQ. Every wait is bounded (30 s); a failure says what
+ * failed on stderr and exits 1. It prints each thread's QPNs ("thread T: QPN A 0x.. B
+ * 0x..") and, on success, "threads: T x N ok".
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <infiniband/verbs.h>
+
+#define MSG 48
+#define NRECV 4
+#define MAX_THREADS 64
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static int gid_index = 1;
+static int iters = 1000;
+static size_t size = 4096;
+
+struct side {
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	uint8_t *buf; /* [0, MSG * NRECV): receive slots; then the WRITE's bytes */
+};
+
+struct worker {
+	int id;
+	struct ibv_cq *cq;
+	struct side a, b;
+	pthread_t thread;
+	int failed;
+};
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "threads: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	exit(1);
+}
+
+static uint8_t pattern(int t, int i, char kind, size_t at)
+{
+	return (uint8_t)(t * 131 + i * 7 + kind * 3 + at * 13 + (at >> 8));
+}
+
+static void fill(uint8_t *p, size_t n, int t, int i, char kind)
+{
+	for (size_t k = 0; k < n; k++)
+		p[k] = pattern(t, i, kind, k);
+}
+
+static int check(const uint8_t *p, size_t n, int t, int i, char kind)
+{
+	for (size_t k = 0; k < n; k++)
+		if (p[k] != pattern(t, i, kind, k)) {
+			fprintf(stderr,
+				"threads: thread %d iteration %d: %c byte %zu is %u, not %u\n",
+				t, i, kind, k, p[k], pattern(t, i, kind, k));
+			return -1;
+		}
+	return 0;
+}
+
+static void make_side(struct worker *w, struct side *s)
+{
+	size_t len = MSG * NRECV + size;
+	s->buf = calloc(1, len);
+	s->mr = ibv_reg_mr(pd, s->buf, len,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!s->buf || !s->mr)
+		die("ibv_reg_mr: %s", strerror(errno));
+	struct ibv_qp_init_attr a = {
+		.send_cq = w->cq,
+		.recv_cq = w->cq,
+		.cap = { .max_send_wr = 8, .max_recv_wr = NRECV, .max_send_sge = 1,
+			 .max_recv_sge = 1, .max_inline_data = MSG },
+		.qp_type = IBV_QPT_RC,
+	};
+	s->qp = ibv_create_qp(pd, &a);
+	if (!s->qp)
+		die("ibv_create_qp: %s", strerror(errno));
+}
+
+static void connect_to(struct side *s, uint32_t dest_qpn, const union ibv_gid *gid)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT,
+		.port_num = 1,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE,
+	};
+	if (ibv_modify_qp(s->qp, &a,
+			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		die("INIT: %s", strerror(errno));
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest_qpn;
+	a.rq_psn = 0x1234;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = *gid;
+	a.ah_attr.grh.sgid_index = gid_index;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	if (ibv_modify_qp(s->qp, &a,
+			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+				  IBV_QP_MIN_RNR_TIMER))
+		die("RTR: %s", strerror(errno));
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = 0x1234;
+	a.max_rd_atomic = 1;
+	if (ibv_modify_qp(s->qp, &a,
+			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+		die("RTS: %s", strerror(errno));
+}
+
+static int post_recv(struct side *s, int slot)
+{
+	struct ibv_sge sge = { (uintptr_t)(s->buf + slot * MSG), MSG, s->mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = (uint64_t)slot, .sg_list = &sge, .num_sge = 1 }, *bad;
+	return ibv_post_recv(s->qp, &wr, &bad);
+}
+
+/* An inline SEND of MSG bytes of pattern `kind` (built on the stack: the post copies). */
+static int send_inline(struct side *s, int t, int i, char kind)
+{
+	uint8_t msg[MSG];
+	fill(msg, MSG, t, i, kind);
+	struct ibv_sge sge = { (uintptr_t)msg, MSG, 0 };
+	struct ibv_send_wr wr = { .wr_id = 's', .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED },
+			   *bad;
+	int r = ibv_post_send(s->qp, &wr, &bad);
+	memset(msg, 0xee, MSG); /* the post must have taken its copy */
+	return r;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* What an iteration waits for; ANSWERED: B posted its answer. */
+enum { A_SENT = 1, A_WROTE = 2, B_GOT_SEND = 4, B_GOT_WRITE = 8, B_SENT = 16, A_GOT = 32,
+       ANSWERED = 64 };
+#define ALL (A_SENT | A_WROTE | B_GOT_SEND | B_GOT_WRITE | B_SENT | A_GOT)
+
+static int run(struct worker *w)
+{
+	int t = w->id;
+	for (int k = 0; k < NRECV; k++)
+		if (post_recv(&w->a, k) || post_recv(&w->b, k)) {
+			fprintf(stderr, "threads: thread %d: ibv_post_recv failed\n", t);
+			return -1;
+		}
+	uint8_t *src = calloc(1, size);
+	struct ibv_mr *src_mr = ibv_reg_mr(pd, src, size, IBV_ACCESS_LOCAL_WRITE);
+	if (!src_mr)
+		return -1;
+	for (int i = 0; i < iters; i++) {
+		fill(src, size, t, i, 'w');
+		if (send_inline(&w->a, t, i, 's'))
+			return fprintf(stderr, "threads: %d: SEND post failed\n", t), -1;
+		struct ibv_sge sge = { (uintptr_t)src, (uint32_t)size, src_mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = 'w', .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+					  .send_flags = IBV_SEND_SIGNALED,
+					  .imm_data = htobe32((uint32_t)i) },
+				   *bad;
+		wr.wr.rdma.remote_addr = (uintptr_t)(w->b.buf + MSG * NRECV);
+		wr.wr.rdma.rkey = w->b.mr->rkey;
+		if (ibv_post_send(w->a.qp, &wr, &bad))
+			return fprintf(stderr, "threads: %d: WRITE post failed\n", t), -1;
+		int got = 0;
+		double deadline = now() + 30;
+		while ((got & ALL) != ALL) {
+			struct ibv_wc wc[4];
+			int n = ibv_poll_cq(w->cq, 4, wc);
+			if (n < 0)
+				return fprintf(stderr, "threads: %d: ibv_poll_cq failed\n", t), -1;
+			if (n == 0 && now() > deadline) {
+				fprintf(stderr, "threads: thread %d iteration %d: stuck (have %#x)\n",
+					t, i, got);
+				return -1;
+			}
+			for (int k = 0; k < n; k++) {
+				struct ibv_wc *c = &wc[k];
+				int on_a = c->qp_num == w->a.qp->qp_num;
+				if (c->status != IBV_WC_SUCCESS) {
+					fprintf(stderr, "threads: %d/%d: %s on QP %c\n", t, i,
+						ibv_wc_status_str(c->status), on_a ? 'A' : 'B');
+					return -1;
+				}
+				if (c->opcode == IBV_WC_SEND && on_a)
+					got |= A_SENT;
+				else if (c->opcode == IBV_WC_SEND)
+					got |= B_SENT;
+				else if (c->opcode == IBV_WC_RDMA_WRITE)
+					got |= A_WROTE;
+				else if (c->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+					if (on_a || be32toh(c->imm_data) != (uint32_t)i ||
+					    check(w->b.buf + MSG * NRECV, size, t, i, 'w'))
+						return fprintf(stderr, "threads: %d/%d: bad WRITE\n",
+							       t, i), -1;
+					got |= B_GOT_WRITE;
+					if (post_recv(&w->b, (int)c->wr_id))
+						return -1;
+				} else if (c->opcode == IBV_WC_RECV && !on_a) {
+					if (c->byte_len != MSG ||
+					    check(w->b.buf + c->wr_id * MSG, MSG, t, i, 's'))
+						return fprintf(stderr, "threads: %d/%d: bad SEND\n",
+							       t, i), -1;
+					got |= B_GOT_SEND;
+					if (post_recv(&w->b, (int)c->wr_id))
+						return -1;
+				} else if (c->opcode == IBV_WC_RECV) {
+					if (c->byte_len != MSG ||
+					    check(w->a.buf + c->wr_id * MSG, MSG, t, i, 'r'))
+						return fprintf(stderr, "threads: %d/%d: bad answer\n",
+							       t, i), -1;
+					got |= A_GOT;
+					if (post_recv(&w->a, (int)c->wr_id))
+						return -1;
+				}
+				/* The answer, once B has both. */
+				if ((got & (B_GOT_SEND | B_GOT_WRITE)) == (B_GOT_SEND | B_GOT_WRITE) &&
+				    !(got & ANSWERED)) {
+					if (send_inline(&w->b, t, i, 'r'))
+						return fprintf(stderr, "threads: %d: answer failed\n",
+							       t), -1;
+					got |= ANSWERED;
+				}
+			}
+		}
+	}
+	ibv_dereg_mr(src_mr);
+	free(src);
+	return 0;
+}
+
+static void *thread_main(void *p)
+{
+	struct worker *w = p;
+	w->failed = run(w) != 0;
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	int threads = 4;
+	static const struct option opts[] = {
+		{ "threads", required_argument, 0, 't' },
+		{ "iters", required_argument, 0, 'n' },
+		{ "gid-index", required_argument, 0, 'g' },
+		{ "size", required_argument, 0, 's' },
+		{ 0, 0, 0, 0 },
+	};
+	for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+		switch (c) {
+		case 't': threads = atoi(optarg); break;
+		case 'n': iters = atoi(optarg); break;
+		case 'g': gid_index = atoi(optarg); break;
+		case 's': size = (size_t)atol(optarg); break;
+		default: die("usage: threads --threads T --iters N [--gid-index I] [--size B]");
+		}
+	}
+	if (threads < 1 || threads > MAX_THREADS || iters < 1 || size < 1)
+		die("bad arguments");
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	if (!list || n < 1)
+		die("no RDMA device");
+	ctx = ibv_open_device(list[0]);
+	if (!ctx)
+		die("ibv_open_device: %s", strerror(errno));
+	pd = ibv_alloc_pd(ctx);
+	if (!pd)
+		die("ibv_alloc_pd: %s", strerror(errno));
+	union ibv_gid gid;
+	if (ibv_query_gid(ctx, 1, gid_index, &gid))
+		die("ibv_query_gid: %s", strerror(errno));
+	struct worker *w = calloc(threads, sizeof(*w));
+	for (int t = 0; t < threads; t++) {
+		w[t].id = t;
+		w[t].cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+		if (!w[t].cq)
+			die("ibv_create_cq: %s", strerror(errno));
+		make_side(&w[t], &w[t].a);
+		make_side(&w[t], &w[t].b);
+	}
+	for (int t = 0; t < threads; t++) {
+		printf("thread %d: QPN A %#x B %#x\n", t, w[t].a.qp->qp_num, w[t].b.qp->qp_num);
+		connect_to(&w[t].a, w[t].b.qp->qp_num, &gid);
+		connect_to(&w[t].b, w[t].a.qp->qp_num, &gid);
+	}
+	for (int t = 0; t < threads; t++)
+		if (pthread_create(&w[t].thread, NULL, thread_main, &w[t]))
+			die("pthread_create");
+	int failed = 0;
+	for (int t = 0; t < threads; t++) {
+		pthread_join(w[t].thread, NULL);
+		failed |= w[t].failed;
+	}
+	if (failed)
+		die("a thread failed");
+	printf("threads: %d x %d ok\n", threads, iters);
+	return 0;
+}
