@@ -27,7 +27,9 @@
 //!
 //! With `UROCE_SHARDS` = N > 1 (direct mode over UDP), the device has N engines:
 //! [`Inner`]'s context is the first, [`crate::shard`] holds the others, each with its own
-//! lock, socket and thread, and the QPs are spread over them.
+//! lock, socket and thread, and the QPs are spread over them. Posts on their QPs, and
+//! polls of CQs only they feed, take no lock of [`Shared`]'s but a read of its route
+//! table ([`crate::routes`]): [`Shared::on_shard`], [`Shared::poll_on_shards`].
 //!
 //! Safe code: the eventfd, read, write, ppoll and prctl calls and the `Send` of
 //! [`AsyncEntry`] are in `ffi.rs`.

@@ -1,7 +1,8 @@
 /*
  * threads: many threads of one process posting and polling at once, every byte checked.
  *
- *   threads --threads T --iters N [--gid-index I] [--size BYTES]
+ *   threads --threads T --iters N [--gid-index I] [--size BYTES] [--mw-first]
+ *           [--mw-after]
  *
  * Opens the first device. For each of T threads the main thread makes one CQ and two RC
  * QPs on it, A and B, connected to each other through the device's own GID (so with
@@ -14,7 +15,9 @@
  *   3. A checks the answer.
  * A thread polls only its own CQ. Every wait is bounded (30 s); a failure says what
  * failed on stderr and exits 1. It prints each thread's QPNs ("thread T: QPN A 0x.. B
- * 0x..") and, on success, "threads: T x N ok".
+ * 0x..") and, on success, "threads: T x N ok". --mw-first / --mw-after: allocate (and
+ * free) a type 2 memory window before the QPs are made / once they are, printing
+ * "ibv_alloc_mw: ok" or its error.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -275,6 +278,15 @@ static int run(struct worker *w)
 	return 0;
 }
 
+/* Allocates a type 2 memory window and frees it again, saying how that went. */
+static void try_mw(void)
+{
+	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+	printf("ibv_alloc_mw: %s\n", mw ? "ok" : strerror(errno));
+	if (mw && ibv_dealloc_mw(mw))
+		die("ibv_dealloc_mw: %s", strerror(errno));
+}
+
 static void *thread_main(void *p)
 {
 	struct worker *w = p;
@@ -284,12 +296,14 @@ static void *thread_main(void *p)
 
 int main(int argc, char **argv)
 {
-	int threads = 4;
+	int threads = 4, mw_first = 0, mw_after = 0;
 	static const struct option opts[] = {
 		{ "threads", required_argument, 0, 't' },
 		{ "iters", required_argument, 0, 'n' },
 		{ "gid-index", required_argument, 0, 'g' },
 		{ "size", required_argument, 0, 's' },
+		{ "mw-first", no_argument, 0, 'f' },
+		{ "mw-after", no_argument, 0, 'a' },
 		{ 0, 0, 0, 0 },
 	};
 	for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -298,6 +312,8 @@ int main(int argc, char **argv)
 		case 'n': iters = atoi(optarg); break;
 		case 'g': gid_index = atoi(optarg); break;
 		case 's': size = (size_t)atol(optarg); break;
+		case 'f': mw_first = 1; break;
+		case 'a': mw_after = 1; break;
 		default: die("usage: threads --threads T --iters N [--gid-index I] [--size B]");
 		}
 	}
@@ -316,6 +332,8 @@ int main(int argc, char **argv)
 	union ibv_gid gid;
 	if (ibv_query_gid(ctx, 1, gid_index, &gid))
 		die("ibv_query_gid: %s", strerror(errno));
+	if (mw_first)
+		try_mw();
 	struct worker *w = calloc(threads, sizeof(*w));
 	for (int t = 0; t < threads; t++) {
 		w[t].id = t;
@@ -325,6 +343,8 @@ int main(int argc, char **argv)
 		make_side(&w[t], &w[t].a);
 		make_side(&w[t], &w[t].b);
 	}
+	if (mw_after)
+		try_mw();
 	for (int t = 0; t < threads; t++) {
 		printf("thread %d: QPN A %#x B %#x\n", t, w[t].a.qp->qp_num, w[t].b.qp->qp_num);
 		connect_to(&w[t].a, w[t].b.qp->qp_num, &gid);
