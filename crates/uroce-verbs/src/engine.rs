@@ -40,7 +40,7 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -233,8 +233,6 @@ pub(crate) struct Shared {
     shards: Vec<Arc<Shard>>,
     /// What those posts and polls look up (as [`Inner::routes`]).
     routes: RouteTable,
-    /// The shard copy a poll without the device's lock looks at first, in turn.
-    poll_turn: AtomicUsize,
 }
 
 /// A new non-blocking eventfd (a read takes the whole count).
@@ -311,7 +309,6 @@ impl Shared {
             app_polled: AtomicU64::new(0),
             shards,
             routes,
-            poll_turn: AtomicUsize::new(0),
         })
     }
 
@@ -533,16 +530,17 @@ impl Shared {
             return None;
         }
         thread_local! {
-            /// Completions taken by a poll without the device's lock (no allocation per
-            /// poll once grown).
-            static SCRATCH: std::cell::RefCell<Vec<WorkCompletion>> =
-                const { std::cell::RefCell::new(Vec::new()) };
+            /// The calling thread's turn (the copy its next poll looks at first: a count
+            /// of its own, so that threads polling side by side share no counter) and the
+            /// completions its poll takes (no allocation per poll once grown).
+            static SCRATCH: std::cell::RefCell<(usize, Vec<WorkCompletion>)> =
+                const { std::cell::RefCell::new((0, Vec::new())) };
         }
-        let turn = self.poll_turn.fetch_add(1, Ordering::Relaxed);
         let (got, events) = SCRATCH.with(|s| {
-            let mut wcs = s.borrow_mut();
+            let (turn, wcs) = &mut *s.borrow_mut();
+            *turn = turn.wrapping_add(1);
             wcs.clear();
-            let events = crate::shard::poll_copies(&self.shards, turn, route.id, n, &mut wcs);
+            let events = crate::shard::poll_copies(&self.shards, *turn, route.id, n, wcs);
             for (i, w) in wcs.iter().enumerate() {
                 out(i, w);
             }
