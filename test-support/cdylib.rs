@@ -1,7 +1,9 @@
-//! Test support shared by the drop-in library crates (uroce-verbs, uroce-rdmacm), included
-//! by path from each one's `tests/common/mod.rs`: where cargo left a built cdylib, a fresh
-//! directory to put on `LD_LIBRARY_PATH`, compiling C against it, and running programs in
-//! a network namespace. Not a crate: each test binary compiles its own copy.
+//! Test support shared by the drop-in library crates (uroce-verbs, uroce-rdmacm) and the
+//! command line's tests (uroce-tools), included by path from each one's
+//! `tests/common/mod.rs`: where cargo left a built cdylib, a fresh directory to put on
+//! `LD_LIBRARY_PATH`, compiling C against it, running programs in a network namespace,
+//! whether a program is installed and what a finished one printed. Not a crate: each
+//! test binary compiles its own copy.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -47,14 +49,19 @@ pub fn fresh_dir(prefix: &str, tag: &str, stems: &[&str]) -> PathBuf {
     dir
 }
 
-/// Whether `program` runs at all (only spawning matters, not its answer to `--version`).
+/// Whether `program` is installed: the shell's `command -v` finds it (on the PATH, or
+/// the path given). The program itself is not run (the distro's RDMA tools know no
+/// `--version`; they print their usage).
 pub fn have(program: &str) -> bool {
-    Command::new(program).arg("--version").output().is_ok()
+    Command::new("sh")
+        .args(["-c", "command -v \"$1\"", "sh", program])
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Compiles `source` (C) with gcc into `dir/name`; None (and a SKIP line) without gcc.
 pub fn compile_c(dir: &Path, name: &str, source: &str, extra: &[&str]) -> Option<PathBuf> {
-    if Command::new("gcc").arg("--version").output().is_err() {
+    if !have("gcc") {
         eprintln!("SKIP: gcc is not installed");
         return None;
     }
@@ -97,7 +104,8 @@ pub fn in_ns(ns: &str, lib_dir: &Path, env: &[(&str, &str)], program: &[&str]) -
     cmd
 }
 
-/// Standard output and error of a finished program, as text.
+/// Standard output and error of a finished program, as text (stdout, then stderr, as
+/// they are: tests look for lines in them and at how they end).
 pub fn text(o: &std::process::Output) -> String {
     format!(
         "{}{}",

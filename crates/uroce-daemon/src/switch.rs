@@ -125,9 +125,9 @@ pub struct Switch {
     /// Owner of each QPN block: 0 free, else the client's id.
     owner: Vec<ClientId>,
     freed: HashMap<u32, Instant>,
-    next_block: u32,
-    /// Where the search for free blocks of each QPN class starts.
-    cursors: HashMap<u32, u32>,
+    /// Where the search for free blocks starts: of the whole space (`None`), of each QPN
+    /// class (`Some`); an entry is made at the first claim, from `seed`.
+    cursors: HashMap<Option<u32>, u32>,
     seed: u32,
     listeners: HashMap<(u64, IpAddr), ClientId>,
     comm_ids: HashMap<u32, ClientId>,
@@ -146,7 +146,6 @@ impl Switch {
         Self {
             owner: vec![0; BLOCKS as usize],
             freed: HashMap::new(),
-            next_block: FIRST_BLOCK + seed % (BLOCKS - FIRST_BLOCK),
             cursors: HashMap::new(),
             seed,
             listeners: HashMap::new(),
@@ -185,14 +184,11 @@ impl Switch {
             None => (FIRST_BLOCK, BLOCKS),
         };
         let span = hi - lo;
-        // The whole space's search starts where the last ended (`next_block`, from a
-        // random block: a daemon started again most likely does not hand out the numbers
-        // it handed out before); each class keeps a cursor of its own the same way.
+        // The search starts where the last one in the same space (the whole, or the
+        // class) ended, the first one from a random block (`seed`: a daemon started again
+        // most likely does not hand out the numbers it handed out before).
         let seed = self.seed;
-        let mut cursor = match class {
-            None => self.next_block,
-            Some(k) => *self.cursors.entry(k).or_insert(lo + seed % span),
-        };
+        let mut cursor = *self.cursors.entry(class).or_insert(lo + seed % span);
         let mut found = None;
         for _ in 0..span {
             let start = cursor;
@@ -215,12 +211,7 @@ impl Switch {
                 break;
             }
         }
-        match class {
-            None => self.next_block = cursor,
-            Some(k) => {
-                self.cursors.insert(k, cursor);
-            }
-        }
+        self.cursors.insert(class, cursor);
         let start = found?;
         for b in start..start + blocks {
             self.owner[b as usize] = client;
@@ -450,10 +441,10 @@ mod tests {
         s.forget(1, t0);
         assert_eq!(s.owner_of(0x100), None);
         // Wrap the counter round: the quarantined blocks are skipped.
-        s.next_block = FIRST_BLOCK;
+        s.cursors.insert(None, FIRST_BLOCK);
         let (c, _) = s.claim_qpns(3, 1, t0 + Duration::from_secs(1)).unwrap();
         assert_eq!(c, 0x1c0, "a block freed a second ago is not handed out");
-        s.next_block = FIRST_BLOCK;
+        s.cursors.insert(None, FIRST_BLOCK);
         let (d, _) = s.claim_qpns(3, 1, t0 + QUARANTINE).unwrap();
         assert_eq!(d, 0x100, "after the quarantine it is");
         // One process cannot take them all.

@@ -1,5 +1,7 @@
 //! `uroce decode` end to end: the binary on real and damaged captures.
 
+mod common;
+
 use std::net::Ipv6Addr;
 use std::process::Command;
 
@@ -996,15 +998,16 @@ fn live_interface_with_save() {
     }
     let pair = uroce_tools::netns::VethPair::create("dec", 1500).expect("veth pair");
     let out = std::env::temp_dir().join(format!("uroce-test-{}-live.pcap", std::process::id()));
-    let child = Command::new("ip")
-        .args(["netns", "exec", &pair.ns[0], env!("CARGO_BIN_EXE_uroce")])
-        .args(["decode", "-i", &pair.ifaces[0], "-c", "3", "-w"])
-        .arg(&out)
-        .args(["--json", "--qp", "0x33"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = common::uroce_in(
+        &pair.ns[0],
+        &["decode", "-i", &pair.ifaces[0], "-c", "3", "-w"],
+    )
+    .arg(&out)
+    .args(["--json", "--qp", "0x33"])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
     let frame = ud_over_ipv6();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sender = {

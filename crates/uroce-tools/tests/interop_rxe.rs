@@ -6,9 +6,13 @@
 //! runs only the cases whose peer tool's name contains `<text>` (e.g. `srq`; `libibverbs`
 //! and `librdmacm`: the host's own programs on uroce's drop-in libraries).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
+
+use common::{have, text};
 
 fn scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/interop")
@@ -22,11 +26,7 @@ fn skip_reason() -> Option<String> {
     if !Path::new("/dev/net/tun").exists() {
         return Some("no /dev/net/tun".into());
     }
-    if Command::new("qemu-system-x86_64")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
+    if !have("qemu-system-x86_64") {
         return Some("qemu-system-x86_64 is not installed (scripts/interop/install.sh)".into());
     }
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
@@ -213,14 +213,6 @@ fn uroce_client(peer: &Peer, args: &[&str]) -> Output {
 /// whose name (the peer tool, like `ibv_srq_pingpong` or `ib_write_bw`) contains it.
 fn wanted(name: &str) -> bool {
     std::env::var("UROCE_INTEROP_ONLY").map_or(true, |only| name.contains(&only))
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// The completion events `uroce pingpong -e` says it took (`..., N completion events)`).

@@ -11,26 +11,17 @@ mod common;
 
 use std::process::Command;
 
-use common::{across, can_run, text};
+use common::{across, can_run, daemon_check_then, text, uroce_run};
 use uroce_tools::netns::VethPair;
 
-/// `uroce run --iface IF --backend udp -- timeout 60 ARGS` in namespace `ns`.
-fn uroce_run(ns: &str, iface: &str, args: &[&str]) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_uroce"), "run"])
-        .args(["--iface", iface, "--backend", "udp", "--", "timeout", "60"])
+/// `uroce run --iface IF --backend udp -- timeout 60 ARGS` on side `i`, the program
+/// preceded by `uroce daemon --check` ([`daemon_check_then`]).
+fn checked_run(pair: &VethPair, i: usize, args: &[&str]) -> Command {
+    let mut c = uroce_run(&pair.ns[i], &pair.ifaces[i], &["--backend", "udp"]);
+    c.args(["timeout", "60"])
+        .args(daemon_check_then(&pair.ifaces[i]))
         .args(args);
     c
-}
-
-/// What `uroce daemon --check` says of the daemon serving side `i`'s interface.
-fn daemon_check(pair: &VethPair, i: usize) -> String {
-    let o = Command::new("ip")
-        .args(["netns", "exec", &pair.ns[i], env!("CARGO_BIN_EXE_uroce")])
-        .args(["daemon", "--check", "--iface", &pair.ifaces[i]])
-        .output()
-        .unwrap();
-    text(&o)
 }
 
 #[test]
@@ -69,11 +60,7 @@ fn gid_0_link_local_through_udp_daemons() {
         ],
     ];
     for args in cases {
-        let (s, c) = across(
-            &pair,
-            |i, a| uroce_run(&pair.ns[i], &pair.ifaces[i], a),
-            args,
-        );
+        let (s, c) = across(&pair, |i, a| checked_run(&pair, i, a), args);
         let what = format!(
             "{}\n-- server:\n{}\n-- client:\n{}",
             args.join(" "),
@@ -82,15 +69,13 @@ fn gid_0_link_local_through_udp_daemons() {
         );
         assert!(s.status.success() && c.status.success(), "{what}");
         for o in [&s, &c] {
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(out.contains("100 iters in"), "{what}");
+            // Through the daemons, on UDP.
             assert!(
-                String::from_utf8_lossy(&o.stdout).contains("100 iters in"),
+                out.contains("attached to uroce daemon for") && out.contains("(UDP"),
                 "{what}"
             );
         }
-    }
-    // Through the daemons, on UDP (each lingers a few seconds after its last process).
-    for i in 0..2 {
-        let how = daemon_check(&pair, i);
-        assert!(how.contains("(UDP"), "{how}");
     }
 }

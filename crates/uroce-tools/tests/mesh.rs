@@ -10,6 +10,8 @@
 //! `<infiniband/verbs.h>`; says why and skips otherwise. `cargo build` first: `uroce run`
 //! takes libibverbs.so.1 from next to the uroce binary.
 
+mod common;
+
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -26,7 +28,7 @@ fn cannot_run() -> Option<String> {
     if !Path::new("/usr/include/infiniband/verbs.h").exists() {
         return Some("<infiniband/verbs.h> is missing (apt-get install libibverbs-dev)".into());
     }
-    if Command::new("cc").arg("--version").output().is_err() {
+    if !common::have("cc") {
         return Some("no C compiler (cc)".into());
     }
     None
@@ -193,26 +195,18 @@ fn run_mesh_on(
                 dir.join(format!("{tag}.out")),
                 dir.join(format!("{tag}.err")),
             );
-            let mut c = Command::new("ip");
-            c.args([
-                "netns",
-                "exec",
-                &pair.ns[i],
-                env!("CARGO_BIN_EXE_uroce"),
-                "run",
-            ])
-            .args(["--iface", &pair.ifaces[i], "--backend", backend, "--"])
-            .arg(exe)
-            .args(["--side", side.name(), "--rank", &rank.to_string()])
-            .args(["--ranks", &procs_per_side.to_string()])
-            .args(["--qps", &qps.to_string(), "--iters", &iters.to_string()])
-            .arg("--dir")
-            .arg(&dir)
-            .args(["--timeout", "30"])
-            .env("UROCE_BACKEND", backend)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap());
+            let mut c = common::uroce_run(&pair.ns[i], &pair.ifaces[i], &["--backend", backend]);
+            c.arg(exe)
+                .args(["--side", side.name(), "--rank", &rank.to_string()])
+                .args(["--ranks", &procs_per_side.to_string()])
+                .args(["--qps", &qps.to_string(), "--iters", &iters.to_string()])
+                .arg("--dir")
+                .arg(&dir)
+                .args(["--timeout", "30"])
+                .env("UROCE_BACKEND", backend)
+                .stdin(Stdio::null())
+                .stdout(std::fs::File::create(&out).unwrap())
+                .stderr(std::fs::File::create(&err).unwrap());
             if let Some((s, r, after)) = die {
                 c.arg("--tolerate-dead-peer");
                 if (s, r) == (side, rank) {

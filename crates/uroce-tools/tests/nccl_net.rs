@@ -9,6 +9,8 @@
 //! Without root, gcc, or the library (scripts/nccl-net/fetch.sh, called here when its cache
 //! is empty, says why it cannot have it) the test says why and skips.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -84,20 +86,26 @@ fn side(
     dir: &Path,
 ) -> Command {
     let iface = &pair.ifaces[i];
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", &pair.ns[i]]);
-    if let Some(b) = backend {
-        c.arg(env!("CARGO_BIN_EXE_uroce"))
-            .args(["run", "--iface", iface, "--backend", b, "--"]);
-        // The device uroce makes of this side's veth (exactly that name). `uroce run` sets
-        // NCCL_IBVERBS_LIB; `UROCE_LIBDIR` (a directory holding only the `.so.1` link, where
-        // NCCL's first choice `libibverbs.so` would be the distribution's) checks it does.
-        c.env("NCCL_IB_HCA", format!("=uroce_{iface}"))
-            .env("UROCE_LIBDIR", libdir)
-            .env_remove("NCCL_IBVERBS_LIB")
-            // cargo's, which holds the built `libibverbs.so` and would hide the question.
-            .env_remove("LD_LIBRARY_PATH");
-    }
+    let mut c = match backend {
+        Some(b) => {
+            let mut c = common::uroce_run(&pair.ns[i], iface, &["--backend", b]);
+            // The device uroce makes of this side's veth (exactly that name). `uroce run`
+            // sets NCCL_IBVERBS_LIB; `UROCE_LIBDIR` (a directory holding only the `.so.1`
+            // link, where NCCL's first choice `libibverbs.so` would be the distribution's)
+            // checks it does.
+            c.env("NCCL_IB_HCA", format!("=uroce_{iface}"))
+                .env("UROCE_LIBDIR", libdir)
+                .env_remove("NCCL_IBVERBS_LIB")
+                // cargo's, which holds the built `libibverbs.so` and would hide the question.
+                .env_remove("LD_LIBRARY_PATH");
+            c
+        }
+        None => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &pair.ns[i]]);
+            c
+        }
+    };
     c.arg(harness)
         .arg("--lib")
         .arg(lib)

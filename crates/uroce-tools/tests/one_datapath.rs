@@ -6,8 +6,9 @@
 //! the program that its first QP there will fail. Needs root and iproute2; skips
 //! otherwise, and when AF_XDP cannot be set up here.
 
+mod common;
+
 use std::net::IpAddr;
-use std::process::Command;
 
 use uroce::datapath::impair::Impairment;
 use uroce::verbs::Mtu;
@@ -70,9 +71,8 @@ fn a_held_interface_is_eaddrinuse_naming_the_holder() {
         assert_eq!(io.kind(), std::io::ErrorKind::AddrInUse, "{text}");
 
         // `uroce run` in the namespace names the holder before the program starts.
-        let out = Command::new("ip")
-            .args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_uroce"), "run"])
-            .args(["--iface", &iface, "--", "true"])
+        let out = common::uroce_run(&ns, &iface, &[])
+            .arg("true")
             .output()
             .expect("uroce run");
         let err = String::from_utf8_lossy(&out.stderr);

@@ -5,8 +5,7 @@
 //! /sys/class/net and /dev keep what they held; UCX (`ucx_info -d`) keeps the device; an
 //! ordinary user sees the files too (through a user namespace). Needs root (namespaces).
 
-#[path = "../../../test-support/cdylib.rs"]
-mod cdylib;
+mod common;
 
 use std::collections::BTreeMap;
 use std::net::Ipv6Addr;
@@ -14,14 +13,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use common::{have, text, uroce_run_with};
 use uroce_tools::netns::{check_privileges, VethPair};
 
-fn text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
-}
-
-/// `uroce run --iface IFACE [extra] -- program...` in namespace `ns`, as `user` when
-/// given (setpriv), with the library of this build.
+/// `uroce run --iface IFACE --backend udp [extra] -- program...` in namespace `ns`, with
+/// the uroce binary `bin` and the library of this build (`UROCE_LIBDIR`).
 fn uroce_run(
     ns: &str,
     bin: &Path,
@@ -30,12 +26,7 @@ fn uroce_run(
     extra: &[&str],
     program: &[&str],
 ) -> Output {
-    Command::new("ip")
-        .args(["netns", "exec", ns])
-        .arg(bin)
-        .args(["run", "--backend", "udp", "--iface", iface])
-        .args(extra)
-        .arg("--")
+    uroce_run_with(bin, ns, iface, &[&["--backend", "udp"], extra].concat())
         .args(program)
         .env("UROCE_LIBDIR", lib)
         .output()
@@ -72,10 +63,14 @@ fn library_copy(tag: &str, rdmacm: bool) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("uroce-rdma-files-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(cdylib::built("libibverbs"), dir.join("libibverbs.so.1")).unwrap();
+    std::fs::copy(
+        common::cdylib::built("libibverbs"),
+        dir.join("libibverbs.so.1"),
+    )
+    .unwrap();
     if rdmacm {
         let lib = dir.join("librdmacm.so.1");
-        std::fs::copy(cdylib::built("librdmacm"), &lib).unwrap();
+        std::fs::copy(common::cdylib::built("librdmacm"), &lib).unwrap();
         std::fs::set_permissions(lib, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     let bin = dir.join("uroce");
@@ -215,7 +210,7 @@ fn a_program_under_uroce_run_finds_the_device_in_sys_and_dev() {
     // the distro's header, through uroce's library).
     if !Path::new("/usr/include/infiniband/verbs.h").exists() {
         println!("SKIP (ibv_device's paths): no <infiniband/verbs.h> (scripts/setup.sh)");
-    } else if let Some(exe) = cdylib::compile_c(&dir, "paths", PATHS_C, &["-libverbs"]) {
+    } else if let Some(exe) = common::cdylib::compile_c(&dir, "paths", PATHS_C, &["-libverbs"]) {
         let o = uroce_run(ns, &bin, &dir, iface, &[], &[exe.to_str().unwrap()]);
         let pt = text(&o);
         assert!(o.status.success(), "{pt}");
@@ -274,7 +269,7 @@ fn a_program_under_uroce_run_finds_the_device_in_sys_and_dev() {
 
     // UCX keeps a device only if /dev/infiniband/<dev_name> is a read-writable
     // character device: with the files it lists uroce's, without them it does not.
-    if Command::new("ucx_info").arg("-v").output().is_err() {
+    if !have("ucx_info") {
         println!("SKIP (UCX): no ucx_info (apt-get install ucx-utils; scripts/setup.sh)");
     } else {
         let md = format!("Memory domain: {dev}");
@@ -329,20 +324,8 @@ fn a_failure_half_way_leaves_the_program_the_mounts_as_they_were() {
         .args(["netns", "exec", ns, "sh", "-c", script])
         .output()
         .unwrap();
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .arg(dir.join("uroce"))
-        .args([
-            "run",
-            "--backend",
-            "udp",
-            "--iface",
-            iface,
-            "--",
-            "sh",
-            "-c",
-            script,
-        ])
+    let out = uroce_run_with(&dir.join("uroce"), ns, iface, &["--backend", "udp"])
+        .args(["sh", "-c", script])
         .env("UROCE_LIBDIR", &dir)
         .env("UROCE_TEST_RDMA_FILES_FAIL", "1")
         .output()
@@ -357,7 +340,11 @@ fn a_failure_half_way_leaves_the_program_the_mounts_as_they_were() {
     assert!(t.contains("will not find uroce's devices"), "{t}");
     assert!(t.contains("UROCE_TEST_RDMA_FILES_FAIL"), "{t}");
     // The same mounts and the same /sys/class as without uroce run.
-    assert_eq!(String::from_utf8_lossy(&out.stdout), text(&plain), "{t}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&plain.stdout),
+        "{t}"
+    );
     assert!(t.contains("no-infiniband"), "{t}");
 }
 

@@ -13,23 +13,13 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{can_run, text};
+use common::{can_run, daemon_check_then, text};
 use uroce_tools::netns::VethPair;
 
 /// `uroce run --iface IF --backend B -- ARGS` in namespace `ns`, under a timeout.
 fn uroce_run(ns: &str, iface: &str, backend: &str, args: &[&str]) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_uroce"), "run"])
-        .args([
-            "--iface",
-            iface,
-            "--backend",
-            backend,
-            "--",
-            "timeout",
-            "60",
-        ])
-        .args(args);
+    let mut c = common::uroce_run(ns, iface, &["--backend", backend]);
+    c.args(["timeout", "60"]).args(args);
     c
 }
 
@@ -66,24 +56,10 @@ fn pair_on_one_address(
     (s.wait_with_output().unwrap(), c)
 }
 
-/// The `uroce daemon` serving the namespace's interface answers `--check`.
-fn daemon_serves(pair: &VethPair) -> String {
-    let o = Command::new("ip")
-        .args(["netns", "exec", &pair.ns[0], env!("CARGO_BIN_EXE_uroce")])
-        .args(["daemon", "--check", "--iface", &pair.ifaces[0]])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "no daemon serves the interface: {}",
-        text(&o)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// Runs perftest's `tool` (`-n iters -s size`, on `port` when given) with server and
 /// client on ONE address of a veth pair through the uroce daemon (`backend`), checks both
-/// ended well, and returns (server, client) output.
+/// ended well, and returns (server, client) output. The client asks first how it attaches
+/// to the daemon serving the interface ([`daemon_check_then`]: on its stdout).
 fn perftest_on_one_address(
     backend: &str,
     tool: &str,
@@ -101,7 +77,8 @@ fn perftest_on_one_address(
     if let Some(p) = port {
         common.extend(["-p", p]);
     }
-    let mut client: Vec<&str> = vec![tool];
+    let mut client: Vec<&str> = daemon_check_then(&pair.ifaces[0]).to_vec();
+    client.push(tool);
     client.extend(&common);
     client.push(&addr);
     let mut server = vec![tool];
@@ -119,7 +96,8 @@ fn perftest_on_one_address(
 }
 
 fn ib_write_bw_on_one_address(backend: &str) {
-    let Some((_, c, pair)) = perftest_on_one_address(backend, "ib_write_bw", "2000", "65536", None)
+    let Some((_, c, _pair)) =
+        perftest_on_one_address(backend, "ib_write_bw", "2000", "65536", None)
     else {
         return;
     };
@@ -130,15 +108,19 @@ fn ib_write_bw_on_one_address(backend: &str) {
         .unwrap_or_else(|| panic!("no result row: {}", text(&c)));
     let avg: f64 = row.split_whitespace().nth(3).unwrap().parse().unwrap();
     assert!(avg > 0.0, "{row}");
-    let how = daemon_serves(&pair);
-    // Over UDP a process gets the fast path: a socket of its own in the daemon's
-    // reuseport group, its datagrams steered to it by the kernel.
+    // The daemon `uroce run` made sure of for the client serves the interface. Over UDP a
+    // process gets the fast path: a socket of its own in the daemon's reuseport group, its
+    // datagrams steered to it by the kernel.
     let want = if backend == "xdp" {
         "AF_XDP"
     } else {
         "UDP, fast path"
     };
-    assert!(how.contains(want), "{how}");
+    assert!(
+        out.contains("attached to uroce daemon for") && out.contains(want),
+        "{}",
+        text(&c)
+    );
 }
 
 #[test]

@@ -3,9 +3,12 @@
 //! recovered; every RoCE frame on the wire captured and checked; an interrupted run
 //! leaves nothing behind. Without root or iproute2 these tests say why and skip.
 
+mod common;
+
 use std::process::Command;
 use std::time::Duration;
 
+use common::uroce_in;
 use uroce::datapath::impair::Impairment;
 use uroce::verbs::Mtu;
 use uroce::wire;
@@ -20,14 +23,6 @@ fn can_run() -> bool {
             false
         }
     }
-}
-
-/// `uroce ARGS` run inside namespace `ns` (through `ip netns exec`).
-fn uroce_in(ns: &str, args: &[&str]) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_uroce")])
-        .args(args);
-    c
 }
 
 /// A quiet `uroce perf write ARGS` server in the pair's second namespace, given 400 ms

@@ -1,21 +1,57 @@
-//! Helpers shared by the tests that run the distro's unmodified tools (perftest,
-//! ibverbs-utils, rdmacm-utils) under `uroce run` in network namespaces: whether the
-//! machine can run them, a server in one namespace and its client in the other, and a
-//! child's output for a failure message. Each test binary compiles its own copy
-//! (`mod common;`), using what it needs of it.
-#![allow(dead_code)]
+//! Helpers shared by the tests that run uroce and the distro's unmodified tools (perftest,
+//! ibverbs-utils, rdmacm-utils) in network namespaces: whether the machine can run them,
+//! `uroce` (`uroce run`, `uroce daemon --check` under it) in a namespace, a server in one namespace
+//! and its client in the other, and a child's output (`text`, from
+//! `test-support/cdylib.rs`, as the drop-in libraries' tests have it). Each test binary
+//! compiles its own copy (`mod common;`), using what it needs of it.
+#![allow(dead_code, unused_imports)]
 
+#[path = "../../../../test-support/cdylib.rs"]
+pub mod cdylib;
+
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub use cdylib::{have, text};
 use uroce_tools::netns::{self, VethPair};
 
-/// Whether `tool` is on the PATH.
-pub fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
+/// `uroce ARGS` in network namespace `ns` (through `ip netns exec`, which execs it).
+pub fn uroce_in(ns: &str, args: &[&str]) -> Command {
+    uroce_in_with(Path::new(env!("CARGO_BIN_EXE_uroce")), ns, args)
+}
+
+/// [`uroce_in`] with the uroce binary at `bin` (a copy of the built one, say).
+fn uroce_in_with(bin: &Path, ns: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(bin).args(args);
+    c
+}
+
+/// `uroce run --iface IFACE OPTIONS --` in network namespace `ns`: the caller appends the
+/// program and its arguments.
+pub fn uroce_run(ns: &str, iface: &str, options: &[&str]) -> Command {
+    uroce_run_with(Path::new(env!("CARGO_BIN_EXE_uroce")), ns, iface, options)
+}
+
+/// [`uroce_run`] with the uroce binary at `bin`.
+pub fn uroce_run_with(bin: &Path, ns: &str, iface: &str, options: &[&str]) -> Command {
+    let mut c = uroce_in_with(bin, ns, &["run", "--iface", iface]);
+    c.args(options).arg("--");
+    c
+}
+
+/// The start of a command line that runs `uroce daemon --check --iface IFACE` and then
+/// execs the rest of the line (the program and its arguments, appended after these):
+/// the check fails (and the line with it, exit status 97, before the program starts)
+/// unless a daemon serves the interface, else says on stdout how it attached (`...
+/// (AF_XDP)`, `... (UDP)`, `... (UDP, fast path: ...)`). As the program of `uroce run`
+/// it asks of the daemon `uroce run` made sure of for the program, while the program
+/// runs on it, not of one lingering after it left.
+pub fn daemon_check_then(iface: &str) -> [&str; 6] {
+    const SCRIPT: &str =
+        "u=$1 i=$2; shift 2; \"$u\" daemon --check --iface \"$i\" || exit 97; exec \"$@\"";
+    ["sh", "-c", SCRIPT, "sh", env!("CARGO_BIN_EXE_uroce"), iface]
 }
 
 /// Whether this process may make network namespaces and every one of `tools` is
@@ -30,16 +66,6 @@ pub fn can_run(tools: &[&str]) -> bool {
         return false;
     }
     true
-}
-
-/// A child's status, stdout and stderr, for a failure message.
-pub fn text(o: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Runs `args` as server in the pair's first namespace and, with the server's IPv4 address
