@@ -13,9 +13,8 @@
 mod common;
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use uroce_tools::netns::{self, VethPair};
@@ -25,41 +24,14 @@ fn cannot_run() -> Option<String> {
     if let Err(e) = netns::check_privileges() {
         return Some(format!("{e:#}"));
     }
-    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
-        return Some("<infiniband/verbs.h> is missing (apt-get install libibverbs-dev)".into());
-    }
-    if !common::have("cc") {
-        return Some("no C compiler (cc)".into());
-    }
-    None
+    mesh_exe()
+        .is_none()
+        .then(|| "mesh.c cannot be compiled here (above)".into())
 }
 
-/// mesh.c, compiled once per test binary (`cc -O2 -Wall -Werror ... -libverbs`).
-fn mesh_exe() -> &'static Path {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/mesh.c");
-        // Built under a name of this process's, then renamed over target/tmp/mesh (a run
-        // of another test binary may be executing the old one: it keeps its inode).
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let exe = dir.join("mesh");
-        let tmp = dir.join(format!("mesh.{}", std::process::id()));
-        let out = Command::new("cc")
-            .args(["-O2", "-Wall", "-Werror", "-o"])
-            .arg(&tmp)
-            .arg(&src)
-            .arg("-libverbs")
-            .output()
-            .expect("running cc");
-        assert!(
-            out.status.success(),
-            "cc {} failed:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::fs::rename(&tmp, &exe).unwrap();
-        exe
-    })
+/// mesh.c, compiled once per test binary ([`common::c_program`]).
+fn mesh_exe() -> Option<PathBuf> {
+    common::c_program("mesh")
 }
 
 /// Which side of the mesh: A runs in the pair's first namespace, B in the second.
@@ -175,7 +147,7 @@ fn run_mesh_on(
     iters: usize,
     die: Option<(Side, usize, usize)>,
 ) -> Vec<String> {
-    let exe = mesh_exe();
+    let exe = mesh_exe().expect("cannot_run said it compiles");
     static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
         "uroce-mesh-{}-{}",
@@ -196,7 +168,7 @@ fn run_mesh_on(
                 dir.join(format!("{tag}.err")),
             );
             let mut c = common::uroce_run(&pair.ns[i], &pair.ifaces[i], &["--backend", backend]);
-            c.arg(exe)
+            c.arg(&exe)
                 .args(["--side", side.name(), "--rank", &rank.to_string()])
                 .args(["--ranks", &procs_per_side.to_string()])
                 .args(["--qps", &qps.to_string(), "--iters", &iters.to_string()])

@@ -31,24 +31,11 @@ const SHARDS: &str = "3";
 /// `uroce run --iface IF --backend udp --no-daemon -- timeout -k 5 SECS ARGS` on side `i`
 /// of `pair`, with `UROCE_SHARDS=shards`.
 fn direct(pair: &VethPair, i: usize, shards: &str, secs: u32, args: &[&str]) -> Command {
-    let mut c = Command::new("ip");
-    c.args([
-        "netns",
-        "exec",
-        &pair.ns[i],
-        env!("CARGO_BIN_EXE_uroce"),
-        "run",
-    ])
-    .args([
-        "--iface",
-        &pair.ifaces[i],
-        "--backend",
-        "udp",
-        "--no-daemon",
-    ])
-    .args(["--", "timeout", "-k", "5", &secs.to_string()])
-    .args(args)
-    .env("UROCE_SHARDS", shards);
+    let udp = ["--backend", "udp", "--no-daemon"];
+    let mut c = common::uroce_run(&pair.ns[i], &pair.ifaces[i], &udp);
+    c.args(["timeout", "-k", "5", &secs.to_string()])
+        .args(args)
+        .env("UROCE_SHARDS", shards);
     c
 }
 

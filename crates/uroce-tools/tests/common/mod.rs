@@ -115,11 +115,13 @@ pub fn across_watching(
 }
 
 /// `tests/c/NAME.c`, a plain libibverbs program, compiled once per test binary
-/// (`cc -O2 -Wall -Werror ... -libverbs -lpthread`) into the target's temporary folder;
-/// None, with a SKIP line, where the machine has no C compiler or no
-/// `<infiniband/verbs.h>`.
+/// (`cc -O2 -Wall -Werror ... -libverbs -lpthread`, with `test-support/c` on the include
+/// path) into the target's temporary folder; None, with a SKIP line, where the machine
+/// has no C compiler or no `<infiniband/verbs.h>`.
 pub fn c_program(name: &str) -> Option<std::path::PathBuf> {
-    use std::path::Path;
+    use std::collections::HashMap;
+    use std::path::PathBuf;
+    use std::sync::Mutex;
     if !Path::new("/usr/include/infiniband/verbs.h").exists() {
         eprintln!("SKIP: <infiniband/verbs.h> is missing (apt-get install libibverbs-dev)");
         return None;
@@ -127,6 +129,12 @@ pub fn c_program(name: &str) -> Option<std::path::PathBuf> {
     if !have("cc") {
         eprintln!("SKIP: no C compiler (cc)");
         return None;
+    }
+    // Held while one compiles: the test binary's other threads wait for it.
+    static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(exe) = built.get_or_insert_with(HashMap::new).get(name) {
+        return Some(exe.clone());
     }
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     // Built under a name of this process's, then renamed over the shared one: a run of
@@ -147,5 +155,8 @@ pub fn c_program(name: &str) -> Option<std::path::PathBuf> {
         .expect("running cc");
     assert!(out.status.success(), "cc {}: {}", src.display(), text(&out));
     std::fs::rename(&tmp, &exe).unwrap();
+    built
+        .get_or_insert_with(HashMap::new)
+        .insert(name.into(), exe.clone());
     Some(exe)
 }
