@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# Shared by the benchmark scripts (sourced, not run): two network namespaces joined by a
-# veth pair, the `uroce daemon`s serving its ends, CPU time of processes, the machine's
-# description. Callers set `set -euo pipefail` themselves.
+# Shared by the scripts that join two network namespaces by a veth pair (sourced, not run):
+# the namespaces and the pair, the `uroce daemon`s serving its ends, CPU time of processes,
+# the machine's description, the median. Callers set `set -euo pipefail` themselves.
 #
 #   netns_up A Z IA IZ SUBNET [MTU [QUEUES]]
 #                               namespaces A and Z, veth IA (in A, SUBNET.1/24) to IZ (in
