@@ -69,61 +69,33 @@ Z=uroce-bd-$$-b
 IA=ud$$a
 IZ=ud$$b
 WORK=$(mktemp -d)
-DAEMONS=()
-
-# The pids of `uroce daemon` processes serving our interfaces (ours, or any a `uroce run`
-# might have started).
-our_daemons() {
-  local d c
-  for d in /proc/[0-9]*; do
-    c=$({ tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null) || continue
-    case "$c" in
-      *" daemon "*"--iface $IA "* | *" daemon "*"--iface $IZ "*) echo "${d#/proc/}" ;;
-    esac
-  done
-}
+NETNS_WORK=$WORK
+# The namespaces and veth, the daemons' start and stop, CPU time, the machine's line.
+# shellcheck source=scripts/lib/netns.sh
+source scripts/lib/netns.sh # (the working directory is the repository root)
+SIDES=("$A:$IA" "$Z:$IZ")
 
 cleanup() {
   local p
-  for p in "${DAEMONS[@]}" $(our_daemons); do kill "$p" 2>/dev/null || true; done
-  for p in "${DAEMONS[@]}"; do wait "$p" 2>/dev/null || true; done
-  ip netns del "$A" 2>/dev/null || true
-  ip netns del "$Z" 2>/dev/null || true
+  for p in "${DAEMONS[@]}"; do kill "$p" 2>/dev/null || true; done
+  # Every process left in the namespaces, a daemon some `uroce run` started included.
+  netns_down "$A" "$Z"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-ip netns add "$A"
-ip netns add "$Z"
-ip link add "$IA" netns "$A" type veth peer name "$IZ" netns "$Z"
-ip -n "$A" addr add 10.98.0.1/24 dev "$IA"
-ip -n "$Z" addr add 10.98.0.2/24 dev "$IZ"
-for ns in "$A" "$Z"; do ip -n "$ns" link set lo up; done
-ip -n "$A" link set "$IA" mtu 9000 up
-ip -n "$Z" link set "$IZ" mtu 9000 up
-# Both ends' carrier up before the first run (a port still down fails ibv_open_device).
-for _ in $(seq 100); do
-  if ip -n "$A" -o link show "$IA" | grep -q 'state UP' &&
-    ip -n "$Z" -o link show "$IZ" | grep -q 'state UP'; then
-    break
-  fi
-  sleep 0.05
-done
+# MTU 9000, one queue each way (the figures so far were measured on one).
+netns_up "$A" "$Z" "$IA" "$IZ" 10.98.0 9000 1
 
 CLK=$(getconf CLK_TCK)
-CPU_MODEL=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 CORES=$(nproc)
 NS_LIST="1 2 4"
 [ "$CORES" -ge 8 ] && NS_LIST="1 2 4 8"
-echo "bench-daemon: $CORES cores, kernel $(uname -r), CPU ${CPU_MODEL:-unknown}"
+echo "bench-daemon: $(machine)"
 echo "  uroce: $B ($BUILD build); perftest $(ib_write_bw --version 2>&1 | awk '/Version/ { print $2 }')"
 echo "  $ROUNDS rounds; bulk: $ITERS x 64 KiB per run; latency: $LAT_PROG, $LAT_ITERS x 8 B;" \
   "N processes: $AGG_SECONDS s each, N in $NS_LIST; backends: $BACKENDS"
-
-# ticks PID...: user + system clock ticks of the processes (all their threads).
-# shellcheck source=scripts/lib/netns.sh
-source scripts/lib/netns.sh # (the working directory is the repository root)
 
 # thread_ticks TAG PID: "TAG name=ticks" for each of the process's threads
 thread_ticks() {
@@ -134,55 +106,6 @@ thread_ticks() {
     s=${s##*) }
     echo "$1 $name=$(echo "$s" | awk '{ print $12 + $13 }')"
   done
-}
-
-# listening NS PORT (scripts/lib/netns.sh): wait up to 20 s for a TCP server in NS.
-
-# cpu FILE: user + system seconds that /usr/bin/time wrote to FILE
-cpu() { awk '{ u = $(NF - 1); s = $NF } END { print u + s }' "$1"; }
-
-# serving NS IFACE: whether a daemon serves IFACE in NS
-serving() { ip netns exec "$1" "$B" daemon --iface "$2" --check >/dev/null 2>&1; }
-
-# start_daemons BACKEND: one daemon per side, in the foreground of this script
-start_daemons() {
-  local ns if i
-  DAEMONS=()
-  for i in 0 1; do
-    if [ $i = 0 ]; then ns=$A if=$IA; else ns=$Z if=$IZ; fi
-    if serving "$ns" "$if"; then
-      echo "bench-daemon.sh: a daemon already serves $if before ours started" >&2
-      exit 1
-    fi
-    ip netns exec "$ns" "$B" daemon --iface "$if" --backend "$1" >"$WORK/daemon-$if.log" 2>&1 &
-    DAEMONS+=($!)
-  done
-  for i in $(seq 200); do
-    if serving "$A" "$IA" && serving "$Z" "$IZ"; then return 0; fi
-    sleep 0.05
-  done
-  echo "bench-daemon.sh: the daemons ($1) did not come up:" >&2
-  cat "$WORK"/daemon-*.log >&2
-  exit 1
-}
-
-# stop_daemons: SIGTERM, wait, and make sure no daemon serves either interface
-stop_daemons() {
-  local p
-  for p in "${DAEMONS[@]}"; do
-    kill -0 "$p" 2>/dev/null || {
-      echo "bench-daemon.sh: daemon $p died during the run:" >&2
-      cat "$WORK"/daemon-*.log >&2
-      exit 1
-    }
-    kill "$p"
-  done
-  for p in "${DAEMONS[@]}"; do wait "$p" 2>/dev/null || true; done
-  DAEMONS=()
-  if serving "$A" "$IA" || serving "$Z" "$IZ"; then
-    echo "bench-daemon.sh: a daemon still serves the interfaces after ours stopped" >&2
-    exit 1
-  fi
 }
 
 # urun NS IFACE MODE BACKEND: the command line prefix running a program on uroce (killed
@@ -219,7 +142,7 @@ bw() {
     echo "0 0 0 0"
     return
   fi
-  echo "$g $(cpu "$WORK/tc") $(cpu "$WORK/ts") $(awk -v t=$((d1 - d0)) -v c="$CLK" 'BEGIN { print t / c }')"
+  echo "$g $(time_cpu "$WORK/tc") $(time_cpu "$WORK/ts") $(awk -v t=$((d1 - d0)) -v c="$CLK" 'BEGIN { print t / c }')"
 }
 
 # lat MODE BACKEND: t_typical (us) of LAT_ITERS 8-byte round trips (LAT_PROG); 0 on failure
@@ -281,7 +204,7 @@ for r in $(seq "$ROUNDS"); do
     if [ $((r % 2)) = 1 ]; then order="daemon direct"; else order="direct daemon"; fi
     for mode in $order; do
       if [ "$mode" = daemon ]; then
-        start_daemons "$be"
+        daemons_start "$B" "$be" "${SIDES[@]}" || exit 1
         {
           echo "$r $be bw daemon $(bw daemon "$be")"
           # The daemons' threads during the bulk transfer (both sides summed by name).
@@ -293,7 +216,7 @@ for r in $(seq "$ROUNDS"); do
             echo "$r $be agg $n $(agg "$n" "$be")"
           done
         } >>"$ROWS"
-        stop_daemons
+        daemons_stop "$B" "${SIDES[@]}" || exit 1
       else
         {
           echo "$r $be bw direct $(bw direct "$be")"

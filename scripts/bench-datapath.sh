@@ -50,18 +50,14 @@ fi
 # The TCP request/response baseline and the callgrind examples.
 cargo build --release -q --examples -p uroce -p uroce-tools
 TCP_RR=$PWD/target/release/examples/tcp_rr
+# shellcheck source=scripts/lib/netns.sh
+. scripts/lib/netns.sh # netns_up, netns_down, time_cpu
 A=uroce-bench-$$-a
 Z=uroce-bench-$$-b
-cleanup() { ip netns del "$A" 2>/dev/null || true; ip netns del "$Z" 2>/dev/null || true; }
+cleanup() { netns_down "$A" "$Z"; }
 trap cleanup EXIT INT TERM
-ip netns add "$A"
-ip netns add "$Z"
-ip link add ub$$a netns "$A" type veth peer name ub$$b netns "$Z"
-ip -n "$A" addr add 10.99.0.1/24 dev ub$$a
-ip -n "$Z" addr add 10.99.0.2/24 dev ub$$b
-for ns in "$A" "$Z"; do ip -n "$ns" link set lo up; done
-ip -n "$A" link set ub$$a mtu 9000 up
-ip -n "$Z" link set ub$$b mtu 9000 up
+# MTU 9000, one queue each way.
+netns_up "$A" "$Z" ub$$a ub$$b 10.99.0 9000 1
 
 # one OP BACKEND MTU [--lat]: prints the client's JSON
 one() {
@@ -75,9 +71,6 @@ one() {
 }
 
 field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
-
-# cpu FILE: user + system seconds that /usr/bin/time wrote to FILE
-cpu() { python3 -c "import sys; u,s=open('$1').read().split()[-2:]; print(float(u)+float(s))"; }
 
 # bulk_uroce BIN OP BACKEND [ENV=VAL ...]: "Gb/s client_cpu server_cpu retransmits" of
 # 64 KiB RC OP messages (write, read or send) over BACKEND, ENV at both ends; "0 0 0 -"
@@ -99,7 +92,7 @@ bulk_uroce() {
   if [ -z "$out" ]; then
     echo "0 0 0 -"
   else
-    echo "${out% *} $(cpu "$t1") $(cpu "$t2") ${out#* }"
+    echo "${out% *} $(time_cpu "$t1") $(time_cpu "$t2") ${out#* }"
   fi
   rm -f "$t1" "$t2"
 }
@@ -115,7 +108,7 @@ bulk_tcp() {
     iperf3 -c 10.99.0.2 -p 18779 -t "$DUR" -J 2>/dev/null |
     python3 -c "import json,sys; print(json.load(sys.stdin)['end']['sum_received']['bits_per_second']/1e9)")
   wait $sp || true
-  echo "$out $(cpu "$t1") $(cpu "$t2") -"
+  echo "$out $(time_cpu "$t1") $(time_cpu "$t2") -"
   rm -f "$t1" "$t2"
 }
 
@@ -132,7 +125,7 @@ verbs_native() {
     --backend "$1" -m 4096 --size 65536 -n "$VERBS_N" --port 18780 --json 2>/dev/null |
     field bw_gbps)
   wait $sp || true
-  echo "$g $(cpu "$t1") $(cpu "$t2")"
+  echo "$g $(time_cpu "$t1") $(time_cpu "$t2")"
   rm -f "$t1" "$t2"
 }
 
@@ -150,7 +143,7 @@ verbs_library() {
     /usr/bin/time -f '%U %S' -o "$t1" ib_write_bw -d uroce_ub$$a $flags 10.99.0.2 2>/dev/null |
     awk '/#bytes/ { getline; print $4 }')
   wait $sp || true
-  echo "$g $(cpu "$t1") $(cpu "$t2")"
+  echo "$g $(time_cpu "$t1") $(time_cpu "$t2")"
   rm -f "$t1" "$t2"
 }
 

@@ -46,22 +46,17 @@ ROUNDS=${2:-2}
 DUR=${3:-3}
 cargo build --release -q -p uroce-tools
 B=$PWD/target/release/uroce
+# shellcheck source=scripts/lib/netns.sh
+. scripts/lib/netns.sh # netns_up, netns_down
 A=uroce-qps-$$-a
 Z=uroce-qps-$$-b
 cleanup() {
-  ip netns del "$A" 2>/dev/null || true
-  ip netns del "$Z" 2>/dev/null || true
+  netns_down "$A" "$Z"
   rm -rf "$TMP"
 }
 trap cleanup EXIT INT TERM
-ip netns add "$A"
-ip netns add "$Z"
-ip link add uq$$a netns "$A" type veth peer name uq$$b netns "$Z"
-ip -n "$A" addr add 10.98.0.1/24 dev uq$$a
-ip -n "$Z" addr add 10.98.0.2/24 dev uq$$b
-for ns in "$A" "$Z"; do ip -n "$ns" link set lo up; done
-ip -n "$A" link set uq$$a mtu 9000 up
-ip -n "$Z" link set uq$$b mtu 9000 up
+# MTU 9000, one queue each way.
+netns_up "$A" "$Z" uq$$a uq$$b 10.98.0 9000 1
 echo "== uroce perf write --size 4096 --qps N (veth, MTU 9000): Mmsg/s, ratio to 1 QP, retransmits"
 for r in $(seq "$ROUNDS"); do
   for mode in xdp udp udp-perqp; do

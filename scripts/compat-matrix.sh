@@ -65,33 +65,23 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cases=${only:-$all}
 
+# shellcheck source=scripts/lib/netns.sh
+. scripts/lib/netns.sh # netns_up, netns_down, listening
+
 tag=cm$(($$ % 100000))
 ns_a=$tag-a ns_b=$tag-b if_a=${tag}a if_b=${tag}b
-addr_a=10.213.77.1 addr_b=10.213.77.2
+net=10.213.77
+addr_a=$net.1 addr_b=$net.2
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     # What the servers left in the namespaces (qperf's server outlives the shell that
     # started it; the uroce daemons `uroce run` started would linger a few seconds).
-    for n in "$ns_a" "$ns_b"; do
-        ip netns pids "$n" 2>/dev/null | xargs -r kill 2>/dev/null || true
-    done
-    ip netns del "$ns_a" 2>/dev/null || true
-    ip netns del "$ns_b" 2>/dev/null || true
+    netns_down "$ns_a" "$ns_b"
 }
 trap cleanup EXIT INT TERM
-ip netns add "$ns_a"
-ip netns add "$ns_b"
-ip link add "$if_a" type veth peer name "$if_b"
-ip link set "$if_a" netns "$ns_a"
-ip link set "$if_b" netns "$ns_b"
-ip -n "$ns_a" addr add "$addr_a/24" dev "$if_a"
-ip -n "$ns_b" addr add "$addr_b/24" dev "$if_b"
-for n in a b; do
-    eval "ns=\$ns_$n if=\$if_$n"
-    ip -n "$ns" link set lo up
-    ip -n "$ns" link set "$if" mtu 1500 up
-done
+# MTU 1500, one queue each way.
+netns_up "$ns_a" "$ns_b" "$if_a" "$if_b" "$net" 1500 1
 # The IPv6 link-local addresses (the default GIDs, which fi-dgram and fi-rdm name) pass
 # duplicate address detection first: over UDP the kernel drops packets to a tentative
 # address (AF_XDP takes them before it looks).
@@ -120,14 +110,6 @@ stop_servers() {
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
     pids=()
 }
-# Waits until something listens on TCP PORT in namespace b.
-wait_port() { # PORT
-    for _ in $(seq 100); do
-        ip netns exec "$ns_b" ss -ltn 2>/dev/null | grep -q ":$1 " && return 0
-        sleep 0.1
-    done
-    return 1
-}
 row() { # CASE RESULT FIGURE DETAIL
     printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" | tee -a "$out/rows.tsv"
 }
@@ -140,7 +122,7 @@ need() { # CASE COMMAND PACKAGE: a skip row and return 1 when COMMAND is missing
 case_qperf() { # CASE TEST
     need "$1" qperf qperf || return 0
     server "$1" qperf
-    wait_port 19765 || true
+    listening "$ns_b" 19765 || true
     local o
     if [[ $2 == rc_* ]]; then
         o=$(on_a timeout 30 qperf "$addr_b" -to 30 -cm1 -t 2 "$2" 2>&1) || true
@@ -179,7 +161,7 @@ case_ucx() { # CASE TEST TLS
     need "$1" ucx_perftest ucx-utils || return 0
     local env=(env "UCX_TLS=$3" "UCX_NET_DEVICES=$dev_b:1")
     server "$1" "${env[@]}" ucx_perftest -p 13337
-    wait_port 13337 || true
+    listening "$ns_b" 13337 || true
     local o size=65536 n=2000
     [[ $2 == *lat ]] && size=8 && n=5000
     [[ $3 == ud* ]] && [[ $2 == *bw ]] && size=4096
@@ -264,7 +246,7 @@ case_fi() { # CASE ENDPOINT
     # fi_pingpong -e dgram asks max_msg_size = -S).
     [ "$2" = dgram ] && size=1024
     server "$1" fi_pingpong -p "$prov" -e "$2" -I 1000 -S $size -P 47592
-    wait_port 47592 || true
+    listening "$ns_b" 47592 || true
     local o
     o=$(on_a timeout 60 fi_pingpong -p "$prov" -e "$2" -I 1000 -S $size -P 47592 "$addr_b" 2>&1) || true
     stop_servers

@@ -62,27 +62,20 @@ fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
+# shellcheck source=scripts/lib/netns.sh
+. scripts/lib/netns.sh # netns_up, netns_down
+
 tag=fzp$$
 ns_a=$tag-a ns_b=$tag-b if_a=${tag}a if_b=${tag}b
-addr_a=10.213.99.1 addr_b=10.213.99.2
+net=10.213.99
+addr_b=$net.2
 cleanup() {
     if [ -f "$out/peer.pid" ]; then kill "$(cat "$out/peer.pid")" 2>/dev/null || true; fi
-    ip netns del "$ns_a" 2>/dev/null || true
-    ip netns del "$ns_b" 2>/dev/null || true
+    netns_down "$ns_a" "$ns_b"
 }
 trap cleanup EXIT INT TERM
-ip netns add "$ns_a"
-ip netns add "$ns_b"
-ip link add "$if_a" type veth peer name "$if_b"
-ip link set "$if_a" netns "$ns_a"
-ip link set "$if_b" netns "$ns_b"
-ip -n "$ns_a" addr add "$addr_a/24" dev "$if_a"
-ip -n "$ns_b" addr add "$addr_b/24" dev "$if_b"
-for n in a b; do
-    eval "ns=\$ns_$n if=\$if_$n"
-    ip -n "$ns" link set lo up
-    ip -n "$ns" link set "$if" mtu "$mtu" up
-done
+# One queue each way.
+netns_up "$ns_a" "$ns_b" "$if_a" "$if_b" "$net" "$mtu" 1
 
 # The peer's command line and the fuzzer's arguments for it.
 peer_cmd() { # PEER BACKEND

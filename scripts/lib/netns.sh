@@ -1,12 +1,13 @@
 # shellcheck shell=bash
-# Shared by the benchmark scripts (sourced, not run): two network namespaces joined by a
-# veth pair, the `uroce daemon`s serving its ends, CPU time of processes, the machine's
-# description. Callers set `set -euo pipefail` themselves.
+# Shared by the scripts that join two network namespaces by a veth pair (sourced, not run):
+# the namespaces and the pair, the `uroce daemon`s serving its ends, CPU time of processes,
+# the machine's description, the median. Callers set `set -euo pipefail` themselves.
 #
-#   netns_up A Z IA IZ SUBNET   namespaces A and Z, veth IA (in A, SUBNET.1/24) to IZ (in
-#                               Z, SUBNET.2/24), MTU 9000, two queues each way (one AF_XDP
-#                               loop per queue, as the tests' veth pairs have), lo up, both
-#                               carriers up before it returns
+#   netns_up A Z IA IZ SUBNET [MTU [QUEUES]]
+#                               namespaces A and Z, veth IA (in A, SUBNET.1/24) to IZ (in
+#                               Z, SUBNET.2/24), MTU (default 9000), QUEUES queues each way
+#                               (default 2: one AF_XDP loop per queue, as the tests' veth
+#                               pairs have), lo up, both carriers up before it returns
 #   netns_down A Z              every process left in either namespace killed (by pid:
 #                               the namespaces are the caller's own), then both deleted
 #   daemons_start B BACKEND A:IA Z:IZ   one `B daemon --iface IF --backend BACKEND` per
@@ -24,15 +25,15 @@ DAEMONS=()
 NETNS_WORK=${NETNS_WORK:-/tmp}
 
 netns_up() {
-  local a=$1 z=$2 ia=$3 iz=$4 net=$5 s _
+  local a=$1 z=$2 ia=$3 iz=$4 net=$5 mtu=${6:-9000} q=${7:-2} s _
   ip netns add "$a"
   ip netns add "$z"
-  ip link add "$ia" numtxqueues 2 numrxqueues 2 netns "$a" type veth peer name "$iz" \
-    numtxqueues 2 numrxqueues 2 netns "$z"
+  ip link add "$ia" numtxqueues "$q" numrxqueues "$q" netns "$a" type veth peer name "$iz" \
+    numtxqueues "$q" numrxqueues "$q" netns "$z"
   ip -n "$a" addr add "$net.1/24" dev "$ia"
   ip -n "$z" addr add "$net.2/24" dev "$iz"
   for s in "$a:$ia" "$z:$iz"; do
-    ip -n "${s%%:*}" link set "${s#*:}" mtu 9000 up
+    ip -n "${s%%:*}" link set "${s#*:}" mtu "$mtu" up
     ip -n "${s%%:*}" link set lo up
   done
   # Both carriers up before the first run (a port still down fails ibv_open_device).

@@ -95,7 +95,6 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "       round $r: ncclNetIb on uroce $be / ncclNetSocket on TCP: ${R[$r.$be.rg]}x the GB/s, ${R[$r.$be.rc]}x the cpu-s/GB"
   done
 done
-median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 for be in udp xdp; do
   g=$(for r in $(seq 1 "$ROUNDS"); do echo "${R[$r.$be.rg]}"; done | median)
   c=$(for r in $(seq 1 "$ROUNDS"); do echo "${R[$r.$be.rc]}"; done | median)
