@@ -21,9 +21,10 @@
 #   the medians of the ratios and of the CPU-seconds per GB.
 #        scripts/bench-datapath.sh --verbs [ROUNDS] [SECONDS]
 #   --verbs: what the drop-in libibverbs.so.1 costs: perftest's unmodified ib_write_bw at
-#   both ends on uroce's library (target/release/libibverbs.so.1) against `uroce perf
-#   write` at both ends (uroce's own loop), the same number of 64 KiB messages (SECONDS x
-#   15000), path MTU 4096, over the UDP backend and over AF_XDP, each round in one go;
+#   both ends on uroce's library (target/release/libibverbs.so.1, SECONDS x 15000 64 KiB
+#   messages) against `uroce perf write` at both ends (uroce's own loop, SECONDS of 64
+#   KiB messages), each end its own datapath (direct mode), path MTU 4096, over the UDP
+#   backend and over AF_XDP, each round in one go;
 #   Gb/s and CPU-seconds per GB (both ends, /usr/bin/time), the ratios library/native,
 #   and the medians of the ratios.
 #   UROCE_BIN=path/to/uroce runs another build (for before/after comparisons) instead of
@@ -62,10 +63,10 @@ netns_up "$A" "$Z" ub$$a ub$$b 10.99.0 9000 1
 # one OP BACKEND MTU [--lat]: prints the client's JSON
 one() {
   local op=$1 be=$2 mtu=$3 lat=${4:-}
-  ip netns exec "$Z" "$B" perf "$op" $lat --backend "$be" -m "$mtu" --port 18777 >/dev/null 2>&1 &
+  ip netns exec "$Z" "$B" perf "$op" $lat --backend "$be" --no-daemon -m "$mtu" --port 18777 >/dev/null 2>&1 &
   local sp=$!
   sleep 0.5
-  ip netns exec "$A" "$B" perf "$op" 10.99.0.2 $lat --backend "$be" -m "$mtu" --port 18777 \
+  ip netns exec "$A" "$B" perf "$op" 10.99.0.2 $lat --backend "$be" --no-daemon -m "$mtu" --port 18777 \
     --duration "$DUR" --json 2>/dev/null
   wait $sp || true
 }
@@ -80,11 +81,11 @@ bulk_uroce() {
   shift 3
   t1=$(mktemp) t2=$(mktemp)
   ip netns exec "$Z" env UROCE_NOTHING=1 "$@" /usr/bin/time -f '%U %S' -o "$t2" \
-    "$bin" perf "$op" --backend "$be" -m 4096 --port 18778 >/dev/null 2>&1 &
+    "$bin" perf "$op" --backend "$be" --no-daemon -m 4096 --port 18778 >/dev/null 2>&1 &
   local sp=$!
   sleep 0.5
   out=$(ip netns exec "$A" env UROCE_NOTHING=1 "$@" /usr/bin/time -f '%U %S' -o "$t1" \
-    "$bin" perf "$op" 10.99.0.2 --backend "$be" -m 4096 --size 65536 --port 18778 \
+    "$bin" perf "$op" 10.99.0.2 --backend "$be" --no-daemon -m 4096 --size 65536 --port 18778 \
     --duration "$DUR" --json 2>/dev/null |
     python3 -c "import json,sys; v=json.loads(sys.stdin.read()); print(v['bw_gbps'], v['retransmits'])" ||
     true)
@@ -112,17 +113,17 @@ bulk_tcp() {
   rm -f "$t1" "$t2"
 }
 
-# verbs_native BACKEND: "Gb/s client_cpu server_cpu" of `uroce perf write` at both ends,
-# VERBS_N messages of 64 KiB, path MTU 4096
+# verbs_native BACKEND: "Gb/s client_cpu server_cpu" of `uroce perf write` at both ends
+# (each its own datapath), DUR seconds of 64 KiB messages, path MTU 4096
 verbs_native() {
   local t1 t2 g
   t1=$(mktemp) t2=$(mktemp)
   ip netns exec "$Z" /usr/bin/time -f '%U %S' -o "$t2" \
-    "$B" perf write --backend "$1" -m 4096 --port 18780 >/dev/null 2>&1 &
+    "$B" perf write --backend "$1" --no-daemon -m 4096 --port 18780 >/dev/null 2>&1 &
   local sp=$!
   sleep 0.5
   g=$(ip netns exec "$A" /usr/bin/time -f '%U %S' -o "$t1" "$B" perf write 10.99.0.2 \
-    --backend "$1" -m 4096 --size 65536 -n "$VERBS_N" --port 18780 --json 2>/dev/null |
+    --backend "$1" --no-daemon -m 4096 --size 65536 --duration "$DUR" --port 18780 --json 2>/dev/null |
     field bw_gbps)
   wait $sp || true
   echo "$g $(time_cpu "$t1") $(time_cpu "$t2")"
@@ -159,12 +160,13 @@ if [ $VERBS -eq 1 ]; then
       n=$(verbs_native "$be")
       l=$(verbs_library "$be")
       echo "$be $n $l" >>"$rows"
-      python3 - "$r" "$be" "$VERBS_N" $n $l <<'PY'
+      python3 - "$r" "$be" "$VERBS_N" "$DUR" $n $l <<'PY'
 import sys
-r, be, n_msgs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-ng, nc, ns, lg, lc, ls = map(float, sys.argv[4:10])
-gb = n_msgs * 65536 / 1e9
-nat, lib = (nc + ns) / gb, (lc + ls) / gb
+r, be, n_msgs, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+ng, nc, ns, lg, lc, ls = map(float, sys.argv[5:11])
+# The native run lasts DUR seconds at its own rate; the library's is VERBS_N messages.
+nat = (nc + ns) / (ng * secs / 8)
+lib = (lc + ls) / (n_msgs * 65536 / 1e9)
 print(f"{r:>5}  {be:<7}  {ng:11.2f}  {lg:12.2f}  {lg / ng:14.2f}  {nat:36.3f}  {lib:7.3f}  {lib / nat:14.2f}")
 PY
     done
