@@ -240,7 +240,11 @@ fn rping_on_one_address(backend: &str) {
         &client,
         Duration::from_millis(1500),
     );
-    assert!(c.status.success(), "client: {}", text(&c));
+    assert!(
+        c.status.success() || lost_the_teardown_race(&c),
+        "client: {}",
+        text(&c)
+    );
     let pings = String::from_utf8_lossy(&c.stdout)
         .lines()
         .filter(|l| l.starts_with("ping data: rdma-ping-"))
@@ -251,6 +255,20 @@ fn rping_on_one_address(backend: &str) {
         .filter(|l| l.starts_with("server ping data: rdma-ping-"))
         .count();
     assert_eq!(served, 10, "server: {}", text(&s));
+}
+
+/// Whether rping failed only in its own teardown race: its CM thread, back in
+/// `rdma_get_cm_event` after the DISCONNECTED event, finds the channel its main thread
+/// destroyed meanwhile (rping never joins that thread) and exits with the error (EINVAL
+/// here; with rdma-core a read of the closed descriptor, EBADF). On a loaded machine the
+/// main thread sometimes gets there first. Every ping is still counted by the caller.
+fn lost_the_teardown_race(o: &Output) -> bool {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    out.contains("DISCONNECT EVENT")
+        && err
+            .trim_end()
+            .ends_with("rdma_get_cm_event: Invalid argument")
 }
 
 #[test]

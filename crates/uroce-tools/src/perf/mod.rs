@@ -45,6 +45,11 @@ fn window_for(qps: usize, size: u32) -> usize {
 /// Bytes of messages in flight at most when several QPs share the window.
 const MAX_INFLIGHT_BYTES: usize = 1 << 20;
 
+/// How long the server polls on without sleeping after a packet came in (the engine
+/// shards' `SPIN`): longer than a round trip on a veth pair or a LAN, so a latency test's
+/// server never sleeps between requests, and idle for good a moment after the test.
+const SPIN: Duration = Duration::from_micros(50);
+
 /// The operation measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -263,8 +268,20 @@ pub fn serve(cfg: &PerfConfig, tcp: TcpStream) -> anyhow::Result<String> {
     tcp.set_nonblocking(true)?;
     let mut probe = [0u8; 64];
     let mut received = 0u64;
+    // As a NIC's queue engine, the server polls on for SPIN after a packet before it
+    // sleeps on the socket: a client's next request in a latency test then waits for no
+    // wake-up (the client itself polls busily).
+    let mut last_packet: Option<Instant> = None;
     loop {
-        s.ep.poll(Duration::from_millis(1))?;
+        let busy = last_packet.is_some_and(|t| t.elapsed() < SPIN);
+        if s.ep.poll(if busy {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(1)
+        })? > 0
+        {
+            last_packet = Some(Instant::now());
+        }
         for wc in s.ep.ctx.poll_cq(cq, 64) {
             if wc.status == WcStatus::Success {
                 received += 1;

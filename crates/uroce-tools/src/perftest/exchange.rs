@@ -120,7 +120,11 @@ impl Run {
     pub(super) fn keys(&mut self) -> anyhow::Result<Keys> {
         let mine = self.mine.to_wire();
         let Self { oob, ep, .. } = self;
-        let mut poll = || ep.poll(Duration::from_micros(200)).map_err(Into::into);
+        let mut poll = || {
+            ep.poll(Duration::from_micros(200))
+                .map(drop)
+                .map_err(Into::into)
+        };
         Keys::from_wire(&oob.xchg(&mine, &mut poll)?)
     }
 
@@ -184,13 +188,21 @@ impl Run {
 
     pub(super) fn xchg_poll(&mut self, mine: &[u8]) -> anyhow::Result<Vec<u8>> {
         let Self { oob, ep, .. } = self;
-        let mut poll = || ep.poll(Duration::from_micros(200)).map_err(Into::into);
+        let mut poll = || {
+            ep.poll(Duration::from_micros(200))
+                .map(drop)
+                .map_err(Into::into)
+        };
         oob.xchg(mine, &mut poll)
     }
 
     pub(super) fn finish(&mut self) -> anyhow::Result<()> {
         let Self { oob, ep, .. } = self;
-        let mut poll = || ep.poll(Duration::from_micros(200)).map_err(Into::into);
+        let mut poll = || {
+            ep.poll(Duration::from_micros(200))
+                .map(drop)
+                .map_err(Into::into)
+        };
         oob.done(&mut poll)
     }
 }

@@ -61,7 +61,9 @@ impl Run {
             if Instant::now() > deadline {
                 bail!("linger over");
             }
-            ep.poll(Duration::from_micros(200)).map_err(Into::into)
+            ep.poll(Duration::from_micros(200))
+                .map(drop)
+                .map_err(Into::into)
         };
         let _ = oob.read(1, &mut poll);
         Ok(())

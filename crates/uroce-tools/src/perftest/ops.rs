@@ -30,7 +30,7 @@ impl Run {
         } else {
             Duration::from_micros(200)
         };
-        self.ep.poll(wait).map_err(Into::into)
+        self.ep.poll(wait).map(drop).map_err(Into::into)
     }
 
     pub(super) fn post_recv(&mut self, i: u64) -> anyhow::Result<()> {

@@ -90,8 +90,8 @@ impl<B: Backend> Endpoint<B> {
 
     /// One round: build every ready frame in the backend's memory and hand the batch to
     /// the kernel, wait up to `max_wait` (less if a timer is due sooner) for frames, take
-    /// up to 64 of them in place, run due timers. No allocation.
-    pub fn poll(&mut self, max_wait: Duration) -> io::Result<()> {
+    /// up to 64 of them in place, run due timers; how many frames came in. No allocation.
+    pub fn poll(&mut self, max_wait: Duration) -> io::Result<usize> {
         let now = Instant::now();
         let Self {
             ctx,
@@ -116,7 +116,7 @@ impl<B: Backend> Endpoint<B> {
         let wait = ctx
             .poll_timeout()
             .map_or(max_wait, |t| t.saturating_duration_since(now).min(max_wait));
-        backend.receive(wait, 64, &mut |r| {
+        let got = backend.receive(wait, 64, &mut |r| {
             let _ = ctx.handle_received(Instant::now(), r);
         })?;
         ctx.handle_timeout(Instant::now());
@@ -136,7 +136,7 @@ impl<B: Backend> Endpoint<B> {
                 n.signal();
             }
         }
-        Ok(())
+        Ok(got)
     }
 
     /// Polls until `done` says so or `deadline` passes; true when `done` was reached.
