@@ -185,6 +185,11 @@ impl Shard {
         self.waiting.load(Ordering::Acquire) != 0
     }
 
+    /// Whether its thread polls on after a packet (the machine has a core for it).
+    pub fn spins(&self) -> bool {
+        !self.spin.is_zero()
+    }
+
     /// Whether its thread sleeps now.
     pub fn asleep(&self) -> bool {
         self.asleep.load(Ordering::Relaxed)
@@ -309,7 +314,11 @@ impl Shard {
 /// came before the arm, or it would wait for an event that never comes. Then a shard
 /// whose thread sleeps has its packets moved by the program that polls (as the device's
 /// own engine's are): a busy-polling program waits for no thread's wake-up. One whose
-/// thread is at work is left to it.
+/// thread is at work is left to it where that thread has a core to spin on; where it has
+/// none ([`Shard::spins`]), its packets are moved by whoever finds its lock free: an
+/// awake thread may be one the scheduler has not run yet, while busy-polling program
+/// threads hold the cores (on two cores, two polling threads slowed `tests/c/threads.c`
+/// to 0.28x of the device-locked engine before this).
 pub(crate) fn poll_copies(
     shards: &[Arc<Shard>],
     turn: usize,
@@ -337,7 +346,7 @@ pub(crate) fn poll_copies(
             break;
         }
         let s = in_turn(k);
-        if !s.asleep() {
+        if !s.asleep() && s.spins() {
             continue;
         }
         let Some(mut st) = s.try_lock() else {
