@@ -502,9 +502,11 @@ impl Shared {
         let sh = self.shards.get(e.shard.checked_sub(1)?)?;
         let mut st = sh.lock();
         let r = f(&routes, e, &mut st.uroce);
+        // Not held through the sends: a verb waiting to change the routes would hold up
+        // every other post and poll meanwhile.
+        drop(routes);
         let events = sh.after_post(&mut st);
         drop(st);
-        drop(routes);
         if events {
             self.take_shard_events(sh);
         }
@@ -529,6 +531,8 @@ impl Shared {
         if route.on_zero {
             return None;
         }
+        // No `app_polled` stamp: this poll moves no packet of the device's own engine, so
+        // its progress thread goes on moving them (QP 1's) as for a program away.
         thread_local! {
             /// The calling thread's turn (the copy its next poll looks at first: a count
             /// of its own, so that threads polling side by side share no counter) and the

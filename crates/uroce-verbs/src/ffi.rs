@@ -814,7 +814,7 @@ pub(crate) struct WrList<W> {
     bad: *mut *mut W,
 }
 
-// A list is two addresses: a copy hands over the same list (`qp`: a post tries the
+// A list is two addresses: a copy hands over the same list (`post`: a post tries the
 // shard path, then the device's lock).
 impl<W> Clone for WrList<W> {
     fn clone(&self) -> Self {

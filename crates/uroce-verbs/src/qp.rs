@@ -541,6 +541,11 @@ pub(crate) fn destroy_qp(qp: *mut ibv_qp) -> c_int {
             return EINVAL;
         };
         inner.qp_by_qpn.remove(&e.qpn);
+        // Out of the routes first: a post without the device's lock finds it no more
+        // (EINVAL, as for any QP not handed out) rather than a QPN gone from its shard.
+        if let Some(mut r) = inner.routes_mut() {
+            r.qps.remove(&(qp as usize));
+        }
         let _ = inner.ctx_of(e.shard, |c| c.destroy_qp(e.qpn));
         inner.forget_async_events_of(qp as usize);
         // Disowned first, then its C object freed as it leaves the registry, so a new

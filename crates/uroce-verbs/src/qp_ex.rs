@@ -45,7 +45,8 @@ use crate::abi::{
     self, ibv_mw_bind_info, ibv_qp, ibv_qp_ex, ibv_qp_init_attr, ibv_qp_init_attr_ex,
 };
 use crate::device::shared_of;
-use crate::post::{SendRequest, UdAddr};
+use crate::engine::QpEntry;
+use crate::post::{InShard, Poster, SendRequest, UdAddr};
 use crate::resources::null_with;
 
 // enum ibv_qp_type.
@@ -455,7 +456,7 @@ pub(crate) fn wr_abort(x: &QpExtra) {
 }
 
 /// uroce's operation for a request (windows and regions looked up in `inner`).
-fn send_op(inner: &crate::engine::Inner, op: &ExOp) -> Result<SendOp, c_int> {
+fn send_op(p: &impl Poster, op: &ExOp) -> Result<SendOp, c_int> {
     Ok(match *op {
         ExOp::Send => SendOp::Send,
         ExOp::SendImm(imm) => SendOp::SendWithImm(u32::from_be(imm)),
@@ -497,7 +498,7 @@ fn send_op(inner: &crate::engine::Inner, op: &ExOp) -> Result<SendOp, c_int> {
                 length: info.length,
                 mw_access_flags: info.mw_access_flags,
             };
-            crate::post::bind_op(inner, mw, rkey, &c)?
+            p.bind(mw, rkey, &c)?
         }
     })
 }
@@ -531,6 +532,9 @@ pub(crate) fn wr_complete(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, x: &QpExt
 }
 
 /// Posts a batch: every request checked first, then each posted (see [`wr_complete`]).
+/// The batch goes in whole, as under mlx5's send-queue lock: a QP of an engine shard has
+/// its shard's lock held (after the device's) from the room check to the last post, so
+/// a concurrent `ibv_post_send` on it, which takes that lock alone, comes before or after.
 fn post_batch(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, wrs: &[ExWr]) -> c_int {
     let Some(shared) = shared_of(ctx) else {
         return EINVAL;
@@ -540,38 +544,50 @@ fn post_batch(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, wrs: &[ExWr]) -> c_in
     let Some(e) = inner.qps.get(&(qp as usize)).copied() else {
         return EINVAL;
     };
+    let r = match e
+        .shard
+        .checked_sub(1)
+        .and_then(|k| inner.shards.get(k))
+        .cloned()
+    {
+        Some(sh) => {
+            let mut st = sh.lock();
+            let r = batch(&mut InShard::new(inner, &mut st.uroce, e), e, wrs);
+            sh.publish(&st);
+            r
+        }
+        None => batch(inner, e, wrs),
+    };
+    shared.finish_post(g, e.shard, true);
+    r
+}
+
+/// [`post_batch`]'s checks and posts on `p`.
+fn batch(p: &mut impl Poster, e: QpEntry, wrs: &[ExWr]) -> c_int {
     // Every request checked before the first is posted (the operation is made again
-    // below, under the same lock, rather than kept in a list of its own).
+    // below, under the same locks, rather than kept in a list of its own).
     for w in wrs {
-        if let Err(e) = send_op(inner, &w.op) {
+        if let Err(e) = send_op(p, &w.op) {
             return e;
         }
-        if e.ud && !w.ud.is_some_and(|u| inner.ahs.contains_key(&u.ah)) {
+        if e.ud && w.ud.is_none_or(|u| p.ah(u.ah).is_none()) {
             return EINVAL;
         }
     }
-    if inner
-        .ctx_of(e.shard, |c| c.send_queue_room(e.qpn))
-        .unwrap_or(0)
-        < wrs.len()
-    {
+    if p.on(e, |c| c.send_queue_room(e.qpn)).unwrap_or(0) < wrs.len() {
         return ENOMEM;
     }
-    let mut r = 0;
     for w in wrs {
-        let op = match send_op(inner, &w.op) {
+        let op = match send_op(p, &w.op) {
             Ok(op) => op,
-            Err(e) => {
-                r = e;
-                break;
-            }
+            Err(e) => return e,
         };
         let staged;
         let (list, flags): (&[Sge], c_uint) = match &w.data {
             Data::None => (&[], w.flags),
             Data::One(sge) => (std::slice::from_ref(sge), w.flags),
             Data::Sges(l) => (l, w.flags),
-            Data::Inline(bytes) => match crate::post::stage_bytes(inner, bytes) {
+            Data::Inline(bytes) => match crate::post::stage_bytes(p, bytes) {
                 Ok(s) => {
                     staged = s;
                     (
@@ -579,10 +595,7 @@ fn post_batch(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, wrs: &[ExWr]) -> c_in
                         w.flags | abi::IBV_SEND_INLINE,
                     )
                 }
-                Err(e) => {
-                    r = e;
-                    break;
-                }
+                Err(e) => return e,
             },
         };
         let req = SendRequest {
@@ -592,13 +605,11 @@ fn post_batch(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, wrs: &[ExWr]) -> c_in
             send_flags: flags,
             ud: w.ud,
         };
-        if let Err(e) = crate::post::post_request(inner, e, req) {
-            r = e;
-            break;
+        if let Err(e) = crate::post::post_request(p, e, req) {
+            return e;
         }
     }
-    shared.finish_post(g, e.shard, true);
-    r
+    0
 }
 
 #[cfg(test)]

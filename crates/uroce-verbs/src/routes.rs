@@ -39,7 +39,7 @@ pub(crate) struct Routes {
     pub cqs: HashMap<usize, CqRoute>,
     /// Address handles (by `ibv_ah` address) and where their datagrams go.
     pub ahs: HashMap<usize, Remote>,
-    /// The inline staging region, once made: [`crate::qp`]'s slot `k` is engine `k`'s,
+    /// The inline staging region, once made: [`crate::post`]'s slot `k` is engine `k`'s,
     /// written under that engine's lock only.
     pub stage: Option<Mr>,
 }

@@ -37,6 +37,7 @@
 //! extended posting API, and polls of a CQ a QP of shard 0 used) take the device's lock
 //! and then a shard's. A thread takes a shard's lock alone, after the route table's read,
 //! or after the device's, never two shards' without the device's: no cycle.
+//!
 //! **Threads.** A shard's thread moves its packets: it sleeps in `ppoll(2)` on the
 //! socket, a wake-up eventfd and the next timer, and after any packet it keeps polling
 //! for [`SPIN`] before it sleeps again (where the cores allow), as a NIC's queue engine
@@ -202,6 +203,8 @@ impl Shard {
         device: Arc<Shared>,
         name: String,
     ) -> Result<(), c_int> {
+        // Started again after a failed start stopped it.
+        self.stop.store(false, Ordering::Release);
         {
             let mut st = self.lock();
             if let Some(bytes) = backend.rx_capacity() {
@@ -247,6 +250,8 @@ impl Shard {
         let next = st.uroce.poll_timeout();
         if next.is_some() && (st.sleep_until.is_none() || next < st.sleep_until) {
             engine::signal(self.wake.as_raw_fd());
+            // Woken once for it, not again by each post or poll until the thread runs.
+            st.sleep_until = next;
         }
         self.publish(st);
     }
