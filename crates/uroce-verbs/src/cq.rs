@@ -119,7 +119,7 @@ pub(crate) fn create_cq(
         let c = Box::into_raw(Box::new(obj)).cast::<ibv_cq>();
         inner.cqs.insert(c as usize, CqEntry { id, channel: ch });
         if let Some(mut r) = inner.routes_mut() {
-            let route = crate::routes::CqRoute { id, on_zero: false };
+            let route = crate::routes::CqRoute { id, fed_by: 0 };
             r.cqs.insert(c as usize, route);
         }
         inner.cq_by_id.insert(id.0, c as usize);

@@ -528,7 +528,7 @@ impl Shared {
             return None;
         }
         let route = *self.routes.read().cqs.get(&cq)?;
-        if route.on_zero {
+        if route.on_zero() {
             return None;
         }
         // No `app_polled` stamp: this poll moves no packet of the device's own engine, so
@@ -544,7 +544,8 @@ impl Shared {
             let (turn, wcs) = &mut *s.borrow_mut();
             *turn = turn.wrapping_add(1);
             wcs.clear();
-            let events = crate::shard::poll_copies(&self.shards, *turn, route.id, n, wcs);
+            let copies = (&self.shards[..], route.fed_by);
+            let events = crate::shard::poll_copies(copies, *turn, route.id, n, wcs);
             for (i, w) in wcs.iter().enumerate() {
                 out(i, w);
             }
@@ -926,7 +927,9 @@ impl Inner {
             return;
         }
         self.poll_turn = self.poll_turn.wrapping_add(1);
-        let events = crate::shard::poll_copies(&self.shards, self.poll_turn, cq, n, &mut self.wcs);
+        // Every copy: this path does not read the routes' record of which feed `cq`.
+        let copies = (&self.shards[..], u64::MAX);
+        let events = crate::shard::poll_copies(copies, self.poll_turn, cq, n, &mut self.wcs);
         for k in 0..self.shards.len() {
             if events & (1 << (k + 1)) != 0 {
                 let s = self.shards[k].clone();

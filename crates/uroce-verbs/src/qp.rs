@@ -340,12 +340,11 @@ pub(crate) fn create_qp_with(
         if let Some(mut r) = inner.routes_mut() {
             if shard != 0 {
                 r.qps.insert(q as usize, inner.qps[&(q as usize)]);
-            } else {
-                // The device's own copy of its CQs may hold completions now.
-                for cq in [a.send_cq, a.recv_cq] {
-                    if let Some(c) = r.cqs.get_mut(&(cq as usize)) {
-                        c.on_zero = true;
-                    }
+            }
+            // The engine's copies of its CQs may hold completions now.
+            for cq in [a.send_cq, a.recv_cq] {
+                if let Some(c) = r.cqs.get_mut(&(cq as usize)) {
+                    c.fed_by |= 1 << shard;
                 }
             }
         }

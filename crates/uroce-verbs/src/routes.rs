@@ -25,9 +25,17 @@ use crate::engine::QpEntry;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CqRoute {
     pub id: CqId,
-    /// A QP of the device's own engine (shard 0) used it, so the device's own copy may
-    /// hold completions: its polls take the device's lock.
-    pub on_zero: bool,
+    /// The engines whose QPs used it (bit `k` for engine `k`): only their copies may hold
+    /// its completions. With bit 0 (a QP of the device's own engine) the device's copy
+    /// may, and its polls take the device's lock.
+    pub fed_by: u64,
+}
+
+impl CqRoute {
+    /// Whether a QP of the device's own engine used it.
+    pub fn on_zero(&self) -> bool {
+        self.fed_by & 1 != 0
+    }
 }
 
 /// The lookups of the data path on the shards, kept only while the device has shards.

@@ -308,7 +308,9 @@ impl Shard {
     }
 }
 
-/// Takes up to `n - wcs.len()` completions of `cq` from the copies of `shards`, starting
+/// Takes up to `n - wcs.len()` completions of `cq` from the copies of `shards` whose bit
+/// (`1 << index`) is set in `fed_by` (the shards whose QPs use the CQ: no other copy
+/// holds its completions, and no other shard's packets are this poll's to move), starting
 /// at copy `turn` (modulo their number) so that none is starved; a bit `1 << index` set
 /// in the answer for each shard whose pump on the way raised events to hand on (with its
 /// lock taken again, after the device's: [`Shared::take_shard_events`]).
@@ -325,7 +327,7 @@ impl Shard {
 /// threads hold the cores (on two cores, two polling threads slowed `tests/c/threads.c`
 /// to 0.28x of the device-locked engine before this).
 pub(crate) fn poll_copies(
-    shards: &[Arc<Shard>],
+    (shards, fed_by): (&[Arc<Shard>], u64),
     turn: usize,
     cq: CqId,
     n: usize,
@@ -333,12 +335,13 @@ pub(crate) fn poll_copies(
 ) -> u64 {
     let count = shards.len();
     let in_turn = |k: usize| &shards[(turn + k) % count];
+    let feeds = |s: &Shard| fed_by & (1 << s.index) != 0;
     for k in 0..count {
         if wcs.len() >= n {
             break;
         }
         let s = in_turn(k);
-        if !s.has_completions() {
+        if !feeds(s) || !s.has_completions() {
             continue;
         }
         let mut st = s.lock();
@@ -351,7 +354,7 @@ pub(crate) fn poll_copies(
             break;
         }
         let s = in_turn(k);
-        if !s.asleep() && s.spins() {
+        if !feeds(s) || (!s.asleep() && s.spins()) {
             continue;
         }
         let Some(mut st) = s.try_lock() else {
