@@ -1278,6 +1278,67 @@ mod tests {
         Duration::from_micros(n)
     }
 
+    /// A post on a QP of an engine shard and a poll of a CQ only shards feed complete
+    /// while another thread holds the device's lock: the shards' data path takes none of
+    /// the device's locks (a path that took it would wait here until the lock is let go).
+    #[test]
+    fn the_shards_data_path_takes_no_device_lock() {
+        use crate::routes::CqRoute;
+        use uroce::verbs::{Context, ContextConfig};
+        let mac = [2, 0, 0, 0, 0, 1];
+        let device: &'static Device = Box::leak(Box::new(Device::for_test("lo", mac, 0)));
+        let cfg = ContextConfig {
+            mac,
+            ip: "127.0.0.1".parse().unwrap(),
+            seed: 1,
+            udp_sport_base: 0xc000,
+            tos: 0,
+        };
+        let now = Instant::now();
+        let shard = Shard::new(1, 2, Context::new(cfg, now)).unwrap();
+        let shared = Arc::new(Shared::new(Context::new(cfg, now), device, vec![shard]).unwrap());
+        // A QP of shard 1 and the CQ it alone feeds, as create_qp and create_cq record
+        // them (by the addresses of their C objects).
+        let (qp, cq) = (0x1000, 0x2000);
+        {
+            let mut r = shared.routes.write();
+            let e = QpEntry {
+                qpn: 0x42,
+                pd: 0,
+                send_cq: cq,
+                recv_cq: cq,
+                ud: false,
+                shard: 1,
+            };
+            r.qps.insert(qp, e);
+            let fed_by = 1 << 1;
+            r.cqs.insert(
+                cq,
+                CqRoute {
+                    id: CqId(7),
+                    fed_by,
+                },
+            );
+        }
+        let held = shared.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let other = shared.clone();
+        let t = std::thread::spawn(move || {
+            let posted = other.on_shard(qp, |_, e, _| e.qpn);
+            let polled = other.poll_on_shards(cq, 4, |_, _| ());
+            let _ = tx.send((posted, polled));
+        });
+        let done = rx.recv_timeout(Duration::from_secs(10));
+        drop(held);
+        t.join().unwrap();
+        assert_eq!(done, Ok((Some(0x42), Some(0))));
+        // A QP that is not a shard's, and a CQ of the device's own engine, are the locked
+        // path's (None: the caller takes the device's lock).
+        shared.routes.write().cqs.get_mut(&cq).unwrap().fed_by |= 1;
+        assert_eq!(shared.on_shard(0x3000, |_, e, _| e.qpn), None);
+        assert_eq!(shared.poll_on_shards(cq, 4, |_, _| ()), None);
+    }
+
     /// A packet that arrives for a program that has stopped polling (it spins on memory
     /// for the peer's RDMA WRITE, as `ib_write_lat` does) is taken at once, not left
     /// until the program's turn of APP_ACTIVE ends.
