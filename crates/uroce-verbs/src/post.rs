@@ -87,52 +87,10 @@ impl Poster for Inner {
     }
 }
 
-/// A QP of an engine shard under the device's lock and then its shard's (the extended
-/// API's batch, which goes in whole): the device's tables, the shard's context, inline
-/// data in the shard's own slot.
-pub(crate) struct InShard<'a> {
-    inner: &'a Inner,
-    ctx: &'a mut Context,
-    slot: usize,
-}
-
-impl<'a> InShard<'a> {
-    /// The poster for QP `e` of `inner`, in context `ctx` (its shard's, locked).
-    pub fn new(inner: &'a Inner, ctx: &'a mut Context, e: QpEntry) -> Self {
-        Self {
-            inner,
-            ctx,
-            slot: e.shard,
-        }
-    }
-}
-
-impl Poster for InShard<'_> {
-    fn stage(
-        &mut self,
-        total: u64,
-        fill: impl FnOnce(&mut [u8]) -> Result<usize, c_int>,
-    ) -> Result<Sge, c_int> {
-        // Made when the shards started (`Shared::start`).
-        let stage = self.inner.inline_stage.ok_or(EINVAL)?;
-        fill_slot(self.ctx, &stage, self.slot, total, fill)
-    }
-
-    fn ah(&self, ah: usize) -> Option<Remote> {
-        self.inner.ah(ah)
-    }
-
-    fn bind(&self, mw: usize, rkey: u32, info: &ibv_mw_bind_info) -> Result<SendOp, c_int> {
-        bind_op(self.inner, mw, rkey, info)
-    }
-
-    fn on<R>(&mut self, _: QpEntry, f: impl FnOnce(&mut Context) -> R) -> R {
-        f(self.ctx)
-    }
-}
-
 /// A QP of an engine shard: its context under the shard's lock, the device's route
-/// table read; inline data in the shard's own slot.
+/// table read; inline data in the shard's own slot. `ibv_post_send` and `ibv_post_recv`
+/// use it without the device's lock; the extended API's batch with it too, so that the
+/// batch goes in whole ([`crate::qp_ex`]).
 pub(crate) struct OnShard<'a> {
     ctx: &'a mut Context,
     routes: &'a Routes,

@@ -46,7 +46,7 @@ use crate::abi::{
 };
 use crate::device::shared_of;
 use crate::engine::QpEntry;
-use crate::post::{InShard, Poster, SendRequest, UdAddr};
+use crate::post::{OnShard, Poster, SendRequest, UdAddr};
 use crate::resources::null_with;
 
 // enum ibv_qp_type.
@@ -551,8 +551,11 @@ fn post_batch(ctx: *mut abi::ibv_context, qp: *mut ibv_qp, wrs: &[ExWr]) -> c_in
         .cloned()
     {
         Some(sh) => {
+            // The routes' read under the device's lock waits for no writer (a writer
+            // holds the device's lock), then the shard's: `crate::routes`' order.
+            let routes = inner.routes.read();
             let mut st = sh.lock();
-            let r = batch(&mut InShard::new(inner, &mut st.uroce, e), e, wrs);
+            let r = batch(&mut OnShard::new(&mut st.uroce, &routes, e), e, wrs);
             sh.publish(&st);
             r
         }
