@@ -245,21 +245,16 @@ static int run(struct worker *w)
 					got |= B_GOT_WRITE;
 					if (post_recv(&w->b, (int)c->wr_id))
 						return -1;
-				} else if (c->opcode == IBV_WC_RECV && !on_a) {
-					if (c->byte_len != MSG ||
-					    check(w->b.buf + c->wr_id * MSG, MSG, t, i, 's'))
-						return fprintf(stderr, "threads: %d/%d: bad SEND\n",
-							       t, i), -1;
-					got |= B_GOT_SEND;
-					if (post_recv(&w->b, (int)c->wr_id))
-						return -1;
 				} else if (c->opcode == IBV_WC_RECV) {
+					/* B's is A's SEND ('s'), A's is B's answer ('r'). */
+					struct side *s = on_a ? &w->a : &w->b;
+					char kind = on_a ? 'r' : 's';
 					if (c->byte_len != MSG ||
-					    check(w->a.buf + c->wr_id * MSG, MSG, t, i, 'r'))
-						return fprintf(stderr, "threads: %d/%d: bad answer\n",
-							       t, i), -1;
-					got |= A_GOT;
-					if (post_recv(&w->a, (int)c->wr_id))
+					    check(s->buf + c->wr_id * MSG, MSG, t, i, kind))
+						return fprintf(stderr, "threads: %d/%d: bad %c\n",
+							       t, i, kind), -1;
+					got |= on_a ? A_GOT : B_GOT_SEND;
+					if (post_recv(s, (int)c->wr_id))
 						return -1;
 				}
 				/* The answer, once B has both. */
