@@ -559,7 +559,11 @@ pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Resul
         std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).clamp(1, 4))
     });
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let spin = Duration::from_micros(args.spin_us.unwrap_or(if cores > 2 { 50 } else { 0 }));
+    let spin = match args.spin_us {
+        Some(us) => Duration::from_micros(us),
+        None if cores > 2 => uroce::datapath::SPIN,
+        None => Duration::ZERO,
+    };
     let mut senders = Vec::new();
     let mut handles = Vec::new();
     for k in 0..threads {

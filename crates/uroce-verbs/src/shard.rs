@@ -66,11 +66,9 @@ pub const SHARDS_ENV: &str = "UROCE_SHARDS";
 /// The most shards a device may have.
 pub const MAX_SHARDS: usize = 64;
 
-/// How long a shard's thread keeps polling its socket after the last packet before it
-/// sleeps, where the machine has the cores for it: a round trip to a peer on the same
-/// host or LAN takes less, so a stream of requests and answers never waits for a
-/// wake-up.
-const SPIN: Duration = Duration::from_micros(50);
+// How long a shard's thread keeps polling its socket after the last packet before it
+// sleeps, where the machine has the cores for it.
+use uroce::datapath::SPIN;
 
 /// The longest a shard's thread sleeps without looking at its datapath.
 const MAX_SLEEP: Duration = Duration::from_millis(5);

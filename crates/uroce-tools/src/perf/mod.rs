@@ -45,10 +45,9 @@ fn window_for(qps: usize, size: u32) -> usize {
 /// Bytes of messages in flight at most when several QPs share the window.
 const MAX_INFLIGHT_BYTES: usize = 1 << 20;
 
-/// How long the server polls on without sleeping after a packet came in (the engine
-/// shards' `SPIN`): longer than a round trip on a veth pair or a LAN, so a latency test's
-/// server never sleeps between requests, and idle for good a moment after the test.
-const SPIN: Duration = Duration::from_micros(50);
+// How long the server polls on without sleeping after a packet came in: a latency
+// test's server never sleeps between requests.
+use uroce::datapath::SPIN;
 
 /// The operation measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -43,6 +43,14 @@ pub use crate::endpoint::{Received, Transmit};
 /// Largest frame a backend carries: a 4096-byte payload plus every header uroce emits.
 pub const MAX_FRAME: usize = 4096 + 256;
 
+/// How long a datapath loop keeps polling after the last packet before it sleeps (where
+/// the machine has a core for it), as a NIC's queue engine does not sleep between a
+/// request and the next: a round trip to a peer on the same host or LAN takes less, so a
+/// stream of requests and answers never waits for a wake-up, and an idle loop sleeps a
+/// moment after its traffic ends. The engine shards, the `uroce daemon`'s send loops
+/// and `uroce perf`'s server use it.
+pub const SPIN: Duration = Duration::from_micros(50);
+
 /// A way to put RoCEv2 datagrams on a network and take them off.
 ///
 /// The shape is quinn's: the endpoint writes the RoCE part of a datagram (BTH to ICRC) into
