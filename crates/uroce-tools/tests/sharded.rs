@@ -11,7 +11,9 @@
 //! with `UROCE_SHARDS=3`: every one completes at both ends; while `ib_write_bw -q 4`
 //! runs, the server has more than one uroce progress thread; and a bad `UROCE_SHARDS`
 //! makes a program fail at once, not hang. `tests/c/threads.c` runs four threads posting
-//! and polling at once on QPs of both data shards. Nothing here is timed (DESIGN.md: never a timed
+//! and polling at once on QPs of both data shards. Through a `uroce daemon` (over UDP,
+//! `uroce run`'s), each shard attaches as a process of its own: `threads.c` and
+//! `ib_write_bw -q 4` find each data shard's QPs in a daemon class of its own. Nothing here is timed (DESIGN.md: never a timed
 //! test). Root, iproute2, perftest and ibverbs-utils (scripts/setup.sh installs them);
 //! each case says why and skips otherwise. `cargo build` first: `uroce run` takes the
 //! libraries from next to the uroce binary.
@@ -37,6 +39,25 @@ fn direct(pair: &VethPair, i: usize, shards: &str, secs: u32, args: &[&str]) -> 
         .args(args)
         .env("UROCE_SHARDS", shards);
     c
+}
+
+/// `uroce run --iface IF --backend udp -- uroce daemon --check ...; timeout -k 5 SECS
+/// ARGS` on side `i` of `pair`, with `UROCE_SHARDS=shards`: through the `uroce daemon`
+/// that `uroce run` starts over UDP, which the program's output says it attached to
+/// ([`common::daemon_check_then`]).
+fn through_daemon(pair: &VethPair, i: usize, shards: &str, secs: u32, args: &[&str]) -> Command {
+    let mut c = common::uroce_run(&pair.ns[i], &pair.ifaces[i], &["--backend", "udp"]);
+    c.args(common::daemon_check_then(&pair.ifaces[i]))
+        .args(["timeout", "-k", "5", &secs.to_string()])
+        .args(args)
+        .env("UROCE_SHARDS", shards);
+    c
+}
+
+/// The daemon's class of a QPN (`uroce::datapath::udp::bind_classes`: its socket of the
+/// reuseport group, `QPN >> 18`).
+fn daemon_class(qpn: u32) -> u32 {
+    qpn >> 18
 }
 
 /// `args` as server on the pair's first side and client on its second, both sharded
@@ -185,13 +206,15 @@ fn rc_and_ud_pingpong_on_three_shards() {
 
 /// `tests/c/threads.c` in one namespace, one process, with `UROCE_SHARDS=shards`, over
 /// `threads` threads (each with its own CQ and two RC QPs connected to each other) and
-/// `extra` arguments: its output, once it exited 0 having checked every byte, and each
-/// thread's two QPNs modulo 3 (their classes: shard 0's is 1, the data shards' 2 and 0).
-fn threads(
+/// `extra` arguments, in direct mode or (`daemon`) through the `uroce daemon` that `uroce
+/// run` starts over UDP: its output, once it exited 0 having checked every byte, and each
+/// thread's two QPNs.
+fn threads_qpns(
     tag: &str,
     shards: &str,
     threads: usize,
     extra: &[&str],
+    daemon: bool,
 ) -> Option<(String, Vec<(u32, u32)>)> {
     if !can_run(&[]) {
         return None;
@@ -201,21 +224,37 @@ fn threads(
     let n = threads.to_string();
     let mut args = vec![exe.to_str().unwrap(), "--threads", &n, "--iters", "2000"];
     args.extend(extra);
-    let o = direct(&pair, 0, shards, 120, &args).output().unwrap();
+    let mut run = match daemon {
+        true => through_daemon(&pair, 0, shards, 120, &args),
+        false => direct(&pair, 0, shards, 120, &args),
+    };
+    let o = run.output().unwrap();
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     let done = format!("threads: {threads} x 2000 ok");
     assert!(o.status.success() && out.contains(&done), "{}", text(&o));
     // "thread T: QPN A 0x.. B 0x..".
-    let classes: Vec<(u32, u32)> = out
+    let qpns: Vec<(u32, u32)> = out
         .lines()
         .filter_map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
             let qpn = |s: &str| u32::from_str_radix(s.trim_start_matches("0x"), 16).ok();
-            Some((qpn(w.get(4)?)? % 3, qpn(w.get(6)?)? % 3))
+            Some((qpn(w.get(4)?)?, qpn(w.get(6)?)?))
         })
         .collect();
-    assert_eq!(classes.len(), threads, "{}", text(&o));
-    Some((out, classes))
+    assert_eq!(qpns.len(), threads, "{}", text(&o));
+    Some((out, qpns))
+}
+
+/// [`threads_qpns`] in direct mode, with each QPN modulo 3 (its class: shard 0's is 1,
+/// the data shards' 2 and 0).
+fn threads(
+    tag: &str,
+    shards: &str,
+    threads: usize,
+    extra: &[&str],
+) -> Option<(String, Vec<(u32, u32)>)> {
+    let (out, qpns) = threads_qpns(tag, shards, threads, extra, false)?;
+    Some((out, qpns.into_iter().map(|(a, b)| (a % 3, b % 3)).collect()))
 }
 
 /// Four threads post and poll at once (inline SENDs, 4 KiB RDMA WRITEs with immediate,
@@ -231,6 +270,78 @@ fn threads_post_and_poll_side_by_side_on_two_shards() {
     for (a, b) in classes {
         assert!(a != b && a != 1 && b != 1, "{out}");
     }
+}
+
+/// Through a `uroce daemon` (over UDP, `uroce run`'s own), each engine of a sharded
+/// process attaches as a process of its own: its own rings and socket of the daemon's
+/// reuseport group, its QPs numbered in that socket's class. Four threads post and poll
+/// on their two QPs, connected to each other, every byte checked: each thread's QPs are
+/// one on each data shard, so their QPNs are in two different classes, the same two for
+/// every thread (one engine would number all in its one class), and the datagrams
+/// between them go from one shard's socket to the other's through the kernel.
+#[test]
+fn threads_through_a_daemon_run_on_shards_of_their_own_classes() {
+    let Some((out, qpns)) = threads_qpns("shd", SHARDS, 4, &[], true) else {
+        return;
+    };
+    assert!(
+        out.contains("attached to uroce daemon for") && out.contains("fast path"),
+        "{out}"
+    );
+    let classes: BTreeSet<u32> = qpns
+        .iter()
+        .flat_map(|&(a, b)| [daemon_class(a), daemon_class(b)])
+        .collect();
+    assert_eq!(classes.len(), 2, "{out}");
+    for (a, b) in qpns {
+        assert_ne!(daemon_class(a), daemon_class(b), "{out}");
+    }
+}
+
+/// `ib_write_bw -q 4` between two namespaces, each end sharded through its own `uroce
+/// daemon` over UDP: both ends finish, and each end's four QPs are two on each data
+/// shard, in two classes of its daemon.
+#[test]
+fn ib_write_bw_through_daemons_on_three_shards() {
+    if !can_run(&["ib_write_bw"]) {
+        return;
+    }
+    let pair = VethPair::create("shb", 1500).unwrap();
+    let args = [
+        "ib_write_bw",
+        "-x",
+        "1",
+        "-F",
+        "-q",
+        "4",
+        "-n",
+        "2000",
+        "-s",
+        "65536",
+    ];
+    let (s, c) = across(&pair, |i, a| through_daemon(&pair, i, SHARDS, 60, a), &args);
+    check_both(&args, &s, &c);
+    for (who, o) in [("server", &s), ("client", &c)] {
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("fast path"), "{who}: {}", text(o));
+        assert!(bw_row(o, "65536").is_some(), "{who}: {}", text(o));
+        let qpns = perftest_local_qpns(o);
+        assert_eq!(qpns.len(), 4, "{who}: {}", text(o));
+        let classes: BTreeSet<u32> = qpns.iter().map(|&q| daemon_class(q)).collect();
+        assert_eq!(classes.len(), 2, "{who}: {}", text(o));
+    }
+}
+
+/// The QPNs perftest prints for its own QPs (" local address: LID .. QPN 0x.. PSN ..").
+fn perftest_local_qpns(o: &Output) -> Vec<u32> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.trim_start().starts_with("local address"))
+        .filter_map(|l| {
+            let hex = l.split("QPN 0x").nth(1)?.split_whitespace().next()?;
+            u32::from_str_radix(hex, 16).ok()
+        })
+        .collect()
 }
 
 /// Memory windows with shards: `ibv_alloc_mw` once QPs live on the data shards is
@@ -440,8 +551,8 @@ fn a_sharded_process_does_not_join_a_group_it_does_not_own() {
     let _ = holder.wait();
 }
 
-/// `uroce run --shards N` checks N (1 to 64) and refuses AF_XDP, which gives a process
-/// one queue, before it starts anything.
+/// `uroce run --shards N` checks N (1 to 64) and refuses AF_XDP in direct mode
+/// (`--no-daemon`), which gives a process one queue, before it starts anything.
 #[test]
 fn uroce_run_checks_its_shards() {
     let run = |args: &[&str]| {
@@ -457,7 +568,7 @@ fn uroce_run_checks_its_shards() {
         assert_eq!(o.status.code(), Some(2), "--shards {bad}: {}", text(&o));
         assert!(text(&o).contains("--shards"), "{}", text(&o));
     }
-    let o = run(&["--shards", "3", "--backend", "xdp"]);
+    let o = run(&["--shards", "3", "--backend", "xdp", "--no-daemon"]);
     assert!(!o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("UDP backend"), "{}", text(&o));
 }

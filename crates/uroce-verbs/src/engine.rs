@@ -195,7 +195,8 @@ pub(crate) struct Inner {
     /// The device's other engines (`UROCE_SHARDS`), index `k - 1` for shard `k`; empty
     /// for one engine. Every PD, region and CQ is mirrored into each.
     pub shards: Vec<Arc<Shard>>,
-    /// Whether the shards have datapaths and take QPs: direct mode over UDP only.
+    /// Whether the shards have datapaths and take QPs: in direct mode over UDP, or
+    /// through a daemon (each shard attached on its own).
     sharded: bool,
     /// A memory window was allocated: every QP stays on shard 0 from then on.
     pub pinned: bool,
@@ -374,30 +375,24 @@ impl Shared {
         }
         let choice = std::env::var(BACKEND_ENV).unwrap_or_else(|_| "auto".into());
         if !inner.shards.is_empty() {
-            // A daemon serving the interface takes every engine's packets: one engine.
+            // Through a daemon, each engine attaches as a process of its own would: its
+            // own rings, its own socket of the fast path and QPNs of that socket's class
+            // (`daemon_shards`). Where the daemon lets in fewer, one engine.
             if let Some((b, control)) = daemon_backend(inner, &choice)? {
+                if let Some(group) = daemon_shards(inner) {
+                    self.start_shards(inner, group)?;
+                }
                 return self.start_on(inner, b, control, Vec::new());
             }
             if let Some(mut group) = sharded_backends(inner, &choice)? {
-                // Each engine's posts stage inline data in a slot of their own.
-                crate::post::inline_stage(inner)?;
                 // Shard `s` takes socket `shard::socket_of(s, n)`, `(s + 1) mod n`: with
                 // the group turned left by one, the `s`th.
                 group.rotate_left(1);
-                let mut group = group.into_iter();
-                let first = group.next().ok_or(libc::EIO)?;
-                for (sh, b) in inner.shards.clone().into_iter().zip(group) {
-                    let name = format!("uroce-s{}-{}", sh.index, inner.device.iface());
-                    if let Err(e) = sh.start(b, self.clone(), name) {
-                        // None keeps its socket: the next QP's start binds a whole group
-                        // again.
-                        for s in &inner.shards {
-                            s.stop();
-                        }
-                        return Err(e);
-                    }
+                if group.is_empty() {
+                    return Err(libc::EIO);
                 }
-                inner.sharded = true;
+                let first = group.remove(0);
+                self.start_shards(inner, group)?;
                 return self.start_on(inner, first, None, Vec::new());
             }
         }
@@ -411,6 +406,29 @@ impl Shared {
             local.clear();
         }
         self.start_on(inner, backend, daemon, local)
+    }
+
+    /// Starts shards 1 to N-1 on `backends` (shard `k` on the `k - 1`th): their datapaths
+    /// open, their threads run, and QPs go to them from now on. None is left running
+    /// when one fails to start (the next QP's start tries again).
+    fn start_shards(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        backends: Vec<Box<dyn Backend + Send>>,
+    ) -> Result<(), c_int> {
+        // Each engine's posts stage inline data in a slot of their own.
+        crate::post::inline_stage(inner)?;
+        for (sh, b) in inner.shards.clone().into_iter().zip(backends) {
+            let name = format!("uroce-s{}-{}", sh.index, inner.device.iface());
+            if let Err(e) = sh.start(b, self.clone(), name) {
+                for s in &inner.shards {
+                    s.stop();
+                }
+                return Err(e);
+            }
+        }
+        inner.sharded = true;
+        Ok(())
     }
 
     /// Starts the progress thread on `backend`, delivering what goes to one of `local`
@@ -996,22 +1014,21 @@ impl Inner {
         self.datapath.as_mut().map(|d| &mut d.backend)
     }
 
-    /// Makes the next QP the context creates take a QPN of this process's own: through a
-    /// daemon, one it handed out ([`Backend::claim_qpns`], a block at a time); in direct
-    /// mode the context's own.
-    pub fn next_qpn_from_daemon(&mut self) -> Result<(), c_int> {
-        if self.qpns.0 >= self.qpns.1 {
-            let Some(d) = self.datapath.as_mut() else {
-                return Ok(());
-            };
-            match d.backend.claim_qpns(64).map_err(|e| errno_of(&e))? {
-                Some((first, count)) => self.qpns = (first, first + count),
-                None => return Ok(()),
-            }
+    /// Makes the next QP that engine `shard` creates take a QPN of this process's own:
+    /// through a daemon, one it handed out to that engine ([`Backend::claim_qpns`], a
+    /// block at a time: each engine is a process of its own to the daemon,
+    /// `daemon_shards`); in direct mode the engine's own.
+    pub fn next_qpn_from_daemon(&mut self, shard: usize) -> Result<(), c_int> {
+        match shard.checked_sub(1).and_then(|k| self.shards.get(k)) {
+            Some(s) => s.lock().next_qpn_from_daemon(),
+            None => next_qpn_of(
+                &mut self.qpns,
+                self.datapath
+                    .as_mut()
+                    .map(|d| &mut d.backend as &mut dyn Backend),
+                &mut self.uroce,
+            ),
         }
-        self.uroce.set_qpn_space(self.qpns.0, 1);
-        self.qpns.0 += 1;
-        Ok(())
     }
 
     /// Connection requests for `service_id` come to this process (`on`), or no longer:
@@ -1028,6 +1045,28 @@ impl Inner {
             None => Ok(()),
         }
     }
+}
+
+/// Makes `uroce`'s next QP take the next of `qpns` (`next..end`), the QPNs the daemon
+/// behind `backend` gave it, a block of 64 claimed when they ran out; with no daemon
+/// (`claim_qpns` says none) the context numbers its QPs itself.
+pub(crate) fn next_qpn_of(
+    qpns: &mut (u32, u32),
+    backend: Option<&mut dyn Backend>,
+    uroce: &mut uroce::verbs::Context,
+) -> Result<(), c_int> {
+    if qpns.0 >= qpns.1 {
+        let Some(b) = backend else {
+            return Ok(());
+        };
+        match b.claim_qpns(64).map_err(|e| errno_of(&e))? {
+            Some((first, count)) => *qpns = (first, first + count),
+            None => return Ok(()),
+        }
+    }
+    uroce.set_qpn_space(qpns.0, 1);
+    qpns.0 += 1;
+    Ok(())
 }
 
 /// Hands every sendable packet to the backend, then to the kernel.
@@ -1187,12 +1226,33 @@ fn takes_udp(inner: &Inner, choice: &str) -> Result<bool, c_int> {
     }
 }
 
+/// The datapaths of shards 1 to N-1 of a device whose shard 0 attached to a `uroce
+/// daemon`: each attaches to the same daemon as a process of its own, with its own rings
+/// and doorbells and, over UDP, its own socket of the daemon's reuseport group (a class),
+/// whose QPNs it claims as its QPs are made (`Inner::next_qpn_from_daemon`). The daemon
+/// then steers each QP's packets to its engine, in the kernel (the class sockets) or by
+/// QPN (its switch, for the rings): no hand-off between shards. None where the daemon
+/// lets in fewer (one engine then: a daemon that refuses a second attach, or went away).
+fn daemon_shards(inner: &Inner) -> Option<Vec<Box<dyn Backend + Send>>> {
+    inner
+        .shards
+        .iter()
+        .map(
+            |_| match uroce::datapath::daemon::DaemonBackend::find(inner.device.iface()) {
+                Ok(Some(b)) => Some(Box::new(b) as Box<dyn Backend + Send>),
+                _ => None,
+            },
+        )
+        .collect()
+}
+
 /// The datapaths of a sharded device (`UROCE_SHARDS` > 1), one per engine, when the
 /// device is in direct mode over UDP: a steered reuseport group of sockets on its
 /// address, index `i` receiving DestQP `mod n == i` (`crate::shard`), each with its
 /// link-local partner where the first could be bound, with UDP GRO and the handoff of a
 /// coalesced packet of another class (`uroce::datapath::handoff`). None where the device
-/// takes a daemon or AF_XDP: one engine then.
+/// takes AF_XDP in direct mode (one queue per process): one engine then. (Through a
+/// daemon, `daemon_shards`.)
 fn sharded_backends(
     inner: &Inner,
     choice: &str,

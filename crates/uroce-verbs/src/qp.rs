@@ -282,7 +282,6 @@ pub(crate) fn create_qp_with(
             return Err(EINVAL);
         }
         shared.start(inner)?;
-        inner.next_qpn_from_daemon()?;
         let caps = QpCaps {
             qp_type,
             send_cq,
@@ -298,6 +297,7 @@ pub(crate) fn create_qp_with(
             max_recv_sge: a.cap.max_recv_sge,
         };
         let shard = inner.place_qp(srq.is_some());
+        inner.next_qpn_from_daemon(shard)?;
         let (qpn, init) = inner.ctx_of(shard, |c| {
             let qpn = c.create_qp_ex(pd_id, caps, ex).map_err(|e| e.errno())?;
             Ok::<_, c_int>((qpn, c.query_qp(qpn).ok().map(|(_, i)| i)))

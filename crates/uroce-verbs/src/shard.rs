@@ -2,7 +2,8 @@
 //! datapath, lock and thread, so that a program's transport work uses more than one core.
 //!
 //! `UROCE_SHARDS=N` (1 to 64; 1, the default, is the single engine of `engine.rs`) gives
-//! a device opened in direct mode over the UDP backend N engines:
+//! a device opened in direct mode over the UDP backend, or through a `uroce daemon`, N
+//! engines:
 //! - shard 0 is the device's own context (`engine::Inner`): QP 1, QPs on an SRQ, and
 //!   every QP once a memory window was allocated on the device;
 //! - shards 1 to N-1 ([`Shard`]) take the other QPs (RC, UC, UD), in turn as they are
@@ -17,6 +18,14 @@
 //! a coalesced run goes to its owner through `uroce::datapath::handoff`. Datagrams
 //! between QPs of one process go through the kernel too (it loops them back to the right
 //! socket), not through the single engine's local delivery.
+//!
+//! **Through a daemon**, each shard attaches to it as a process of its own would
+//! (`engine::daemon_shards`): its own rings and doorbells and, over UDP, its own socket
+//! of the daemon's reuseport group, a class of 2^18 QPNs, from which it claims its QPs'
+//! numbers (`ShardState::next_qpn_from_daemon`). The daemon steers by QPN as it does
+//! between processes (the kernel for the class sockets, its switch for the rings), so no
+//! packet needs a hand-off. A daemon that lets in fewer leaves the device one engine; on
+//! AF_XDP in direct mode (one queue per process) it has one engine too.
 //!
 //! **What every shard shares.** One key space and one set of CQs for the program: every
 //! protection domain, memory region and CQ is made in shard 0 and mirrored into each
@@ -128,6 +137,8 @@ pub(crate) struct Shard {
 pub(crate) struct ShardState {
     pub uroce: uroce::verbs::Context,
     backend: Option<Box<dyn Backend + Send>>,
+    /// Through a daemon, the QPNs it gave this shard and not used yet: `next..end`.
+    qpns: (u32, u32),
     /// When its thread wakes next on its own.
     sleep_until: Option<Instant>,
 }
@@ -145,6 +156,7 @@ impl Shard {
             state: Mutex::new(ShardState {
                 uroce,
                 backend: None,
+                qpns: (0, 0),
                 sleep_until: None,
             }),
             wake: engine::nonblocking_eventfd()?,
@@ -370,6 +382,18 @@ pub(crate) fn poll_copies(
 }
 
 impl ShardState {
+    /// Makes its next QP take a QPN the daemon gave it, when its datapath is a daemon's
+    /// (`engine::next_qpn_of`).
+    pub fn next_qpn_from_daemon(&mut self) -> Result<(), c_int> {
+        let Self {
+            uroce,
+            backend,
+            qpns,
+            ..
+        } = self;
+        engine::next_qpn_of(qpns, backend.as_deref_mut().map(|b| b as _), uroce)
+    }
+
     /// Moves packets, one receive batch a time (the thread takes the lock again for the
     /// next: a post or poll waiting for it goes in between): due timers, what is
     /// sendable, what was received and what that made sendable; whether any packet came

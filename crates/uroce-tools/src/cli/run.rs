@@ -48,9 +48,10 @@ pub struct Args {
     /// started when none runs (`--backend` is then the daemon's datapath).
     #[arg(long)]
     no_daemon: bool,
-    /// Spread each device's QPs over N engines, each with its own UDP socket, lock and
-    /// thread (UROCE_SHARDS; 1 to 64): direct mode over the UDP backend only, so it
-    /// implies --no-daemon and refuses --backend xdp.
+    /// Spread each device's QPs over N engines, each with its own lock and thread
+    /// (UROCE_SHARDS; 1 to 64). Through the daemon each engine attaches as a process of
+    /// its own (over UDP with its own socket); with --no-daemon, over the UDP backend only
+    /// (AF_XDP gives a process one queue), so --no-daemon --backend xdp is refused.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
     shards: Option<u32>,
     /// Do not show uroce's devices in /sys/class/infiniband, /sys/class/infiniband_verbs
@@ -171,13 +172,9 @@ pub fn auto_line(iface: &str, missing: &[&str]) -> String {
 }
 
 /// Runs `uroce run`: only returns on failure to start the program.
-pub fn run_cmd(mut a: Args) -> anyhow::Result<ExitCode> {
-    if a.shards.is_some_and(|n| n > 1) {
-        if a.backend == "xdp" {
-            bail!("--shards needs the UDP backend (AF_XDP gives a process one queue): use --backend udp or auto");
-        }
-        // Engine shards are direct mode's: through a daemon a process has one engine.
-        a.no_daemon = true;
+pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
+    if a.shards.is_some_and(|n| n > 1) && a.no_daemon && a.backend == "xdp" {
+        bail!("--shards with --no-daemon needs the UDP backend (AF_XDP gives a process one queue): use --backend udp or auto, or leave out --no-daemon");
     }
     // The library never prints: say here why `auto` will take the UDP backend.
     let caps = cap_eff();
@@ -187,12 +184,14 @@ pub fn run_cmd(mut a: Args) -> anyhow::Result<ExitCode> {
             eprintln!("uroce run: {i}: {}", auto_line(&i, &missing));
             let shards = a.shards.unwrap_or(1);
             if shards > 1
+                && a.no_daemon
                 && uroce::datapath::choice::choose(&i).datapath
                     != uroce::datapath::choice::Datapath::Udp
             {
                 eprintln!(
-                    "uroce run: {i}: --shards {shards} applies over the UDP backend only; \
-                     auto takes AF_XDP here (one engine): --backend udp for {shards}"
+                    "uroce run: {i}: --shards {shards} with --no-daemon applies over the UDP \
+                     backend only; auto takes AF_XDP here (one engine): --backend udp, or the \
+                     daemon, for {shards}"
                 );
             }
         }
