@@ -11,7 +11,8 @@
 //! with `UROCE_SHARDS=3`: every one completes at both ends; while `ib_write_bw -q 4`
 //! runs, the server has more than one uroce progress thread; and a bad `UROCE_SHARDS`
 //! makes a program fail at once, not hang. `tests/c/threads.c` runs four threads posting
-//! and polling at once on QPs of both data shards. Through a `uroce daemon` (over UDP,
+//! and polling at once on QPs of both data shards, also sleeping on their CQs' channels
+//! and two threads to a CQ. Through a `uroce daemon` (over UDP,
 //! `uroce run`'s), each shard attaches as a process of its own: `threads.c` and
 //! `ib_write_bw -q 4` find each data shard's QPs in a daemon class of its own. Nothing here is timed (DESIGN.md: never a timed
 //! test). Root, iproute2, perftest and ibverbs-utils (scripts/setup.sh installs them);
@@ -265,6 +266,35 @@ fn threads(
 #[test]
 fn threads_post_and_poll_side_by_side_on_two_shards() {
     let Some((out, classes)) = threads("sht", SHARDS, 4, &[]) else {
+        return;
+    };
+    for (a, b) in classes {
+        assert!(a != b && a != 1 && b != 1, "{out}");
+    }
+}
+
+/// Each thread's CQ is fed by both data shards (its QP A on one, B on the other), and
+/// the thread sleeps on the CQ's completion channel whenever a poll finds nothing
+/// (`--events`: arm, poll once more, then wait for the event up to the iteration's 30 s):
+/// an event lost between the shards' copies of the CQ leaves a thread stuck, and the run
+/// fails.
+#[test]
+fn threads_sleep_on_cqs_that_two_shards_feed() {
+    let Some((out, classes)) = threads("she", SHARDS, 4, &["--events"]) else {
+        return;
+    };
+    for (a, b) in classes {
+        assert!(a != b && a != 1 && b != 1, "{out}");
+    }
+}
+
+/// Two threads share each CQ (`--share-cq`), both polling it and sleeping on its
+/// channel, each handling whatever completion it takes for either thread (posting the
+/// other's answer too): the CQ's copies in the two data shards are polled by two threads
+/// at once, and every byte still checks.
+#[test]
+fn two_threads_poll_one_cq_that_two_shards_feed() {
+    let Some((out, classes)) = threads("shc", SHARDS, 4, &["--share-cq", "--events"]) else {
         return;
     };
     for (a, b) in classes {

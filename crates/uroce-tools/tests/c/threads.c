@@ -2,7 +2,7 @@
  * threads: many threads of one process posting and polling at once, every byte checked.
  *
  *   threads --threads T --iters N [--gid-index I] [--size BYTES] [--mw-first]
- *           [--mw-after]
+ *           [--mw-after] [--events] [--share-cq]
  *
  * Opens the first device. For each of T threads the main thread makes one CQ and two RC
  * QPs on it, A and B, connected to each other through the device's own GID (so with
@@ -13,8 +13,15 @@
  *   2. B, once both arrived, checks the message, the written bytes and the immediate,
  *      then answers with an inline SEND (pattern 'r');
  *   3. A checks the answer.
- * A thread polls only its own CQ. Every wait is bounded (30 s); a failure says what
- * failed on stderr and exits 1. It prints each thread's QPNs ("thread T: QPN A 0x.. B
+ * A thread polls only its own CQ, and handles every completion it takes. --share-cq:
+ * threads 2k and 2k+1 share one CQ (T even), both polling it, each handling whatever
+ * completion it takes for either thread (posting the other's answer, say) under that
+ * thread's lock. --events: a thread arms its CQ before it posts and polls only after
+ * the CQ's event (its completion channel, one per CQ, non-blocking), arming it again
+ * before it polls the CQ empty; it sleeps up to the iteration's deadline, or 100 ms at
+ * a time with --share-cq, where the other thread may have taken the event and the
+ * completions. Every wait is bounded (30 s); a failure says what failed on stderr and
+ * exits 1. It prints each thread's QPNs ("thread T: QPN A 0x.. B
  * 0x..") and, on success, "threads: T x N ok". --mw-first / --mw-after: allocate (and
  * free) a type 2 memory window before the QPs are made / once they are, printing
  * "ibv_alloc_mw: ok" or its error.
@@ -22,7 +29,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -42,6 +51,9 @@ static struct ibv_pd *pd;
 static int gid_index = 1;
 static int iters = 1000;
 static size_t size = 4096;
+static int events, share_cq;
+/* A thread failed: the others stop. */
+static int failed_any;
 
 struct side {
 	struct ibv_qp *qp;
@@ -49,12 +61,23 @@ struct side {
 	uint8_t *buf; /* [0, MSG * NRECV): receive slots; then the WRITE's bytes */
 };
 
+/* A CQ and the threads whose QPs use it (one, or two with --share-cq). */
+struct group {
+	struct ibv_cq *cq;
+	struct ibv_comp_channel *channel; /* --events */
+	struct worker *w[2];
+	int n;
+};
+
 struct worker {
 	int id;
-	struct ibv_cq *cq;
+	struct group *g;
 	struct side a, b;
 	pthread_t thread;
 	int failed;
+	/* Under `lock`: the iteration it is at and what of it has happened. */
+	pthread_mutex_t lock;
+	int iter, got;
 };
 
 static void die(const char *fmt, ...)
@@ -100,8 +123,8 @@ static void make_side(struct worker *w, struct side *s)
 	if (!s->buf || !s->mr)
 		die("ibv_reg_mr: %s", strerror(errno));
 	struct ibv_qp_init_attr a = {
-		.send_cq = w->cq,
-		.recv_cq = w->cq,
+		.send_cq = w->g->cq,
+		.recv_cq = w->g->cq,
 		.cap = { .max_send_wr = 8, .max_recv_wr = NRECV, .max_send_sge = 1,
 			 .max_recv_sge = 1, .max_inline_data = MSG },
 		.qp_type = IBV_QPT_RC,
@@ -185,9 +208,90 @@ enum { A_SENT = 1, A_WROTE = 2, B_GOT_SEND = 4, B_GOT_WRITE = 8, B_SENT = 16, A_
        ANSWERED = 64 };
 #define ALL (A_SENT | A_WROTE | B_GOT_SEND | B_GOT_WRITE | B_SENT | A_GOT)
 
+/* Handles completion `c` of one of w's QPs, at w's iteration (w's lock held): checks
+ * what arrived, posts the receive again, and B's answer once B has both. */
+static int handle(struct worker *w, const struct ibv_wc *c)
+{
+	int t = w->id, i = w->iter;
+	int on_a = c->qp_num == w->a.qp->qp_num;
+	if (c->status != IBV_WC_SUCCESS) {
+		fprintf(stderr, "threads: %d/%d: %s on QP %c\n", t, i,
+			ibv_wc_status_str(c->status), on_a ? 'A' : 'B');
+		return -1;
+	}
+	if (c->opcode == IBV_WC_SEND && on_a)
+		w->got |= A_SENT;
+	else if (c->opcode == IBV_WC_SEND)
+		w->got |= B_SENT;
+	else if (c->opcode == IBV_WC_RDMA_WRITE)
+		w->got |= A_WROTE;
+	else if (c->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+		if (on_a || be32toh(c->imm_data) != (uint32_t)i ||
+		    check(w->b.buf + MSG * NRECV, size, t, i, 'w'))
+			return fprintf(stderr, "threads: %d/%d: bad WRITE\n", t, i), -1;
+		w->got |= B_GOT_WRITE;
+		if (post_recv(&w->b, (int)c->wr_id))
+			return -1;
+	} else if (c->opcode == IBV_WC_RECV) {
+		/* B's is A's SEND ('s'), A's is B's answer ('r'). */
+		struct side *s = on_a ? &w->a : &w->b;
+		char kind = on_a ? 'r' : 's';
+		if (c->byte_len != MSG || check(s->buf + c->wr_id * MSG, MSG, t, i, kind))
+			return fprintf(stderr, "threads: %d/%d: bad %c\n", t, i, kind), -1;
+		w->got |= on_a ? A_GOT : B_GOT_SEND;
+		if (post_recv(s, (int)c->wr_id))
+			return -1;
+	}
+	/* The answer, once B has both. */
+	if ((w->got & (B_GOT_SEND | B_GOT_WRITE)) == (B_GOT_SEND | B_GOT_WRITE) &&
+	    !(w->got & ANSWERED)) {
+		if (send_inline(&w->b, t, i, 'r'))
+			return fprintf(stderr, "threads: %d: answer failed\n", t), -1;
+		w->got |= ANSWERED;
+	}
+	return 0;
+}
+
+/* The thread of group g whose QP completion c is for. */
+static struct worker *owner(struct group *g, const struct ibv_wc *c)
+{
+	for (int k = 0; k < g->n; k++)
+		if (c->qp_num == g->w[k]->a.qp->qp_num || c->qp_num == g->w[k]->b.qp->qp_num)
+			return g->w[k];
+	return NULL;
+}
+
+/* --events: sleeps on g's channel until the CQ's event (or `until`, 100 ms at most with
+ * --share-cq), takes it, and arms the CQ again, so that the polls that follow find every
+ * completion before the next sleep (one that comes after the arm raises the next event).
+ * Returns 0, or -1 on a failed verb. */
+static int wait_event(struct group *g, double until)
+{
+	double left = until - now();
+	if (share_cq && left > 0.1)
+		left = 0.1;
+	struct pollfd p = { .fd = g->channel->fd, .events = POLLIN };
+	if (left > 0 && poll(&p, 1, (int)(left * 1000) + 1) == 1) {
+		struct ibv_cq *cq;
+		void *cq_ctx;
+		/* Non-blocking: with --share-cq the other thread may have taken it. */
+		if (ibv_get_cq_event(g->channel, &cq, &cq_ctx) == 0) {
+			if (cq != g->cq)
+				return fprintf(stderr, "threads: an event of another CQ\n"), -1;
+			ibv_ack_cq_events(cq, 1);
+		} else if (errno != EAGAIN) {
+			return fprintf(stderr, "threads: ibv_get_cq_event: %s\n", strerror(errno)), -1;
+		}
+	}
+	if (ibv_req_notify_cq(g->cq, 0))
+		return fprintf(stderr, "threads: ibv_req_notify_cq failed\n"), -1;
+	return 0;
+}
+
 static int run(struct worker *w)
 {
 	int t = w->id;
+	struct group *g = w->g;
 	for (int k = 0; k < NRECV; k++)
 		if (post_recv(&w->a, k) || post_recv(&w->b, k)) {
 			fprintf(stderr, "threads: thread %d: ibv_post_recv failed\n", t);
@@ -198,6 +302,13 @@ static int run(struct worker *w)
 	if (!src_mr)
 		return -1;
 	for (int i = 0; i < iters; i++) {
+		pthread_mutex_lock(&w->lock);
+		w->iter = i;
+		w->got = 0;
+		pthread_mutex_unlock(&w->lock);
+		/* Armed before the posts: their completions raise the event slept on. */
+		if (events && ibv_req_notify_cq(g->cq, 0))
+			return fprintf(stderr, "threads: ibv_req_notify_cq failed\n"), -1;
 		fill(src, size, t, i, 'w');
 		if (send_inline(&w->a, t, i, 's'))
 			return fprintf(stderr, "threads: %d: SEND post failed\n", t), -1;
@@ -211,61 +322,41 @@ static int run(struct worker *w)
 		wr.wr.rdma.rkey = w->b.mr->rkey;
 		if (ibv_post_send(w->a.qp, &wr, &bad))
 			return fprintf(stderr, "threads: %d: WRITE post failed\n", t), -1;
-		int got = 0;
 		double deadline = now() + 30;
-		while ((got & ALL) != ALL) {
-			struct ibv_wc wc[4];
-			int n = ibv_poll_cq(w->cq, 4, wc);
-			if (n < 0)
-				return fprintf(stderr, "threads: %d: ibv_poll_cq failed\n", t), -1;
-			if (n == 0 && now() > deadline) {
+		for (;;) {
+			pthread_mutex_lock(&w->lock);
+			int got = w->got;
+			pthread_mutex_unlock(&w->lock);
+			if ((got & ALL) == ALL)
+				break;
+			if (__atomic_load_n(&failed_any, __ATOMIC_RELAXED))
+				return -1;
+			if (now() > deadline) {
 				fprintf(stderr, "threads: thread %d iteration %d: stuck (have %#x)\n",
 					t, i, got);
 				return -1;
 			}
-			for (int k = 0; k < n; k++) {
-				struct ibv_wc *c = &wc[k];
-				int on_a = c->qp_num == w->a.qp->qp_num;
-				if (c->status != IBV_WC_SUCCESS) {
-					fprintf(stderr, "threads: %d/%d: %s on QP %c\n", t, i,
-						ibv_wc_status_str(c->status), on_a ? 'A' : 'B');
-					return -1;
-				}
-				if (c->opcode == IBV_WC_SEND && on_a)
-					got |= A_SENT;
-				else if (c->opcode == IBV_WC_SEND)
-					got |= B_SENT;
-				else if (c->opcode == IBV_WC_RDMA_WRITE)
-					got |= A_WROTE;
-				else if (c->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-					if (on_a || be32toh(c->imm_data) != (uint32_t)i ||
-					    check(w->b.buf + MSG * NRECV, size, t, i, 'w'))
-						return fprintf(stderr, "threads: %d/%d: bad WRITE\n",
-							       t, i), -1;
-					got |= B_GOT_WRITE;
-					if (post_recv(&w->b, (int)c->wr_id))
+			/* With --events, nothing is polled before an event (or a timeout with
+			 * --share-cq): a completion whose event is lost leaves the thread stuck. */
+			if (events && wait_event(g, deadline))
+				return -1;
+			struct ibv_wc wc[4];
+			int n;
+			while ((n = ibv_poll_cq(g->cq, 4, wc)) > 0) {
+				for (int k = 0; k < n; k++) {
+					struct worker *o = owner(g, &wc[k]);
+					if (!o)
+						return fprintf(stderr, "threads: %d: a completion of "
+							       "no QP of ours\n", t), -1;
+					pthread_mutex_lock(&o->lock);
+					int r = handle(o, &wc[k]);
+					pthread_mutex_unlock(&o->lock);
+					if (r)
 						return -1;
-				} else if (c->opcode == IBV_WC_RECV) {
-					/* B's is A's SEND ('s'), A's is B's answer ('r'). */
-					struct side *s = on_a ? &w->a : &w->b;
-					char kind = on_a ? 'r' : 's';
-					if (c->byte_len != MSG ||
-					    check(s->buf + c->wr_id * MSG, MSG, t, i, kind))
-						return fprintf(stderr, "threads: %d/%d: bad %c\n",
-							       t, i, kind), -1;
-					got |= on_a ? A_GOT : B_GOT_SEND;
-					if (post_recv(s, (int)c->wr_id))
-						return -1;
-				}
-				/* The answer, once B has both. */
-				if ((got & (B_GOT_SEND | B_GOT_WRITE)) == (B_GOT_SEND | B_GOT_WRITE) &&
-				    !(got & ANSWERED)) {
-					if (send_inline(&w->b, t, i, 'r'))
-						return fprintf(stderr, "threads: %d: answer failed\n",
-							       t), -1;
-					got |= ANSWERED;
 				}
 			}
+			if (n < 0)
+				return fprintf(stderr, "threads: %d: ibv_poll_cq failed\n", t), -1;
 		}
 	}
 	ibv_dereg_mr(src_mr);
@@ -286,6 +377,8 @@ static void *thread_main(void *p)
 {
 	struct worker *w = p;
 	w->failed = run(w) != 0;
+	if (w->failed)
+		__atomic_store_n(&failed_any, 1, __ATOMIC_RELAXED);
 	return NULL;
 }
 
@@ -299,6 +392,8 @@ int main(int argc, char **argv)
 		{ "size", required_argument, 0, 's' },
 		{ "mw-first", no_argument, 0, 'f' },
 		{ "mw-after", no_argument, 0, 'a' },
+		{ "events", no_argument, 0, 'e' },
+		{ "share-cq", no_argument, 0, 'c' },
 		{ 0, 0, 0, 0 },
 	};
 	for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -309,10 +404,13 @@ int main(int argc, char **argv)
 		case 's': size = (size_t)atol(optarg); break;
 		case 'f': mw_first = 1; break;
 		case 'a': mw_after = 1; break;
+		case 'e': events = 1; break;
+		case 'c': share_cq = 1; break;
 		default: die("usage: threads --threads T --iters N [--gid-index I] [--size B]");
 		}
 	}
-	if (threads < 1 || threads > MAX_THREADS || iters < 1 || size < 1)
+	if (threads < 1 || threads > MAX_THREADS || iters < 1 || size < 1 ||
+	    (share_cq && threads % 2))
 		die("bad arguments");
 	int n;
 	struct ibv_device **list = ibv_get_device_list(&n);
@@ -330,11 +428,26 @@ int main(int argc, char **argv)
 	if (mw_first)
 		try_mw();
 	struct worker *w = calloc(threads, sizeof(*w));
+	struct group *groups = calloc(threads, sizeof(*groups));
 	for (int t = 0; t < threads; t++) {
 		w[t].id = t;
-		w[t].cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
-		if (!w[t].cq)
-			die("ibv_create_cq: %s", strerror(errno));
+		pthread_mutex_init(&w[t].lock, NULL);
+		struct group *g = &groups[share_cq ? t / 2 : t];
+		if (!g->cq) {
+			if (events) {
+				g->channel = ibv_create_comp_channel(ctx);
+				if (!g->channel)
+					die("ibv_create_comp_channel: %s", strerror(errno));
+				int fl = fcntl(g->channel->fd, F_GETFL);
+				if (fcntl(g->channel->fd, F_SETFL, fl | O_NONBLOCK))
+					die("O_NONBLOCK: %s", strerror(errno));
+			}
+			g->cq = ibv_create_cq(ctx, 128, NULL, g->channel, 0);
+			if (!g->cq)
+				die("ibv_create_cq: %s", strerror(errno));
+		}
+		g->w[g->n++] = &w[t];
+		w[t].g = g;
 		make_side(&w[t], &w[t].a);
 		make_side(&w[t], &w[t].b);
 	}
