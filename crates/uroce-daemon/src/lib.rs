@@ -135,6 +135,9 @@ pub struct Stats {
     pub rx: AtomicU64,
     /// Of those, for no process (unknown QPN, nobody listening).
     pub rx_unrouted: AtomicU64,
+    /// Datagrams a process's socket of the fast path received for another process (or
+    /// for the daemon) and passed on, switched to their owner.
+    pub passed_on: AtomicU64,
     /// Packets processes sent to the wire.
     pub tx: AtomicU64,
     /// Packets delivered from one process to another without the wire.
@@ -357,7 +360,7 @@ fn open_datapaths(
                             owners: Mutex::new(vec![0; n]),
                             last: Mutex::new(0),
                         });
-                        UdpBackend::from_class_socket(ip, zero)
+                        UdpBackend::from_class_socket(ip, zero, false)
                     }
                     Err(e) => {
                         eprintln!(
@@ -601,11 +604,12 @@ pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Resul
 /// The daemon's counters, as it prints them when it stops on SIGINT or SIGTERM.
 fn stats_line(s: &Stats) -> String {
     format!(
-        "rx {} (unrouted {}), tx {}, local {}, refused {}, dropped (ring full) {}",
+        "rx {} (unrouted {}), tx {}, local {}, passed on {}, refused {}, dropped (ring full) {}",
         s.rx.load(Ordering::Relaxed),
         s.rx_unrouted.load(Ordering::Relaxed),
         s.tx.load(Ordering::Relaxed),
         s.local.load(Ordering::Relaxed),
+        s.passed_on.load(Ordering::Relaxed),
         s.refused.load(Ordering::Relaxed),
         s.dropped_full.load(Ordering::Relaxed)
     )
@@ -876,6 +880,20 @@ fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client
                     }
                     break 'slot;
                 }
+                Some((SlotHeader::Misdelivered { datagram }, len)) => {
+                    ring.copy_data(index, 0, &mut buf[..len]);
+                    pass_on(
+                        d,
+                        c,
+                        &clients,
+                        &switch,
+                        &local,
+                        datagram,
+                        &buf[..len],
+                        woken,
+                    );
+                    break 'slot;
+                }
                 // A header that is not one.
                 None => {
                     d.stats.refused.fetch_add(1, Ordering::Relaxed);
@@ -969,6 +987,45 @@ fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client
         let _ = b.flush();
     }
     n
+}
+
+/// Switches a datagram that process `c`'s socket of the fast path received for a QPN not
+/// of its class ([`SlotHeader::Misdelivered`]: UDP GRO coalesced a run of one flow and
+/// the kernel steered it by its first packet) as one the daemon received: to the process
+/// whose QPN it is, or the daemon's own (QP 1). Refused (counted) unless it is for one
+/// of the daemon's addresses, to port 4791, and for another process than `c`. What it
+/// lets a process do, send a datagram to another as if from anywhere, is what any host
+/// on the wire can (RoCE authenticates no source), and what `--no-fast-path` forbids.
+#[allow(clippy::too_many_arguments)]
+fn pass_on(
+    d: &Daemon,
+    c: &Client,
+    clients: &HashMap<ClientId, Arc<Client>>,
+    switch: &Switch,
+    local: &[IpAddr],
+    datagram: uroce::wire::DatagramRepr,
+    roce: &[u8],
+    woken: &mut Vec<Arc<Client>>,
+) {
+    let dst = datagram.dst();
+    let target = (local.contains(&dst) && datagram.udp.dst_port == uroce::wire::ROCEV2_UDP_PORT)
+        .then(|| switch.route(dst, roce))
+        .flatten()
+        .filter(|&t| t != c.id)
+        .and_then(|t| clients.get(&t));
+    let Some(t) = target else {
+        d.stats.refused.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    d.stats.passed_on.fetch_add(1, Ordering::Relaxed);
+    let h = SlotHeader::Datagram {
+        datagram,
+        dst_mac: [0; 6],
+        icrc: None,
+    };
+    if t.deliver(&d.stats, &h, roce) && !woken.iter().any(|w| w.id == t.id) {
+        woken.push(t.clone());
+    }
 }
 
 /// A datapath's lock as [`drain`] holds it.

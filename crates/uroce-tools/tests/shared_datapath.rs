@@ -344,3 +344,168 @@ fn a_forked_child_uses_the_device_beside_its_parent() {
         );
     }
 }
+
+/// The bytes `tests/c/ud_fanout.c --recv` checks in message `seq` for `qpn`: the QPN and
+/// the sequence number (big-endian), then its pattern, 256 bytes in all.
+fn fanout_message(qpn: u32, seq: u32) -> Vec<u8> {
+    let mut m = vec![0u8; 256];
+    m[..4].copy_from_slice(&qpn.to_be_bytes());
+    m[4..8].copy_from_slice(&seq.to_be_bytes());
+    for (at, b) in m.iter_mut().enumerate().skip(8) {
+        *b = (qpn
+            .wrapping_mul(7)
+            .wrapping_add(seq.wrapping_mul(13))
+            .wrapping_add((at as u32).wrapping_mul(31))
+            .wrapping_add((at >> 5) as u32)) as u8;
+    }
+    m
+}
+
+/// Sends, from `src` port 0xc123 in the current thread's namespace, `rounds` runs of
+/// `per_run` UD SENDs to `dst`, alternating between the QPNs `qpns` (a run's first
+/// packet for `qpns[round % 2]`), each run ONE datagram with UDP_SEGMENT: the kernel
+/// keeps a run whole up to the receiving socket, as a NIC's GRO coalesces a flow's
+/// packets (one source address and port), and the receiving host steers it whole by its
+/// first packet's QPN.
+fn send_coalesced_runs(
+    src: std::net::Ipv4Addr,
+    dst: std::net::Ipv4Addr,
+    qpns: [u32; 2],
+    rounds: u32,
+    per_run: u32,
+) {
+    use std::os::fd::AsRawFd;
+    use uroce::wire::{BthRepr, DatagramRepr, DethRepr, ExtHeaders, FrameRepr, Opcode};
+    const SPORT: u16 = 0xc123;
+    let sock = std::net::UdpSocket::bind((src, SPORT)).expect("binding the sender's socket");
+    let d = DatagramRepr::roce(src.into(), dst.into(), SPORT, 0).unwrap();
+    let mut seq = [0u32; 2];
+    let mut psn = 0;
+    for round in 0..rounds {
+        let mut run = Vec::new();
+        let mut size = 0;
+        for k in 0..per_run {
+            let which = ((round + k) % 2) as usize;
+            let msg = fanout_message(qpns[which], seq[which]);
+            seq[which] += 1;
+            let frame = FrameRepr {
+                eth: None,
+                ip: d.ip,
+                udp: d.udp,
+                bth: BthRepr::new(Opcode::UdSendOnly, qpns[which], psn),
+                ext: ExtHeaders {
+                    deth: Some(DethRepr {
+                        qkey: 0x1111_1111,
+                        src_qp: 0x99,
+                    }),
+                    ..ExtHeaders::default()
+                },
+            };
+            psn += 1;
+            let mut buf = vec![0u8; 512];
+            size = frame
+                .emit_roce_with(msg.len(), &mut buf, |p| p.copy_from_slice(&msg))
+                .unwrap();
+            run.extend_from_slice(&buf[..size]);
+        }
+        let seg = size as libc::c_int;
+        // SAFETY: setsockopt on our socket with an int option value.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_UDP,
+                libc::UDP_SEGMENT,
+                (&seg as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(r, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
+        sock.send_to(&run, (dst, uroce::wire::ROCEV2_UDP_PORT))
+            .expect("sending a run");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Two processes on one address through the daemon over UDP, each with a UD QP, and a
+/// peer sending runs of UD datagrams to both from ONE source port, each run coalesced
+/// (as a NIC's GRO coalesces a flow): the kernel steers a run whole to the socket of its
+/// first packet's process, which passes the other's packets on through the daemon (its
+/// socket coalesces, so it sees them). Each process receives every message of its own,
+/// each byte checked, and the daemon counts the packets passed on. (Before the sockets
+/// coalesced, the runs were split back on the first process's socket and the other lost
+/// its messages in them.)
+#[test]
+fn a_coalesced_run_for_two_processes_reaches_both() {
+    if !can_run(&[]) {
+        return;
+    }
+    let Some(exe) = common::c_program("ud_fanout") else {
+        return;
+    };
+    let pair = VethPair::create("sdg", 1500).unwrap();
+    let (ns, iface) = (&pair.ns[0], &pair.ifaces[0]);
+    let daemon = common::uroce_in(ns, &["daemon", "--iface", iface, "--backend", "udp"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting uroce daemon");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !common::uroce_in(ns, &["daemon", "--check", "--iface", iface])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        assert!(Instant::now() < deadline, "uroce daemon did not come up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    const ROUNDS: u32 = 8;
+    const PER_RUN: u32 = 16;
+    let each = (ROUNDS * PER_RUN / 2).to_string();
+    let mut receivers = Vec::new();
+    let mut qpns = [0u32; 2];
+    for q in qpns.iter_mut() {
+        let mut r = uroce_run(ns, iface, "udp", &[exe.to_str().unwrap(), "--recv", &each])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting a receiver");
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(r.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        *q = line
+            .strip_prefix("qpn 0x")
+            .and_then(|h| u32::from_str_radix(h.trim(), 16).ok())
+            .unwrap_or_else(|| panic!("a receiver said {line:?}"));
+        receivers.push(r);
+    }
+    assert_ne!(qpns[0] >> 18, qpns[1] >> 18, "two classes: {qpns:x?}");
+    let (src, dst, ns1) = (pair.addrs[1], pair.addrs[0], pair.ns[1].clone());
+    std::thread::spawn(move || {
+        uroce_tools::netns::enter(&ns1).expect("setns");
+        send_coalesced_runs(src, dst, qpns, ROUNDS, PER_RUN);
+    })
+    .join()
+    .expect("the sender");
+    let outs: Vec<Output> = receivers
+        .into_iter()
+        .map(|r| r.wait_with_output().unwrap())
+        .collect();
+    // SAFETY: signalling our own child (`ip netns exec` execs the daemon).
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let d = daemon.wait_with_output().unwrap();
+    for o in &outs {
+        assert!(o.status.success(), "a receiver: {}", text(o));
+    }
+    let err = String::from_utf8_lossy(&d.stderr);
+    let passed: u64 = err
+        .split("passed on ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no counters from the daemon: {err}"));
+    assert!(passed > 0, "{err}");
+    eprintln!("daemon: {}", err.trim());
+}

@@ -428,10 +428,12 @@ impl UdpBackend {
 
     /// A backend on `rx`, one socket of a reuseport group [`bind_classes`] made (the
     /// uroce daemon's, handed to a process): it receives the datagrams steered to it,
-    /// without GRO (two QPs of different sockets may share a peer's source port).
-    pub fn from_class_socket(local: IpAddr, rx: UdpSocket) -> io::Result<Self> {
+    /// with UDP GRO where `coalesce` (the kernel may then steer a coalesced run of one
+    /// flow by its first packet, so two QPs of different classes that share a peer's
+    /// source port may have packets on the wrong socket: the caller passes those on).
+    pub fn from_class_socket(local: IpAddr, rx: UdpSocket, coalesce: bool) -> io::Result<Self> {
         check_local(local)?;
-        Self::with_socket(local, 0, rx, true, false)
+        Self::with_socket(local, 0, rx, true, coalesce)
     }
 
     /// One of `count` backends on `local`, for the loop with index `index`: all share UDP

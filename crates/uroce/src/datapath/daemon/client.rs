@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::proto::{self, Reply, Request};
 use super::ring::{Dir, Region, RingError, SlotHeader, HEADER_LEN};
-use crate::datapath::udp::UdpBackend;
+use crate::datapath::udp::{UdpBackend, CLASS_SHIFT};
 use crate::datapath::{Backend, Received, Transmit, MAX_FRAME};
 
 fn ring_error(e: RingError) -> io::Error {
@@ -74,8 +74,8 @@ impl Control {
 #[derive(Debug)]
 pub struct DaemonBackend {
     region: Region,
-    /// The daemon waits on this one for packets to send.
-    to_daemon: OwnedFd,
+    /// What this process writes into the ring to the daemon.
+    outbox: Outbox,
     /// We wait on this one for packets received.
     to_process: OwnedFd,
     needs_link: bool,
@@ -85,11 +85,6 @@ pub struct DaemonBackend {
     /// We said we sleep: the next ring of our doorbell is to be drained.
     armed: bool,
     control: Control,
-    /// The next slot to write when slots are written and not published yet: they are
-    /// published together ([`Backend::flush`], or every [`PUBLISH_EVERY`]), so the
-    /// daemon takes a batch at a time (and sends it as one, GSO over UDP) instead of
-    /// chasing each packet.
-    unpublished: Option<u32>,
     /// The fast path, when the daemon gave this process a socket of its own.
     fast: Option<Fast>,
 }
@@ -103,6 +98,12 @@ pub struct DaemonBackend {
 struct Fast {
     udp: UdpBackend,
     addr: IpAddr,
+    /// The socket's class: the QPNs `class << CLASS_SHIFT ..` are this process's.
+    class: u32,
+    /// Datagrams the socket received for another class and passed on to the daemon
+    /// ([`SlotHeader::Misdelivered`]), and those lost for want of room in the ring.
+    passed_on: u64,
+    lost: u64,
     /// This process is in the daemon's network namespace: it sends through the socket
     /// too (the sockets of its source ports are made in its own namespace; in another
     /// one they would send there, so such a process sends through the rings).
@@ -127,15 +128,133 @@ impl std::fmt::Debug for Fast {
 /// Whether a packet built for `addr`'s fast path goes out through its socket: from that
 /// address, and not to QP 1.
 fn takes_fast_path(t: &Transmit, roce: &[u8], addr: IpAddr) -> bool {
-    let dest_qp = roce
-        .get(5..8)
-        .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
-    t.datagram.src() == addr && dest_qp.is_some_and(|q| q != 1)
+    t.datagram.src() == addr && dest_qpn(roce).is_some_and(|q| q != 1)
 }
 
 /// Slots written before they are published even without a flush, so that the daemon
 /// works on a long batch while the rest is written.
 const PUBLISH_EVERY: u32 = 32;
+
+/// What writes a slot's data and says its header and length ([`Outbox::write`]).
+type SlotFill<'a> = dyn FnMut(&mut [u8]) -> Option<(SlotHeader, usize)> + 'a;
+
+/// The producer's end of the ring to the daemon.
+#[derive(Debug)]
+struct Outbox {
+    /// The daemon waits on this one for packets to send.
+    bell: OwnedFd,
+    /// The next slot to write when slots are written and not published yet: they are
+    /// published together ([`Backend::flush`], or every [`PUBLISH_EVERY`]), so the
+    /// daemon takes a batch at a time (and sends it as one, GSO over UDP) instead of
+    /// chasing each packet.
+    unpublished: Option<u32>,
+}
+
+impl Outbox {
+    /// Writes one slot of `region`'s ring to the daemon with `fill`, which writes the data
+    /// and returns the slot's header and the data's length (None: nothing to write);
+    /// whether a slot was written. `WouldBlock` when the ring is full (`fill` not called).
+    fn write(&mut self, region: &Region, fill: &mut SlotFill<'_>) -> io::Result<bool> {
+        let ring = region.ring(Dir::ToDaemon);
+        let index = self.unpublished.unwrap_or_else(|| ring.published());
+        if !ring.is_free(index).map_err(ring_error)? {
+            // Full: make sure the daemon has all of it and is awake to empty it.
+            self.flush(region);
+            if ring.consumer_needs_wake() {
+                proto::ring(self.bell.as_raw_fd());
+            }
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        // SAFETY: a free slot of the ring this outbox alone produces into (the backend
+        // owning it is not Clone and holds `&mut self`), not yet published (the daemon
+        // does not look at it).
+        let slot = unsafe { ring.slot_mut(index) };
+        let (head, body) = slot.split_at_mut(HEADER_LEN);
+        let Some((header, len)) = fill(&mut body[..MAX_FRAME]) else {
+            return Ok(false);
+        };
+        header.write(head.try_into().expect("header"), len.min(MAX_FRAME) as u32);
+        let next = index.wrapping_add(1);
+        if next.wrapping_sub(ring.published()) >= PUBLISH_EVERY {
+            ring.publish(index);
+            self.unpublished = None;
+            if ring.consumer_needs_wake() {
+                proto::ring(self.bell.as_raw_fd());
+            }
+        } else {
+            self.unpublished = Some(next);
+        }
+        Ok(true)
+    }
+
+    /// Publishes what was written to the ring and wakes the daemon if it sleeps. With
+    /// nothing new published the daemon is not rung: it looked at the ring before it
+    /// went to sleep (with the fast path most flushes publish nothing, and a doorbell
+    /// each would wake the daemon's thread for nothing, thousands of times a second).
+    fn flush(&mut self, region: &Region) {
+        let ring = region.ring(Dir::ToDaemon);
+        if let Some(next) = self.unpublished.take() {
+            ring.publish(next.wrapping_sub(1));
+            if ring.consumer_needs_wake() {
+                proto::ring(self.bell.as_raw_fd());
+            }
+        }
+    }
+}
+
+impl Fast {
+    /// Takes up to `max` datagrams from the socket without waiting, handing to `handle`
+    /// those of this process's class; one of another class (the kernel coalesced a run
+    /// of one flow and steered it by its first packet: a peer's QPs that share a source
+    /// port, or one UD QP sending to several processes) goes to the daemon through
+    /// `outbox` to be switched as one it received. How many were handed to `handle`.
+    fn receive(
+        &mut self,
+        region: &Region,
+        outbox: &mut Outbox,
+        max: usize,
+        handle: &mut dyn FnMut(Received<'_>),
+    ) -> io::Result<usize> {
+        let Self {
+            udp,
+            class,
+            passed_on,
+            lost,
+            ..
+        } = self;
+        let mut mine = 0;
+        udp.receive(Duration::ZERO, max, &mut |r| {
+            let other = match &r {
+                Received::Datagram { datagram, roce, .. } => dest_qpn(roce)
+                    .filter(|q| q >> CLASS_SHIFT != *class)
+                    .map(|_| (**datagram, *roce)),
+                Received::Frame(_) => None,
+            };
+            let Some((datagram, roce)) = other else {
+                mine += 1;
+                return handle(r);
+            };
+            let header = SlotHeader::Misdelivered { datagram };
+            let passed = outbox.write(region, &mut |body| {
+                let n = roce.len().min(body.len());
+                body[..n].copy_from_slice(&roce[..n]);
+                Some((header, n))
+            });
+            match passed {
+                Ok(true) => *passed_on += 1,
+                _ => *lost += 1,
+            }
+        })?;
+        outbox.flush(region);
+        Ok(mine)
+    }
+}
+
+/// A RoCE packet's destination QP (its BTH's), if it is long enough to have one.
+fn dest_qpn(roce: &[u8]) -> Option<u32> {
+    roce.get(5..8)
+        .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]))
+}
 
 impl DaemonBackend {
     /// Connects to the daemon listening at `path`.
@@ -186,7 +305,7 @@ impl DaemonBackend {
                 needs_link_addresses,
                 serves_link_local,
                 rx_capacity,
-                (fast_class != 0).then_some((fast_addr, fast_netns)),
+                (fast_class != 0).then_some((fast_class, fast_addr, fast_netns)),
             ),
             Some(Reply::Err(errno)) => return Err(io::Error::from_raw_os_error(errno)),
             _ => {
@@ -197,11 +316,15 @@ impl DaemonBackend {
             }
         };
         let fast = match fast {
-            Some((addr, netns)) => {
+            Some((class, addr, netns)) => {
                 let sock = std::net::UdpSocket::from(fds.pop().expect("four"));
                 Some(Fast {
-                    udp: UdpBackend::from_class_socket(addr, sock)?,
+                    // Coalescing (UDP GRO): what comes of another class is passed on.
+                    udp: UdpBackend::from_class_socket(addr, sock, true)?,
                     addr,
+                    class: u32::from(class),
+                    passed_on: 0,
+                    lost: 0,
                     sends: proto::netns_id().is_ok_and(|me| me == netns),
                     held: None,
                     moved: Vec::new(),
@@ -214,17 +337,19 @@ impl DaemonBackend {
             .and_then(|f| f.udp.rx_capacity())
             .unwrap_or(rx_capacity);
         let to_process = fds.pop().expect("three");
-        let to_daemon = fds.pop().expect("three");
+        let bell = fds.pop().expect("three");
         let region = Region::map(fds.pop().expect("three"))?;
         Ok(Self {
             region,
-            to_daemon,
+            outbox: Outbox {
+                bell,
+                unpublished: None,
+            },
             to_process,
             needs_link,
             link_local,
             rx_capacity,
             armed: false,
-            unpublished: None,
             fast,
             control: Control {
                 sock: Arc::new(Mutex::new(sock)),
@@ -271,57 +396,15 @@ impl DaemonBackend {
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
     ) -> io::Result<bool> {
-        let ring = self.region.ring(Dir::ToDaemon);
-        let index = self.unpublished.unwrap_or_else(|| ring.published());
-        if !ring.is_free(index).map_err(ring_error)? {
-            // Full: make sure the daemon has all of it and is awake to empty it.
-            self.flush_ring();
-            if self.region.ring(Dir::ToDaemon).consumer_needs_wake() {
-                proto::ring(self.to_daemon.as_raw_fd());
-            }
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        // SAFETY: a free slot of the ring this backend alone produces into, not yet
-        // published (the daemon does not look at it).
-        let slot = unsafe { ring.slot_mut(index) };
-        let (head, body) = slot.split_at_mut(HEADER_LEN);
-        let Some(t) = build(&mut body[..MAX_FRAME]) else {
-            return Ok(false);
-        };
-        let header = SlotHeader::Datagram {
-            datagram: t.datagram,
-            dst_mac: t.dst_mac,
-            icrc: None,
-        };
-        header.write(
-            head.try_into().expect("header"),
-            t.len.min(MAX_FRAME) as u32,
-        );
-        let next = index.wrapping_add(1);
-        if next.wrapping_sub(ring.published()) >= PUBLISH_EVERY {
-            ring.publish(index);
-            self.unpublished = None;
-            if ring.consumer_needs_wake() {
-                proto::ring(self.to_daemon.as_raw_fd());
-            }
-        } else {
-            self.unpublished = Some(next);
-        }
-        Ok(true)
-    }
-
-    /// Publishes what was written to the ring and wakes the daemon if it sleeps. With
-    /// nothing new published the daemon is not rung: it looked at the ring before it
-    /// went to sleep (with the fast path most flushes publish nothing, and a doorbell
-    /// each would wake the daemon's thread for nothing, thousands of times a second).
-    fn flush_ring(&mut self) {
-        let ring = self.region.ring(Dir::ToDaemon);
-        if let Some(next) = self.unpublished.take() {
-            ring.publish(next.wrapping_sub(1));
-            if ring.consumer_needs_wake() {
-                proto::ring(self.to_daemon.as_raw_fd());
-            }
-        }
+        self.outbox.write(&self.region, &mut |body| {
+            let t = build(body)?;
+            let header = SlotHeader::Datagram {
+                datagram: t.datagram,
+                dst_mac: t.dst_mac,
+                icrc: None,
+            };
+            Some((header, t.len))
+        })
     }
 
     /// Moves a packet held for the rings into them: false while they are full.
@@ -369,6 +452,8 @@ impl DaemonBackend {
                         roce: data,
                         icrc,
                     }),
+                    // The daemon writes none: what a process sends it.
+                    SlotHeader::Misdelivered { .. } => {}
                 }
             }
             ring.release(index);
@@ -469,7 +554,7 @@ impl Backend for DaemonBackend {
         if self.fast.as_ref().is_some_and(|f| f.held.is_some()) {
             self.send_held()?;
         }
-        self.flush_ring();
+        self.outbox.flush(&self.region);
         match self.fast.as_mut() {
             Some(f) => f.udp.flush(),
             None => Ok(()),
@@ -487,7 +572,7 @@ impl Backend for DaemonBackend {
             // The socket first, without waiting: it carries the data. The rings after it
             // even so (their packets, QP 1's and those from other addresses, must not
             // wait for the data to stop).
-            got = f.udp.receive(Duration::ZERO, max, handle)?;
+            got = f.receive(&self.region, &mut self.outbox, max, handle)?;
             if max == 0 {
                 return Ok(0);
             }
@@ -514,7 +599,7 @@ impl Backend for DaemonBackend {
                 let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
                 // SAFETY: `fds` holds valid pollfds for descriptors this backend owns.
                 unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-                got = f.udp.receive(Duration::ZERO, max, handle)?;
+                got = f.receive(&self.region, &mut self.outbox, max, handle)?;
             }
         }
         if self.armed && !self.region.ring(Dir::ToProcess).asleep() {

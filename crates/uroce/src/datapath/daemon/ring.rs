@@ -367,10 +367,18 @@ pub enum SlotHeader {
     },
     /// A whole Ethernet frame (received over AF_XDP).
     Frame,
+    /// From a process to the daemon: a RoCE datagram its socket of the fast path received
+    /// for a QPN of another class (UDP GRO coalesces a run of one flow and the kernel
+    /// steers it by its first packet), for the daemon to switch as one it received.
+    Misdelivered {
+        /// IP and UDP, as received.
+        datagram: crate::wire::DatagramRepr,
+    },
 }
 
 const KIND_DATAGRAM: u8 = 1;
 const KIND_FRAME: u8 = 2;
+const KIND_MISDELIVERED: u8 = 3;
 
 impl SlotHeader {
     /// Writes the header and the data length into a slot header's bytes.
@@ -378,44 +386,52 @@ impl SlotHeader {
         use crate::wire::IpRepr;
         h.fill(0);
         h[0..4].copy_from_slice(&len.to_le_bytes());
-        match self {
-            Self::Frame => h[4] = KIND_FRAME,
+        let (datagram, dst_mac, icrc) = match self {
+            Self::Frame => {
+                h[4] = KIND_FRAME;
+                return;
+            }
             Self::Datagram {
                 datagram,
                 dst_mac,
                 icrc,
             } => {
                 h[4] = KIND_DATAGRAM;
-                h[5] = icrc.is_some() as u8;
-                h[6..12].copy_from_slice(dst_mac);
-                h[12..16].copy_from_slice(&icrc.unwrap_or(0).to_le_bytes());
-                h[22..24].copy_from_slice(&datagram.udp.src_port.to_le_bytes());
-                h[24..26].copy_from_slice(&datagram.udp.dst_port.to_le_bytes());
-                h[26..28].copy_from_slice(&datagram.udp.checksum.to_le_bytes());
-                match datagram.ip {
-                    IpRepr::V4(ip) => {
-                        h[16] = 4;
-                        h[17] = ip.tos;
-                        h[18] = ip.ttl;
-                        h[19] = ip.dont_frag as u8;
-                        h[20..22].copy_from_slice(&ip.ident.to_le_bytes());
-                        h[32..36].copy_from_slice(&ip.src.octets());
-                        h[48..52].copy_from_slice(&ip.dst.octets());
-                        h[64] = ip.protocol;
-                        let n = usize::from(ip.options_len.min(40));
-                        h[65] = n as u8;
-                        h[66..66 + n].copy_from_slice(&ip.options[..n]);
-                    }
-                    IpRepr::V6(ip) => {
-                        h[16] = 6;
-                        h[17] = ip.traffic_class;
-                        h[18] = ip.hop_limit;
-                        h[28..32].copy_from_slice(&ip.flow_label.to_le_bytes());
-                        h[32..48].copy_from_slice(&ip.src.octets());
-                        h[48..64].copy_from_slice(&ip.dst.octets());
-                        h[64] = ip.next_header;
-                    }
-                }
+                (datagram, *dst_mac, *icrc)
+            }
+            Self::Misdelivered { datagram } => {
+                h[4] = KIND_MISDELIVERED;
+                (datagram, [0; 6], None)
+            }
+        };
+        h[5] = icrc.is_some() as u8;
+        h[6..12].copy_from_slice(&dst_mac);
+        h[12..16].copy_from_slice(&icrc.unwrap_or(0).to_le_bytes());
+        h[22..24].copy_from_slice(&datagram.udp.src_port.to_le_bytes());
+        h[24..26].copy_from_slice(&datagram.udp.dst_port.to_le_bytes());
+        h[26..28].copy_from_slice(&datagram.udp.checksum.to_le_bytes());
+        match datagram.ip {
+            IpRepr::V4(ip) => {
+                h[16] = 4;
+                h[17] = ip.tos;
+                h[18] = ip.ttl;
+                h[19] = ip.dont_frag as u8;
+                h[20..22].copy_from_slice(&ip.ident.to_le_bytes());
+                h[32..36].copy_from_slice(&ip.src.octets());
+                h[48..52].copy_from_slice(&ip.dst.octets());
+                h[64] = ip.protocol;
+                let n = usize::from(ip.options_len.min(40));
+                h[65] = n as u8;
+                h[66..66 + n].copy_from_slice(&ip.options[..n]);
+            }
+            IpRepr::V6(ip) => {
+                h[16] = 6;
+                h[17] = ip.traffic_class;
+                h[18] = ip.hop_limit;
+                h[28..32].copy_from_slice(&ip.flow_label.to_le_bytes());
+                h[32..48].copy_from_slice(&ip.src.octets());
+                h[48..64].copy_from_slice(&ip.dst.octets());
+                h[64] = ip.next_header;
             }
         }
     }
@@ -428,7 +444,7 @@ impl SlotHeader {
         let u16_at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
         let header = match h[4] {
             KIND_FRAME => Self::Frame,
-            KIND_DATAGRAM => {
+            kind @ (KIND_DATAGRAM | KIND_MISDELIVERED) => {
                 let ip = match h[16] {
                     4 => {
                         let n = h[65];
@@ -467,17 +483,23 @@ impl SlotHeader {
                     }
                     _ => return None,
                 };
-                Self::Datagram {
-                    datagram: crate::wire::DatagramRepr {
-                        ip,
-                        udp: UdpRepr {
-                            src_port: u16_at(22),
-                            dst_port: u16_at(24),
-                            checksum: u16_at(26),
-                        },
+                let datagram = crate::wire::DatagramRepr {
+                    ip,
+                    udp: UdpRepr {
+                        src_port: u16_at(22),
+                        dst_port: u16_at(24),
+                        checksum: u16_at(26),
                     },
-                    dst_mac: h[6..12].try_into().ok()?,
-                    icrc: (h[5] != 0).then(|| u32::from_le_bytes(h[12..16].try_into().expect("4"))),
+                };
+                if kind == KIND_MISDELIVERED {
+                    Self::Misdelivered { datagram }
+                } else {
+                    Self::Datagram {
+                        datagram,
+                        dst_mac: h[6..12].try_into().ok()?,
+                        icrc: (h[5] != 0)
+                            .then(|| u32::from_le_bytes(h[12..16].try_into().expect("4"))),
+                    }
                 }
             }
             _ => return None,
@@ -519,6 +541,8 @@ mod tests {
                 dst_mac: [0; 6],
                 icrc: None,
             },
+            SlotHeader::Misdelivered { datagram: v4 },
+            SlotHeader::Misdelivered { datagram: v6 },
         ] {
             let mut b = [0u8; HEADER_LEN];
             h.write(&mut b, 77);
