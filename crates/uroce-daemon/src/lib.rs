@@ -67,10 +67,10 @@ pub struct Args {
     /// Threads taking the processes' sends (default: half the cores, 1 to 4).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Microseconds a send thread keeps looking at its processes' rings after the last
-    /// packet before it sleeps (a process's next send then costs no wake-up). Default:
-    /// 50 where there are more than 2 cores, else 0 (spinning would take the core from
-    /// the processes).
+    /// Microseconds the receive thread keeps looking at the datapath, and a send thread
+    /// at its processes' rings, after the last packet before it sleeps (the next packet
+    /// then costs no wake-up). Default: 50 where there are more than 2 cores, else 0
+    /// (spinning would take the core from the processes).
     #[arg(long)]
     pub spin_us: Option<u64>,
     /// Attach to the daemon serving the interface (or listening at --socket), say which,
@@ -585,7 +585,7 @@ pub fn serve(args: &Args, ready: impl FnOnce(&std::path::Path)) -> anyhow::Resul
         handles.push(
             std::thread::Builder::new()
                 .name("uroced-rx".into())
-                .spawn(move || receive_loop(&d))?,
+                .spawn(move || receive_loop(&d, spin))?,
         );
     }
     ready(&path);
@@ -641,8 +641,11 @@ fn epoll_add(ep: RawFd, fd: RawFd, data: u64) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Takes frames off the wire and hands each to the process owning its destination.
-fn receive_loop(d: &Daemon) {
+/// Takes frames off the wire and hands each to the process owning its destination,
+/// looking again without waiting for `spin` after the last one before it sleeps in
+/// `poll(2)`, as a NIC's queue engine would (a wake-up costs a round trip tens of
+/// microseconds).
+fn receive_loop(d: &Daemon, spin: Duration) {
     // Which datapath each descriptor is of.
     let mut fds: Vec<(RawFd, usize)> = Vec::new();
     for (k, dp) in d.datapaths.iter().enumerate() {
@@ -659,9 +662,13 @@ fn receive_loop(d: &Daemon) {
             revents: 0,
         })
         .collect();
+    let mut last_rx = Instant::now();
     while !d.stop.load(Ordering::Relaxed) {
         if fds.is_empty() {
             std::thread::sleep(Duration::from_millis(1));
+            ready.fill(true);
+        } else if !spin.is_zero() && last_rx.elapsed() < spin {
+            std::hint::spin_loop();
             ready.fill(true);
         } else {
             for pfd in p.iter_mut() {
@@ -674,16 +681,21 @@ fn receive_loop(d: &Daemon) {
                 ready[k] |= pfd.revents != 0;
             }
         }
+        let mut got = 0;
         for (k, dp) in d.datapaths.iter().enumerate() {
             if ready[k] {
-                receive_from(d, dp, &mut woken);
+                got += receive_from(d, dp, &mut woken);
             }
+        }
+        if got > 0 {
+            last_rx = Instant::now();
         }
     }
 }
 
-/// Takes what one datapath received until it has nothing left.
-fn receive_from(d: &Daemon, dp: &Datapath, woken: &mut Vec<Arc<Client>>) {
+/// Takes what one datapath received until it has nothing left; how many frames.
+fn receive_from(d: &Daemon, dp: &Datapath, woken: &mut Vec<Arc<Client>>) -> usize {
+    let mut total = 0;
     loop {
         // Locks in the one order every thread takes them: clients, switch, datapath.
         let clients = d.clients.read().unwrap_or_else(|e| e.into_inner());
@@ -733,8 +745,9 @@ fn receive_from(d: &Daemon, dp: &Datapath, woken: &mut Vec<Arc<Client>>) {
             c.wake();
         }
         if n == 0 {
-            break;
+            break total;
         }
+        total += n;
     }
 }
 
