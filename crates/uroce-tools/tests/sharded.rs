@@ -11,8 +11,8 @@
 //! with `UROCE_SHARDS=3`: every one completes at both ends; while `ib_write_bw -q 4`
 //! runs, the server has more than one uroce progress thread; and a bad `UROCE_SHARDS`
 //! makes a program fail at once, not hang. `tests/c/threads.c` runs four threads posting
-//! and polling at once on QPs of both data shards, also sleeping on their CQs' channels
-//! and two threads to a CQ. Through a `uroce daemon` (over UDP,
+//! and polling at once on QPs of both data shards, also sleeping on their CQs' channels,
+//! two threads to a CQ, and over UD. Through a `uroce daemon` (over UDP,
 //! `uroce run`'s), each shard attaches as a process of its own: `threads.c` and
 //! `ib_write_bw -q 4` find each data shard's QPs in a daemon class of its own. Nothing here is timed (DESIGN.md: never a timed
 //! test). Root, iproute2, perftest and ibverbs-utils (scripts/setup.sh installs them);
@@ -295,6 +295,19 @@ fn threads_sleep_on_cqs_that_two_shards_feed() {
 #[test]
 fn two_threads_poll_one_cq_that_two_shards_feed() {
     let Some((out, classes)) = threads("shc", SHARDS, 4, &["--share-cq", "--events"]) else {
+        return;
+    };
+    for (a, b) in classes {
+        assert!(a != b && a != 1 && b != 1, "{out}");
+    }
+}
+
+/// UD (`--ud`): four threads' UD QPs, one on each data shard, send inline and 1000-byte
+/// SENDs through address handles (found in the shards' route table, without the
+/// device's lock) and answer, every byte checked after its GRH.
+#[test]
+fn threads_send_ud_side_by_side_on_two_shards() {
+    let Some((out, classes)) = threads("shu", SHARDS, 4, &["--ud", "--size", "1000"]) else {
         return;
     };
     for (a, b) in classes {

@@ -2,7 +2,7 @@
  * threads: many threads of one process posting and polling at once, every byte checked.
  *
  *   threads --threads T --iters N [--gid-index I] [--size BYTES] [--mw-first]
- *           [--mw-after] [--events] [--share-cq]
+ *           [--mw-after] [--events] [--share-cq] [--ud]
  *
  * Opens the first device. For each of T threads the main thread makes one CQ and two RC
  * QPs on it, A and B, connected to each other through the device's own GID (so with
@@ -20,7 +20,10 @@
  * the CQ's event (its completion channel, one per CQ, non-blocking), arming it again
  * before it polls the CQ empty; it sleeps up to the iteration's deadline, or 100 ms at
  * a time with --share-cq, where the other thread may have taken the event and the
- * completions. Every wait is bounded (30 s); a failure says what failed on stderr and
+ * completions. --ud: A and B are UD QPs (Q_Key 0x11111111, each with an address handle
+ * for the device's GID), and A's WRITE with immediate is a SEND of BYTES (at most 1024,
+ * not 48) that B tells from the inline one by its length; received messages follow a
+ * 40-byte GRH. Every wait is bounded (30 s); a failure says what failed on stderr and
  * exits 1. It prints each thread's QPNs ("thread T: QPN A 0x.. B
  * 0x..") and, on success, "threads: T x N ok". --mw-first / --mw-after: allocate (and
  * free) a type 2 memory window before the QPs are made / once they are, printing
@@ -51,15 +54,33 @@ static struct ibv_pd *pd;
 static int gid_index = 1;
 static int iters = 1000;
 static size_t size = 4096;
-static int events, share_cq;
+static int events, share_cq, ud;
+/* UD: received messages follow a GRH of this many bytes. */
+#define GRH 40
+#define QKEY 0x11111111u
 /* A thread failed: the others stop. */
 static int failed_any;
 
 struct side {
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
-	uint8_t *buf; /* [0, MSG * NRECV): receive slots; then the WRITE's bytes */
+	uint8_t *buf; /* [0, slot_len() * NRECV): receive slots; then the WRITE's bytes */
+	/* UD: the address handle and QPN its SENDs go to. */
+	struct ibv_ah *ah;
+	uint32_t peer_qpn;
 };
+
+/* Bytes of one receive slot: a message (UD: after a GRH, and as long as the larger). */
+static size_t slot_len(void)
+{
+	return ud ? GRH + (size > MSG ? size : MSG) : MSG;
+}
+
+/* Where the message received into `slot` starts. */
+static uint8_t *received(struct side *s, uint64_t slot)
+{
+	return s->buf + slot * slot_len() + (ud ? GRH : 0);
+}
 
 /* A CQ and the threads whose QPs use it (one, or two with --share-cq). */
 struct group {
@@ -116,7 +137,7 @@ static int check(const uint8_t *p, size_t n, int t, int i, char kind)
 
 static void make_side(struct worker *w, struct side *s)
 {
-	size_t len = MSG * NRECV + size;
+	size_t len = slot_len() * NRECV + size;
 	s->buf = calloc(1, len);
 	s->mr = ibv_reg_mr(pd, s->buf, len,
 			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
@@ -127,7 +148,7 @@ static void make_side(struct worker *w, struct side *s)
 		.recv_cq = w->g->cq,
 		.cap = { .max_send_wr = 8, .max_recv_wr = NRECV, .max_send_sge = 1,
 			 .max_recv_sge = 1, .max_inline_data = MSG },
-		.qp_type = IBV_QPT_RC,
+		.qp_type = ud ? IBV_QPT_UD : IBV_QPT_RC,
 	};
 	s->qp = ibv_create_qp(pd, &a);
 	if (!s->qp)
@@ -136,6 +157,29 @@ static void make_side(struct worker *w, struct side *s)
 
 static void connect_to(struct side *s, uint32_t dest_qpn, const union ibv_gid *gid)
 {
+	if (ud) {
+		struct ibv_qp_attr u = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY };
+		if (ibv_modify_qp(s->qp, &u,
+				  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+			die("UD INIT: %s", strerror(errno));
+		u.qp_state = IBV_QPS_RTR;
+		if (ibv_modify_qp(s->qp, &u, IBV_QP_STATE))
+			die("UD RTR: %s", strerror(errno));
+		u.qp_state = IBV_QPS_RTS;
+		u.sq_psn = 0x1234;
+		if (ibv_modify_qp(s->qp, &u, IBV_QP_STATE | IBV_QP_SQ_PSN))
+			die("UD RTS: %s", strerror(errno));
+		struct ibv_ah_attr aa = {
+			.is_global = 1,
+			.port_num = 1,
+			.grh = { .dgid = *gid, .sgid_index = (uint8_t)gid_index, .hop_limit = 64 },
+		};
+		s->ah = ibv_create_ah(pd, &aa);
+		if (!s->ah)
+			die("ibv_create_ah: %s", strerror(errno));
+		s->peer_qpn = dest_qpn;
+		return;
+	}
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT,
 		.port_num = 1,
@@ -176,7 +220,8 @@ static void connect_to(struct side *s, uint32_t dest_qpn, const union ibv_gid *g
 
 static int post_recv(struct side *s, int slot)
 {
-	struct ibv_sge sge = { (uintptr_t)(s->buf + slot * MSG), MSG, s->mr->lkey };
+	struct ibv_sge sge = { (uintptr_t)(s->buf + slot * slot_len()), (uint32_t)slot_len(),
+			       s->mr->lkey };
 	struct ibv_recv_wr wr = { .wr_id = (uint64_t)slot, .sg_list = &sge, .num_sge = 1 }, *bad;
 	return ibv_post_recv(s->qp, &wr, &bad);
 }
@@ -191,6 +236,11 @@ static int send_inline(struct side *s, int t, int i, char kind)
 				  .opcode = IBV_WR_SEND,
 				  .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED },
 			   *bad;
+	if (ud) {
+		wr.wr.ud.ah = s->ah;
+		wr.wr.ud.remote_qpn = s->peer_qpn;
+		wr.wr.ud.remote_qkey = QKEY;
+	}
 	int r = ibv_post_send(s->qp, &wr, &bad);
 	memset(msg, 0xee, MSG); /* the post must have taken its copy */
 	return r;
@@ -219,7 +269,18 @@ static int handle(struct worker *w, const struct ibv_wc *c)
 			ibv_wc_status_str(c->status), on_a ? 'A' : 'B');
 		return -1;
 	}
-	if (c->opcode == IBV_WC_SEND && on_a)
+	/* UD: A's SEND of BYTES stands for the WRITE, and B's receive of it for the WRITE's. */
+	int ud_write = ud && c->opcode == IBV_WC_RECV && !on_a && c->byte_len == GRH + size;
+	if (ud && c->opcode == IBV_WC_SEND && on_a && c->wr_id == 'w')
+		w->got |= A_WROTE;
+	else if (ud_write) {
+		if (check(received(&w->b, c->wr_id), size, t, i, 'w'))
+			return fprintf(stderr, "threads: %d/%d: bad UD SEND of %zu\n", t, i, size),
+			       -1;
+		w->got |= B_GOT_WRITE;
+		if (post_recv(&w->b, (int)c->wr_id))
+			return -1;
+	} else if (c->opcode == IBV_WC_SEND && on_a)
 		w->got |= A_SENT;
 	else if (c->opcode == IBV_WC_SEND)
 		w->got |= B_SENT;
@@ -227,7 +288,7 @@ static int handle(struct worker *w, const struct ibv_wc *c)
 		w->got |= A_WROTE;
 	else if (c->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 		if (on_a || be32toh(c->imm_data) != (uint32_t)i ||
-		    check(w->b.buf + MSG * NRECV, size, t, i, 'w'))
+		    check(w->b.buf + slot_len() * NRECV, size, t, i, 'w'))
 			return fprintf(stderr, "threads: %d/%d: bad WRITE\n", t, i), -1;
 		w->got |= B_GOT_WRITE;
 		if (post_recv(&w->b, (int)c->wr_id))
@@ -236,7 +297,8 @@ static int handle(struct worker *w, const struct ibv_wc *c)
 		/* B's is A's SEND ('s'), A's is B's answer ('r'). */
 		struct side *s = on_a ? &w->a : &w->b;
 		char kind = on_a ? 'r' : 's';
-		if (c->byte_len != MSG || check(s->buf + c->wr_id * MSG, MSG, t, i, kind))
+		if (c->byte_len != (ud ? GRH : 0) + MSG ||
+		    check(received(s, c->wr_id), MSG, t, i, kind))
 			return fprintf(stderr, "threads: %d/%d: bad %c\n", t, i, kind), -1;
 		w->got |= on_a ? A_GOT : B_GOT_SEND;
 		if (post_recv(s, (int)c->wr_id))
@@ -318,8 +380,15 @@ static int run(struct worker *w)
 					  .send_flags = IBV_SEND_SIGNALED,
 					  .imm_data = htobe32((uint32_t)i) },
 				   *bad;
-		wr.wr.rdma.remote_addr = (uintptr_t)(w->b.buf + MSG * NRECV);
-		wr.wr.rdma.rkey = w->b.mr->rkey;
+		if (ud) {
+			wr.opcode = IBV_WR_SEND;
+			wr.wr.ud.ah = w->a.ah;
+			wr.wr.ud.remote_qpn = w->a.peer_qpn;
+			wr.wr.ud.remote_qkey = QKEY;
+		} else {
+			wr.wr.rdma.remote_addr = (uintptr_t)(w->b.buf + slot_len() * NRECV);
+			wr.wr.rdma.rkey = w->b.mr->rkey;
+		}
 		if (ibv_post_send(w->a.qp, &wr, &bad))
 			return fprintf(stderr, "threads: %d: WRITE post failed\n", t), -1;
 		double deadline = now() + 30;
@@ -394,6 +463,7 @@ int main(int argc, char **argv)
 		{ "mw-after", no_argument, 0, 'a' },
 		{ "events", no_argument, 0, 'e' },
 		{ "share-cq", no_argument, 0, 'c' },
+		{ "ud", no_argument, 0, 'u' },
 		{ 0, 0, 0, 0 },
 	};
 	for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -406,11 +476,12 @@ int main(int argc, char **argv)
 		case 'a': mw_after = 1; break;
 		case 'e': events = 1; break;
 		case 'c': share_cq = 1; break;
+		case 'u': ud = 1; break;
 		default: die("usage: threads --threads T --iters N [--gid-index I] [--size B]");
 		}
 	}
 	if (threads < 1 || threads > MAX_THREADS || iters < 1 || size < 1 ||
-	    (share_cq && threads % 2))
+	    (share_cq && threads % 2) || (ud && (size > 1024 || size == MSG)))
 		die("bad arguments");
 	int n;
 	struct ibv_device **list = ibv_get_device_list(&n);
