@@ -151,6 +151,8 @@ pub struct Stats {
 /// A process attached.
 struct Client {
     id: ClientId,
+    /// The process's user (`SO_PEERCRED` at connect).
+    uid: u32,
     region: Region,
     /// The daemon waits on it for the process's sends.
     to_daemon: OwnedFd,
@@ -1005,10 +1007,8 @@ fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client
 /// Switches a datagram that process `c`'s socket of the fast path received for a QPN not
 /// of its class ([`SlotHeader::Misdelivered`]: UDP GRO coalesced a run of one flow and
 /// the kernel steered it by its first packet) as one the daemon received: to the process
-/// whose QPN it is, or the daemon's own (QP 1). Refused (counted) unless it is for one
-/// of the daemon's addresses, to port 4791, and for another process than `c`. What it
-/// lets a process do, send a datagram to another as if from anywhere, is what any host
-/// on the wire can (RoCE authenticates no source), and what `--no-fast-path` forbids.
+/// whose QPN it is, or by QP 1's rules, when [`may_pass_on`] lets it (else refused,
+/// counted).
 #[allow(clippy::too_many_arguments)]
 fn pass_on(
     d: &Daemon,
@@ -1021,24 +1021,53 @@ fn pass_on(
     woken: &mut Vec<Arc<Client>>,
 ) {
     let dst = datagram.dst();
-    let target = (local.contains(&dst) && datagram.udp.dst_port == uroce::wire::ROCEV2_UDP_PORT)
+    let dest_qp = roce
+        .get(5..8)
+        .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
+    let class = d.fast.as_ref().and_then(|f| f.class_of(c.id));
+    let ours = local.contains(&dst) && datagram.udp.dst_port == uroce::wire::ROCEV2_UDP_PORT;
+    let target = ours
         .then(|| switch.route(dst, roce))
         .flatten()
-        .filter(|&t| t != c.id)
-        .and_then(|t| clients.get(&t));
+        .and_then(|t| clients.get(&t))
+        .filter(|t| may_pass_on((c.id, c.uid, class), (t.id, t.uid), dest_qp));
     let Some(t) = target else {
         d.stats.refused.fetch_add(1, Ordering::Relaxed);
         return;
     };
-    d.stats.passed_on.fetch_add(1, Ordering::Relaxed);
     let h = SlotHeader::Datagram {
         datagram,
         dst_mac: [0; 6],
         icrc: None,
     };
-    if t.deliver(&d.stats, &h, roce) && !woken.iter().any(|w| w.id == t.id) {
-        woken.push(t.clone());
+    if t.deliver(&d.stats, &h, roce) {
+        d.stats.passed_on.fetch_add(1, Ordering::Relaxed);
+        if !woken.iter().any(|w| w.id == t.id) {
+            woken.push(t.clone());
+        }
     }
+}
+
+/// Whether a process (`sender`: its id, user and class of the fast path) may pass on a
+/// datagram for `dest_qp` that the switch routes to `target` (its id and user). Only a
+/// process whose socket coalesces (one with a class) has such datagrams, and only for
+/// another class; one for QP 1 may be its own (connection management in a run of
+/// another class), any other is another process's. And only to a process of its own user
+/// (root: any): a datagram passed on says it came from any address, which a process
+/// cannot make the kernel say for it, so it must not reach another user's processes (one
+/// coalesced run that held theirs loses those packets instead, as on a congested link).
+fn may_pass_on(
+    sender: (ClientId, u32, Option<u32>),
+    target: (ClientId, u32),
+    dest_qp: Option<u32>,
+) -> bool {
+    let (id, uid, class) = sender;
+    let (Some(class), Some(q)) = (class, dest_qp) else {
+        return false;
+    };
+    let another_class = q >> uroce::datapath::udp::CLASS_SHIFT != class;
+    let someone_else = target.0 != id || q == 1;
+    another_class && someone_else && (uid == 0 || uid == target.1)
 }
 
 /// A datapath's lock as [`drain`] holds it.
@@ -1251,6 +1280,7 @@ fn handle(
             ];
             let client = Arc::new(Client {
                 id,
+                uid: conn.cred.uid,
                 region,
                 to_daemon,
                 to_process,
@@ -1313,6 +1343,47 @@ fn errno(e: std::io::Error) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A datagram passed on comes from a process with a class, is for another class (or
+    /// QP 1, its own too), and goes to a process of the sender's user unless the sender
+    /// is root.
+    #[test]
+    fn only_a_coalescing_process_passes_on_and_only_to_its_own_user() {
+        let k = 3u32;
+        let other = (5 << uroce::datapath::udp::CLASS_SHIFT) | 0x40;
+        let mine = (k << uroce::datapath::udp::CLASS_SHIFT) | 0x40;
+        let user = |id, uid| (id, uid, Some(k));
+        assert!(may_pass_on(user(1, 1000), (2, 1000), Some(other)));
+        assert!(
+            may_pass_on(user(1, 0), (2, 1000), Some(other)),
+            "root: to anyone"
+        );
+        assert!(
+            !may_pass_on(user(1, 1000), (2, 1001), Some(other)),
+            "another user's process"
+        );
+        assert!(
+            !may_pass_on(user(1, 1000), (2, 0), Some(other)),
+            "root's process"
+        );
+        assert!(
+            !may_pass_on((1, 1000, None), (2, 1000), Some(other)),
+            "no class: its datagrams come through the kernel's steering, never coalesced"
+        );
+        assert!(
+            !may_pass_on(user(1, 1000), (2, 1000), Some(mine)),
+            "its own class"
+        );
+        assert!(
+            !may_pass_on(user(1, 1000), (1, 1000), Some(other)),
+            "back to itself"
+        );
+        assert!(
+            may_pass_on(user(1, 1000), (1, 1000), Some(1)),
+            "QP 1's, its own connection management"
+        );
+        assert!(!may_pass_on(user(1, 1000), (2, 1000), None), "no BTH");
+    }
 
     #[test]
     fn frames_are_located_by_their_headers() {

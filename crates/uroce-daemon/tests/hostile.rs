@@ -193,6 +193,15 @@ impl Hostile {
         self.put_raw(&h, roce);
     }
 
+    /// Writes a datagram from `src` to 127.0.0.1 carrying `roce` as one its socket of the
+    /// fast path received for another process ([`SlotHeader::Misdelivered`]).
+    fn put_misdelivered(&self, src: std::net::IpAddr, roce: &[u8]) {
+        let datagram = DatagramRepr::roce(src, LOCALHOST, 49152, 0).unwrap();
+        let mut h = [0u8; HEADER_LEN];
+        SlotHeader::Misdelivered { datagram }.write(&mut h, roce.len() as u32);
+        self.put_raw(&h, roce);
+    }
+
     /// (a) Slots of garbage: random headers, lengths (also past MAX_FRAME and the slot),
     /// kinds that are none, bytes; and well-formed headers with random lengths.
     fn garbage(&mut self, n: usize) {
@@ -204,8 +213,8 @@ impl Hostile {
             match i % 5 {
                 // Random all through.
                 0 => {}
-                // A kind that is none.
-                1 => h[4] = 3 + (self.rng.next() % 250) as u8,
+                // A kind that is none (1 to 3 are datagram, frame, misdelivered).
+                1 => h[4] = 4 + (self.rng.next() % 250) as u8,
                 // A datagram header with a length past MAX_FRAME (and past the slot).
                 2 => {
                     h[4] = 1;
@@ -442,6 +451,35 @@ fn a_hostile_process_harms_no_one_else() {
         Vec::<String>::new(),
         "descriptors the daemon still holds once every process left"
     );
+    daemon.assert_alive();
+}
+
+/// Without the fast path (`--no-fast-path`: no process has a socket that coalesces), a
+/// process that writes datagrams "received for another process" into its ring, forged
+/// from a foreign address to a and b, has them refused: a and b receive exactly each
+/// other's datagrams.
+#[test]
+fn a_process_without_the_fast_path_cannot_pass_datagrams_on() {
+    if !common::root_or_skip("a_process_without_the_fast_path_cannot_pass_datagrams_on") {
+        return;
+    }
+    let _watchdog = common::Watchdog::new(
+        "a_process_without_the_fast_path_cannot_pass_datagrams_on",
+        Duration::from_secs(60),
+    );
+    let mut daemon = Daemon::start("hostile-pass", &["--no-fast-path"]);
+    let mut a = Honest::attach(&daemon.socket);
+    let mut b = Honest::attach(&daemon.socket);
+    let h = Hostile::attach(&daemon.socket, 0xfeed);
+    let mine = h.claim();
+    for i in 0..200u32 {
+        let tag = format!("PASSED ON {i}");
+        let from: std::net::IpAddr = "10.9.9.9".parse().unwrap();
+        h.put_misdelivered(from, &ud(a.qpn(), b.qpn(), tag.as_bytes()));
+        h.put_misdelivered(from, &ud(b.qpn(), a.qpn(), tag.as_bytes()));
+        h.put_misdelivered(LOCALHOST, &ud(a.qpn(), mine, tag.as_bytes()));
+    }
+    exchange(&mut a, &mut b, 0, 50);
     daemon.assert_alive();
 }
 

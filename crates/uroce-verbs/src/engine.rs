@@ -379,10 +379,15 @@ impl Shared {
             // own rings, its own socket of the fast path and QPNs of that socket's class
             // (`daemon_shards`). Where the daemon lets in fewer, one engine.
             if let Some((b, control)) = daemon_backend(inner, &choice)? {
+                // Shards that cannot all start leave the device one engine (none runs).
                 if let Some(group) = daemon_shards(inner) {
-                    self.start_shards(inner, group)?;
+                    let _ = self.start_shards(inner, group);
                 }
-                return self.start_on(inner, b, control, Vec::new());
+                return self
+                    .start_on(inner, b, control, Vec::new())
+                    .inspect_err(|_| {
+                        self.stop_shards(inner);
+                    });
             }
             if let Some(mut group) = sharded_backends(inner, &choice)? {
                 // Shard `s` takes socket `shard::socket_of(s, n)`, `(s + 1) mod n`: with
@@ -393,7 +398,11 @@ impl Shared {
                 }
                 let first = group.remove(0);
                 self.start_shards(inner, group)?;
-                return self.start_on(inner, first, None, Vec::new());
+                return self
+                    .start_on(inner, first, None, Vec::new())
+                    .inspect_err(|_| {
+                        self.stop_shards(inner);
+                    });
             }
         }
         let (backend, daemon) = open_backend(inner)?;
@@ -421,14 +430,21 @@ impl Shared {
         for (sh, b) in inner.shards.clone().into_iter().zip(backends) {
             let name = format!("uroce-s{}-{}", sh.index, inner.device.iface());
             if let Err(e) = sh.start(b, self.clone(), name) {
-                for s in &inner.shards {
-                    s.stop();
-                }
+                self.stop_shards(inner);
                 return Err(e);
             }
         }
         inner.sharded = true;
         Ok(())
+    }
+
+    /// Stops every shard's thread and closes its datapath: QPs go to shard 0 again (the
+    /// device's datapath could not be started after them, or theirs could not all be).
+    fn stop_shards(&self, inner: &mut Inner) {
+        for s in &inner.shards {
+            s.stop();
+        }
+        inner.sharded = false;
     }
 
     /// Starts the progress thread on `backend`, delivering what goes to one of `local`

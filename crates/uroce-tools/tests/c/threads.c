@@ -16,7 +16,8 @@
  * A thread polls only its own CQ, and handles every completion it takes. --share-cq:
  * threads 2k and 2k+1 share one CQ (T even), both polling it, each handling whatever
  * completion it takes for either thread (posting the other's answer, say) under that
- * thread's lock. --events: a thread arms its CQ before it posts and polls only after
+ * thread's lock (it prints "cross-handled N", how many a thread took for the other).
+ * --events: a thread arms its CQ before it posts and polls only after
  * the CQ's event (its completion channel, one per CQ, non-blocking), arming it again
  * before it polls the CQ empty; it sleeps up to the iteration's deadline, or 100 ms at
  * a time with --share-cq, where the other thread may have taken the event and the
@@ -60,6 +61,8 @@ static int events, share_cq, ud;
 #define QKEY 0x11111111u
 /* A thread failed: the others stop. */
 static int failed_any;
+/* Completions a thread took and handled for the other thread of its CQ (--share-cq). */
+static long cross_handled;
 
 struct side {
 	struct ibv_qp *qp;
@@ -417,6 +420,9 @@ static int run(struct worker *w)
 					if (!o)
 						return fprintf(stderr, "threads: %d: a completion of "
 							       "no QP of ours\n", t), -1;
+					if (o != w)
+						__atomic_add_fetch(&cross_handled, 1,
+								   __ATOMIC_RELAXED);
 					pthread_mutex_lock(&o->lock);
 					int r = handle(o, &wc[k]);
 					pthread_mutex_unlock(&o->lock);
@@ -539,6 +545,8 @@ int main(int argc, char **argv)
 	}
 	if (failed)
 		die("a thread failed");
+	if (share_cq)
+		printf("cross-handled %ld\n", cross_handled);
 	printf("threads: %d x %d ok\n", threads, iters);
 	return 0;
 }

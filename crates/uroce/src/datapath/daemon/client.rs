@@ -100,9 +100,9 @@ struct Fast {
     addr: IpAddr,
     /// The socket's class: the QPNs `class << CLASS_SHIFT ..` are this process's.
     class: u32,
-    /// Datagrams the socket received for another class and passed on to the daemon
-    /// ([`SlotHeader::Misdelivered`]), and those lost for want of room in the ring.
-    passed_on: u64,
+    /// Datagrams the socket received for another class and could not pass on to the
+    /// daemon ([`SlotHeader::Misdelivered`]) for want of room in the ring (counted with
+    /// the socket's overruns).
     lost: u64,
     /// This process is in the daemon's network namespace: it sends through the socket
     /// too (the sockets of its source ports are made in its own namespace; in another
@@ -207,7 +207,10 @@ impl Fast {
     /// those of this process's class; one of another class (the kernel coalesced a run
     /// of one flow and steered it by its first packet: a peer's QPs that share a source
     /// port, or one UD QP sending to several processes) goes to the daemon through
-    /// `outbox` to be switched as one it received. How many were handed to `handle`.
+    /// `outbox` to be switched as one it received (dropped, counted, when the ring is
+    /// full: as on a congested link). How many were handed to `handle`; it takes on (a
+    /// few batches) while all it took was passed on, so that a coalesced run's own
+    /// packets behind them do not wait for the next packet or wake-up.
     fn receive(
         &mut self,
         region: &Region,
@@ -216,35 +219,39 @@ impl Fast {
         handle: &mut dyn FnMut(Received<'_>),
     ) -> io::Result<usize> {
         let Self {
-            udp,
-            class,
-            passed_on,
-            lost,
-            ..
+            udp, class, lost, ..
         } = self;
         let mut mine = 0;
-        udp.receive(Duration::ZERO, max, &mut |r| {
-            let other = match &r {
-                Received::Datagram { datagram, roce, .. } => dest_qpn(roce)
-                    .filter(|q| q >> CLASS_SHIFT != *class)
-                    .map(|_| (**datagram, *roce)),
-                Received::Frame(_) => None,
-            };
-            let Some((datagram, roce)) = other else {
-                mine += 1;
-                return handle(r);
-            };
-            let header = SlotHeader::Misdelivered { datagram };
-            let passed = outbox.write(region, &mut |body| {
-                let n = roce.len().min(body.len());
-                body[..n].copy_from_slice(&roce[..n]);
-                Some((header, n))
-            });
-            match passed {
-                Ok(true) => *passed_on += 1,
-                _ => *lost += 1,
+        // A few batches at most: a stream of other classes' packets does not keep the
+        // caller here.
+        for _ in 0..4 {
+            let mut passed = 0;
+            let took = udp.receive(Duration::ZERO, max, &mut |r| {
+                let other = match &r {
+                    Received::Datagram { datagram, roce, .. } => dest_qpn(roce)
+                        .filter(|q| q >> CLASS_SHIFT != *class)
+                        .map(|_| (**datagram, *roce)),
+                    Received::Frame(_) => None,
+                };
+                let Some((datagram, roce)) = other else {
+                    mine += 1;
+                    return handle(r);
+                };
+                passed += 1;
+                let header = SlotHeader::Misdelivered { datagram };
+                let written = outbox.write(region, &mut |body| {
+                    let n = roce.len().min(body.len());
+                    body[..n].copy_from_slice(&roce[..n]);
+                    Some((header, n))
+                });
+                if !matches!(written, Ok(true)) {
+                    *lost += 1;
+                }
+            })?;
+            if mine > 0 || passed == 0 || took == 0 || max == 0 {
+                break;
             }
-        })?;
+        }
         outbox.flush(region);
         Ok(mine)
     }
@@ -323,7 +330,6 @@ impl DaemonBackend {
                     udp: UdpBackend::from_class_socket(addr, sock, true)?,
                     addr,
                     class: u32::from(class),
-                    passed_on: 0,
                     lost: 0,
                     sends: proto::netns_id().is_ok_and(|me| me == netns),
                     held: None,
@@ -658,6 +664,13 @@ impl Backend for DaemonBackend {
 
     fn serves_link_local(&self) -> bool {
         self.link_local
+    }
+
+    /// The fast path's socket's overruns and the packets it could not pass on.
+    fn rx_overruns(&self) -> u64 {
+        self.fast
+            .as_ref()
+            .map_or(0, |f| f.udp.rx_overruns() + f.lost)
     }
 
     fn rx_capacity(&self) -> Option<u64> {
