@@ -1353,36 +1353,50 @@ mod tests {
         let other = (5 << uroce::datapath::udp::CLASS_SHIFT) | 0x40;
         let mine = (k << uroce::datapath::udp::CLASS_SHIFT) | 0x40;
         let user = |id, uid| (id, uid, Some(k));
-        assert!(may_pass_on(user(1, 1000), (2, 1000), Some(other)));
-        assert!(
-            may_pass_on(user(1, 0), (2, 1000), Some(other)),
-            "root: to anyone"
-        );
-        assert!(
-            !may_pass_on(user(1, 1000), (2, 1001), Some(other)),
-            "another user's process"
-        );
-        assert!(
-            !may_pass_on(user(1, 1000), (2, 0), Some(other)),
-            "root's process"
-        );
-        assert!(
-            !may_pass_on((1, 1000, None), (2, 1000), Some(other)),
-            "no class: its datagrams come through the kernel's steering, never coalesced"
-        );
-        assert!(
-            !may_pass_on(user(1, 1000), (2, 1000), Some(mine)),
-            "its own class"
-        );
-        assert!(
-            !may_pass_on(user(1, 1000), (1, 1000), Some(other)),
-            "back to itself"
-        );
-        assert!(
-            may_pass_on(user(1, 1000), (1, 1000), Some(1)),
-            "QP 1's, its own connection management"
-        );
-        assert!(!may_pass_on(user(1, 1000), (2, 1000), None), "no BTH");
+        let cases = [
+            (
+                user(1, 1000),
+                (2, 1000),
+                Some(other),
+                true,
+                "to its user's process",
+            ),
+            (user(1, 0), (2, 1000), Some(other), true, "root: to anyone"),
+            (
+                user(1, 1000),
+                (2, 1001),
+                Some(other),
+                false,
+                "another user's process",
+            ),
+            (user(1, 1000), (2, 0), Some(other), false, "root's process"),
+            (
+                (1, 1000, None),
+                (2, 1000),
+                Some(other),
+                false,
+                "no class: never coalesced",
+            ),
+            (user(1, 1000), (2, 1000), Some(mine), false, "its own class"),
+            (
+                user(1, 1000),
+                (1, 1000),
+                Some(other),
+                false,
+                "back to itself",
+            ),
+            (
+                user(1, 1000),
+                (1, 1000),
+                Some(1),
+                true,
+                "QP 1's, its own CM",
+            ),
+            (user(1, 1000), (2, 1000), None, false, "no BTH"),
+        ];
+        for (sender, target, q, want, why) in cases {
+            assert_eq!(may_pass_on(sender, target, q), want, "{why}");
+        }
     }
 
     #[test]

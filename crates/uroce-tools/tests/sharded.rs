@@ -88,6 +88,21 @@ fn bw_row(o: &Output, size: &str) -> Option<f64> {
     row.split_whitespace().nth(3)?.parse().ok()
 }
 
+/// `ib_write_bw` over four QPs, 2000 64 KiB WRITEs each (as client, the server's address
+/// appended).
+const WRITE_BW_4_QPS: [&str; 10] = [
+    "ib_write_bw",
+    "-x",
+    "1",
+    "-F",
+    "-q",
+    "4",
+    "-n",
+    "2000",
+    "-s",
+    "65536",
+];
+
 /// `ib_write_bw` over four QPs (two on each data shard), a few thousand 64 KiB WRITEs each:
 /// both ends exit 0 and print their bandwidth row.
 #[test]
@@ -96,18 +111,7 @@ fn ib_write_bw_over_four_qps_on_three_shards() {
         return;
     }
     let pair = VethPair::create("shw", 1500).unwrap();
-    let args = [
-        "ib_write_bw",
-        "-x",
-        "1",
-        "-F",
-        "-q",
-        "4",
-        "-n",
-        "2000",
-        "-s",
-        "65536",
-    ];
+    let args = WRITE_BW_4_QPS;
     let (s, c) = sharded(&pair, &args);
     for (who, o) in [("server", &s), ("client", &c)] {
         let avg =
@@ -356,18 +360,7 @@ fn ib_write_bw_through_daemons_on_three_shards() {
         return;
     }
     let pair = VethPair::create("shb", 1500).unwrap();
-    let args = [
-        "ib_write_bw",
-        "-x",
-        "1",
-        "-F",
-        "-q",
-        "4",
-        "-n",
-        "2000",
-        "-s",
-        "65536",
-    ];
+    let args = WRITE_BW_4_QPS;
     let (s, c) = across(&pair, |i, a| through_daemon(&pair, i, SHARDS, 60, a), &args);
     check_both(&args, &s, &c);
     for (who, o) in [("server", &s), ("client", &c)] {
