@@ -25,10 +25,12 @@
 # `uroce daemon` of each side, which this script starts with that backend before each uroce
 # run and stops after it, so no daemon lingers into a TCP run and its CPU is counted);
 # `udp` and `xdp` the same with that backend; `direct` is `--backend auto --no-daemon`
-# (the process owns the interface's datapath); `shards` (added by --shards N) is
-# `--backend udp --no-daemon` with UROCE_SHARDS=N exported, the drop-in library's sharded
-# engine (N sans-IO contexts, each with its socket and progress thread), for the NCCL part
-# only (`uroce perf` does not go through the library: its rows scale with --threads).
+# (the process owns the interface's datapath); `shards` (added by --shards N) is the `udp`
+# row (through the daemons) with UROCE_SHARDS=N exported, as `uroce run --shards N` gives:
+# the drop-in library's sharded engine (N sans-IO contexts, each with its progress thread,
+# each attached to the daemon as a process of its own, with a socket of its own), for the
+# NCCL part only (`uroce perf` does not go through the library: its rows scale with
+# --threads).
 # Each row's datapath is printed the first time (the daemon's own line, or `uroce perf`'s).
 # The goals are judged on `auto`; the best other row is shown beside it.
 # Goals: ncclNetIb on uroce >= 2.0x ncclNetSocket's GB/s; one QP >= 1.0x one TCP stream
@@ -201,20 +203,19 @@ with_uroce() {
     "$@" || rc=1
     return $rc
   fi
+  local be=$row
   if [ "$row" = shards ]; then
-    UFLAGS=(--backend udp --no-daemon)
-    if [ -z "${SEEN[daemon.$row]:-}" ]; then
-      SEEN[daemon.$row]=1
-      echo "    datapath of shards: no daemon, each process its own UDP backend in UROCE_SHARDS=$SHARDS shards"
-    fi
-    "$@" || rc=1
-    return $rc
+    be=udp
   fi
-  UFLAGS=(--backend "$row")
-  daemons_start "$B" "$row" "${SIDES[@]}" || return 1
+  UFLAGS=(--backend "$be")
+  daemons_start "$B" "$be" "${SIDES[@]}" || return 1
   if [ -z "${SEEN[daemon.$row]:-}" ]; then
     SEEN[daemon.$row]=1
-    echo "    datapath of $row: $(daemon_datapath "$B" "$A" "$IA")"
+    local extra=
+    if [ "$row" = shards ]; then
+      extra=", UROCE_SHARDS=$SHARDS: each engine attached on its own"
+    fi
+    echo "    datapath of $row: $(daemon_datapath "$B" "$A" "$IA")$extra"
   fi
   "$@" || rc=1
   daemons_stop "$B" "${SIDES[@]}" || rc=1
@@ -244,7 +245,7 @@ nccl_one() { # ROW ROUND
   elif [ "$row" = shards ]; then
     out=$(
       export UROCE_SHARDS=$SHARDS
-      nccl_pair udp "$NCOUNT" ends --no-daemon
+      nccl_pair udp "$NCOUNT" ends
     ) || return 1
     net="Ib, UROCE_SHARDS=$SHARDS"
   else

@@ -42,16 +42,16 @@ fn direct(pair: &VethPair, i: usize, shards: &str, secs: u32, args: &[&str]) -> 
     c
 }
 
-/// `uroce run --iface IF --backend udp -- uroce daemon --check ...; timeout -k 5 SECS
-/// ARGS` on side `i` of `pair`, with `UROCE_SHARDS=shards`: through the `uroce daemon`
-/// that `uroce run` starts over UDP, which the program's output says it attached to
+/// `uroce run --iface IF --backend udp --shards SHARDS -- uroce daemon --check ...;
+/// timeout -k 5 SECS ARGS` on side `i` of `pair`: through the `uroce daemon` that `uroce
+/// run` starts over UDP, which the program's output says it attached to
 /// ([`common::daemon_check_then`]).
 fn through_daemon(pair: &VethPair, i: usize, shards: &str, secs: u32, args: &[&str]) -> Command {
-    let mut c = common::uroce_run(&pair.ns[i], &pair.ifaces[i], &["--backend", "udp"]);
+    let options = ["--backend", "udp", "--shards", shards];
+    let mut c = common::uroce_run(&pair.ns[i], &pair.ifaces[i], &options);
     c.args(common::daemon_check_then(&pair.ifaces[i]))
         .args(["timeout", "-k", "5", &secs.to_string()])
-        .args(args)
-        .env("UROCE_SHARDS", shards);
+        .args(args);
     c
 }
 
@@ -366,6 +366,13 @@ fn ib_write_bw_through_daemons_on_three_shards() {
     for (who, o) in [("server", &s), ("client", &c)] {
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(out.contains("fast path"), "{who}: {}", text(o));
+        // `uroce run --shards` says how the engines attach.
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("engines attaches to the daemon as a process of its own"),
+            "{who}: {}",
+            text(o)
+        );
         assert!(bw_row(o, "65536").is_some(), "{who}: {}", text(o));
         let qpns = perftest_local_qpns(o);
         assert_eq!(qpns.len(), 4, "{who}: {}", text(o));

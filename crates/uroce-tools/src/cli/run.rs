@@ -208,6 +208,13 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
             Err(e) => eprintln!("uroce run: {e:#}; the program opens the datapath itself"),
         }
     }
+    match a.shards.filter(|&n| n > 1) {
+        Some(n) if backend == "daemon" => eprintln!(
+            "uroce run: --shards {n}: each of a device's {n} engines attaches to the daemon \
+             as a process of its own (its own rings and, over UDP, a socket of its own)"
+        ),
+        _ => {}
+    }
     if backend == "auto" {
         // Not through a daemon: never attach to one that runs.
         backend = "direct".into();
