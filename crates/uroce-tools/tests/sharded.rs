@@ -42,12 +42,18 @@ fn direct(pair: &VethPair, i: usize, shards: &str, secs: u32, args: &[&str]) -> 
     c
 }
 
-/// `uroce run --iface IF --backend udp --shards SHARDS -- uroce daemon --check ...;
+/// `uroce run --iface IF --backend BACKEND --shards SHARDS -- uroce daemon --check ...;
 /// timeout -k 5 SECS ARGS` on side `i` of `pair`: through the `uroce daemon` that `uroce
-/// run` starts over UDP, which the program's output says it attached to
-/// ([`common::daemon_check_then`]).
-fn through_daemon(pair: &VethPair, i: usize, shards: &str, secs: u32, args: &[&str]) -> Command {
-    let options = ["--backend", "udp", "--shards", shards];
+/// run` starts on `backend` (`udp`, `xdp`), which the program's output says it attached
+/// to ([`common::daemon_check_then`]).
+fn through_daemon(
+    pair: &VethPair,
+    i: usize,
+    (backend, shards): (&str, &str),
+    secs: u32,
+    args: &[&str],
+) -> Command {
+    let options = ["--backend", backend, "--shards", shards];
     let mut c = common::uroce_run(&pair.ns[i], &pair.ifaces[i], &options);
     c.args(common::daemon_check_then(&pair.ifaces[i]))
         .args(["timeout", "-k", "5", &secs.to_string()])
@@ -211,15 +217,15 @@ fn rc_and_ud_pingpong_on_three_shards() {
 
 /// `tests/c/threads.c` in one namespace, one process, with `UROCE_SHARDS=shards`, over
 /// `threads` threads (each with its own CQ and two RC QPs connected to each other) and
-/// `extra` arguments, in direct mode or (`daemon`) through the `uroce daemon` that `uroce
-/// run` starts over UDP: its output, once it exited 0 having checked every byte, and each
-/// thread's two QPNs.
+/// `extra` arguments, in direct mode or (`daemon`: its backend) through the `uroce daemon`
+/// that `uroce run` starts: its output, once it exited 0 having checked every byte, and
+/// each thread's two QPNs.
 fn threads_qpns(
     tag: &str,
     shards: &str,
     threads: usize,
     extra: &[&str],
-    daemon: bool,
+    daemon: Option<&str>,
 ) -> Option<(String, Vec<(u32, u32)>)> {
     if !can_run(&[]) {
         return None;
@@ -230,8 +236,8 @@ fn threads_qpns(
     let mut args = vec![exe.to_str().unwrap(), "--threads", &n, "--iters", "2000"];
     args.extend(extra);
     let mut run = match daemon {
-        true => through_daemon(&pair, 0, shards, 120, &args),
-        false => direct(&pair, 0, shards, 120, &args),
+        Some(backend) => through_daemon(&pair, 0, (backend, shards), 120, &args),
+        None => direct(&pair, 0, shards, 120, &args),
     };
     let o = run.output().unwrap();
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -258,7 +264,7 @@ fn threads(
     threads: usize,
     extra: &[&str],
 ) -> Option<(String, Vec<(u32, u32)>)> {
-    let (out, qpns) = threads_qpns(tag, shards, threads, extra, false)?;
+    let (out, qpns) = threads_qpns(tag, shards, threads, extra, None)?;
     Some((out, qpns.into_iter().map(|(a, b)| (a % 3, b % 3)).collect()))
 }
 
@@ -334,7 +340,7 @@ fn threads_send_ud_side_by_side_on_two_shards() {
 /// between them go from one shard's socket to the other's through the kernel.
 #[test]
 fn threads_through_a_daemon_run_on_shards_of_their_own_classes() {
-    let Some((out, qpns)) = threads_qpns("shd", SHARDS, 4, &[], true) else {
+    let Some((out, qpns)) = threads_qpns("shd", SHARDS, 4, &[], Some("udp")) else {
         return;
     };
     assert!(
@@ -351,6 +357,28 @@ fn threads_through_a_daemon_run_on_shards_of_their_own_classes() {
     }
 }
 
+/// Through a `uroce daemon` on AF_XDP (no fast path: every packet in the rings), each
+/// engine is a client of the daemon of its own, with QPNs from blocks of its own (64 at a
+/// time), and the datagrams between the two data shards' QPs go through the daemon's
+/// switch (its local delivery between clients): every byte checks, and each thread's QPs
+/// are in two blocks, the same two for every thread.
+#[test]
+fn threads_through_an_af_xdp_daemon_run_on_shards_of_their_own() {
+    let Some((out, qpns)) = threads_qpns("shx", SHARDS, 4, &[], Some("xdp")) else {
+        return;
+    };
+    assert!(out.contains("(AF_XDP)"), "{out}");
+    let block = |q: u32| q / uroce::datapath::daemon::proto::QPN_BLOCK;
+    let blocks: BTreeSet<u32> = qpns
+        .iter()
+        .flat_map(|&(a, b)| [block(a), block(b)])
+        .collect();
+    assert_eq!(blocks.len(), 2, "{out}");
+    for (a, b) in qpns {
+        assert_ne!(block(a), block(b), "{out}");
+    }
+}
+
 /// `ib_write_bw -q 4` between two namespaces, each end sharded through its own `uroce
 /// daemon` over UDP: both ends finish, and each end's four QPs are two on each data
 /// shard, in two classes of its daemon.
@@ -361,7 +389,11 @@ fn ib_write_bw_through_daemons_on_three_shards() {
     }
     let pair = VethPair::create("shb", 1500).unwrap();
     let args = WRITE_BW_4_QPS;
-    let (s, c) = across(&pair, |i, a| through_daemon(&pair, i, SHARDS, 60, a), &args);
+    let (s, c) = across(
+        &pair,
+        |i, a| through_daemon(&pair, i, ("udp", SHARDS), 60, a),
+        &args,
+    );
     check_both(&args, &s, &c);
     for (who, o) in [("server", &s), ("client", &c)] {
         let out = String::from_utf8_lossy(&o.stdout);
