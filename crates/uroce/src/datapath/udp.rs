@@ -34,8 +34,10 @@
 //! Where the kernel refuses a GSO send (EIO from a device without checksum offload,
 //! EINVAL or ENOPROTOOPT from a kernel without UDP_SEGMENT, before 4.18) the backend
 //! sends datagram by datagram from then on. `receive` takes up to 32 datagrams with one
-//! `recvmmsg`; with UDP_GRO on the receive socket (Linux 5.0 and later; not on steered
-//! sockets, whose packets of two QPs could be coalesced) one datagram may hold a run of
+//! `recvmmsg`; with UDP_GRO on the receive socket (Linux 5.0 and later; on a steered
+//! socket only where its owner hands on the packets of another class that a coalesced
+//! run brings: engine shards' `handoff`, the daemon's fast path passing them on through
+//! its rings) one datagram may hold a run of
 //! packets, split back by the segment size the kernel reports in a control message, each
 //! handed up as its own `Received::Datagram` from the receive buffer, no copy, and what
 //! the caller's budget leaves is handed up by the next call. `UROCE_UDP_GSO=0` in the
