@@ -347,14 +347,7 @@ fn threads_through_a_daemon_run_on_shards_of_their_own_classes() {
         out.contains("attached to uroce daemon for") && out.contains("fast path"),
         "{out}"
     );
-    let classes: BTreeSet<u32> = qpns
-        .iter()
-        .flat_map(|&(a, b)| [daemon_class(a), daemon_class(b)])
-        .collect();
-    assert_eq!(classes.len(), 2, "{out}");
-    for (a, b) in qpns {
-        assert_ne!(daemon_class(a), daemon_class(b), "{out}");
-    }
+    on_two_engines(&qpns, daemon_class, &out);
 }
 
 /// Through a `uroce daemon` on AF_XDP (no fast path: every packet in the rings), each
@@ -369,13 +362,20 @@ fn threads_through_an_af_xdp_daemon_run_on_shards_of_their_own() {
     };
     assert!(out.contains("(AF_XDP)"), "{out}");
     let block = |q: u32| q / uroce::datapath::daemon::proto::QPN_BLOCK;
-    let blocks: BTreeSet<u32> = qpns
+    on_two_engines(&qpns, block, &out);
+}
+
+/// Each thread's two QPNs (`qpns`) are of two different engines, and all of the same
+/// two, as `engine_of` tells a QPN's engine (its daemon class or block); `out` is what
+/// the program printed.
+fn on_two_engines(qpns: &[(u32, u32)], engine_of: impl Fn(u32) -> u32, out: &str) {
+    let engines: BTreeSet<u32> = qpns
         .iter()
-        .flat_map(|&(a, b)| [block(a), block(b)])
+        .flat_map(|&(a, b)| [engine_of(a), engine_of(b)])
         .collect();
-    assert_eq!(blocks.len(), 2, "{out}");
-    for (a, b) in qpns {
-        assert_ne!(block(a), block(b), "{out}");
+    assert_eq!(engines.len(), 2, "{out}");
+    for &(a, b) in qpns {
+        assert_ne!(engine_of(a), engine_of(b), "{out}");
     }
 }
 
