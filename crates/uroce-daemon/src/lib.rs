@@ -113,12 +113,6 @@ impl FastPath {
         Some((k as u8, sock.as_raw_fd()))
     }
 
-    /// The class `client` holds, if any.
-    fn class_of(&self, client: ClientId) -> Option<u32> {
-        let o = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        (1..o.len()).find(|&k| o[k] == client).map(|k| k as u32)
-    }
-
     /// `client` left: its class is free again (its QPNs are quarantined by the switch).
     fn release(&self, client: ClientId) {
         let mut o = self.owners.lock().unwrap_or_else(|e| e.into_inner());
@@ -153,6 +147,9 @@ struct Client {
     id: ClientId,
     /// The process's user (`SO_PEERCRED` at connect).
     uid: u32,
+    /// The class of the fast path's socket it was given with its welcome, if any (held
+    /// in [`FastPath`] until it leaves).
+    class: Option<u32>,
     region: Region,
     /// The daemon waits on it for the process's sends.
     to_daemon: OwnedFd,
@@ -1021,16 +1018,13 @@ fn pass_on(
     woken: &mut Vec<Arc<Client>>,
 ) {
     let dst = datagram.dst();
-    let dest_qp = roce
-        .get(5..8)
-        .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
-    let class = d.fast.as_ref().and_then(|f| f.class_of(c.id));
+    let dest_qp = switch::dest_qp(roce);
     let ours = local.contains(&dst) && datagram.udp.dst_port == uroce::wire::ROCEV2_UDP_PORT;
     let target = ours
         .then(|| switch.route(dst, roce))
         .flatten()
         .and_then(|t| clients.get(&t))
-        .filter(|t| may_pass_on((c.id, c.uid, class), (t.id, t.uid), dest_qp));
+        .filter(|t| may_pass_on((c.id, c.uid, c.class), (t.id, t.uid), dest_qp));
     let Some(t) = target else {
         d.stats.refused.fetch_add(1, Ordering::Relaxed);
         return;
@@ -1278,13 +1272,18 @@ fn handle(
                 to_daemon.as_raw_fd(),
                 to_process.as_raw_fd(),
             ];
+            let control = conn.fd.try_clone().map_err(errno)?;
+            // The fast path's socket, taken once nothing can fail any more (a class goes
+            // back when the connection of the client it was given to closes).
+            let fast = d.fast.as_ref().and_then(|f| f.take(id));
             let client = Arc::new(Client {
                 id,
                 uid: conn.cred.uid,
+                class: fast.map(|(k, _)| u32::from(k)),
                 region,
                 to_daemon,
                 to_process,
-                control: conn.fd.try_clone().map_err(errno)?,
+                control,
                 rx_lock: Mutex::new(()),
                 broken: AtomicBool::new(false),
             });
@@ -1296,7 +1295,7 @@ fn handle(
             proto::ring(wake.as_raw_fd());
             conn.client = Some(id);
             let mut fds = fds;
-            let (fast_class, fast_addr) = match d.fast.as_ref().and_then(|f| f.take(id)) {
+            let (fast_class, fast_addr) = match fast {
                 Some((k, fd)) => {
                     fds.push(fd);
                     (k, d.fast.as_ref().map(|f| f.addr).expect("fast"))
@@ -1320,7 +1319,10 @@ fn handle(
             // With the fast path, a process's QPNs are of its socket's class (the kernel
             // steers by them); those of a process without one, of class 0 (the daemon's
             // socket, then its ring).
-            let class = d.fast.as_ref().map(|f| f.class_of(id).unwrap_or(0));
+            let class = d.fast.as_ref().map(|_| {
+                let clients = d.clients.read().unwrap_or_else(|e| e.into_inner());
+                clients.get(&id).and_then(|c| c.class).unwrap_or(0)
+            });
             let mut s = d.switch.write().unwrap_or_else(|e| e.into_inner());
             s.claim_qpns_in_class(id, count, class, Instant::now())
                 .map(|(first, count)| (Reply::Qpns { first, count }, Vec::new()))

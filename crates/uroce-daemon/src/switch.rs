@@ -68,10 +68,7 @@ mod attr {
 }
 
 /// The destination QP of a RoCE packet (BTH to ICRC).
-pub fn dest_qp(roce: &[u8]) -> Option<u32> {
-    let b = roce.get(5..8)?;
-    Some(u32::from_be_bytes([0, b[0], b[1], b[2]]))
-}
+pub use uroce::wire::bth::dest_qp_of as dest_qp;
 
 /// A CM MAD's management class, attribute ID and data, in a UD packet to or from QP 1.
 fn cm_mad(roce: &[u8]) -> Option<(u16, &[u8])> {

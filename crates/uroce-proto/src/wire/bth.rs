@@ -21,6 +21,14 @@ pub const PSN_MASK: u32 = 0x00ff_ffff;
 /// QPNs are 24 bits.
 pub const QPN_MASK: u32 = 0x00ff_ffff;
 
+/// The destination QP of a packet that starts with a BTH (a RoCEv2 datagram's UDP
+/// payload), read without parsing the rest, to steer it to its owner before the owner
+/// checks it; `None` when it is too short to hold a BTH's destination QP.
+pub fn dest_qp_of(packet: &[u8]) -> Option<u32> {
+    let b = packet.get(field::DEST_QP..field::DEST_QP + 3)?;
+    Some(u32::from_be_bytes([0, b[0], b[1], b[2]]))
+}
+
 mod field {
     pub const OPCODE: usize = 0;
     pub const FLAGS: usize = 1;

@@ -54,7 +54,7 @@ struct dev {
 	struct ibv_qp *qp;
 };
 
-static void open_ud(struct dev *d, int send_wr, int recv_wr)
+static void open_ud(struct dev *d, int recv_wr)
 {
 	int n;
 	struct ibv_device **list = ibv_get_device_list(&n);
@@ -64,13 +64,13 @@ static void open_ud(struct dev *d, int send_wr, int recv_wr)
 	if (!d->ctx)
 		die("ibv_open_device");
 	d->pd = ibv_alloc_pd(d->ctx);
-	d->cq = ibv_create_cq(d->ctx, send_wr + recv_wr, NULL, NULL, 0);
+	d->cq = ibv_create_cq(d->ctx, recv_wr + 1, NULL, NULL, 0);
 	if (!d->pd || !d->cq)
 		die("ibv_alloc_pd / ibv_create_cq");
 	struct ibv_qp_init_attr a = {
 		.send_cq = d->cq,
 		.recv_cq = d->cq,
-		.cap = { .max_send_wr = send_wr, .max_recv_wr = recv_wr, .max_send_sge = 1,
+		.cap = { .max_send_wr = 1, .max_recv_wr = recv_wr, .max_send_sge = 1,
 			 .max_recv_sge = 1 },
 		.qp_type = IBV_QPT_UD,
 	};
@@ -92,7 +92,7 @@ static void open_ud(struct dev *d, int send_wr, int recv_wr)
 static int receive(int count)
 {
 	struct dev d;
-	open_ud(&d, 1, count);
+	open_ud(&d, count);
 	size_t slot = GRH + MSG;
 	uint8_t *buf = calloc(count, slot);
 	uint8_t *seen = calloc(MAX_COUNT, 1);

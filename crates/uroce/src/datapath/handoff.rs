@@ -111,9 +111,7 @@ impl Group {
 /// The class of a RoCE packet (BTH first): its DestQP mod `count`; None for one too short
 /// to have a BTH (the member's own context refuses it).
 fn class_of(roce: &[u8], count: usize) -> Option<usize> {
-    let b = roce.get(5..8)?;
-    let qpn = u32::from_be_bytes([0, b[0], b[1], b[2]]);
-    Some(qpn as usize % count)
+    crate::wire::bth::dest_qp_of(roce).map(|qpn| qpn as usize % count)
 }
 
 /// Member `class` of a [`Group`] around its backend.

@@ -47,8 +47,8 @@ pub const MAX_FRAME: usize = 4096 + 256;
 /// the machine has a core for it), as a NIC's queue engine does not sleep between a
 /// request and the next: a round trip to a peer on the same host or LAN takes less, so a
 /// stream of requests and answers never waits for a wake-up, and an idle loop sleeps a
-/// moment after its traffic ends. The engine shards, the `uroce daemon`'s send loops
-/// and `uroce perf`'s server use it.
+/// moment after its traffic ends. The engine shards, the `uroce daemon`'s receive and
+/// send loops and `uroce perf`'s server use it.
 pub const SPIN: Duration = Duration::from_micros(50);
 
 /// A way to put RoCEv2 datagrams on a network and take them off.

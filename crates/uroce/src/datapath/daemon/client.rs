@@ -13,6 +13,7 @@ use super::proto::{self, Reply, Request};
 use super::ring::{Dir, Region, RingError, SlotHeader, HEADER_LEN};
 use crate::datapath::udp::{UdpBackend, CLASS_SHIFT};
 use crate::datapath::{Backend, Received, Transmit, MAX_FRAME};
+use crate::wire::bth::dest_qp_of;
 
 fn ring_error(e: RingError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
@@ -128,7 +129,7 @@ impl std::fmt::Debug for Fast {
 /// Whether a packet built for `addr`'s fast path goes out through its socket: from that
 /// address, and not to QP 1.
 fn takes_fast_path(t: &Transmit, roce: &[u8], addr: IpAddr) -> bool {
-    t.datagram.src() == addr && dest_qpn(roce).is_some_and(|q| q != 1)
+    t.datagram.src() == addr && dest_qp_of(roce).is_some_and(|q| q != 1)
 }
 
 /// Slots written before they are published even without a flush, so that the daemon
@@ -222,13 +223,14 @@ impl Fast {
             udp, class, lost, ..
         } = self;
         let mut mine = 0;
+        let mut passed_any = false;
         // A few batches at most: a stream of other classes' packets does not keep the
         // caller here.
         for _ in 0..4 {
             let mut passed = 0;
             let took = udp.receive(Duration::ZERO, max, &mut |r| {
                 let other = match &r {
-                    Received::Datagram { datagram, roce, .. } => dest_qpn(roce)
+                    Received::Datagram { datagram, roce, .. } => dest_qp_of(roce)
                         .filter(|q| q >> CLASS_SHIFT != *class)
                         .map(|_| (**datagram, *roce)),
                     Received::Frame(_) => None,
@@ -248,19 +250,16 @@ impl Fast {
                     *lost += 1;
                 }
             })?;
+            passed_any |= passed > 0;
             if mine > 0 || passed == 0 || took == 0 || max == 0 {
                 break;
             }
         }
-        outbox.flush(region);
+        if passed_any {
+            outbox.flush(region);
+        }
         Ok(mine)
     }
-}
-
-/// A RoCE packet's destination QP (its BTH's), if it is long enough to have one.
-fn dest_qpn(roce: &[u8]) -> Option<u32> {
-    roce.get(5..8)
-        .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]))
 }
 
 impl DaemonBackend {
