@@ -50,7 +50,15 @@ pub(crate) struct Schedule {
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     /// Entries were pushed or popped since the last `tidy`: a stale one may be on top.
     moved: bool,
+    /// The QP that sent last and the bytes it has sent in a row ([`Schedule::requeue`]).
+    run: (u32, usize),
 }
+
+/// Bytes a QP sends in a row before the next ready QP's turn: 64 KiB, one GSO send's
+/// worth (`uroce::datapath::udp`), so that the packets of busy QPs reach the datapath in
+/// runs of one QP and leave as few large sends, not one small send per QP and turn. A
+/// QP that is not busy waits at most one quantum of each QP ahead of it.
+pub(crate) const QUANTUM: usize = 64 * 1024;
 
 impl Schedule {
     /// Puts QP `qpn` on the ready list, at the tail, unless it is there.
@@ -101,10 +109,22 @@ impl Schedule {
         self.ready.pop_front()
     }
 
-    /// Puts a QP taken with [`Schedule::pop_ready`] back at the tail.
+    /// Puts a QP taken with [`Schedule::pop_ready`] that has just sent a packet of
+    /// `bytes` back on the ready list: at the head while its run of packets in a row
+    /// stays under [`QUANTUM`] bytes, then at the tail (a new run starts when its turn
+    /// comes again).
     #[inline]
-    pub(crate) fn requeue(&mut self, qpn: u32) {
-        self.ready.push_back(qpn);
+    pub(crate) fn requeue(&mut self, qpn: u32, bytes: usize) {
+        if self.run.0 != qpn {
+            self.run = (qpn, 0);
+        }
+        self.run.1 += bytes.max(1);
+        if self.run.1 < QUANTUM {
+            self.ready.push_front(qpn);
+        } else {
+            self.run.1 = 0;
+            self.ready.push_back(qpn);
+        }
     }
 
     /// The time at the top of the heap (possibly of an entry that turns out early).
@@ -183,6 +203,13 @@ mod tests {
         );
         let cq = c.create_cq(63).unwrap();
         let pd = c.alloc_pd();
+        let q = rts_qp(&mut c, pd, cq, 0x99);
+        let mr = c.reg_mr(pd, vec![1; 1 << 16], Access::LOCAL_WRITE).unwrap();
+        (c, q, mr)
+    }
+
+    /// One more RC QP of `pd` in RTS, towards QPN `dest_qpn` (path MTU 1024).
+    fn rts_qp(c: &mut Context, pd: crate::mem::PdId, cq: crate::verbs::CqId, dest_qpn: u32) -> u32 {
         let caps = QpCaps {
             qp_type: QpType::Rc,
             send_cq: cq,
@@ -197,7 +224,7 @@ mod tests {
                 ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
                 mac: [2, 0, 0, 0, 0, 2],
             },
-            dest_qpn: 0x99,
+            dest_qpn,
             rq_psn: 0,
             path_mtu: Mtu::M1024,
             max_dest_rd_atomic: 4,
@@ -205,8 +232,69 @@ mod tests {
         };
         c.modify_qp_rtr(q, rtr).unwrap();
         c.modify_qp_rts(q, RtsAttr::default()).unwrap();
-        let mr = c.reg_mr(pd, vec![1; 1 << 16], Access::LOCAL_WRITE).unwrap();
-        (c, q, mr)
+        q
+    }
+
+    /// Busy QPs take turns a quantum (64 KiB) at a time, not a packet at a time, and a
+    /// QP with one small message waits for one quantum of each busy QP ahead of it, no
+    /// more: two 128 KiB WRITEs (128 packets of 1 KiB each) and a 64-byte SEND posted
+    /// after them leave as 64 packets of the first, 64 of the second, the SEND, then the
+    /// second half of each.
+    #[test]
+    fn busy_qps_take_turns_a_quantum_at_a_time() {
+        let t0 = Instant::now();
+        let mut c = Context::new(
+            ContextConfig {
+                mac: [2, 0, 0, 0, 0, 1],
+                ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                seed: 1,
+                udp_sport_base: 0xc000,
+                tos: 0,
+            },
+            t0,
+        );
+        let cq = c.create_cq(63).unwrap();
+        let pd = c.alloc_pd();
+        let mr = c.reg_mr(pd, vec![1; 1 << 17], Access::LOCAL_WRITE).unwrap();
+        let post = |c: &mut Context, q: u32, op: SendOp, length: u32| {
+            let sge = Sge {
+                addr: mr.addr,
+                length,
+                lkey: mr.lkey,
+            };
+            let wr = SendWr {
+                wr_id: 0,
+                op,
+                sge,
+                signaled: false,
+                solicited: false,
+            };
+            c.post_send(q, wr).unwrap();
+        };
+        let write = SendOp::Write {
+            remote_addr: 0,
+            rkey: 1,
+        };
+        for dest in [0xa, 0xb] {
+            let q = rts_qp(&mut c, pd, cq, dest);
+            post(&mut c, q, write, 1 << 17);
+        }
+        let q = rts_qp(&mut c, pd, cq, 0xc);
+        post(&mut c, q, SendOp::Send, 64);
+        let mut buf = vec![0u8; 2048];
+        let mut order: Vec<(u32, usize)> = Vec::new();
+        while let Some(t) = c.poll_transmit(t0, &mut buf) {
+            let dest = crate::wire::bth::dest_qp_of(&buf[..t.len]).unwrap();
+            match order.last_mut() {
+                Some((d, n)) if *d == dest => *n += 1,
+                _ => order.push((dest, 1)),
+            }
+        }
+        assert_eq!(
+            order,
+            [(0xa, 64), (0xb, 64), (0xc, 1), (0xa, 64), (0xb, 64)],
+            "runs of (destination QP, packets)"
+        );
     }
 
     /// The first packet starts the retransmission timer, and the heap hears of it (the

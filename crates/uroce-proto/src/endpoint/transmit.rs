@@ -88,8 +88,8 @@ impl Context {
             let pkt = qp.next_packet(&mut io);
             let due = qp.events_due();
             let paced = qp.rp.dcqcn.is_some();
-            match pkt {
-                Some(_) => self.sched.requeue(qpn),
+            match &pkt {
+                Some(p) => self.sched.requeue(qpn, p.payload.len()),
                 None => qp.sched.ready = false,
             }
             // Only a timer the packet started can bring the QP's time earlier than the
