@@ -89,7 +89,11 @@ impl Context {
             let due = qp.events_due();
             let paced = qp.rp.dcqcn.is_some();
             match &pkt {
-                Some(p) => self.sched.requeue(qpn, p.payload.len()),
+                Some(p) => {
+                    let op = p.bth.opcode;
+                    let mid_message = op.is_first() || op.is_middle();
+                    self.sched.requeue(qpn, p.payload.len(), mid_message)
+                }
                 None => qp.sched.ready = false,
             }
             // Only a timer the packet started can bring the QP's time earlier than the
