@@ -573,10 +573,11 @@ fn the_inflight_budget_bounds_the_window() {
 
 /// Go-back-N resends a whole window; where the window overflowed a queue, the resent
 /// packets meet that queue still full and are lost in turn. A loss among the packets
-/// resent after a cut is a new loss episode and halves the window again (a loss of what
-/// was sent before the cut does not): without the second cut, each round resent as much
-/// as the last into the same queue (a simulated 25 Gb/s link with a 1 ms queue and 64
-/// WRITEs of 64 KiB in flight resent 64,117 packets for 25,600).
+/// resent after a cut, a round trip or more after it, is a new loss episode and halves
+/// the window again (a duplicate of the NAK that made the cut does not): without the
+/// second cut, each round resent as much as the last into the same queue (a simulated
+/// 25 Gb/s link with a 1 ms queue and 64 WRITEs of 64 KiB in flight resent 64,117
+/// packets for 25,600).
 #[test]
 fn a_loss_among_resent_packets_halves_the_window_again() {
     let mut p = Pair::new(RtsAttr::default(), all());
@@ -604,7 +605,8 @@ fn a_loss_among_resent_packets_halves_the_window_again() {
         range(0, 16),
         "go back N in a window halved to 16"
     );
-    // Of those, +4 is lost: B acknowledges +0..+3 and asks for +4.
+    // A round trip later, of those, +4 is lost: B acknowledges +0..+3 and asks for +4.
+    p.now += Duration::from_millis(1);
     for (i, f) in resent.iter().enumerate() {
         if i != 4 {
             p.b.handle_frame(p.now, f).unwrap();
@@ -636,4 +638,32 @@ fn a_loss_among_resent_packets_halves_the_window_again() {
         p.b.mr_bytes(&p.rb)[..64 * 1024],
         p.a.mr_bytes(&p.la)[..64 * 1024]
     );
+}
+
+/// An RNR NAK says the receiver had no buffer, not that the path lost a packet: RNR NAKs
+/// one after another (a receiver that posts its buffers late) cut the window once for
+/// the episode, not once each, as sequence NAKs beyond the last cut do.
+#[test]
+fn rnr_naks_one_after_another_cut_the_window_once() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    p.a.set_inflight_budget(Some(32 * 1024)); // a window of 32 packets of 1 KiB
+    for id in 1..=3 {
+        p.post(id, SendOp::Send, 10); // PSNs +0, +1, +2
+    }
+    // No receive: an RNR NAK at +0. Then one receive per RNR wait: SEND 1 lands and
+    // SEND 2 is RNR-NAKed at +1, then SEND 2 lands and SEND 3 is RNR-NAKed at +2.
+    p.run(|_, _| 1, 0);
+    for id in 0..3 {
+        p.post_recv(id);
+        p.run(|_, _| 1, 1);
+    }
+    p.run(|_, _| 1, 10);
+    let wcs = p.wcs_a();
+    assert_eq!(wcs.len(), 3, "{wcs:?}");
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    assert_eq!(p.a.qp_counters(p.qa).unwrap().rnr_nak_received, 3);
+    // The window is what the first RNR NAK left of 32: a 32 KiB WRITE's first burst.
+    p.post(4, write_op(&p, 0), 32 * 1024);
+    let burst = drain(&mut p.a, p.now);
+    assert_eq!(burst.len(), 16, "cut once, to 16");
 }

@@ -5,9 +5,11 @@
 //!   ready. A QP enters it when something may have given it a packet (a post, a received
 //!   packet, a modify, a timer) and leaves it when asked for a packet and it has none, or
 //!   when its DCQCN rate limiter holds it back. `poll_transmit` takes the QP at the head
-//!   and, when it sent, puts it back at the tail: the round robin between busy QPs that
-//!   walking every QP in turn gave, with idle QPs never visited. Being ready wrongly costs
-//!   one question answered "nothing".
+//!   and, when it sent, puts it back: at the head while its message goes on and its run
+//!   is under [`QUANTUM`], else at the tail ([`Schedule::requeue`]). That is the round
+//!   robin between busy QPs that walking every QP in turn gave, a message or a quantum
+//!   at a time, with idle QPs never visited. Being ready wrongly costs one question
+//!   answered "nothing".
 //! - the **timers**: a binary heap of (due time, QPN), one valid entry per QP whose
 //!   transport (retransmission, RNR wait) or reaction point (rate increase, the release
 //!   of a packet the pacer held back) has a time. An entry is pushed when a QP's next
@@ -132,6 +134,18 @@ impl Schedule {
         }
         self.run.1 = 0;
         self.ready.push_back(qpn);
+    }
+
+    /// Ends the run of QP `qpn`, just requeued, whose packet could not be built: from
+    /// the head it goes to the tail, so that the packets behind it that fail too do not
+    /// keep the others from their turn.
+    #[inline]
+    pub(crate) fn demote(&mut self, qpn: u32) {
+        self.run.1 = 0;
+        if self.ready.front() == Some(&qpn) {
+            self.ready.pop_front();
+            self.ready.push_back(qpn);
+        }
     }
 
     /// The time at the top of the heap (possibly of an entry that turns out early).

@@ -60,9 +60,10 @@ impl Context {
                 return Some(t);
             }
         }
-        // Only the QPs on the ready list are asked, each at most once, starting with the
-        // one that became ready first; one that sends goes back to the tail (round
-        // robin), one with nothing to send or held back by its rate limiter leaves.
+        // Only the QPs on the ready list are asked, starting with the one at the head;
+        // one that sends goes back (`Schedule::requeue`: at the head while its message
+        // goes on, up to a quantum, else at the tail), one with nothing to send or held
+        // back by its rate limiter leaves. At most as many questions as QPs were ready.
         for _ in 0..self.sched.ready_len() {
             let Some(qpn) = self.sched.pop_ready() else {
                 break;
@@ -121,6 +122,8 @@ impl Context {
                 self.tidy_timers();
                 return Some(t);
             }
+            // Not built (counted in `tx_dropped`; RC resends it): the others' turn.
+            self.sched.demote(qpn);
         }
         self.tidy_timers();
         None

@@ -123,6 +123,8 @@ pub(crate) struct Requester {
     recover: Option<u32>,
     /// The PSN the last cut went back to: what is resent from there was sent after it.
     cut_from: u32,
+    /// When the last cut was made.
+    cut_at: Option<Instant>,
     /// A READ re-request went out at this PSN: later responses beyond it are expected
     /// to be discarded, do not re-request again for each of them.
     rerequested: Option<u32>,
@@ -512,7 +514,7 @@ impl Requester {
                             self.rnr_left -= 1;
                         }
                         self.rnr_until = Some(io.now + Duration::from_micros(rnr_timer_us(timer)));
-                        self.rewind(psn);
+                        self.rewind(psn, io.now, false);
                         self.timer = None;
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) if self.rnr_until.is_some() => {
@@ -530,7 +532,7 @@ impl Requester {
                             }
                             self.spend_retry();
                         }
-                        self.rewind(psn);
+                        self.rewind(psn, io.now, true);
                         if self.probe_at.is_none() {
                             self.arm_probe(io.now);
                         }
@@ -620,7 +622,7 @@ impl Requester {
             if self.rerequested != Some(w.next_resp) {
                 self.rerequested = Some(w.next_resp);
                 let at = w.next_resp;
-                self.rewind(at);
+                self.rewind(at, io.now, true);
                 if self.probe_at.is_none() {
                     self.arm_probe(io.now);
                 }
@@ -712,7 +714,7 @@ impl Requester {
         if let Some(at) = implied_nak {
             if psn_diff(self.tx_psn, at) > 0 && self.rerequested != Some(at) {
                 self.rerequested = Some(at);
-                self.rewind(at);
+                self.rewind(at, now, true);
             }
         }
         if psn_diff(una, self.una) > 0 {
@@ -791,19 +793,32 @@ impl Requester {
         }
     }
 
-    /// A loss was detected at `psn` (the PSN to go back to): halve the in-flight limit,
-    /// once per episode. A loss beyond the PSN the last cut went back to is a loss among
-    /// the packets resent since (go-back-N resent all of them), so a new episode: a
-    /// window that overflowed a queue meets the queue still full when it is resent, and
-    /// without a second cut each round resent as much into it as the last (a simulated
-    /// 25 Gb/s link with a 1 ms queue and 64 WRITEs of 64 KiB in flight: 64,117 packets
-    /// resent for 25,600, 10,293 with it). A loss of what was sent before the cut (a
-    /// duplicate NAK, the probe, a timeout at `una`) is the same episode.
-    fn on_loss(&mut self, psn: u32) {
-        if self.recover.is_some() && psn_diff(psn, self.cut_from) <= 0 {
-            return;
+    /// A loss was detected at `psn` (the PSN to go back to) at `now`: halve the in-flight
+    /// limit, once per episode. With `recut` (a sequence NAK, a missing READ response, a
+    /// timeout; not an RNR NAK, which says the receiver had no buffer, not that the path
+    /// lost anything), a loss beyond the PSN the last cut went back to, a smoothed round
+    /// trip or more after that cut, is a new episode and halves again. Go-back-N resent
+    /// everything from there, so it is most likely a resent packet lost: a window that
+    /// overflowed a queue meets the queue still full when it is resent, and without a
+    /// second cut each round resent as much into it as the last (a simulated 25 Gb/s link
+    /// with a 1 ms queue and 64 WRITEs of 64 KiB in flight: 64,117 packets resent for
+    /// 25,600, 10,293 with it). The round trip keeps two sequence NAKs that reordering
+    /// alone raised (the responder NAKs again after each in-order packet) from cutting
+    /// twice within one. A duplicate NAK is the same episode.
+    fn on_loss(&mut self, psn: u32, now: Instant, recut: bool) {
+        if self.recover.is_some() {
+            let round_trip = Duration::from_nanos(self.srtt_ns);
+            let again = recut
+                && psn_diff(psn, self.cut_from) > 0
+                && self
+                    .cut_at
+                    .is_none_or(|t| now.saturating_duration_since(t) >= round_trip);
+            if !again {
+                return;
+            }
         }
         self.cut_from = psn;
+        self.cut_at = Some(now);
         self.inflight_limit = (self.inflight_limit / 2).max(MIN_INFLIGHT_PSNS);
         self.inflight_credit = 0;
         self.recover = Some(self.sent_hw);
@@ -811,9 +826,9 @@ impl Requester {
         self.rtt_sample = None;
     }
 
-    /// Go back to `psn` (go-back-N).
-    fn rewind(&mut self, psn: u32) {
-        self.on_loss(psn);
+    /// Go back to `psn` (go-back-N); `now` and `recut` as [`Requester::on_loss`] has them.
+    fn rewind(&mut self, psn: u32, now: Instant, recut: bool) {
+        self.on_loss(psn, now, recut);
         if psn_diff(self.tx_psn, psn) > 0 && psn_diff(psn, self.una) >= 0 {
             self.tx_psn = psn;
         } else if psn_diff(psn, self.una) < 0 {
@@ -883,7 +898,7 @@ impl Requester {
                     return self.fail_at(una, WcStatus::RetryExcErr, io);
                 }
                 self.spend_retry();
-                self.on_loss(self.una);
+                self.on_loss(self.una, io.now, true);
                 self.tx_psn = self.una;
                 self.rerequested = None;
                 self.arm(io.now);
