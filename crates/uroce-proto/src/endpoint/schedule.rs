@@ -210,9 +210,9 @@ mod tests {
         SendWr, Sge,
     };
 
-    /// An RC QP in RTS towards QPN 0x99, DCQCN off, with one 64 KiB region.
-    fn rts_context(t0: Instant) -> (Context, u32, crate::mem::Mr) {
-        let mut c = Context::new(
+    /// A context at 10.0.0.1, no QP yet.
+    fn context(t0: Instant) -> Context {
+        Context::new(
             ContextConfig {
                 mac: [2, 0, 0, 0, 0, 1],
                 ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
@@ -221,7 +221,26 @@ mod tests {
                 tos: 0,
             },
             t0,
-        );
+        )
+    }
+
+    /// Every packet `c` sends now, as runs of (destination QP, packets in a row).
+    fn runs(c: &mut Context, t0: Instant) -> Vec<(u32, usize)> {
+        let mut buf = vec![0u8; 2048];
+        let mut order: Vec<(u32, usize)> = Vec::new();
+        while let Some(t) = c.poll_transmit(t0, &mut buf) {
+            let dest = crate::wire::bth::dest_qp_of(&buf[..t.len]).unwrap();
+            match order.last_mut() {
+                Some((d, n)) if *d == dest => *n += 1,
+                _ => order.push((dest, 1)),
+            }
+        }
+        order
+    }
+
+    /// An RC QP in RTS towards QPN 0x99, DCQCN off, with one 64 KiB region.
+    fn rts_context(t0: Instant) -> (Context, u32, crate::mem::Mr) {
+        let mut c = context(t0);
         let cq = c.create_cq(63).unwrap();
         let pd = c.alloc_pd();
         let q = rts_qp(&mut c, pd, cq, 0x99);
@@ -265,16 +284,7 @@ mod tests {
     #[test]
     fn busy_qps_take_turns_a_quantum_at_a_time() {
         let t0 = Instant::now();
-        let mut c = Context::new(
-            ContextConfig {
-                mac: [2, 0, 0, 0, 0, 1],
-                ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-                seed: 1,
-                udp_sport_base: 0xc000,
-                tos: 0,
-            },
-            t0,
-        );
+        let mut c = context(t0);
         let cq = c.create_cq(63).unwrap();
         let pd = c.alloc_pd();
         let mr = c.reg_mr(pd, vec![1; 1 << 17], Access::LOCAL_WRITE).unwrap();
@@ -303,17 +313,8 @@ mod tests {
         }
         let q = rts_qp(&mut c, pd, cq, 0xc);
         post(&mut c, q, SendOp::Send, 64);
-        let mut buf = vec![0u8; 2048];
-        let mut order: Vec<(u32, usize)> = Vec::new();
-        while let Some(t) = c.poll_transmit(t0, &mut buf) {
-            let dest = crate::wire::bth::dest_qp_of(&buf[..t.len]).unwrap();
-            match order.last_mut() {
-                Some((d, n)) if *d == dest => *n += 1,
-                _ => order.push((dest, 1)),
-            }
-        }
         assert_eq!(
-            order,
+            runs(&mut c, t0),
             [(0xa, 64), (0xb, 64), (0xc, 1), (0xa, 64), (0xb, 64)],
             "runs of (destination QP, packets)"
         );
@@ -322,15 +323,7 @@ mod tests {
             post(&mut c, q, write, 4096);
             post(&mut c, q, write, 4096);
         }
-        order.clear();
-        while let Some(t) = c.poll_transmit(t0, &mut buf) {
-            let dest = crate::wire::bth::dest_qp_of(&buf[..t.len]).unwrap();
-            match order.last_mut() {
-                Some((d, n)) if *d == dest => *n += 1,
-                _ => order.push((dest, 1)),
-            }
-        }
-        assert_eq!(order, [(0xd, 4), (0xe, 4), (0xd, 4), (0xe, 4)]);
+        assert_eq!(runs(&mut c, t0), [(0xd, 4), (0xe, 4), (0xd, 4), (0xe, 4)]);
     }
 
     /// The first packet starts the retransmission timer, and the heap hears of it (the
@@ -379,16 +372,7 @@ mod tests {
     #[test]
     fn stale_timer_entries_stay_bounded() {
         let t0 = Instant::now();
-        let mut c = Context::new(
-            ContextConfig {
-                mac: [2, 0, 0, 0, 0, 1],
-                ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-                seed: 1,
-                udp_sport_base: 0xc000,
-                tos: 0,
-            },
-            t0,
-        );
+        let mut c = context(t0);
         c.enable_dcqcn(Params::paper(40e9), t0);
         let cq = c.create_cq(63).unwrap();
         let pd = c.alloc_pd();
