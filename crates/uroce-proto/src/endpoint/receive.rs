@@ -8,9 +8,9 @@ use super::{CnpJob, Context};
 use crate::transport::{Io, Remote};
 use crate::wire::{self, DatagramRepr, Opcode, RocePacket, WireError};
 
-/// Where the BTH's destination QP lies in an untagged Ethernet frame with IPv4 without
-/// options: Ethernet 14, IPv4 20, UDP 8, then BTH byte 5.
-const FRAME_DEST_QP: usize = 14 + 20 + 8 + 5;
+/// Where the BTH starts in an untagged Ethernet frame with IPv4 without options:
+/// Ethernet 14, IPv4 20, UDP 8.
+const FRAME_BTH: usize = 14 + 20 + 8;
 
 /// One received packet as a backend has it.
 #[derive(Debug, Clone, Copy)]
@@ -60,8 +60,8 @@ impl Context {
         // The QP the common frame (untagged IPv4 without options) names, asked of the
         // cache while the frame is parsed and its ICRC verified; a guess from another
         // kind of frame costs a wasted fetch (`prefetch.rs`).
-        if let Some(b) = frame.get(FRAME_DEST_QP..FRAME_DEST_QP + 3) {
-            self.qps.prefetch(u32::from_be_bytes([0, b[0], b[1], b[2]]));
+        if let Some(qpn) = frame.get(FRAME_BTH..).and_then(wire::bth::dest_qp_of) {
+            self.qps.prefetch(qpn);
         }
         match wire::parse(frame) {
             Ok(p) => self.handle_packet(now, &p),
@@ -98,8 +98,8 @@ impl Context {
         icrc: Option<u32>,
     ) -> Result<(), WireError> {
         self.counters.rx_frames += 1;
-        if let Some(b) = roce.get(5..8) {
-            self.qps.prefetch(u32::from_be_bytes([0, b[0], b[1], b[2]]));
+        if let Some(qpn) = wire::bth::dest_qp_of(roce) {
+            self.qps.prefetch(qpn);
         }
         let parsed = datagram.header_bytes(roce.len()).and_then(|h| {
             wire::parse_datagram_computed(datagram, &h, roce, icrc)

@@ -118,8 +118,9 @@ impl Schedule {
     /// [`QUANTUM`] bytes, else at the tail (a new run starts when its turn comes again).
     /// A QP whose message ended goes to the tail even when it has another: it may have
     /// nothing more, and at the head it would be asked again at once for nothing (a
-    /// question per message, 280 instructions on each side with 10,000 QPs taking turns,
-    /// `examples/many_qps`), where at the tail its next turn usually finds work.
+    /// question per message: 565 instructions a message, both sides, with 10,000 QPs
+    /// taking turns in `examples/many_qps`), where at the tail its next turn usually
+    /// finds work.
     #[inline]
     pub(crate) fn requeue(&mut self, qpn: u32, bytes: usize, mid_message: bool) {
         if mid_message {

@@ -890,9 +890,7 @@ impl Backend for UdpBackend {
                 d => SocketAddr::new(d, t.datagram.udp.dst_port),
             },
             tos: t.datagram.tos(),
-            dest_qp: self.txbuf[start..]
-                .get(5..8)
-                .map_or(0, |b| u32::from_be_bytes([0, b[0], b[1], b[2]])),
+            dest_qp: wire::bth::dest_qp_of(&self.txbuf[start..]).unwrap_or(0),
             ident: 0,
         });
         Ok(true)

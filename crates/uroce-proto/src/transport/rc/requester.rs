@@ -119,12 +119,11 @@ pub(crate) struct Requester {
     /// ([`Requester::set_inflight_cap`]); 0 for [`MAX_INFLIGHT_PSNS`].
     inflight_cap: u32,
     /// No further halving until `una` passes this PSN (one cut per loss episode), or a
-    /// loss beyond `cut_from` says a resent packet was lost.
+    /// loss beyond the last cut says a resent packet was lost.
     recover: Option<u32>,
-    /// The PSN the last cut went back to: what is resent from there was sent after it.
-    cut_from: u32,
-    /// When the last cut was made.
-    cut_at: Option<Instant>,
+    /// The last cut: the PSN it went back to (what is resent from there was sent after
+    /// it) and when. Set with `recover`, read only while `recover` is.
+    last_cut: Option<(u32, Instant)>,
     /// A READ re-request went out at this PSN: later responses beyond it are expected
     /// to be discarded, do not re-request again for each of them.
     rerequested: Option<u32>,
@@ -806,19 +805,15 @@ impl Requester {
     /// alone raised (the responder NAKs again after each in-order packet) from cutting
     /// twice within one. A duplicate NAK is the same episode.
     fn on_loss(&mut self, psn: u32, now: Instant, recut: bool) {
-        if self.recover.is_some() {
+        if let (Some(_), Some((from, at))) = (self.recover, self.last_cut) {
             let round_trip = Duration::from_nanos(self.srtt_ns);
-            let again = recut
-                && psn_diff(psn, self.cut_from) > 0
-                && self
-                    .cut_at
-                    .is_none_or(|t| now.saturating_duration_since(t) >= round_trip);
+            let again =
+                recut && psn_diff(psn, from) > 0 && now.saturating_duration_since(at) >= round_trip;
             if !again {
                 return;
             }
         }
-        self.cut_from = psn;
-        self.cut_at = Some(now);
+        self.last_cut = Some((psn, now));
         self.inflight_limit = (self.inflight_limit / 2).max(MIN_INFLIGHT_PSNS);
         self.inflight_credit = 0;
         self.recover = Some(self.sent_hw);
