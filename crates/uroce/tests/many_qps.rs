@@ -180,11 +180,12 @@ fn a_due_retransmission_fires_among_10000_idle_qps() {
     assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::Success));
 }
 
-/// Busy QPs take turns a message at a time, up to a quantum (64 KiB of payload), as the
-/// schedule's `requeue` says, so that a datapath gets runs of one QP's packets (one GSO
-/// send each) and a QP whose message ended is not asked again at once.
+/// Busy QPs take turns a run at a time (64 KiB of payload, 64 packets at most), across
+/// the ends of their messages while they have more, as the schedule's `requeue` says,
+/// so that a datapath gets runs of one QP's packets (one GSO send each) and QPs of
+/// small messages share by bytes with those of large ones.
 #[test]
-fn two_busy_qps_take_turns_a_message_at_a_time() {
+fn two_busy_qps_take_turns_a_run_at_a_time() {
     let t0 = Instant::now();
     let (mut a, mut b, busy) = pair(100, 2, t0);
     // 8 messages of 16 KiB each at MTU 1024: 16 packets each, 128 per QP, posted one QP
@@ -207,8 +208,8 @@ fn two_busy_qps_take_turns_a_message_at_a_time() {
     let (qa, qb) = (b.qps[0], b.qps[1]);
     assert_eq!(
         runs,
-        [(qa, 16), (qb, 16)].repeat(8),
-        "(QP, packets in a row): the QPs alternate by message"
+        [(qa, 64), (qb, 64)].repeat(2),
+        "(QP, packets in a row): the QPs alternate by 64 KiB runs, four messages each"
     );
     pump(&mut a, &mut b, t0);
     let wcs = a.c.poll_cq(a.cq, 32);

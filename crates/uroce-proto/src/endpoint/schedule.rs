@@ -5,10 +5,10 @@
 //!   ready. A QP enters it when something may have given it a packet (a post, a received
 //!   packet, a modify, a timer) and leaves it when asked for a packet and it has none, or
 //!   when its DCQCN rate limiter holds it back. `poll_transmit` takes the QP at the head
-//!   and, when it sent, puts it back: at the head while its message goes on and its run
-//!   is under [`QUANTUM`], else at the tail ([`Schedule::requeue`]). That is the round
-//!   robin between busy QPs that walking every QP in turn gave, a message or a quantum
-//!   at a time, with idle QPs never visited. Being ready wrongly costs one question
+//!   and, when it sent, puts it back: at the head while it may have more and its run is
+//!   under [`QUANTUM`] bytes and [`RUN_PACKETS`] packets, else at the tail
+//!   ([`Schedule::requeue`]). That is the round robin between busy QPs that walking
+//!   every QP in turn gave, a run at a time, with idle QPs never visited. Being ready wrongly costs one question
 //!   answered "nothing".
 //! - the **timers**: a binary heap of (due time, QPN), one valid entry per QP whose
 //!   transport (retransmission, RNR wait) or reaction point (rate increase, the release
@@ -52,16 +52,21 @@ pub(crate) struct Schedule {
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     /// Entries were pushed or popped since the last `tidy`: a stale one may be on top.
     moved: bool,
-    /// The QP that sent last and the bytes it has sent in a row ([`Schedule::requeue`]).
-    run: (u32, usize),
+    /// The QP that sent last, and the bytes and packets it has sent in a row
+    /// ([`Schedule::requeue`]).
+    run: (u32, usize, usize),
 }
 
-/// Bytes of one message a QP sends in a row before the next ready QP's turn: 64 KiB,
-/// one GSO send's worth (`uroce::datapath::udp`), so that the packets of busy QPs reach
-/// the datapath in runs of one QP and leave as few large sends, not one small send per
-/// QP and turn. A run ends with its message ([`Schedule::requeue`]); a QP that is not
-/// busy waits at most one quantum of each QP ahead of it.
+/// Payload bytes a QP sends in a row before the next ready QP's turn: 64 KiB, one GSO
+/// send's worth (`uroce::datapath::udp`), so that the packets of busy QPs reach the
+/// datapath in runs of one QP and leave as few large sends, not one small send per QP
+/// and turn. A QP that is not busy waits at most one run of each QP ahead of it.
 pub(crate) const QUANTUM: usize = 64 * 1024;
+
+/// Packets a QP sends in a row at most, whatever their size: the most segments the
+/// kernel takes in one GSO send (UDP_MAX_SEGMENTS). A QP of small messages beside
+/// others then waits no longer than for that many packets of each.
+pub(crate) const RUN_PACKETS: usize = 64;
 
 impl Schedule {
     /// Puts QP `qpn` on the ready list, at the tail, unless it is there.
@@ -113,27 +118,32 @@ impl Schedule {
     }
 
     /// Puts a QP taken with [`Schedule::pop_ready`] that has just sent a packet of
-    /// `bytes` back on the ready list: at the head while the packet was not the last of
-    /// its message (`mid_message`) and its run of packets in a row stays under
-    /// [`QUANTUM`] bytes, else at the tail (a new run starts when its turn comes again).
-    /// A QP whose message ended goes to the tail even when it has another: it may have
-    /// nothing more, and at the head it would be asked again at once for nothing (a
-    /// question per message: 565 instructions a message, both sides, with 10,000 QPs
-    /// taking turns in `examples/many_qps`), where at the tail its next turn usually
-    /// finds work.
+    /// `bytes` back on the ready list: at the head while it may have another packet at
+    /// once (`more`: its message goes on, or another work request waits) and its run of
+    /// packets in a row stays under [`QUANTUM`] bytes and [`RUN_PACKETS`] packets, else
+    /// at the tail (a new run starts when its turn comes again). So QPs share the link
+    /// by bytes, a run at a time, whether their messages are large or small, and one of
+    /// small messages yields after one GSO send's worth of packets.
+    ///
+    /// `more` is the service's cheap guess ([`crate::transport::qp::Qp::has_more`]): a
+    /// QP whose last work request ended goes to the tail. At the head it would be asked
+    /// again at once for nothing (a question per message: 565 instructions a message,
+    /// both sides, with 10,000 QPs taking turns in `examples/many_qps`).
     #[inline]
-    pub(crate) fn requeue(&mut self, qpn: u32, bytes: usize, mid_message: bool) {
-        if mid_message {
+    pub(crate) fn requeue(&mut self, qpn: u32, bytes: usize, more: bool) {
+        if more {
             if self.run.0 != qpn {
-                self.run = (qpn, 0);
+                self.run = (qpn, 0, 0);
             }
             self.run.1 += bytes;
-            if self.run.1 < QUANTUM {
+            self.run.2 += 1;
+            if self.run.1 < QUANTUM && self.run.2 < RUN_PACKETS {
                 self.ready.push_front(qpn);
                 return;
             }
         }
         self.run.1 = 0;
+        self.run.2 = 0;
         self.ready.push_back(qpn);
     }
 
@@ -143,6 +153,7 @@ impl Schedule {
     #[inline]
     pub(crate) fn demote(&mut self, qpn: u32) {
         self.run.1 = 0;
+        self.run.2 = 0;
         if self.ready.front() == Some(&qpn) {
             self.ready.pop_front();
             self.ready.push_back(qpn);
@@ -255,7 +266,7 @@ mod tests {
             qp_type: QpType::Rc,
             send_cq: cq,
             recv_cq: cq,
-            max_send_wr: 16,
+            max_send_wr: 128,
             max_recv_wr: 4,
         };
         let q = c.create_qp(pd, caps).unwrap();
@@ -280,10 +291,9 @@ mod tests {
     /// QP with one small message waits for one quantum of each busy QP ahead of it, no
     /// more: two 128 KiB WRITEs (128 packets of 1 KiB each) and a 64-byte SEND posted
     /// after them leave as 64 packets of the first, 64 of the second, the SEND, then the
-    /// second half of each. A message shorter than the quantum ends its QP's run: two
-    /// QPs with two 4 KiB WRITEs each take turns by message.
+    /// second half of each.
     #[test]
-    fn busy_qps_take_turns_a_quantum_at_a_time() {
+    fn busy_qps_take_turns_a_run_at_a_time() {
         let t0 = Instant::now();
         let mut c = context(t0);
         let cq = c.create_cq(63).unwrap();
@@ -319,12 +329,28 @@ mod tests {
             [(0xa, 64), (0xb, 64), (0xc, 1), (0xa, 64), (0xb, 64)],
             "runs of (destination QP, packets)"
         );
-        for dest in [0xd, 0xe] {
-            let q = rts_qp(&mut c, pd, cq, dest);
-            post(&mut c, q, write, 4096);
-            post(&mut c, q, write, 4096);
+        // Small messages share by bytes too: a QP with sixteen 8 KiB WRITEs keeps its
+        // turn across their ends, 64 KiB a run, beside a 128 KiB WRITE; one with a
+        // hundred 64-byte SENDs yields after 64 packets.
+        let big = rts_qp(&mut c, pd, cq, 0xd);
+        post(&mut c, big, write, 1 << 17);
+        let q = rts_qp(&mut c, pd, cq, 0xe);
+        for _ in 0..16 {
+            post(&mut c, q, write, 8192);
         }
-        assert_eq!(runs(&mut c, t0), [(0xd, 4), (0xe, 4), (0xd, 4), (0xe, 4)]);
+        assert_eq!(
+            runs(&mut c, t0),
+            [(0xd, 64), (0xe, 64), (0xd, 64), (0xe, 64)]
+        );
+        post(&mut c, big, write, 1 << 17);
+        let q = rts_qp(&mut c, pd, cq, 0xf);
+        for _ in 0..100 {
+            post(&mut c, q, SendOp::Send, 64);
+        }
+        assert_eq!(
+            runs(&mut c, t0),
+            [(0xd, 64), (0xf, 64), (0xd, 64), (0xf, 36)]
+        );
     }
 
     /// The first packet starts the retransmission timer, and the heap hears of it (the

@@ -61,8 +61,8 @@ impl Context {
             }
         }
         // Only the QPs on the ready list are asked, starting with the one at the head;
-        // one that sends goes back (`Schedule::requeue`: at the head while its message
-        // goes on, up to a quantum, else at the tail), one with nothing to send or held
+        // one that sends goes back (`Schedule::requeue`: at the head while it may have
+        // more, up to a run, else at the tail), one with nothing to send or held
         // back by its rate limiter leaves. At most as many questions as QPs were ready.
         for _ in 0..self.sched.ready_len() {
             let Some(qpn) = self.sched.pop_ready() else {
@@ -92,8 +92,12 @@ impl Context {
             match &pkt {
                 Some(p) => {
                     let op = p.bth.opcode;
-                    let mid_message = op.is_first() || op.is_middle();
-                    self.sched.requeue(qpn, p.payload.len(), mid_message)
+                    // Alone on the list, head and tail are one: the service is not
+                    // asked whether it has more.
+                    let more = op.is_first()
+                        || op.is_middle()
+                        || self.sched.ready_len() > 0 && qp.has_more();
+                    self.sched.requeue(qpn, p.payload.len(), more)
                 }
                 None => qp.sched.ready = false,
             }

@@ -214,6 +214,14 @@ pub(crate) trait Service: Send {
     /// The next request packet, in RTS. A service whose [`Service::poll_timeout`] comes
     /// earlier for it (a timer started) sets [`QpCore::timer_started`].
     fn next_request(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Option<OutPacket>;
+    /// After a request packet: whether the next question may find another at once (a
+    /// work request not started yet, RC packets owed), so that the QP keeps its turn on
+    /// the ready list while its run lasts ([`crate::endpoint`]'s `Schedule::requeue`).
+    /// A cheap guess: `true` where the window then refuses costs one question answered
+    /// "nothing"; `false` costs the QP the rest of its run, never a packet.
+    fn has_more(&self) -> bool {
+        false
+    }
     /// After [`Service::next_request`] gave no packet: a work request the service executed
     /// itself (RC's BIND_MW and LOCAL_INV) failed and has completed in error; the QP goes
     /// to ERR.
@@ -1181,6 +1189,13 @@ impl Qp {
         self.settle_fault(io.wcs);
         self.check_drained();
         p
+    }
+
+    /// Whether another request packet may follow the one just sent at once
+    /// ([`Service::has_more`]).
+    #[inline]
+    pub(crate) fn has_more(&self) -> bool {
+        self.service.has_more()
     }
 
     /// Enters ERR if a work request the service executed itself failed

@@ -143,6 +143,10 @@ impl Service for RcQp {
         self.req.in_progress()
     }
 
+    fn has_more(&self) -> bool {
+        self.req.has_more()
+    }
+
     fn peer(&self) -> Option<Peer> {
         self.path.map(|p| p.peer())
     }

@@ -242,6 +242,13 @@ impl Requester {
         self.started > 0
     }
 
+    /// Whether a packet may follow at once: PSNs owed (a message going on, a resend) or
+    /// a work request not started yet. The window or an RNR wait may still refuse it.
+    #[inline]
+    pub(crate) fn has_more(&self) -> bool {
+        self.tx_psn != self.next_psn || self.started < self.sq.len()
+    }
+
     pub(crate) fn queued(&self) -> usize {
         self.sq.len()
     }

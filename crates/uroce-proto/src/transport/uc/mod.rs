@@ -387,6 +387,10 @@ impl Service for UcQp {
         Ok(())
     }
 
+    fn has_more(&self) -> bool {
+        !self.sq.is_empty()
+    }
+
     /// The next packet; a work request completes when its last packet is handed out.
     fn next_request(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Option<OutPacket> {
         let remote = self.remote?;

@@ -210,6 +210,10 @@ impl Service for UdQp {
         Ok(())
     }
 
+    fn has_more(&self) -> bool {
+        !self.sq.is_empty()
+    }
+
     /// The next datagram; a work request completes when its packet is handed out.
     fn next_request(&mut self, core: &mut QpCore, io: &mut Io<'_>) -> Option<OutPacket> {
         if self.draining {
