@@ -667,3 +667,115 @@ fn rnr_naks_one_after_another_cut_the_window_once() {
     let burst = drain(&mut p.a, p.now);
     assert_eq!(burst.len(), 16, "cut once, to 16");
 }
+
+/// A pair whose requester has a round trip measured (a clean WRITE) and lost a packet
+/// lately (the first of a second WRITE, recovered by a sequence NAK): it arms the tail
+/// probe. Both WRITEs completed, and were taken off the CQ.
+fn lossy_pair() -> Pair {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    p.post(1, write_op(&p, 0), 1024);
+    p.run(|_, _| 1, 0);
+    p.post(2, write_op(&p, 0), 4096);
+    let mut lost = false;
+    p.run(
+        |s, _| {
+            let drop = s.from_a && !lost;
+            lost |= drop;
+            usize::from(!drop)
+        },
+        10,
+    );
+    let wcs = p.wcs_a();
+    let status: Vec<_> = wcs.iter().map(|w| w.status).collect();
+    assert_eq!(status, [WcStatus::Success; 2]);
+    assert_eq!(p.a.qp_counters(p.qa).unwrap().packet_seq_err, 1);
+    p
+}
+
+/// A READ request lost with nothing sent behind it raises no sequence NAK. On a QP that
+/// lost a packet lately, the tail probe asks again after a few round trips (here its
+/// floor, 20 us: nothing in this harness takes time) instead of the ACK timeout
+/// (67 ms at `timeout` 14), and no retry is spent.
+#[test]
+fn a_lost_read_request_is_probed_on_a_lossy_qp() {
+    let mut p = lossy_pair();
+    let read = lost_read_request(&mut p);
+    assert!(
+        read < Duration::from_millis(1),
+        "asked again {read:?} after the first, by the probe"
+    );
+    let c = p.a.qp_counters(p.qa).unwrap();
+    assert_eq!(c.local_ack_timeout_err, 0, "no timeout");
+}
+
+/// The same READ request lost on a QP that never lost anything waits for the ACK
+/// timeout: a clean path arms no probe (each would be a time in the timer heap).
+#[test]
+fn a_lost_read_request_on_a_clean_qp_waits_for_the_timeout() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let read = lost_read_request(&mut p);
+    assert!(
+        read >= Duration::from_millis(60),
+        "asked again after {read:?}"
+    );
+    let c = p.a.qp_counters(p.qa).unwrap();
+    assert_eq!(c.local_ack_timeout_err, 1);
+}
+
+/// Posts a 2 KiB READ whose first request is lost, runs the pair to the end, checks the
+/// data, and says how long after the first request the second went.
+fn lost_read_request(p: &mut Pair) -> Duration {
+    let read = SendOp::Read {
+        remote_addr: p.rb.addr,
+        rkey: p.rb.rkey,
+    };
+    p.post(3, read, 2048);
+    let mut lost = false;
+    p.run(
+        |s, _| {
+            let drop = s.from_a && s.opcode() == Opcode::RcReadRequest && !lost;
+            lost |= drop;
+            usize::from(!drop)
+        },
+        10,
+    );
+    let wcs = p.wcs_a();
+    assert_eq!(wcs.len(), 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (3, WcStatus::Success));
+    assert_eq!(p.a.mr_bytes(&p.la)[..2048], p.b.mr_bytes(&p.rb)[..2048]);
+    let reqs = p.sent(true, Opcode::RcReadRequest);
+    assert_eq!(reqs.len(), 2, "the lost request and the one asking again");
+    reqs[1].at - reqs[0].at
+}
+
+/// Where only the ACKs were lost, the tail probe costs one packet: the packet at `una`
+/// goes again asking for an ACK, the responder answers the duplicate with an ACK of
+/// everything it holds, and nothing else is resent.
+#[test]
+fn a_tail_probe_after_lost_acks_resends_one_packet() {
+    let mut p = lossy_pair();
+    let before = p.a.qp_counters(p.qa).unwrap().retransmits;
+    // Eight packets all arrive; every answer of B's to them is lost.
+    p.post(3, write_op(&p, 0), 8 * 1024);
+    let start = p.log.len();
+    let mut from_a = 0;
+    p.run(
+        |s, _| {
+            from_a += usize::from(s.from_a);
+            usize::from(s.from_a || from_a > 8)
+        },
+        10,
+    );
+    let wcs = p.wcs_a();
+    assert_eq!((wcs.len(), wcs[0].status), (1, WcStatus::Success));
+    let c = p.a.qp_counters(p.qa).unwrap();
+    assert_eq!(c.retransmits - before, 1, "one probe packet");
+    assert_eq!(c.local_ack_timeout_err, 0);
+    let from_a: Vec<u32> = p.log[start..]
+        .iter()
+        .filter(|s| s.from_a)
+        .map(|s| s.psn())
+        .collect();
+    assert_eq!(from_a.len(), 9, "eight packets and the probe: {from_a:?}");
+    assert_eq!(from_a[8], from_a[0], "the probe is the packet at una");
+}
