@@ -708,11 +708,15 @@ fn a_lost_read_request_is_probed_on_a_lossy_qp() {
     assert_eq!(c.local_ack_timeout_err, 0, "no timeout");
 }
 
-/// The same READ request lost on a QP that never lost anything waits for the ACK
-/// timeout: a clean path arms no probe (each would be a time in the timer heap).
+/// The same READ request lost on a QP that never lost anything (its round trip measured
+/// by a clean WRITE) waits for the ACK timeout: a clean path arms no probe (each would
+/// be a time in the timer heap).
 #[test]
 fn a_lost_read_request_on_a_clean_qp_waits_for_the_timeout() {
     let mut p = Pair::new(RtsAttr::default(), all());
+    p.post(1, write_op(&p, 0), 1024);
+    p.run(|_, _| 1, 0);
+    assert_eq!(p.wcs_a().len(), 1);
     let read = lost_read_request(&mut p);
     assert!(
         read >= Duration::from_millis(60),
@@ -778,4 +782,52 @@ fn a_tail_probe_after_lost_acks_resends_one_packet() {
         .collect();
     assert_eq!(from_a.len(), 9, "eight packets and the probe: {from_a:?}");
     assert_eq!(from_a[8], from_a[0], "the probe is the packet at una");
+}
+
+/// A burst's last packets lost (nothing behind them to raise a NAK, and only the last
+/// asked for an ACK): the tail probe resends the packet at `una`, the responder answers
+/// the duplicate with an ACK of what it took in order, and go-back-N resends the rest
+/// from there at once, not after a second probe.
+#[test]
+fn a_lost_tail_is_resent_after_one_probe() {
+    let mut p = lossy_pair();
+    let before = p.a.qp_counters(p.qa).unwrap().retransmits;
+    p.post(3, write_op(&p, 0), 8 * 1024);
+    let start = p.log.len();
+    let first = p.a.qp_counters(p.qa).unwrap().packets_sent;
+    let mut from_a = 0;
+    p.run(
+        |s, _| {
+            from_a += usize::from(s.from_a);
+            // The first copies of +5, +6 and +7 are lost.
+            usize::from(!(s.from_a && (6..=8).contains(&from_a)))
+        },
+        10,
+    );
+    let wcs = p.wcs_a();
+    assert_eq!((wcs.len(), wcs[0].status), (1, WcStatus::Success));
+    let c = p.a.qp_counters(p.qa).unwrap();
+    assert_eq!(c.local_ack_timeout_err, 0);
+    let psns: Vec<u32> = p.log[start..]
+        .iter()
+        .filter(|s| s.from_a)
+        .map(|s| s.psn() - p.log[start].psn())
+        .collect();
+    assert_eq!(
+        psns,
+        [0, 1, 2, 3, 4, 5, 6, 7, 0, 5, 6, 7],
+        "the probe, then +5..+7"
+    );
+    let at: Vec<_> = p.log[start..]
+        .iter()
+        .filter(|s| s.from_a)
+        .map(|s| s.at)
+        .collect();
+    assert_eq!(
+        at[9], at[8],
+        "+5 goes again with the probe's answer, not a probe later"
+    );
+    assert_eq!(c.retransmits - before, 4);
+    assert_eq!(c.packets_sent - first, 12);
+    assert_eq!(p.a.mr_bytes(&p.la)[..8192], p.b.mr_bytes(&p.rb)[..8192]);
 }

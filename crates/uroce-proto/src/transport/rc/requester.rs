@@ -4,10 +4,11 @@
 //!
 //! Loss recovery has two clocks. The local ACK timeout (IBTA §9.7.6.1.3, the QP's
 //! `timeout`) is the one the spec counts: it spends the retry count and ends in
-//! RETRY_EXC_ERR. A second, shorter one runs beside it while anything is outstanding:
-//! the recovery probe. When no response has moved `una` for [`PROBE_RTTS`] smoothed
-//! round trips, the requester goes back to `una` as the timeout would, without spending
-//! a retry:
+//! RETRY_EXC_ERR. A second, shorter one runs beside it while anything is outstanding,
+//! inside a loss episode or on a QP that lost something lately ([`LOSSY_HOLD`]): the
+//! recovery probe. When no response has moved `una` for [`PROBE_RTTS`] smoothed round
+//! trips, the requester goes back to `una` as the timeout would, without spending a
+//! retry:
 //!
 //! - inside a loss episode (after a sequence NAK or a timeout, until `una` passes what
 //!   had been sent when it began) it resends from there on. A window of a few PSNs at
@@ -20,9 +21,13 @@
 //!   request, the ACK of the last packet) raises no sequence NAK, and neither does a
 //!   NAK the network delivered after a later ACK (the requester drops it as stale); each
 //!   cost a whole timeout (`uroce sim --loss 0.01`: 7 to 11 timeouts, half the run's
-//!   time). The answer says which it was: an ACK of everything (only an ACK was lost, or
-//!   the peer was slow: one duplicate spent), an ACK of the probe (it filled the gap; the
-//!   go-back-N goes on behind it), or a sequence NAK.
+//!   time). The answer says which it was ([`Requester::tail_probe_answered`]): an ACK
+//!   of everything (only an ACK was lost: one duplicate spent), an ACK short of what was
+//!   sent (the responder lacks the PSN after it: go-back-N from there at once, a cut as
+//!   for a NAK), a sequence NAK, or an ACK sooner than half a round trip (a late answer
+//!   to an earlier packet: the probe was spurious, nothing else is resent). An ACK that
+//!   moves nothing (the answer to a duplicate: the path is alive, draining copies sent
+//!   before) puts the tail probe off.
 //!
 //! Resending early is safe: the responder takes a duplicate as §9.7.5.2.2 asks (re-ACKs
 //! it, replays a READ or an atomic from its replay state).
@@ -61,7 +66,8 @@ const MIN_PROBE_WAIT: Duration = Duration::from_micros(20);
 /// half the local ACK timeout, which stays the one that counts retries.
 const MAX_PROBES: u8 = 3;
 /// A QP arms the tail probe for this long after a loss (a sequence NAK, a missing READ
-/// response, a timeout; see the module's doc). A QP on a clean path arms none: each
+/// response, a timeout, a tail probe that found one; not an RNR NAK, which says the
+/// receiver had no buffer; see the module's doc). A QP on a clean path arms none: each
 /// probe is a time in the context's timer heap, and one per message would cost a clean
 /// path with 10,000 QPs taking turns 8% more instructions a message (`examples/many_qps`).
 const LOSSY_HOLD: Duration = Duration::from_secs(1);
@@ -153,14 +159,14 @@ pub(crate) struct Requester {
     rtt_sample: Option<(u32, Instant)>,
     /// Packets asking for an ACK still to go before the next one is timed.
     rtt_skip: u8,
-    /// Inside a loss episode: when the recovery probe goes back to `una` if no response
-    /// moved it (see the module's doc).
+    /// When the recovery probe goes back to `una` if no response moved it (see the
+    /// module's doc): inside a loss episode, or outside one on a lossy QP.
     probe_at: Option<Instant>,
     /// Probes in a row without progress.
     probe_backoff: u8,
-    /// A tail probe went out (the packet at `una`): nothing more is resent until a
-    /// response moves `una`, or a NAK or the timeout goes back.
-    probing_tail: bool,
+    /// A tail probe went out at this time (the packet at `una`): nothing more is resent
+    /// until a response moves `una`, or a NAK or the timeout goes back.
+    probing_tail: Option<Instant>,
     /// Until when the QP counts as lossy: [`LOSSY_HOLD`] after its last loss. Only a
     /// lossy QP arms the tail probe.
     lossy_until: Option<Instant>,
@@ -266,11 +272,15 @@ impl Requester {
         self.started > 0
     }
 
-    /// Whether a packet may follow at once: PSNs owed (a message going on, a resend) or
-    /// a work request not started yet. The window or an RNR wait may still refuse it.
+    /// Whether a packet may follow at once: PSNs owed (a message going on, a resend), or
+    /// a work request not started yet with room in the window and the QP not draining.
+    /// The window, an RNR wait, the READ and atomic depth or a fence may still refuse it.
     #[inline]
     pub(crate) fn has_more(&self) -> bool {
-        self.tx_psn != self.next_psn || self.started < self.sq.len()
+        self.tx_psn != self.next_psn
+            || self.started < self.sq.len()
+                && !self.draining
+                && psn_diff(self.next_psn, self.una) < self.inflight_limit as i32
     }
 
     pub(crate) fn queued(&self) -> usize {
@@ -408,7 +418,7 @@ impl Requester {
         // `set_inflight_cap`), not all at once behind a window that had one PSN free.
         if owed
             && (psn_diff(self.tx_psn, self.una) >= self.inflight_limit as i32
-                || self.probing_tail && self.tx_psn != self.una)
+                || self.probing_tail.is_some() && self.tx_psn != self.una)
         {
             return None;
         }
@@ -598,6 +608,7 @@ impl Requester {
                                 let at = w.next_resp;
                                 self.rerequested = Some(at);
                                 self.tx_psn = at;
+                                self.arm_probe(io.now);
                                 return Ok(());
                             }
                         }
@@ -764,6 +775,7 @@ impl Requester {
             if psn_diff(self.tx_psn, at) > 0 && self.rerequested != Some(at) {
                 self.rerequested = Some(at);
                 self.rewind(at, now, true);
+                self.arm_probe(now);
             }
         }
         if psn_diff(una, self.una) > 0 {
@@ -790,7 +802,15 @@ impl Requester {
             }
             self.una = una;
             self.probe_backoff = 0;
-            self.probing_tail = false;
+            if let Some(at) = self.probing_tail.take() {
+                if implied_nak.is_none() {
+                    self.tail_probe_answered(at, now);
+                    self.retry_left = self.retry_cnt;
+                    self.rnr_left = self.rnr_retry;
+                    self.arm(now);
+                    return;
+                }
+            }
             // An ACK past what the go-back-N has sent again means the first sends are
             // getting through after all (the timeout was spurious: a slow or starved
             // receiver, not a loss). Sending the rest of them again would only pile
@@ -812,6 +832,36 @@ impl Requester {
             self.retry_left = self.retry_cnt;
             self.rnr_left = self.rnr_retry;
             self.arm(now);
+        }
+    }
+
+    /// A response moved `una` after the tail probe that went out at `at`. A responder
+    /// answers a duplicate with an ACK of the last PSN it took in order, so if the
+    /// response came a round trip after the probe, it is the probe's answer: the path lost
+    /// something (the QP stays lossy), and if `una` is short of what was sent, the
+    /// responder does not hold `una` and did not take what followed it (out of sequence, or
+    /// lost): go back to `una` and cut the window as for a sequence NAK. A response sooner
+    /// than half a round trip after the probe answers an earlier packet (a late ACK: the
+    /// probe was spurious), and nothing is resent: on after the furthest PSN sent.
+    fn tail_probe_answered(&mut self, at: Instant, now: Instant) {
+        let waited = now.saturating_duration_since(at).as_nanos() as u64;
+        if waited < self.srtt_ns / 2 {
+            self.tx_psn = self.sent_hw;
+            return;
+        }
+        self.lossy_until = Some(now + LOSSY_HOLD);
+        if self.una == self.sent_hw {
+            self.tx_psn = self.sent_hw;
+            return;
+        }
+        // A READ's responses to the probe (it asked again from `una`) come one by one:
+        // each moves `una`, and the rest are on their way.
+        let reading = self
+            .started_holding(self.una)
+            .is_some_and(|i| self.sq[i].wr.op.is_read_or_atomic());
+        if !reading {
+            self.on_loss(self.una, now, true);
+            self.tx_psn = self.una;
         }
     }
 
@@ -852,7 +902,9 @@ impl Requester {
     /// alone raised (the responder NAKs again after each in-order packet) from cutting
     /// twice within one. A duplicate NAK is the same episode.
     fn on_loss(&mut self, psn: u32, now: Instant, recut: bool) {
-        self.lossy_until = Some(now + LOSSY_HOLD);
+        if recut {
+            self.lossy_until = Some(now + LOSSY_HOLD);
+        }
         if let (Some(_), Some((from, at))) = (self.recover, self.last_cut) {
             let round_trip = Duration::from_nanos(self.srtt_ns);
             let again =
@@ -872,7 +924,7 @@ impl Requester {
     /// Go back to `psn` (go-back-N); `now` and `recut` as [`Requester::on_loss`] has them.
     fn rewind(&mut self, psn: u32, now: Instant, recut: bool) {
         self.on_loss(psn, now, recut);
-        self.probing_tail = false;
+        self.probing_tail = None;
         if psn_diff(self.tx_psn, psn) > 0 && psn_diff(psn, self.una) >= 0 {
             self.tx_psn = psn;
         } else if psn_diff(psn, self.una) < 0 {
@@ -945,7 +997,7 @@ impl Requester {
                 self.on_loss(self.una, io.now, true);
                 self.tx_psn = self.una;
                 self.rerequested = None;
-                self.probing_tail = false;
+                self.probing_tail = None;
                 self.arm(io.now);
             }
         }
@@ -959,7 +1011,7 @@ impl Requester {
                     self.tx_psn = self.una;
                     self.rerequested = None;
                     self.rtt_sample = None;
-                    self.probing_tail = self.recover.is_none();
+                    self.probing_tail = self.recover.is_none().then_some(io.now);
                     self.probe_backoff = self.probe_backoff.saturating_add(1);
                     self.arm_probe(io.now);
                 }
@@ -983,7 +1035,7 @@ impl Requester {
         self.started = 0;
         self.timer = None;
         self.probe_at = None;
-        self.probing_tail = false;
+        self.probing_tail = None;
         self.rnr_until = None;
         self.una = self.next_psn;
         self.tx_psn = self.next_psn;
