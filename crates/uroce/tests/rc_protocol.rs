@@ -831,3 +831,100 @@ fn a_lost_tail_is_resent_after_one_probe() {
     assert_eq!(c.packets_sent - first, 12);
     assert_eq!(p.a.mr_bytes(&p.la)[..8192], p.b.mr_bytes(&p.rb)[..8192]);
 }
+
+/// Moves frames both ways until both sides are quiet, each frame taking `one_way` to
+/// arrive (the clock moves by it before each delivery), timers fired when due.
+fn exchange(p: &mut Pair, one_way: Duration) {
+    loop {
+        let from_a = drain(&mut p.a, p.now);
+        let from_b = drain(&mut p.b, p.now);
+        if from_a.is_empty() && from_b.is_empty() {
+            return;
+        }
+        p.now += one_way;
+        for f in &from_a {
+            p.b.handle_frame(p.now, f).unwrap();
+        }
+        for f in &from_b {
+            p.a.handle_frame(p.now, f).unwrap();
+        }
+        p.a.handle_timeout(p.now);
+        p.b.handle_timeout(p.now);
+    }
+}
+
+/// A probe is spurious when the ACKs were only late (a receiver that stalled): the
+/// original ACKs arrive sooner than half a round trip after the probe went, so they
+/// answer the first copies, and nothing but the probe is resent. Without that test the
+/// ACK of the first packet would meet the cursor the probe left behind it, and
+/// go-back-N would resend the seven packets still in flight.
+#[test]
+fn late_acks_after_a_tail_probe_resend_nothing_more() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    // A round trip of 100 us, measured on a clean path (no probe drops a sample): one
+    // ACK-requesting packet in 16 is timed, and the smoothed figure takes an eighth of
+    // each sample.
+    for i in 0..400 {
+        p.post(10 + i, write_op(&p, 0), 64);
+        exchange(&mut p, Duration::from_micros(50));
+        assert_eq!(p.wcs_a().len(), 1);
+    }
+    // Then a loss (the first packet of a WRITE; a sequence NAK): the QP is lossy.
+    p.post(1, write_op(&p, 0), 4096);
+    let first = drain(&mut p.a, p.now);
+    p.now += Duration::from_micros(50);
+    for f in &first[1..] {
+        p.b.handle_frame(p.now, f).unwrap();
+    }
+    exchange(&mut p, Duration::from_micros(50));
+    assert_eq!(p.wcs_a().len(), 1);
+    assert_eq!(p.a.qp_counters(p.qa).unwrap().packet_seq_err, 1);
+    let before = p.a.qp_counters(p.qa).unwrap().retransmits;
+    // Eight one-packet WRITEs, each asking for an ACK; B takes them all, but its ACKs
+    // are held (B stalls) past the probe's wait.
+    for i in 0..8 {
+        p.post(100 + i, write_op(&p, 0), 64);
+    }
+    let sent = drain(&mut p.a, p.now);
+    assert_eq!(sent.len(), 8);
+    p.now += Duration::from_micros(50);
+    p.b.handle_frame(p.now, &sent[0]).unwrap();
+    let ack0 = drain(&mut p.b, p.now);
+    for f in &sent[1..] {
+        p.b.handle_frame(p.now, f).unwrap();
+    }
+    let acks = drain(&mut p.b, p.now);
+    // The heap may wake A early (an entry a later time replaced): on to the probe.
+    let sent_at = p.now;
+    let mut probe = vec![];
+    while probe.is_empty() {
+        p.now = p.a.poll_timeout().expect("the probe").max(p.now);
+        p.a.handle_timeout(p.now);
+        probe = drain(&mut p.a, p.now);
+    }
+    assert!(
+        p.now < sent_at + Duration::from_millis(1),
+        "a probe, not the timeout"
+    );
+    assert_eq!(probe.len(), 1, "the tail probe: one packet");
+    assert_eq!(
+        wire::parse(&probe[0]).unwrap().bth.psn(),
+        wire::parse(&sent[0]).unwrap().bth.psn()
+    );
+    // The held ACKs arrive just after the probe left, the first packet's first: it
+    // moves `una` just to where the probe left the cursor.
+    p.now += Duration::from_micros(1);
+    assert_eq!(ack0.len(), 1);
+    p.a.handle_frame(p.now, &ack0[0]).unwrap();
+    assert!(drain(&mut p.a, p.now).is_empty(), "nothing resent");
+    for f in &acks {
+        p.a.handle_frame(p.now, f).unwrap();
+    }
+    p.now += Duration::from_micros(50);
+    p.b.handle_frame(p.now, &probe[0]).unwrap();
+    exchange(&mut p, Duration::from_micros(50));
+    assert_eq!(p.wcs_a().len(), 8);
+    let c = p.a.qp_counters(p.qa).unwrap();
+    assert_eq!(c.retransmits - before, 1, "the probe alone");
+    assert_eq!(c.local_ack_timeout_err, 0);
+}
