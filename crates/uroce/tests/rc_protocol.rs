@@ -786,8 +786,9 @@ fn a_tail_probe_after_lost_acks_resends_one_packet() {
 
 /// A burst's last packets lost (nothing behind them to raise a NAK, and only the last
 /// asked for an ACK): the tail probe resends the packet at `una`, the responder answers
-/// the duplicate with an ACK of what it took in order, and go-back-N resends the rest
-/// from there at once, not after a second probe.
+/// the duplicate with an ACK of what it took in order, and when nothing else moves
+/// `una` for a round trip (here 1 ns: nothing in this harness takes time), go-back-N
+/// resends the rest from there, not after a second probe.
 #[test]
 fn a_lost_tail_is_resent_after_one_probe() {
     let mut p = lossy_pair();
@@ -823,9 +824,10 @@ fn a_lost_tail_is_resent_after_one_probe() {
         .filter(|s| s.from_a)
         .map(|s| s.at)
         .collect();
-    assert_eq!(
-        at[9], at[8],
-        "+5 goes again with the probe's answer, not a probe later"
+    assert!(
+        at[9] - at[8] < Duration::from_micros(20),
+        "+5 goes again a round trip after the probe's answer (nothing else moved `una`), \
+         not a probe later (20 us at least)"
     );
     assert_eq!(c.retransmits - before, 4);
     assert_eq!(c.packets_sent - first, 12);
@@ -853,13 +855,22 @@ fn exchange(p: &mut Pair, one_way: Duration) {
     }
 }
 
-/// A probe is spurious when the ACKs were only late (a receiver that stalled): the
-/// original ACKs arrive sooner than half a round trip after the probe went, so they
-/// answer the first copies, and nothing but the probe is resent. Without that test the
-/// ACK of the first packet would meet the cursor the probe left behind it, and
-/// go-back-N would resend the seven packets still in flight.
+/// A probe is spurious when the ACKs were only late (a receiver that stalled), and
+/// nothing but the probe is resent:
+/// - ACKs sooner than half a round trip after the probe answer the first copies
+///   (without that test the ACK of the first packet would meet the cursor the probe left
+///   behind it, and go-back-N would resend the seven packets still in flight);
+/// - ACKs later than that may be the probe's answer, but the next one moving `una`
+///   within a round trip says the first copies are arriving: no go-back-N.
 #[test]
 fn late_acks_after_a_tail_probe_resend_nothing_more() {
+    late_acks_after_a_tail_probe(Duration::from_micros(1));
+    late_acks_after_a_tail_probe(Duration::from_micros(60));
+}
+
+/// [`late_acks_after_a_tail_probe_resend_nothing_more`], the held ACKs arriving `late`
+/// after the probe left, on a QP whose round trip is 100 us.
+fn late_acks_after_a_tail_probe(late: Duration) {
     let mut p = Pair::new(RtsAttr::default(), all());
     // A round trip of 100 us, measured on a clean path (no probe drops a sample): one
     // ACK-requesting packet in 16 is timed, and the smoothed figure takes an eighth of
@@ -911,20 +922,29 @@ fn late_acks_after_a_tail_probe_resend_nothing_more() {
         wire::parse(&probe[0]).unwrap().bth.psn(),
         wire::parse(&sent[0]).unwrap().bth.psn()
     );
-    // The held ACKs arrive just after the probe left, the first packet's first: it
-    // moves `una` just to where the probe left the cursor.
-    p.now += Duration::from_micros(1);
+    // The held ACKs arrive `late` after the probe left, the first packet's first: it
+    // moves `una` just to where the probe left the cursor; the others 1 us later.
+    p.now += late;
     assert_eq!(ack0.len(), 1);
     p.a.handle_frame(p.now, &ack0[0]).unwrap();
-    assert!(drain(&mut p.a, p.now).is_empty(), "nothing resent");
+    assert!(
+        drain(&mut p.a, p.now).is_empty(),
+        "{late:?}: nothing resent"
+    );
+    p.now += Duration::from_micros(1);
+    p.a.handle_timeout(p.now);
     for f in &acks {
         p.a.handle_frame(p.now, f).unwrap();
     }
+    assert!(
+        drain(&mut p.a, p.now).is_empty(),
+        "{late:?}: nothing resent"
+    );
     p.now += Duration::from_micros(50);
     p.b.handle_frame(p.now, &probe[0]).unwrap();
     exchange(&mut p, Duration::from_micros(50));
     assert_eq!(p.wcs_a().len(), 8);
     let c = p.a.qp_counters(p.qa).unwrap();
-    assert_eq!(c.retransmits - before, 1, "the probe alone");
+    assert_eq!(c.retransmits - before, 1, "{late:?}: the probe alone");
     assert_eq!(c.local_ack_timeout_err, 0);
 }

@@ -23,9 +23,11 @@
 //!   cost a whole timeout (`uroce sim --loss 0.01`: 7 to 11 timeouts, half the run's
 //!   time). The answer says which it was ([`Requester::tail_probe_answered`]): an ACK
 //!   of everything (only an ACK was lost: one duplicate spent), an ACK short of what was
-//!   sent (the responder lacks the PSN after it: go-back-N from there at once, a cut as
-//!   for a NAK), a sequence NAK, or an ACK sooner than half a round trip (a late answer
-//!   to an earlier packet: the probe was spurious, nothing else is resent). An ACK that
+//!   sent (the responder lacked the PSN after it: go-back-N from there and a cut as for
+//!   a NAK, unless another response moves `una` within a round trip, as the late ACKs of
+//!   a receiver that stalled do), a sequence NAK, or an ACK sooner than half a round trip
+//!   (a late answer to an earlier packet: the probe was spurious, nothing else is
+//!   resent). An ACK that
 //!   moves nothing (the answer to a duplicate: the path is alive, draining copies sent
 //!   before) puts the tail probe off.
 //!
@@ -167,6 +169,10 @@ pub(crate) struct Requester {
     /// A tail probe went out at this time (the packet at `una`): nothing more is resent
     /// until a response moves `una`, or a NAK or the timeout goes back.
     probing_tail: Option<Instant>,
+    /// The tail probe's answer stopped short of what was sent: unless another response
+    /// moves `una` before the probe's next time (a round trip), go back to `una`
+    /// ([`Requester::tail_probe_answered`]).
+    confirming: bool,
     /// Until when the QP counts as lossy: [`LOSSY_HOLD`] after its last loss. Only a
     /// lossy QP arms the tail probe.
     lossy_until: Option<Instant>,
@@ -806,12 +812,16 @@ impl Requester {
             }
             self.una = una;
             self.probe_backoff = 0;
+            self.confirming = false;
             if let Some(answered) = probe {
                 if implied_nak.is_none() {
                     self.tail_probe_answered(answered, now);
                     self.retry_left = self.retry_cnt;
                     self.rnr_left = self.rnr_retry;
                     self.arm(now);
+                    if self.confirming {
+                        self.probe_at = Some(now + Duration::from_nanos(self.srtt_ns));
+                    }
                     return;
                 }
             }
@@ -848,11 +858,14 @@ impl Requester {
     /// A response moved `una` after a tail probe. A responder answers a duplicate with an
     /// ACK of the last PSN it took in order, so if the response may be the probe's
     /// answer (`answered`: [`Requester::probe_answered`]), the path lost something (the
-    /// QP stays lossy), and if `una` is short of what was sent, the responder does not
-    /// hold `una` and did not take what followed it (out of sequence, or lost): go back
-    /// to `una` and cut the window as for a sequence NAK. A response sooner than that
-    /// answers an earlier packet (a late ACK: the probe was spurious): nothing is resent,
-    /// on after the furthest PSN sent.
+    /// QP stays lossy), and if `una` is short of what was sent, the responder did not
+    /// hold `una` and did not take what followed it (out of sequence, or lost), unless
+    /// the response was a late ACK of the first copies from a receiver that stalled. So
+    /// the requester waits a round trip (`confirming`): another response moving `una`
+    /// says the first copies are arriving after all; none says they were lost, and it
+    /// goes back to `una` and cuts the window as for a sequence NAK. A response sooner
+    /// than half a round trip after the probe answers an earlier packet (a late ACK: the
+    /// probe was spurious): nothing is resent, on after the furthest PSN sent.
     ///
     /// The test is only as good as the smoothed round trip. One that grew past what was
     /// measured (a receiver that stalls, a queue that built up) makes a lossy QP's tail
@@ -875,10 +888,8 @@ impl Requester {
         let reading = self
             .started_holding(self.una)
             .is_some_and(|i| self.sq[i].wr.op.is_read_or_atomic());
-        if !reading {
-            self.on_loss(self.una, now, true);
-            self.tx_psn = self.una;
-        }
+        self.tx_psn = self.sent_hw;
+        self.confirming = !reading;
     }
 
     /// One transport retry. A retry count of 7 never runs out, as in Linux rdma_rxe and
@@ -941,6 +952,7 @@ impl Requester {
     fn rewind(&mut self, psn: u32, now: Instant, recut: bool) {
         self.on_loss(psn, now, recut);
         self.probing_tail = None;
+        self.confirming = false;
         if psn_diff(self.tx_psn, psn) > 0 && psn_diff(psn, self.una) >= 0 {
             self.tx_psn = psn;
         } else if psn_diff(psn, self.una) < 0 {
@@ -1014,6 +1026,7 @@ impl Requester {
                 self.tx_psn = self.una;
                 self.rerequested = None;
                 self.probing_tail = None;
+                self.confirming = false;
                 self.arm(io.now);
             }
         }
@@ -1023,7 +1036,14 @@ impl Requester {
         if let Some(t) = self.probe_at {
             if io.now >= t {
                 self.probe_at = None;
-                if self.outstanding() && self.rnr_until.is_none() {
+                if std::mem::take(&mut self.confirming) && self.outstanding() {
+                    // Nothing moved `una` for a round trip after the tail probe's answer:
+                    // what followed it was lost (see `tail_probe_answered`).
+                    self.on_loss(self.una, io.now, true);
+                    self.tx_psn = self.una;
+                    self.rerequested = None;
+                    self.arm_probe(io.now);
+                } else if self.outstanding() && self.rnr_until.is_none() {
                     self.tx_psn = self.una;
                     self.rerequested = None;
                     self.rtt_sample = None;
@@ -1052,6 +1072,7 @@ impl Requester {
         self.timer = None;
         self.probe_at = None;
         self.probing_tail = None;
+        self.confirming = false;
         self.rnr_until = None;
         self.una = self.next_psn;
         self.tx_psn = self.next_psn;
