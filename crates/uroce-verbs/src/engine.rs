@@ -806,7 +806,15 @@ impl Inner {
             }
             // Bounded, so a flood cannot hold the lock for ever. A round ends with a
             // receive that found nothing, so nothing sent to ourselves is left waiting.
-            for _ in 0..32 {
+            // Each round reads the clock: an ACK taken rounds after its packet left, at
+            // the time read before both, timed the round trip as nothing (an RC QP's
+            // smoothed round trip fell to 1 ns, and its recovery probe fired on every
+            // round trip the path really took).
+            let mut now = now;
+            for round in 0..32 {
+                if round > 0 {
+                    now = Instant::now();
+                }
                 transmit(uroce, &mut d.backend, now);
                 if !receive {
                     break;

@@ -668,23 +668,21 @@ fn rnr_naks_one_after_another_cut_the_window_once() {
     assert_eq!(burst.len(), 16, "cut once, to 16");
 }
 
-/// A pair whose requester has a round trip measured (a clean WRITE) and lost a packet
-/// lately (the first of a second WRITE, recovered by a sequence NAK): it arms the tail
-/// probe. Both WRITEs completed, and were taken off the CQ.
+/// A pair whose requester has a round trip measured (a clean WRITE, 1 us each way) and
+/// lost a packet lately (the first of a second WRITE, recovered by a sequence NAK): it
+/// arms the tail probe. Both WRITEs completed, and were taken off the CQ.
 fn lossy_pair() -> Pair {
     let mut p = Pair::new(RtsAttr::default(), all());
+    let one_way = Duration::from_micros(1);
     p.post(1, write_op(&p, 0), 1024);
-    p.run(|_, _| 1, 0);
+    exchange(&mut p, one_way);
     p.post(2, write_op(&p, 0), 4096);
-    let mut lost = false;
-    p.run(
-        |s, _| {
-            let drop = s.from_a && !lost;
-            lost |= drop;
-            usize::from(!drop)
-        },
-        10,
-    );
+    let first = drain(&mut p.a, p.now);
+    p.now += one_way;
+    for f in &first[1..] {
+        p.b.handle_frame(p.now, f).unwrap();
+    }
+    exchange(&mut p, one_way);
     let wcs = p.wcs_a();
     let status: Vec<_> = wcs.iter().map(|w| w.status).collect();
     assert_eq!(status, [WcStatus::Success; 2]);
@@ -694,7 +692,7 @@ fn lossy_pair() -> Pair {
 
 /// A READ request lost with nothing sent behind it raises no sequence NAK. On a QP that
 /// lost a packet lately, the tail probe asks again after a few round trips (here its
-/// floor, 20 us: nothing in this harness takes time) instead of the ACK timeout
+/// floor, 20 us: the harness's `run` moves time only to fire timers) instead of the ACK timeout
 /// (67 ms at `timeout` 14), and no retry is spent.
 #[test]
 fn a_lost_read_request_is_probed_on_a_lossy_qp() {
@@ -709,13 +707,13 @@ fn a_lost_read_request_is_probed_on_a_lossy_qp() {
 }
 
 /// The same READ request lost on a QP that never lost anything (its round trip measured
-/// by a clean WRITE) waits for the ACK timeout: a clean path arms no probe (each would
-/// be a time in the timer heap).
+/// by a clean WRITE) waits for the ACK timeout: a clean QP with less than 16 PSNs in
+/// flight arms no probe (each would be a time in the timer heap).
 #[test]
 fn a_lost_read_request_on_a_clean_qp_waits_for_the_timeout() {
     let mut p = Pair::new(RtsAttr::default(), all());
     p.post(1, write_op(&p, 0), 1024);
-    p.run(|_, _| 1, 0);
+    exchange(&mut p, Duration::from_micros(1));
     assert_eq!(p.wcs_a().len(), 1);
     let read = lost_read_request(&mut p);
     assert!(
@@ -787,50 +785,67 @@ fn a_tail_probe_after_lost_acks_resends_one_packet() {
 /// A burst's last packets lost (nothing behind them to raise a NAK, and only the last
 /// asked for an ACK): the tail probe resends the packet at `una`, the responder answers
 /// the duplicate with an ACK of what it took in order, and when nothing else moves
-/// `una` for a round trip (here 1 ns: nothing in this harness takes time), go-back-N
-/// resends the rest from there, not after a second probe.
+/// `una` for a round trip (2 us, measured by `lossy_pair`), go-back-N resends the rest
+/// from there, not after a second probe (20 us at least).
 #[test]
 fn a_lost_tail_is_resent_after_one_probe() {
     let mut p = lossy_pair();
+    let one_way = Duration::from_micros(1);
     let before = p.a.qp_counters(p.qa).unwrap().retransmits;
     p.post(3, write_op(&p, 0), 8 * 1024);
-    let start = p.log.len();
-    let first = p.a.qp_counters(p.qa).unwrap().packets_sent;
-    let mut from_a = 0;
-    p.run(
-        |s, _| {
-            from_a += usize::from(s.from_a);
-            // The first copies of +5, +6 and +7 are lost.
-            usize::from(!(s.from_a && (6..=8).contains(&from_a)))
-        },
-        10,
+    let burst = drain(&mut p.a, p.now);
+    assert_eq!(burst.len(), 8);
+    let psn = |f: &Vec<u8>| wire::parse(f).unwrap().bth.psn();
+    let first = psn(&burst[0]);
+    // The first copies of +5, +6 and +7 are lost.
+    p.now += one_way;
+    for f in &burst[..5] {
+        p.b.handle_frame(p.now, f).unwrap();
+    }
+    assert!(drain(&mut p.b, p.now).is_empty(), "no ACK asked for yet");
+    let mut probe = vec![];
+    while probe.is_empty() {
+        p.now = p.a.poll_timeout().unwrap().max(p.now);
+        p.a.handle_timeout(p.now);
+        probe = drain(&mut p.a, p.now);
+    }
+    assert_eq!(
+        probe.iter().map(psn).collect::<Vec<_>>(),
+        [first],
+        "the probe"
     );
+    p.now += one_way;
+    p.b.handle_frame(p.now, &probe[0]).unwrap();
+    let answer = drain(&mut p.b, p.now);
+    p.now += one_way;
+    let answered = p.now;
+    for f in &answer {
+        p.a.handle_frame(p.now, f).unwrap();
+    }
+    let mut resent = vec![];
+    while resent.is_empty() {
+        p.now = p.a.poll_timeout().unwrap().max(p.now);
+        p.a.handle_timeout(p.now);
+        resent = drain(&mut p.a, p.now);
+    }
+    assert!(
+        p.now - answered < Duration::from_micros(20),
+        "+5 goes again {:?} after the probe's answer (a round trip in which nothing else \
+         moved `una`), not a probe later (20 us at least)",
+        p.now - answered
+    );
+    let offsets: Vec<u32> = resent.iter().map(|f| psn(f) - first).collect();
+    assert_eq!(offsets, [5, 6, 7], "go-back-N from +5");
+    p.now += one_way;
+    for f in &resent {
+        p.b.handle_frame(p.now, f).unwrap();
+    }
+    exchange(&mut p, one_way);
     let wcs = p.wcs_a();
     assert_eq!((wcs.len(), wcs[0].status), (1, WcStatus::Success));
     let c = p.a.qp_counters(p.qa).unwrap();
     assert_eq!(c.local_ack_timeout_err, 0);
-    let psns: Vec<u32> = p.log[start..]
-        .iter()
-        .filter(|s| s.from_a)
-        .map(|s| s.psn() - p.log[start].psn())
-        .collect();
-    assert_eq!(
-        psns,
-        [0, 1, 2, 3, 4, 5, 6, 7, 0, 5, 6, 7],
-        "the probe, then +5..+7"
-    );
-    let at: Vec<_> = p.log[start..]
-        .iter()
-        .filter(|s| s.from_a)
-        .map(|s| s.at)
-        .collect();
-    assert!(
-        at[9] - at[8] < Duration::from_micros(20),
-        "+5 goes again a round trip after the probe's answer (nothing else moved `una`), \
-         not a probe later (20 us at least)"
-    );
-    assert_eq!(c.retransmits - before, 4);
-    assert_eq!(c.packets_sent - first, 12);
+    assert_eq!(c.retransmits - before, 4, "the probe and +5..+7");
     assert_eq!(p.a.mr_bytes(&p.la)[..8192], p.b.mr_bytes(&p.rb)[..8192]);
 }
 
@@ -947,4 +962,67 @@ fn late_acks_after_a_tail_probe(late: Duration) {
     let c = p.a.qp_counters(p.qa).unwrap();
     assert_eq!(c.retransmits - before, 1, "{late:?}: the probe alone");
     assert_eq!(c.local_ack_timeout_err, 0);
+}
+
+/// A QP whose own requests are few (NCCL's receiver writing its ready-to-receive FIFO on
+/// the QP that takes the data) never loses one often enough to count as lossy by
+/// itself. Its responder taking a request out of sequence says the path loses, and its
+/// requester arms the tail probe: B's lost 64-byte WRITE goes again within a
+/// millisecond, not at the ACK timeout (67 ms).
+#[test]
+fn a_responder_that_saw_a_loss_arms_its_requesters_tail_probe() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let one_way = Duration::from_micros(1);
+    let ra =
+        p.a.reg_mr(uroce::mem::PdId(0), vec![0; 4096], all())
+            .unwrap();
+    let b_write = |p: &mut Pair, wr_id: u64| {
+        let op = SendOp::Write {
+            remote_addr: ra.addr,
+            rkey: ra.rkey,
+        };
+        let sge = Sge {
+            addr: p.recv.addr,
+            length: 64,
+            lkey: p.recv.lkey,
+        };
+        p.b.post_send(p.qb, wr(wr_id, op, sge, true)).unwrap();
+    };
+    // B's round trip measured: a clean WRITE of its own.
+    b_write(&mut p, 1);
+    exchange(&mut p, one_way);
+    assert_eq!(p.wcs_b().len(), 1);
+    // A's WRITE to B loses its first packet: B's responder takes the rest out of
+    // sequence (and NAKs); B's requester lost nothing.
+    p.post(2, write_op(&p, 0), 4096);
+    let first = drain(&mut p.a, p.now);
+    p.now += one_way;
+    for f in &first[1..] {
+        p.b.handle_frame(p.now, f).unwrap();
+    }
+    exchange(&mut p, one_way);
+    assert_eq!(p.wcs_a().len(), 1);
+    assert!(p.b.qp_counters(p.qb).unwrap().out_of_sequence > 0);
+    // B's next WRITE is lost.
+    b_write(&mut p, 3);
+    let lost = drain(&mut p.b, p.now);
+    assert_eq!(lost.len(), 1);
+    let sent = p.now;
+    let mut again = vec![];
+    while again.is_empty() {
+        p.now = p.b.poll_timeout().unwrap().max(p.now);
+        p.b.handle_timeout(p.now);
+        again = drain(&mut p.b, p.now);
+    }
+    assert!(
+        p.now - sent < Duration::from_millis(1),
+        "sent again after {:?}",
+        p.now - sent
+    );
+    p.now += one_way;
+    p.a.handle_frame(p.now, &again[0]).unwrap();
+    exchange(&mut p, one_way);
+    let wcs = p.wcs_b();
+    assert_eq!((wcs.len(), wcs[0].status), (1, WcStatus::Success));
+    assert_eq!(p.b.qp_counters(p.qb).unwrap().local_ack_timeout_err, 0);
 }

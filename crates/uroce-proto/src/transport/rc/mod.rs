@@ -174,9 +174,17 @@ impl Service for RcQp {
             return Ok(());
         }
         if !p.bth.opcode().is_rc_response() {
-            return self
+            let r = self
                 .resp
                 .on_request(&path, io, p, &mut core.counters, &mut core.rq);
+            // A path that loses the peer's requests loses this side's too: the
+            // requester arms its tail probe (a QP whose own requests are few, as NCCL's
+            // receiver writing its ready-to-receive FIFO, else meets each lost one with a
+            // whole ACK timeout).
+            if self.resp.take_saw_loss() {
+                self.req.mark_lossy(io.now);
+            }
+            return r;
         }
         // Responses are for the requester, which starts in RTS (and finishes what it
         // started in SQD).
@@ -233,8 +241,9 @@ impl Service for RcQp {
         let idle = !self.req.timer_running();
         let p = self.req.next_packet(&path, io, &mut core.counters);
         // A request packet starts the retransmission timer when none runs (the only timer
-        // it touches: the RNR wait is set by an RNR NAK, on receive).
-        core.timer_started |= idle && self.req.timer_running();
+        // it touches: the RNR wait is set by an RNR NAK, on receive), or the recovery
+        // probe when the window grew past a clean QP's bound.
+        core.timer_started |= idle && self.req.timer_running() || self.req.take_probe_started();
         p
     }
 

@@ -68,11 +68,18 @@ const MIN_PROBE_WAIT: Duration = Duration::from_micros(20);
 /// half the local ACK timeout, which stays the one that counts retries.
 const MAX_PROBES: u8 = 3;
 /// A QP arms the tail probe for this long after a loss (a sequence NAK, a missing READ
-/// response, a timeout, a tail probe that found one; not an RNR NAK, which says the
-/// receiver had no buffer; see the module's doc). A QP on a clean path arms none: each
+/// response, a timeout, a tail probe that found one, a request its responder took out
+/// of sequence or twice; not an RNR NAK, which says the receiver had no buffer; see the
+/// module's doc). A QP on a clean path arms none: each
 /// probe is a time in the context's timer heap, and one per message would cost a clean
 /// path with 10,000 QPs taking turns 8% more instructions a message (`examples/many_qps`).
 const LOSSY_HOLD: Duration = Duration::from_secs(1);
+/// A clean QP arms the tail probe too while this many PSNs or more are in flight: a
+/// window that large lost whole (a switch queue that overflowed) or whose one sequence NAK
+/// was lost would otherwise wait out the ACK timeout, which NCCL sets to 4.3 s
+/// (`NCCL_IB_TIMEOUT` 20). One probe time per 16 packets or more costs the timer heap
+/// little; one per message of a packet, as 10,000 QPs taking turns send, cost 8%.
+const CLEAN_PROBE_PSNS: i32 = 16;
 /// One packet asking for an ACK in this many is timed for the smoothed round trip.
 const RTT_EVERY: u8 = 16;
 
@@ -173,6 +180,8 @@ pub(crate) struct Requester {
     /// moves `una` before the probe's next time (a round trip), go back to `una`
     /// ([`Requester::tail_probe_answered`]).
     confirming: bool,
+    /// See [`Requester::take_probe_started`].
+    probe_started: bool,
     /// Until when the QP counts as lossy: [`LOSSY_HOLD`] after its last loss. Only a
     /// lossy QP arms the tail probe.
     lossy_until: Option<Instant>,
@@ -384,14 +393,16 @@ impl Requester {
     }
 
     /// (Re)starts the retransmission timer from `now` while something is outstanding, and
-    /// the recovery probe too on a QP that lost something lately ([`LOSSY_HOLD`]); stops
-    /// them otherwise.
+    /// the recovery probe too on a QP that lost something lately ([`LOSSY_HOLD`]) or has
+    /// [`CLEAN_PROBE_PSNS`] or more in flight; stops them otherwise.
     fn arm(&mut self, now: Instant) {
         if self.outstanding() {
             self.timer = self.timeout.map(|t| now + t);
-            self.probe_at = match self.lossy_until {
-                Some(t) if now < t => self.probe_wait().map(|w| now + w),
-                _ => None,
+            let lossy = self.lossy_until.is_some_and(|t| now < t);
+            self.probe_at = if lossy || psn_diff(self.sent_hw, self.una) >= CLEAN_PROBE_PSNS {
+                self.probe_wait().map(|w| now + w)
+            } else {
+                None
             };
         } else {
             self.timer = None;
@@ -529,8 +540,23 @@ impl Requester {
         }
         if self.timer.is_none() {
             self.arm(io.now);
+        } else if self.probe_at.is_none()
+            && self.srtt_ns != 0
+            && psn_diff(self.sent_hw, self.una) >= CLEAN_PROBE_PSNS
+        {
+            // A clean QP's window grew past the bound: its tail probe from now on.
+            self.probe_at = self.probe_wait().map(|w| io.now + w);
+            self.probe_started = self.probe_at.is_some();
         }
         Some(pkt)
+    }
+
+    /// Whether the last packet armed the recovery probe while the retransmission timer
+    /// ran (a clean QP's window reaching [`CLEAN_PROBE_PSNS`]): its time may be earlier
+    /// than the one the QP has in the timer heap. Clears the flag.
+    #[inline]
+    pub(crate) fn take_probe_started(&mut self) -> bool {
+        std::mem::take(&mut self.probe_started)
     }
 
     /// Handles ACK, NAK, READ response and ATOMIC ACK packets.
@@ -801,12 +827,16 @@ impl Requester {
             if let Some((timed, sent)) = self.rtt_sample {
                 if psn_diff(una, timed) > 0 {
                     // RFC 6298's gain of 1/8, in whole nanoseconds (at least 1: 0 is
-                    // "none yet").
+                    // "none yet"). A sample of nothing says the clock passed in did not
+                    // move (a caller that read it once for a send and its ACK), not the
+                    // path: dropped.
                     let sample = now.saturating_duration_since(sent).as_nanos() as u64;
-                    self.srtt_ns = match self.srtt_ns {
-                        0 => sample.max(1),
-                        s => ((s * 7 + sample) / 8).max(1),
-                    };
+                    if sample > 0 {
+                        self.srtt_ns = match self.srtt_ns {
+                            0 => sample,
+                            s => ((s * 7 + sample) / 8).max(1),
+                        };
+                    }
                     self.rtt_sample = None;
                 }
             }
@@ -847,6 +877,13 @@ impl Requester {
             self.rnr_left = self.rnr_retry;
             self.arm(now);
         }
+    }
+
+    /// The path lost something the requester did not see itself (the responder of the
+    /// same QP took a request out of sequence or twice): the QP counts as lossy
+    /// ([`LOSSY_HOLD`]) and arms the tail probe from its next request on.
+    pub(crate) fn mark_lossy(&mut self, now: Instant) {
+        self.lossy_until = Some(now + LOSSY_HOLD);
     }
 
     /// Whether a response at `now` may answer the tail probe that went out at `at`: half

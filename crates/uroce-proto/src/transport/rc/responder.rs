@@ -100,6 +100,9 @@ pub(crate) struct Responder {
     pub(crate) pkey: u16,
     access: Access,
     nak_seq_sent: bool,
+    /// A request came out of sequence or twice since the last [`Responder::take_saw_loss`]:
+    /// the path between the peers loses (or the peer resent).
+    saw_loss: bool,
     min_rnr_timer: u8,
     max_dest_rd_atomic: u32,
     qpn: u32,
@@ -173,6 +176,12 @@ impl Responder {
         self.out.push_back(r);
     }
 
+    /// Whether a request came out of sequence or twice since the last call; clears it.
+    #[inline]
+    pub(crate) fn take_saw_loss(&mut self) -> bool {
+        std::mem::take(&mut self.saw_loss)
+    }
+
     /// A request ahead of the expected PSN: counted, and NAKed PSN Sequence Error once per
     /// sequence error (§9.7.5.2.2), with the expected PSN.
     fn out_of_sequence(&mut self, c: &mut QpCounters) {
@@ -210,10 +219,12 @@ impl Responder {
         let psn = p.bth.psn();
         let d = psn_diff(psn, self.epsn);
         if d > 0 {
+            self.saw_loss = true;
             self.out_of_sequence(c);
             return Ok(());
         }
         if d < 0 {
+            self.saw_loss = true;
             c.duplicate_request += 1;
             self.duplicate(path, io.mem, p);
             return Ok(());
