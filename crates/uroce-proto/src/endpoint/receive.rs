@@ -225,10 +225,12 @@ impl Context {
         // requester, whose timers are the only ones a packet moves (RC's retransmission
         // timer and RNR wait; UC and UD have none): a request leaves the QP's time where
         // it was, and does not ask for it (with 10,000 QPs that is a cache line of the
-        // responder's QP not read). A request that takes the QP to ERR stops its timers:
-        // the entry in the heap then fires, finds nothing due and goes.
+        // responder's QP not read), unless it armed the requester's tail probe (a request
+        // out of sequence: the path loses, `QpCore::timer_started`). A request that takes
+        // the QP to ERR stops its timers: the entry in the heap then fires, finds nothing
+        // due and goes.
         self.sched.wake(qpn, qp);
-        if p.bth.opcode().is_rc_response() {
+        if p.bth.opcode().is_rc_response() || qp.take_timer_started() {
             self.sched.rearm(qpn, qp);
         }
         let due = qp.events_due()

@@ -181,8 +181,8 @@ impl Service for RcQp {
             // requester arms its tail probe (a QP whose own requests are few, as NCCL's
             // receiver writing its ready-to-receive FIFO, else meets each lost one with a
             // whole ACK timeout).
-            if self.resp.take_saw_loss() {
-                self.req.mark_lossy(io.now);
+            if self.resp.take_saw_loss() && self.req.mark_lossy(io.now) {
+                core.timer_started = true;
             }
             return r;
         }
@@ -241,8 +241,8 @@ impl Service for RcQp {
         let idle = !self.req.timer_running();
         let p = self.req.next_packet(&path, io, &mut core.counters);
         // A request packet starts the retransmission timer when none runs (the only timer
-        // it touches: the RNR wait is set by an RNR NAK, on receive), or the recovery
-        // probe when the window grew past a clean QP's bound.
+        // it touches: the RNR wait is set by an RNR NAK, on receive), or, with no ACK
+        // timer (`timeout` 0), the recovery probe.
         core.timer_started |= idle && self.req.timer_running() || self.req.take_probe_started();
         p
     }

@@ -5,8 +5,8 @@
 //! Loss recovery has two clocks. The local ACK timeout (IBTA §9.7.6.1.3, the QP's
 //! `timeout`) is the one the spec counts: it spends the retry count and ends in
 //! RETRY_EXC_ERR. A second, shorter one runs beside it while anything is outstanding,
-//! inside a loss episode or on a QP that lost something lately ([`LOSSY_HOLD`]): the
-//! recovery probe. When no response has moved `una` for [`PROBE_RTTS`] smoothed round
+//! inside a loss episode or on a QP that lost something lately ([`LOSSY_HOLD`]: the
+//! QP's requester or its responder saw it): the recovery probe. When no response has moved `una` for [`PROBE_RTTS`] smoothed round
 //! trips, the requester goes back to `una` as the timeout would, without spending a
 //! retry:
 //!
@@ -70,16 +70,12 @@ const MAX_PROBES: u8 = 3;
 /// A QP arms the tail probe for this long after a loss (a sequence NAK, a missing READ
 /// response, a timeout, a tail probe that found one, a request its responder took out
 /// of sequence or twice; not an RNR NAK, which says the receiver had no buffer; see the
-/// module's doc). A QP on a clean path arms none: each
-/// probe is a time in the context's timer heap, and one per message would cost a clean
-/// path with 10,000 QPs taking turns 8% more instructions a message (`examples/many_qps`).
+/// module's doc). A QP on a clean path arms none. Each probe is a time in the context's
+/// timer heap, and one per message cost a clean path with 10,000 QPs taking turns 8%
+/// more instructions a message (`examples/many_qps`). And a receiver that stalls (a
+/// shared 2-core machine, `uroce demo` on loopback) made a clean QP with a window in
+/// flight probe spuriously: a clean path resends nothing.
 const LOSSY_HOLD: Duration = Duration::from_secs(1);
-/// A clean QP arms the tail probe too while this many PSNs or more are in flight: a
-/// window that large lost whole (a switch queue that overflowed) or whose one sequence NAK
-/// was lost would otherwise wait out the ACK timeout, which NCCL sets to 4.3 s
-/// (`NCCL_IB_TIMEOUT` 20). One probe time per 16 packets or more costs the timer heap
-/// little; one per message of a packet, as 10,000 QPs taking turns send, cost 8%.
-const CLEAN_PROBE_PSNS: i32 = 16;
 /// One packet asking for an ACK in this many is timed for the smoothed round trip.
 const RTT_EVERY: u8 = 16;
 
@@ -169,7 +165,8 @@ pub(crate) struct Requester {
     /// Packets asking for an ACK still to go before the next one is timed.
     rtt_skip: u8,
     /// When the recovery probe goes back to `una` if no response moved it (see the
-    /// module's doc): inside a loss episode, or outside one on a lossy QP.
+    /// module's doc): inside a loss episode, or outside one on a lossy QP; or, while
+    /// `confirming`, when it goes back.
     probe_at: Option<Instant>,
     /// Probes in a row without progress.
     probe_backoff: u8,
@@ -393,16 +390,14 @@ impl Requester {
     }
 
     /// (Re)starts the retransmission timer from `now` while something is outstanding, and
-    /// the recovery probe too on a QP that lost something lately ([`LOSSY_HOLD`]) or has
-    /// [`CLEAN_PROBE_PSNS`] or more in flight; stops them otherwise.
+    /// the recovery probe too on a QP that lost something lately ([`LOSSY_HOLD`]); stops
+    /// them otherwise.
     fn arm(&mut self, now: Instant) {
         if self.outstanding() {
             self.timer = self.timeout.map(|t| now + t);
-            let lossy = self.lossy_until.is_some_and(|t| now < t);
-            self.probe_at = if lossy || psn_diff(self.sent_hw, self.una) >= CLEAN_PROBE_PSNS {
-                self.probe_wait().map(|w| now + w)
-            } else {
-                None
+            self.probe_at = match self.lossy_until {
+                Some(t) if now < t => self.probe_wait().map(|w| now + w),
+                _ => None,
             };
         } else {
             self.timer = None;
@@ -540,20 +535,17 @@ impl Requester {
         }
         if self.timer.is_none() {
             self.arm(io.now);
-        } else if self.probe_at.is_none()
-            && self.srtt_ns != 0
-            && psn_diff(self.sent_hw, self.una) >= CLEAN_PROBE_PSNS
-        {
-            // A clean QP's window grew past the bound: its tail probe from now on.
-            self.probe_at = self.probe_wait().map(|w| io.now + w);
-            self.probe_started = self.probe_at.is_some();
+            if self.timeout.is_none() {
+                // No ACK timer (`timeout` 0): nothing else tells the heap of the probe.
+                self.probe_started = self.probe_at.is_some();
+            }
         }
         Some(pkt)
     }
 
-    /// Whether the last packet armed the recovery probe while the retransmission timer
-    /// ran (a clean QP's window reaching [`CLEAN_PROBE_PSNS`]): its time may be earlier
-    /// than the one the QP has in the timer heap. Clears the flag.
+    /// Whether the last packet armed the recovery probe without starting the
+    /// retransmission timer (a QP with no ACK timer, `timeout` 0): its time may be
+    /// earlier than the one the QP has in the timer heap. Clears the flag.
     #[inline]
     pub(crate) fn take_probe_started(&mut self) -> bool {
         std::mem::take(&mut self.probe_started)
@@ -589,7 +581,11 @@ impl Requester {
                     Syndrome::Ack { .. } => {
                         let una = self.una;
                         self.acked_through(psn, io.now);
-                        if self.una == una && self.recover.is_none() && self.probe_at.is_some() {
+                        if self.una == una
+                            && self.recover.is_none()
+                            && self.probe_at.is_some()
+                            && !self.confirming
+                        {
                             // An ACK that moves nothing answers a duplicate: the path is
                             // alive and draining copies sent before, so the tail probe
                             // waits on (it would resend into that queue).
@@ -850,7 +846,7 @@ impl Requester {
                     self.rnr_left = self.rnr_retry;
                     self.arm(now);
                     if self.confirming {
-                        self.probe_at = Some(now + Duration::from_nanos(self.srtt_ns));
+                        self.probe_at = Some(now + self.confirm_wait());
                     }
                     return;
                 }
@@ -881,9 +877,25 @@ impl Requester {
 
     /// The path lost something the requester did not see itself (the responder of the
     /// same QP took a request out of sequence or twice): the QP counts as lossy
-    /// ([`LOSSY_HOLD`]) and arms the tail probe from its next request on.
-    pub(crate) fn mark_lossy(&mut self, now: Instant) {
+    /// ([`LOSSY_HOLD`]), and arms the tail probe now if something is outstanding without
+    /// one (its own last request may be lost in the same burst). Whether it armed one:
+    /// its time may be earlier than the QP's in the timer heap.
+    pub(crate) fn mark_lossy(&mut self, now: Instant) -> bool {
         self.lossy_until = Some(now + LOSSY_HOLD);
+        if self.probe_at.is_some() || self.recover.is_some() || !self.outstanding() {
+            return false;
+        }
+        self.probe_at = self.probe_wait().map(|w| now + w);
+        self.probe_at.is_some()
+    }
+
+    /// How long after a tail probe's answer that stops short of what was sent the
+    /// requester waits for another response before it goes back: two smoothed round
+    /// trips, at least [`MIN_PROBE_WAIT`] (scheduling noise; and a responder ACKs every
+    /// 32 packets, which a receiver draining after a stall may take longer than a round
+    /// trip to reach).
+    fn confirm_wait(&self) -> Duration {
+        Duration::from_nanos(self.srtt_ns.saturating_mul(2)).max(MIN_PROBE_WAIT)
     }
 
     /// Whether a response at `now` may answer the tail probe that went out at `at`: half
@@ -897,12 +909,15 @@ impl Requester {
     /// answer (`answered`: [`Requester::probe_answered`]), the path lost something (the
     /// QP stays lossy), and if `una` is short of what was sent, the responder did not
     /// hold `una` and did not take what followed it (out of sequence, or lost), unless
-    /// the response was a late ACK of the first copies from a receiver that stalled. So
-    /// the requester waits a round trip (`confirming`): another response moving `una`
-    /// says the first copies are arriving after all; none says they were lost, and it
-    /// goes back to `una` and cuts the window as for a sequence NAK. A response sooner
-    /// than half a round trip after the probe answers an earlier packet (a late ACK: the
-    /// probe was spurious): nothing is resent, on after the furthest PSN sent.
+    /// the response was a late ACK of the first copies from a receiver that stalled. A
+    /// response sooner than half a round trip after the probe answers an earlier packet
+    /// (a late ACK: the probe was spurious), and says nothing of what follows it. Either
+    /// way the requester resends nothing and waits a little ([`Requester::confirm_wait`],
+    /// `confirming`): another response moving `una` says the first copies are arriving
+    /// after all; none says they were lost, and it goes back to `una` and cuts the window
+    /// as for a sequence NAK. (A smoothed round trip measured while a queue stood makes a
+    /// probe that crossed the idle path look early: without the wait, each probe
+    /// recovered one PSN.)
     ///
     /// The test is only as good as the smoothed round trip. One that grew past what was
     /// measured (a receiver that stalls, a queue that built up) makes a lossy QP's tail
@@ -911,13 +926,11 @@ impl Requester {
     /// rule asks; keeping it let the samples of ACKs that cover lost ones run the figure
     /// up: the README's heavy sim took 250 s, not 40), so clean ACKs must do it.
     fn tail_probe_answered(&mut self, answered: bool, now: Instant) {
-        if !answered {
-            self.tx_psn = self.sent_hw;
-            return;
+        if answered {
+            self.lossy_until = Some(now + LOSSY_HOLD);
         }
-        self.lossy_until = Some(now + LOSSY_HOLD);
+        self.tx_psn = self.sent_hw;
         if self.una == self.sent_hw {
-            self.tx_psn = self.sent_hw;
             return;
         }
         // A READ's responses to the probe (it asked again from `una`) come one by one:
@@ -925,7 +938,6 @@ impl Requester {
         let reading = self
             .started_holding(self.una)
             .is_some_and(|i| self.sq[i].wr.op.is_read_or_atomic());
-        self.tx_psn = self.sent_hw;
         self.confirming = !reading;
     }
 

@@ -219,7 +219,9 @@ impl Responder {
         let psn = p.bth.psn();
         let d = psn_diff(psn, self.epsn);
         if d > 0 {
-            self.saw_loss = true;
+            // A new sequence error; not the packets behind an RNR NAK, which wait for
+            // the requester's resend by design.
+            self.saw_loss |= !self.nak_seq_sent;
             self.out_of_sequence(c);
             return Ok(());
         }
