@@ -676,18 +676,24 @@ fn lossy_pair() -> Pair {
     let one_way = Duration::from_micros(1);
     p.post(1, write_op(&p, 0), 1024);
     exchange(&mut p, one_way);
-    p.post(2, write_op(&p, 0), 4096);
-    let first = drain(&mut p.a, p.now);
-    p.now += one_way;
-    for f in &first[1..] {
-        p.b.handle_frame(p.now, f).unwrap();
-    }
-    exchange(&mut p, one_way);
+    write_losing_its_first_packet(&mut p, 2, one_way);
     let wcs = p.wcs_a();
     let status: Vec<_> = wcs.iter().map(|w| w.status).collect();
     assert_eq!(status, [WcStatus::Success; 2]);
     assert_eq!(p.a.qp_counters(p.qa).unwrap().packet_seq_err, 1);
     p
+}
+
+/// A's 4 KiB WRITE (four packets) whose first packet is lost: B takes the rest out of
+/// sequence and NAKs, and the pair runs to the end, each frame taking `one_way`.
+fn write_losing_its_first_packet(p: &mut Pair, wr_id: u64, one_way: Duration) {
+    p.post(wr_id, write_op(p, 0), 4096);
+    let first = drain(&mut p.a, p.now);
+    p.now += one_way;
+    for f in &first[1..] {
+        p.b.handle_frame(p.now, f).unwrap();
+    }
+    exchange(p, one_way);
 }
 
 /// A READ request lost with nothing sent behind it raises no sequence NAK. On a QP that
@@ -900,13 +906,7 @@ fn late_acks_after_a_tail_probe(late: Duration) {
         assert_eq!(p.wcs_a().len(), 1);
     }
     // Then a loss (the first packet of a WRITE; a sequence NAK): the QP is lossy.
-    p.post(1, write_op(&p, 0), 4096);
-    let first = drain(&mut p.a, p.now);
-    p.now += Duration::from_micros(50);
-    for f in &first[1..] {
-        p.b.handle_frame(p.now, f).unwrap();
-    }
-    exchange(&mut p, Duration::from_micros(50));
+    write_losing_its_first_packet(&mut p, 1, Duration::from_micros(50));
     assert_eq!(p.wcs_a().len(), 1);
     assert_eq!(p.a.qp_counters(p.qa).unwrap().packet_seq_err, 1);
     let before = p.a.qp_counters(p.qa).unwrap().retransmits;
@@ -992,13 +992,7 @@ fn a_responder_that_saw_a_loss_arms_its_requesters_tail_probe() {
     assert_eq!(p.wcs_b().len(), 1);
     // A's WRITE to B loses its first packet: B's responder takes the rest out of
     // sequence (and NAKs); B's requester lost nothing.
-    p.post(2, write_op(&p, 0), 4096);
-    let first = drain(&mut p.a, p.now);
-    p.now += one_way;
-    for f in &first[1..] {
-        p.b.handle_frame(p.now, f).unwrap();
-    }
-    exchange(&mut p, one_way);
+    write_losing_its_first_packet(&mut p, 2, one_way);
     assert_eq!(p.wcs_a().len(), 1);
     assert!(p.b.qp_counters(p.qb).unwrap().out_of_sequence > 0);
     // B's next WRITE is lost.
