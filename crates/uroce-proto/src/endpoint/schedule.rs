@@ -8,8 +8,8 @@
 //!   and, when it sent, puts it back: at the head while it may have more and its run is
 //!   under [`QUANTUM`] bytes and [`RUN_PACKETS`] packets, else at the tail
 //!   ([`Schedule::requeue`]). That is the round robin between busy QPs that walking
-//!   every QP in turn gave, a run at a time, with idle QPs never visited. Being ready wrongly costs one question
-//!   answered "nothing".
+//!   every QP in turn gave, a run at a time, with idle QPs never visited. Being ready
+//!   wrongly costs one question answered "nothing".
 //! - the **timers**: a binary heap of (due time, QPN), one valid entry per QP whose
 //!   transport (retransmission, RNR wait) or reaction point (rate increase, the release
 //!   of a packet the pacer held back) has a time. An entry is pushed when a QP's next

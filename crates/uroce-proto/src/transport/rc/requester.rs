@@ -6,9 +6,9 @@
 //! `timeout`) is the one the spec counts: it spends the retry count and ends in
 //! RETRY_EXC_ERR. A second, shorter one runs beside it while anything is outstanding,
 //! inside a loss episode or on a QP that lost something lately ([`LOSSY_HOLD`]: the
-//! QP's requester or its responder saw it): the recovery probe. When no response has moved `una` for [`PROBE_RTTS`] smoothed round
-//! trips, the requester goes back to `una` as the timeout would, without spending a
-//! retry:
+//! QP's requester or its responder saw it): the recovery probe. When no response has
+//! moved `una` for [`PROBE_RTTS`] smoothed round trips, the requester goes back to
+//! `una` as the timeout would, without spending a retry:
 //!
 //! - inside a loss episode (after a sequence NAK or a timeout, until `una` passes what
 //!   had been sent when it began) it resends from there on. A window of a few PSNs at
@@ -22,13 +22,12 @@
 //!   NAK the network delivered after a later ACK (the requester drops it as stale); each
 //!   cost a whole timeout (`uroce sim --loss 0.01`: 7 to 11 timeouts, half the run's
 //!   time). The answer says which it was ([`Requester::tail_probe_answered`]): an ACK
-//!   of everything (only an ACK was lost: one duplicate spent), an ACK short of what was
-//!   sent (the responder lacked the PSN after it: go-back-N from there and a cut as for
-//!   a NAK, unless another response moves `una` within a round trip, as the late ACKs of
-//!   a receiver that stalled do), a sequence NAK, or an ACK sooner than half a round trip
-//!   (a late answer to an earlier packet: the probe was spurious, nothing else is
-//!   resent). An ACK that
-//!   moves nothing (the answer to a duplicate: the path is alive, draining copies sent
+//!   of everything (only an ACK was lost: one duplicate spent), a sequence NAK, or an
+//!   ACK short of what was sent (the responder lacked the PSN after it; or, sooner than
+//!   half a round trip after the probe, a late answer to an earlier packet): go-back-N
+//!   from there and a cut as for a NAK, unless another response moves `una` within the
+//!   confirming wait, as the late ACKs of a receiver that stalled do. An ACK that moves
+//!   nothing (the answer to a duplicate: the path is alive, draining copies sent
 //!   before) puts the tail probe off.
 //!
 //! Resending early is safe: the responder takes a duplicate as §9.7.5.2.2 asks (re-ACKs
@@ -174,7 +173,7 @@ pub(crate) struct Requester {
     /// until a response moves `una`, or a NAK or the timeout goes back.
     probing_tail: Option<Instant>,
     /// The tail probe's answer stopped short of what was sent: unless another response
-    /// moves `una` before the probe's next time (a round trip), go back to `una`
+    /// moves `una` before `probe_at` ([`Requester::confirm_wait`]), go back to `una`
     /// ([`Requester::tail_probe_answered`]).
     confirming: bool,
     /// See [`Requester::take_probe_started`].
@@ -839,39 +838,36 @@ impl Requester {
             self.una = una;
             self.probe_backoff = 0;
             self.confirming = false;
-            if let Some(answered) = probe {
-                if implied_nak.is_none() {
+            match probe {
+                Some(answered) if implied_nak.is_none() => {
                     self.tail_probe_answered(answered, now);
-                    self.retry_left = self.retry_cnt;
-                    self.rnr_left = self.rnr_retry;
-                    self.arm(now);
-                    if self.confirming {
-                        self.probe_at = Some(now + self.confirm_wait());
-                    }
-                    return;
                 }
-            }
-            // An ACK past what the go-back-N has sent again means the first sends are
-            // getting through after all (the timeout was spurious: a slow or starved
-            // receiver, not a loss). Sending the rest of them again would only pile
-            // duplicates on a receiver that is behind; go on after the furthest PSN
-            // sent instead. A packet that was truly lost there shows as a sequence NAK
-            // or another timeout. Except where the ACK also says a READ's or an
-            // atomic's responses were lost (an implied NAK at `una`, its first missing
-            // response, which the cursor behind it did not move back to): that request
-            // is asked for again first.
-            if psn_diff(una, self.tx_psn) > 0 {
-                self.tx_psn = match implied_nak {
-                    Some(at) => {
-                        self.rerequested = Some(at);
-                        at
-                    }
-                    None => self.sent_hw,
-                };
+                // An ACK past what the go-back-N has sent again means the first sends
+                // are getting through after all (the timeout was spurious: a slow or
+                // starved receiver, not a loss). Sending the rest of them again would
+                // only pile duplicates on a receiver that is behind; go on after the
+                // furthest PSN sent instead. A packet that was truly lost there shows as
+                // a sequence NAK or another timeout. Except where the ACK also says a
+                // READ's or an atomic's responses were lost (an implied NAK at `una`,
+                // its first missing response, which the cursor behind it did not move
+                // back to): that request is asked for again first.
+                _ if psn_diff(una, self.tx_psn) > 0 => {
+                    self.tx_psn = match implied_nak {
+                        Some(at) => {
+                            self.rerequested = Some(at);
+                            at
+                        }
+                        None => self.sent_hw,
+                    };
+                }
+                _ => {}
             }
             self.retry_left = self.retry_cnt;
             self.rnr_left = self.rnr_retry;
             self.arm(now);
+            if self.confirming {
+                self.probe_at = Some(now + self.confirm_wait());
+            }
         }
     }
 
@@ -1071,11 +1067,8 @@ impl Requester {
                     return self.fail_at(una, WcStatus::RetryExcErr, io);
                 }
                 self.spend_retry();
-                self.on_loss(self.una, io.now, true);
-                self.tx_psn = self.una;
+                self.rewind(self.una, io.now, true);
                 self.rerequested = None;
-                self.probing_tail = None;
-                self.confirming = false;
                 self.arm(io.now);
             }
         }
@@ -1086,10 +1079,9 @@ impl Requester {
             if io.now >= t {
                 self.probe_at = None;
                 if std::mem::take(&mut self.confirming) && self.outstanding() {
-                    // Nothing moved `una` for a round trip after the tail probe's answer:
-                    // what followed it was lost (see `tail_probe_answered`).
-                    self.on_loss(self.una, io.now, true);
-                    self.tx_psn = self.una;
+                    // Nothing moved `una` for the confirming wait after the tail probe's
+                    // answer: what followed it was lost (see `tail_probe_answered`).
+                    self.rewind(self.una, io.now, true);
                     self.rerequested = None;
                     self.arm_probe(io.now);
                 } else if self.outstanding() && self.rnr_until.is_none() {
