@@ -383,11 +383,12 @@ pub fn run(cfg: &DemoConfig) -> anyhow::Result<DemoReport> {
     report.lines.extend(client.lines);
     let server = server_result?;
     report.lines.push(format!(
-        "RC recovery: client {} retransmits, {} sequence NAKs, {} RNR NAKs and {} ACK timeouts; server {} out-of-sequence and {} duplicate requests; frames dropped by the kernel for want of receive buffers: client {}, server {}",
+        "RC recovery: client {} retransmits, {} sequence NAKs, {} RNR NAKs, {} ACK timeouts and {} tail probes; server {} out-of-sequence and {} duplicate requests; frames dropped by the kernel for want of receive buffers: client {}, server {}",
         client.rc.retransmits,
         client.rc.packet_seq_err,
         client.rc.rnr_nak_received,
         client.rc.local_ack_timeout_err,
+        client.rc.tail_probes,
         server.rc.out_of_sequence,
         server.rc.duplicate_request,
         client.overruns,

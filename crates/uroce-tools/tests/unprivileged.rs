@@ -45,13 +45,15 @@ fn demo_unprivileged(rcvbuf: Option<u32>) -> String {
     text
 }
 
-/// The RC recovery line: client retransmits, sequence NAKs and ACK timeouts, server
+/// The RC recovery line: client retransmits, sequence NAKs, ACK timeouts and tail
+/// probes, server
 /// out-of-sequence requests, and the frames each kernel dropped.
 #[derive(Debug, PartialEq, Eq)]
 struct Recovery {
     retransmits: u64,
     seq_naks: u64,
     ack_timeouts: u64,
+    tail_probes: u64,
     out_of_sequence: u64,
     dropped: (u64, u64),
 }
@@ -81,15 +83,17 @@ fn rc_recovery(text: &str) -> Recovery {
         retransmits: number_before(" retransmits"),
         seq_naks: number_before(" sequence NAKs"),
         ack_timeouts: number_before(" ACK timeouts"),
+        tail_probes: number_before(" tail probes"),
         out_of_sequence: number_before(" out-of-sequence"),
         dropped: (after("receive buffers: client "), after(", server ")),
     }
 }
 
 /// Nothing was lost: no frame dropped by a kernel, nothing out of sequence, no sequence
-/// NAK, and no retransmission but after an ACK timeout (a machine so loaded that neither
-/// end ran for the 16 ms of the demo's timeout: not a loss; the test runs on a shared
-/// 2-core machine).
+/// NAK, and no retransmission but after a tail probe or an ACK timeout (a machine so
+/// loaded that the receiver did not run for the 8.4 ms of a clean QP's recovery probe,
+/// or the 16.8 ms of the demo's timeout: not a loss; the test runs on a shared 2-core
+/// machine).
 fn assert_nothing_lost(text: &str) {
     let r = rc_recovery(text);
     assert_eq!(
@@ -97,7 +101,10 @@ fn assert_nothing_lost(text: &str) {
         ((0, 0), 0, 0),
         "{r:?}\n{text}"
     );
-    assert!(r.retransmits == 0 || r.ack_timeouts > 0, "{r:?}\n{text}");
+    assert!(
+        r.retransmits == 0 || r.ack_timeouts + r.tail_probes > 0,
+        "{r:?}\n{text}"
+    );
 }
 
 /// With the receive buffer this machine grants an unprivileged process, then with that

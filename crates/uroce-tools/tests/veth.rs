@@ -84,13 +84,14 @@ fn af_xdp_on_both_ends() {
         "out of sequence with nothing dropped: {:#?}",
         r.lines
     );
-    if r.client_rc.local_ack_timeout_err > 0 {
-        // The receiving thread was starved past the ACK timeout (16.8 ms): the requester
-        // then went back N behind a full window, which a starved receiver's buffers do
-        // not hold. That is not a clean path; say so rather than judge it as one.
+    if r.client_rc.local_ack_timeout_err + r.client_rc.tail_probes > 0 {
+        // The receiving thread was starved past the clean QP's recovery probe (8.4 ms)
+        // or the ACK timeout (16.8 ms): the requester then probed, and may have gone
+        // back N behind a full window, which a starved receiver's buffers do not hold.
+        // That is not a clean path; say so rather than judge it as one.
         eprintln!(
-            "NOTE: {} ACK timeouts, the machine starved the receiver; the loss-free checks are skipped: {:#?}",
-            r.client_rc.local_ack_timeout_err, r.lines
+            "NOTE: {} tail probes and {} ACK timeouts, the machine starved the receiver; the loss-free checks are skipped: {:#?}",
+            r.client_rc.tail_probes, r.client_rc.local_ack_timeout_err, r.lines
         );
         return;
     }
@@ -607,7 +608,7 @@ fn gso_segments_on_the_wire_carry_good_icrcs() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["retransmits"].as_u64(), Some(0), "{v}");
+    assert_no_resend(&v, "GSO");
     let frames = cap.stop().unwrap();
     let (mut roce, mut numbered, mut full) = (0, 0, 0);
     for f in &frames {
@@ -1005,6 +1006,21 @@ fn perf_fits_its_path_mtu_to_a_1500_byte_link() {
         assert!(out.status.success(), "{mode:?}: {stderr}");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert!(v["iterations"].as_u64().unwrap() > 0, "{mode:?}: {v}");
-        assert_eq!(v["retransmits"].as_u64(), Some(0), "{mode:?}: {v}");
+        assert_no_resend(&v, &format!("{mode:?}"));
     }
+}
+
+/// `uroce perf --json` resent nothing, as on a clean path it must; unless the receiver
+/// stalled past the clean QP's recovery probe (8.4 ms at perf's `timeout` 12) on a
+/// loaded machine, which then sent a tail probe (and went back N if its answer said the
+/// rest had not arrived yet): not a loss, said rather than judged.
+fn assert_no_resend(v: &serde_json::Value, what: &str) {
+    let probes = v["tail_probes"]
+        .as_u64()
+        .expect("perf reports its tail probes");
+    if probes > 0 {
+        eprintln!("NOTE: {what}: {probes} tail probes, the machine stalled the receiver: {v}");
+        return;
+    }
+    assert_eq!(v["retransmits"].as_u64(), Some(0), "{what}: {v}");
 }

@@ -146,11 +146,15 @@ fn a_due_retransmission_fires_among_10000_idle_qps() {
         a.c.poll_frame(t0, &mut buf).is_none(),
         "one packet, no other QP sends"
     );
-    let due = t0 + ack_timeout(RtsAttr::default().timeout).unwrap();
+    // A clean QP's recovery probe comes first: an eighth of its ACK timeout (67 ms),
+    // but at least 10 ms.
+    let t = ack_timeout(RtsAttr::default().timeout).unwrap();
+    assert!(t / 8 < Duration::from_millis(10));
+    let due = t0 + Duration::from_millis(10);
     assert_eq!(
         a.c.poll_timeout(),
         Some(due),
-        "the busy QP's retransmission timer"
+        "the busy QP's recovery probe"
     );
 
     let early = due - Duration::from_nanos(1);
@@ -165,7 +169,11 @@ fn a_due_retransmission_fires_among_10000_idle_qps() {
         "resent"
     );
     assert!(a.c.poll_frame(due, &mut buf).is_none());
-    assert_eq!(a.c.qp_counters(q).unwrap().local_ack_timeout_err, 1);
+    let c = a.c.qp_counters(q).unwrap();
+    assert_eq!(
+        (c.retransmits, c.tail_probes, c.local_ack_timeout_err),
+        (1, 1, 0)
+    );
     let others: u64 =
         a.c.qpns()
             .filter_map(|n| a.c.qp_counters(n))

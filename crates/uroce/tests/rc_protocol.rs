@@ -8,7 +8,9 @@ use std::time::Duration;
 use common::*;
 use uroce::mem::Access;
 use uroce::transport::psn_add;
-use uroce::verbs::{rnr_timer_us, QpState, RtsAttr, SendOp, SendWr, Sge, WcOpcode, WcStatus};
+use uroce::verbs::{
+    ack_timeout, rnr_timer_us, QpState, RtsAttr, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+};
 use uroce::wire::{self, NakCode, Opcode, Syndrome};
 
 #[test]
@@ -227,14 +229,20 @@ fn retries_exhausted_then_error_state_and_flush() {
     );
     assert_eq!(p.a.qp_state(p.qa), Some(QpState::Err));
     assert_eq!(p.a.qp_counters(p.qa).unwrap().local_ack_timeout_err, 3);
-    // Three rounds of the two WRITEs and the SEND: the first try, then two retries.
+    // The first PSN goes on the first try, then alone in a tail probe at half the
+    // timeout (a clean QP's probe waits an eighth of it, at least 10 ms, at most half),
+    // then with the rest at each of the two retries, 4.096 us * 2^timeout apart, and at
+    // the recovery probe half a timeout after each (a loss episode's, which resends
+    // from there on), until three probes went without progress.
     let first: Vec<_> = p.log.iter().filter(|s| s.psn() == A_PSN).collect();
-    assert_eq!(first.len(), 3);
-    let gap = first[1].at - first[0].at;
-    assert!(
-        gap >= Duration::from_nanos(4096 << 8),
-        "retransmit after 4.096 us * 2^timeout, was {gap:?}"
-    );
+    let at: Vec<Duration> = first.iter().map(|s| s.at - first[0].at).collect();
+    let t = ack_timeout(8).unwrap();
+    assert_eq!(t, Duration::from_nanos(4096 << 8));
+    assert_eq!(at, [0, 1, 2, 3, 4, 5].map(|k| t * k / 2));
+    let before_retry = p.log.iter().filter(|s| s.from_a && s.at < first[2].at);
+    assert_eq!(before_retry.count(), 3 + 1, "three packets, then one probe");
+    let c = p.a.qp_counters(p.qa).unwrap();
+    assert_eq!(c.tail_probes, 1);
     assert_eq!(&p.b.mr_bytes(&p.rb)[..100], &before[..]);
     // A post to the QP in ERR is taken and completes with WR_FLUSH_ERR, as ibverbs
     // (rdma_rxe's rxe_post_send refuses only a state before RTS); nothing is sent.
@@ -448,7 +456,8 @@ fn acks_after_a_spurious_timeout_resume_a_partly_sent_message() {
     // B took everything; its ACKs are late.
     let acks = drain(&mut p.b, p.now);
     assert!(!acks.is_empty());
-    p.now = p.a.poll_timeout().expect("the ACK timer runs");
+    // The ACK timeout (the clean QP's recovery probe, earlier, is not run here).
+    p.now += ack_timeout(RtsAttr::default().timeout).unwrap();
     p.a.handle_timeout(p.now);
     let resent = drain(&mut p.a, p.now);
     let psns: Vec<u32> = resent
@@ -712,22 +721,50 @@ fn a_lost_read_request_is_probed_on_a_lossy_qp() {
     assert_eq!(c.local_ack_timeout_err, 0, "no timeout");
 }
 
+/// NCCL's ACK timeout (`timeout` 20: 4.3 s).
+fn nccl_timeout() -> RtsAttr {
+    RtsAttr {
+        timeout: 20,
+        ..RtsAttr::default()
+    }
+}
+
 /// The same READ request lost on a QP that never lost anything (its round trip measured
-/// by a clean WRITE) waits for the ACK timeout: a clean QP with less than 16 PSNs in
-/// flight arms no probe (each would be a time in the timer heap).
+/// by a clean WRITE) is asked for again after an eighth of the ACK timeout (537 ms of
+/// NCCL's 4.3 s), not the whole of it: a clean QP's probe waits long enough that a
+/// receiver that stalls for less sees no spurious resend. No retry is spent.
 #[test]
-fn a_lost_read_request_on_a_clean_qp_waits_for_the_timeout() {
-    let mut p = Pair::new(RtsAttr::default(), all());
+fn a_lost_read_request_on_a_clean_qp_is_probed_at_an_eighth_of_the_timeout() {
+    let mut p = Pair::new(nccl_timeout(), all());
     p.post(1, write_op(&p, 0), 1024);
     exchange(&mut p, Duration::from_micros(1));
     assert_eq!(p.wcs_a().len(), 1);
     let read = lost_read_request(&mut p);
+    let eighth = ack_timeout(20).unwrap() / 8;
     assert!(
-        read >= Duration::from_millis(60),
+        read >= eighth && read < eighth + Duration::from_millis(1),
         "asked again after {read:?}"
     );
     let c = p.a.qp_counters(p.qa).unwrap();
-    assert_eq!(c.local_ack_timeout_err, 1);
+    assert_eq!(
+        (c.retransmits, c.tail_probes, c.local_ack_timeout_err),
+        (1, 1, 0)
+    );
+}
+
+/// And on a QP that has no round trip measured yet (its first request lost), the same:
+/// before, no probe ran without one, and the first request of a connection waited for
+/// the whole timeout.
+#[test]
+fn a_lost_first_request_is_probed_at_an_eighth_of_the_timeout() {
+    let mut p = Pair::new(nccl_timeout(), all());
+    let read = lost_read_request(&mut p);
+    let eighth = ack_timeout(20).unwrap() / 8;
+    assert!(
+        read >= eighth && read < eighth + Duration::from_millis(1),
+        "asked again after {read:?}"
+    );
+    assert_eq!(p.a.qp_counters(p.qa).unwrap().local_ack_timeout_err, 0);
 }
 
 /// Posts a 2 KiB READ whose first request is lost, runs the pair to the end, checks the

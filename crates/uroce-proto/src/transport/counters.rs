@@ -11,6 +11,10 @@ pub struct QpCounters {
     pub retransmits: u64,
     /// Local ACK timeouts that led to a retransmission.
     pub local_ack_timeout_err: u64,
+    /// Tail probes: the packet at the oldest unacknowledged PSN sent again alone, asking
+    /// for an ACK, after no response moved it for the recovery probe's wait outside a
+    /// loss episode (counted in `retransmits` too).
+    pub tail_probes: u64,
     /// PSN sequence error NAKs received.
     pub packet_seq_err: u64,
     /// RNR NAKs received.
@@ -56,6 +60,7 @@ impl QpCounters {
             ("packets_sent", self.packets_sent),
             ("retransmits", self.retransmits),
             ("local_ack_timeout_err", self.local_ack_timeout_err),
+            ("tail_probes", self.tail_probes),
             ("packet_seq_err", self.packet_seq_err),
             ("rnr_nak_received", self.rnr_nak_received),
             ("rnr_nak_retry_err", self.rnr_nak_retry_err),

@@ -123,6 +123,10 @@ pub struct PerfResult {
     /// Retransmitted packets.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retransmits: Option<u64>,
+    /// Of those, tail probes: one packet sent again after the QP heard nothing for the
+    /// recovery probe's wait (a lost tail, or a receiver that stalled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tail_probes: Option<u64>,
     /// Raw mode: frames the client sent and the server received.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frames_sent: Option<u64>,
@@ -418,6 +422,12 @@ pub fn client(
             qps.iter()
                 .filter_map(|&q| s.ep.ctx.qp_counters(q))
                 .map(|c| c.retransmits)
+                .sum(),
+        ),
+        tail_probes: Some(
+            qps.iter()
+                .filter_map(|&q| s.ep.ctx.qp_counters(q))
+                .map(|c| c.tail_probes)
                 .sum(),
         ),
         ..PerfResult::measured(&op, size, done, secs, datapath)

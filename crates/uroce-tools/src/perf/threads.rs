@@ -312,11 +312,13 @@ pub(super) fn client(
     let secs = meter.secs();
     let mut sent = 0;
     let mut resent = 0;
+    let mut probes = 0;
     for (w, qpn, _) in workers {
         let (ep, _) = w.shutdown();
         if let Some(c) = ep.ctx.qp_counters(qpn) {
             sent += c.packets_sent;
             resent += c.retransmits;
+            probes += c.tail_probes;
         }
     }
     if let Some(f) = failure {
@@ -326,6 +328,7 @@ pub(super) fn client(
     Ok(PerfResult {
         packets_sent: Some(sent),
         retransmits: Some(resent),
+        tail_probes: Some(probes),
         ..PerfResult::measured(&op, size, done, secs, datapath)
     })
 }

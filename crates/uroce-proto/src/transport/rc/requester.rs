@@ -4,11 +4,14 @@
 //!
 //! Loss recovery has two clocks. The local ACK timeout (IBTA §9.7.6.1.3, the QP's
 //! `timeout`) is the one the spec counts: it spends the retry count and ends in
-//! RETRY_EXC_ERR. A second, shorter one runs beside it while anything is outstanding,
-//! inside a loss episode or on a QP that lost something lately ([`LOSSY_HOLD`]: the
-//! QP's requester or its responder saw it): the recovery probe. When no response has
-//! moved `una` for [`PROBE_RTTS`] smoothed round trips, the requester goes back to
-//! `una` as the timeout would, without spending a retry:
+//! RETRY_EXC_ERR. A second, shorter one runs beside it while anything is outstanding:
+//! the recovery probe. When no response has moved `una` for a while, the requester goes
+//! back to `una` as the timeout would, without spending a retry. How long it waits
+//! ([`Requester::probe_wait`]): inside a loss episode or on a QP that lost something
+//! lately ([`LOSSY_HOLD`]: the QP's requester or its responder saw it), [`PROBE_RTTS`]
+//! smoothed round trips; on a clean QP, or before a round trip was measured, an eighth
+//! of the ACK timeout and at least 10 ms ([`CLEAN_PROBE_SHARE`]; as a NIC's adaptive
+//! retransmission starts below the timeout it was given):
 //!
 //! - inside a loss episode (after a sequence NAK or a timeout, until `una` passes what
 //!   had been sent when it began) it resends from there on. A window of a few PSNs at
@@ -66,15 +69,25 @@ const MIN_PROBE_WAIT: Duration = Duration::from_micros(20);
 /// gone costs a few go-back-Ns more, not one per round trip). The wait never exceeds
 /// half the local ACK timeout, which stays the one that counts retries.
 const MAX_PROBES: u8 = 3;
-/// A QP arms the tail probe for this long after a loss (a sequence NAK, a missing READ
+/// A QP counts as lossy for this long after a loss (a sequence NAK, a missing READ
 /// response, a timeout, a tail probe that found one, a request its responder took out
 /// of sequence or twice; not an RNR NAK, which says the receiver had no buffer; see the
-/// module's doc). A QP on a clean path arms none. Each probe is a time in the context's
-/// timer heap, and one per message cost a clean path with 10,000 QPs taking turns 8%
-/// more instructions a message (`examples/many_qps`). And a receiver that stalls (a
-/// shared 2-core machine, `uroce demo` on loopback) made a clean QP with a window in
-/// flight probe spuriously: a clean path resends nothing.
+/// module's doc), and its recovery probe waits a few round trips. A clean QP's waits
+/// [`CLEAN_PROBE_SHARE`] of the ACK timeout: a receiver that stalls (a shared 2-core
+/// machine, `uroce demo` on loopback) made a clean QP probing after a few round trips
+/// resend spuriously, and each such probe was a time in the context's timer heap that
+/// came due while the message was still in flight (one per message cost a clean path
+/// with 10,000 QPs taking turns 8% more instructions a message, `examples/many_qps`).
 const LOSSY_HOLD: Duration = Duration::from_secs(1);
+/// A clean QP's recovery probe waits this share of the local ACK timeout (an eighth:
+/// 537 ms at NCCL's `timeout` 20), at least [`CLEAN_PROBE_MIN_WAIT`], then twice that,
+/// and so on up to [`MAX_PROBES`] (never more than half the timeout): a lost tail or a
+/// lost sequence NAK on a QP that never lost anything before costs that much, not the
+/// whole timeout.
+const CLEAN_PROBE_SHARE: u32 = 8;
+/// ... and never less than this, as RFC 8985 floors its probe timeout: a receiver that
+/// stalls for less (a process descheduled on a loaded host) sees no spurious resend.
+const CLEAN_PROBE_MIN_WAIT: Duration = Duration::from_millis(10);
 /// One packet asking for an ACK in this many is timed for the smoothed round trip.
 const RTT_EVERY: u8 = 16;
 
@@ -360,17 +373,22 @@ impl Requester {
         }
     }
 
-    /// How long the recovery probe waits: none before a round trip was measured, nor
-    /// after [`MAX_PROBES`] in a row without progress.
-    fn probe_wait(&self) -> Option<Duration> {
+    /// How long the recovery probe waits from `now` (see the module's doc): inside a
+    /// loss episode or on a QP that lost something lately, [`PROBE_RTTS`] smoothed round
+    /// trips (at least [`MIN_PROBE_WAIT`]); on a clean QP, or before a round trip was
+    /// measured, [`CLEAN_PROBE_SHARE`] of the ACK timeout, at least
+    /// [`CLEAN_PROBE_MIN_WAIT`] (none without a timeout, `timeout` 0). Twice as long for each probe in a row without progress, never more than half
+    /// the ACK timeout, and none after [`MAX_PROBES`].
+    fn probe_wait(&self, now: Instant) -> Option<Duration> {
         if self.probe_backoff >= MAX_PROBES {
             return None;
         }
-        if self.srtt_ns == 0 {
-            return None;
-        }
-        let w = Duration::from_nanos(self.srtt_ns * u64::from(PROBE_RTTS)).max(MIN_PROBE_WAIT)
-            * (1u32 << self.probe_backoff);
+        let lossy = self.recover.is_some() || self.lossy_until.is_some_and(|t| now < t);
+        let w = if lossy && self.srtt_ns != 0 {
+            Duration::from_nanos(self.srtt_ns * u64::from(PROBE_RTTS)).max(MIN_PROBE_WAIT)
+        } else {
+            (self.timeout? / CLEAN_PROBE_SHARE).max(CLEAN_PROBE_MIN_WAIT)
+        } * (1u32 << self.probe_backoff);
         Some(self.timeout.map_or(w, |t| w.min(t / 2)))
     }
 
@@ -378,7 +396,7 @@ impl Requester {
     /// otherwise.
     fn arm_probe(&mut self, now: Instant) {
         self.probe_at = if self.outstanding() {
-            self.probe_wait().map(|w| now + w)
+            self.probe_wait(now).map(|w| now + w)
         } else {
             None
         };
@@ -388,16 +406,12 @@ impl Requester {
         psn_diff(self.next_psn, self.una) > 0
     }
 
-    /// (Re)starts the retransmission timer from `now` while something is outstanding, and
-    /// the recovery probe too on a QP that lost something lately ([`LOSSY_HOLD`]); stops
-    /// them otherwise.
+    /// (Re)starts the retransmission timer and the recovery probe from `now` while
+    /// something is outstanding; stops them otherwise.
     fn arm(&mut self, now: Instant) {
         if self.outstanding() {
             self.timer = self.timeout.map(|t| now + t);
-            self.probe_at = match self.lossy_until {
-                Some(t) if now < t => self.probe_wait().map(|w| now + w),
-                _ => None,
-            };
+            self.probe_at = self.probe_wait(now).map(|w| now + w);
         } else {
             self.timer = None;
             self.probe_at = None;
@@ -873,16 +887,22 @@ impl Requester {
 
     /// The path lost something the requester did not see itself (the responder of the
     /// same QP took a request out of sequence or twice): the QP counts as lossy
-    /// ([`LOSSY_HOLD`]), and arms the tail probe now if something is outstanding without
-    /// one (its own last request may be lost in the same burst). Whether it armed one:
-    /// its time may be earlier than the QP's in the timer heap.
+    /// ([`LOSSY_HOLD`]), and brings its probe forward to a lossy QP's wait if something
+    /// is outstanding (its own last request may be lost in the same burst). Whether it
+    /// did: its time may be earlier than the QP's in the timer heap.
     pub(crate) fn mark_lossy(&mut self, now: Instant) -> bool {
         self.lossy_until = Some(now + LOSSY_HOLD);
-        if self.probe_at.is_some() || self.recover.is_some() || !self.outstanding() {
+        if self.recover.is_some() || self.confirming || !self.outstanding() {
             return false;
         }
-        self.probe_at = self.probe_wait().map(|w| now + w);
-        self.probe_at.is_some()
+        let Some(at) = self.probe_wait(now).map(|w| now + w) else {
+            return false;
+        };
+        if self.probe_at.is_some_and(|p| p <= at) {
+            return false;
+        }
+        self.probe_at = Some(at);
+        true
     }
 
     /// How long after a tail probe's answer that stops short of what was sent the
@@ -1089,6 +1109,7 @@ impl Requester {
                     self.rerequested = None;
                     self.rtt_sample = None;
                     self.probing_tail = self.recover.is_none().then_some(io.now);
+                    c.tail_probes += u64::from(self.probing_tail.is_some());
                     self.probe_backoff = self.probe_backoff.saturating_add(1);
                     self.arm_probe(io.now);
                 }
