@@ -88,6 +88,12 @@ const CLEAN_PROBE_SHARE: u32 = 8;
 /// ... and never less than this, as RFC 8985 floors its probe timeout: a receiver that
 /// stalls for less (a process descheduled on a loaded host) sees no spurious resend.
 const CLEAN_PROBE_MIN_WAIT: Duration = Duration::from_millis(10);
+/// A clean QP's first recovery probe wait for an ACK timeout of `t`: [`CLEAN_PROBE_SHARE`]
+/// of it, at least [`CLEAN_PROBE_MIN_WAIT`], at most half of it.
+fn clean_probe_wait(t: Duration) -> Duration {
+    (t / CLEAN_PROBE_SHARE).max(CLEAN_PROBE_MIN_WAIT).min(t / 2)
+}
+
 /// One packet asking for an ACK in this many is timed for the smoothed round trip.
 const RTT_EVERY: u8 = 16;
 
@@ -259,7 +265,7 @@ impl Requester {
         self.sent_hw = psn;
         self.inflight_limit = self.cap();
         self.max_rd_atomic = u32::from(a.max_rd_atomic.max(1));
-        self.timeout = ack_timeout(a.timeout);
+        self.set_timeout(a.timeout);
         self.retry_cnt = a.retry_cnt.min(7);
         self.retry_left = self.retry_cnt;
         self.rnr_retry = a.rnr_retry.min(7);
@@ -384,11 +390,15 @@ impl Requester {
             return None;
         }
         let lossy = self.recover.is_some() || self.lossy_until.is_some_and(|t| now < t);
-        let w = if lossy && self.srtt_ns != 0 {
-            Duration::from_nanos(self.srtt_ns * u64::from(PROBE_RTTS)).max(MIN_PROBE_WAIT)
-        } else {
-            (self.timeout? / CLEAN_PROBE_SHARE).max(CLEAN_PROBE_MIN_WAIT)
-        } * (1u32 << self.probe_backoff);
+        if !lossy || self.srtt_ns == 0 {
+            let t = self.timeout?;
+            return Some(match self.probe_backoff {
+                0 => clean_probe_wait(t),
+                b => (clean_probe_wait(t) * (1u32 << b)).min(t / 2),
+            });
+        }
+        let w = Duration::from_nanos(self.srtt_ns * u64::from(PROBE_RTTS)).max(MIN_PROBE_WAIT)
+            * (1u32 << self.probe_backoff);
         Some(self.timeout.map_or(w, |t| w.min(t / 2)))
     }
 
