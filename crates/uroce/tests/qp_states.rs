@@ -667,7 +667,11 @@ fn sqd_to_sqd_timeout_changes_the_retransmission_timer() {
     p.post(2, write_op(&p, 0), 100);
     let t1 = p.now;
     assert!(p.a.poll_frame(t1, &mut buf).is_some()); // lost
-    assert_eq!(p.a.poll_timeout(), Some(t1 + t10 / 2), "4.2 ms now");
+    assert_eq!(
+        p.a.poll_timeout(),
+        Some(t1 + t10 / 2),
+        "the probe at half of 4.2 ms now"
+    );
     p.now = t1 + t10;
     p.a.handle_timeout(p.now);
     let n = p.a.poll_frame(p.now, &mut buf).unwrap();

@@ -1002,10 +1002,19 @@ fn late_acks_after_a_tail_probe(late: Duration) {
 /// A QP whose own requests are few (NCCL's receiver writing its ready-to-receive FIFO on
 /// the QP that takes the data) never loses one often enough to count as lossy by
 /// itself. Its responder taking a request out of sequence says the path loses, and its
-/// requester arms the tail probe: B's lost 64-byte WRITE goes again within a
-/// millisecond, not at the ACK timeout (67 ms).
+/// requester's tail probe waits a few round trips: B's lost 64-byte WRITE goes again
+/// within a millisecond, not at a clean QP's probe wait (10 ms) or the ACK timeout
+/// (67 ms). Whether B's WRITE was lost after the responder saw the loss, or before it
+/// (its clean probe already armed, and brought forward).
 #[test]
 fn a_responder_that_saw_a_loss_arms_its_requesters_tail_probe() {
+    responder_loss_and_a_lost_write_of_its_own(false);
+    responder_loss_and_a_lost_write_of_its_own(true);
+}
+
+/// [`a_responder_that_saw_a_loss_arms_its_requesters_tail_probe`]: B's WRITE lost
+/// before A's loss reaches B's responder (`lost_first`), or after.
+fn responder_loss_and_a_lost_write_of_its_own(lost_first: bool) {
     let mut p = Pair::new(RtsAttr::default(), all());
     let one_way = Duration::from_micros(1);
     let ra =
@@ -1027,20 +1036,31 @@ fn a_responder_that_saw_a_loss_arms_its_requesters_tail_probe() {
     b_write(&mut p, 1);
     exchange(&mut p, one_way);
     assert_eq!(p.wcs_b().len(), 1);
+    let lose_b_write = |p: &mut Pair| {
+        b_write(p, 3);
+        let lost = drain(&mut p.b, p.now);
+        assert_eq!(lost.len(), 1);
+        p.now
+    };
+    let mut sent = None;
+    if lost_first {
+        let at = lose_b_write(&mut p);
+        // A clean QP's probe, 10 ms on (the context may name a stale entry of the
+        // first WRITE's a little earlier).
+        let due = p.b.poll_timeout().unwrap();
+        assert!(due > at + Duration::from_millis(9), "{:?}", due - at);
+        sent = Some(at);
+    }
     // A's WRITE to B loses its first packet: B's responder takes the rest out of
     // sequence (and NAKs); B's requester lost nothing.
     write_losing_its_first_packet(&mut p, 2, one_way);
     assert_eq!(p.wcs_a().len(), 1);
     assert!(p.b.qp_counters(p.qb).unwrap().out_of_sequence > 0);
-    // B's next WRITE is lost.
-    b_write(&mut p, 3);
-    let lost = drain(&mut p.b, p.now);
-    assert_eq!(lost.len(), 1);
-    let sent = p.now;
+    let sent = sent.unwrap_or_else(|| lose_b_write(&mut p));
     let again = sent_next(&mut p.b, &mut p.now);
     assert!(
         p.now - sent < Duration::from_millis(1),
-        "sent again after {:?}",
+        "lost first: {lost_first}; sent again after {:?}",
         p.now - sent
     );
     p.now += one_way;
@@ -1048,5 +1068,41 @@ fn a_responder_that_saw_a_loss_arms_its_requesters_tail_probe() {
     exchange(&mut p, one_way);
     let wcs = p.wcs_b();
     assert_eq!((wcs.len(), wcs[0].status), (1, WcStatus::Success));
-    assert_eq!(p.b.qp_counters(p.qb).unwrap().local_ack_timeout_err, 0);
+    let c = p.b.qp_counters(p.qb).unwrap();
+    assert_eq!((c.tail_probes, c.local_ack_timeout_err), (1, 0));
+}
+
+/// A sender that does not run for a while (a process descheduled, the rest of a
+/// message waiting to go) after everything it sent was acknowledged lost nothing: when
+/// it runs again, the recovery probe does not go off, and the rest goes out as first
+/// sends, its timers running from there.
+#[test]
+fn a_sender_that_stalls_with_nothing_in_flight_does_not_probe() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    p.a.set_inflight_budget(Some(8 * 1024)); // a window of 8 packets of 1 KiB
+    p.post(1, write_op(&p, 0), 16 * 1024);
+    let first = drain(&mut p.a, p.now);
+    assert_eq!(first.len(), 8, "a window");
+    for f in &first {
+        p.b.handle_frame(p.now, f).unwrap();
+    }
+    // B's ACK of all 8 arrives, and A does not run again for 15 ms; then its timers
+    // are looked at first.
+    for f in &drain(&mut p.b, p.now) {
+        p.a.handle_frame(p.now, f).unwrap();
+    }
+    p.now += Duration::from_millis(15);
+    p.a.handle_timeout(p.now);
+    let rest = drain(&mut p.a, p.now);
+    assert_eq!(rest.len(), 8, "the rest, at once");
+    let c = p.a.qp_counters(p.qa).unwrap();
+    assert_eq!((c.retransmits, c.tail_probes), (0, 0));
+    let due = p.a.poll_timeout().expect("the timers run");
+    assert_eq!(due, p.now + Duration::from_millis(10), "from the new sends");
+    for f in &rest {
+        p.b.handle_frame(p.now, f).unwrap();
+    }
+    exchange(&mut p, Duration::from_micros(1));
+    let wcs = p.wcs_a();
+    assert_eq!((wcs.len(), wcs[0].status), (1, WcStatus::Success));
 }

@@ -178,9 +178,10 @@ impl Service for RcQp {
                 .resp
                 .on_request(&path, io, p, &mut core.counters, &mut core.rq);
             // A path that loses the peer's requests loses this side's too: the
-            // requester arms its tail probe (a QP whose own requests are few, as NCCL's
-            // receiver writing its ready-to-receive FIFO, else meets each lost one with a
-            // whole ACK timeout).
+            // requester counts as lossy, and its tail probe waits a few round trips, not
+            // a clean QP's share of the ACK timeout (a QP whose own requests are few, as
+            // NCCL's receiver writing its ready-to-receive FIFO, else meets each lost one
+            // with that wait).
             if self.resp.take_saw_loss() && self.req.mark_lossy(io.now) {
                 core.timer_started = true;
             }

@@ -10,8 +10,10 @@
 //! ([`Requester::probe_wait`]): inside a loss episode or on a QP that lost something
 //! lately ([`LOSSY_HOLD`]: the QP's requester or its responder saw it), [`PROBE_RTTS`]
 //! smoothed round trips; on a clean QP, or before a round trip was measured, an eighth
-//! of the ACK timeout and at least 10 ms ([`CLEAN_PROBE_SHARE`]; as a NIC's adaptive
-//! retransmission starts below the timeout it was given):
+//! of the ACK timeout, at least 10 ms and at most half the timeout
+//! ([`CLEAN_PROBE_SHARE`]; as a NIC's adaptive retransmission starts below the timeout
+//! it was given). Either runs only while a packet sent is unacknowledged, from the
+//! last response that moved `una` or the first packet sent after all were answered:
 //!
 //! - inside a loss episode (after a sequence NAK or a timeout, until `una` passes what
 //!   had been sent when it began) it resends from there on. A window of a few PSNs at
@@ -85,8 +87,9 @@ const LOSSY_HOLD: Duration = Duration::from_secs(1);
 /// lost sequence NAK on a QP that never lost anything before costs that much, not the
 /// whole timeout.
 const CLEAN_PROBE_SHARE: u32 = 8;
-/// ... and never less than this, as RFC 8985 floors its probe timeout: a receiver that
-/// stalls for less (a process descheduled on a loaded host) sees no spurious resend.
+/// ... and never less than this, as TCP's loss probe draft floors its probe timeout
+/// (draft-dukkipati-tcpm-tcp-loss-probe): a receiver that stalls for less (a process
+/// descheduled on a loaded host) sees no spurious resend.
 const CLEAN_PROBE_MIN_WAIT: Duration = Duration::from_millis(10);
 /// A clean QP's first recovery probe wait for an ACK timeout of `t`: [`CLEAN_PROBE_SHARE`]
 /// of it, at least [`CLEAN_PROBE_MIN_WAIT`], at most half of it.
@@ -183,8 +186,9 @@ pub(crate) struct Requester {
     /// Packets asking for an ACK still to go before the next one is timed.
     rtt_skip: u8,
     /// When the recovery probe goes back to `una` if no response moved it (see the
-    /// module's doc): inside a loss episode, or outside one on a lossy QP; or, while
-    /// `confirming`, when it goes back.
+    /// module's doc and [`Requester::probe_wait`]): while a packet sent is unacknowledged,
+    /// on any QP with an ACK timeout (a lossy QP's after a few round trips, a clean
+    /// QP's after a share of the timeout); or, while `confirming`, when it goes back.
     probe_at: Option<Instant>,
     /// Probes in a row without progress.
     probe_backoff: u8,
@@ -197,8 +201,8 @@ pub(crate) struct Requester {
     confirming: bool,
     /// See [`Requester::take_probe_started`].
     probe_started: bool,
-    /// Until when the QP counts as lossy: [`LOSSY_HOLD`] after its last loss. Only a
-    /// lossy QP arms the tail probe.
+    /// Until when the QP counts as lossy: [`LOSSY_HOLD`] after its last loss. A lossy
+    /// QP's recovery probe waits a few round trips, a clean QP's a share of the timeout.
     lossy_until: Option<Instant>,
     qpn: u32,
     pd: PdId,
@@ -402,24 +406,28 @@ impl Requester {
         Some(self.timeout.map_or(w, |t| w.min(t / 2)))
     }
 
-    /// (Re)starts the recovery probe from `now` while something is outstanding; stops it
-    /// otherwise.
+    /// (Re)starts the recovery probe from `now` while a packet sent is unacknowledged;
+    /// stops it otherwise.
     fn arm_probe(&mut self, now: Instant) {
-        self.probe_at = if self.outstanding() {
+        self.probe_at = if self.in_flight() {
             self.probe_wait(now).map(|w| now + w)
         } else {
             None
         };
     }
 
-    fn outstanding(&self) -> bool {
-        psn_diff(self.next_psn, self.una) > 0
+    /// Whether a packet sent is unacknowledged (not only a PSN given to a message whose
+    /// packets wait to go: a sender that does not run for a while loses nothing, and
+    /// its timers start again from the next packet it sends).
+    fn in_flight(&self) -> bool {
+        psn_diff(self.sent_hw, self.una) > 0
     }
 
-    /// (Re)starts the retransmission timer and the recovery probe from `now` while
-    /// something is outstanding; stops them otherwise.
+    /// (Re)starts the retransmission timer and the recovery probe from `now` while a
+    /// packet sent is unacknowledged; stops them otherwise (the next packet sent starts
+    /// them).
     fn arm(&mut self, now: Instant) {
-        if self.outstanding() {
+        if self.in_flight() {
             self.timer = self.timeout.map(|t| now + t);
             self.probe_at = self.probe_wait(now).map(|w| now + w);
         } else {
@@ -842,7 +850,7 @@ impl Requester {
             let probe = self
                 .probing_tail
                 .take()
-                .map(|at| self.probe_answered(at, now));
+                .map(|at| (at, self.probe_answered(at, now)));
             if let Some((timed, sent)) = self.rtt_sample {
                 if psn_diff(una, timed) > 0 {
                     // RFC 6298's gain of 1/8, in whole nanoseconds (at least 1: 0 is
@@ -863,7 +871,7 @@ impl Requester {
             self.probe_backoff = 0;
             self.confirming = false;
             match probe {
-                Some(answered) if implied_nak.is_none() => {
+                Some((_, answered)) if implied_nak.is_none() => {
                     self.tail_probe_answered(answered, now);
                 }
                 // An ACK past what the go-back-N has sent again means the first sends
@@ -890,7 +898,8 @@ impl Requester {
             self.rnr_left = self.rnr_retry;
             self.arm(now);
             if self.confirming {
-                self.probe_at = Some(now + self.confirm_wait());
+                let probe_rtt = probe.map(|(at, _)| now.saturating_duration_since(at));
+                self.probe_at = Some(now + self.confirm_wait(probe_rtt));
             }
         }
     }
@@ -902,7 +911,7 @@ impl Requester {
     /// did: its time may be earlier than the QP's in the timer heap.
     pub(crate) fn mark_lossy(&mut self, now: Instant) -> bool {
         self.lossy_until = Some(now + LOSSY_HOLD);
-        if self.recover.is_some() || self.confirming || !self.outstanding() {
+        if self.recover.is_some() || self.confirming || !self.in_flight() {
             return false;
         }
         let Some(at) = self.probe_wait(now).map(|w| now + w) else {
@@ -919,9 +928,15 @@ impl Requester {
     /// requester waits for another response before it goes back: two smoothed round
     /// trips, at least [`MIN_PROBE_WAIT`] (scheduling noise; and a responder ACKs every
     /// 32 packets, which a receiver draining after a stall may take longer than a round
-    /// trip to reach).
-    fn confirm_wait(&self) -> Duration {
-        Duration::from_nanos(self.srtt_ns.saturating_mul(2)).max(MIN_PROBE_WAIT)
+    /// trip to reach). Before a round trip was measured, two of the probe's own
+    /// (`probe_rtt`, from the probe to its answer): a receiver that stalled past a clean
+    /// QP's probe wait and drains slowly is not taken for a loss after 20 us.
+    fn confirm_wait(&self, probe_rtt: Option<Duration>) -> Duration {
+        let rtt = match (self.srtt_ns, probe_rtt) {
+            (0, Some(r)) => r,
+            (s, _) => Duration::from_nanos(s),
+        };
+        rtt.saturating_mul(2).max(MIN_PROBE_WAIT)
     }
 
     /// Whether a response at `now` may answer the tail probe that went out at `at`: half
@@ -952,7 +967,11 @@ impl Requester {
     /// rule asks; keeping it let the samples of ACKs that cover lost ones run the figure
     /// up: the README's heavy sim took 250 s, not 40), so clean ACKs must do it.
     fn tail_probe_answered(&mut self, answered: bool, now: Instant) {
-        if answered {
+        // A lossy QP's probe answered stays lossy. A clean QP's does not become lossy
+        // for it: an ACK of everything may say an ACK was lost, or a receiver stalled
+        // past the probe's wait; only the go-back-N that confirms a loss (`on_loss`)
+        // makes it lossy.
+        if answered && self.lossy_until.is_some_and(|t| now < t) {
             self.lossy_until = Some(now + LOSSY_HOLD);
         }
         self.tx_psn = self.sent_hw;
@@ -1088,18 +1107,25 @@ impl Requester {
         if let Some(t) = self.timer {
             if io.now >= t {
                 self.timer = None;
-                if !self.outstanding() {
-                    return Ok(());
+                if !self.in_flight() {
+                    // Everything sent was acknowledged (`arm` stops the timers then, so
+                    // only an early caller meets this): they start again from the next
+                    // packet sent.
+                    self.probe_at = None;
+                } else {
+                    c.local_ack_timeout_err += 1;
+                    if self.retry_left == 0 {
+                        let una = self.una;
+                        return self.fail_at(una, WcStatus::RetryExcErr, io);
+                    }
+                    self.spend_retry();
+                    self.rewind(self.una, io.now, true);
+                    self.rerequested = None;
+                    // The loss episode the timeout begins has its recovery probes, however
+                    // many ran before it.
+                    self.probe_backoff = 0;
+                    self.arm(io.now);
                 }
-                c.local_ack_timeout_err += 1;
-                if self.retry_left == 0 {
-                    let una = self.una;
-                    return self.fail_at(una, WcStatus::RetryExcErr, io);
-                }
-                self.spend_retry();
-                self.rewind(self.una, io.now, true);
-                self.rerequested = None;
-                self.arm(io.now);
             }
         }
         // The recovery probe: nothing moved `una` for a while, go back to it now rather
@@ -1108,13 +1134,13 @@ impl Requester {
         if let Some(t) = self.probe_at {
             if io.now >= t {
                 self.probe_at = None;
-                if std::mem::take(&mut self.confirming) && self.outstanding() {
+                if std::mem::take(&mut self.confirming) && self.in_flight() {
                     // Nothing moved `una` for the confirming wait after the tail probe's
                     // answer: what followed it was lost (see `tail_probe_answered`).
                     self.rewind(self.una, io.now, true);
                     self.rerequested = None;
                     self.arm_probe(io.now);
-                } else if self.outstanding() && self.rnr_until.is_none() {
+                } else if self.in_flight() && self.rnr_until.is_none() {
                     self.tx_psn = self.una;
                     self.rerequested = None;
                     self.rtt_sample = None;
