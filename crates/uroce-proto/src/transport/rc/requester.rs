@@ -4,8 +4,8 @@
 //!
 //! Loss recovery has two clocks. The local ACK timeout (IBTA §9.7.6.1.3, the QP's
 //! `timeout`) is the one the spec counts: it spends the retry count and ends in
-//! RETRY_EXC_ERR. A second, shorter one runs beside it while anything is outstanding:
-//! the recovery probe. When no response has moved `una` for a while, the requester goes
+//! RETRY_EXC_ERR. A second, shorter one runs beside it while a packet sent is
+//! unacknowledged: the recovery probe. When no response has moved `una` for a while, the requester goes
 //! back to `una` as the timeout would, without spending a retry. How long it waits
 //! ([`Requester::probe_wait`]): inside a loss episode or on a QP that lost something
 //! lately ([`LOSSY_HOLD`]: the QP's requester or its responder saw it), [`PROBE_RTTS`]
@@ -67,12 +67,14 @@ const PROBE_RTTS: u32 = 4;
 /// microseconds; scheduling noise is larger).
 const MIN_PROBE_WAIT: Duration = Duration::from_micros(20);
 /// Probes in a row without progress, each waiting twice as long as the one before; then
-/// only the local ACK timeout runs until a response moves `una` again (a peer that is
-/// gone costs a few go-back-Ns more, not one per round trip). The wait never exceeds
-/// half the local ACK timeout, which stays the one that counts retries.
+/// only the local ACK timeout runs until a response moves `una` again, or until an ACK
+/// timeout begins a loss episode (then its probes start over, once: a peer that is gone
+/// costs a few go-back-Ns more, not one per round trip). The wait never exceeds half the
+/// local ACK timeout, which stays the one that counts retries.
 const MAX_PROBES: u8 = 3;
 /// A QP counts as lossy for this long after a loss (a sequence NAK, a missing READ
-/// response, a timeout, a tail probe that found one, a request its responder took out
+/// response, a timeout, a tail probe whose answer led to a go-back-N, a lossy QP's
+/// tail probe answered at all, a request its responder took out
 /// of sequence or twice; not an RNR NAK, which says the receiver had no buffer; see the
 /// module's doc), and its recovery probe waits a few round trips. A clean QP's waits
 /// [`CLEAN_PROBE_SHARE`] of the ACK timeout: a receiver that stalls (a shared 2-core
@@ -365,7 +367,7 @@ impl Requester {
     }
 
     /// Whether the retransmission timer (the local ACK timeout, IBTA §9.7.6.1.3) runs:
-    /// from a packet sent while none is outstanding.
+    /// from a packet sent while none was in flight (unacknowledged).
     #[inline]
     pub(crate) fn timer_running(&self) -> bool {
         self.timer.is_some()
@@ -906,8 +908,8 @@ impl Requester {
 
     /// The path lost something the requester did not see itself (the responder of the
     /// same QP took a request out of sequence or twice): the QP counts as lossy
-    /// ([`LOSSY_HOLD`]), and brings its probe forward to a lossy QP's wait if something
-    /// is outstanding (its own last request may be lost in the same burst). Whether it
+    /// ([`LOSSY_HOLD`]), and brings its probe forward to a lossy QP's wait if a packet
+    /// it sent is unacknowledged (its own last request may be lost in the same burst). Whether it
     /// did: its time may be earlier than the QP's in the timer heap.
     pub(crate) fn mark_lossy(&mut self, now: Instant) -> bool {
         self.lossy_until = Some(now + LOSSY_HOLD);
@@ -929,14 +931,20 @@ impl Requester {
     /// trips, at least [`MIN_PROBE_WAIT`] (scheduling noise; and a responder ACKs every
     /// 32 packets, which a receiver draining after a stall may take longer than a round
     /// trip to reach). Before a round trip was measured, two of the probe's own
-    /// (`probe_rtt`, from the probe to its answer): a receiver that stalled past a clean
-    /// QP's probe wait and drains slowly is not taken for a loss after 20 us.
+    /// (`probe_rtt`, from the probe to its answer), at least [`CLEAN_PROBE_MIN_WAIT`]: a
+    /// receiver that stalled past a clean QP's probe wait and drains slowly is not taken
+    /// for a loss after 20 us. Never more than half the ACK timeout.
     fn confirm_wait(&self, probe_rtt: Option<Duration>) -> Duration {
-        let rtt = match (self.srtt_ns, probe_rtt) {
-            (0, Some(r)) => r,
-            (s, _) => Duration::from_nanos(s),
+        let w = match (self.srtt_ns, probe_rtt) {
+            (0, r) => r
+                .unwrap_or_default()
+                .saturating_mul(2)
+                .max(CLEAN_PROBE_MIN_WAIT),
+            (s, _) => Duration::from_nanos(s)
+                .saturating_mul(2)
+                .max(MIN_PROBE_WAIT),
         };
-        rtt.saturating_mul(2).max(MIN_PROBE_WAIT)
+        self.timeout.map_or(w, |t| w.min(t / 2))
     }
 
     /// Whether a response at `now` may answer the tail probe that went out at `at`: half
@@ -947,8 +955,10 @@ impl Requester {
 
     /// A response moved `una` after a tail probe. A responder answers a duplicate with an
     /// ACK of the last PSN it took in order, so if the response may be the probe's
-    /// answer (`answered`: [`Requester::probe_answered`]), the path lost something (the
-    /// QP stays lossy), and if `una` is short of what was sent, the responder did not
+    /// answer (`answered`: [`Requester::probe_answered`]), the path lost something (a
+    /// lossy QP stays lossy; a clean one becomes lossy only if what follows shows a loss:
+    /// an ACK of everything may be a stalled receiver's), and if `una` is short of what
+    /// was sent, the responder did not
     /// hold `una` and did not take what followed it (out of sequence, or lost), unless
     /// the response was a late ACK of the first copies from a receiver that stalled. A
     /// response sooner than half a round trip after the probe answers an earlier packet
@@ -1108,9 +1118,8 @@ impl Requester {
             if io.now >= t {
                 self.timer = None;
                 if !self.in_flight() {
-                    // Everything sent was acknowledged (`arm` stops the timers then, so
-                    // only an early caller meets this): they start again from the next
-                    // packet sent.
+                    // Cannot happen: `arm` stops the timers once everything sent was
+                    // acknowledged, and the next packet sent starts them.
                     self.probe_at = None;
                 } else {
                     c.local_ack_timeout_err += 1;
@@ -1119,11 +1128,14 @@ impl Requester {
                         return self.fail_at(una, WcStatus::RetryExcErr, io);
                     }
                     self.spend_retry();
+                    // A timeout that begins a loss episode gives it its recovery probes,
+                    // however many ran before it; the next ones, against a peer that does
+                    // not answer, do not (each probe in an episode resends the window).
+                    if self.recover.is_none() {
+                        self.probe_backoff = 0;
+                    }
                     self.rewind(self.una, io.now, true);
                     self.rerequested = None;
-                    // The loss episode the timeout begins has its recovery probes, however
-                    // many ran before it.
-                    self.probe_backoff = 0;
                     self.arm(io.now);
                 }
             }
