@@ -67,10 +67,11 @@ const PROBE_RTTS: u32 = 4;
 /// microseconds; scheduling noise is larger).
 const MIN_PROBE_WAIT: Duration = Duration::from_micros(20);
 /// Probes in a row without progress, each waiting twice as long as the one before; then
-/// only the local ACK timeout runs until a response moves `una` again, or until an ACK
-/// timeout begins a loss episode (then its probes start over, once: a peer that is gone
-/// costs a few go-back-Ns more, not one per round trip). The wait never exceeds half the
-/// local ACK timeout, which stays the one that counts retries.
+/// only the local ACK timeout runs until a response moves `una` again. An ACK timeout
+/// that begins a loss episode gives it its probes again, and each later timeout of the
+/// episode one, the longest: a peer that is gone costs one go-back-N more a timeout, not
+/// one per round trip. The wait never exceeds half the local ACK timeout, which stays
+/// the one that counts retries.
 const MAX_PROBES: u8 = 3;
 /// A QP counts as lossy for this long after a loss (a sequence NAK, a missing READ
 /// response, a timeout, a tail probe whose answer led to a go-back-N, a lossy QP's
@@ -1129,11 +1130,14 @@ impl Requester {
                     }
                     self.spend_retry();
                     // A timeout that begins a loss episode gives it its recovery probes,
-                    // however many ran before it; the next ones, against a peer that does
-                    // not answer, do not (each probe in an episode resends the window).
-                    if self.recover.is_none() {
-                        self.probe_backoff = 0;
-                    }
+                    // however many ran before it; each later one in the same episode one
+                    // probe, the longest (each probe in an episode resends the window: a
+                    // peer that does not answer costs one more go-back-N a timeout).
+                    self.probe_backoff = if self.recover.is_none() {
+                        0
+                    } else {
+                        MAX_PROBES - 1
+                    };
                     self.rewind(self.una, io.now, true);
                     self.rerequested = None;
                     self.arm(io.now);
