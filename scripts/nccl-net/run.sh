@@ -11,6 +11,11 @@
 #   the first and last 8 bytes of each checked; GB/s per direction, CPU-seconds (user +
 #   system of both processes, every thread) per GB moved (both directions), the ratios
 #   uroce/TCP of each round and their medians.
+# NCCL_NET_DROP='NFT MATCH' drops the RoCE packets (UDP port 4791) that match in both
+#   namespaces' input (needs nft: apt-get install nftables), e.g. 'numgen random mod 1000 < 10'
+#   (1% each way) or 'meta length < 200 numgen random mod 1000 < 2' (0.2% of the small ones:
+#   ACKs, NAKs, NCCL's FIFO writes); the TCP runs lose nothing. NCCL_HARNESS_ARGS adds to the
+#   harness's arguments (e.g. "--inflight 1 --size 65536").
 # UROCE_BIN=path/to/uroce takes another build instead of building this checkout's (release);
 # NCCL_NET_LIB=path/to/libnccl.so.2 another library instead of fetch.sh's; extra NCCL
 # settings pass through the environment (e.g. NCCL_IB_GID_INDEX=1, NCCL_DEBUG=INFO).
@@ -49,6 +54,18 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 netns_up "$A" "$Z" "$IA" "$IZ" 10.98.0
+if [ -n "${NCCL_NET_DROP:-}" ]; then
+  if ! command -v nft >/dev/null; then
+    echo "run.sh: NCCL_NET_DROP needs nft (apt-get install nftables)" >&2
+    exit 1
+  fi
+  for ns in "$A" "$Z"; do
+    ip netns exec "$ns" nft add table inet uroce_drop
+    ip netns exec "$ns" nft add chain inet uroce_drop input '{ type filter hook input priority 0; }'
+    # shellcheck disable=SC2086
+    ip netns exec "$ns" nft add rule inet uroce_drop input udp dport 4791 $NCCL_NET_DROP counter drop
+  done
+fi
 sleep 1
 
 # pair NET(xdp|udp|tcp) COUNT CHECK: both sides, each report line on stdout (a, then b);
