@@ -389,8 +389,9 @@ impl Requester {
     /// loss episode or on a QP that lost something lately, [`PROBE_RTTS`] smoothed round
     /// trips (at least [`MIN_PROBE_WAIT`]); on a clean QP, or before a round trip was
     /// measured, [`CLEAN_PROBE_SHARE`] of the ACK timeout, at least
-    /// [`CLEAN_PROBE_MIN_WAIT`] (none without a timeout, `timeout` 0). Twice as long for each probe in a row without progress, never more than half
-    /// the ACK timeout, and none after [`MAX_PROBES`].
+    /// [`CLEAN_PROBE_MIN_WAIT`] (none without a timeout, `timeout` 0). Twice as long for
+    /// each probe in a row without progress, never more than half the ACK timeout, and
+    /// none after [`MAX_PROBES`].
     fn probe_wait(&self, now: Instant) -> Option<Duration> {
         if self.probe_backoff >= MAX_PROBES {
             return None;
@@ -909,8 +910,8 @@ impl Requester {
     /// The path lost something the requester did not see itself (the responder of the
     /// same QP took a request out of sequence or twice): the QP counts as lossy
     /// ([`LOSSY_HOLD`]), and brings its probe forward to a lossy QP's wait if a packet
-    /// it sent is unacknowledged (its own last request may be lost in the same burst). Whether it
-    /// did: its time may be earlier than the QP's in the timer heap.
+    /// it sent is unacknowledged (its own last request may be lost in the same burst).
+    /// Whether it did: its time may be earlier than the QP's in the timer heap.
     pub(crate) fn mark_lossy(&mut self, now: Instant) -> bool {
         self.lossy_until = Some(now + LOSSY_HOLD);
         if self.recover.is_some() || self.confirming || !self.in_flight() {
