@@ -5,15 +5,14 @@
 //! Loss recovery has two clocks. The local ACK timeout (IBTA §9.7.6.1.3, the QP's
 //! `timeout`) is the one the spec counts: it spends the retry count and ends in
 //! RETRY_EXC_ERR. A second, shorter one runs beside it while a packet sent is
-//! unacknowledged: the recovery probe. When no response has moved `una` for a while, the requester goes
-//! back to `una` as the timeout would, without spending a retry. How long it waits
-//! ([`Requester::probe_wait`]): inside a loss episode or on a QP that lost something
-//! lately ([`LOSSY_HOLD`]: the QP's requester or its responder saw it), [`PROBE_RTTS`]
-//! smoothed round trips; on a clean QP, or before a round trip was measured, an eighth
-//! of the ACK timeout, at least 10 ms and at most half the timeout
-//! ([`CLEAN_PROBE_SHARE`]; as a NIC's adaptive retransmission starts below the timeout
-//! it was given). Either runs only while a packet sent is unacknowledged, from the
-//! last response that moved `una` or the first packet sent after all were answered:
+//! unacknowledged (from the last response that moved `una`, or the first packet sent
+//! after all were answered): the recovery probe. When no response has moved `una` for a
+//! while, the requester goes back to `una` as the timeout would, without spending a
+//! retry. How long it waits ([`Requester::probe_wait`]): inside a loss episode or on a
+//! QP that lost something lately ([`LOSSY_HOLD`]: the QP's requester or its responder
+//! saw it), [`PROBE_RTTS`] smoothed round trips; on a clean QP, or before a round trip
+//! was measured, an eighth of the ACK timeout, at least 10 ms and at most half the
+//! timeout ([`CLEAN_PROBE_SHARE`]):
 //!
 //! - inside a loss episode (after a sequence NAK or a timeout, until `una` passes what
 //!   had been sent when it began) it resends from there on. A window of a few PSNs at
@@ -398,6 +397,9 @@ impl Requester {
         }
         let lossy = self.recover.is_some() || self.lossy_until.is_some_and(|t| now < t);
         if !lossy || self.srtt_ns == 0 {
+            // Apart, so that a clean QP's first wait (every message arms it) is one
+            // division and no doubling: 33 instructions a message in `many_qps` against
+            // one shared tail with the lossy wait's.
             let t = self.timeout?;
             return Some(match self.probe_backoff {
                 0 => clean_probe_wait(t),
@@ -1117,11 +1119,10 @@ impl Requester {
         if let Some(t) = self.timer {
             if io.now >= t {
                 self.timer = None;
-                if !self.in_flight() {
-                    // Cannot happen: `arm` stops the timers once everything sent was
-                    // acknowledged, and the next packet sent starts them.
-                    self.probe_at = None;
-                } else {
+                // Something is in flight whenever the timer runs (`arm` stops it once
+                // everything sent was acknowledged); the test keeps a caller's stale
+                // state from counting a timeout.
+                if self.in_flight() {
                     c.local_ack_timeout_err += 1;
                     if self.retry_left == 0 {
                         let una = self.una;
