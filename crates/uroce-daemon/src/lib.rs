@@ -966,6 +966,7 @@ fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client
                 datagram,
                 dst_mac,
                 len,
+                in_place: None,
             };
             let mut copy = |out: &mut [u8]| {
                 if out.len() < len {

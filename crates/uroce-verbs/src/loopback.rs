@@ -42,6 +42,10 @@ impl Loopback {
 }
 
 impl Backend for Loopback {
+    fn takes_payload_in_place(&self) -> bool {
+        self.inner.takes_payload_in_place()
+    }
+
     fn send_with(
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
@@ -53,9 +57,17 @@ impl Backend for Loopback {
         } = self;
         let mut looped = false;
         let sent = inner.send_with(&mut |buf| {
-            let t = build(buf)?;
+            let mut t = build(buf)?;
             if !local.contains(&t.datagram.dst()) {
                 return Some(t);
+            }
+            // Parked, it outlives this round: its payload comes into the buffer (the one
+            // `unsafe` of this module).
+            // SAFETY: `build` made it just now; the context was not called since.
+            #[allow(unsafe_code)]
+            let whole = unsafe { uroce::datapath::gather(&mut t, buf) };
+            if !whole {
+                return None;
             }
             queue.park(t.datagram, &buf[..t.len]);
             looped = true;

@@ -263,6 +263,7 @@ impl Honest {
                     datagram,
                     dst_mac: [0; 6],
                     len: roce.len(),
+                    in_place: None,
                 })
             };
             match self.backend.send_with(&mut build) {

@@ -25,7 +25,7 @@
 
 mod cq;
 mod mirror;
-mod prefetch;
+pub(crate) mod prefetch;
 mod qp;
 mod receive;
 mod resources;
@@ -37,7 +37,7 @@ mod transmit;
 pub use cq::{AsyncEvent, MAX_CQE};
 pub use receive::Received;
 pub use resources::MwBind;
-pub use transmit::Transmit;
+pub use transmit::{InPlace, Transmit, IN_PLACE_MIN};
 
 use std::collections::VecDeque;
 use std::net::IpAddr;

@@ -5,8 +5,9 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use super::{udp_source_port_of, Context};
+use crate::mem::Span;
 use crate::transport::{Io, OutPacket, Payload};
-use crate::wire::{self, cnp, DatagramRepr, ExtHeaders, FrameRepr, WireError};
+use crate::wire::{self, cnp, DatagramRepr, ExtHeaders, FrameRepr, TransportKind, WireError};
 
 /// One datagram to send: the RoCE part is the first `len` bytes of the buffer given to
 /// [`super::Context::poll_transmit`].
@@ -22,6 +23,49 @@ pub struct Transmit {
     pub dst_mac: [u8; 6],
     /// Bytes of the RoCE part: BTH, extension headers, payload, pad and ICRC.
     pub len: usize,
+    /// The payload left where it is, in registered memory, rather than copied into the
+    /// buffer: only from [`Context::poll_transmit_in_place`]. `None`: all `len` bytes
+    /// are in the buffer.
+    pub in_place: Option<InPlace>,
+}
+
+/// A payload a [`Transmit`] left in registered memory ([`Context::poll_transmit_in_place`]):
+/// the datagram is the buffer's first `at` bytes (BTH and extension headers), then the
+/// `len` bytes at `addr`, then the buffer's bytes from `at` on, up to the Transmit's `len`
+/// less this `len` (pad and ICRC, which covers the payload as it was read).
+///
+/// The bytes at `addr` stay valid until the context next handles a packet or a timeout,
+/// or a verb (a deregistration, a QP's change of state): only then may the request that
+/// reads them complete, or the region go. Further calls of `poll_transmit_in_place` leave
+/// them valid (an RC request completes only when acknowledged; a region being read for a
+/// READ response cannot be deregistered). So a backend sends them, or copies them into
+/// its own memory (`uroce::datapath::gather`), before its caller goes back to the context:
+/// the event loops flush after each round of sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InPlace {
+    /// Where the payload goes in the datagram: the bytes of the buffer before it.
+    pub at: usize,
+    /// The payload's address (a number: reading through it is the holder's `unsafe`).
+    pub addr: usize,
+    /// The payload's length.
+    pub len: usize,
+}
+
+/// Payloads of at least this many bytes are left in place by
+/// [`Context::poll_transmit_in_place`]: below it a copy costs less than the kernel's
+/// handling of one more piece of a gather list.
+pub const IN_PLACE_MIN: usize = 1024;
+
+/// Bytes to prefetch behind a payload of `len` read from a region: as many again (the
+/// next packet of the message) for payloads of at least [`IN_PLACE_MIN`] bytes; none
+/// for small ones, whose next packet, if any, is a cache line away.
+#[inline]
+fn ahead_of(len: usize) -> usize {
+    if len >= IN_PLACE_MIN {
+        len
+    } else {
+        0
+    }
 }
 
 impl Transmit {
@@ -48,6 +92,26 @@ impl Context {
     /// `buf` and says where it goes: CNPs first, then the QPs in turn. `buf` must hold a
     /// full packet (4096 + 128 bytes is always enough).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.poll_transmit_as(now, buf, false)
+    }
+
+    /// [`Context::poll_transmit`] for a backend that sends from a gather list: the payload
+    /// of an RC packet (a request's, a READ response's) of at least [`IN_PLACE_MIN`] bytes
+    /// from one registered range stays where it is, and the Transmit says where
+    /// ([`Transmit::in_place`]); the buffer holds the rest. Nothing copies those bytes
+    /// but the kernel, into its own buffers. The ICRC covers them as they were read then.
+    /// Only RC: a UC or UD send completes as its last packet is built, and the program may
+    /// then change or free its buffer before the datagram leaves.
+    pub fn poll_transmit_in_place(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.poll_transmit_as(now, buf, true)
+    }
+
+    fn poll_transmit_as(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        in_place: bool,
+    ) -> Option<Transmit> {
         while let Some(job) = self.cnps.pop_front() {
             let pkt = OutPacket {
                 bth: cnp::bth(job.dest_qp, job.pkey),
@@ -56,7 +120,7 @@ impl Context {
                 to: job.to,
             };
             let tos = self.cnp_dscp << 2;
-            if let Some(t) = self.emit(job.from_qpn, &pkt, tos, buf) {
+            if let Some(t) = self.emit(job.from_qpn, &pkt, tos, buf, false) {
                 return Some(t);
             }
         }
@@ -113,7 +177,7 @@ impl Context {
             }
             let Some(pkt) = pkt else { continue };
             let tos = self.cfg.tos;
-            if let Some(t) = self.emit(qpn, &pkt, tos, buf) {
+            if let Some(t) = self.emit(qpn, &pkt, tos, buf, in_place) {
                 // The QP is looked up again only when it has a rate limiter to tell.
                 if paced {
                     if let Some(qp) = self.qps.get_mut(&qpn) {
@@ -153,10 +217,18 @@ impl Context {
         Some(room - at + t.len)
     }
 
-    /// Builds the RoCE part of `pkt` from QP `qpn` into `buf`.
+    /// Builds the RoCE part of `pkt` from QP `qpn` into `buf`, its payload left in place
+    /// where `in_place` allows ([`Context::poll_transmit_in_place`]).
     /// A packet the transport produced that cannot be built (`buf` too small for it, a
     /// peer of the other IP version) is counted in `tx_dropped`; RC recovers it as a loss.
-    fn emit(&mut self, qpn: u32, pkt: &OutPacket, tos: u8, buf: &mut [u8]) -> Option<Transmit> {
+    fn emit(
+        &mut self,
+        qpn: u32,
+        pkt: &OutPacket,
+        tos: u8,
+        buf: &mut [u8],
+        in_place: bool,
+    ) -> Option<Transmit> {
         let sport = udp_source_port_of(self.cfg.udp_sport_base, qpn, self.udp_sports);
         let from = self.source_for(pkt.to.ip);
         let Some(datagram) = DatagramRepr::roce(from, pkt.to.ip, sport, tos) else {
@@ -173,9 +245,18 @@ impl Context {
         let mem = &self.mem;
         let staged = &self.gather;
         let len = pkt.payload.len();
+        if in_place && len >= IN_PLACE_MIN && pkt.bth.opcode.transport() == TransportKind::Rc {
+            if let Payload::Span(s) = pkt.payload {
+                return self.emit_in_place(datagram, repr, pkt, s, buf);
+            }
+        }
         let mut whole = true;
         let built = repr.emit_roce_with(len, buf, |dst| match pkt.payload {
-            Payload::Span(s) => whole = mem.copy_out(s, dst),
+            Payload::Span(s) => {
+                whole = mem
+                    .read_ahead(s, ahead_of(s.len))
+                    .is_some_and(|src| src.copy_to(dst))
+            }
             p => whole = p.copy_out(mem, staged, dst),
         });
         // A payload whose region went away is not sent, never sent as something else:
@@ -190,6 +271,41 @@ impl Context {
             datagram,
             dst_mac: pkt.to.mac,
             len: n,
+            in_place: None,
+        })
+    }
+
+    /// [`Context::emit`] of a packet whose payload, span `s` of a registered region,
+    /// stays where it is: headers, pad and ICRC in `buf`, the ICRC hashed over the
+    /// payload as it lies (raw loads, `SharedBytes::crc32_update`).
+    fn emit_in_place(
+        &mut self,
+        datagram: DatagramRepr,
+        repr: FrameRepr,
+        pkt: &OutPacket,
+        s: Span,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        // As in `emit`: a payload whose region went away is not sent.
+        let Some(src) = self.mem.read_ahead(s, ahead_of(s.len)) else {
+            self.counters.tx_dropped += 1;
+            return None;
+        };
+        let Ok((n, at)) = repr.emit_roce_around(s.len, buf, |state| src.crc32_update(state)) else {
+            self.counters.tx_dropped += 1;
+            return None;
+        };
+        let addr = src.addr();
+        self.counters.tx_frames += 1;
+        Some(Transmit {
+            datagram,
+            dst_mac: pkt.to.mac,
+            len: n,
+            in_place: Some(InPlace {
+                at,
+                addr,
+                len: s.len,
+            }),
         })
     }
 }

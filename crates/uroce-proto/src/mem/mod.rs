@@ -9,7 +9,8 @@
 //! checked, as [`SharedBytes`] / [`SharedBytesMut`]: raw copies and atomics, never a Rust
 //! reference, since the program may touch its memory at any time. A packet's payload
 //! moves between the wire buffer and the region once, in place, with no copy in between.
-//! `shared.rs` holds the pointer, and is the only code of `mem` with `unsafe`. Keys come from `keys.rs`: never the same twice in a context's life
+//! `shared.rs` holds the pointer, and is with `crc.rs` (a CRC over bytes read in place, for
+//! a payload sent from where it lies) the only code of `mem` with `unsafe`. Keys come from `keys.rs`: never the same twice in a context's life
 //! (a deregistered region's rkey never names another region), and not sequential (a peer
 //! that knows one rkey cannot count to the next).
 //! Memory windows (`window.rs`) are rkeys of their own over part of a region; the rkey
@@ -17,6 +18,7 @@
 
 #![deny(unsafe_code)]
 
+mod crc;
 mod keys;
 mod shared;
 
@@ -483,6 +485,16 @@ impl Memory {
                 len: len as usize,
             })
         })
+    }
+
+    /// [`Memory::read`], asking as well for the cache lines of the `ahead` bytes that
+    /// follow the span in its region (a hint: those a message's next packet reads, so
+    /// that their misses overlap this packet's work).
+    pub fn read_ahead(&self, s: Span, ahead: usize) -> Option<SharedBytes<'_>> {
+        let data = &self.by_lkey.get(&s.lkey)?.data;
+        let view = data.view(s.offset, s.len)?;
+        data.prefetch(s.offset + s.len, ahead);
+        Some(view)
     }
 
     /// Bytes of a checked span, to copy out; `None` if its region went away since the

@@ -174,6 +174,17 @@ impl Buffer {
         })
     }
 
+    /// Asks for the cache lines of `[offset, offset + len)` (as much of it as lies inside):
+    /// a hint, which reads nothing.
+    pub(crate) fn prefetch(&self, offset: usize, len: usize) {
+        let len = len.min(self.len.saturating_sub(offset));
+        if len == 0 {
+            return;
+        }
+        let p = self.ptr.as_ptr().wrapping_add(offset);
+        crate::endpoint::prefetch::lines(p, len.div_ceil(64));
+    }
+
     /// The stack's own bytes as a slice; `None` for the program's, which are never lent
     /// as a reference (the program may change them at any time).
     pub(crate) fn owned_bytes(&self) -> Option<&[u8]> {
@@ -283,6 +294,22 @@ impl<'a> SharedBytes<'a> {
             len,
             _buffer: PhantomData,
         })
+    }
+
+    /// The address of the first byte, as a number: for a sender that hands it to the
+    /// kernel in a gather list (`sendmsg` copies from it) while the region stays
+    /// registered. Reading through it is the holder's own `unsafe`.
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// The CRC-32 state after `state` (as `crc32fast::Hasher` holds it) and these
+    /// bytes, read in place with raw loads (`crc.rs`), never through a reference: to hash
+    /// a payload that is not copied anywhere before the kernel copies it.
+    pub fn crc32_update(&self, state: u32) -> u32 {
+        // SAFETY: `self.ptr` is valid for reads of `self.len` bytes while `'a` lives (see
+        // `copy_to`).
+        unsafe { super::crc::update(state, self.ptr.as_ptr(), self.len) }
     }
 
     /// Copies the bytes into `dst`, which must be as long (false, nothing copied, if it

@@ -132,6 +132,47 @@ impl FrameRepr {
         Ok(len)
     }
 
+    /// Writes the RoCE part of a packet whose payload is not in `buf`: the BTH and the
+    /// extension headers at its start, then the pad and the ICRC right behind them, no
+    /// room left between for the payload, whose `payload_len` bytes `payload` hashes into
+    /// the ICRC (from a CRC-32 state to the next; see [`super::icrc::compute_for_parts`]). Returns the length of the RoCE part with the
+    /// payload (what goes on the wire) and where the payload goes in it (after the
+    /// headers); `buf` holds that length less `payload_len`. For a sender that hands the
+    /// kernel the headers and the payload from where it lies (a gather list), never
+    /// copying the payload.
+    pub fn emit_roce_around(
+        &self,
+        payload_len: usize,
+        buf: &mut [u8],
+        payload: impl FnOnce(u32) -> u32,
+    ) -> Result<(usize, usize), WireError> {
+        self.check(payload_len)?;
+        let l = self.layout(payload_len);
+        let len = l.len - l.bth;
+        let at = l.payload - l.bth;
+        let in_buf = len - payload_len;
+        if buf.len() < in_buf {
+            return Err(WireError::BufferTooSmall {
+                need: in_buf,
+                have: buf.len(),
+            });
+        }
+        let pad = in_buf - ICRC_LEN - at;
+        self.emit_headers(pad, &mut buf[..at])?;
+        buf[at..at + pad].fill(0);
+        let (head, rest) = buf.split_at_mut(at);
+        let crc = super::icrc::compute_for_parts(
+            &self.ip,
+            &self.udp,
+            head,
+            payload_len,
+            payload,
+            &rest[..pad],
+        )?;
+        rest[pad..pad + ICRC_LEN].copy_from_slice(&crc.to_le_bytes());
+        Ok((len, at))
+    }
+
     /// BTH, extension headers, payload and pad into `roce` (sized to the RoCE part, the
     /// ICRC's 4 bytes last, left for the caller).
     fn emit_transport(
@@ -142,6 +183,16 @@ impl FrameRepr {
     ) -> Result<(), WireError> {
         let payload_at = bth::HEADER_LEN + self.ext_len();
         let pad = roce.len() - ICRC_LEN - payload_at - payload_len;
+        self.emit_headers(pad, roce)?;
+        fill(&mut roce[payload_at..payload_at + payload_len]);
+        let icrc_at = roce.len() - ICRC_LEN;
+        roce[payload_at + payload_len..icrc_at].fill(0);
+        Ok(())
+    }
+
+    /// The BTH (with `pad` as its pad count) and the extension headers its opcode has, at
+    /// the start of `roce`.
+    fn emit_headers(&self, pad: usize, roce: &mut [u8]) -> Result<(), WireError> {
         let bth = BthRepr {
             pad_count: pad as u8,
             ..self.bth
@@ -152,9 +203,6 @@ impl FrameRepr {
             self.ext.emit_one(h, &mut roce[at..])?;
             at += h.wire_len();
         }
-        fill(&mut roce[payload_at..payload_at + payload_len]);
-        let icrc_at = roce.len() - ICRC_LEN;
-        roce[payload_at + payload_len..icrc_at].fill(0);
         Ok(())
     }
 

@@ -64,6 +64,40 @@ pub fn compute_for(ip: &IpRepr, udp: &UdpRepr, transport: &[u8]) -> Result<u32, 
     ))
 }
 
+/// [`compute_for`] of a transport section given in three pieces: `head` (the BTH and
+/// the extension headers), then `payload_len` bytes that `payload` hashes (it takes the
+/// CRC-32 state so far, as `crc32fast::Hasher` holds it, and returns the state after
+/// them), then `tail` (the pad). For a payload that stays where it is, in memory the
+/// stack reads only with raw loads ([`crate::mem::SharedBytes::crc32_update`]). A
+/// `payload` that hashes other than `payload_len` bytes gives a wrong ICRC, never a fault.
+pub fn compute_for_parts(
+    ip: &IpRepr,
+    udp: &UdpRepr,
+    head: &[u8],
+    payload_len: usize,
+    payload: impl FnOnce(u32) -> u32,
+    tail: &[u8],
+) -> Result<u32, WireError> {
+    let mut s = [0xffu8; SCRATCH];
+    let udp_len = super::udp::HEADER_LEN + head.len() + payload_len + tail.len() + ICRC_LEN;
+    let ip_len = ip.emit_fields(&mut s[LRH_STANDIN..], udp_len)?;
+    udp.emit(
+        &mut s[LRH_STANDIN + ip_len..],
+        udp_len - super::udp::HEADER_LEN,
+    )?;
+    Ok(masked_hash_with(
+        &mut s,
+        ip_len,
+        super::udp::HEADER_LEN,
+        head,
+        |h| {
+            let state = payload(h.clone().finalize());
+            *h = crc32fast::Hasher::new_with_initial(state);
+            h.update(tail);
+        },
+    ))
+}
+
 /// [`compute`] for the common case, a 20-byte IPv4 header (no options), with the masks
 /// at fixed offsets: what the receive path's fast parser (`wire::fastpath`) uses. Other
 /// headers go to [`compute`].
@@ -151,6 +185,17 @@ const SHORT: usize = 256;
 /// (`udp_len` bytes after it) in `s`, appends the masked BTH and hashes everything with
 /// the rest of `transport`.
 fn masked_hash(s: &mut [u8; SCRATCH], ip_len: usize, udp_len: usize, transport: &[u8]) -> u32 {
+    masked_hash_with(s, ip_len, udp_len, transport, |_| {})
+}
+
+/// [`masked_hash`] of `transport` and then whatever `more` hashes.
+fn masked_hash_with(
+    s: &mut [u8; SCRATCH],
+    ip_len: usize,
+    udp_len: usize,
+    transport: &[u8],
+    more: impl FnOnce(&mut crc32fast::Hasher),
+) -> u32 {
     let mut n = LRH_STANDIN;
     let ip = &mut s[n..n + ip_len];
     match ip.first().map(|b| b >> 4) {
@@ -189,6 +234,7 @@ fn masked_hash(s: &mut [u8; SCRATCH], ip_len: usize, udp_len: usize, transport: 
     let mut h = hasher();
     h.update(&s[..n]);
     h.update(&transport[bth_len..]);
+    more(&mut h);
     h.finalize()
 }
 

@@ -766,6 +766,7 @@ pub fn frame_of(t: &Target, roce: &[u8]) -> Vec<u8> {
         datagram: d,
         dst_mac: t.dst_mac,
         len: roce.len(),
+        in_place: None,
     };
     let hl = tx.link_headers_len();
     let mut f = vec![0u8; hl + roce.len()];

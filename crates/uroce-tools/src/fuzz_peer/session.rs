@@ -533,6 +533,7 @@ impl Session {
                 datagram,
                 dst_mac: t.dst_mac,
                 len: n,
+                in_place: None,
             })
         };
         loop {

@@ -113,6 +113,11 @@ impl BySource {
 }
 
 impl Backend for BySource {
+    /// Where every part takes them: a datagram for another part is made whole first.
+    fn takes_payload_in_place(&self) -> bool {
+        self.backends.iter().all(|b| b.takes_payload_in_place())
+    }
+
     fn send_with(
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
@@ -125,10 +130,15 @@ impl Backend for BySource {
         let mut unknown = None;
         let (sources, moved) = (&self.sources, &mut self.moved);
         let mut route = |buf: &mut [u8]| {
-            let t = build(buf)?;
+            let mut t = build(buf)?;
             match sources.iter().position(|s| s.contains(&t.datagram.src())) {
                 Some(k) if k == here => Some(t),
                 Some(k) => {
+                    // Held, it outlives this round: its payload comes into the buffer.
+                    // SAFETY: `build` made it just now; the context was not called since.
+                    if !unsafe { super::gather(&mut t, buf) } {
+                        return None;
+                    }
                     let len = t.len.min(buf.len()).min(MAX_FRAME);
                     moved.clear();
                     moved.extend_from_slice(&buf[..len]);
@@ -320,6 +330,7 @@ mod tests {
             },
             dst_mac: [0; 6],
             len,
+            in_place: None,
         }
     }
 

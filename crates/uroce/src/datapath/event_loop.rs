@@ -100,8 +100,17 @@ impl<B: Backend> Endpoint<B> {
             notifier,
             port,
         } = self;
+        // Payloads stay in place where the backend takes them: the flush below comes
+        // before anything else touches the context.
+        let in_place = backend.takes_payload_in_place();
         loop {
-            match backend.send_with(&mut |buf| ctx.poll_transmit(now, buf)) {
+            match backend.send_with(&mut |buf| {
+                if in_place {
+                    ctx.poll_transmit_in_place(now, buf)
+                } else {
+                    ctx.poll_transmit(now, buf)
+                }
+            }) {
                 Ok(true) => {}
                 Ok(false) => break,
                 Err(_) => {

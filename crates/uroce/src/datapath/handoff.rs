@@ -144,6 +144,10 @@ impl Member {
 }
 
 impl Backend for Member {
+    fn takes_payload_in_place(&self) -> bool {
+        self.inner.takes_payload_in_place()
+    }
+
     fn send_with(
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,

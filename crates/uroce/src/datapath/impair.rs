@@ -81,6 +81,10 @@ impl<B: Backend> Impaired<B> {
 }
 
 impl<B: Backend> Backend for Impaired<B> {
+    fn takes_payload_in_place(&self) -> bool {
+        self.inner.takes_payload_in_place()
+    }
+
     fn send_with(
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,

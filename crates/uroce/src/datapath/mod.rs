@@ -107,6 +107,17 @@ pub trait Backend {
         Vec::new()
     }
 
+    /// Whether `send_with` takes datagrams whose payload stays in registered memory
+    /// ([`Transmit::in_place`], from [`crate::verbs::Context::poll_transmit_in_place`]):
+    /// the UDP backend hands the kernel a gather list, where the others need the whole
+    /// datagram in their buffer. A backend that says yes sends or copies every such
+    /// payload before its `flush` returns (see [`crate::endpoint::InPlace`] for how long the
+    /// bytes are valid); a wrapper that says yes makes a datagram whole ([`gather`])
+    /// wherever it reads the buffer or hands it on to something else.
+    fn takes_payload_in_place(&self) -> bool {
+        false
+    }
+
     /// Whether the Ethernet addresses of sent frames matter (AF_XDP: yes; the UDP
     /// backend lets the kernel build the link header).
     fn needs_link_addresses(&self) -> bool {
@@ -180,7 +191,54 @@ pub trait Backend {
     }
 }
 
+/// Makes datagram `t`, built in `buf`, whole there: a payload it left in place
+/// ([`Transmit::in_place`]) is copied in behind its headers (the pad and ICRC moved behind
+/// it) and `t` says so no more. False, nothing changed, where `buf` cannot hold it.
+///
+/// # Safety
+///
+/// The payload is still valid: the context that built `t` has not handled a packet, a
+/// timeout or a verb since ([`crate::endpoint::InPlace`]).
+pub unsafe fn gather(t: &mut Transmit, buf: &mut [u8]) -> bool {
+    let Some(p) = t.in_place else {
+        return true;
+    };
+    // SAFETY: the caller's promise, passed on.
+    let whole = unsafe { gather_bytes(p, t.len, buf) };
+    if whole {
+        t.in_place = None;
+    }
+    whole
+}
+
+/// [`gather`] of a datagram of `total` bytes whose payload `p` left in place.
+///
+/// # Safety
+///
+/// As [`gather`]'s.
+pub(crate) unsafe fn gather_bytes(
+    p: crate::endpoint::InPlace,
+    total: usize,
+    buf: &mut [u8],
+) -> bool {
+    let Some(in_buf) = total.checked_sub(p.len) else {
+        return false;
+    };
+    if buf.len() < total || p.at > in_buf {
+        return false;
+    }
+    buf.copy_within(p.at..in_buf, p.at + p.len);
+    // SAFETY: the caller's promise: `p.addr` is valid for reads of `p.len` bytes (a
+    // registered region's, read as the stack reads them, with a raw copy); `buf` is the
+    // backend's own memory, never a registered region's, so they cannot overlap.
+    unsafe { std::ptr::copy_nonoverlapping(p.addr as *const u8, buf[p.at..].as_mut_ptr(), p.len) };
+    true
+}
+
 impl<B: Backend + ?Sized> Backend for Box<B> {
+    fn takes_payload_in_place(&self) -> bool {
+        (**self).takes_payload_in_place()
+    }
     fn wait_fds(&self) -> Vec<std::os::fd::RawFd> {
         (**self).wait_fds()
     }

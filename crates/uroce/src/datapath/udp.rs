@@ -61,6 +61,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use super::{Backend, Received, Transmit, MAX_FRAME};
+use crate::endpoint::InPlace;
 use crate::wire::{self, DatagramRepr, IpRepr};
 
 /// RoCEv2 over UDP sockets bound to one local address (IPv4 or IPv6).
@@ -295,6 +296,16 @@ struct Queued {
     dest_qp: u32,
     /// The IPv4 identification the stored ICRC covers (0 as the context wrote it).
     ident: u16,
+    /// The payload the context left in registered memory ([`Transmit::in_place`]): the
+    /// slot holds the rest, and the send's gather list takes the payload from there.
+    in_place: Option<InPlace>,
+}
+
+impl Queued {
+    /// Bytes of the datagram in its slot: all of it, or all but a payload left in place.
+    fn in_slot(&self) -> usize {
+        self.len - self.in_place.map_or(0, |p| p.len)
+    }
 }
 
 /// Datagrams queued before `send_with` hands them to the kernel: enough for four GSO
@@ -678,14 +689,16 @@ impl UdpBackend {
         if !q.dst.is_ipv4() || q.ident == id {
             return true;
         }
-        if q.len < wire::ICRC_LEN {
+        let slot = q.in_slot();
+        if slot < wire::ICRC_LEN {
             return false;
         }
         let Some(d) = ident_delta(&mut self.bases, q.len - wire::ICRC_LEN, q.ident, id) else {
             return false;
         };
-        let at = q.start + q.len - wire::ICRC_LEN;
-        let icrc = wire::icrc::stored(&self.txbuf[q.start..q.start + q.len]).unwrap_or(0) ^ d;
+        // The ICRC is the last of the slot's bytes, whether or not the payload is there.
+        let at = q.start + slot - wire::ICRC_LEN;
+        let icrc = wire::icrc::stored(&self.txbuf[q.start..q.start + slot]).unwrap_or(0) ^ d;
         let mut b = [0u8; 4];
         wire::icrc::store(icrc, &mut b);
         self.txbuf[at..at + 4].copy_from_slice(&b);
@@ -735,6 +748,7 @@ impl UdpBackend {
                     None => {
                         self.tx_next = i;
                         self.tx_blocked += 1;
+                        self.gather_queued();
                         return Ok(());
                     }
                 }
@@ -745,16 +759,36 @@ impl UdpBackend {
         Ok(())
     }
 
+    /// Copies into their slots the payloads that datagrams the kernel had no room for
+    /// left in place: they wait in the backend's own memory, since bytes in place are
+    /// valid only until the caller goes back to its context ([`InPlace`]).
+    fn gather_queued(&mut self) {
+        for i in self.tx_next..self.txq.len() {
+            let q = self.txq[i];
+            let Some(p) = q.in_place else { continue };
+            let slot = &mut self.txbuf[q.start..q.start + MAX_FRAME];
+            // SAFETY: this runs inside `send_with` or `flush`, whose caller built these
+            // datagrams since it last went back to its context (the contract of
+            // `takes_payload_in_place`), so the payloads are still valid.
+            let whole = unsafe { super::gather_bytes(p, q.len, slot) };
+            debug_assert!(whole, "a queued datagram fits its slot");
+            self.txq[i].in_place = None;
+        }
+    }
+
     /// One `sendmmsg` of queued datagrams `from..end` (one source port): returns how many
     /// datagrams it dealt with (sent or counted as failed), `None` when the kernel had no
     /// room for the first (they stay queued).
     fn send_some(&mut self, fd: i32, from: usize, end: usize) -> Option<usize> {
         let v4 = self.local.is_ipv4();
         let mut names = [zeroed_sockaddr(); TX_BATCH];
+        // Up to three pieces a datagram: its slot's bytes, or the headers, the payload
+        // left in place and the pad and ICRC.
         let mut iovs = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
-        }; TX_BATCH];
+        }; 3 * TX_BATCH];
+        let mut piece = 0;
         // SAFETY: mmsghdr is plain data; all-zero is valid.
         let mut msgs: [libc::mmsghdr; TX_BATCH] = unsafe { std::mem::zeroed() };
         let mut ctrl = [[0u64; 6]; TX_BATCH];
@@ -782,17 +816,34 @@ impl UdpBackend {
             let n = n_ok;
             let q = self.txq[at];
             let m = nmsg;
+            let first = piece;
             for k in 0..n {
                 let d = self.txq[at + k];
-                iovs[at - from + k].iov_base = self.txbuf[d.start..].as_mut_ptr().cast();
-                iovs[at - from + k].iov_len = d.len;
+                let slot = self.txbuf[d.start..].as_mut_ptr();
+                let mut put = |base: *mut u8, len: usize| {
+                    iovs[piece] = libc::iovec {
+                        iov_base: base.cast(),
+                        iov_len: len,
+                    };
+                    piece += 1;
+                };
+                match d.in_place {
+                    None => put(slot, d.len),
+                    Some(p) => {
+                        put(slot, p.at);
+                        // The kernel reads the payload where it lies (a registered
+                        // region's bytes, valid for this call: see `gather_queued`).
+                        put(p.addr as *mut u8, p.len);
+                        put(slot.wrapping_add(p.at), d.len - p.len - p.at);
+                    }
+                }
             }
             let len = to_sockaddr(q.dst, &mut names[m]);
             let h = &mut msgs[m].msg_hdr;
             h.msg_name = (&mut names[m] as *mut libc::sockaddr_in6).cast();
             h.msg_namelen = len;
-            h.msg_iov = &mut iovs[at - from];
-            h.msg_iovlen = n;
+            h.msg_iov = &mut iovs[first];
+            h.msg_iovlen = piece - first;
             put_cmsgs(h, &mut ctrl[m], v4, q.tos, (n > 1).then_some(q.len as u16));
             counts[m] = n;
             nmsg += 1;
@@ -833,6 +884,13 @@ impl UdpBackend {
 }
 
 impl Backend for UdpBackend {
+    /// Yes: a payload left in place is one piece of the send's gather list, and what the
+    /// kernel has no room for is copied into its slot before `send_with` or `flush`
+    /// returns.
+    fn takes_payload_in_place(&self) -> bool {
+        true
+    }
+
     fn needs_link_addresses(&self) -> bool {
         false
     }
@@ -892,6 +950,7 @@ impl Backend for UdpBackend {
             tos: t.datagram.tos(),
             dest_qp: wire::bth::dest_qp_of(&self.txbuf[start..]).unwrap_or(0),
             ident: 0,
+            in_place: t.in_place,
         });
         Ok(true)
     }
@@ -1294,6 +1353,129 @@ mod tests {
             },
             dst_mac: [0; 6],
             len,
+            in_place: None,
+        }
+    }
+
+    /// The RoCE part of `repr` around `payload`, which stays where it is (as the context's
+    /// `poll_transmit_in_place` leaves a registered region's bytes), and where it goes.
+    fn transmit_in_place(repr: &FrameRepr, payload: &[u8], buf: &mut [u8]) -> Transmit {
+        let (len, at) = repr
+            .emit_roce_around(payload.len(), buf, |state| {
+                let mut h = crc32fast::Hasher::new_with_initial(state);
+                h.update(payload);
+                h.finalize()
+            })
+            .unwrap();
+        Transmit {
+            datagram: DatagramRepr {
+                ip: repr.ip,
+                udp: repr.udp,
+            },
+            dst_mac: [0; 6],
+            len,
+            in_place: Some(InPlace {
+                at,
+                addr: payload.as_ptr() as usize,
+                len: payload.len(),
+            }),
+        }
+    }
+
+    /// Receives until `n` datagrams came or 5 s passed; returns (PSN, payload) of each,
+    /// every ICRC checked against the bytes.
+    fn receive_payloads(rx: &mut UdpBackend, n: usize) -> Vec<(u32, Vec<u8>)> {
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while got.len() < n && std::time::Instant::now() < deadline {
+            rx.receive(Duration::from_millis(50), 64, &mut |r| {
+                let Received::Datagram { datagram, roce, .. } = r else {
+                    panic!("a UDP backend hands up datagrams")
+                };
+                let h = datagram.header_bytes(roce.len()).unwrap();
+                // Parsing checks the ICRC (here over the identification solved for).
+                let p = wire::parse_datagram(datagram, &h, roce).unwrap();
+                got.push((p.bth.psn(), p.payload.to_vec()));
+            })
+            .unwrap();
+        }
+        got
+    }
+
+    /// Datagrams whose payloads stay in the sender's memory go out as gather lists, GSO
+    /// runs included (the ICRC moved to each segment's identification where it lies in
+    /// the slot, behind the headers): every packet arrives whole, its ICRC right. One
+    /// shorter payload (copied, as the context copies short ones) ends a run.
+    #[test]
+    fn payloads_in_place_go_out_as_gather_lists() {
+        let (a, b) = (Ipv4Addr::new(127, 0, 81, 1), Ipv4Addr::new(127, 0, 81, 2));
+        let mut tx = UdpBackend::bind(a).unwrap();
+        let mut rx = UdpBackend::bind(b).unwrap();
+        let payloads: Vec<Vec<u8>> = (0..40u32)
+            .map(|i| (0..1024).map(|k| (k as u32 * 7 + i) as u8).collect())
+            .collect();
+        for (i, pl) in payloads.iter().enumerate() {
+            let repr = frame(a, b, 0, i as u32);
+            if i == 19 {
+                tx.send_with(&mut |buf| Some(transmit(&repr, &pl[..300], buf)))
+                    .unwrap();
+            } else {
+                tx.send_with(&mut |buf| Some(transmit_in_place(&repr, pl, buf)))
+                    .unwrap();
+            }
+        }
+        tx.flush().unwrap();
+        assert_eq!(tx.send_failures, 0);
+        let mut got = receive_payloads(&mut rx, 40);
+        got.sort_by_key(|g| g.0);
+        assert_eq!(got.len(), 40);
+        for (i, (psn, bytes)) in got.iter().enumerate() {
+            assert_eq!(*psn, i as u32);
+            let want = if i == 19 {
+                &payloads[i][..300]
+            } else {
+                &payloads[i][..]
+            };
+            assert_eq!(&bytes[..], want, "packet {i}");
+        }
+        if tx.offloads().0 && rx.offloads().1 {
+            assert!(rx.idents_recovered > 0, "no GSO segment was numbered");
+        }
+    }
+
+    /// What the kernel has no room for waits in the backend's own memory: a payload left
+    /// in place is copied into its slot before the call returns, so the datagram that
+    /// goes later carries the bytes as they were when it was built, whatever the sender's
+    /// memory holds by then.
+    #[test]
+    fn what_waits_for_room_is_copied_into_the_slot() {
+        let (a, b) = (Ipv4Addr::new(127, 0, 82, 1), Ipv4Addr::new(127, 0, 82, 2));
+        let mut tx = UdpBackend::bind(a).unwrap();
+        let mut rx = UdpBackend::bind(b).unwrap();
+        let mut memory: Vec<u8> = (0..4096).map(|k| (k % 199) as u8).collect();
+        let before = memory.clone();
+        for i in 0..4 {
+            let repr = frame(a, b, 0, i);
+            let pl = &memory[i as usize * 1024..(i as usize + 1) * 1024];
+            tx.send_with(&mut |buf| Some(transmit_in_place(&repr, pl, buf)))
+                .unwrap();
+        }
+        // As `send_queued` does when the kernel took the first and has no room for the
+        // rest: those are copied into their slots.
+        tx.tx_next = 1;
+        tx.gather_queued();
+        assert!(tx.txq[0].in_place.is_some(), "the one sent is left alone");
+        assert!(tx.txq[1..].iter().all(|q| q.in_place.is_none()));
+        // The caller's round ends; the sender's memory changes; then the rest goes.
+        memory.fill(0xaa);
+        tx.flush().unwrap();
+        let mut got = receive_payloads(&mut rx, 3);
+        got.sort_by_key(|g| g.0);
+        assert_eq!(got.len(), 3);
+        for (psn, bytes) in &got {
+            let i = *psn as usize;
+            assert!((1..4).contains(&i), "PSN {psn}");
+            assert_eq!(&bytes[..], &before[i * 1024..(i + 1) * 1024], "packet {i}");
         }
     }
 
@@ -1461,6 +1643,7 @@ mod tests {
             tos: 0,
             dest_qp: qp,
             ident: 0,
+            in_place: None,
         }
     }
 

@@ -402,7 +402,13 @@ impl DaemonBackend {
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
     ) -> io::Result<bool> {
         self.outbox.write(&self.region, &mut |body| {
-            let t = build(body)?;
+            let mut t = build(body)?;
+            // The ring carries whole datagrams. (`takes_payload_in_place` says no
+            // without the fast path; this is for a caller that asked before it changed.)
+            // SAFETY: `build` made it just now; the context was not called since.
+            if !unsafe { crate::datapath::gather(&mut t, body) } {
+                return None;
+            }
             let header = SlotHeader::Datagram {
                 datagram: t.datagram,
                 dst_mac: t.dst_mac,
@@ -488,6 +494,13 @@ impl Drop for DaemonBackend {
 }
 
 impl Backend for DaemonBackend {
+    /// With the fast path, which sends from the process's own UDP socket.
+    fn takes_payload_in_place(&self) -> bool {
+        self.fast
+            .as_ref()
+            .is_some_and(|f| f.sends && f.udp.takes_payload_in_place())
+    }
+
     fn send_with(
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
@@ -508,10 +521,15 @@ impl Backend for DaemonBackend {
         let mut held = None;
         let moved = &mut f.moved;
         let queued = f.udp.send_with(&mut |buf| {
-            let t = build(buf)?;
-            if takes_fast_path(&t, &buf[..t.len], addr) {
+            let mut t = build(buf)?;
+            if takes_fast_path(&t, buf, addr) {
                 Some(t)
             } else {
+                // Held for the rings, it outlives this round: made whole first.
+                // SAFETY: `build` made it just now; the context was not called since.
+                if !unsafe { crate::datapath::gather(&mut t, buf) } {
+                    return None;
+                }
                 moved.clear();
                 moved.extend_from_slice(&buf[..t.len.min(MAX_FRAME)]);
                 held = Some(t);
@@ -556,14 +574,19 @@ impl Backend for DaemonBackend {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        if self.fast.as_ref().is_some_and(|f| f.held.is_some()) {
-            self.send_held()?;
-        }
+        let held = if self.fast.as_ref().is_some_and(|f| f.held.is_some()) {
+            self.send_held().map(|_| ())
+        } else {
+            Ok(())
+        };
         self.outbox.flush(&self.region);
-        match self.fast.as_mut() {
+        // The socket's queue is flushed whatever the rings said: a payload left in place
+        // must be sent or copied before this returns (`takes_payload_in_place`).
+        let udp = match self.fast.as_mut() {
             Some(f) => f.udp.flush(),
             None => Ok(()),
-        }
+        };
+        held.and(udp)
     }
 
     fn receive(
