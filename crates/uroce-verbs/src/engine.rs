@@ -1093,16 +1093,10 @@ pub(crate) fn next_qpn_of(
     Ok(())
 }
 
-/// Hands every sendable packet to the backend, then to the kernel: payloads left in
-/// place where the backend takes them (`Backend::takes_payload_in_place`), which the
-/// flush before anything else touches the context allows.
+/// Hands every sendable packet to the backend, then to the kernel (payloads left where
+/// they lie where the backend takes them: `uroce::datapath::transmit`).
 pub(crate) fn transmit(uroce: &mut uroce::verbs::Context, backend: &mut dyn Backend, now: Instant) {
-    if backend.takes_payload_in_place() {
-        while let Ok(true) = backend.send_with(&mut |buf| uroce.poll_transmit_in_place(now, buf)) {}
-    } else {
-        while let Ok(true) = backend.send_with(&mut |buf| uroce.poll_transmit(now, buf)) {}
-    }
-    let _ = backend.flush();
+    uroce::datapath::transmit(uroce, backend, now);
 }
 
 /// The errno of a datapath's failure to open: the OS error where there is one, else one

@@ -564,13 +564,14 @@ fn move_in_place(
 ) -> Vec<(Opcode, Option<usize>)> {
     let mut buf = vec![0u8; 5000];
     let mut seen = vec![];
-    while let Some(mut t) = from.poll_transmit_in_place(now, &mut buf) {
+    // SAFETY: each datagram is made whole below before `from` is called again.
+    while let Some(mut t) = unsafe { from.poll_transmit_in_place(now, &mut buf) } {
         if let Some(p) = t.in_place {
             // The buffer holds the headers, then the pad (under 4 bytes) and the ICRC.
-            let pad = t.len - p.len - p.at - wire::ICRC_LEN;
-            assert!(pad < 4 && (p.len + pad) % 4 == 0, "{t:?}");
+            let pad = t.len - p.len() - p.at() - wire::ICRC_LEN;
+            assert!(pad < 4 && (p.len() + pad) % 4 == 0, "{t:?}");
         }
-        let in_place = t.in_place.map(|p| p.len);
+        let in_place = t.in_place.map(|p| p.len());
         // SAFETY: `from` built it just now and has not been called since.
         assert!(unsafe { uroce::datapath::gather(&mut t, &mut buf) });
         assert_eq!(t.in_place, None);
@@ -587,58 +588,66 @@ fn move_in_place(
 }
 
 /// A payload left in place (`poll_transmit_in_place`, what the UDP backend sends from a
-/// gather list) makes the same datagram as the copy: an RC WRITE's full packets (1 KiB,
-/// at least `IN_PLACE_MIN`) and B's READ response packets carry their payload by
-/// address, the ICRC covering the bytes where they lie, and once made whole the peer
+/// gather list) makes the same datagram as the copy: an RC WRITE's packets of at least
+/// `IN_PLACE_MIN` bytes carry their payload by address, the ICRC covering the bytes where
+/// they lie (pad included, for a length not a multiple of 4), and once made whole the peer
 /// takes them (its ICRC check passes: a wrong ICRC would be dropped and counted) and the
-/// bytes land; a short last packet and a small SEND are copied as before.
+/// bytes land. A short last packet, a small SEND and B's READ responses (the responder
+/// program's bytes, which it may change while they go) are copied as before.
 #[test]
 fn payloads_left_in_place_make_the_same_datagrams() {
     let mut src = Mine::new(8192, |_| 0);
     let mut dst = Mine::new(8192, |_| 0xee);
     let mut theirs = Mine::new(8192, |i| (i % 253) as u8);
-    let mut p = Pair::new(RtsAttr::default(), all());
+    let mut p = Pair::custom(
+        RtsAttr::default(),
+        all(),
+        A_PSN,
+        InitAttr::default(),
+        4,
+        Mtu::M2048,
+    );
     let smr = src.register(&mut p.a, Access::LOCAL_WRITE);
     let dmr = dst.register(&mut p.b, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     let tmr = theirs.register(&mut p.b, Access::REMOTE_READ);
-    let data = pattern(7, 3000);
+    let data = pattern(7, 5000);
     src.write(10, &data);
-    let op = SendOp::Write {
-        remote_addr: dmr.addr + 100,
+    let write = |off: u64| SendOp::Write {
+        remote_addr: dmr.addr + off,
         rkey: dmr.rkey,
     };
-    post(&mut p, 1, op, sge(&smr, 10, 3000));
+    post(&mut p, 1, write(100), sge(&smr, 10, 5000));
     let now = p.now;
     let sent = move_in_place(&mut p.a, &mut p.b, now);
     assert_eq!(
         sent,
         [
-            (Opcode::RcWriteFirst, Some(1024)),
-            (Opcode::RcWriteMiddle, Some(1024)),
-            (Opcode::RcWriteLast, None), // 952 bytes: copied
+            (Opcode::RcWriteFirst, Some(2048)),
+            (Opcode::RcWriteMiddle, Some(2048)),
+            (Opcode::RcWriteLast, None), // 904 bytes: copied
         ]
     );
-    move_in_place(&mut p.b, &mut p.a, now); // the ACK
+    // 1030 bytes: one packet in place, with 2 bytes of pad behind it in the buffer.
+    post(&mut p, 2, write(6000), sge(&smr, 5100, 1030));
+    let sent = move_in_place(&mut p.a, &mut p.b, now);
+    assert_eq!(sent, [(Opcode::RcWriteOnly, Some(1030))]);
+    move_in_place(&mut p.b, &mut p.a, now); // the ACKs
     let wc = p.wcs_a();
-    assert_eq!((wc.len(), wc[0].status), (1, WcStatus::Success), "{wc:?}");
-    assert_eq!(dst.read(100, 3000), data);
+    assert_eq!(wc.len(), 2, "{wc:?}");
+    assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{wc:?}");
+    assert_eq!(dst.read(100, 5000), data);
     assert_eq!(dst.read(0, 100), vec![0xee; 100]);
+    assert_eq!(dst.read(6000, 1030), src.read(5100, 1030));
 
-    // B's READ responses come from B's region in place.
+    // B's READ responses are copied from B's region.
     let op = SendOp::Read {
         remote_addr: tmr.addr + 5,
         rkey: tmr.rkey,
     };
-    post(&mut p, 2, op, sge(&smr, 4096, 2048));
+    post(&mut p, 3, op, sge(&smr, 4096, 2048));
     move_in_place(&mut p.a, &mut p.b, now);
     let answers = move_in_place(&mut p.b, &mut p.a, now);
-    assert_eq!(
-        answers,
-        [
-            (Opcode::RcReadResponseFirst, Some(1024)),
-            (Opcode::RcReadResponseLast, Some(1024)),
-        ]
-    );
+    assert_eq!(answers, [(Opcode::RcReadResponseOnly, None)]);
     let wc = p.wcs_a();
     assert_eq!((wc.len(), wc[0].status), (1, WcStatus::Success), "{wc:?}");
     assert_eq!(src.read(4096, 2048), theirs.read(5, 2048));
@@ -653,7 +662,7 @@ fn payloads_left_in_place_make_the_same_datagrams() {
         },
     )
     .unwrap();
-    post(&mut p, 3, SendOp::Send, sge(&smr, 0, 200));
+    post(&mut p, 4, SendOp::Send, sge(&smr, 0, 200));
     assert_eq!(
         move_in_place(&mut p.a, &mut p.b, now),
         [(Opcode::RcSendOnly, None)]

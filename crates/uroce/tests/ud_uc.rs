@@ -578,3 +578,33 @@ fn ud_over_the_link_local_address_beside_ipv4() {
         .set_link_local(Some(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1)));
     assert_eq!(a.ctx.link_local(), None);
 }
+
+/// Every datagram `x` has to send now through `poll_transmit_in_place`: whether each
+/// left its payload in place.
+fn in_place_of(x: &mut Node) -> Vec<bool> {
+    let mut buf = vec![0u8; 5000];
+    let mut seen = vec![];
+    // SAFETY: nothing here reads a payload left in place: none may be (the test's
+    // point), and the datagrams are dropped before `x` is called again.
+    while let Some(t) = unsafe { x.ctx.poll_transmit_in_place(Instant::now(), &mut buf) } {
+        seen.push(t.in_place.is_some());
+    }
+    seen
+}
+
+/// UC and UD payloads are copied even where a backend takes payloads in place: their
+/// sends complete as the last packet is built, after which the program may change or
+/// free the buffer, so no datagram may still point at it.
+#[test]
+fn uc_and_ud_payloads_are_never_left_in_place() {
+    let (mut a, b) = uc_pair();
+    let op = SendOp::Write {
+        remote_addr: b.buf.addr,
+        rkey: b.buf.rkey,
+    };
+    uc_post(&mut a, 1, op, 0, 3000, 0x11); // three packets, two of 1 KiB
+    assert_eq!(in_place_of(&mut a), [false; 3]);
+    let (mut a, _b) = ud_pair(false);
+    ud_send(&mut a, 2, 1, QKEY, 1024, false);
+    assert_eq!(in_place_of(&mut a), [false]);
+}

@@ -1,5 +1,6 @@
 //! What the endpoint hands a backend with each datagram it produces, quinn-style: the
-//! RoCE bytes (BTH to ICRC) are in the caller's buffer, and this record says where they go.
+//! RoCE bytes (BTH to ICRC) are in the caller's buffer, and this record says where they go
+//! (and, from [`Context::poll_transmit_in_place`], where a payload left in place lies).
 
 use std::net::IpAddr;
 use std::time::Instant;
@@ -10,7 +11,8 @@ use crate::transport::{Io, OutPacket, Payload};
 use crate::wire::{self, cnp, DatagramRepr, ExtHeaders, FrameRepr, TransportKind, WireError};
 
 /// One datagram to send: the RoCE part is the first `len` bytes of the buffer given to
-/// [`super::Context::poll_transmit`].
+/// [`super::Context::poll_transmit`] (with a payload left in place, `in_place` says which
+/// bytes of it lie elsewhere).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
     /// IP and UDP: addresses, ports, TOS (DSCP and ECN). A UDP socket sends to
@@ -21,7 +23,8 @@ pub struct Transmit {
     /// The next hop's MAC address, as the QP's path (or the packet a CNP answers) gives it;
     /// only a backend that builds Ethernet headers uses it.
     pub dst_mac: [u8; 6],
-    /// Bytes of the RoCE part: BTH, extension headers, payload, pad and ICRC.
+    /// Bytes of the RoCE part: BTH, extension headers, payload, pad and ICRC (a payload
+    /// left in place included).
     pub len: usize,
     /// The payload left where it is, in registered memory, rather than copied into the
     /// buffer: only from [`Context::poll_transmit_in_place`]. `None`: all `len` bytes
@@ -35,20 +38,56 @@ pub struct Transmit {
 /// less this `len` (pad and ICRC, which covers the payload as it was read).
 ///
 /// The bytes at `addr` stay valid until the context next handles a packet or a timeout,
-/// or a verb (a deregistration, a QP's change of state): only then may the request that
-/// reads them complete, or the region go. Further calls of `poll_transmit_in_place` leave
-/// them valid (an RC request completes only when acknowledged; a region being read for a
-/// READ response cannot be deregistered). So a backend sends them, or copies them into
-/// its own memory (`uroce::datapath::gather`), before its caller goes back to the context:
-/// the event loops flush after each round of sends.
+/// or a verb (a deregistration, a QP's change of state): only a verb can deregister the
+/// region, and only a packet handled (an ACK) or a verb (a QP taken to ERR) can complete
+/// the request that reads them, after which the program may change or free them. Further
+/// calls of `poll_transmit_in_place` leave them valid. So a backend sends them, or copies
+/// them into its own memory (`uroce::datapath::gather`), before its caller goes back to
+/// the context: that is the contract of `poll_transmit_in_place`, which the event loops
+/// keep by flushing after each round of sends.
+///
+/// Only the context makes one (its fields are read through methods), so a Transmit that
+/// has one came from `poll_transmit_in_place`, whose caller took on that contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InPlace {
+    at: usize,
+    addr: usize,
+    len: usize,
+}
+
+impl InPlace {
+    /// A payload of `len` bytes at `addr` that goes at offset `at` of a datagram.
+    ///
+    /// # Safety
+    ///
+    /// `addr` is valid for reads of `len` bytes for as long as
+    /// [`Context::poll_transmit_in_place`] promises its payloads are: whoever sends the
+    /// datagram relies on it (a test's own buffer, kept alive and unchanged until the
+    /// datagram has gone, does).
+    #[allow(unsafe_code)]
+    pub unsafe fn new(at: usize, addr: usize, len: usize) -> Self {
+        Self { at, addr, len }
+    }
+
     /// Where the payload goes in the datagram: the bytes of the buffer before it.
-    pub at: usize,
+    pub fn at(&self) -> usize {
+        self.at
+    }
+
     /// The payload's address (a number: reading through it is the holder's `unsafe`).
-    pub addr: usize,
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
     /// The payload's length.
-    pub len: usize,
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for no bytes (never, from the context: it leaves only long payloads).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// Payloads of at least this many bytes are left in place by
@@ -96,13 +135,29 @@ impl Context {
     }
 
     /// [`Context::poll_transmit`] for a backend that sends from a gather list: the payload
-    /// of an RC packet (a request's, a READ response's) of at least [`IN_PLACE_MIN`] bytes
-    /// from one registered range stays where it is, and the Transmit says where
-    /// ([`Transmit::in_place`]); the buffer holds the rest. Nothing copies those bytes
-    /// but the kernel, into its own buffers. The ICRC covers them as they were read then.
-    /// Only RC: a UC or UD send completes as its last packet is built, and the program may
-    /// then change or free its buffer before the datagram leaves.
-    pub fn poll_transmit_in_place(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+    /// of an RC SEND or WRITE of at least [`IN_PLACE_MIN`] bytes from one registered range
+    /// stays where it is, and the Transmit says where ([`Transmit::in_place`]); the buffer
+    /// holds the rest. The kernel copies those bytes into its own buffers as it sends them
+    /// (the backend copies them into its buffer only for a datagram that must wait). The
+    /// ICRC covers them as they were read here: ibverbs forbids the program to change a
+    /// request's buffer until it completes, and one that does anyway gets a datagram the
+    /// peer drops for its ICRC, and RC resends it. Only requests: a READ response's bytes
+    /// are the responder program's, which may change them at any time (a reader then gets
+    /// either value, as from a NIC, never a drop); and only RC: a UC or UD send completes
+    /// as its last packet is built, after which the program may change or free its buffer.
+    ///
+    /// # Safety
+    ///
+    /// Every Transmit with a payload in place that this returns is sent, or made whole in
+    /// its buffer (`uroce::datapath::gather`), before this context is called for anything
+    /// but this function (see [`InPlace`]); and it goes only to a backend that takes such
+    /// datagrams (`uroce::datapath::Backend::takes_payload_in_place`).
+    #[allow(unsafe_code)]
+    pub unsafe fn poll_transmit_in_place(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
         self.poll_transmit_as(now, buf, true)
     }
 
@@ -245,7 +300,12 @@ impl Context {
         let mem = &self.mem;
         let staged = &self.gather;
         let len = pkt.payload.len();
-        if in_place && len >= IN_PLACE_MIN && pkt.bth.opcode.transport() == TransportKind::Rc {
+        let op = pkt.bth.opcode;
+        if in_place
+            && len >= IN_PLACE_MIN
+            && op.transport() == TransportKind::Rc
+            && !op.is_rc_response()
+        {
             if let Payload::Span(s) = pkt.payload {
                 return self.emit_in_place(datagram, repr, pkt, s, buf);
             }

@@ -3,7 +3,7 @@
 //! what lets a sender hash a payload it leaves where it is, and the kernel copy it from
 //! there, instead of copying it into a buffer first.
 //!
-//! On x86_64 with PCLMULQDQ (every x86_64 CPU since 2010) the bytes are folded 64 at a
+//! On x86_64 with PCLMULQDQ (Intel since Westmere, AMD since Bulldozer) the bytes are folded 64 at a
 //! time by carry-less multiplication, the method of Gopal et al., "Fast CRC Computation
 //! for Generic Polynomials Using PCLMULQDQ Instruction" (Intel, 2009): four 128-bit lanes,
 //! each multiplied forward by x^512 mod P and added to the next 64 bytes, then folded into
@@ -190,8 +190,9 @@ unsafe fn fold_wide(state: u32, p: *const u8, len: usize) -> u32 {
     // SAFETY: the CPU has AVX-512F and VPCLMULQDQ (the caller's promise). The loads
     // read `[at, at + 64)` blocks while `left >= 64` of the `len` bytes at `p` the caller
     // promised (256 at first: `len >= 256`); the stores write `lane`'s 64 bytes; the
-    // constants are read from `by_2048` / `by_512`. zmm0-zmm6 are declared clobbered, no
-    // stack is used, and the flags are not relied on across the block.
+    // constants are read from `by_2048` / `by_512`. zmm0-zmm15 are declared clobbered
+    // (zmm0-6 written, the rest's upper halves cleared by `vzeroupper`), no stack is used,
+    // and the flags are clobbered (the default).
     unsafe {
         std::arch::asm!(
             // Four lanes of the first 256 bytes, the register in the first 4 bytes.
@@ -254,8 +255,12 @@ unsafe fn fold_wide(state: u32, p: *const u8, len: usize) -> u32 {
             k2048 = in(reg) by_2048.as_ptr(),
             k512 = in(reg) by_512.as_ptr(),
             lane = in(reg) lane.as_mut_ptr(),
+            // zmm0-6 are written; `vzeroupper` clears the upper halves of the rest of
+            // ymm0-15, so those are clobbered too.
             out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-            out("zmm4") _, out("zmm5") _, out("zmm6") _,
+            out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+            out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+            out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
             options(nostack),
         );
     }

@@ -100,28 +100,7 @@ impl<B: Backend> Endpoint<B> {
             notifier,
             port,
         } = self;
-        // Payloads stay in place where the backend takes them: the flush below comes
-        // before anything else touches the context.
-        let in_place = backend.takes_payload_in_place();
-        loop {
-            match backend.send_with(&mut |buf| {
-                if in_place {
-                    ctx.poll_transmit_in_place(now, buf)
-                } else {
-                    ctx.poll_transmit(now, buf)
-                }
-            }) {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(_) => {
-                    *send_errors += 1;
-                    break;
-                }
-            }
-        }
-        if backend.flush().is_err() {
-            *send_errors += 1;
-        }
+        *send_errors += super::transmit(ctx, backend, now);
         let wait = ctx
             .poll_timeout()
             .map_or(max_wait, |t| t.saturating_duration_since(now).min(max_wait));

@@ -64,7 +64,9 @@ pub trait Backend {
     /// Offers a buffer to `build`, big enough for the largest packet of the MTU the backend
     /// was opened for (never more than [`MAX_FRAME`] is needed), which writes the RoCE
     /// part of one datagram at its start and returns where it goes, or `None` when it has
-    /// nothing to send. Returns whether a datagram was queued. When the backend has no
+    /// nothing to send. (A datagram whose payload `build` left in place, which only a
+    /// backend that takes them gets, must be flushed before the caller goes back to the
+    /// context that built it: [`Backend::takes_payload_in_place`].) Returns whether a datagram was queued. When the backend has no
     /// room, it returns `ErrorKind::WouldBlock` without calling `build`, so nothing is lost;
     /// a packet `build` wrote that the backend cannot send is an error (the caller counts
     /// it; RC retransmits).
@@ -191,6 +193,62 @@ pub trait Backend {
     }
 }
 
+/// Hands every packet `ctx` has to send now to `backend`, then to the kernel (`flush`);
+/// returns the sends and flushes that failed (0 or 1 of each: a failed send ends the
+/// round). Payloads stay where they lie where the backend takes them
+/// ([`Backend::takes_payload_in_place`]): this call holds the context from the first
+/// build to the flush, which keeps [`crate::verbs::Context::poll_transmit_in_place`]'s
+/// contract, on a panic between them too (the flush then runs as the stack unwinds).
+pub fn transmit(
+    ctx: &mut crate::verbs::Context,
+    backend: &mut dyn Backend,
+    now: std::time::Instant,
+) -> u64 {
+    let mut errors = 0;
+    if !backend.takes_payload_in_place() {
+        loop {
+            match backend.send_with(&mut |buf| ctx.poll_transmit(now, buf)) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(_) => {
+                    errors += 1;
+                    break;
+                }
+            }
+        }
+        return errors + u64::from(backend.flush().is_err());
+    }
+    let guard = FlushOnUnwind(backend);
+    loop {
+        // SAFETY: the datagrams go to this backend, which takes them, and its flush
+        // below (or the guard's, on a panic) comes before anything else touches `ctx`,
+        // which this call holds until then.
+        match guard
+            .0
+            .send_with(&mut |buf| unsafe { ctx.poll_transmit_in_place(now, buf) })
+        {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(_) => {
+                errors += 1;
+                break;
+            }
+        }
+    }
+    errors + u64::from(guard.0.flush().is_err())
+}
+
+/// Flushes its backend if dropped while a panic unwinds (see [`transmit`]).
+struct FlushOnUnwind<'a>(&'a mut dyn Backend);
+
+impl Drop for FlushOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.0.flush();
+        }
+    }
+}
+
 /// Makes datagram `t`, built in `buf`, whole there: a payload it left in place
 /// ([`Transmit::in_place`]) is copied in behind its headers (the pad and ICRC moved behind
 /// it) and `t` says so no more. False, nothing changed, where `buf` cannot hold it.
@@ -221,17 +279,18 @@ pub(crate) unsafe fn gather_bytes(
     total: usize,
     buf: &mut [u8],
 ) -> bool {
-    let Some(in_buf) = total.checked_sub(p.len) else {
+    let (at, len) = (p.at(), p.len());
+    let Some(in_buf) = total.checked_sub(len) else {
         return false;
     };
-    if buf.len() < total || p.at > in_buf {
+    if buf.len() < total || at > in_buf {
         return false;
     }
-    buf.copy_within(p.at..in_buf, p.at + p.len);
-    // SAFETY: the caller's promise: `p.addr` is valid for reads of `p.len` bytes (a
+    buf.copy_within(at..in_buf, at + len);
+    // SAFETY: the caller's promise: `p.addr()` is valid for reads of `len` bytes (a
     // registered region's, read as the stack reads them, with a raw copy); `buf` is the
     // backend's own memory, never a registered region's, so they cannot overlap.
-    unsafe { std::ptr::copy_nonoverlapping(p.addr as *const u8, buf[p.at..].as_mut_ptr(), p.len) };
+    unsafe { std::ptr::copy_nonoverlapping(p.addr() as *const u8, buf[at..].as_mut_ptr(), len) };
     true
 }
 

@@ -304,7 +304,7 @@ struct Queued {
 impl Queued {
     /// Bytes of the datagram in its slot: all of it, or all but a payload left in place.
     fn in_slot(&self) -> usize {
-        self.len - self.in_place.map_or(0, |p| p.len)
+        self.len - self.in_place.map_or(0, |p| p.len())
     }
 }
 
@@ -763,16 +763,26 @@ impl UdpBackend {
     /// left in place: they wait in the backend's own memory, since bytes in place are
     /// valid only until the caller goes back to its context ([`InPlace`]).
     fn gather_queued(&mut self) {
-        for i in self.tx_next..self.txq.len() {
+        let mut i = self.tx_next;
+        while i < self.txq.len() {
             let q = self.txq[i];
-            let Some(p) = q.in_place else { continue };
+            let Some(p) = q.in_place else {
+                i += 1;
+                continue;
+            };
             let slot = &mut self.txbuf[q.start..q.start + MAX_FRAME];
             // SAFETY: this runs inside `send_with` or `flush`, whose caller built these
             // datagrams since it last went back to its context (the contract of
-            // `takes_payload_in_place`), so the payloads are still valid.
-            let whole = unsafe { super::gather_bytes(p, q.len, slot) };
-            debug_assert!(whole, "a queued datagram fits its slot");
-            self.txq[i].in_place = None;
+            // `Context::poll_transmit_in_place`), so the payloads are still valid.
+            if unsafe { super::gather_bytes(p, q.len, slot) } {
+                self.txq[i].in_place = None;
+                i += 1;
+            } else {
+                // Cannot happen (`send_with` checks that a datagram fits its slot); were it
+                // to, the datagram is dropped and counted, never sent from a stale address.
+                self.txq.remove(i);
+                self.send_failures += 1;
+            }
         }
     }
 
@@ -830,11 +840,11 @@ impl UdpBackend {
                 match d.in_place {
                     None => put(slot, d.len),
                     Some(p) => {
-                        put(slot, p.at);
+                        put(slot, p.at());
                         // The kernel reads the payload where it lies (a registered
                         // region's bytes, valid for this call: see `gather_queued`).
-                        put(p.addr as *mut u8, p.len);
-                        put(slot.wrapping_add(p.at), d.len - p.len - p.at);
+                        put(p.addr() as *mut u8, p.len());
+                        put(slot.wrapping_add(p.at()), d.len - p.len() - p.at());
                     }
                 }
             }
@@ -926,6 +936,21 @@ impl Backend for UdpBackend {
         let Some(t) = build(&mut self.txbuf[start..start + MAX_FRAME]) else {
             return Ok(false);
         };
+        if let Some(p) = t.in_place {
+            // What the context makes always fits; anything else is refused, never sent.
+            let fits = t.len <= MAX_FRAME
+                && p.len() <= t.len
+                && p.at() + wire::ICRC_LEN <= t.len - p.len();
+            if !fits {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "a datagram of {} bytes with {p:?} does not fit a slot",
+                        t.len
+                    ),
+                ));
+            }
+        }
         let dst = t.datagram.dst();
         if dst.is_ipv4() != self.local.is_ipv4() {
             return Err(io::Error::new(
@@ -1374,11 +1399,8 @@ mod tests {
             },
             dst_mac: [0; 6],
             len,
-            in_place: Some(InPlace {
-                at,
-                addr: payload.as_ptr() as usize,
-                len: payload.len(),
-            }),
+            // SAFETY: every test keeps `payload` alive and unchanged until it has flushed.
+            in_place: Some(unsafe { InPlace::new(at, payload.as_ptr() as usize, payload.len()) }),
         }
     }
 
@@ -1412,7 +1434,7 @@ mod tests {
         let mut tx = UdpBackend::bind(a).unwrap();
         let mut rx = UdpBackend::bind(b).unwrap();
         let payloads: Vec<Vec<u8>> = (0..40u32)
-            .map(|i| (0..1024).map(|k| (k as u32 * 7 + i) as u8).collect())
+            .map(|i| (0..1026).map(|k| (k as u32 * 7 + i) as u8).collect())
             .collect();
         for (i, pl) in payloads.iter().enumerate() {
             let repr = frame(a, b, 0, i as u32);

@@ -403,8 +403,9 @@ impl DaemonBackend {
     ) -> io::Result<bool> {
         self.outbox.write(&self.region, &mut |body| {
             let mut t = build(body)?;
-            // The ring carries whole datagrams. (`takes_payload_in_place` says no
-            // without the fast path; this is for a caller that asked before it changed.)
+            // The ring carries whole datagrams. (Only a datagram the fast path diverted
+            // here, or one a caller sent against `takes_payload_in_place`'s no, has a
+            // payload in place.)
             // SAFETY: `build` made it just now; the context was not called since.
             if !unsafe { crate::datapath::gather(&mut t, body) } {
                 return None;

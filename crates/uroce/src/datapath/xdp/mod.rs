@@ -868,6 +868,12 @@ impl Backend for XdpBackend {
             // The RoCE part goes behind room for the longest link headers; Ethernet, IP
             // and UDP are written right in front of it, and the frame starts there.
             let t = build(slot.get_mut(HEADROOM..)?)?;
+            if t.in_place.is_some() {
+                // This backend says it takes none (`takes_payload_in_place`): a caller
+                // that sends one anyway gets an error, never a frame of stale bytes.
+                failed = Some("a payload left in place, which AF_XDP does not take".into());
+                return None;
+            }
             let Some(at) = HEADROOM.checked_sub(t.link_headers_len()) else {
                 failed = Some(format!(
                     "link headers of {} bytes do not fit the {HEADROOM}-byte headroom",
