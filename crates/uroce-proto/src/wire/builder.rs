@@ -192,6 +192,7 @@ impl FrameRepr {
 
     /// The BTH (with `pad` as its pad count) and the extension headers its opcode has, at
     /// the start of `roce`.
+    #[inline]
     fn emit_headers(&self, pad: usize, roce: &mut [u8]) -> Result<(), WireError> {
         let bth = BthRepr {
             pad_count: pad as u8,
