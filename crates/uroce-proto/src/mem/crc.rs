@@ -400,36 +400,32 @@ mod tests {
         }
     }
 
-    /// The fold on its own (`update` takes the stack-copy path for short inputs and
-    /// where the CPU lacks PCLMULQDQ: this is the test that the fold itself is right).
+    /// Each fold on its own, where the CPU has it (`update` takes the stack-copy path for
+    /// short inputs and where the CPU lacks the features: this is the test that each fold
+    /// itself is right), from an unaligned start.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn the_fold_itself() {
-        if !folds() {
-            eprintln!("skipped: this CPU has no PCLMULQDQ / SSE4.1, so nothing folds");
-            return;
-        }
-        let b = bytes(4200, 5);
-        for len in (64..=300).chain([4096, 4100, 4199]) {
-            // SAFETY: the CPU has the features; a live slice of at least `len` bytes.
-            let got = unsafe { fold(0x0bad_cafe, b.as_ptr().add(1), len) };
-            assert_eq!(got, reference(0x0bad_cafe, &b[1..1 + len]), "len {len}");
-        }
-    }
-
-    /// The wide fold on its own, where the CPU has it.
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn the_wide_fold_itself() {
-        if !folds_wide() {
-            eprintln!("skipped: this CPU has no AVX-512 with VPCLMULQDQ, so nothing folds wide");
-            return;
-        }
+    fn each_fold_itself() {
+        type Fold = unsafe fn(u32, *const u8, usize) -> u32;
         let b = bytes(4400, 9);
-        for len in (256..=1100).chain([4096, 4100, 4300]) {
-            // SAFETY: the CPU has the features; a live slice of at least `len` bytes.
-            let got = unsafe { fold_wide(0x0bad_cafe, b.as_ptr().add(3), len) };
-            assert_eq!(got, reference(0x0bad_cafe, &b[3..3 + len]), "len {len}");
+        let folds: [(&str, bool, Fold, usize); 2] = [
+            ("128-bit", folds(), fold, 64),
+            ("512-bit", folds_wide(), fold_wide, 256),
+        ];
+        for (name, runs, f, min) in folds {
+            if !runs {
+                eprintln!("skipped the {name} fold: this CPU lacks its instructions");
+                continue;
+            }
+            for len in (min..=1100).chain([4096, 4100, 4300]) {
+                // SAFETY: the CPU has the features; a live slice of at least `len` bytes.
+                let got = unsafe { f(0x0bad_cafe, b.as_ptr().add(3), len) };
+                assert_eq!(
+                    got,
+                    reference(0x0bad_cafe, &b[3..3 + len]),
+                    "{name}, len {len}"
+                );
+            }
         }
     }
 
