@@ -3,17 +3,22 @@
 //! what lets a sender hash a payload it leaves where it is, and the kernel copy it from
 //! there, instead of copying it into a buffer first.
 //!
-//! On x86_64 with PCLMULQDQ (Intel since Westmere, AMD since Bulldozer) the bytes are folded 64 at a
-//! time by carry-less multiplication, the method of Gopal et al., "Fast CRC Computation
-//! for Generic Polynomials Using PCLMULQDQ Instruction" (Intel, 2009): four 128-bit lanes,
-//! each multiplied forward by x^512 mod P and added to the next 64 bytes, then folded into
-//! one lane, which with the last bytes is hashed as a short message. Elsewhere, and for
-//! short inputs, the bytes go through `crc32fast` in copies of [`CHUNK`] bytes on the stack.
+//! On x86_64 the bytes are folded by carry-less multiplication, the method of Gopal et
+//! al., "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ Instruction" (Intel,
+//! 2009): lanes of the input, each multiplied forward by x^n mod P and added to the next
+//! bytes, then folded into one 128-bit lane, which with the last bytes is hashed as a
+//! short message. Four 512-bit lanes, 256 bytes a round, where the CPU has AVX-512 and
+//! VPCLMULQDQ ([`fold_wide`], inline assembly: those intrinsics are newer than the Rust
+//! 1.85 this crate supports); four 128-bit lanes, 64 bytes a round, with PCLMULQDQ (Intel
+//! since Westmere, AMD since Bulldozer; [`fold`]). Elsewhere, and for short inputs, the
+//! bytes go through `crc32fast` in copies of [`CHUNK`] bytes on the stack.
 //!
 //! A state here is what `crc32fast::Hasher` holds between updates (the CRC so far, final
 //! XOR applied), so a hash of a packet may go through a hasher, then here, then a hasher.
 
 #![allow(unsafe_code)]
+// The folds' constants are used on x86_64 only.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
 /// Bytes hashed from a stack copy at a time where the bytes are not folded in place.
 pub(crate) const CHUNK: usize = 512;
