@@ -31,6 +31,11 @@
 //! the 0 of an unconnected socket with DF), and the ICRC covers it: before the send, the
 //! ICRC of segment k is moved to identification k (CRC-32 is affine, so that is an XOR of
 //! a per-length constant, [`crate::wire::icrc::ident_basis`], no pass over the bytes).
+//! A datagram whose payload the context left in place (an RC SEND or WRITE of 1 KiB or
+//! more, [`crate::verbs::Context::poll_transmit_in_place`]) is three pieces of the send's
+//! gather list: its headers from the slot, the payload from the program's region, the pad
+//! and ICRC from the slot; the kernel's copy into its buffers is the only one. What waits
+//! for room in the kernel has its payload copied into its slot first (`gather_queued`).
 //! Where the kernel refuses a GSO send (EIO from a device without checksum offload,
 //! EINVAL or ENOPROTOOPT from a kernel without UDP_SEGMENT, before 4.18) the backend
 //! sends datagram by datagram from then on. `receive` takes up to 32 datagrams with one
