@@ -815,7 +815,7 @@ impl Inner {
                 if round > 0 {
                     now = Instant::now();
                 }
-                transmit(uroce, &mut d.backend, now);
+                uroce::datapath::transmit(uroce, &mut d.backend, now);
                 if !receive {
                     break;
                 }
@@ -1091,12 +1091,6 @@ pub(crate) fn next_qpn_of(
     uroce.set_qpn_space(qpns.0, 1);
     qpns.0 += 1;
     Ok(())
-}
-
-/// Hands every sendable packet to the backend, then to the kernel (payloads left where
-/// they lie where the backend takes them: `uroce::datapath::transmit`).
-pub(crate) fn transmit(uroce: &mut uroce::verbs::Context, backend: &mut dyn Backend, now: Instant) {
-    uroce::datapath::transmit(uroce, backend, now);
 }
 
 /// The errno of a datapath's failure to open: the OS error where there is one, else one

@@ -248,7 +248,7 @@ impl Shard {
     pub fn after_post(&self, st: &mut ShardState) -> bool {
         let ShardState { uroce, backend, .. } = st;
         if let Some(b) = backend.as_mut() {
-            engine::transmit(uroce, b.as_mut(), Instant::now());
+            uroce::datapath::transmit(uroce, b.as_mut(), Instant::now());
         }
         self.after_pump(st);
         st.uroce.has_events()
@@ -404,14 +404,14 @@ impl ShardState {
             return false;
         };
         uroce.handle_timeout(now);
-        engine::transmit(uroce, b.as_mut(), now);
+        uroce::datapath::transmit(uroce, b.as_mut(), now);
         let got = b
             .receive(Duration::ZERO, 64, &mut |r| {
                 let _ = uroce.handle_received(now, r);
             })
             .unwrap_or(0);
         if got > 0 {
-            engine::transmit(uroce, b.as_mut(), now);
+            uroce::datapath::transmit(uroce, b.as_mut(), now);
         }
         got > 0
     }

@@ -10,7 +10,8 @@
 //! reference, since the program may touch its memory at any time. A packet's payload
 //! moves between the wire buffer and the region once, in place, with no copy in between.
 //! `shared.rs` holds the pointer, and is with `crc.rs` (a CRC over bytes read in place, for
-//! a payload sent from where it lies) the only code of `mem` with `unsafe`. Keys come from `keys.rs`: never the same twice in a context's life
+//! a payload sent from where it lies) the only code of `mem` with `unsafe`. Keys come from
+//! `keys.rs`: never the same twice in a context's life
 //! (a deregistered region's rkey never names another region), and not sequential (a peer
 //! that knows one rkey cannot count to the next).
 //! Memory windows (`window.rs`) are rkeys of their own over part of a region; the rkey

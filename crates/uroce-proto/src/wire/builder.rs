@@ -135,9 +135,10 @@ impl FrameRepr {
     /// Writes the RoCE part of a packet whose payload is not in `buf`: the BTH and the
     /// extension headers at its start, then the pad and the ICRC right behind them, no
     /// room left between for the payload, whose `payload_len` bytes `payload` hashes into
-    /// the ICRC (from a CRC-32 state to the next; see [`super::icrc::compute_for_parts`]). Returns the length of the RoCE part with the
-    /// payload (what goes on the wire) and where the payload goes in it (after the
-    /// headers); `buf` holds that length less `payload_len`. For a sender that hands the
+    /// the ICRC (from a CRC-32 state to the next; see [`super::icrc::compute_for_parts`]).
+    /// Returns the length of the RoCE part with the payload (what goes on the wire) and
+    /// where the payload goes in it (after the headers); `buf` holds that length less
+    /// `payload_len`. For a sender that hands the
     /// kernel the headers and the payload from where it lies (a gather list), never
     /// copying the payload.
     pub fn emit_roce_around(

@@ -66,8 +66,8 @@ pub trait Backend {
     /// part of one datagram at its start and returns where it goes, or `None` when it has
     /// nothing to send. (A datagram whose payload `build` left in place, which only a
     /// backend that takes them gets, must be flushed before the caller goes back to the
-    /// context that built it: [`Backend::takes_payload_in_place`].) Returns whether a datagram was queued. When the backend has no
-    /// room, it returns `ErrorKind::WouldBlock` without calling `build`, so nothing is lost;
+    /// context that built it: [`Backend::takes_payload_in_place`].) Returns whether a
+    /// datagram was queued. When the backend has no room, it returns `ErrorKind::WouldBlock` without calling `build`, so nothing is lost;
     /// a packet `build` wrote that the backend cannot send is an error (the caller counts
     /// it; RC retransmits).
     fn send_with(
@@ -204,29 +204,21 @@ pub fn transmit(
     backend: &mut dyn Backend,
     now: std::time::Instant,
 ) -> u64 {
-    let mut errors = 0;
-    if !backend.takes_payload_in_place() {
-        loop {
-            match backend.send_with(&mut |buf| ctx.poll_transmit(now, buf)) {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(_) => {
-                    errors += 1;
-                    break;
-                }
-            }
-        }
-        return errors + u64::from(backend.flush().is_err());
-    }
+    let in_place = backend.takes_payload_in_place();
     let guard = FlushOnUnwind(backend);
+    let mut errors = 0;
     loop {
-        // SAFETY: the datagrams go to this backend, which takes them, and its flush
-        // below (or the guard's, on a panic) comes before anything else touches `ctx`,
-        // which this call holds until then.
-        match guard
-            .0
-            .send_with(&mut |buf| unsafe { ctx.poll_transmit_in_place(now, buf) })
-        {
+        let sent = guard.0.send_with(&mut |buf| {
+            if in_place {
+                // SAFETY: the datagrams go to this backend, which takes them, and its
+                // flush below (or the guard's, on a panic) comes before anything else
+                // touches `ctx`, which this call holds until then.
+                unsafe { ctx.poll_transmit_in_place(now, buf) }
+            } else {
+                ctx.poll_transmit(now, buf)
+            }
+        });
+        match sent {
             Ok(true) => {}
             Ok(false) => break,
             Err(_) => {

@@ -1376,6 +1376,11 @@ mod tests {
         let len = repr
             .emit_roce_with(payload.len(), buf, |d| d.copy_from_slice(payload))
             .unwrap();
+        to(repr, len, None)
+    }
+
+    /// A datagram of `len` bytes (payload in place: `in_place`) where `repr` sends it.
+    fn to(repr: &FrameRepr, len: usize, in_place: Option<InPlace>) -> Transmit {
         Transmit {
             datagram: DatagramRepr {
                 ip: repr.ip,
@@ -1383,7 +1388,7 @@ mod tests {
             },
             dst_mac: [0; 6],
             len,
-            in_place: None,
+            in_place,
         }
     }
 
@@ -1397,16 +1402,9 @@ mod tests {
                 h.finalize()
             })
             .unwrap();
-        Transmit {
-            datagram: DatagramRepr {
-                ip: repr.ip,
-                udp: repr.udp,
-            },
-            dst_mac: [0; 6],
-            len,
-            // SAFETY: every test keeps `payload` alive and unchanged until it has flushed.
-            in_place: Some(unsafe { InPlace::new(at, payload.as_ptr() as usize, payload.len()) }),
-        }
+        // SAFETY: every test keeps `payload` alive and unchanged until it has flushed.
+        let p = unsafe { InPlace::new(at, payload.as_ptr() as usize, payload.len()) };
+        to(repr, len, Some(p))
     }
 
     /// Receives until `n` datagrams came or 5 s passed; returns (PSN, payload) of each,
