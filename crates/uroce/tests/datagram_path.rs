@@ -189,3 +189,129 @@ fn a_packet_that_does_not_fit_is_counted_and_retransmitted() {
     assert_eq!(wc.len(), 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (4, WcStatus::Success));
 }
+
+/// The MIDDLE and LAST packets of an RDMA WRITE in sequence are copied to their place
+/// before their ICRC is checked, as a NIC places a packet cut-through. A damaged one is
+/// still dropped and counted, the QP unmoved; its bytes lie only where the message's
+/// own go, and the packet resent writes them. A damaged FIRST, which names its place in
+/// its RETH, is checked before anything is written.
+#[test]
+fn write_payloads_are_placed_before_the_check_and_a_damaged_one_moves_nothing() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 3) as u8).collect();
+    p.a.mr_bytes_mut(&p.la)[..3000].copy_from_slice(&payload);
+    p.b.mr_bytes_mut(&p.rb)[..4000].fill(0xee);
+    let w = SendWr {
+        wr_id: 5,
+        op: write_op(&p, 100),
+        sge: Sge {
+            addr: p.la.addr,
+            length: 3000,
+            lkey: p.la.lkey,
+        },
+        signaled: true,
+        solicited: false,
+    };
+    p.a.post_send(p.qa, w).unwrap();
+    let mut buf = vec![0u8; 5000];
+    let mut sent = Vec::new();
+    while let Some(t) = p.a.poll_transmit(p.now, &mut buf) {
+        sent.push((t.datagram, buf[..t.len].to_vec()));
+    }
+    // FIRST, MIDDLE, LAST at path MTU 1024.
+    let ops: Vec<u8> = sent.iter().map(|s| s.1[0]).collect();
+    assert_eq!(ops, [0x06, 0x07, 0x08]);
+    let bad = |e: uroce::wire::WireError| matches!(e, uroce::wire::WireError::BadIcrc { .. });
+    // The FIRST with its RETH's address moved by 64 bytes: refused, nothing written.
+    let mut first = sent[0].1.clone();
+    first[12 + 7] ^= 0x40;
+    let e = p.b.handle_datagram(p.now, &sent[0].0, &first).unwrap_err();
+    assert!(bad(e), "{e}");
+    assert!(p.b.mr_bytes(&p.rb)[..4000].iter().all(|&x| x == 0xee));
+    assert_eq!(p.b.counters().rx_placed, 0);
+    p.b.handle_datagram(p.now, &sent[0].0, &sent[0].1).unwrap();
+    // The MIDDLE with a payload byte damaged: placed, then refused.
+    let mut middle = sent[1].1.clone();
+    middle[12 + 500] ^= 0xff;
+    let e = p.b.handle_datagram(p.now, &sent[1].0, &middle).unwrap_err();
+    assert!(bad(e), "{e}");
+    assert_eq!(p.b.counters().rx_placed, 1);
+    assert_eq!(p.b.counters().rx_bad_icrc, 2);
+    let mem = p.b.mr_bytes(&p.rb);
+    assert!(mem[..100].iter().all(|&x| x == 0xee), "before the message");
+    assert_eq!(&mem[100..1124], &payload[..1024], "the FIRST's part");
+    assert_eq!(
+        mem[1124 + 500],
+        payload[1024 + 500] ^ 0xff,
+        "the MIDDLE's place"
+    );
+    assert!(
+        mem[2148..4000].iter().all(|&x| x == 0xee),
+        "the rest unwritten"
+    );
+    // The LAST is not the next packet (the MIDDLE is still expected): not placed.
+    let _ = p.b.handle_datagram(p.now, &sent[2].0, &sent[2].1);
+    assert_eq!(p.b.counters().rx_placed, 1);
+    assert!(p.b.mr_bytes(&p.rb)[2148..4000].iter().all(|&x| x == 0xee));
+    // Resent, the MIDDLE and the LAST are placed, and the message is whole.
+    for (d, roce) in &sent[1..] {
+        p.b.handle_datagram(p.now, d, roce).unwrap();
+    }
+    assert_eq!(p.b.counters().rx_placed, 3);
+    let mem = p.b.mr_bytes(&p.rb);
+    assert_eq!(&mem[100..3100], &payload[..]);
+    assert!(mem[3100..4000].iter().all(|&x| x == 0xee));
+    let c = p.b.qp_counters(p.qb).unwrap();
+    assert_eq!(c.duplicate_request, 0);
+}
+
+/// A backend's datagrams carry its guess of the IPv4 identification (a socket does not
+/// report it): where the ICRC fits another, that one is taken and counted, the payload
+/// placed all the same. Handed in as it was on the wire ([`Context::handle_datagram`]),
+/// another identification is another packet.
+#[test]
+fn a_guessed_identification_is_taken_where_the_icrc_fits_another() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let w = SendWr {
+        wr_id: 6,
+        op: write_op(&p, 0),
+        sge: Sge {
+            addr: p.la.addr,
+            length: 2048,
+            lkey: p.la.lkey,
+        },
+        signaled: true,
+        solicited: false,
+    };
+    p.a.post_send(p.qa, w).unwrap();
+    let mut buf = vec![0u8; 5000];
+    let mut sent = Vec::new();
+    while let Some(t) = p.a.poll_transmit(p.now, &mut buf) {
+        sent.push((t.datagram, buf[..t.len].to_vec()));
+    }
+    assert_eq!(sent.len(), 2);
+    for (i, (d, roce)) in sent.iter().enumerate() {
+        let mut guessed = *d;
+        if let IpRepr::V4(ip) = &mut guessed.ip {
+            ip.ident = 0x0102 + i as u16;
+        }
+        if i == 1 {
+            let e = p.b.handle_datagram(p.now, &guessed, roce).unwrap_err();
+            assert!(matches!(e, uroce::wire::WireError::BadIcrc { .. }), "{e}");
+        }
+        let r = uroce::endpoint::Received::Datagram {
+            datagram: &guessed,
+            roce,
+            icrc: None,
+        };
+        p.b.handle_received(p.now, r).unwrap();
+    }
+    // The LAST was placed twice: refused under the identification as given, then
+    // taken under the one found.
+    let c = p.b.counters();
+    assert_eq!(
+        (c.rx_idents_recovered, c.rx_placed, c.rx_bad_icrc),
+        (2, 2, 1)
+    );
+    assert_eq!(&p.b.mr_bytes(&p.rb)[..2048], &p.a.mr_bytes(&p.la)[..2048]);
+}

@@ -86,6 +86,14 @@ pub struct ContextCounters {
     pub tx_dropped: u64,
     /// CNPs received for a QP that does not exist.
     pub rx_cnp_unknown_qp: u64,
+    /// IPv4 datagrams whose ICRC fit under another identification than the backend
+    /// guessed (a UDP socket does not report it; see [`Received::Datagram`]).
+    pub rx_idents_recovered: u64,
+    /// Payloads copied to their place in a registered region before their ICRC was
+    /// checked, as a NIC places a packet cut-through (see `Context::place`): the
+    /// MIDDLE and LAST packets of RC RDMA WRITEs in sequence. Those whose ICRC then
+    /// failed count in `rx_bad_icrc` too.
+    pub rx_placed: u64,
 }
 
 /// A CNP waiting to be sent.
@@ -132,6 +140,9 @@ pub struct Context {
     /// The staging list of the packet being built ([`crate::transport::Io::gather`]).
     gather: Vec<crate::mem::Span>,
     counters: ContextCounters,
+    /// The identification's ICRC bases, to find an IPv4 datagram's
+    /// ([`Received::Datagram`]).
+    ident_bases: crate::wire::icrc::IdentBases,
     /// A second address: the interface's IPv6 link-local one, for peers named by their
     /// link-local GID ([`Context::set_link_local`]).
     link_local: Option<std::net::Ipv6Addr>,
@@ -162,6 +173,7 @@ impl Context {
             held: 0,
             gather: Vec::with_capacity(crate::transport::MAX_SGE as usize),
             counters: ContextCounters::default(),
+            ident_bases: Default::default(),
             link_local: None,
         }
     }
@@ -303,6 +315,7 @@ impl Context {
                     mem: &mut self.mem,
                     wcs: &mut self.wcs,
                     gather: &mut self.gather,
+                    placed: None,
                     srq: srq_mut(&mut self.srqs, qp.srq()),
                 };
                 qp.on_timeout(&mut io);

@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use super::{CnpJob, Context};
+use crate::mem::Span;
 use crate::transport::{Io, Remote};
 use crate::wire::{self, DatagramRepr, Opcode, RocePacket, WireError};
 
@@ -22,16 +23,18 @@ pub enum Received<'a> {
     /// A UDP payload and the addressing the socket reported
     /// ([`super::Context::handle_datagram`]).
     Datagram {
-        /// IP and UDP as they were on the wire, as far as the socket tells (see
-        /// `uroce::datapath::udp` (the IO crate) for the IPv4 identification).
+        /// IP and UDP as they were on the wire, as far as the socket tells. A socket does
+        /// not tell the IPv4 identification, which the ICRC covers: the backend guesses
+        /// it (segment j of a coalesced GSO send most likely left with identification
+        /// j), and the context takes another that fits the ICRC where the guess does not
+        /// ([`DatagramRepr::fit_icrc`]).
         datagram: &'a DatagramRepr,
         /// BTH to ICRC.
         roce: &'a [u8],
-        /// The ICRC of `roce` under `datagram`'s headers, when the backend computed it
-        /// already (the UDP backend does, to find the IPv4 identification, see
-        /// `uroce::datapath::udp` (the IO crate)): the context compares it with the ICRC stored in
-        /// `roce` instead of hashing the bytes a second time. `None`: the context
-        /// computes it.
+        /// The ICRC of `roce` under `datagram`'s headers, identification included, when
+        /// the backend computed it already: the context compares it with the ICRC stored
+        /// in `roce` instead of hashing the bytes a second time. `None`: the context
+        /// computes it, after placing the payload where it may (`Context::place`).
         icrc: Option<u32>,
     },
 }
@@ -64,7 +67,10 @@ impl Context {
             self.qps.prefetch(qpn);
         }
         match wire::parse(frame) {
-            Ok(p) => self.handle_packet(now, &p),
+            Ok(p) => {
+                self.handle_packet(now, &p, None);
+                Ok(())
+            }
             Err(e) => {
                 if e.is_misfit() {
                     if let Some(m) = wire::parse_misfit(frame) {
@@ -85,34 +91,46 @@ impl Context {
         datagram: &DatagramRepr,
         roce: &[u8],
     ) -> Result<(), WireError> {
-        self.handle_datagram_with(now, datagram, roce, None)
+        self.handle_datagram_with(now, datagram, roce, None, false)
     }
 
-    /// [`Context::handle_datagram`] with the ICRC the backend already computed over
-    /// these headers and bytes, if it did (see [`Received::Datagram`]).
+    /// [`Context::handle_datagram`] with the ICRC a backend already computed over these
+    /// headers and bytes, if it did, and `guessed`: whether the IPv4 identification in
+    /// `datagram` is a backend's guess (see [`Received::Datagram`]) rather than the one
+    /// the packet was sent with.
     fn handle_datagram_with(
         &mut self,
         now: Instant,
         datagram: &DatagramRepr,
         roce: &[u8],
-        icrc: Option<u32>,
+        mut icrc: Option<u32>,
+        guessed: bool,
     ) -> Result<(), WireError> {
         self.counters.rx_frames += 1;
         if let Some(qpn) = wire::bth::dest_qp_of(roce) {
             self.qps.prefetch(qpn);
         }
-        let parsed = datagram.header_bytes(roce.len()).and_then(|h| {
-            wire::parse_datagram_computed(datagram, &h, roce, icrc)
-                .map(|p| self.handle_packet(now, &p))
+        if icrc.is_none() {
+            if let Some(r) = self.place(now, datagram, roce, guessed) {
+                return r;
+            }
+        }
+        let mut d = *datagram;
+        if guessed && icrc.is_none() {
+            icrc = self.fitted_icrc(&mut d, roce);
+        }
+        let parsed = d.header_bytes(roce.len()).and_then(|h| {
+            wire::parse_datagram_computed(&d, &h, roce, icrc)
+                .map(|p| self.handle_packet(now, &p, None))
         });
         match parsed {
-            Ok(r) => r,
+            Ok(()) => Ok(()),
             Err(e) => {
                 if e.is_misfit() {
-                    let m = datagram
+                    let m = d
                         .header_bytes(roce.len())
                         .ok()
-                        .and_then(|h| wire::parse_datagram_misfit(datagram, &h, roce));
+                        .and_then(|h| wire::parse_datagram_misfit(&d, &h, roce));
                     if let Some(m) = m {
                         self.handle_misfit(now, &m);
                     }
@@ -120,6 +138,112 @@ impl Context {
                 Err(self.count_bad(e))
             }
         }
+    }
+
+    /// The ICRC of `roce` under `d`'s headers, where it fits the stored one under
+    /// another IPv4 identification than `d`'s (the backend's guess), that one taken into
+    /// `d` ([`DatagramRepr::fit_icrc`]); `None` where there is none to compute (too short:
+    /// parsing says why).
+    fn fitted_icrc(&mut self, d: &mut DatagramRepr, roce: &[u8]) -> Option<u32> {
+        let body = &roce[..roce.len().checked_sub(wire::ICRC_LEN)?];
+        let stored = wire::icrc::stored(roce)?;
+        let computed = d.icrc(body).ok()?;
+        Some(if self.fit(d, body.len(), (computed, stored), true) {
+            stored
+        } else {
+            computed
+        })
+    }
+
+    /// [`DatagramRepr::fit_icrc`] where the identification is a guess, counting those
+    /// found; else whether `computed` is `stored`.
+    fn fit(
+        &mut self,
+        d: &mut DatagramRepr,
+        len: usize,
+        (computed, stored): (u32, u32),
+        guessed: bool,
+    ) -> bool {
+        if !guessed {
+            return computed == stored;
+        }
+        let guess = d.ip;
+        let fits = d.fit_icrc(len, computed, stored, &mut self.ident_bases);
+        if d.ip != guess {
+            self.counters.rx_idents_recovered += 1;
+        }
+        fits
+    }
+
+    /// Places the payload of an RC RDMA WRITE's MIDDLE or LAST packet, the next its QP
+    /// expects, before checking its ICRC, as a NIC places a packet cut-through: the
+    /// copy reads the bytes into the cache, and the check after it reads them from
+    /// there while the copy's stores drain to memory (checked first, they wait for it:
+    /// about a tenth of a receiving process's CPU over a UDP socket, the NCCL harness
+    /// in `scripts/nccl-net`). `None`: not such a packet; the caller checks, then
+    /// handles it.
+    ///
+    /// The bytes of a packet that fails its check stay where that message's own bytes
+    /// will go ([`crate::transport::Service::placement`]): a part of the region that
+    /// the message writes and that no packet wrote yet, and whose contents IBTA leaves
+    /// undefined until the message completes, which it does only once a packet that
+    /// passes its check has written them. The packet is dropped and counted, the QP
+    /// unmoved, as for any damaged packet.
+    fn place(
+        &mut self,
+        now: Instant,
+        datagram: &DatagramRepr,
+        roce: &[u8],
+        guessed: bool,
+    ) -> Option<Result<(), WireError>> {
+        use Opcode::{RcWriteLast, RcWriteLastImm, RcWriteMiddle};
+        let op = *roce.first()?;
+        if ![RcWriteMiddle, RcWriteLast, RcWriteLastImm]
+            .map(|o| o as u8)
+            .contains(&op)
+            || !self.is_own(datagram.ip.dst())
+        {
+            return None;
+        }
+        let mut d = *datagram;
+        let h = d.header_bytes(roce.len()).ok()?;
+        let p = wire::parse_datagram_unverified(&d, &h, roce).ok()?;
+        let span = self.qps.get(&p.bth.dest_qp())?.placement(&p)?;
+        // The headers before the payload, the pad after it.
+        let at = (p.payload.as_ptr() as usize).checked_sub(roce.as_ptr() as usize)?;
+        let body = &roce[..roce.len() - wire::ICRC_LEN];
+        let (head, rest) = body.split_at_checked(at)?;
+        let tail = rest.get(p.payload.len()..)?;
+        // The pseudo-header is hashed first, then the payload copied and hashed from
+        // the cache: between the copy and the hash nothing is stored.
+        let mut copied = false;
+        let mem = &mut self.mem;
+        let computed = wire::icrc::compute_for_parts(
+            &d.ip,
+            &d.udp,
+            head,
+            p.payload.len(),
+            |state| {
+                copied = mem.copy_in(span, p.payload);
+                crate::mem::crc::update_slice(state, p.payload)
+            },
+            tail,
+        )
+        .ok()?;
+        if !copied {
+            return None; // the region went away: the copy after the check fails it
+        }
+        self.counters.rx_placed += 1;
+        if !self.fit(&mut d, body.len(), (computed, p.icrc), guessed) {
+            let e = WireError::BadIcrc {
+                computed,
+                found: p.icrc,
+                offset: body.len(),
+            };
+            return Some(Err(self.count_bad(e)));
+        }
+        self.handle_packet(now, &p, Some(span));
+        Some(Ok(()))
     }
 
     /// Takes a received packet the way a backend hands it over.
@@ -130,7 +254,7 @@ impl Context {
                 datagram,
                 roce,
                 icrc,
-            } => self.handle_datagram_with(now, datagram, roce, icrc),
+            } => self.handle_datagram_with(now, datagram, roce, icrc, true),
         }
     }
 
@@ -161,6 +285,7 @@ impl Context {
             mem: &mut self.mem,
             wcs: &mut self.wcs,
             gather: &mut self.gather,
+            placed: None,
             srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_misfit(&mut io, m);
@@ -174,10 +299,11 @@ impl Context {
     }
 
     /// A packet whose ICRC verified: to its QP (or the reaction point, for a CNP).
-    fn handle_packet(&mut self, now: Instant, p: &RocePacket<'_>) -> Result<(), WireError> {
+    /// `placed`: where its payload was copied already ([`Context::place`]).
+    fn handle_packet(&mut self, now: Instant, p: &RocePacket<'_>, placed: Option<Span>) {
         if !self.is_own(p.ip().dst()) {
             self.counters.rx_not_for_us += 1;
-            return Ok(());
+            return;
         }
         let qpn = p.bth.dest_qp();
         if p.bth.opcode() == Opcode::Cnp {
@@ -190,11 +316,11 @@ impl Context {
                 }
                 None => self.counters.rx_cnp_unknown_qp += 1,
             }
-            return Ok(());
+            return;
         }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.counters.rx_unknown_qp += 1;
-            return Ok(());
+            return;
         };
         if p.ip().ecn() == 3 {
             // Notification point: CE seen; at most one CNP per QP per interval.
@@ -218,6 +344,7 @@ impl Context {
             mem: &mut self.mem,
             wcs: &mut self.wcs,
             gather: &mut self.gather,
+            placed,
             srq: super::srq_mut(&mut self.srqs, srq),
         };
         qp.on_packet(&mut io, p);
@@ -239,6 +366,5 @@ impl Context {
             self.take_qp_events(p.bth.dest_qp());
         }
         self.route_completions();
-        Ok(())
     }
 }

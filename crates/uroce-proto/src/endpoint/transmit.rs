@@ -204,6 +204,7 @@ impl Context {
                 mem: &mut self.mem,
                 wcs: &mut self.wcs,
                 gather: &mut self.gather,
+                placed: None,
                 srq: super::srq_mut(&mut self.srqs, qp.srq()),
             };
             let pkt = qp.next_packet(&mut io);

@@ -47,6 +47,13 @@ pub(crate) unsafe fn update(state: u32, p: *const u8, len: usize) -> u32 {
     unsafe { by_chunks(state, p, len) }
 }
 
+/// [`update`] over bytes the stack may borrow (its own, a received packet's).
+pub(crate) fn update_slice(state: u32, bytes: &[u8]) -> u32 {
+    // SAFETY: a borrowed slice is valid for reads of its length for the call, and
+    // nothing writes it meanwhile.
+    unsafe { update(state, bytes.as_ptr(), bytes.len()) }
+}
+
 /// The bytes through `crc32fast`, in stack copies of [`CHUNK`] bytes.
 ///
 /// # Safety

@@ -19,7 +19,7 @@
 
 #![deny(unsafe_code)]
 
-mod crc;
+pub(crate) mod crc;
 mod keys;
 mod shared;
 

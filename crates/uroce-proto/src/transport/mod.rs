@@ -182,6 +182,9 @@ pub(crate) struct Io<'a> {
     /// by the service that makes it and read when the context builds it, at once. Its
     /// room for [`MAX_SGE`] pieces is reserved when the context is made.
     pub gather: &'a mut Vec<Span>,
+    /// Where the context copied the payload of the packet being handled before its ICRC
+    /// was checked ([`Service::placement`]): the service does not copy it again.
+    pub placed: Option<Span>,
 }
 
 impl Io<'_> {

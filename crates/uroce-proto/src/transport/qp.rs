@@ -21,7 +21,7 @@ use super::{
     QpInitAttr, QpInitEx, QpType, RecvBuf, RecvWr, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr,
     Sge, SrqId, UdSendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion, MAX_INLINE_DATA, MAX_SGE,
 };
-use crate::mem::{Access, Memory, Mr, PdId};
+use crate::mem::{Access, Memory, Mr, PdId, Span};
 use crate::wire::{Misfit, RocePacket};
 
 /// QP state (ibv_qp_state).
@@ -197,6 +197,16 @@ pub(crate) trait Service: Send {
     /// Takes out the receive a message is being placed in (RC, UC), taken off the
     /// receive queue when the message began.
     fn take_receiving(&mut self) -> Option<RecvBuf> {
+        None
+    }
+    /// Where the payload of `p`, a packet for this QP whose ICRC is not checked yet,
+    /// goes if it is taken: part of a registered region that the message in progress
+    /// will write and no packet has yet, or `None`. Changes nothing. A context copies
+    /// the payload there before it checks the ICRC, as a NIC places a packet
+    /// cut-through; a damaged packet then leaves bytes where the message's own will go
+    /// (see `Context::place`).
+    fn placement(&self, p: &RocePacket<'_>) -> Option<Span> {
+        let _ = p;
         None
     }
     /// A packet for this QP (ICRC verified), in RTR or RTS. `Err` takes the QP to ERR.
@@ -1142,6 +1152,14 @@ impl Qp {
         }
         self.core.rq.push_back(r);
         Ok(())
+    }
+
+    /// [`Service::placement`], in a state that takes packets.
+    pub(crate) fn placement(&self, p: &RocePacket<'_>) -> Option<Span> {
+        if !self.core.state.receives() {
+            return None;
+        }
+        self.service.placement(p)
     }
 
     /// Handles a packet addressed to this QP (ICRC already verified).

@@ -343,6 +343,46 @@ pub fn ident_basis(ip_len: usize, transport_len: usize) -> Option<[u32; 16]> {
     Some(basis)
 }
 
+/// [`ident_basis`] by transport length, for a 20-byte IPv4 header (what a UDP socket's
+/// datagrams are taken to have), each computed once (17 CRC passes) and kept: a sender
+/// that renumbers its queued packets and a receiver that finds theirs ask for the same
+/// few lengths again and again. At most one per length up to [`MAX_IDENT_TRANSPORT`], so
+/// packets of ever new lengths cannot make every packet pay for one.
+#[derive(Debug, Clone, Default)]
+pub struct IdentBases(std::collections::HashMap<usize, [u32; 16]>);
+
+impl IdentBases {
+    /// The basis for a transport section (BTH to ICRC) of `transport_len` bytes; `None`
+    /// above [`MAX_IDENT_TRANSPORT`].
+    pub fn get(&mut self, transport_len: usize) -> Option<[u32; 16]> {
+        if let Some(b) = self.0.get(&transport_len) {
+            return Some(*b);
+        }
+        let b = ident_basis(20, transport_len)?;
+        self.0.insert(transport_len, b);
+        Some(b)
+    }
+
+    /// How many lengths' bases are kept.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none is kept yet.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// What identification `id` does to an ICRC computed with identification 0: the XOR of
+/// each of its bits' effect in `basis` (from [`ident_basis`]). Moving a packet from
+/// identification `a` to `b` changes its ICRC by `ident_effect(basis, a ^ b)`.
+pub fn ident_effect(basis: &[u32; 16], id: u16) -> u32 {
+    (0..16)
+        .filter(|j| id & (1 << j) != 0)
+        .fold(0, |acc, j| acc ^ basis[j])
+}
+
 /// The identification `x` whose bits' changes (from [`ident_basis`]) XOR to `delta`, the
 /// ICRC on the wire XOR the ICRC computed with identification 0; `None` when there is none
 /// (the packet is damaged: only 1 in 65536 damaged packets still finds one, so the check
@@ -462,6 +502,22 @@ mod tests {
         }
         assert!(ident_basis(20, MAX_IDENT_TRANSPORT + 1).is_none());
         assert!(ident_basis(19, 10).is_none());
+    }
+
+    /// Each length's basis is computed once and kept; lengths beyond the bound get
+    /// none, and are not kept. `ident_effect` is the XOR of its bits' effects.
+    #[test]
+    fn identification_bases_are_kept_and_bounded() {
+        let mut bases = IdentBases::default();
+        for _ in 0..3 {
+            assert_eq!(bases.get(64), ident_basis(20, 64));
+        }
+        let b = bases.get(68).unwrap();
+        assert_eq!(bases.len(), 2);
+        assert_eq!(bases.get(MAX_IDENT_TRANSPORT + 4), None);
+        assert_eq!(bases.len(), 2);
+        assert_eq!(ident_effect(&b, 0), 0);
+        assert_eq!(ident_effect(&b, 0x8001), b[15] ^ b[0]);
     }
 
     /// `compute_v4`, by either of its paths (one buffer for short packets, two pieces for

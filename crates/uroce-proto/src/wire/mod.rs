@@ -75,8 +75,8 @@ pub use ipv6::Ipv6Repr;
 pub use opcode::{ExtHeader, Opcode, TransportKind};
 pub use packet::{
     dissect, dissect_ip, parse, parse_datagram, parse_datagram_computed, parse_datagram_misfit,
-    parse_headers, parse_ip, parse_misfit, Dissection, ExtHeaders, IpRepr, IpView, Misfit,
-    RocePacket,
+    parse_datagram_unverified, parse_headers, parse_ip, parse_misfit, Dissection, ExtHeaders,
+    IpRepr, IpView, Misfit, RocePacket,
 };
 pub use reth::RethRepr;
 pub use udp::UdpRepr;

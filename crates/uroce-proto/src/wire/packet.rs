@@ -540,6 +540,20 @@ pub fn parse_datagram_computed<'a>(
             offset: body.len(),
         });
     }
+    parse_datagram_unverified(d, headers, roce)
+}
+
+/// [`parse_datagram`] without the ICRC (`icrc` holds the stored value): for a receiver
+/// that copies a payload to its place before it checks the ICRC, as a NIC places a
+/// packet cut-through, and checks it before anything else depends on the packet. Never
+/// for accepting data unchecked.
+pub fn parse_datagram_unverified<'a>(
+    d: &super::DatagramRepr,
+    headers: &'a super::datagram::HeaderBytes,
+    roce: &'a [u8],
+) -> Result<RocePacket<'a>, WireError> {
+    check_len("BTH and ICRC", roce, bth::HEADER_LEN + ICRC_LEN, 0)?;
+    let found = icrc::stored(roce).unwrap_or(0);
     if let Some(t) = super::fastpath::transport(roce) {
         return Ok(RocePacket {
             eth: None,

@@ -723,8 +723,16 @@ fn fuzz_answer(r: &Received<'_>) -> Option<(u32, Response)> {
             (p.bth.dest_qp(), Response::of(&p))
         }
         Received::Datagram { datagram, roce, .. } => {
-            let h = datagram.header_bytes(roce.len()).ok()?;
-            let p = wire::parse_datagram(datagram, &h, roce).ok()?;
+            // The IPv4 identification is the backend's guess: take the one the ICRC fits
+            // (a peer such as rdma_rxe numbers its packets).
+            let mut d = **datagram;
+            let body = roce.get(..roce.len().checked_sub(wire::ICRC_LEN)?)?;
+            let computed = d.icrc(body).ok()?;
+            let stored = wire::icrc::stored(roce)?;
+            let mut bases = wire::icrc::IdentBases::default();
+            d.fit_icrc(body.len(), computed, stored, &mut bases);
+            let h = d.header_bytes(roce.len()).ok()?;
+            let p = wire::parse_datagram(&d, &h, roce).ok()?;
             (p.bth.dest_qp(), Response::of(&p))
         }
     };

@@ -12,6 +12,7 @@ mod responder;
 
 use std::time::Instant;
 
+use crate::mem::Span;
 use crate::transport::Local;
 use crate::transport::{
     Connected, Fatal, InitAttr, Peer, QpAttr, QpAttrMask, QpCore, QpErrorEvent, QpState, RecvBuf,
@@ -157,6 +158,18 @@ impl Service for RcQp {
 
     fn take_receiving(&mut self) -> Option<RecvBuf> {
         self.resp.take_receiving()
+    }
+
+    fn placement(&self, p: &RocePacket<'_>) -> Option<Span> {
+        // As `on_packet` below: a request from the peer, with its P_Key.
+        let path = self.path.as_ref()?;
+        if p.ip().src() != path.remote.ip
+            || !pkey_matches(p.bth.pkey(), path.pkey)
+            || p.bth.opcode().is_rc_response()
+        {
+            return None;
+        }
+        self.resp.placement(path, p)
     }
 
     fn on_packet(

@@ -361,6 +361,43 @@ impl Responder {
         WorkCompletion::recv(self.qpn, wr_id, status, opcode, byte_len, imm, from)
     }
 
+    /// [`crate::transport::Service::placement`] for a request: the part of the RDMA
+    /// WRITE in progress that `p` fills if it is the next packet (its PSN the expected
+    /// one), a MIDDLE or LAST of the right size. Only those: a FIRST or ONLY names its
+    /// place in its RETH, which is not to be believed before the ICRC. (SENDs are left
+    /// to the copy after the check: a receive's scatter list may split a packet.)
+    pub(crate) fn placement(&self, path: &Path, p: &RocePacket<'_>) -> Option<Span> {
+        use Opcode::*;
+        let op = p.bth.opcode();
+        let last = match op {
+            RcWriteMiddle => false,
+            RcWriteLast | RcWriteLastImm => true,
+            _ => return None,
+        };
+        if p.bth.psn() != self.epsn {
+            return None;
+        }
+        let Some(InMsg::Write {
+            span: Some(span),
+            offset,
+            total,
+        }) = self.cur
+        else {
+            return None;
+        };
+        let (len, mtu) = (p.payload.len(), path.mtu as usize);
+        let end = offset + len as u64;
+        let size_ok = if last {
+            (1..=mtu).contains(&len)
+        } else {
+            len == mtu
+        };
+        if !size_ok || end > total || (last && end != total) {
+            return None;
+        }
+        Some(span.sub(offset as usize, len))
+    }
+
     fn execute(
         &mut self,
         path: &Path,
@@ -521,7 +558,9 @@ impl Responder {
                     return Verdict::Nak(NakCode::InvalidRequest);
                 }
                 if let Some(span) = span {
-                    if !io.mem.copy_in(span.sub(offset as usize, len), p.payload) {
+                    // Copied already where the context placed it (`placement`).
+                    let dst = span.sub(offset as usize, len);
+                    if io.placed != Some(dst) && !io.mem.copy_in(dst, p.payload) {
                         return Verdict::Nak(NakCode::RemoteAccessError);
                     }
                 }
