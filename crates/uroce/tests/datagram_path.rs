@@ -315,3 +315,91 @@ fn a_guessed_identification_is_taken_where_the_icrc_fits_another() {
     );
     assert_eq!(&p.b.mr_bytes(&p.rb)[..2048], &p.a.mr_bytes(&p.la)[..2048]);
 }
+
+/// Moves one datagram from `from` to `to` through `handle_datagram`, with `damage`
+/// applied to its bytes first; returns what `to` said.
+fn carry_one(
+    from: &mut Context,
+    to: &mut Context,
+    now: Instant,
+    damage: impl FnOnce(&mut [u8]),
+) -> Option<Result<(), uroce::wire::WireError>> {
+    let mut buf = vec![0u8; 5000];
+    let t = from.poll_transmit(now, &mut buf)?;
+    damage(&mut buf[..t.len]);
+    Some(to.handle_datagram(now, &t.datagram, &buf[..t.len]))
+}
+
+/// A SEND's MIDDLE and LAST land in its receive, and every response of a READ in its
+/// local buffer, before the check, as a WRITE's do; a damaged READ response is dropped,
+/// its bytes only in the part of the buffer not yet filled, and asked for again.
+#[test]
+fn send_and_read_payloads_are_placed_before_the_check_too() {
+    let mut p = Pair::new(RtsAttr::default(), all());
+    let payload: Vec<u8> = (0..3000u32).map(|i| (i * 11 + 1) as u8).collect();
+    p.a.mr_bytes_mut(&p.la)[..3000].copy_from_slice(&payload);
+    p.post_recv(0);
+    p.post(1, SendOp::Send, 3000);
+    let now = p.now;
+    while let Some(r) = carry_one(&mut p.a, &mut p.b, now, |_| {}) {
+        r.unwrap();
+    }
+    assert_eq!(p.b.counters().rx_placed, 2, "the SEND's MIDDLE and LAST");
+    let wc = p.wcs_b();
+    assert_eq!(
+        (wc.len(), wc[0].status, wc[0].byte_len),
+        (1, WcStatus::Success, 3000)
+    );
+    assert_eq!(&p.b.mr_bytes(&p.recv)[..3000], &payload[..]);
+    while carry_one(&mut p.b, &mut p.a, now, |_| {}).is_some() {} // the ACK
+    assert_eq!(p.wcs_a().len(), 1);
+
+    // A READ of 3000 bytes of B's region into A's buffer at 4096.
+    let from: Vec<u8> = p.b.mr_bytes(&p.rb)[200..3200].to_vec();
+    p.a.mr_bytes_mut(&p.la)[4096..8192].fill(0xee);
+    let op = SendOp::Read {
+        remote_addr: p.rb.addr + 200,
+        rkey: p.rb.rkey,
+    };
+    let sge = Sge {
+        addr: p.la.addr + 4096,
+        length: 3000,
+        lkey: p.la.lkey,
+    };
+    p.a.post_send(p.qa, wr(2, op, sge, true)).unwrap();
+    carry_one(&mut p.a, &mut p.b, now, |_| {}).unwrap().unwrap(); // the request
+    let mut responses = Vec::new();
+    let mut buf = vec![0u8; 5000];
+    while let Some(t) = p.b.poll_transmit(now, &mut buf) {
+        responses.push((t.datagram, buf[..t.len].to_vec()));
+    }
+    assert_eq!(responses.len(), 3);
+    p.a.handle_datagram(now, &responses[0].0, &responses[0].1)
+        .unwrap();
+    let mut bad = responses[1].1.clone();
+    bad[12 + 100] ^= 0x01;
+    let e = p.a.handle_datagram(now, &responses[1].0, &bad).unwrap_err();
+    assert!(matches!(e, uroce::wire::WireError::BadIcrc { .. }), "{e}");
+    assert_eq!(p.a.counters().rx_placed, 2);
+    let mem = &p.a.mr_bytes(&p.la)[4096..8192];
+    assert_eq!(&mem[..1024], &from[..1024]);
+    assert_eq!(
+        mem[1024 + 100],
+        from[1024 + 100] ^ 0x01,
+        "the MIDDLE's place"
+    );
+    assert!(mem[2048..].iter().all(|&x| x == 0xee));
+    assert!(p.wcs_a().is_empty());
+    for (d, roce) in &responses[1..] {
+        p.a.handle_datagram(now, d, roce).unwrap();
+    }
+    assert_eq!(p.a.counters().rx_placed, 4);
+    let wc = p.wcs_a();
+    assert_eq!(
+        (wc.len(), wc[0].wr_id, wc[0].status),
+        (1, 2, WcStatus::Success)
+    );
+    let mem = &p.a.mr_bytes(&p.la)[4096..8192];
+    assert_eq!(&mem[..3000], &from[..]);
+    assert!(mem[3000..].iter().all(|&x| x == 0xee));
+}

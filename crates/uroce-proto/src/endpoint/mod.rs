@@ -90,9 +90,9 @@ pub struct ContextCounters {
     /// guessed (a UDP socket does not report it; see [`Received::Datagram`]).
     pub rx_idents_recovered: u64,
     /// Payloads copied to their place in a registered region before their ICRC was
-    /// checked, as a NIC places a packet cut-through (see `Context::place`): the
-    /// MIDDLE and LAST packets of RC RDMA WRITEs in sequence. Those whose ICRC then
-    /// failed count in `rx_bad_icrc` too.
+    /// checked, as a NIC places a packet cut-through (see `Context::place`): of the
+    /// packet an RC QP expects next, an RDMA WRITE's or a SEND's MIDDLE or LAST, a
+    /// READ response. Those whose ICRC then failed count in `rx_bad_icrc` too.
     pub rx_placed: u64,
 }
 

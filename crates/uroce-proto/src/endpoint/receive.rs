@@ -13,6 +13,25 @@ use crate::wire::{self, DatagramRepr, Opcode, RocePacket, WireError};
 /// Ethernet 14, IPv4 20, UDP 8.
 const FRAME_BTH: usize = 14 + 20 + 8;
 
+/// The opcodes whose payload may be placed before the ICRC is checked
+/// (`Context::place`; the QP decides whether this one is).
+const PLACED: [Opcode; 11] = {
+    use Opcode::*;
+    [
+        RcSendMiddle,
+        RcSendLast,
+        RcSendLastImm,
+        RcSendLastInv,
+        RcWriteMiddle,
+        RcWriteLast,
+        RcWriteLastImm,
+        RcReadResponseFirst,
+        RcReadResponseMiddle,
+        RcReadResponseLast,
+        RcReadResponseOnly,
+    ]
+};
+
 /// One received packet as a backend has it.
 #[derive(Debug, Clone, Copy)]
 pub enum Received<'a> {
@@ -175,20 +194,21 @@ impl Context {
         fits
     }
 
-    /// Places the payload of an RC RDMA WRITE's MIDDLE or LAST packet, the next its QP
-    /// expects, before checking its ICRC, as a NIC places a packet cut-through: the
-    /// copy reads the bytes into the cache, and the check after it reads them from
-    /// there while the copy's stores drain to memory (checked first, they wait for it:
-    /// about a tenth of a receiving process's CPU over a UDP socket, the NCCL harness
-    /// in `scripts/nccl-net`). `None`: not such a packet; the caller checks, then
-    /// handles it.
+    /// Places the payload of the packet its RC QP expects next, where the QP already
+    /// knows it goes (an RDMA WRITE's or a SEND's MIDDLE or LAST, any READ response:
+    /// [`crate::transport::Service::placement`]), before checking its ICRC, as a NIC
+    /// places a packet cut-through: the copy reads the bytes into the cache, and the
+    /// check after it reads them from there while the copy's stores drain to memory
+    /// (checked first, they wait for it: about a tenth of a receiving process's CPU
+    /// over a UDP socket, the NCCL harness in `scripts/nccl-net`). `None`: not such a
+    /// packet; the caller checks, then handles it.
     ///
     /// The bytes of a packet that fails its check stay where that message's own bytes
-    /// will go ([`crate::transport::Service::placement`]): a part of the region that
-    /// the message writes and that no packet wrote yet, and whose contents IBTA leaves
-    /// undefined until the message completes, which it does only once a packet that
-    /// passes its check has written them. The packet is dropped and counted, the QP
-    /// unmoved, as for any damaged packet.
+    /// will go: a part of the memory the message fills (the WRITE's target, the
+    /// SEND's receive, the READ's buffer) that no packet filled yet, and whose contents
+    /// IBTA leaves undefined until the message completes, which it does only once a
+    /// packet that passes its check has written them. The packet is dropped and
+    /// counted, the QP unmoved, as for any damaged packet.
     fn place(
         &mut self,
         now: Instant,
@@ -196,13 +216,8 @@ impl Context {
         roce: &[u8],
         guessed: bool,
     ) -> Option<Result<(), WireError>> {
-        use Opcode::{RcWriteLast, RcWriteLastImm, RcWriteMiddle};
-        let op = *roce.first()?;
-        if ![RcWriteMiddle, RcWriteLast, RcWriteLastImm]
-            .map(|o| o as u8)
-            .contains(&op)
-            || !self.is_own(datagram.ip.dst())
-        {
+        let op = Opcode::from_u8(*roce.first()?)?;
+        if !PLACED.contains(&op) || !self.is_own(datagram.ip.dst()) {
             return None;
         }
         let mut d = *datagram;

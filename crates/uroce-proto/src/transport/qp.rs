@@ -205,8 +205,8 @@ pub(crate) trait Service: Send {
     /// the payload there before it checks the ICRC, as a NIC places a packet
     /// cut-through; a damaged packet then leaves bytes where the message's own will go
     /// (see `Context::place`).
-    fn placement(&self, p: &RocePacket<'_>) -> Option<Span> {
-        let _ = p;
+    fn placement(&self, core: &QpCore, p: &RocePacket<'_>) -> Option<Span> {
+        let _ = (core, p);
         None
     }
     /// A packet for this QP (ICRC verified), in RTR or RTS. `Err` takes the QP to ERR.
@@ -1159,7 +1159,7 @@ impl Qp {
         if !self.core.state.receives() {
             return None;
         }
-        self.service.placement(p)
+        self.service.placement(&self.core, p)
     }
 
     /// Handles a packet addressed to this QP (ICRC already verified).

@@ -100,6 +100,28 @@ impl Local {
         }
     }
 
+    /// The bytes `[offset, offset + len)` of the buffer where they lie in one range of
+    /// one region (a buffer of one entry); `None` otherwise.
+    pub(crate) fn span_at(&self, offset: usize, len: usize) -> Option<Span> {
+        match self {
+            Local::One(s) if offset.checked_add(len)? <= s.len => Some(s.sub(offset, len)),
+            _ => None,
+        }
+    }
+
+    /// [`Local::copy_in`], unless the context placed `data` there already
+    /// ([`crate::transport::Io::placed`]).
+    pub(crate) fn copy_in_unless_placed(
+        &self,
+        mem: &mut Memory,
+        offset: usize,
+        data: &[u8],
+        placed: Option<Span>,
+    ) -> bool {
+        placed.is_some_and(|p| self.span_at(offset, data.len()) == Some(p))
+            || self.copy_in(mem, offset, data)
+    }
+
     /// Scatters `data` into the buffer from byte `offset` on, over the entries in order.
     /// False, with nothing or part written, if the buffer is too short or a region went
     /// away since the post.

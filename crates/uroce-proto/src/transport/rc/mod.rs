@@ -160,16 +160,20 @@ impl Service for RcQp {
         self.resp.take_receiving()
     }
 
-    fn placement(&self, p: &RocePacket<'_>) -> Option<Span> {
-        // As `on_packet` below: a request from the peer, with its P_Key.
+    fn placement(&self, core: &QpCore, p: &RocePacket<'_>) -> Option<Span> {
+        // As `on_packet` below: from the peer, with its P_Key; a response only in RTS or
+        // SQD.
         let path = self.path.as_ref()?;
-        if p.ip().src() != path.remote.ip
-            || !pkey_matches(p.bth.pkey(), path.pkey)
-            || p.bth.opcode().is_rc_response()
-        {
+        if p.ip().src() != path.remote.ip || !pkey_matches(p.bth.pkey(), path.pkey) {
             return None;
         }
-        self.resp.placement(path, p)
+        if !p.bth.opcode().is_rc_response() {
+            return self.resp.placement(path, p);
+        }
+        if !matches!(core.state, QpState::Rts | QpState::Sqd) {
+            return None;
+        }
+        self.req.placement(path, p)
     }
 
     fn on_packet(

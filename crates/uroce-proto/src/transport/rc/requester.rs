@@ -722,6 +722,39 @@ impl Requester {
         Ok(())
     }
 
+    /// [`crate::transport::Service::placement`] for a response: where the payload of
+    /// `p` goes if it is the next READ response of the oldest READ outstanding (its PSN
+    /// the one expected, its size right), where it lands in one range of one region.
+    /// Mirrors `on_response` and `read_response`, changing nothing.
+    pub(crate) fn placement(&self, path: &Path, p: &RocePacket<'_>) -> Option<Span> {
+        use Opcode::*;
+        let is_last = match p.bth.opcode() {
+            RcReadResponseFirst | RcReadResponseMiddle => false,
+            RcReadResponseLast | RcReadResponseOnly => true,
+            _ => return None,
+        };
+        let psn = p.bth.psn();
+        if psn_diff(self.sent_hw, psn) <= 0 || psn_diff(psn, self.una) < -1 {
+            return None;
+        }
+        let w = &self.sq[self.oldest_rd_atomic()?];
+        if !matches!(w.wr.op, SendOp::Read { .. }) || psn != w.next_resp {
+            return None;
+        }
+        let k = psn_diff(psn, w.first_psn) as u32;
+        let offset = u64::from(k) * u64::from(path.mtu);
+        let len = p.payload.len() as u64;
+        let expect = if is_last {
+            u64::from(w.wr.sge.length).saturating_sub(offset)
+        } else {
+            u64::from(path.mtu)
+        };
+        if len != expect || (is_last && k + 1 != w.npkts) || (!is_last && k + 1 >= w.npkts) {
+            return None;
+        }
+        w.local.span_at(offset as usize, len as usize)
+    }
+
     fn read_response(
         &mut self,
         path: &Path,
@@ -773,7 +806,10 @@ impl Requester {
         }
         // The response scatters over the local entries from its offset in the message
         // (rdma_rxe's `read_reply` → `copy_data`), so a re-request resumes mid-list.
-        if !w.local.copy_in(io.mem, offset as usize, p.payload) {
+        if !w
+            .local
+            .copy_in_unless_placed(io.mem, offset as usize, p.payload, io.placed)
+        {
             let first = w.first_psn;
             return self.fail_at(first, WcStatus::LocProtErr, io);
         }

@@ -361,41 +361,54 @@ impl Responder {
         WorkCompletion::recv(self.qpn, wr_id, status, opcode, byte_len, imm, from)
     }
 
-    /// [`crate::transport::Service::placement`] for a request: the part of the RDMA
-    /// WRITE in progress that `p` fills if it is the next packet (its PSN the expected
-    /// one), a MIDDLE or LAST of the right size. Only those: a FIRST or ONLY names its
-    /// place in its RETH, which is not to be believed before the ICRC. (SENDs are left
-    /// to the copy after the check: a receive's scatter list may split a packet.)
+    /// [`crate::transport::Service::placement`] for a request: where the payload of `p`
+    /// goes if it is the next packet (its PSN the expected one) of the SEND or RDMA
+    /// WRITE in progress, a MIDDLE or LAST of the right size, and lands in one range of
+    /// one region. Only those: a FIRST or ONLY of a WRITE names its place in its RETH,
+    /// not to be believed before the ICRC, and a SEND's FIRST or ONLY takes its receive
+    /// off the queue.
     pub(crate) fn placement(&self, path: &Path, p: &RocePacket<'_>) -> Option<Span> {
         use Opcode::*;
         let op = p.bth.opcode();
         let last = match op {
-            RcWriteMiddle => false,
-            RcWriteLast | RcWriteLastImm => true,
+            RcWriteMiddle | RcSendMiddle => false,
+            RcWriteLast | RcWriteLastImm | RcSendLast | RcSendLastImm | RcSendLastInv => true,
             _ => return None,
         };
         if p.bth.psn() != self.epsn {
             return None;
         }
-        let Some(InMsg::Write {
-            span: Some(span),
-            offset,
-            total,
-        }) = self.cur
-        else {
-            return None;
-        };
         let (len, mtu) = (p.payload.len(), path.mtu as usize);
-        let end = offset + len as u64;
         let size_ok = if last {
             (1..=mtu).contains(&len)
         } else {
             len == mtu
         };
-        if !size_ok || end > total || (last && end != total) {
+        if !size_ok {
             return None;
         }
-        Some(span.sub(offset as usize, len))
+        match &self.cur {
+            Some(InMsg::Write {
+                span: Some(span),
+                offset,
+                total,
+            }) if matches!(op, RcWriteMiddle | RcWriteLast | RcWriteLastImm) => {
+                let end = offset + len as u64;
+                if end > *total || (last && end != *total) {
+                    return None;
+                }
+                Some(span.sub(*offset as usize, len))
+            }
+            Some(InMsg::Send { rwqe, offset })
+                if matches!(
+                    op,
+                    RcSendMiddle | RcSendLast | RcSendLastImm | RcSendLastInv
+                ) =>
+            {
+                rwqe.local.span_at(*offset as usize, len)
+            }
+            _ => None,
+        }
     }
 
     fn execute(
@@ -465,7 +478,10 @@ impl Responder {
                 }
                 // Scattered over the receive's entries in order (rdma_rxe's `send_data_in`
                 // → `copy_data`).
-                if !rwqe.local.copy_in(io.mem, offset as usize, p.payload) {
+                if !rwqe
+                    .local
+                    .copy_in_unless_placed(io.mem, offset as usize, p.payload, io.placed)
+                {
                     // The receive buffer was deregistered after it was posted.
                     return Verdict::Nak(NakCode::RemoteOperationalError);
                 }
