@@ -257,18 +257,17 @@ fn rping_on_one_address(backend: &str) {
     assert_eq!(served, 10, "server: {}", text(&s));
 }
 
-/// Whether rping failed only in its own teardown race: its CM thread, back in
-/// `rdma_get_cm_event` after the DISCONNECTED event, finds the channel its main thread
-/// destroyed meanwhile (rping never joins that thread) and exits with the error (EINVAL
-/// here; with rdma-core a read of the closed descriptor, EBADF). On a loaded machine the
-/// main thread sometimes gets there first. Every ping is still counted by the caller.
+/// Whether rping failed only in its own teardown race: its CM thread, in
+/// `rdma_get_cm_event` (back there after the DISCONNECTED event, or still waiting for
+/// it), finds the channel its main thread destroyed meanwhile (rping never joins that
+/// thread) and exits with the error (EINVAL here; with rdma-core a read of the closed
+/// descriptor, EBADF). On a loaded machine the main thread sometimes gets there first,
+/// and now and then before the CM thread printed "DISCONNECT EVENT" (seen once in CI,
+/// over AF_XDP, after all ten pings). Every ping is still counted by the caller.
 fn lost_the_teardown_race(o: &Output) -> bool {
-    let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
-    out.contains("DISCONNECT EVENT")
-        && err
-            .trim_end()
-            .ends_with("rdma_get_cm_event: Invalid argument")
+    err.trim_end()
+        .ends_with("rdma_get_cm_event: Invalid argument")
 }
 
 #[test]

@@ -15,16 +15,13 @@ const FRAME_BTH: usize = 14 + 20 + 8;
 
 /// The opcodes whose payload may be placed before the ICRC is checked
 /// (`Context::place`; the QP decides whether this one is).
-const PLACED: [Opcode; 11] = {
+const PLACED: [Opcode; 8] = {
     use Opcode::*;
     [
         RcSendMiddle,
         RcSendLast,
         RcSendLastImm,
         RcSendLastInv,
-        RcWriteMiddle,
-        RcWriteLast,
-        RcWriteLastImm,
         RcReadResponseFirst,
         RcReadResponseMiddle,
         RcReadResponseLast,
@@ -194,21 +191,21 @@ impl Context {
         fits
     }
 
-    /// Places the payload of the packet its RC QP expects next, where the QP already
-    /// knows it goes (an RDMA WRITE's or a SEND's MIDDLE or LAST, any READ response:
-    /// [`crate::transport::Service::placement`]), before checking its ICRC, as a NIC
-    /// places a packet cut-through: the copy reads the bytes into the cache, and the
-    /// check after it reads them from there while the copy's stores drain to memory
-    /// (checked first, they wait for it: about a tenth of a receiving process's CPU
-    /// over a UDP socket, the NCCL harness in `scripts/nccl-net`). `None`: not such a
-    /// packet; the caller checks, then handles it.
+    /// Places the payload of the packet its RC QP expects next, in a buffer the program
+    /// lent to a work request and may not touch before it completes (a SEND's MIDDLE or
+    /// LAST, in the receive; any READ response, in the READ's buffer:
+    /// [`crate::transport::Service::placement`]), before checking its ICRC: the copy
+    /// reads the bytes into the cache, and the check after it reads them from there
+    /// while the copy's stores drain to memory; checked first, they wait for it (on RDMA
+    /// WRITEs, before their targets were left out, a tenth of a receiving process's CPU
+    /// in the NCCL harness, `scripts/nccl-net`). `None`: not such a packet; the caller
+    /// checks, then handles it.
     ///
     /// The bytes of a packet that fails its check stay where that message's own bytes
-    /// will go: a part of the memory the message fills (the WRITE's target, the
-    /// SEND's receive, the READ's buffer) that no packet filled yet, and whose contents
-    /// IBTA leaves undefined until the message completes, which it does only once a
-    /// packet that passes its check has written them. The packet is dropped and
-    /// counted, the QP unmoved, as for any damaged packet.
+    /// will go, in a part of the buffer no packet filled yet; the work request completes
+    /// only once a packet that passes its check has written them. The packet is dropped
+    /// and counted, the QP unmoved, as for any damaged packet. An RDMA WRITE's target is
+    /// the program's memory, read while it is written: never placed before the check.
     fn place(
         &mut self,
         now: Instant,

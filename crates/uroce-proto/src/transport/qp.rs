@@ -200,11 +200,11 @@ pub(crate) trait Service: Send {
         None
     }
     /// Where the payload of `p`, a packet for this QP whose ICRC is not checked yet,
-    /// goes if it is taken: part of a registered region that the message in progress
-    /// will write and no packet has yet, or `None`. Changes nothing. A context copies
-    /// the payload there before it checks the ICRC, as a NIC places a packet
-    /// cut-through; a damaged packet then leaves bytes where the message's own will go
-    /// (see `Context::place`).
+    /// goes if it is taken: part of a buffer lent to a work request in progress, which
+    /// the program may not touch before it completes, that no packet filled yet; or
+    /// `None`. Changes nothing. The context copies the payload there before it checks
+    /// the ICRC; a damaged packet then leaves bytes where the message's own will go (see
+    /// `Context::place`).
     fn placement(&self, core: &QpCore, p: &RocePacket<'_>) -> Option<Span> {
         let _ = (core, p);
         None

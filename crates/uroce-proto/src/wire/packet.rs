@@ -521,8 +521,9 @@ pub fn parse_datagram<'a>(
 }
 
 /// [`parse_datagram`] given the ICRC of `roce` under `headers` when the caller computed
-/// it already (a UDP backend does, to recover the IPv4 identification): it is compared
-/// with the stored one and the bytes are not hashed again. `None`: computed here.
+/// it already (the context does, to find the IPv4 identification a UDP socket does not
+/// report): it is compared with the stored one and the bytes are not hashed again.
+/// `None`: computed here.
 pub fn parse_datagram_computed<'a>(
     d: &super::DatagramRepr,
     headers: &'a super::datagram::HeaderBytes,

@@ -49,15 +49,15 @@
 //! environment turns both off (comparisons, odd kernels).
 //!
 //! A peer whose IPv4 identification is not 0 (rdma_rxe numbers its packets, and GSO
-//! segments are numbered, ours included)
-//! sends an ICRC over a field the socket does not show: the identification is solved for
-//! from the ICRC ([`crate::wire::icrc::solve_ident`]) and put into the datagram's header.
-//! Every IPv4 packet is checked so, since any peer's packets may come numbered. Packets
+//! segments are numbered, ours included) sends an ICRC over a field the socket does not
+//! show. The backend puts its guess into the datagram's header (segment j of a
+//! coalesced run: j, which our own GSO sends use) and leaves the ICRC to the context,
+//! which takes the identification that fits where the guess does not
+//! ([`crate::wire::DatagramRepr::fit_icrc`]) and may place a payload before it checks
+//! (`Context::place`): so the check is the one CRC pass over a packet's bytes. Packets
 //! whose identification was solved for keep 16 of the ICRC's 32 bits of protection (a
 //! damaged packet passes with odds of 1 in 65536 instead of 1 in 4 billion); the AF_XDP
-//! backend sees the real header and keeps all 32. That check is the one CRC pass over a
-//! packet's bytes: the ICRC found is handed up with it (`Received::Datagram::icrc`) and
-//! the context compares it with the stored one rather than hashing the bytes again.
+//! backend sees the real header and keeps all 32.
 
 use std::collections::HashMap;
 use std::io;
@@ -1726,8 +1726,10 @@ mod tests {
     }
 
     /// Runs to one peer leave as GSO sends and come back coalesced (loopback has both
-    /// offloads): every packet is handed up alone, in order, with a good ICRC (the
-    /// identification of each segment solved for), and the budget holds.
+    /// offloads): every packet is handed up alone, in order, with a good ICRC under the
+    /// identification guessed for its segment (the parse in `receive_all` checks it, and
+    /// a segment after the first of a run fits only its own number), and the budget
+    /// holds.
     #[test]
     fn gso_sends_and_gro_receives_keep_every_packet() {
         let (a, b) = (Ipv4Addr::new(127, 0, 78, 1), Ipv4Addr::new(127, 0, 78, 2));

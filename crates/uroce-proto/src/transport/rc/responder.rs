@@ -362,17 +362,19 @@ impl Responder {
     }
 
     /// [`crate::transport::Service::placement`] for a request: where the payload of `p`
-    /// goes if it is the next packet (its PSN the expected one) of the SEND or RDMA
-    /// WRITE in progress, a MIDDLE or LAST of the right size, and lands in one range of
-    /// one region. Only those: a FIRST or ONLY of a WRITE names its place in its RETH,
-    /// not to be believed before the ICRC, and a SEND's FIRST or ONLY takes its receive
-    /// off the queue.
+    /// goes if it is the next packet (its PSN the expected one) of the SEND in progress,
+    /// a MIDDLE or LAST of the right size, and lands in one range of one region: the
+    /// receive taken at the message's FIRST, which the program may not read before it
+    /// completes. Not a SEND's FIRST or ONLY (it takes a receive off the queue), and not
+    /// an RDMA WRITE's packets: their target is the program's memory, which programs read
+    /// while it is written (NCCL's LL protocol and MPI's eager RDMA poll flags inside the
+    /// data, perftest's latency tests its last byte), so no byte may land there before
+    /// its ICRC is checked.
     pub(crate) fn placement(&self, path: &Path, p: &RocePacket<'_>) -> Option<Span> {
         use Opcode::*;
-        let op = p.bth.opcode();
-        let last = match op {
-            RcWriteMiddle | RcSendMiddle => false,
-            RcWriteLast | RcWriteLastImm | RcSendLast | RcSendLastImm | RcSendLastInv => true,
+        let last = match p.bth.opcode() {
+            RcSendMiddle => false,
+            RcSendLast | RcSendLastImm | RcSendLastInv => true,
             _ => return None,
         };
         if p.bth.psn() != self.epsn {
@@ -384,27 +386,8 @@ impl Responder {
         } else {
             len == mtu
         };
-        if !size_ok {
-            return None;
-        }
         match &self.cur {
-            Some(InMsg::Write {
-                span: Some(span),
-                offset,
-                total,
-            }) if matches!(op, RcWriteMiddle | RcWriteLast | RcWriteLastImm) => {
-                let end = offset + len as u64;
-                if end > *total || (last && end != *total) {
-                    return None;
-                }
-                Some(span.sub(*offset as usize, len))
-            }
-            Some(InMsg::Send { rwqe, offset })
-                if matches!(
-                    op,
-                    RcSendMiddle | RcSendLast | RcSendLastImm | RcSendLastInv
-                ) =>
-            {
+            Some(InMsg::Send { rwqe, offset }) if size_ok => {
                 rwqe.local.span_at(*offset as usize, len)
             }
             _ => None,
@@ -574,9 +557,7 @@ impl Responder {
                     return Verdict::Nak(NakCode::InvalidRequest);
                 }
                 if let Some(span) = span {
-                    // Copied already where the context placed it (`placement`).
-                    let dst = span.sub(offset as usize, len);
-                    if io.placed != Some(dst) && !io.mem.copy_in(dst, p.payload) {
+                    if !io.mem.copy_in(span.sub(offset as usize, len), p.payload) {
                         return Verdict::Nak(NakCode::RemoteAccessError);
                     }
                 }
