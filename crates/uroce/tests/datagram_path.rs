@@ -315,22 +315,60 @@ fn carry_one(
     Some(to.handle_datagram(now, &t.datagram, &buf[..t.len]))
 }
 
-/// A SEND's MIDDLE and LAST land in its receive, and every response of a READ in its
-/// local buffer, before the check (buffers lent to a work request, which the program
-/// may not touch before it completes); a damaged READ response is dropped, its bytes
-/// only in the part of the buffer not yet filled, and asked for again.
+/// Hands `roce` to `to` as a UDP backend does (`Received::Datagram`), the IPv4
+/// identification a wrong guess, which the context must correct.
+fn as_backend(
+    to: &mut Context,
+    now: Instant,
+    d: &DatagramRepr,
+    roce: &[u8],
+) -> Result<(), uroce::wire::WireError> {
+    let mut guessed = *d;
+    if let IpRepr::V4(ip) = &mut guessed.ip {
+        ip.ident ^= 0x0077;
+    }
+    let r = uroce::endpoint::Received::Datagram {
+        datagram: &guessed,
+        roce,
+        icrc: None,
+    };
+    to.handle_received(now, r)
+}
+
+/// Every response of a READ lands in the READ's buffer before its check (a buffer lent
+/// to the work request, which the program may not touch before it completes), on the
+/// path a UDP backend's datagrams take; a damaged response is dropped, its bytes only
+/// where the expected one's go, and asked for again; a damaged copy of a response
+/// already taken is not placed at all. A SEND's packets are checked first: a damaged
+/// MIDDLE leaves nothing in the receive.
 #[test]
-fn send_and_read_payloads_are_placed_before_the_check_too() {
+fn read_responses_are_placed_before_the_check_and_sends_are_not() {
     let mut p = Pair::new(RtsAttr::default(), all());
     let payload: Vec<u8> = (0..3000u32).map(|i| (i * 11 + 1) as u8).collect();
     p.a.mr_bytes_mut(&p.la)[..3000].copy_from_slice(&payload);
     p.post_recv(0);
     p.post(1, SendOp::Send, 3000);
     let now = p.now;
-    while let Some(r) = carry_one(&mut p.a, &mut p.b, now, |_| {}) {
-        r.unwrap();
+    let bad = |e: uroce::wire::WireError| matches!(e, uroce::wire::WireError::BadIcrc { .. });
+    carry_one(&mut p.a, &mut p.b, now, |_| {}).unwrap().unwrap(); // FIRST
+    let mut buf = vec![0u8; 5000];
+    let mut send = Vec::new();
+    while let Some(t) = p.a.poll_transmit(now, &mut buf) {
+        send.push((t.datagram, buf[..t.len].to_vec()));
     }
-    assert_eq!(p.b.counters().rx_placed, 2, "the SEND's MIDDLE and LAST");
+    let mut damaged = send[0].1.clone();
+    damaged[12 + 300] ^= 0x20;
+    let e = as_backend(&mut p.b, now, &send[0].0, &damaged).unwrap_err();
+    assert!(bad(e), "{e}");
+    assert!(p.b.mr_bytes(&p.recv)[1024..8192].iter().all(|&x| x == 0));
+    for (d, roce) in &send {
+        as_backend(&mut p.b, now, d, roce).unwrap();
+    }
+    assert_eq!(
+        p.b.counters().rx_placed,
+        0,
+        "a SEND's packets are checked first"
+    );
     let wc = p.wcs_b();
     assert_eq!(
         (wc.len(), wc[0].status, wc[0].byte_len),
@@ -355,17 +393,24 @@ fn send_and_read_payloads_are_placed_before_the_check_too() {
     p.a.post_send(p.qa, wr(2, op, sge, true)).unwrap();
     carry_one(&mut p.a, &mut p.b, now, |_| {}).unwrap().unwrap(); // the request
     let mut responses = Vec::new();
-    let mut buf = vec![0u8; 5000];
     while let Some(t) = p.b.poll_transmit(now, &mut buf) {
         responses.push((t.datagram, buf[..t.len].to_vec()));
     }
     assert_eq!(responses.len(), 3);
-    p.a.handle_datagram(now, &responses[0].0, &responses[0].1)
-        .unwrap();
-    let mut bad = responses[1].1.clone();
-    bad[12 + 100] ^= 0x01;
-    let e = p.a.handle_datagram(now, &responses[1].0, &bad).unwrap_err();
-    assert!(matches!(e, uroce::wire::WireError::BadIcrc { .. }), "{e}");
+    as_backend(&mut p.a, now, &responses[0].0, &responses[0].1).unwrap();
+    assert_eq!(p.a.counters().rx_placed, 1);
+    // A damaged copy of the FIRST, taken already: not placed, its bytes nowhere.
+    let mut again = responses[0].1.clone();
+    again[16 + 10] ^= 0x08;
+    let e = as_backend(&mut p.a, now, &responses[0].0, &again).unwrap_err();
+    assert!(bad(e), "{e}");
+    assert_eq!(p.a.counters().rx_placed, 1);
+    assert_eq!(&p.a.mr_bytes(&p.la)[4096..4096 + 1024], &from[..1024]);
+    // The MIDDLE damaged: placed where it goes, then dropped.
+    let mut middle = responses[1].1.clone();
+    middle[12 + 100] ^= 0x01;
+    let e = as_backend(&mut p.a, now, &responses[1].0, &middle).unwrap_err();
+    assert!(bad(e), "{e}");
     assert_eq!(p.a.counters().rx_placed, 2);
     let mem = &p.a.mr_bytes(&p.la)[4096..8192];
     assert_eq!(&mem[..1024], &from[..1024]);
@@ -377,9 +422,12 @@ fn send_and_read_payloads_are_placed_before_the_check_too() {
     assert!(mem[2048..].iter().all(|&x| x == 0xee));
     assert!(p.wcs_a().is_empty());
     for (d, roce) in &responses[1..] {
-        p.a.handle_datagram(now, d, roce).unwrap();
+        as_backend(&mut p.a, now, d, roce).unwrap();
     }
-    assert_eq!(p.a.counters().rx_placed, 4);
+    let c = p.a.counters();
+    assert_eq!(c.rx_placed, 4);
+    // Each good response's identification found; the damaged ones fit none.
+    assert_eq!(c.rx_idents_recovered, 3, "{c:?}");
     let wc = p.wcs_a();
     assert_eq!(
         (wc.len(), wc[0].wr_id, wc[0].status),

@@ -89,10 +89,9 @@ pub struct ContextCounters {
     /// IPv4 datagrams whose ICRC fit under another identification than the backend
     /// guessed (a UDP socket does not report it; see [`Received::Datagram`]).
     pub rx_idents_recovered: u64,
-    /// Payloads copied into the buffer of their work request before their ICRC was
-    /// checked (see `Context::place`): of the packet an RC QP expects next, a SEND's
-    /// MIDDLE or LAST, a READ response. Those whose ICRC then failed count in
-    /// `rx_bad_icrc` too.
+    /// READ responses copied into their READ's buffer before their ICRC was checked
+    /// (see `Context::place`). Those whose ICRC then failed count in `rx_bad_icrc`
+    /// too.
     pub rx_placed: u64,
 }
 

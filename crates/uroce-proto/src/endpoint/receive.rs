@@ -14,14 +14,10 @@ use crate::wire::{self, DatagramRepr, Opcode, RocePacket, WireError};
 const FRAME_BTH: usize = 14 + 20 + 8;
 
 /// The opcodes whose payload may be placed before the ICRC is checked
-/// (`Context::place`; the QP decides whether this one is).
-const PLACED: [Opcode; 8] = {
+/// (`Context::place`; the QP decides whether this packet's is).
+const PLACED: [Opcode; 4] = {
     use Opcode::*;
     [
-        RcSendMiddle,
-        RcSendLast,
-        RcSendLastImm,
-        RcSendLastInv,
         RcReadResponseFirst,
         RcReadResponseMiddle,
         RcReadResponseLast,
@@ -191,21 +187,22 @@ impl Context {
         fits
     }
 
-    /// Places the payload of the packet its RC QP expects next, in a buffer the program
-    /// lent to a work request and may not touch before it completes (a SEND's MIDDLE or
-    /// LAST, in the receive; any READ response, in the READ's buffer:
-    /// [`crate::transport::Service::placement`]), before checking its ICRC: the copy
-    /// reads the bytes into the cache, and the check after it reads them from there
-    /// while the copy's stores drain to memory; checked first, they wait for it (on RDMA
-    /// WRITEs, before their targets were left out, a tenth of a receiving process's CPU
-    /// in the NCCL harness, `scripts/nccl-net`). `None`: not such a packet; the caller
+    /// Places the payload of the READ response its RC QP expects next in the READ's
+    /// buffer, which the program lent to the work request and may not touch before it
+    /// completes ([`crate::transport::Service::placement`]), before checking its ICRC:
+    /// the copy reads the bytes into the cache, and the check after it reads them from
+    /// there while the copy's stores drain to memory; checked first, they wait for it
+    /// (on RDMA WRITEs, which are not placed so, a tenth of a receiving process's CPU in
+    /// the NCCL harness, `scripts/nccl-net`). `None`: not such a packet; the caller
     /// checks, then handles it.
     ///
-    /// The bytes of a packet that fails its check stay where that message's own bytes
-    /// will go, in a part of the buffer no packet filled yet; the work request completes
-    /// only once a packet that passes its check has written them. The packet is dropped
-    /// and counted, the QP unmoved, as for any damaged packet. An RDMA WRITE's target is
-    /// the program's memory, read while it is written: never placed before the check.
+    /// The bytes of a packet that fails its check stay where the expected response's
+    /// own go (a response must be exactly as long as its place), in a part of the buffer
+    /// no verified response filled yet; the READ completes only once responses that pass
+    /// their check have written them. The packet is dropped and counted, the QP unmoved,
+    /// as for any damaged packet. Requests are never placed so: an RDMA WRITE's target
+    /// is the program's memory, read while it is written, and a damaged packet claiming
+    /// the PSN of a SEND's shorter LAST would leave bytes past the message's end.
     fn place(
         &mut self,
         now: Instant,

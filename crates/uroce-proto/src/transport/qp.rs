@@ -201,10 +201,10 @@ pub(crate) trait Service: Send {
     }
     /// Where the payload of `p`, a packet for this QP whose ICRC is not checked yet,
     /// goes if it is taken: part of a buffer lent to a work request in progress, which
-    /// the program may not touch before it completes, that no packet filled yet; or
-    /// `None`. Changes nothing. The context copies the payload there before it checks
-    /// the ICRC; a damaged packet then leaves bytes where the message's own will go (see
-    /// `Context::place`).
+    /// the program may not touch before it completes, that no verified packet filled
+    /// yet and that the packet expected there fills exactly; or `None`. Changes nothing.
+    /// The context copies the payload there before it checks the ICRC; a damaged packet
+    /// then leaves bytes where the expected one's will go (see `Context::place`).
     fn placement(&self, core: &QpCore, p: &RocePacket<'_>) -> Option<Span> {
         let _ = (core, p);
         None

@@ -161,16 +161,16 @@ impl Service for RcQp {
     }
 
     fn placement(&self, core: &QpCore, p: &RocePacket<'_>) -> Option<Span> {
-        // As `on_packet` below: from the peer, with its P_Key; a response only in RTS or
-        // SQD.
+        // As `on_packet` below: a response from the peer, with its P_Key, in RTS or SQD.
+        // (A request's payload goes to memory the program may read while it is written,
+        // an RDMA WRITE's target, or may be shorter than a damaged packet claiming its
+        // PSN, a SEND's LAST: see `Responder::execute`'s copies.)
         let path = self.path.as_ref()?;
-        if p.ip().src() != path.remote.ip || !pkey_matches(p.bth.pkey(), path.pkey) {
-            return None;
-        }
-        if !p.bth.opcode().is_rc_response() {
-            return self.resp.placement(path, p);
-        }
-        if !matches!(core.state, QpState::Rts | QpState::Sqd) {
+        if p.ip().src() != path.remote.ip
+            || !pkey_matches(p.bth.pkey(), path.pkey)
+            || !p.bth.opcode().is_rc_response()
+            || !matches!(core.state, QpState::Rts | QpState::Sqd)
+        {
             return None;
         }
         self.req.placement(path, p)

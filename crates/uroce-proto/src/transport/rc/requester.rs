@@ -724,8 +724,10 @@ impl Requester {
 
     /// [`crate::transport::Service::placement`] for a response: where the payload of
     /// `p` goes if it is the next READ response of the oldest READ outstanding (its PSN
-    /// the one expected, its size right), where it lands in one range of one region.
-    /// Mirrors `on_response` and `read_response`, changing nothing.
+    /// the one expected, its size exactly the one expected there), where it lands in one
+    /// range of one region. Mirrors `on_response` and `read_response`, changing
+    /// nothing: `next_resp` moves only past verified responses, so no verified byte is
+    /// ever placed over.
     pub(crate) fn placement(&self, path: &Path, p: &RocePacket<'_>) -> Option<Span> {
         use Opcode::*;
         let is_last = match p.bth.opcode() {

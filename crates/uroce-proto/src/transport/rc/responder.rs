@@ -361,39 +361,6 @@ impl Responder {
         WorkCompletion::recv(self.qpn, wr_id, status, opcode, byte_len, imm, from)
     }
 
-    /// [`crate::transport::Service::placement`] for a request: where the payload of `p`
-    /// goes if it is the next packet (its PSN the expected one) of the SEND in progress,
-    /// a MIDDLE or LAST of the right size, and lands in one range of one region: the
-    /// receive taken at the message's FIRST, which the program may not read before it
-    /// completes. Not a SEND's FIRST or ONLY (it takes a receive off the queue), and not
-    /// an RDMA WRITE's packets: their target is the program's memory, which programs read
-    /// while it is written (NCCL's LL protocol and MPI's eager RDMA poll flags inside the
-    /// data, perftest's latency tests its last byte), so no byte may land there before
-    /// its ICRC is checked.
-    pub(crate) fn placement(&self, path: &Path, p: &RocePacket<'_>) -> Option<Span> {
-        use Opcode::*;
-        let last = match p.bth.opcode() {
-            RcSendMiddle => false,
-            RcSendLast | RcSendLastImm | RcSendLastInv => true,
-            _ => return None,
-        };
-        if p.bth.psn() != self.epsn {
-            return None;
-        }
-        let (len, mtu) = (p.payload.len(), path.mtu as usize);
-        let size_ok = if last {
-            (1..=mtu).contains(&len)
-        } else {
-            len == mtu
-        };
-        match &self.cur {
-            Some(InMsg::Send { rwqe, offset }) if size_ok => {
-                rwqe.local.span_at(*offset as usize, len)
-            }
-            _ => None,
-        }
-    }
-
     fn execute(
         &mut self,
         path: &Path,
@@ -461,10 +428,7 @@ impl Responder {
                 }
                 // Scattered over the receive's entries in order (rdma_rxe's `send_data_in`
                 // → `copy_data`).
-                if !rwqe
-                    .local
-                    .copy_in_unless_placed(io.mem, offset as usize, p.payload, io.placed)
-                {
+                if !rwqe.local.copy_in(io.mem, offset as usize, p.payload) {
                     // The receive buffer was deregistered after it was posted.
                     return Verdict::Nak(NakCode::RemoteOperationalError);
                 }
