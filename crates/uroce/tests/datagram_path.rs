@@ -190,6 +190,30 @@ fn a_packet_that_does_not_fit_is_counted_and_retransmitted() {
     assert_eq!((wc[0].wr_id, wc[0].status), (4, WcStatus::Success));
 }
 
+/// Every datagram `c` has to send now: (addressing, RoCE bytes).
+fn datagrams(c: &mut Context, now: Instant) -> Vec<(DatagramRepr, Vec<u8>)> {
+    let mut buf = vec![0u8; 5000];
+    let mut out = Vec::new();
+    while let Some(t) = c.poll_transmit(now, &mut buf) {
+        out.push((t.datagram, buf[..t.len].to_vec()));
+    }
+    out
+}
+
+/// Posts an RDMA WRITE of A's first `len` bytes to B's region at `off`; returns its
+/// datagrams.
+fn write_datagrams(p: &mut Pair, wr_id: u64, off: u64, len: u32) -> Vec<(DatagramRepr, Vec<u8>)> {
+    let sge = Sge {
+        addr: p.la.addr,
+        length: len,
+        lkey: p.la.lkey,
+    };
+    let op = write_op(p, off);
+    p.a.post_send(p.qa, wr(wr_id, op, sge, true)).unwrap();
+    let now = p.now;
+    datagrams(&mut p.a, now)
+}
+
 /// An RDMA WRITE's target is the program's memory, which programs read while it is
 /// written (NCCL's LL protocol polls flags inside the data): a damaged packet of a
 /// WRITE leaves no byte there, whichever packet of the message it is, and the QP does
@@ -200,23 +224,7 @@ fn a_damaged_write_packet_leaves_no_byte_in_the_target() {
     let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 3) as u8).collect();
     p.a.mr_bytes_mut(&p.la)[..3000].copy_from_slice(&payload);
     p.b.mr_bytes_mut(&p.rb)[..4000].fill(0xee);
-    let w = SendWr {
-        wr_id: 5,
-        op: write_op(&p, 100),
-        sge: Sge {
-            addr: p.la.addr,
-            length: 3000,
-            lkey: p.la.lkey,
-        },
-        signaled: true,
-        solicited: false,
-    };
-    p.a.post_send(p.qa, w).unwrap();
-    let mut buf = vec![0u8; 5000];
-    let mut sent = Vec::new();
-    while let Some(t) = p.a.poll_transmit(p.now, &mut buf) {
-        sent.push((t.datagram, buf[..t.len].to_vec()));
-    }
+    let sent = write_datagrams(&mut p, 5, 100, 3000);
     // FIRST, MIDDLE, LAST at path MTU 1024.
     let ops: Vec<u8> = sent.iter().map(|s| s.1[0]).collect();
     assert_eq!(ops, [0x06, 0x07, 0x08]);
@@ -257,28 +265,13 @@ fn a_damaged_write_packet_leaves_no_byte_in_the_target() {
 }
 
 /// A backend's datagrams carry its guess of the IPv4 identification (a socket does not
-/// report it): where the ICRC fits another, that one is taken and counted. Handed in as it was on the wire ([`Context::handle_datagram`]),
-/// another identification is another packet.
+/// report it): where the ICRC fits another, that one is taken and counted. Handed in as
+/// it was on the wire ([`Context::handle_datagram`]), another identification is another
+/// packet.
 #[test]
 fn a_guessed_identification_is_taken_where_the_icrc_fits_another() {
     let mut p = Pair::new(RtsAttr::default(), all());
-    let w = SendWr {
-        wr_id: 6,
-        op: write_op(&p, 0),
-        sge: Sge {
-            addr: p.la.addr,
-            length: 2048,
-            lkey: p.la.lkey,
-        },
-        signaled: true,
-        solicited: false,
-    };
-    p.a.post_send(p.qa, w).unwrap();
-    let mut buf = vec![0u8; 5000];
-    let mut sent = Vec::new();
-    while let Some(t) = p.a.poll_transmit(p.now, &mut buf) {
-        sent.push((t.datagram, buf[..t.len].to_vec()));
-    }
+    let sent = write_datagrams(&mut p, 6, 0, 2048);
     assert_eq!(sent.len(), 2);
     for (i, (d, roce)) in sent.iter().enumerate() {
         let mut guessed = *d;
@@ -351,11 +344,7 @@ fn read_responses_are_placed_before_the_check_and_sends_are_not() {
     let now = p.now;
     let bad = |e: uroce::wire::WireError| matches!(e, uroce::wire::WireError::BadIcrc { .. });
     carry_one(&mut p.a, &mut p.b, now, |_| {}).unwrap().unwrap(); // FIRST
-    let mut buf = vec![0u8; 5000];
-    let mut send = Vec::new();
-    while let Some(t) = p.a.poll_transmit(now, &mut buf) {
-        send.push((t.datagram, buf[..t.len].to_vec()));
-    }
+    let send = datagrams(&mut p.a, now);
     let mut damaged = send[0].1.clone();
     damaged[12 + 300] ^= 0x20;
     let e = as_backend(&mut p.b, now, &send[0].0, &damaged).unwrap_err();
@@ -392,10 +381,7 @@ fn read_responses_are_placed_before_the_check_and_sends_are_not() {
     };
     p.a.post_send(p.qa, wr(2, op, sge, true)).unwrap();
     carry_one(&mut p.a, &mut p.b, now, |_| {}).unwrap().unwrap(); // the request
-    let mut responses = Vec::new();
-    while let Some(t) = p.b.poll_transmit(now, &mut buf) {
-        responses.push((t.datagram, buf[..t.len].to_vec()));
-    }
+    let responses = datagrams(&mut p.b, now);
     assert_eq!(responses.len(), 3);
     as_backend(&mut p.a, now, &responses[0].0, &responses[0].1).unwrap();
     assert_eq!(p.a.counters().rx_placed, 1);
