@@ -138,9 +138,8 @@ impl FrameRepr {
     /// the ICRC (from a CRC-32 state to the next; see [`super::icrc::compute_for_parts`]).
     /// Returns the length of the RoCE part with the payload (what goes on the wire) and
     /// where the payload goes in it (after the headers); `buf` holds that length less
-    /// `payload_len`. For a sender that hands the
-    /// kernel the headers and the payload from where it lies (a gather list), never
-    /// copying the payload.
+    /// `payload_len`. For a sender that hands the kernel the headers and the payload from
+    /// where it lies (a gather list), never copying the payload.
     pub fn emit_roce_around(
         &self,
         payload_len: usize,

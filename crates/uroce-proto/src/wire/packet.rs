@@ -544,10 +544,10 @@ pub fn parse_datagram_computed<'a>(
     parse_datagram_unverified(d, headers, roce)
 }
 
-/// [`parse_datagram`] without the ICRC (the packet's `icrc` is the stored one): for a receiver
-/// that copies a payload to its place before it checks the ICRC, as a NIC places a
-/// packet cut-through, and checks it before anything else depends on the packet. Never
-/// for accepting data unchecked.
+/// [`parse_datagram`] without the ICRC (the packet's `icrc` is the stored one): for a
+/// receiver that copies a payload to its place before it checks the ICRC (where no one
+/// may look before the check), and checks it before anything else depends on the
+/// packet. Never for accepting data unchecked.
 pub fn parse_datagram_unverified<'a>(
     d: &super::DatagramRepr,
     headers: &'a super::datagram::HeaderBytes,

@@ -67,9 +67,10 @@ pub trait Backend {
     /// nothing to send. (A datagram whose payload `build` left in place, which only a
     /// backend that takes them gets, must be flushed before the caller goes back to the
     /// context that built it: [`Backend::takes_payload_in_place`].) Returns whether a
-    /// datagram was queued. When the backend has no room, it returns `ErrorKind::WouldBlock` without calling `build`, so nothing is lost;
-    /// a packet `build` wrote that the backend cannot send is an error (the caller counts
-    /// it; RC retransmits).
+    /// datagram was queued. When the backend has no room, it returns
+    /// `ErrorKind::WouldBlock` without calling `build`, so nothing is lost; a packet
+    /// `build` wrote that the backend cannot send is an error (the caller counts it; RC
+    /// retransmits).
     fn send_with(
         &mut self,
         build: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
