@@ -17,7 +17,7 @@
 #   2. bulk: `uroce perf write`, 64 KiB messages, path MTU 4096, 1, 4 and 8 QPs of one
 #      process (--threads N: N loops on threads, one QP each, where the machine has N
 #      cores; else --qps N, one loop driving N QPs) against iperf3 -P N (1, 4, 8
-#      streams), SECONDS each; Gb/s, CPU-seconds per GB of both ends (/usr/bin/time) plus
+#      streams), SECONDS each; Gb/s, CPU-seconds per GB of both ends (GNU time) plus
 #      both uroce daemons (/proc/PID/stat during the run).
 #   3. rtt: the 8-byte RC WRITE round trip p50 (`uroce perf write --lat`, SECONDS) against
 #      kernel TCP's 8-byte request/response (examples/tcp_rr, 10,000 round trips).
@@ -43,9 +43,10 @@
 #   (a smoke check). UROCE_BIN=path/to/uroce runs another build (its libibverbs.so.1 next
 #   to it, as `uroce run` looks for it; its examples/tcp_rr when there) instead of building
 #   this checkout's (release); NCCL_NET_LIB=path/to/libnccl.so.2 another library instead
-#   of fetch.sh's. ROWS (default "auto udp xdp direct", plus "shards" with --shards N)
-#   chooses the uroce rows. UROCE_SHARDS in the caller's environment is ignored: only the
-#   shards row gets it.
+#   of fetch.sh's; NCCL_HARNESS=path a harness built already (no gcc needed);
+#   GNU_TIME=path GNU time where it is not /usr/bin/time. ROWS (default "auto udp xdp
+#   direct", plus "shards" with --shards N) chooses the uroce rows. UROCE_SHARDS in the
+#   caller's environment is ignored: only the shards row gets it.
 set -euo pipefail
 QUICK=0
 ONLY=all
@@ -109,7 +110,9 @@ if [ "$(id -u)" != 0 ]; then
   echo "bench-vs-tcp.sh: needs root (network namespaces, veth, AF_XDP); not run" >&2
   exit 1
 fi
-for t in /usr/bin/time python3 ss; do
+# GNU time: /usr/bin/time, or GNU_TIME (scripts/device/run.sh's copy).
+GNU_TIME=${GNU_TIME:-/usr/bin/time}
+for t in "$GNU_TIME" python3 ss; do
   command -v "$t" >/dev/null || {
     echo "bench-vs-tcp.sh: $t is missing; not run" >&2
     exit 1
@@ -172,7 +175,7 @@ if want nccl; then
   fi
   if [ -n "$LIB" ] && [ ! -s "$LIB" ]; then
     echo "  nccl: skipped, $LIB is not there"
-  elif [ -n "$LIB" ] && ! command -v gcc >/dev/null; then
+  elif [ -n "$LIB" ] && [ -z "${NCCL_HARNESS:-}" ] && ! command -v gcc >/dev/null; then
     echo "  nccl: skipped, gcc is missing to build scripts/nccl-net/harness.c (scripts/setup.sh --bench)"
   elif [ -n "$LIB" ]; then
     nccl_harness
@@ -287,13 +290,13 @@ bulk_uroce() {
   elif [ "$n" -gt 1 ]; then
     thr=(--qps "$n")
   fi
-  ip netns exec "$Z" /usr/bin/time -f '%U %S' -o "$WORK/ts" \
+  ip netns exec "$Z" "$GNU_TIME" -f '%U %S' -o "$WORK/ts" \
     timeout -k 2 $((DUR + 40)) "$B" perf write "${UFLAGS[@]}" -m 4096 --port "$port" \
     >"$WORK/server.out" 2>&1 &
   sp=$!
   listening "$Z" "$port" || true
   d0=$(ticks "${DAEMONS[@]}")
-  out=$(ip netns exec "$A" /usr/bin/time -f '%U %S' -o "$WORK/tc" \
+  out=$(ip netns exec "$A" "$GNU_TIME" -f '%U %S' -o "$WORK/tc" \
     timeout -k 2 $((DUR + 30)) "$B" perf write 10.96.0.2 "${UFLAGS[@]}" "${thr[@]}" -m 4096 \
     --size 65536 --port "$port" --duration "$DUR" --json 2>"$WORK/client.err") || true
   wait "$sp" || true
@@ -316,11 +319,11 @@ bulk_uroce() {
 }
 bulk_tcp() { # N ROUND
   local n=$1 r=$2 out sp g cpu gb port=$((18700 + RANDOM % 100))
-  ip netns exec "$Z" /usr/bin/time -f '%U %S' -o "$WORK/ts" \
+  ip netns exec "$Z" "$GNU_TIME" -f '%U %S' -o "$WORK/ts" \
     timeout -k 2 $((DUR + 40)) iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
   sp=$!
   listening "$Z" "$port" || true
-  out=$(ip netns exec "$A" /usr/bin/time -f '%U %S' -o "$WORK/tc" \
+  out=$(ip netns exec "$A" "$GNU_TIME" -f '%U %S' -o "$WORK/tc" \
     timeout -k 2 $((DUR + 30)) iperf3 -c 10.96.0.2 -p "$port" -P "$n" -t "$DUR" -J 2>/dev/null) || true
   wait "$sp" || true
   g=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['end']['sum_received']['bits_per_second'] / 1e9)" "$out" 2>/dev/null) || {

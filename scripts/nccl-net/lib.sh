@@ -4,7 +4,8 @@
 # binary), LIB (libnccl.so.2), WORK (a scratch directory), A, Z (the namespaces), IA, IZ
 # (the veth ends, scripts/lib/netns.sh's netns_up), and calls nccl_harness once.
 #
-#   nccl_harness               builds harness.c into $WORK (sets H); needs gcc
+#   nccl_harness               builds harness.c into $WORK (sets H); needs gcc, unless
+#                              NCCL_HARNESS names one built already (scripts/device/pack.sh)
 #   nccl_pair NET COUNT CHECK [UROCE RUN FLAGS...]
 #     both sides at once, COUNT messages each way (the harness's defaults: 512 KiB, 8 in
 #     flight; NCCL_HARNESS_ARGS adds to the harness's arguments, e.g. "--size 131072"):
@@ -15,6 +16,10 @@
 #     on failure both sides' stderr on stderr, and status 1.
 
 nccl_harness() {
+  if [ -n "${NCCL_HARNESS:-}" ]; then
+    H=$NCCL_HARNESS
+    return
+  fi
   H=$WORK/nccl-net-harness
   gcc -O2 -Wall -o "$H" "$(dirname "${BASH_SOURCE[0]}")/harness.c" -ldl
 }

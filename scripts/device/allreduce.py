@@ -1,0 +1,92 @@
+"""One rank of a PyTorch all_reduce between ranks in network namespaces of one machine,
+as scripts/device/run.sh starts them: each rank its own process, its own NCCL_HOSTID
+(so NCCL takes the ranks for separate hosts and moves the data over its network
+transport, NCCL_NET=IB on uroce or Socket on kernel TCP, never through shared memory or
+the GPU's peer path), all ranks on the machine's one GPU.
+
+For each size: WARMUP all_reduces, then ITERS timed ones, each of a float32 tensor filled
+with rank + 1 and checked after (every element the sum over ranks, which float32 holds
+exactly). Prints one JSON line a size: the median time, the algorithm bandwidth (bytes /
+time) and the bus bandwidth (algbw x 2 (n - 1) / n, what nccl-tests calls busbw).
+A rank whose result is wrong says so and exits 1.
+"""
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def size_of(s):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--master", required=True, help="ADDR:PORT of rank 0's rendezvous")
+    p.add_argument("--sizes", default="16M,256M")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--label", default="")
+    a = p.parse_args()
+
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://{a.master}",
+        rank=a.rank,
+        world_size=a.world,
+        timeout=datetime.timedelta(seconds=120),
+        device_id=dev,
+    )
+    want = float(a.world * (a.world + 1) // 2)
+    ok = True
+    for s in a.sizes.split(","):
+        nbytes = size_of(s)
+        x = torch.empty(nbytes // 4, dtype=torch.float32, device=dev)
+        times = []
+        for i in range(a.warmup + a.iters):
+            x.fill_(a.rank + 1)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            dist.all_reduce(x)
+            torch.cuda.synchronize()
+            if i >= a.warmup:
+                times.append(time.perf_counter() - t0)
+            if not bool((x == want).all()):
+                ok = False
+        t = statistics.median(times)
+        algbw = nbytes / t / 1e9
+        busbw = algbw * 2 * (a.world - 1) / a.world
+        print(
+            json.dumps(
+                {
+                    "label": a.label,
+                    "rank": a.rank,
+                    "bytes": nbytes,
+                    "iters": a.iters,
+                    "median_s": t,
+                    "algbw_gbs": algbw,
+                    "busbw_gbs": busbw,
+                    "correct": ok,
+                }
+            ),
+            flush=True,
+        )
+    dist.destroy_process_group()
+    if not ok:
+        print(f"allreduce.py: rank {a.rank}: a result was wrong", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
