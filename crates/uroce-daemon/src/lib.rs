@@ -711,17 +711,12 @@ fn receive_from(d: &Daemon, dp: &Datapath, woken: &mut Vec<Arc<Client>>) -> usiz
                             return;
                         }
                     },
-                    Received::Datagram {
-                        datagram,
-                        roce,
-                        icrc,
-                    } => (
+                    Received::Datagram { datagram, roce } => (
                         datagram.dst(),
                         roce,
                         SlotHeader::Datagram {
                             datagram: *datagram,
                             dst_mac: [0; 6],
-                            icrc,
                         },
                         roce,
                     ),
@@ -945,11 +940,7 @@ fn drain(d: &Daemon, c: &Arc<Client>, buf: &mut [u8], woken: &mut Vec<Arc<Client
                     break 'slot;
                 };
                 ring.copy_data(index, checked, &mut buf[checked..len]);
-                let h = SlotHeader::Datagram {
-                    datagram,
-                    dst_mac,
-                    icrc: None,
-                };
+                let h = SlotHeader::Datagram { datagram, dst_mac };
                 d.stats.local.fetch_add(1, Ordering::Relaxed);
                 if t.deliver(&d.stats, &h, &buf[..len]) && !woken.iter().any(|w| w.id == t.id) {
                     woken.push(t.clone());
@@ -1033,7 +1024,6 @@ fn pass_on(
     let h = SlotHeader::Datagram {
         datagram,
         dst_mac: [0; 6],
-        icrc: None,
     };
     if t.deliver(&d.stats, &h, roce) {
         d.stats.passed_on.fetch_add(1, Ordering::Relaxed);

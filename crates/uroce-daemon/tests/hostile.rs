@@ -187,7 +187,6 @@ impl Hostile {
         SlotHeader::Datagram {
             datagram,
             dst_mac: [0; 6],
-            icrc: None,
         }
         .write(&mut h, roce.len() as u32);
         self.put_raw(&h, roce);
@@ -237,7 +236,6 @@ impl Hostile {
                     SlotHeader::Datagram {
                         datagram,
                         dst_mac: [0; 6],
-                        icrc: None,
                     }
                     .write(&mut h, (self.rng.next() % (2 * MAX_FRAME as u64)) as u32);
                 }

@@ -580,7 +580,6 @@ fn move_in_place(
         let r = uroce::endpoint::Received::Datagram {
             datagram: &t.datagram,
             roce: &buf[..t.len],
-            icrc: None,
         };
         to.handle_received(now, r).unwrap();
     }

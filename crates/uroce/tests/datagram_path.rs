@@ -285,7 +285,6 @@ fn a_guessed_identification_is_taken_where_the_icrc_fits_another() {
         let r = uroce::endpoint::Received::Datagram {
             datagram: &guessed,
             roce,
-            icrc: None,
         };
         p.b.handle_received(p.now, r).unwrap();
     }
@@ -323,7 +322,6 @@ fn as_backend(
     let r = uroce::endpoint::Received::Datagram {
         datagram: &guessed,
         roce,
-        icrc: None,
     };
     to.handle_received(now, r)
 }

@@ -41,13 +41,9 @@ pub enum Received<'a> {
         /// j), and the context takes another that fits the ICRC where the guess does not
         /// ([`DatagramRepr::fit_icrc`]).
         datagram: &'a DatagramRepr,
-        /// BTH to ICRC.
+        /// BTH to ICRC. The context computes the ICRC, after placing the payload where
+        /// it may (`Context::place`).
         roce: &'a [u8],
-        /// The ICRC of `roce` under `datagram`'s headers, identification included, when
-        /// the backend computed it already: the context compares it with the ICRC stored
-        /// in `roce` instead of hashing the bytes a second time. `None`: the context
-        /// computes it, after placing the payload where it may (`Context::place`).
-        icrc: Option<u32>,
     },
 }
 
@@ -103,34 +99,32 @@ impl Context {
         datagram: &DatagramRepr,
         roce: &[u8],
     ) -> Result<(), WireError> {
-        self.handle_datagram_with(now, datagram, roce, None, false)
+        self.handle_datagram_with(now, datagram, roce, false)
     }
 
-    /// [`Context::handle_datagram`] with the ICRC a backend already computed over these
-    /// headers and bytes, if it did, and `guessed`: whether the IPv4 identification in
-    /// `datagram` is a backend's guess (see [`Received::Datagram`]) rather than the one
+    /// [`Context::handle_datagram`], where `guessed` says whether the IPv4 identification
+    /// in `datagram` is a backend's guess (see [`Received::Datagram`]) rather than the one
     /// the packet was sent with.
     fn handle_datagram_with(
         &mut self,
         now: Instant,
         datagram: &DatagramRepr,
         roce: &[u8],
-        mut icrc: Option<u32>,
         guessed: bool,
     ) -> Result<(), WireError> {
         self.counters.rx_frames += 1;
         if let Some(qpn) = wire::bth::dest_qp_of(roce) {
             self.qps.prefetch(qpn);
         }
-        if icrc.is_none() {
-            if let Some(r) = self.place(now, datagram, roce, guessed) {
-                return r;
-            }
+        if let Some(r) = self.place(now, datagram, roce, guessed) {
+            return r;
         }
         let mut d = *datagram;
-        if guessed && icrc.is_none() {
-            icrc = self.fitted_icrc(&mut d, roce);
-        }
+        let icrc = if guessed {
+            self.fitted_icrc(&mut d, roce)
+        } else {
+            None
+        };
         let parsed = d.header_bytes(roce.len()).and_then(|h| {
             wire::parse_datagram_computed(&d, &h, roce, icrc)
                 .map(|p| self.handle_packet(now, &p, None))
@@ -259,11 +253,9 @@ impl Context {
     pub fn handle_received(&mut self, now: Instant, r: Received<'_>) -> Result<(), WireError> {
         match r {
             Received::Frame(f) => self.handle_frame(now, f),
-            Received::Datagram {
-                datagram,
-                roce,
-                icrc,
-            } => self.handle_datagram_with(now, datagram, roce, icrc, true),
+            Received::Datagram { datagram, roce } => {
+                self.handle_datagram_with(now, datagram, roce, true)
+            }
         }
     }
 

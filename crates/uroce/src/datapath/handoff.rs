@@ -48,8 +48,8 @@ impl Parked {
         true
     }
 
-    /// Hands up to `max` of them to `handle`, oldest first (the ICRC not computed: the
-    /// context verifies it); how many.
+    /// Hands up to `max` of them to `handle`, oldest first (the context verifies each);
+    /// how many.
     pub fn hand_up(&mut self, max: usize, handle: &mut dyn FnMut(Received<'_>)) -> usize {
         let mut n = 0;
         while n < max {
@@ -59,7 +59,6 @@ impl Parked {
             handle(Received::Datagram {
                 datagram: &datagram,
                 roce: &roce,
-                icrc: None,
             });
             self.spare.push(roce);
             n += 1;
@@ -268,7 +267,6 @@ mod tests {
                 handle(Received::Datagram {
                     datagram: &d,
                     roce: &p,
-                    icrc: None,
                 });
             }
             Ok(n)

@@ -171,7 +171,7 @@ struct Impairer {
     /// its datagram addressing when it came from a UDP socket.
     held: Vec<u8>,
     held_len: Option<usize>,
-    held_datagram: Option<(DatagramRepr, Option<u32>)>,
+    held_datagram: Option<DatagramRepr>,
     /// A later frame has been handed up: the held one goes next.
     overtaken: bool,
     stats: ImpairStats,
@@ -220,11 +220,7 @@ impl Impairer {
         }
         let (frame, datagram) = match r {
             Received::Frame(f) => (f, None),
-            Received::Datagram {
-                datagram,
-                roce,
-                icrc,
-            } => (roce, Some((*datagram, icrc))),
+            Received::Datagram { datagram, roce } => (roce, Some(*datagram)),
         };
         if self.rng.chance(self.cfg.drop) {
             self.stats.dropped += 1;
@@ -254,10 +250,9 @@ impl Impairer {
                 }
                 let bytes = &self.held[..n];
                 match &self.held_datagram {
-                    Some((datagram, icrc)) => handle(Received::Datagram {
+                    Some(datagram) => handle(Received::Datagram {
                         datagram,
                         roce: bytes,
-                        icrc: *icrc,
                     }),
                     None => handle(Received::Frame(bytes)),
                 }

@@ -413,7 +413,6 @@ impl DaemonBackend {
             let header = SlotHeader::Datagram {
                 datagram: t.datagram,
                 dst_mac: t.dst_mac,
-                icrc: None,
             };
             Some((header, t.len))
         })
@@ -459,10 +458,9 @@ impl DaemonBackend {
                 let data = &slot[HEADER_LEN..HEADER_LEN + (len as usize).min(MAX_FRAME)];
                 match header {
                     SlotHeader::Frame => handle(Received::Frame(data)),
-                    SlotHeader::Datagram { datagram, icrc, .. } => handle(Received::Datagram {
+                    SlotHeader::Datagram { datagram, .. } => handle(Received::Datagram {
                         datagram: &datagram,
                         roce: data,
-                        icrc,
                     }),
                     // The daemon writes none: what a process sends it.
                     SlotHeader::Misdelivered { .. } => {}

@@ -356,14 +356,12 @@ impl<'a> Ring<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotHeader {
     /// A RoCE datagram (BTH to ICRC) and its IP and UDP headers; `dst_mac` is the next
-    /// hop for a datapath that builds frames; `icrc` as [`crate::datapath::Received`]'s.
+    /// hop for a datapath that builds frames.
     Datagram {
         /// IP and UDP.
         datagram: crate::wire::DatagramRepr,
         /// Next hop (sends over AF_XDP).
         dst_mac: [u8; 6],
-        /// The ICRC when the daemon computed it.
-        icrc: Option<u32>,
     },
     /// A whole Ethernet frame (received over AF_XDP).
     Frame,
@@ -386,27 +384,23 @@ impl SlotHeader {
         use crate::wire::IpRepr;
         h.fill(0);
         h[0..4].copy_from_slice(&len.to_le_bytes());
-        let (datagram, dst_mac, icrc) = match self {
+        let (datagram, dst_mac) = match self {
             Self::Frame => {
                 h[4] = KIND_FRAME;
                 return;
             }
-            Self::Datagram {
-                datagram,
-                dst_mac,
-                icrc,
-            } => {
+            Self::Datagram { datagram, dst_mac } => {
                 h[4] = KIND_DATAGRAM;
-                (datagram, *dst_mac, *icrc)
+                (datagram, *dst_mac)
             }
             Self::Misdelivered { datagram } => {
                 h[4] = KIND_MISDELIVERED;
-                (datagram, [0; 6], None)
+                (datagram, [0; 6])
             }
         };
-        h[5] = icrc.is_some() as u8;
+        // Bytes 5 and 12 to 16 are left zero (they carried an ICRC a backend computed,
+        // until the context computed every one; a reader ignores them).
         h[6..12].copy_from_slice(&dst_mac);
-        h[12..16].copy_from_slice(&icrc.unwrap_or(0).to_le_bytes());
         h[22..24].copy_from_slice(&datagram.udp.src_port.to_le_bytes());
         h[24..26].copy_from_slice(&datagram.udp.dst_port.to_le_bytes());
         h[26..28].copy_from_slice(&datagram.udp.checksum.to_le_bytes());
@@ -497,8 +491,6 @@ impl SlotHeader {
                     Self::Datagram {
                         datagram,
                         dst_mac: h[6..12].try_into().ok()?,
-                        icrc: (h[5] != 0)
-                            .then(|| u32::from_le_bytes(h[12..16].try_into().expect("4"))),
                     }
                 }
             }
@@ -534,12 +526,10 @@ mod tests {
             SlotHeader::Datagram {
                 datagram: v4,
                 dst_mac: [2, 0, 0, 0, 0, 1],
-                icrc: Some(0xdead_beef),
             },
             SlotHeader::Datagram {
                 datagram: v6,
                 dst_mac: [0; 6],
-                icrc: None,
             },
             SlotHeader::Misdelivered { datagram: v4 },
             SlotHeader::Misdelivered { datagram: v6 },
