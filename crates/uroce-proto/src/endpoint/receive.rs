@@ -151,14 +151,11 @@ impl Context {
     /// `d` ([`DatagramRepr::fit_icrc`]); `None` where there is none to compute (too short:
     /// parsing says why).
     fn fitted_icrc(&mut self, d: &mut DatagramRepr, roce: &[u8]) -> Option<u32> {
-        let body = &roce[..roce.len().checked_sub(wire::ICRC_LEN)?];
-        let stored = wire::icrc::stored(roce)?;
-        let computed = d.icrc(body).ok()?;
-        Some(if self.fit(d, body.len(), (computed, stored), true) {
-            stored
-        } else {
-            computed
-        })
+        let (icrc, moved) = d.fit_icrc_of(roce, &mut self.ident_bases)?;
+        if moved {
+            self.counters.rx_idents_recovered += 1;
+        }
+        Some(icrc)
     }
 
     /// [`DatagramRepr::fit_icrc`] where the identification is a guess, counting those

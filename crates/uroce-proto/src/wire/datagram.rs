@@ -200,6 +200,26 @@ impl DatagramRepr {
             None => false,
         }
     }
+
+    /// [`DatagramRepr::fit_icrc`] for a whole RoCE datagram, `roce` (BTH to ICRC): its
+    /// ICRC computed under these headers and fitted to the one it carries. Returns the
+    /// ICRC under the headers as they are after (the stored one where it fits, else the
+    /// one computed) and whether the identification was moved to fit; `None` where
+    /// `roce` is too short to carry an ICRC.
+    pub fn fit_icrc_of(
+        &mut self,
+        roce: &[u8],
+        bases: &mut icrc::IdentBases,
+    ) -> Option<(u32, bool)> {
+        let body = roce.get(..roce.len().checked_sub(super::ICRC_LEN)?)?;
+        let stored = icrc::stored(roce)?;
+        let computed = self.icrc(body).ok()?;
+        Some(if self.fit_icrc(body.len(), computed, stored, bases) {
+            (stored, computed != stored)
+        } else {
+            (computed, false)
+        })
+    }
 }
 
 /// Bytes of IP and UDP that [`DatagramRepr::roce`] puts in front of the BTH for an
@@ -276,6 +296,40 @@ mod tests {
         let computed = d.icrc(&damaged).unwrap();
         assert!(!d.fit_icrc(t.len(), computed, stored, &mut bases));
         assert!(d.fit_icrc(t.len(), stored, stored, &mut bases));
+    }
+
+    #[test]
+    fn a_whole_datagram_is_fitted_by_the_icrc_it_carries() {
+        let at = |id: u16| {
+            let mut d = DatagramRepr::roce(
+                IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+                0xc001,
+                0,
+            )
+            .unwrap();
+            if let IpRepr::V4(ip) = &mut d.ip {
+                ip.ident = id;
+            }
+            d
+        };
+        let body: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+        let icrc = at(5).icrc(&body).unwrap();
+        let mut roce = body.clone();
+        roce.extend_from_slice(&icrc.to_le_bytes());
+        let mut bases = icrc::IdentBases::default();
+        let mut d = at(5);
+        assert_eq!(d.fit_icrc_of(&roce, &mut bases), Some((icrc, false)));
+        let mut d2 = at(9);
+        assert_eq!(d2.fit_icrc_of(&roce, &mut bases), Some((icrc, true)));
+        assert_eq!(d2, d, "moved to the identification it was sent with");
+        roce[100] ^= 1;
+        let mut d3 = at(9);
+        let (computed, moved) = d3.fit_icrc_of(&roce, &mut bases).unwrap();
+        assert_ne!(computed, icrc);
+        assert!(!moved);
+        assert_eq!(d3, at(9), "a damaged datagram leaves the guess");
+        assert_eq!(d.fit_icrc_of(&roce[..3], &mut bases), None, "too short");
     }
 
     #[test]

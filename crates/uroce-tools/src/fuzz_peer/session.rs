@@ -726,14 +726,11 @@ fn fuzz_answer(r: &Received<'_>) -> Option<(u32, Response)> {
             // The IPv4 identification is the backend's guess: take the one the ICRC fits
             // (a peer such as rdma_rxe numbers its packets).
             let mut d = **datagram;
-            let body = roce.get(..roce.len().checked_sub(wire::ICRC_LEN)?)?;
-            let computed = d.icrc(body).ok()?;
-            let stored = wire::icrc::stored(roce)?;
             thread_local! {
                 static BASES: std::cell::RefCell<wire::icrc::IdentBases> =
                     std::cell::RefCell::default();
             }
-            BASES.with_borrow_mut(|b| d.fit_icrc(body.len(), computed, stored, b));
+            BASES.with_borrow_mut(|b| d.fit_icrc_of(roce, b))?;
             let h = d.header_bytes(roce.len()).ok()?;
             let p = wire::parse_datagram(&d, &h, roce).ok()?;
             (p.bth.dest_qp(), Response::of(&p))
