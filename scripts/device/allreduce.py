@@ -36,6 +36,7 @@ def main():
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--label", default="")
+    p.add_argument("--timeout", type=int, default=60, help="seconds for NCCL's and the store's calls")
     a = p.parse_args()
 
     dev = torch.device("cuda", 0)
@@ -45,7 +46,7 @@ def main():
         init_method=f"tcp://{a.master}",
         rank=a.rank,
         world_size=a.world,
-        timeout=datetime.timedelta(seconds=120),
+        timeout=datetime.timedelta(seconds=a.timeout),
         device_id=dev,
     )
     want = float(a.world * (a.world + 1) // 2)

@@ -45,7 +45,8 @@ gcc -O2 -Wall -o "$K/nccl-net-harness" scripts/nccl-net/harness.c -ldl
 own_libc() {
   case "$(basename "$1")" in
   libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | librt.so.* | libresolv.so.* | \
-    libutil.so.* | libanl.so.* | libnss_* | ld-linux*) return 0 ;;
+    libutil.so.* | libanl.so.* | libnss_* | libmvec.so.* | libBrokenLocale.so.* | \
+    libc_malloc_debug.so.* | libthread_db.so.* | ld-linux*) return 0 ;;
   esac
   return 1
 }
@@ -54,7 +55,7 @@ for t in ip ss iperf3 /usr/bin/time; do
   name=$(basename "$path")
   cp -L "$path" "$K/libexec/$name"
   ldd "$path" | awk '/=> \// { print $3 }' | while read -r lib; do
-    own_libc "$lib" || cp -Ln "$lib" "$K/lib/"
+    own_libc "$lib" || [ -e "$K/lib/${lib##*/}" ] || cp -L "$lib" "$K/lib/"
   done
   cat >"$K/bin/$name" <<WRAP
 #!/bin/sh
@@ -67,8 +68,10 @@ done
 
 # Nothing here may need a newer C library than the kit says.
 newest=$(for f in "$K/uroce" "$K"/*.so.1 "$K/examples/tcp_rr" "$K/nccl-net-harness" "$K"/libexec/* "$K"/lib/*; do
-  objdump -T "$f" | grep -o 'GLIBC_2\.[0-9]*'
+  objdump -T "$f" | grep -o 'GLIBC_2\.[0-9]*' || true
 done | sort -t. -k2 -n -u | tail -n 1)
+# run.sh compares it with the other machine's.
+echo "${newest#GLIBC_}" >"$K/glibc"
 private=$(for f in "$K/uroce" "$K"/*.so.1 "$K/examples/tcp_rr" "$K/nccl-net-harness" "$K"/libexec/* "$K"/lib/*; do
   objdump -T "$f" | grep -q GLIBC_PRIVATE && echo "$f"
 done || true)
@@ -79,6 +82,12 @@ fi
 size=$(du -sm "$K" | cut -f1)
 echo "pack.sh: $K: $size MiB, needs $newest or newer; $(git rev-parse --short HEAD)$(git diff --quiet || echo ', modified')"
 git rev-parse HEAD >"$K/commit"
+# The wrappers run here, as they will there.
+"$K/bin/ip" -V >/dev/null && "$K/bin/ss" -V >/dev/null && "$K/bin/iperf3" -v >/dev/null &&
+  "$K/bin/time" -f '' true || {
+  echo "pack.sh: a wrapper in $K/bin does not run here" >&2
+  exit 1
+}
 if [ "$size" -ge 64 ]; then
   echo "pack.sh: $K is $size MiB, more than \`carry\` takes (64 MiB)" >&2
   exit 1

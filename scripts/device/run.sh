@@ -4,22 +4,27 @@
 #   here:   scripts/device/pack.sh                   (the kit, .device/, git-ignored)
 #   there:  run --carry .device --timeout 600 -- scripts/device/run.sh
 # Parts, each on its own (one failing does not stop the next), all of it printed and kept
-# in $OUT/device-run.txt ($OUT: the folder that comes back; ./device-out without one):
-#   0. the machine: cores, CPU, GPU, PyTorch and its NCCL, the kit's commit.
-#   1. scripts/bench-vs-tcp.sh with the kit's binaries and the machine's own libnccl.so.2
-#      (PyTorch's): NCCL's net plugins, `uroce perf` with 1, 4 and 8 QPs (--threads N
-#      where the cores are there) against iperf3 -P N, the round trip, each against kernel
-#      TCP on one veth pair, and the goals judged. DEVICE_BENCH="ROUNDS SECONDS" (default
-#      "3 2"), DEVICE_ROWS (default "auto direct shards"), --shards DEVICE_SHARDS (4).
-#   2. PyTorch all_reduce between two ranks in two namespaces on the one GPU
-#      (scripts/device/allreduce.py; each rank its own NCCL_HOSTID, so NCCL moves the data
-#      over its network transport): NCCL_NET=Socket on kernel TCP against NCCL_NET=IB on
-#      uroce (`uroce run`, through a daemon per side), and on uroce's sharded engine
-#      (`uroce run --shards DEVICE_SHARDS`); DEVICE_SIZES (default 16M,256M), the ratios
-#      to Socket at the end. DEVICE_AR_ROWS (default "socket ib shards").
-# DEVICE_BUDGET (default 540 s) bounds the whole: part 1 gets 55% of it, part 2 the rest.
-# DEVICE_PYTHON (default python3): the Python that has PyTorch.
-# Tools the machine lacks (ip, ss, iperf3, GNU time) come from the kit (.device/bin).
+# in $OUT/device-run.txt ($OUT: the folder that comes back; ./device-out without one), with
+# each rank's output and NCCL's INIT/NET log in $OUT/allreduce/:
+#   0. the machine: cores, CPU, C library, GPU (and its compute mode), PyTorch and the
+#      libnccl.so.2 it loads, NCCL_* settings inherited, the kit's commit; stops here when
+#      the kit cannot run (not x86_64, a C library older than the kit needs).
+#   1. PyTorch all_reduce between two ranks in two namespaces on the one GPU
+#      (scripts/device/allreduce.py; each rank its own NCCL_HOSTID, so NCCL takes them for
+#      two hosts and moves the data over its network transport): NCCL_NET=Socket on kernel
+#      TCP against NCCL_NET=IB on uroce (`uroce run`, through a daemon per side), and on
+#      uroce's sharded engine (`uroce run --shards DEVICE_SHARDS`); DEVICE_SIZES (default
+#      16M,256M), the ratios to Socket at the end. DEVICE_AR_ROWS (default "socket ib
+#      shards"). Two processes share the GPU by turns (no MPS): both transports pay that
+#      alike, but the absolute GB/s are below what two GPUs would see. At most 200 s.
+#   2. scripts/bench-vs-tcp.sh with the kit's binaries and the libnccl.so.2 PyTorch loads:
+#      NCCL's net plugins, `uroce perf` with 1, 4 and 8 QPs (--threads N where the cores
+#      are there) against iperf3 -P N, the round trip, each against kernel TCP on one veth
+#      pair, and the goals judged. DEVICE_BENCH="ROUNDS SECONDS" (default "3 2"),
+#      DEVICE_ROWS (default "auto direct shards"), --shards DEVICE_SHARDS (4). What is left
+#      of the budget.
+# DEVICE_BUDGET (default 540 s) bounds the whole; DEVICE_PYTHON (default python3) is the
+# Python that has PyTorch. The kit's ip, ss, iperf3 and GNU time come first on PATH.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -32,8 +37,9 @@ read -r BROUNDS BSECS <<<"${DEVICE_BENCH:-3 2}"
 mkdir -p "$OUTDIR"
 
 main() {
-  local t0 lib gnu_time left
+  local t0 lib gnu_time left need have torch_ok=0 info
   t0=$(date +%s)
+  chmod +x "$K/uroce" "$K"/bin/* "$K"/libexec/* "$K"/examples/* "$K/nccl-net-harness" 2>/dev/null
   if [ ! -x "$K/uroce" ] || [ ! -f "$K/libibverbs.so.1" ]; then
     echo "run.sh: no kit at $K: run scripts/device/pack.sh on the machine that builds, and carry .device"
     return 1
@@ -42,74 +48,114 @@ main() {
     echo "run.sh: needs root (network namespaces, veth); not run"
     return 1
   fi
-  # The machine's own tools first; the kit's where it has none.
-  export PATH="$PATH:$K/bin"
-  gnu_time=/usr/bin/time
-  [ -x "$gnu_time" ] || gnu_time=$K/bin/time
+  export PATH="$K/bin:$PATH"
+  gnu_time=$K/bin/time
 
   echo "== 0. the machine"
-  echo "  $(nproc) cores, kernel $(uname -r), CPU $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
-  command -v nvidia-smi >/dev/null && nvidia-smi -L | sed 's/^/  /'
-  echo "  kit: $(cat "$K/commit" 2>/dev/null || echo '?'); tools from the kit: $(for t in ip ss iperf3; do
-    case "$(command -v "$t")" in "$K"/*) printf '%s ' "$t" ;; esac
-  done)$([ "$gnu_time" = "$K/bin/time" ] && echo time)"
-  "$PY" -c 'import torch; print("  torch", torch.__version__, "CUDA", torch.version.cuda, "NCCL", ".".join(map(str, torch.cuda.nccl.version())), "GPUs", torch.cuda.device_count())' 2>/dev/null ||
-    echo "  torch: $PY cannot import it"
-  lib=$(nccl_lib)
-  echo "  libnccl.so.2: ${lib:-not found}"
-
-  echo "== 1. scripts/bench-vs-tcp.sh ($BROUNDS round(s) of $BSECS s; rows ${DEVICE_ROWS:-auto direct shards}, --shards $SHARDS)"
-  if [ -n "$lib" ]; then
-    export NCCL_NET_LIB=$lib
+  echo "  $(nproc) cores, $(uname -m), kernel $(uname -r), CPU $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+  have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')
+  need=$(cat "$K/glibc" 2>/dev/null)
+  echo "  C library: glibc ${have:-?} (the kit needs ${need:-?}); kit built from $(cat "$K/commit" 2>/dev/null || echo '?')"
+  if [ "$(uname -m)" != x86_64 ]; then
+    echo "run.sh: the kit is x86_64; this machine is $(uname -m): not run"
+    return 1
   fi
-  UROCE_BIN=$K/uroce NCCL_HARNESS=$K/nccl-net-harness GNU_TIME=$gnu_time NCCL_GIN_TYPE=0 \
-    ROWS="${DEVICE_ROWS:-auto direct shards}" \
-    timeout -k 5 $((BUDGET * 55 / 100)) scripts/bench-vs-tcp.sh --shards "$SHARDS" "$BROUNDS" "$BSECS" ||
-    echo "  bench-vs-tcp.sh: exit $? (124: out of its share of the budget)"
+  if [ -n "$have" ] && [ -n "$need" ] && [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n 1)" != "$need" ]; then
+    echo "run.sh: glibc $have is older than the $need the kit was built against: not run"
+    return 1
+  fi
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi -L | sed 's/^/  /'
+    nvidia-smi --query-gpu=compute_mode,mig.mode.current --format=csv,noheader | sed 's/^/  compute mode, MIG: /'
+  fi
+  echo "  nvidia_peermem: $([ -d /sys/module/nvidia_peermem ] && echo loaded || echo absent); /etc/nccl.conf: $([ -f /etc/nccl.conf ] && tr '\n' ' ' </etc/nccl.conf || echo none)"
+  echo "  inherited: $(env | grep -E '^(NCCL|TORCH|CUDA)_' | tr '\n' ' ')"
+  # One import of PyTorch: its version, whether it has the GPU, and the libnccl.so.2 it
+  # loaded (from its own maps, whatever installed it).
+  info=$("$PY" - <<'PY' 2>/dev/null
+import torch
+ok = torch.cuda.is_available()
+nccl = ".".join(map(str, torch.cuda.nccl.version())) if ok else "?"
+lib = next((l.split()[-1] for l in open("/proc/self/maps") if "libnccl.so" in l), "")
+print(f"{int(ok)}|{lib}|torch {torch.__version__}, CUDA {torch.version.cuda}, NCCL {nccl}, GPUs {torch.cuda.device_count()}")
+PY
+  ) || info=""
+  if [ -n "$info" ]; then
+    IFS='|' read -r torch_ok lib info <<<"$info"
+    echo "  $info"
+  else
+    echo "  torch: $PY cannot import it"
+    lib=
+  fi
+  echo "  libnccl.so.2 PyTorch loads: ${lib:-none found}"
+  if [ "$torch_ok" = 1 ] && nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | grep -qi exclusive; then
+    echo "  the GPU is in an exclusive compute mode: a second rank could not use it"
+    torch_ok=0
+  fi
 
   left=$((BUDGET - ($(date +%s) - t0)))
-  echo "== 2. PyTorch all_reduce, two ranks, one GPU, over veth (${left} s left)"
-  if [ "$left" -lt 60 ]; then
-    echo "  skipped: under 60 s left"
-  elif ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  local cap=$((left < 200 ? left : 200))
+  echo "== 1. PyTorch all_reduce, two ranks, one GPU, over veth (at most $cap s)"
+  if [ "$torch_ok" != 1 ]; then
     echo "  skipped: $PY has no PyTorch with a GPU it can use"
   else
-    timeout -k 5 "$left" bash -c "$(declare -f allreduce_part ar_row); K='$K' ROOT='$ROOT' SHARDS='$SHARDS' PY='$PY' allreduce_part" ||
-      echo "  all_reduce part: exit $?"
+    timeout -k 5 "$cap" bash -c "$(declare -f allreduce_part ar_row); K='$K' ROOT='$ROOT' SHARDS='$SHARDS' PY='$PY' OUTDIR='$OUTDIR' allreduce_part" ||
+      echo "  all_reduce part: exit $? (124: out of its time; what the ranks wrote is in $OUTDIR/allreduce)"
+  fi
+  sweep
+
+  left=$((BUDGET - ($(date +%s) - t0) - 10))
+  echo "== 2. scripts/bench-vs-tcp.sh ($BROUNDS round(s) of $BSECS s; rows ${DEVICE_ROWS:-auto direct shards}, --shards $SHARDS; ${left} s left)"
+  if [ "$left" -lt 30 ]; then
+    echo "  skipped: under 30 s left"
+  else
+    # Without a library of PyTorch's, one that is not there: the NCCL part says so and is
+    # skipped (fetch.sh would try the network, which there is none of).
+    NCCL_NET_LIB=${lib:-$K/no-libnccl-found} UROCE_BIN=$K/uroce NCCL_HARNESS=$K/nccl-net-harness \
+      GNU_TIME=$gnu_time NCCL_GIN_TYPE=0 NCCL_MNNVL_ENABLE=0 ROWS="${DEVICE_ROWS:-auto direct shards}" \
+      timeout -k 5 "$left" scripts/bench-vs-tcp.sh --shards "$SHARDS" "$BROUNDS" "$BSECS" ||
+      echo "  bench-vs-tcp.sh: exit $? (124: out of its time)"
+    sweep
   fi
   echo "run.sh: $(($(date +%s) - t0)) s"
 }
 
-# The libnccl.so.2 PyTorch loads (the nvidia-nccl wheel's), else one on the usual paths.
-nccl_lib() {
-  local l
-  l=$("$PY" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
-  if [ -n "$l" ] && [ -f "$l" ]; then
-    echo "$l"
-    return
-  fi
-  find /usr /opt /lib -name 'libnccl.so.2*' -type f 2>/dev/null | head -n 1
+# Namespaces a part left behind when its time ran out (its own cleanup may not have run).
+sweep() {
+  local ns
+  # shellcheck source=scripts/lib/netns.sh
+  (. scripts/lib/netns.sh
+  for ns in $(ip netns list 2>/dev/null | awk '/^uroce-(vs|ar)-/ { print $1 }'); do
+    echo "  removing $ns, left behind"
+    netns_down "$ns"
+  done)
 }
 
-# Part 2 (runs in its own bash under the part's timeout).
+# Part 1 (in its own bash, under the part's timeout).
 allreduce_part() {
   set -uo pipefail
   cd "$ROOT"
   # Not local: the EXIT trap needs them after this function returns.
   A=uroce-ar-$$-a Z=uroce-ar-$$-b IA=ua$$a IZ=ua$$b
-  work=$(mktemp -d /tmp/uroce-ar.XXXXXX)
+  work=$OUTDIR/allreduce
+  mkdir -p "$work"
   NETNS_WORK=$work
   # shellcheck source=scripts/lib/netns.sh
   . scripts/lib/netns.sh
-  trap 'for p in "${DAEMONS[@]}"; do kill "$p" 2>/dev/null; done; netns_down "$A" "$Z"; rm -rf "$work"' EXIT
+  trap 'for p in "${DAEMONS[@]}"; do kill "$p" 2>/dev/null; done; netns_down "$A" "$Z"' EXIT
   trap 'exit 130' INT TERM
   netns_up "$A" "$Z" "$IA" "$IZ" 10.95.0
+  if ! ip -n "$A" -o link show "$IA" | grep -q 'state UP'; then
+    echo "  the veth pair did not come up: $(ip -n "$A" -o link show "$IA")"
+    exit 1
+  fi
   : >"$work/results"
-  local row
+  local row port=29511
   for row in ${DEVICE_AR_ROWS:-socket ib shards}; do
-    ar_row "$row" || echo "  $row: failed"
+    ar_row "$row" "$port" || echo "  $row: failed"
+    port=$((port + 1))
   done
-  python3 - "$work/results" <<'PY'
+  "$PY" - "$work/results" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
 by = {}
@@ -126,35 +172,51 @@ print("  goal: NCCL over uroce >= 2.0x NCCL_NET=Socket")
 PY
 }
 
-# One row: both ranks, rank 1 in the background; their JSON lines into results.
+# One row: both ranks (rank 1 in the background), each under its own timeout; their JSON
+# lines into results and on stdout at once, with the transport NCCL says it took.
 ar_row() {
-  local row=$1 r pids=() pre env_net rc=0
+  local row=$1 port=$2 r p pids=() codes=() pre env_net rc=0
   if [ "$row" != socket ]; then
-    daemons_start "$K/uroce" auto "$A:$IA" "$Z:$IZ" || return 1
+    if ! daemons_start "$K/uroce" auto "$A:$IA" "$Z:$IZ"; then
+      daemons_stop "$K/uroce" "$A:$IA" "$Z:$IZ"
+      return 1
+    fi
   fi
   for r in 1 0; do
     local ns=$A ifc=$IA
     [ $r = 1 ] && ns=$Z && ifc=$IZ
     case "$row" in
     socket) pre=() env_net=(NCCL_NET=Socket) ;;
-    ib) pre=("$K/uroce" run --iface "$ifc" --) env_net=(NCCL_NET=IB "NCCL_IB_HCA==uroce_$ifc") ;;
-    shards) pre=("$K/uroce" run --iface "$ifc" --shards "$SHARDS" --) env_net=(NCCL_NET=IB "NCCL_IB_HCA==uroce_$ifc") ;;
+    ib) pre=("$K/uroce" run --iface "$ifc" --) env_net=(NCCL_NET=IB NCCL_IB_DISABLE=0 "NCCL_IB_HCA==uroce_$ifc") ;;
+    shards) pre=("$K/uroce" run --iface "$ifc" --shards "$SHARDS" --) env_net=(NCCL_NET=IB NCCL_IB_DISABLE=0 "NCCL_IB_HCA==uroce_$ifc") ;;
     *)
       echo "  unknown row $row (socket, ib, shards)"
       return 1
       ;;
     esac
-    ip netns exec "$ns" env NCCL_HOSTID="uroce-ar-$r" NCCL_SOCKET_IFNAME="$ifc" NCCL_GIN_TYPE=0 \
-      NCCL_DEBUG="${NCCL_DEBUG:-WARN}" "${env_net[@]}" "${pre[@]}" \
-      "$PY" scripts/device/allreduce.py --rank "$r" --world 2 --master 10.95.0.1:29511 \
-      --sizes "${DEVICE_SIZES:-16M,256M}" --label "$row" >"$work/$row.$r.out" 2>"$work/$row.$r.err" &
+    # NCCL_MNNVL_ENABLE=0: both "hosts" are one GPU, whose fabric IDs match; NCCL would
+    # try to join them over NVLink. NCCL_NET_GDR_LEVEL=LOC: uroce cannot read GPU memory.
+    ip netns exec "$ns" timeout -k 5 100 env NCCL_HOSTID="uroce-ar-$r" NCCL_SOCKET_IFNAME="$ifc" \
+      NCCL_GIN_TYPE=0 NCCL_MNNVL_ENABLE=0 NCCL_NET_GDR_LEVEL=LOC \
+      NCCL_DEBUG="${NCCL_DEBUG:-INFO}" NCCL_DEBUG_SUBSYS="${NCCL_DEBUG_SUBSYS:-INIT,NET}" \
+      "${env_net[@]}" "${pre[@]}" \
+      "$PY" scripts/device/allreduce.py --rank "$r" --world 2 --master "10.95.0.1:$port" \
+      --sizes "${DEVICE_SIZES:-16M,256M}" --label "$row" --timeout 60 \
+      >"$work/$row.$r.out" 2>"$work/$row.$r.err" &
     pids+=($!)
   done
-  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  for p in "${pids[@]}"; do
+    wait "$p"
+    codes+=($?)
+  done
+  [ "${codes[*]}" = "0 0" ] || rc=1
   cat "$work/$row.0.out" "$work/$row.1.out" >>"$work/results"
+  echo "  $row: rank 0 $(grep -ho 'via NET/[^ ]*\( [^ ]*\)\{0,3\}' "$work/$row.0.out" "$work/$row.0.err" | sort | uniq -c | head -n 3 | tr -s ' ' | tr '\n' ';')"
+  grep -h '^{' "$work/$row.0.out" | sed 's/^/    /'
   if [ $rc != 0 ]; then
-    echo "  $row: a rank failed; its last words:"
-    tail -n 5 "$work/$row.0.err" "$work/$row.1.err" | sed 's/^/    /'
+    echo "  $row: ranks 1 and 0 exited ${codes[*]} (124: its 100 s ran out); NCCL's warnings and the last words:"
+    grep -h 'WARN' "$work/$row.0.err" "$work/$row.1.err" | head -n 5 | sed 's/^/    /'
+    tail -n 3 "$work/$row.0.err" "$work/$row.1.err" | sed 's/^/    /'
   fi
   if [ "$row" != socket ]; then
     daemons_stop "$K/uroce" "$A:$IA" "$Z:$IZ" || rc=1
