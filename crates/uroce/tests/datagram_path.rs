@@ -421,3 +421,109 @@ fn read_responses_are_placed_before_the_check_and_sends_are_not() {
     assert_eq!(&mem[..3000], &from[..]);
     assert!(mem[3000..].iter().all(|&x| x == 0xee));
 }
+
+/// Where a READ response is not placed before its check, it is checked first and lands
+/// as any other: a READ into a scatter list (two entries), whose damaged response leaves
+/// no byte in either entry (tried: with the first entry placed, the counter and the
+/// bytes say so). And the responses of a READ its QP flushed when it went to ERR land
+/// nowhere.
+#[test]
+fn read_responses_are_checked_first_into_a_scatter_list_and_in_error() {
+    let ex = QpInitEx {
+        max_send_sge: 2,
+        ..QpInitEx::default()
+    };
+    let mut p = Pair::custom_ex(
+        RtsAttr::default(),
+        all(),
+        A_PSN,
+        InitAttr::default(),
+        4,
+        Mtu::M1024,
+        ex,
+    );
+    let now = p.now;
+    let bad = |e: uroce::wire::WireError| matches!(e, uroce::wire::WireError::BadIcrc { .. });
+    let from: Vec<u8> = p.b.mr_bytes(&p.rb)[100..3100].to_vec();
+    p.a.mr_bytes_mut(&p.la)[..8192].fill(0xee);
+    let read = |id| {
+        let w = wr(
+            id,
+            SendOp::Read {
+                remote_addr: p.rb.addr + 100,
+                rkey: p.rb.rkey,
+            },
+            Sge::default(),
+            true,
+        );
+        let sgl = [
+            Sge {
+                addr: p.la.addr + 5000,
+                length: 1500,
+                lkey: p.la.lkey,
+            },
+            Sge {
+                addr: p.la.addr + 300,
+                length: 1500,
+                lkey: p.la.lkey,
+            },
+        ];
+        (w, sgl)
+    };
+    let (w, sgl) = read(7);
+    p.a.post_send_sgl(p.qa, w, &sgl, SendFlags::NONE).unwrap();
+    carry_one(&mut p.a, &mut p.b, now, |_| {}).unwrap().unwrap();
+    let responses = datagrams(&mut p.b, now);
+    assert_eq!(responses.len(), 3);
+    let mut damaged = responses[1].1.clone();
+    damaged[12 + 600] ^= 0x04; // the MIDDLE's bytes 1024..2048: both entries
+    let e = as_backend(&mut p.a, now, &responses[1].0, &damaged).unwrap_err();
+    assert!(bad(e), "{e}");
+    assert!(
+        p.a.mr_bytes(&p.la)[..8192].iter().all(|&x| x == 0xee),
+        "nothing placed"
+    );
+    for (d, roce) in &responses {
+        as_backend(&mut p.a, now, d, roce).unwrap();
+    }
+    assert_eq!(p.a.counters().rx_placed, 0, "a scatter list is not placed");
+    let wc = p.wcs_a();
+    assert_eq!(
+        (wc.len(), wc[0].wr_id, wc[0].status),
+        (1, 7, WcStatus::Success)
+    );
+    let mem = p.a.mr_bytes(&p.la);
+    assert_eq!(&mem[5000..6500], &from[..1500]);
+    assert_eq!(&mem[300..1800], &from[1500..]);
+    assert!(mem[..300]
+        .iter()
+        .chain(&mem[1800..5000])
+        .all(|&x| x == 0xee));
+
+    // A one-entry READ whose responses come after its QP went to ERR.
+    p.a.mr_bytes_mut(&p.la)[..8192].fill(0xee);
+    let op = SendOp::Read {
+        remote_addr: p.rb.addr + 100,
+        rkey: p.rb.rkey,
+    };
+    let sge = Sge {
+        addr: p.la.addr,
+        length: 3000,
+        lkey: p.la.lkey,
+    };
+    p.a.post_send(p.qa, wr(8, op, sge, true)).unwrap();
+    carry_one(&mut p.a, &mut p.b, now, |_| {}).unwrap().unwrap();
+    let responses = datagrams(&mut p.b, now);
+    assert_eq!(responses.len(), 3);
+    p.a.modify_qp_err(p.qa, now).unwrap();
+    for (d, roce) in &responses {
+        let _ = as_backend(&mut p.a, now, d, roce);
+    }
+    assert_eq!(p.a.counters().rx_placed, 0, "a QP in ERR places nothing");
+    assert!(p.a.mr_bytes(&p.la)[..8192].iter().all(|&x| x == 0xee));
+    let wc = p.wcs_a();
+    assert_eq!(
+        (wc.len(), wc[0].wr_id, wc[0].status),
+        (1, 8, WcStatus::WrFlushErr)
+    );
+}
