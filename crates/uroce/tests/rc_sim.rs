@@ -134,3 +134,41 @@ fn heavy_loss_full_mix_completes_exactly_once() {
         );
     }
 }
+
+/// The mix over the datagram path (`SimConfig::datagrams`: each packet handed up as a
+/// UDP backend does, its IPv4 identification guessed wrong for most), lossy, reordering,
+/// duplicating and damaging: every operation completes and verifies, the identifications
+/// are found from the ICRC, READ responses are placed before their check, and frames a
+/// kernel would drop (a damaged IPv4 header) are.
+#[test]
+fn the_mix_completes_over_the_datagram_path() {
+    let r = run(&SimConfig {
+        ops: 400,
+        mix: Mix {
+            send: 1,
+            write: 1,
+            read: 3,
+            atomic: 1,
+        },
+        size: (1, 20_000),
+        seed: 11,
+        link: LinkConfig {
+            loss: 0.03,
+            reorder: 0.03,
+            dup: 0.03,
+            corrupt: 0.03,
+            ..LinkConfig::default()
+        },
+        datagrams: true,
+        ..SimConfig::default()
+    });
+    assert!(
+        r.errors.is_empty(),
+        "{:?}",
+        &r.errors[..r.errors.len().min(5)]
+    );
+    assert_eq!(r.ops_completed, 400);
+    assert!(r.idents_recovered > 0, "{r:?}");
+    assert!(r.placed > 0, "{r:?}");
+    assert!(r.corrupted_rejected > 0 && r.kernel_dropped > 0, "{r:?}");
+}

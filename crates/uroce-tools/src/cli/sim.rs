@@ -62,6 +62,11 @@ pub struct Args {
     /// Probability that the link marks an ECN-capable frame CE (a congested switch).
     #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
     ecn_mark: f64,
+    /// Hand each packet to its endpoint as a UDP socket would (the RoCE bytes and the
+    /// addressing the kernel reports, the IPv4 identification guessed), not as a whole
+    /// frame (RC only).
+    #[arg(long)]
+    datagrams: bool,
     /// Print the summary as one JSON object.
     #[arg(long)]
     json: bool,
@@ -164,6 +169,9 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
     };
     let mtu = Mtu::from_bytes(a.mtu).unwrap_or(Mtu::M1024);
     if a.transport != "rc" {
+        if a.datagrams {
+            bail!("--datagrams is for --transport rc");
+        }
         return run_dgram(&a, link, mtu);
     }
     let cfg = SimConfig {
@@ -176,6 +184,7 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
         recv_depth: a.window as usize,
         link,
         dcqcn,
+        datagrams: a.datagrams,
         ..SimConfig::default()
     };
     let r = run(&cfg);
@@ -195,6 +204,12 @@ pub fn run_cmd(a: Args) -> anyhow::Result<ExitCode> {
             "  link               dropped {}, duplicated {}, reordered {}, corrupted {} (rejected by ICRC/parser: {})",
             r.link_dropped, r.link_duplicated, r.link_reordered, r.link_corrupted, r.corrupted_rejected
         );
+        if a.datagrams {
+            println!(
+                "  as datagrams       identifications found {}, READ responses placed first {}, dropped as a kernel would {}",
+                r.idents_recovered, r.placed, r.kernel_dropped
+            );
+        }
         println!(
             "  simulated time     {:.3} ms",
             r.sim_time_us as f64 / 1000.0
