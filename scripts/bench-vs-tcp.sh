@@ -44,7 +44,8 @@
 #   to it, as `uroce run` looks for it; its examples/tcp_rr when there) instead of building
 #   this checkout's (release); NCCL_NET_LIB=path/to/libnccl.so.2 another library instead
 #   of fetch.sh's; NCCL_HARNESS=path a harness built already (no gcc needed);
-#   GNU_TIME=path GNU time where it is not /usr/bin/time. ROWS (default "auto udp xdp
+#   GNU_TIME=path GNU time where it is not /usr/bin/time; NCCL_SKIP=REASON skips the NCCL
+#   part, saying why. ROWS (default "auto udp xdp
 #   direct", plus "shards" with --shards N) chooses the uroce rows. UROCE_SHARDS in the
 #   caller's environment is ignored: only the shards row gets it.
 set -euo pipefail
@@ -164,7 +165,9 @@ echo "  uroce: $B ($(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git di
 
 # NCCL: the library, or why not.
 NCCL=0
-if want nccl; then
+if want nccl && [ -n "${NCCL_SKIP:-}" ]; then
+  echo "  nccl: skipped, $NCCL_SKIP"
+elif want nccl; then
   if [ -n "${NCCL_NET_LIB:-}" ]; then
     LIB=$NCCL_NET_LIB
   elif LIB=$(scripts/nccl-net/fetch.sh 2>"$WORK/fetch.err" | tail -n 1) && [ -n "$LIB" ]; then

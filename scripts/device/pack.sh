@@ -7,11 +7,14 @@
 #                                                     run` finds the libraries next to it)
 #   .device/examples/tcp_rr                           TCP's request/response baseline
 #   .device/nccl-net-harness                          scripts/nccl-net/harness.c, built
-#   .device/bin/{ip,ss,iperf3,time}                   this machine's tools, each a wrapper
+#   .device/bin/{ip,ss,iperf3,time,ib_write_bw}       this machine's tools, each a wrapper
 #                                                     that runs the copy in .device/libexec
 #                                                     through the other machine's dynamic
 #                                                     loader with .device/lib (the libraries
-#                                                     they need but the C library itself)
+#                                                     they need but the C library itself;
+#                                                     perftest's ib_write_bw takes uroce's
+#                                                     libibverbs.so.1 and librdmacm.so.1
+#                                                     from .device first)
 # The wrappers give their libraries to the tool alone (`ld.so --library-path`), not, as
 # LD_LIBRARY_PATH would, to what `ip netns exec` runs: Python and PyTorch there keep their
 # own. Every binary here needs at most the C library of this machine's build (GLIBC_2.34;
@@ -20,7 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 K=.device
-for t in ip ss iperf3 gcc; do
+for t in ip ss iperf3 gcc ib_write_bw; do
   command -v "$t" >/dev/null || {
     echo "pack.sh: $t is missing here (scripts/setup.sh --bench installs what the kit copies)" >&2
     exit 1
@@ -50,18 +53,20 @@ own_libc() {
   esac
   return 1
 }
-for t in ip ss iperf3 /usr/bin/time; do
+for t in ip ss iperf3 /usr/bin/time ib_write_bw; do
   path=$(command -v "$t")
   name=$(basename "$path")
   cp -L "$path" "$K/libexec/$name"
   ldd "$path" | awk '/=> \// { print $3 }' | while read -r lib; do
+    case "${lib##*/}" in libibverbs.so.* | librdmacm.so.*) continue ;; esac
     own_libc "$lib" || [ -e "$K/lib/${lib##*/}" ] || cp -L "$lib" "$K/lib/"
   done
+  # uroce's libibverbs.so.1 and librdmacm.so.1 (in .device itself) before the rest.
   cat >"$K/bin/$name" <<WRAP
 #!/bin/sh
 # $name from the machine that packed this kit (scripts/device/pack.sh), its libraries its own.
 k=\$(cd "\$(dirname "\$0")/.." && pwd)
-exec /lib64/ld-linux-x86-64.so.2 --library-path "\$k/lib" "\$k/libexec/$name" "\$@"
+exec /lib64/ld-linux-x86-64.so.2 --library-path "\$k:\$k/lib" "\$k/libexec/$name" "\$@"
 WRAP
   chmod +x "$K/bin/$name"
 done
@@ -84,7 +89,7 @@ echo "pack.sh: $K: $size MiB, needs $newest or newer; $(git rev-parse --short HE
 git rev-parse HEAD >"$K/commit"
 # The wrappers run here, as they will there.
 "$K/bin/ip" -V >/dev/null && "$K/bin/ss" -V >/dev/null && "$K/bin/iperf3" -v >/dev/null &&
-  "$K/bin/time" -f '' true || {
+  "$K/bin/time" -f '' true && { "$K/bin/ib_write_bw" --version || true; } | grep -q Version || {
   echo "pack.sh: a wrapper in $K/bin does not run here" >&2
   exit 1
 }

@@ -17,7 +17,11 @@
 #      16M,256M), the ratios to Socket at the end. DEVICE_AR_ROWS (default "socket ib
 #      shards"). Two processes share the GPU by turns (no MPS): both transports pay that
 #      alike, but the absolute GB/s are below what two GPUs would see. At most 200 s.
-#   2. scripts/bench-vs-tcp.sh with the kit's binaries and the libnccl.so.2 PyTorch loads:
+#   2. The drop-in library's engine over many cores: perftest's unmodified `ib_write_bw
+#      -q 8` (64 KiB, 3 s) under `uroce run`, one process a side through the daemons,
+#      with one engine and with `--shards DEVICE_SHARDS`: Gb/s and the ratio. At most
+#      90 s.
+#   3. scripts/bench-vs-tcp.sh with the kit's binaries and the libnccl.so.2 PyTorch loads:
 #      NCCL's net plugins, `uroce perf` with 1, 4 and 8 QPs (--threads N where the cores
 #      are there) against iperf3 -P N, the round trip, each against kernel TCP on one veth
 #      pair, and the goals judged. DEVICE_BENCH="ROUNDS SECONDS" (default "3 2"),
@@ -72,7 +76,7 @@ main() {
   echo "  inherited: $(env | grep -E '^(NCCL|TORCH|CUDA)_' | tr '\n' ' ')"
   # One import of PyTorch: its version, whether it has the GPU, and the libnccl.so.2 it
   # loaded (from its own maps, whatever installed it).
-  info=$("$PY" - <<'PY' 2>/dev/null
+  info=$("$PY" - <<'PY' 2>"$OUTDIR/torch-probe.err"
 import torch
 ok = torch.cuda.is_available()
 nccl = ".".join(map(str, torch.cuda.nccl.version())) if ok else "?"
@@ -84,7 +88,7 @@ PY
     IFS='|' read -r torch_ok lib info <<<"$info"
     echo "  $info"
   else
-    echo "  torch: $PY cannot import it"
+    echo "  torch: $PY could not say: $(tail -n 1 "$OUTDIR/torch-probe.err")"
     lib=
   fi
   echo "  libnccl.so.2 PyTorch loads: ${lib:-none found}"
@@ -96,7 +100,9 @@ PY
   left=$((BUDGET - ($(date +%s) - t0)))
   local cap=$((left < 200 ? left : 200))
   echo "== 1. PyTorch all_reduce, two ranks, one GPU, over veth (at most $cap s)"
-  if [ "$torch_ok" != 1 ]; then
+  if [ "$cap" -lt 30 ]; then
+    echo "  skipped: under 30 s left"
+  elif [ "$torch_ok" != 1 ]; then
     echo "  skipped: $PY has no PyTorch with a GPU it can use"
   else
     timeout -k 5 "$cap" bash -c "$(declare -f allreduce_part ar_row); K='$K' ROOT='$ROOT' SHARDS='$SHARDS' PY='$PY' OUTDIR='$OUTDIR' allreduce_part" ||
@@ -104,14 +110,37 @@ PY
   fi
   sweep
 
+  left=$((BUDGET - ($(date +%s) - t0)))
+  cap=$((left < 90 ? left : 90))
+  echo "== 2. ib_write_bw -q 8 on the drop-in library, one engine and $SHARDS shards (at most $cap s)"
+  if [ "$cap" -lt 30 ]; then
+    echo "  skipped: under 30 s left"
+  else
+    timeout -k 5 "$cap" bash -c "$(declare -f ibbw_part ibbw_run); K='$K' ROOT='$ROOT' SHARDS='$SHARDS' OUTDIR='$OUTDIR' ibbw_part" ||
+      echo "  ib_write_bw part: exit $? (124: out of its time; its output is in $OUTDIR/ib_write_bw)"
+  fi
+  sweep
+
   left=$((BUDGET - ($(date +%s) - t0) - 10))
-  echo "== 2. scripts/bench-vs-tcp.sh ($BROUNDS round(s) of $BSECS s; rows ${DEVICE_ROWS:-auto direct shards}, --shards $SHARDS; ${left} s left)"
+  echo "== 3. scripts/bench-vs-tcp.sh ($BROUNDS round(s) of $BSECS s; rows ${DEVICE_ROWS:-auto direct shards}, --shards $SHARDS; ${left} s left)"
   if [ "$left" -lt 30 ]; then
     echo "  skipped: under 30 s left"
   else
-    # Without a library of PyTorch's, one that is not there: the NCCL part says so and is
+    # The harness drives the plugins of one ABI (ncclNet_v12_t, NCCL 2.32's): PyTorch's
+    # NCCL may have another. Asked once (it finds the plugin, then waits for a peer that
+    # never comes); without a library it can drive, the NCCL part says why and is
     # skipped (fetch.sh would try the network, which there is none of).
-    NCCL_NET_LIB=${lib:-$K/no-libnccl-found} UROCE_BIN=$K/uroce NCCL_HARNESS=$K/nccl-net-harness \
+    local skip=
+    if [ -z "$lib" ]; then
+      skip="PyTorch loads no libnccl.so.2 this script found"
+    else
+      local probe
+      probe=$(timeout 30 "$K/nccl-net-harness" --lib "$lib" --net socket --role a \
+        --dir "$(mktemp -d)" --count 1 --check ends --timeout 1 2>&1)
+      grep -q 'plugin Socket at' <<<"$probe" ||
+        skip="scripts/nccl-net/harness.c cannot drive $lib: $(tail -n 1 <<<"$probe")"
+    fi
+    NCCL_SKIP=$skip NCCL_NET_LIB=$lib UROCE_BIN=$K/uroce NCCL_HARNESS=$K/nccl-net-harness \
       GNU_TIME=$gnu_time NCCL_GIN_TYPE=0 NCCL_MNNVL_ENABLE=0 ROWS="${DEVICE_ROWS:-auto direct shards}" \
       timeout -k 5 "$left" scripts/bench-vs-tcp.sh --shards "$SHARDS" "$BROUNDS" "$BSECS" ||
       echo "  bench-vs-tcp.sh: exit $? (124: out of its time)"
@@ -125,10 +154,53 @@ sweep() {
   local ns
   # shellcheck source=scripts/lib/netns.sh
   (. scripts/lib/netns.sh
-  for ns in $(ip netns list 2>/dev/null | awk '/^uroce-(vs|ar)-/ { print $1 }'); do
+  for ns in $(ip netns list 2>/dev/null | awk '/^uroce-(vs|ar|bw)-/ { print $1 }'); do
     echo "  removing $ns, left behind"
     netns_down "$ns"
   done)
+}
+
+# Part 2 (in its own bash, under the part's timeout).
+ibbw_part() {
+  set -uo pipefail
+  cd "$ROOT"
+  A=uroce-bw-$$-a Z=uroce-bw-$$-b IA=ub$$a IZ=ub$$b
+  work=$OUTDIR/ib_write_bw
+  mkdir -p "$work"
+  NETNS_WORK=$work
+  # shellcheck source=scripts/lib/netns.sh
+  . scripts/lib/netns.sh
+  trap 'for p in "${DAEMONS[@]}"; do kill "$p" 2>/dev/null; done; netns_down "$A" "$Z"' EXIT
+  trap 'exit 130' INT TERM
+  netns_up "$A" "$Z" "$IA" "$IZ" 10.94.0
+  local one many
+  one=$(ibbw_run one 18990)
+  many=$(ibbw_run shards 18991 --shards "$SHARDS")
+  echo "  ib_write_bw -q 8, 64 KiB: one engine ${one:-failed} Gb/s, $SHARDS shards ${many:-failed} Gb/s$(
+    [ -n "$one" ] && [ -n "$many" ] && awk -v a="$many" -v b="$one" 'BEGIN { if (b > 0) printf ": %.2fx", a / b }')"
+}
+
+# ibbw_run TAG PORT [uroce run flags]: both ends through the daemons; the client's Gb/s.
+ibbw_run() {
+  local tag=$1 port=$2 sp g
+  shift 2
+  daemons_start "$K/uroce" auto "$A:$IA" "$Z:$IZ" >/dev/null || {
+    daemons_stop "$K/uroce" "$A:$IA" "$Z:$IZ" >/dev/null
+    return
+  }
+  local flags="-x 1 -F -m 4096 -s 65536 -q 8 -D 3 --report_gbits -p $port"
+  # shellcheck disable=SC2086
+  ip netns exec "$A" timeout -k 2 40 "$K/uroce" run --iface "$IA" "$@" -- \
+    ib_write_bw -d "uroce_$IA" $flags >"$work/$tag.server" 2>&1 &
+  sp=$!
+  listening "$A" "$port" || true
+  # shellcheck disable=SC2086
+  ip netns exec "$Z" timeout -k 2 40 "$K/uroce" run --iface "$IZ" "$@" -- \
+    ib_write_bw -d "uroce_$IZ" $flags 10.94.0.1 >"$work/$tag.client" 2>&1
+  wait "$sp"
+  g=$(awk '/#bytes/ { getline; print $4 }' "$work/$tag.client")
+  daemons_stop "$K/uroce" "$A:$IA" "$Z:$IZ" >/dev/null
+  echo "$g"
 }
 
 # Part 1 (in its own bash, under the part's timeout).

@@ -423,10 +423,10 @@ fn read_responses_are_placed_before_the_check_and_sends_are_not() {
 }
 
 /// Where a READ response is not placed before its check, it is checked first and lands
-/// as any other: a READ into a scatter list (two entries), whose damaged response leaves
-/// no byte in either entry (tried: with the first entry placed, the counter and the
-/// bytes say so). And the responses of a READ its QP flushed when it went to ERR land
-/// nowhere.
+/// as any other: a READ into a scatter list (two entries), whose damaged FIRST (the
+/// response expected next) leaves no byte in either entry (tried: with `Local::span_at`
+/// placing into the first entry, the bytes and the counter say so). And the responses
+/// of a READ its QP flushed when it went to ERR land nowhere.
 #[test]
 fn read_responses_are_checked_first_into_a_scatter_list_and_in_error() {
     let ex = QpInitEx {
@@ -475,9 +475,11 @@ fn read_responses_are_checked_first_into_a_scatter_list_and_in_error() {
     carry_one(&mut p.a, &mut p.b, now, |_| {}).unwrap().unwrap();
     let responses = datagrams(&mut p.b, now);
     assert_eq!(responses.len(), 3);
-    let mut damaged = responses[1].1.clone();
-    damaged[12 + 600] ^= 0x04; // the MIDDLE's bytes 1024..2048: both entries
-    let e = as_backend(&mut p.a, now, &responses[1].0, &damaged).unwrap_err();
+    // The FIRST, the response expected next: its bytes 0..1024 would go to the first
+    // entry (5000..6024) were a scatter list placed.
+    let mut damaged = responses[0].1.clone();
+    damaged[16 + 600] ^= 0x04;
+    let e = as_backend(&mut p.a, now, &responses[0].0, &damaged).unwrap_err();
     assert!(bad(e), "{e}");
     assert!(
         p.a.mr_bytes(&p.la)[..8192].iter().all(|&x| x == 0xee),

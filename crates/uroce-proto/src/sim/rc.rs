@@ -654,10 +654,13 @@ pub fn run(cfg: &SimConfig) -> Report {
 /// A frame as a UDP socket bound to port 4791 would hand it up: the RoCE bytes (the UDP
 /// payload, without the Ethernet padding) and the addressing the socket reports
 /// (addresses, source port, TOS), with the IPv4 identification, which no socket reports,
-/// a guess: segment `n mod 4` of a coalesced receive, wrong for most frames of this
-/// link, whose senders number none of them so. `None` for what a kernel would not
-/// deliver there: not IPv4 and UDP to port 4791, an IPv4 header with options or a bad
-/// checksum, a length the frame does not hold. (IPv6 is not simulated here.)
+/// a guess: segment `n mod 4` of a coalesced receive, wrong for three frames in four of
+/// this link, whose senders give every packet identification 0. `None`, roughly what a
+/// kernel would not deliver there: not IPv4 and UDP to port 4791, an IPv4 header with a
+/// bad checksum, or (which the endpoints never send, so only damage makes) with options
+/// or lengths that disagree. What the kernel checks and this does not (a damaged link
+/// header, a nonzero UDP checksum made wrong) reaches the endpoint, whose ICRC check
+/// must refuse it where it covers the bits. (IPv6 is not simulated here.)
 pub fn as_datagram(
     frame: &[u8],
     n: u64,

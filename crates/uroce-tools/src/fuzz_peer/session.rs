@@ -722,7 +722,7 @@ fn fuzz_answer(r: &Received<'_>) -> Option<(u32, Response)> {
             let p = wire::parse(f).ok()?;
             (p.bth.dest_qp(), Response::of(&p))
         }
-        Received::Datagram { datagram, roce, .. } => {
+        Received::Datagram { datagram, roce } => {
             // The IPv4 identification is the backend's guess: take the one the ICRC fits
             // (a peer such as rdma_rxe numbers its packets).
             let mut d = **datagram;
@@ -730,9 +730,9 @@ fn fuzz_answer(r: &Received<'_>) -> Option<(u32, Response)> {
                 static BASES: std::cell::RefCell<wire::icrc::IdentBases> =
                     std::cell::RefCell::default();
             }
-            BASES.with_borrow_mut(|b| d.fit_icrc_of(roce, b))?;
+            let (icrc, _) = BASES.with_borrow_mut(|b| d.fit_icrc_of(roce, b))?;
             let h = d.header_bytes(roce.len()).ok()?;
-            let p = wire::parse_datagram(&d, &h, roce).ok()?;
+            let p = wire::parse_datagram_computed(&d, &h, roce, Some(icrc)).ok()?;
             (p.bth.dest_qp(), Response::of(&p))
         }
     };

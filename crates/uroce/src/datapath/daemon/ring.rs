@@ -537,6 +537,12 @@ mod tests {
             let mut b = [0u8; HEADER_LEN];
             h.write(&mut b, 77);
             assert_eq!(SlotHeader::read(&b), Some((h, 77)));
+            // Bytes 5 and 12 to 16 are written zero and not read (a writer of before
+            // put an ICRC there).
+            assert!(b[5] == 0 && b[12..16] == [0; 4]);
+            b[5] = 1;
+            b[12..16].copy_from_slice(&0xdead_beef_u32.to_le_bytes());
+            assert_eq!(SlotHeader::read(&b), Some((h, 77)));
         }
         let mut b = [0u8; HEADER_LEN];
         b[4] = 9;
