@@ -105,7 +105,7 @@ PY
   elif [ "$torch_ok" != 1 ]; then
     echo "  skipped: $PY has no PyTorch with a GPU it can use"
   else
-    timeout -k 5 "$cap" bash -c "$(declare -f allreduce_part ar_row); K='$K' ROOT='$ROOT' SHARDS='$SHARDS' PY='$PY' OUTDIR='$OUTDIR' allreduce_part" ||
+    timeout -k 5 "$cap" bash -c "$(declare -f part_up allreduce_part ar_row); K='$K' ROOT='$ROOT' SHARDS='$SHARDS' PY='$PY' OUTDIR='$OUTDIR' allreduce_part" ||
       echo "  all_reduce part: exit $? (124: out of its time; what the ranks wrote is in $OUTDIR/allreduce)"
   fi
   sweep
@@ -116,7 +116,7 @@ PY
   if [ "$cap" -lt 30 ]; then
     echo "  skipped: under 30 s left"
   else
-    timeout -k 5 "$cap" bash -c "$(declare -f ibbw_part ibbw_run); K='$K' ROOT='$ROOT' SHARDS='$SHARDS' OUTDIR='$OUTDIR' ibbw_part" ||
+    timeout -k 5 "$cap" bash -c "$(declare -f part_up ibbw_part ibbw_run); K='$K' ROOT='$ROOT' SHARDS='$SHARDS' OUTDIR='$OUTDIR' ibbw_part" ||
       echo "  ib_write_bw part: exit $? (124: out of its time; its output is in $OUTDIR/ib_write_bw)"
   fi
   sweep
@@ -160,19 +160,31 @@ sweep() {
   done)
 }
 
-# Part 2 (in its own bash, under the part's timeout).
-ibbw_part() {
+# part_up TAG IFPREFIX SUBNET DIR: what parts 1 and 2 start with, in their own bash: the
+# namespaces uroce-TAG-PID-a and -b joined by a veth pair on SUBNET (A, Z, IA, IZ; not
+# local: the EXIT trap needs them after this returns), removed on exit with any daemon
+# started; $OUTDIR/DIR for the logs (work). Fails, saying why, if the pair does not come up.
+part_up() {
   set -uo pipefail
-  cd "$ROOT"
-  A=uroce-bw-$$-a Z=uroce-bw-$$-b IA=ub$$a IZ=ub$$b
-  work=$OUTDIR/ib_write_bw
+  cd "$ROOT" || return 1
+  A=uroce-$1-$$-a Z=uroce-$1-$$-b IA=$2$$a IZ=$2$$b
+  work=$OUTDIR/$4
   mkdir -p "$work"
   NETNS_WORK=$work
   # shellcheck source=scripts/lib/netns.sh
   . scripts/lib/netns.sh
   trap 'for p in "${DAEMONS[@]}"; do kill "$p" 2>/dev/null; done; netns_down "$A" "$Z"' EXIT
   trap 'exit 130' INT TERM
-  netns_up "$A" "$Z" "$IA" "$IZ" 10.94.0
+  netns_up "$A" "$Z" "$IA" "$IZ" "$3"
+  if ! ip -n "$A" -o link show "$IA" | grep -q 'state UP'; then
+    echo "  the veth pair did not come up: $(ip -n "$A" -o link show "$IA")"
+    return 1
+  fi
+}
+
+# Part 2 (in its own bash, under the part's timeout).
+ibbw_part() {
+  part_up bw ub 10.94.0 ib_write_bw || exit 1
   local one many
   one=$(ibbw_run one 18990)
   many=$(ibbw_run shards 18991 --shards "$SHARDS")
@@ -205,22 +217,7 @@ ibbw_run() {
 
 # Part 1 (in its own bash, under the part's timeout).
 allreduce_part() {
-  set -uo pipefail
-  cd "$ROOT"
-  # Not local: the EXIT trap needs them after this function returns.
-  A=uroce-ar-$$-a Z=uroce-ar-$$-b IA=ua$$a IZ=ua$$b
-  work=$OUTDIR/allreduce
-  mkdir -p "$work"
-  NETNS_WORK=$work
-  # shellcheck source=scripts/lib/netns.sh
-  . scripts/lib/netns.sh
-  trap 'for p in "${DAEMONS[@]}"; do kill "$p" 2>/dev/null; done; netns_down "$A" "$Z"' EXIT
-  trap 'exit 130' INT TERM
-  netns_up "$A" "$Z" "$IA" "$IZ" 10.95.0
-  if ! ip -n "$A" -o link show "$IA" | grep -q 'state UP'; then
-    echo "  the veth pair did not come up: $(ip -n "$A" -o link show "$IA")"
-    exit 1
-  fi
+  part_up ar ua 10.95.0 allreduce || exit 1
   : >"$work/results"
   local row port=29511
   for row in ${DEVICE_AR_ROWS:-socket ib shards}; do

@@ -252,25 +252,28 @@ mod tests {
         }
     }
 
+    /// A RoCE datagram from 10.0.0.1 to 10.0.0.2 with IPv4 identification `id`.
+    fn with_ident(id: u16) -> DatagramRepr {
+        let mut d = DatagramRepr::roce(
+            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+            0xc001,
+            0,
+        )
+        .unwrap();
+        if let IpRepr::V4(ip) = &mut d.ip {
+            ip.ident = id;
+        }
+        d
+    }
+
     /// `fit_icrc` keeps a guess that fits, finds the identification where it does not
     /// (IPv4 only), and refuses a damaged packet.
     #[test]
     fn the_icrc_fits_the_identification_found() {
         let t: Vec<u8> = (0..1100u32).map(|i| (i * 13) as u8).collect();
         let mut bases = icrc::IdentBases::default();
-        let v4 = |id: u16| {
-            let mut d = DatagramRepr::roce(
-                IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-                IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-                0xc001,
-                0,
-            )
-            .unwrap();
-            if let IpRepr::V4(ip) = &mut d.ip {
-                ip.ident = id;
-            }
-            d
-        };
+        let v4 = with_ident;
         let stored = v4(0x0203).icrc(&t).unwrap();
         for guess in [0x0203, 0, 2, 0xffff] {
             let mut d = v4(guess);
@@ -300,19 +303,7 @@ mod tests {
 
     #[test]
     fn a_whole_datagram_is_fitted_by_the_icrc_it_carries() {
-        let at = |id: u16| {
-            let mut d = DatagramRepr::roce(
-                IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-                IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-                0xc001,
-                0,
-            )
-            .unwrap();
-            if let IpRepr::V4(ip) = &mut d.ip {
-                ip.ident = id;
-            }
-            d
-        };
+        let at = with_ident;
         let body: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
         let icrc = at(5).icrc(&body).unwrap();
         let mut roce = body.clone();
