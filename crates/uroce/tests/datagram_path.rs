@@ -433,15 +433,7 @@ fn read_responses_are_checked_first_into_a_scatter_list_and_in_error() {
         max_send_sge: 2,
         ..QpInitEx::default()
     };
-    let mut p = Pair::custom_ex(
-        RtsAttr::default(),
-        all(),
-        A_PSN,
-        InitAttr::default(),
-        4,
-        Mtu::M1024,
-        ex,
-    );
+    let mut p = Pair::with_ex(ex);
     let now = p.now;
     let bad = |e: uroce::wire::WireError| matches!(e, uroce::wire::WireError::BadIcrc { .. });
     let from: Vec<u8> = p.b.mr_bytes(&p.rb)[100..3100].to_vec();

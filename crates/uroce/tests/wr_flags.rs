@@ -23,18 +23,6 @@ fn sge(p: &Pair, off: u64, len: u32) -> Sge {
     }
 }
 
-fn pair_ex(ex: QpInitEx) -> Pair {
-    Pair::custom_ex(
-        RtsAttr::default(),
-        all(),
-        A_PSN,
-        InitAttr::default(),
-        4,
-        Mtu::M1024,
-        ex,
-    )
-}
-
 /// Index in the log of the first frame matching `f`.
 fn first(p: &Pair, f: impl Fn(&Seen) -> bool) -> usize {
     p.log.iter().position(f).unwrap()
@@ -170,7 +158,7 @@ fn inline_data_is_copied_at_post_time() {
         sq_sig_all: false,
         ..QpInitEx::default()
     };
-    let mut p = pair_ex(ex);
+    let mut p = Pair::with_ex(ex);
     let la = p.la;
     p.a.mr_bytes_mut(&la)[..64].copy_from_slice(&[0xab; 64]);
     p.post_recv(0);
@@ -213,7 +201,7 @@ fn inline_slots_are_reused_in_order() {
         sq_sig_all: true,
         ..QpInitEx::default()
     };
-    let mut p = pair_ex(ex);
+    let mut p = Pair::with_ex(ex);
     let la = p.la;
     let mut id = 0u64;
     for _round in 0..3 {
@@ -246,7 +234,7 @@ fn sq_sig_all_completes_every_request() {
             sq_sig_all: sig_all,
             ..QpInitEx::default()
         };
-        let mut p = pair_ex(ex);
+        let mut p = Pair::with_ex(ex);
         for i in 0..3 {
             let w = wr(i, write_op(&p, i * 100), sge(&p, 0, 100), false);
             p.a.post_send(p.qa, w).unwrap();
@@ -348,7 +336,7 @@ fn post_errors_carry_ibverbs_errno() {
         sq_sig_all: false,
         ..QpInitEx::default()
     };
-    let mut p = pair_ex(ex);
+    let mut p = Pair::with_ex(ex);
     // Inline over the cap: EINVAL, on READ too (checked before the flag is ignored).
     let s = sge(&p, 0, 17);
     let e =
@@ -450,7 +438,7 @@ fn inline_from_unknown_memory_is_refused() {
         sq_sig_all: false,
         ..QpInitEx::default()
     };
-    let mut p = pair_ex(ex);
+    let mut p = Pair::with_ex(ex);
     let s = Sge {
         addr: 8,
         length: 16,

@@ -110,6 +110,19 @@ impl Pair {
         )
     }
 
+    /// [`Pair::new`] (every access on B's region) with A's QP created with `a_ex`.
+    pub fn with_ex(a_ex: QpInitEx) -> Self {
+        Self::custom_ex(
+            RtsAttr::default(),
+            all(),
+            A_PSN,
+            InitAttr::default(),
+            4,
+            Mtu::M1024,
+            a_ex,
+        )
+    }
+
     /// [`Pair::custom`] with A's QP created with `a_ex`.
     pub fn custom_ex(
         rts: RtsAttr,
