@@ -126,10 +126,11 @@ PY
   if [ "$left" -lt 30 ]; then
     echo "  skipped: under 30 s left"
   else
-    # The harness drives the plugins of one ABI (ncclNet_v12_t, NCCL 2.32's): PyTorch's
-    # NCCL may have another. Asked once (it finds the plugin, then waits for a peer that
-    # never comes); without a library it can drive, the NCCL part says why and is
-    # skipped (fetch.sh would try the network, which there is none of).
+    # The harness drives plugin tables laid out as ncclNet_v12_t (NCCL 2.32's; 2.28's
+    # v11 has the same layout where the harness looks): asked once (it finds the plugin,
+    # then waits for a peer that never comes); without a library it can drive, the NCCL
+    # part says why and is skipped (fetch.sh would try the network, which there is none
+    # of).
     local skip=
     if [ -z "$lib" ]; then
       skip="PyTorch loads no libnccl.so.2 this script found"
