@@ -8,7 +8,8 @@ For each size: WARMUP all_reduces, then ITERS timed ones, each of a float32 tens
 with rank + 1 and checked after (every element the sum over ranks, which float32 holds
 exactly). Prints one JSON line a size: the median time, the algorithm bandwidth (bytes /
 time) and the bus bandwidth (algbw x 2 (n - 1) / n, what nccl-tests calls busbw).
-A rank whose result is wrong says so and exits 1.
+A rank whose result is wrong says so and exits 1. `--backend gloo` runs the same on the
+CPU over Gloo: a dry run of everything but NCCL, where there is no GPU.
 """
 
 import argparse
@@ -37,10 +38,14 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--label", default="")
     p.add_argument("--timeout", type=int, default=60, help="seconds for NCCL's and the store's calls")
+    p.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
     a = p.parse_args()
 
-    dev = torch.device("cuda", 0)
-    torch.cuda.set_device(dev)
+    gpu = a.backend == "nccl"
+    dev = torch.device("cuda", 0) if gpu else torch.device("cpu")
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    if gpu:
+        torch.cuda.set_device(dev)
     init = dict(
         init_method=f"tcp://{a.master}",
         rank=a.rank,
@@ -49,9 +54,11 @@ def main():
     )
     try:
         # NCCL's communicator made now, bound to the GPU (PyTorch 2.3 and later).
+        if not gpu:
+            raise TypeError
         dist.init_process_group("nccl", device_id=dev, **init)
     except TypeError:
-        dist.init_process_group("nccl", **init)
+        dist.init_process_group(a.backend, **init)
     want = float(a.world * (a.world + 1) // 2)
     failed = False
     for s in a.sizes.split(","):
@@ -61,10 +68,10 @@ def main():
         times = []
         for i in range(a.warmup + a.iters):
             x.fill_(a.rank + 1)
-            torch.cuda.synchronize()
+            sync()
             t0 = time.perf_counter()
             dist.all_reduce(x)
-            torch.cuda.synchronize()
+            sync()
             if i >= a.warmup:
                 times.append(time.perf_counter() - t0)
             if not bool((x == want).all()):

@@ -79,7 +79,10 @@ main() {
   info=$("$PY" - <<'PY' 2>"$OUTDIR/torch-probe.err"
 import torch
 ok = torch.cuda.is_available()
-nccl = ".".join(map(str, torch.cuda.nccl.version())) if ok else "?"
+try:
+    nccl = ".".join(map(str, torch.cuda.nccl.version()))
+except Exception:
+    nccl = "?"
 lib = next((l.split()[-1] for l in open("/proc/self/maps") if "libnccl.so" in l), "")
 print(f"{int(ok)}|{lib}|torch {torch.__version__}, CUDA {torch.version.cuda}, NCCL {nccl}, GPUs {torch.cuda.device_count()}")
 PY
