@@ -665,30 +665,30 @@ pub fn as_datagram(
     frame: &[u8],
     n: u64,
 ) -> Option<(crate::wire::DatagramRepr, std::ops::Range<usize>)> {
-    use crate::wire::{ipv4, IpRepr};
+    use crate::wire::{ipv4, udp, DatagramRepr, IpRepr};
     const ETH: usize = 14;
     if frame.get(12..14)? != [0x08, 0x00] {
         return None;
     }
-    let ip = frame.get(ETH..ETH + ipv4::MIN_HEADER_LEN)?;
-    if ip[0] != 0x45
-        || ip[9] != 17
-        || ipv4::header_checksum(ip) != u16::from_be_bytes([ip[10], ip[11]])
+    let ip = ipv4::Header::new_checked(frame.get(ETH..)?).ok()?;
+    if ip.header_len() != ipv4::MIN_HEADER_LEN
+        || ip.protocol() != ipv4::PROTO_UDP
+        || ip.compute_checksum() != ip.checksum()
     {
         return None;
     }
-    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-    let udp = frame.get(ETH + 20..ETH + 28)?;
-    let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
-    if u16::from_be_bytes([udp[2], udp[3]]) != 4791 || udp_len < 8 || 20 + udp_len != total {
+    let total = usize::from(ip.total_len());
+    let at = ETH + ipv4::MIN_HEADER_LEN;
+    let u = udp::Header::new_checked(frame.get(at..)?).ok()?;
+    if u.dst_port() != crate::wire::ROCEV2_UDP_PORT
+        || usize::from(u.len()) < udp::HEADER_LEN
+        || ipv4::MIN_HEADER_LEN + usize::from(u.len()) != total
+    {
         return None;
     }
-    let roce = ETH + 28..ETH + total;
+    let roce = at + udp::HEADER_LEN..ETH + total;
     frame.get(roce.clone())?;
-    let src = IpAddr::V4(Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]));
-    let dst = IpAddr::V4(Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]));
-    let sport = u16::from_be_bytes([udp[0], udp[1]]);
-    let mut d = crate::wire::DatagramRepr::roce(src, dst, sport, ip[1])?;
+    let mut d = DatagramRepr::roce(ip.src().into(), ip.dst().into(), u.src_port(), ip.tos())?;
     if let IpRepr::V4(v4) = &mut d.ip {
         v4.ident = (n % 4) as u16;
     }
