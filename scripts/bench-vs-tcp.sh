@@ -45,9 +45,9 @@
 #   this checkout's (release); NCCL_NET_LIB=path/to/libnccl.so.2 another library instead
 #   of fetch.sh's; NCCL_HARNESS=path a harness built already (no gcc needed);
 #   GNU_TIME=path GNU time where it is not /usr/bin/time; NCCL_SKIP=REASON skips the NCCL
-#   part, saying why. ROWS (default "auto udp xdp
-#   direct", plus "shards" with --shards N) chooses the uroce rows. UROCE_SHARDS in the
-#   caller's environment is ignored: only the shards row gets it.
+#   part, saying why. ROWS (default "auto udp xdp direct", plus "shards" with --shards N)
+#   chooses the uroce rows. UROCE_SHARDS in the caller's environment is ignored: only the
+#   shards row gets it.
 set -euo pipefail
 QUICK=0
 ONLY=all

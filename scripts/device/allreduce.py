@@ -52,13 +52,14 @@ def main():
         world_size=a.world,
         timeout=datetime.timedelta(seconds=a.timeout),
     )
-    try:
-        # NCCL's communicator made now, bound to the GPU (PyTorch 2.3 and later).
-        if not gpu:
-            raise TypeError
-        dist.init_process_group("nccl", device_id=dev, **init)
-    except TypeError:
-        dist.init_process_group(a.backend, **init)
+    if not gpu:
+        dist.init_process_group("gloo", **init)
+    else:
+        try:
+            # NCCL's communicator made now, bound to the GPU (PyTorch 2.3 and later).
+            dist.init_process_group("nccl", device_id=dev, **init)
+        except TypeError:
+            dist.init_process_group("nccl", **init)
     want = float(a.world * (a.world + 1) // 2)
     failed = False
     for s in a.sizes.split(","):

@@ -438,32 +438,24 @@ fn read_responses_are_checked_first_into_a_scatter_list_and_in_error() {
     let bad = |e: uroce::wire::WireError| matches!(e, uroce::wire::WireError::BadIcrc { .. });
     let from: Vec<u8> = p.b.mr_bytes(&p.rb)[100..3100].to_vec();
     p.a.mr_bytes_mut(&p.la)[..8192].fill(0xee);
-    let read = |id| {
-        let w = wr(
-            id,
-            SendOp::Read {
-                remote_addr: p.rb.addr + 100,
-                rkey: p.rb.rkey,
-            },
-            Sge::default(),
-            true,
-        );
-        let sgl = [
-            Sge {
-                addr: p.la.addr + 5000,
-                length: 1500,
-                lkey: p.la.lkey,
-            },
-            Sge {
-                addr: p.la.addr + 300,
-                length: 1500,
-                lkey: p.la.lkey,
-            },
-        ];
-        (w, sgl)
+    let op = SendOp::Read {
+        remote_addr: p.rb.addr + 100,
+        rkey: p.rb.rkey,
     };
-    let (w, sgl) = read(7);
-    p.a.post_send_sgl(p.qa, w, &sgl, SendFlags::NONE).unwrap();
+    let sgl = [
+        Sge {
+            addr: p.la.addr + 5000,
+            length: 1500,
+            lkey: p.la.lkey,
+        },
+        Sge {
+            addr: p.la.addr + 300,
+            length: 1500,
+            lkey: p.la.lkey,
+        },
+    ];
+    p.a.post_send_sgl(p.qa, wr(7, op, Sge::default(), true), &sgl, SendFlags::NONE)
+        .unwrap();
     carry_one(&mut p.a, &mut p.b, now, |_| {}).unwrap().unwrap();
     let responses = datagrams(&mut p.b, now);
     assert_eq!(responses.len(), 3);
