@@ -349,6 +349,73 @@ fn a_send_scatters_over_a_receive_list() {
     }
 }
 
+/// Long messages at path MTU 4096, at odd offsets at both ends: an RDMA WRITE that loses
+/// a MIDDLE and is resent from there (IBTA §9.7.5.1.4's go-back-N from the NAK's PSN),
+/// a SEND scattered over a receive list, a READ into one SGE, each of 256 KiB and more,
+/// land every byte and nothing beyond.
+#[test]
+fn long_messages_land_whole_at_odd_offsets() {
+    let (mut a, mut b) = pair(QpType::Rc, Mtu::M4096, QpInitEx::default(), sge_caps(1, 2));
+    const LEN: usize = 262_147;
+    let write = SendOp::Write {
+        remote_addr: b.buf.addr + 500_003,
+        rkey: b.buf.rkey,
+    };
+    let mut w = send_wr(1, write);
+    w.sge = a.sge(3, LEN as u32);
+    a.ctx.post_send(a.qpn, w).unwrap();
+    let rlist = [b.sge(1_001, 130_000), b.sge(200_005, 132_147)];
+    b.ctx.post_recv_sgl(b.qpn, 2, &rlist).unwrap();
+    let mut s = send_wr(3, SendOp::Send);
+    s.sge = a.sge(400_007, LEN as u32);
+    a.ctx.post_send(a.qpn, s).unwrap();
+    let read = SendOp::Read {
+        remote_addr: b.buf.addr + 770_017,
+        rkey: b.buf.rkey,
+    };
+    let mut r = send_wr(4, read);
+    r.sge = a.sge(700_009, LEN as u32);
+    let want_read = node_pattern(2, 770_017, LEN);
+    a.ctx.post_send(a.qpn, r).unwrap();
+    let mut middles = 0;
+    let log = pump(&mut a, &mut b, 10, |from_a, _, f| {
+        let op = wire::parse(f).unwrap().bth.opcode();
+        if from_a && op == Opcode::RcWriteMiddle {
+            middles += 1;
+            return middles == 20;
+        }
+        false
+    });
+    let writes = opcodes(&log, true)
+        .into_iter()
+        .filter(|(op, _)| matches!(op, Opcode::RcWriteMiddle | Opcode::RcWriteLast))
+        .count();
+    assert!(
+        writes > LEN / 4096,
+        "the WRITE was resent from the loss: {writes}"
+    );
+    let mut wa = a.wcs();
+    wa.sort_by_key(|w| w.wr_id);
+    let got: Vec<_> = wa.iter().map(|w| (w.wr_id, w.status)).collect();
+    let ok = WcStatus::Success;
+    assert_eq!(got, [(1, ok), (3, ok), (4, ok)]);
+    // (`assert!`, not `assert_eq!`: a failure would print 300,000 bytes twice.)
+    assert!(b.read(500_003, LEN) == node_pattern(1, 3, LEN), "the WRITE");
+    assert_eq!(b.read(500_003 + LEN, 8), node_pattern(2, 500_003 + LEN, 8));
+    assert_eq!(b.read(499_995, 8), node_pattern(2, 499_995, 8));
+    let sent = node_pattern(1, 400_007, LEN);
+    assert!(b.gather(&rlist) == sent, "the SEND");
+    assert_eq!(b.read(1_001 - 8, 8), node_pattern(2, 1_001 - 8, 8));
+    assert_eq!(b.read(332_152, 8), node_pattern(2, 332_152, 8));
+    assert!(a.read(700_009, LEN) == want_read, "the READ");
+    assert_eq!(a.read(700_009 + LEN, 8), node_pattern(1, 700_009 + LEN, 8));
+    let wb = b.wcs();
+    assert_eq!(
+        (wb[0].wr_id, wb[0].status, wb[0].byte_len),
+        (2, ok, LEN as u32)
+    );
+}
+
 /// The bytes `node(n, ..)` registered at `off`.
 fn node_pattern(n: u8, off: usize, len: usize) -> Vec<u8> {
     (off..off + len)
