@@ -78,13 +78,11 @@ pub struct DaemonBackend {
     /// What this process writes into the ring to the daemon.
     outbox: Outbox,
     /// We wait on this one for packets received.
-    to_process: OwnedFd,
+    to_process: Wake,
     needs_link: bool,
     /// The daemon serves the interface's link-local address (its welcome says so).
     link_local: bool,
     rx_capacity: u64,
-    /// We said we sleep: the next ring of our doorbell is to be drained.
-    armed: bool,
     control: Control,
     /// The fast path, when the daemon gave this process a socket of its own.
     fast: Option<Fast>,
@@ -262,6 +260,55 @@ impl Fast {
     }
 }
 
+/// The daemon's doorbell for the ring to this process, and what we know of our sleeping
+/// flag on that ring.
+#[derive(Debug)]
+struct Wake {
+    /// We wait on this one for packets received.
+    fd: OwnedFd,
+    /// Our flag is set, and was not seen cleared since ([`Wake::arm`]).
+    armed: bool,
+    /// Rings the daemon made (it cleared the flag) that were not read yet.
+    owed: u64,
+}
+
+impl Wake {
+    /// Sets our sleeping flag on the ring from the daemon (unless it is set already), so
+    /// that the daemon rings `to_process` for its next slot; true when the ring is empty
+    /// and we may sleep.
+    ///
+    /// The rings are counted first ([`Wake::settle`]): the daemon rings (writes 1)
+    /// exactly once each time it finds the flag set and clears it
+    /// (`Ring::consumer_needs_wake`), and only this sets the flag, never clearing it, so
+    /// a flag found clear while `armed` is one ring owed. A ring left unread keeps the
+    /// descriptor readable: every poll on it (`DaemonBackend::receive`'s, and the
+    /// engine's progress thread's on `wait_fds`) would return at once, a busy loop until
+    /// the daemon rang again. Rings were left unread so before: one that landed just
+    /// after the check that drained, and one whose clear the flag, set again, hid.
+    fn arm(&mut self, region: &Region) -> io::Result<bool> {
+        self.settle(region);
+        let ring = region.ring(Dir::ToProcess);
+        if !self.armed {
+            ring.set_sleeping();
+            self.armed = true;
+        }
+        Ok(ring.next_slot().map_err(ring_error)?.is_none())
+    }
+
+    /// Notes a ring the daemon made since our flag was set (it cleared the flag), and
+    /// reads the rings that landed while any are owed.
+    fn settle(&mut self, region: &Region) {
+        if self.armed && !region.ring(Dir::ToProcess).asleep() {
+            self.armed = false;
+            self.owed += 1;
+        }
+        if self.owed > 0 {
+            let read = proto::drain(self.fd.as_raw_fd());
+            self.owed = self.owed.saturating_sub(read);
+        }
+    }
+}
+
 impl DaemonBackend {
     /// Connects to the daemon listening at `path`.
     pub fn connect(path: &Path) -> io::Result<Self> {
@@ -350,11 +397,14 @@ impl DaemonBackend {
                 bell,
                 unpublished: None,
             },
-            to_process,
+            to_process: Wake {
+                fd: to_process,
+                armed: false,
+                owed: 0,
+            },
             needs_link,
             link_local,
             rx_capacity,
-            armed: false,
             fast,
             control: Control {
                 sock: Arc::new(Mutex::new(sock)),
@@ -557,19 +607,13 @@ impl Backend for DaemonBackend {
         }
         // Datagrams written before go first.
         self.flush()?;
-        let ring = self.region.ring(Dir::ToDaemon);
-        let Some(index) = ring.free_slot().map_err(ring_error)? else {
-            return Err(io::ErrorKind::WouldBlock.into());
-        };
-        // SAFETY: a free slot of the ring this backend alone produces into.
-        let slot = unsafe { ring.slot_mut(index) };
-        let (head, body) = slot.split_at_mut(HEADER_LEN);
-        let Some(len) = build(&mut body[..MAX_FRAME]) else {
-            return Ok(false);
-        };
-        SlotHeader::Frame.write(head.try_into().expect("header"), len.min(MAX_FRAME) as u32);
-        ring.publish(index);
-        Ok(true)
+        let written = (self.outbox).write(&self.region, &mut |body| {
+            build(body).map(|len| (SlotHeader::Frame, len))
+        })?;
+        // Published at once, the daemon rung if it sleeps (it would otherwise find the
+        // frame only at its next wake-up, up to 100 ms on).
+        self.outbox.flush(&self.region);
+        Ok(written)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -604,19 +648,14 @@ impl Backend for DaemonBackend {
                 return Ok(0);
             }
             // Wait for either, the socket or the daemon's doorbell, when neither has
-            // anything (the rings' answer is the one `prepare_sleep` gives).
-            let idle = got == 0
-                && !timeout.is_zero()
-                && (self.region.ring(Dir::ToProcess))
-                    .prepare_sleep()
-                    .map_err(ring_error)?;
+            // anything.
+            let idle = got == 0 && !timeout.is_zero() && self.to_process.arm(&self.region)?;
             if idle {
-                self.armed = true;
                 let mut fds: Vec<libc::pollfd> = f
                     .udp
                     .wait_fds()
                     .into_iter()
-                    .chain([self.to_process.as_raw_fd()])
+                    .chain([self.to_process.fd.as_raw_fd()])
                     .map(|fd| libc::pollfd {
                         fd,
                         events: libc::POLLIN,
@@ -629,30 +668,22 @@ impl Backend for DaemonBackend {
                 got = f.receive(&self.region, &mut self.outbox, max, handle)?;
             }
         }
-        if self.armed && !self.region.ring(Dir::ToProcess).asleep() {
-            // The daemon rang since we last slept: take the ring's count down so that
-            // waiting on the doorbell blocks again.
-            proto::drain(self.to_process.as_raw_fd());
-            self.armed = false;
-        }
+        // The daemon rang since we last slept: take the ring's count down so that
+        // waiting on the doorbell blocks again.
+        self.to_process.settle(&self.region);
         let n = self.take(max - got, handle)? + got;
         if n > 0 || max == 0 || self.fast.is_some() {
             // With the fast path, no waiting on the rings alone: what they bring is QP 1's.
-            if self.fast.is_some() && n == 0 {
-                let _ = self.region.ring(Dir::ToProcess).prepare_sleep();
-                self.armed = true;
+            // The flag is set all the same, for whoever sleeps on `wait_fds` next (the
+            // engine's progress thread); a slot that came meanwhile is taken now.
+            if self.fast.is_some() && n == 0 && !self.to_process.arm(&self.region)? {
+                return self.take(max, handle);
             }
             return Ok(n);
         }
-        if !self
-            .region
-            .ring(Dir::ToProcess)
-            .prepare_sleep()
-            .map_err(ring_error)?
-        {
+        if !self.to_process.arm(&self.region)? {
             return self.take(max, handle);
         }
-        self.armed = true;
         if timeout.is_zero() {
             // A program polling an empty queue: give the CPU to whoever is ready to run
             // on it, the daemon's thread with our packet most likely, instead of spinning
@@ -663,12 +694,12 @@ impl Backend for DaemonBackend {
             unsafe { libc::sched_yield() };
             return Ok(0);
         }
-        proto::wait_readable(self.to_process.as_raw_fd(), timeout);
+        proto::wait_readable(self.to_process.fd.as_raw_fd(), timeout);
         self.take(max, handle)
     }
 
     fn wait_fds(&self) -> Vec<RawFd> {
-        let mut v = vec![self.to_process.as_raw_fd()];
+        let mut v = vec![self.to_process.fd.as_raw_fd()];
         if let Some(f) = &self.fast {
             v.extend(f.udp.wait_fds());
         }
@@ -696,5 +727,82 @@ impl Backend for DaemonBackend {
 
     fn rx_capacity(&self) -> Option<u64> {
         Some(self.rx_capacity)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether a poll on the doorbell returns at once.
+    fn rung(w: &Wake) -> bool {
+        proto::wait_readable(w.fd.as_raw_fd(), Duration::ZERO)
+    }
+
+    /// The consumer's take of the oldest slot.
+    fn take_one(region: &Region) {
+        let ring = region.ring(Dir::ToProcess);
+        let i = ring.next_slot().unwrap().expect("a slot");
+        ring.release(i);
+    }
+
+    /// The daemon rings exactly once per clear of the flag, and every ring is read before
+    /// the process sleeps again: one that lands after the check that drained, and one
+    /// made between a check and the take that emptied the ring, would otherwise keep
+    /// the doorbell readable, every poll on it returning at once (the engine's progress
+    /// thread spinning until the daemon's next ring). And a slot published while the
+    /// flag is set is found by the arm, not slept on.
+    #[test]
+    fn every_ring_is_read_before_the_next_sleep() {
+        let region = Region::create("uroce-test-wake").unwrap();
+        let mut w = Wake {
+            fd: proto::eventfd().unwrap(),
+            armed: false,
+            owed: 0,
+        };
+        let bell = w.fd.as_raw_fd();
+        let daemon = region.ring(Dir::ToProcess);
+        assert!(w.arm(&region).unwrap(), "empty: the process may sleep");
+
+        // The daemon publishes and clears the flag; its ring lands only after the
+        // process saw the clear and drained nothing.
+        assert!(daemon.push(&SlotHeader::Frame, b"a").unwrap());
+        assert!(daemon.consumer_needs_wake());
+        w.settle(&region);
+        assert_eq!((w.armed, w.owed), (false, 1));
+        take_one(&region);
+        proto::ring(bell);
+        assert!(w.arm(&region).unwrap());
+        assert!(!rung(&w), "the late ring was read");
+        assert_eq!(w.owed, 0);
+
+        // The process is awake for its socket (the flag still set, nothing seen), and
+        // the daemon publishes and rings before the process takes the slot.
+        w.settle(&region);
+        assert!(w.armed);
+        assert!(daemon.push(&SlotHeader::Frame, b"b").unwrap());
+        assert!(daemon.consumer_needs_wake());
+        proto::ring(bell);
+        take_one(&region);
+        assert!(w.arm(&region).unwrap());
+        assert!(!rung(&w), "the hidden ring was read");
+
+        // A slot published while the flag is set: the arm says so, and the daemon's ring
+        // for it is read at the next.
+        assert!(daemon.push(&SlotHeader::Frame, b"c").unwrap());
+        assert!(
+            !w.arm(&region).unwrap(),
+            "a slot waits: take it, do not sleep"
+        );
+        assert!(daemon.consumer_needs_wake());
+        proto::ring(bell);
+        take_one(&region);
+        assert!(w.arm(&region).unwrap());
+        assert!(!rung(&w));
+        // Asleep with nothing owed, a new publish wakes the process.
+        assert!(daemon.push(&SlotHeader::Frame, b"d").unwrap());
+        assert!(daemon.consumer_needs_wake());
+        proto::ring(bell);
+        assert!(rung(&w));
     }
 }

@@ -438,11 +438,16 @@ pub fn ring(fd: RawFd) {
     unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
 }
 
-/// Empties a doorbell.
-pub fn drain(fd: RawFd) {
+/// Empties a doorbell; how many rings it held (0 when none).
+pub fn drain(fd: RawFd) -> u64 {
     let mut v = 0u64;
     // SAFETY: reading 8 bytes into a local from a non-blocking eventfd.
-    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+    let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+    if n == 8 {
+        v
+    } else {
+        0
+    }
 }
 
 /// Waits up to `timeout` for `fd` to become readable; true when it did.

@@ -334,6 +334,15 @@ impl<'a> Ring<'a> {
         self.tail().store(index.wrapping_add(1), Ordering::Release);
     }
 
+    /// Sets the consumer's sleeping flag and leaves it set, whatever the ring holds: the
+    /// producer's next [`Ring::consumer_needs_wake`] then clears it and rings. For a
+    /// consumer that counts the producer's rings (the process: see `DaemonBackend::arm`),
+    /// which only a flag it alone sets and the producer alone clears lets it do.
+    pub fn set_sleeping(&self) {
+        self.sleeping().store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
     /// Says the consumer is about to sleep; returns whether the ring is still empty (if
     /// not, the flag is taken back and the caller reads on instead of sleeping).
     pub fn prepare_sleep(&self) -> Result<bool, RingError> {
