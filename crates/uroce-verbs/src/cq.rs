@@ -168,6 +168,16 @@ pub(crate) fn destroy_cq(cq: *mut ibv_cq) -> c_int {
         if let Some(ch) = channel_object(inner, channel) {
             ch.refcnt -= 1;
         }
+        // Its completions go, in the device's context and in each shard's copy, and
+        // its id names nothing from then on (the contexts' own EBUSY cannot fire: no QP
+        // of the device uses it, checked above).
+        // A shard says again what its copies hold (lock-free polls look at that count).
+        let _ = inner.uroce.destroy_cq(e.id);
+        for s in &inner.shards {
+            let mut st = s.lock();
+            let _ = st.uroce.destroy_cq(e.id);
+            s.publish(&st);
+        }
         inner.cq_by_id.remove(&e.id.0);
         inner.forget_async_events_of(c);
         // Disowned first, then its C object freed as it leaves the registry.

@@ -15,7 +15,7 @@ use uroce::datapath::{Backend, Received, Transmit};
 use uroce::mem::{Access, Mr, PdId};
 use uroce::verbs::{
     AsyncEvent, Context, ContextConfig, CqId, InitAttr, Mtu, QpCaps, QpState, QpType, RecvWr,
-    Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
+    Remote, RtrAttr, RtsAttr, SendOp, SendWr, Sge, VerbsError, WcFlags, WcOpcode, WcStatus,
 };
 
 struct Side {
@@ -395,4 +395,48 @@ fn event_loop_makes_the_eventfd_readable_when_armed() {
     assert_eq!(wcs.len(), 2);
     assert!(wcs.iter().all(|w| w.status == WcStatus::WrFlushErr));
     assert!(!readable(n.as_raw_fd(), 0));
+}
+
+/// ibv_destroy_cq: EBUSY while a QP has the CQ; once the QP is gone, the CQ goes with
+/// the completions and the event it still held (none counted as waiting any more), its
+/// id names nothing (a poll finds nothing, a QP cannot be made on it, a second destroy
+/// is EINVAL), and the next CQ gets a new id.
+#[test]
+fn a_destroyed_cq_takes_its_completions_and_its_id_names_nothing() {
+    let mut p = pair(63);
+    for i in 0..3 {
+        p.recv(i, 1024);
+    }
+    p.b.c.req_notify_cq(p.b.cq, false).unwrap();
+    for i in 0..3 {
+        p.send(i, SendOp::Send, 8, false);
+    }
+    p.run(0);
+    let cq = p.b.cq;
+    assert_eq!((p.b.c.cq_held(cq), p.b.c.completions_waiting()), (3, 3));
+    assert_eq!(
+        p.b.c.destroy_cq(cq),
+        Err(VerbsError::Busy),
+        "QP {:#x} has it",
+        p.b.qp
+    );
+    assert_eq!(p.b.c.cq_held(cq), 3, "nothing changed");
+    p.b.c.destroy_qp(p.b.qp).unwrap();
+    p.b.c.destroy_cq(cq).unwrap();
+    assert_eq!(p.b.c.completions_waiting(), 0);
+    assert_eq!(p.b.c.poll_cq_event(), None, "its event went with it");
+    assert!(p.b.c.poll_cq(cq, 8).is_empty());
+    assert_eq!(p.b.c.cq_depth(cq), None);
+    assert_eq!(p.b.c.destroy_cq(cq), Err(VerbsError::NoSuchCq));
+    let caps = QpCaps {
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        max_send_wr: 4,
+        max_recv_wr: 4,
+    };
+    assert_eq!(p.b.c.create_qp(PdId(0), caps), Err(VerbsError::NoSuchCq));
+    let next = p.b.c.create_cq(8).unwrap();
+    assert_ne!(next, cq, "a destroyed CQ's id is not given again");
+    assert_eq!(p.b.c.cq_depth(next), Some(15));
 }

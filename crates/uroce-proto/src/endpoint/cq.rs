@@ -56,6 +56,38 @@ pub enum AsyncEvent {
     PortErr(u8),
 }
 
+/// A context's CQs, by [`CqId`] (their index). A destroyed CQ's place stays, empty,
+/// and its id is never given again (a stale id names nothing, as a freed handle must
+/// not name a new CQ); what it held is freed.
+#[derive(Debug, Default)]
+pub(crate) struct CqTable(Vec<Option<Cq>>);
+
+impl CqTable {
+    /// A new CQ; its id.
+    pub(crate) fn push(&mut self, cq: Cq) -> CqId {
+        self.0.push(Some(cq));
+        CqId(self.0.len() as u32 - 1)
+    }
+
+    /// Ids given so far (destroyed ones included).
+    pub(crate) fn ids(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(crate) fn get(&self, cq: CqId) -> Option<&Cq> {
+        self.0.get(cq.0 as usize)?.as_ref()
+    }
+
+    pub(crate) fn get_mut(&mut self, cq: CqId) -> Option<&mut Cq> {
+        self.0.get_mut(cq.0 as usize)?.as_mut()
+    }
+
+    /// Takes the CQ out for good; `None` if there was none.
+    pub(crate) fn destroy(&mut self, cq: CqId) -> Option<Cq> {
+        self.0.get_mut(cq.0 as usize)?.take()
+    }
+}
+
 /// How a CQ is armed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Arm {

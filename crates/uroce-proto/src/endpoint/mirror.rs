@@ -57,16 +57,17 @@ impl Context {
     }
 
     /// Creates CQ `cq` of another context of the device here, with the same depth: ids up
-    /// to it that this context does not have are taken by CQs nobody feeds. EINVAL when
+    /// to it that this context does not have name nothing here. EINVAL when
     /// this context has a CQ of that id or a later one already.
     pub fn mirror_cq(&mut self, cq: CqId, depth: u32) -> Result<(), VerbsError> {
         let at = cq.0 as usize;
-        if self.cqs.len() > at {
+        if self.cqs.ids() > at {
             return Err(VerbsError::InvalidWr("the mirrored CQ's id is taken"));
         }
         let depth = Cq::round(depth).ok_or(VerbsError::InvalidWr("CQ depth 0 or above MAX_CQE"))?;
-        while self.cqs.len() < at {
-            self.cqs.push(Cq::new(1));
+        while self.cqs.ids() < at {
+            let filler = self.cqs.push(Cq::new(1));
+            self.cqs.destroy(filler);
         }
         self.cqs.push(Cq::new(depth));
         Ok(())
@@ -75,7 +76,7 @@ impl Context {
     /// Takes back CQ `cq`'s armed notification, if it is armed: another context's copy of
     /// the CQ fired it, and an arm gives one event (IBTA §11.4.2.2).
     pub fn disarm_cq(&mut self, cq: CqId) {
-        if let Some(c) = self.cqs.get_mut(cq.0 as usize) {
+        if let Some(c) = self.cqs.get_mut(cq) {
             c.disarm();
         }
     }
@@ -88,7 +89,7 @@ impl Context {
 
     /// Completions waiting in CQ `cq` (0 for an unknown one).
     pub fn cq_held(&self, cq: CqId) -> usize {
-        self.cqs.get(cq.0 as usize).map_or(0, |c| c.q.len())
+        self.cqs.get(cq).map_or(0, |c| c.q.len())
     }
 
     /// Completions waiting in all of this context's CQs: what a poll of them could take
@@ -101,7 +102,7 @@ impl Context {
     /// program took, as [`Context::poll_cq_event`] counts its own: until
     /// [`Context::ack_cq_events`] acknowledges it, [`Context::cq_events_unacked`] has it.
     pub fn count_cq_event(&mut self, cq: CqId) {
-        if let Some(c) = self.cqs.get_mut(cq.0 as usize) {
+        if let Some(c) = self.cqs.get_mut(cq) {
             c.unacked += 1;
         }
     }

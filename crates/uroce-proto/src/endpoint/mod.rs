@@ -43,7 +43,7 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Instant;
 
-use cq::{Cq, Offer};
+use cq::{CqTable, Offer};
 use schedule::Schedule;
 use table::QpTable;
 
@@ -110,7 +110,7 @@ struct CnpJob {
 pub struct Context {
     cfg: ContextConfig,
     mem: Memory,
-    cqs: Vec<Cq>,
+    cqs: CqTable,
     /// Completion events of armed CQs, for [`Context::poll_cq_event`].
     cq_events: VecDeque<CqId>,
     /// Asynchronous events, for [`Context::poll_async_event`].
@@ -153,7 +153,7 @@ impl Context {
         Self {
             cfg,
             mem: Memory::new(cfg.seed),
-            cqs: Vec::new(),
+            cqs: CqTable::default(),
             cq_events: VecDeque::new(),
             async_events: VecDeque::new(),
             qps: QpTable::default(),
@@ -231,7 +231,7 @@ impl Context {
         while i < self.wcs.len() {
             let (cq, wc) = self.wcs[i];
             i += 1;
-            let Some(c) = self.cqs.get_mut(cq.0 as usize) else {
+            let Some(c) = self.cqs.get_mut(cq) else {
                 continue;
             };
             let offer = c.offer(wc);

@@ -249,8 +249,29 @@ impl Context {
     /// A completion arriving at a full CQ puts it in error: see [`super::AsyncEvent::CqErr`].
     pub fn create_cq(&mut self, cqe: u32) -> Result<CqId, VerbsError> {
         let depth = Cq::round(cqe).ok_or(VerbsError::InvalidWr("CQ depth 0 or above MAX_CQE"))?;
-        self.cqs.push(Cq::new(depth));
-        Ok(CqId(self.cqs.len() as u32 - 1))
+        Ok(self.cqs.push(Cq::new(depth)))
+    }
+
+    /// Destroys a completion queue (ibv_destroy_cq): the completions it still holds go
+    /// with it, and its id names nothing from then on. EBUSY while a QP of this context
+    /// has it as its send or receive CQ (ibverbs' rule); EINVAL for an unknown or
+    /// destroyed CQ. Its completion events not taken yet go too; the program must have
+    /// acknowledged those it took (`ibv_destroy_cq` waits for them: the drop-in library
+    /// says EBUSY instead).
+    pub fn destroy_cq(&mut self, cq: CqId) -> Result<(), VerbsError> {
+        if self.cqs.get(cq).is_none() {
+            return Err(VerbsError::NoSuchCq);
+        }
+        if self.qps.values().any(|q| {
+            let (s, r) = q.cqs();
+            s == cq || r == cq
+        }) {
+            return Err(VerbsError::Busy);
+        }
+        let gone = self.cqs.destroy(cq).map_or(0, |c| c.q.len());
+        self.held -= gone;
+        self.cq_events.retain(|&e| e != cq);
+        Ok(())
     }
 
     /// Resizes a CQ to at least `cqe` entries (ibv_resize_cq), rounded as by
@@ -259,7 +280,7 @@ impl Context {
     pub fn resize_cq(&mut self, cq: CqId, cqe: u32) -> Result<u32, VerbsError> {
         let c = self
             .cqs
-            .get_mut(cq.0 as usize)
+            .get_mut(cq)
             .ok_or(VerbsError::InvalidWr("no such CQ"))?;
         c.resize(cqe).ok_or(VerbsError::InvalidWr(
             "CQ depth 0, above MAX_CQE or below the completions it holds",
@@ -268,18 +289,18 @@ impl Context {
 
     /// The entries a CQ holds (ibv_cq's `cqe`).
     pub fn cq_depth(&self, cq: CqId) -> Option<u32> {
-        self.cqs.get(cq.0 as usize).map(|c| c.depth as u32)
+        self.cqs.get(cq).map(|c| c.depth as u32)
     }
 
     /// Whether a CQ overran and is in error: it takes no completion any more (those it
     /// held can still be polled).
     pub fn cq_in_error(&self, cq: CqId) -> bool {
-        self.cqs.get(cq.0 as usize).is_some_and(|c| c.error)
+        self.cqs.get(cq).is_some_and(|c| c.error)
     }
 
     /// Takes up to `max` completions, oldest first (ibv_poll_cq).
     pub fn poll_cq(&mut self, cq: CqId, max: usize) -> Vec<WorkCompletion> {
-        let Some(c) = self.cqs.get_mut(cq.0 as usize) else {
+        let Some(c) = self.cqs.get_mut(cq) else {
             return Vec::new();
         };
         let n = max.min(c.q.len());
@@ -290,7 +311,7 @@ impl Context {
     /// Like [`Context::poll_cq`], appending to `out` (no allocation once `out` has room):
     /// for loops that poll per packet.
     pub fn poll_cq_into(&mut self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        let Some(c) = self.cqs.get_mut(cq.0 as usize) else {
+        let Some(c) = self.cqs.get_mut(cq) else {
             return 0;
         };
         let n = max.min(c.q.len());
@@ -304,10 +325,7 @@ impl Context {
     /// completion. Completions already in the CQ do not count: poll it after arming.
     /// A CQ in error cannot be armed.
     pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> Result<(), VerbsError> {
-        let c = self
-            .cqs
-            .get_mut(cq.0 as usize)
-            .ok_or(VerbsError::NoSuchCq)?;
+        let c = self.cqs.get_mut(cq).ok_or(VerbsError::NoSuchCq)?;
         if c.error {
             return Err(VerbsError::InvalidWr("the CQ overran and is in error"));
         }
@@ -320,7 +338,7 @@ impl Context {
     /// wait on). Each event counts until [`Context::ack_cq_events`] acknowledges it.
     pub fn poll_cq_event(&mut self) -> Option<CqId> {
         let cq = self.cq_events.pop_front()?;
-        if let Some(c) = self.cqs.get_mut(cq.0 as usize) {
+        if let Some(c) = self.cqs.get_mut(cq) {
             c.unacked += 1;
         }
         Some(cq)
@@ -328,14 +346,14 @@ impl Context {
 
     /// Acknowledges `n` completion events of `cq` (ibv_ack_cq_events).
     pub fn ack_cq_events(&mut self, cq: CqId, n: u32) {
-        if let Some(c) = self.cqs.get_mut(cq.0 as usize) {
+        if let Some(c) = self.cqs.get_mut(cq) {
             c.unacked = c.unacked.saturating_sub(n);
         }
     }
 
     /// Completion events of `cq` taken and not acknowledged yet.
     pub fn cq_events_unacked(&self, cq: CqId) -> u32 {
-        self.cqs.get(cq.0 as usize).map_or(0, |c| c.unacked)
+        self.cqs.get(cq).map_or(0, |c| c.unacked)
     }
 
     /// Makes the QPs created from now on take the numbers `first`, `first + stride`, ...
@@ -384,7 +402,7 @@ impl Context {
             return Err(crate::mem::RegError::NoSuchPd.into());
         }
         for cq in [caps.send_cq, caps.recv_cq] {
-            if cq.0 as usize >= self.cqs.len() {
+            if self.cqs.get(cq).is_none() {
                 return Err(VerbsError::NoSuchCq);
             }
         }
@@ -505,7 +523,7 @@ impl Context {
             // clean the CQs when a QP moves to RESET (rdma-core's test_mr_rereg_pd
             // restates a QP from ERR and expects its next completion to be new work's).
             for cq in [cqs.0, cqs.1] {
-                if let Some(c) = self.cqs.get_mut(cq.0 as usize) {
+                if let Some(c) = self.cqs.get_mut(cq) {
                     let before = c.q.len();
                     c.q.retain(|w| w.qp_num != qpn);
                     self.held -= before - c.q.len();

@@ -15,7 +15,7 @@ pub enum VerbsError {
     /// No shared receive queue with this handle.
     #[error("no such shared receive queue")]
     NoSuchSrq,
-    /// The resource is still in use (an SRQ with QPs on it): EBUSY.
+    /// The resource is still in use (an SRQ or a CQ with QPs on it): EBUSY.
     #[error("resource busy: still in use")]
     Busy,
     /// The call is not allowed in the QP's current state.
