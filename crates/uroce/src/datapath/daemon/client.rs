@@ -260,6 +260,20 @@ impl Fast {
     }
 }
 
+/// How many of a receive's `max` packets the fast path's socket may hand up first: all,
+/// unless the ring from the daemon holds packets (QP 1's, those from other addresses),
+/// when a quarter is kept for them (at least one, where `max` leaves the socket one
+/// too). Else a socket that fills every batch, as a busy transfer's does, would leave
+/// the ring nothing until the transfer paused, and the daemon would drop what it could
+/// no longer put in the full ring.
+fn socket_share(max: usize, ring_waiting: bool) -> usize {
+    if ring_waiting && max >= 2 {
+        max - (max / 4).max(1)
+    } else {
+        max
+    }
+}
+
 /// The daemon's doorbell for the ring to this process, and what we know of our sleeping
 /// flag on that ring.
 #[derive(Debug)]
@@ -642,8 +656,12 @@ impl Backend for DaemonBackend {
         if let Some(f) = self.fast.as_mut() {
             // The socket first, without waiting: it carries the data. The rings after it
             // even so (their packets, QP 1's and those from other addresses, must not
-            // wait for the data to stop).
-            got = f.receive(&self.region, &mut self.outbox, max, handle)?;
+            // wait for the data to stop): see `socket_share`.
+            let ring_waiting = (self.region.ring(Dir::ToProcess).next_slot())
+                .map_err(ring_error)?
+                .is_some();
+            let socket_max = socket_share(max, ring_waiting);
+            got = f.receive(&self.region, &mut self.outbox, socket_max, handle)?;
             if max == 0 {
                 return Ok(0);
             }
@@ -733,6 +751,16 @@ impl Backend for DaemonBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ring_keeps_a_share_of_each_receive_while_it_holds_packets() {
+        assert_eq!(socket_share(64, false), 64);
+        assert_eq!(socket_share(64, true), 48);
+        assert_eq!(socket_share(3, true), 2);
+        assert_eq!(socket_share(2, true), 1);
+        assert_eq!(socket_share(1, true), 1, "the socket is not shut out");
+        assert_eq!(socket_share(0, true), 0);
+    }
 
     /// Whether a poll on the doorbell returns at once.
     fn rung(w: &Wake) -> bool {
