@@ -207,9 +207,11 @@ impl Fast {
     /// of one flow and steered it by its first packet: a peer's QPs that share a source
     /// port, or one UD QP sending to several processes) goes to the daemon through
     /// `outbox` to be switched as one it received (dropped, counted, when the ring is
-    /// full: as on a congested link). How many were handed to `handle`; it takes on (a
-    /// few batches) while all it took was passed on, so that a coalesced run's own
-    /// packets behind them do not wait for the next packet or wake-up.
+    /// full: as on a congested link). How many were handed to `handle`; it takes on while
+    /// all it took was passed on, so that a coalesced run's own packets behind them do
+    /// not wait for the next packet or wake-up: through what the socket's buffer still
+    /// holds (the socket does not show it as readable, so nothing would come back for
+    /// it), and a few fresh batches at most.
     fn receive(
         &mut self,
         region: &Region,
@@ -222,9 +224,9 @@ impl Fast {
         } = self;
         let mut mine = 0;
         let mut passed_any = false;
-        // A few batches at most: a stream of other classes' packets does not keep the
-        // caller here.
-        for _ in 0..4 {
+        // A few fresh batches at most: a stream of other classes' packets does not keep
+        // the caller here.
+        for round in 0.. {
             let mut passed = 0;
             let took = udp.receive(Duration::ZERO, max, &mut |r| {
                 let other = match &r {
@@ -250,6 +252,9 @@ impl Fast {
             })?;
             passed_any |= passed > 0;
             if mine > 0 || passed == 0 || took == 0 || max == 0 {
+                break;
+            }
+            if round >= 3 && !udp.holds_received() {
                 break;
             }
         }
