@@ -178,6 +178,7 @@ pub(crate) fn destroy_cq(cq: *mut ibv_cq) -> c_int {
             let _ = st.uroce.destroy_cq(e.id);
             s.publish(&st);
         }
+        inner.armed.remove(&e.id.0);
         inner.cq_by_id.remove(&e.id.0);
         inner.forget_async_events_of(c);
         // Disowned first, then its C object freed as it leaves the registry.

@@ -315,16 +315,31 @@ impl Wake {
     }
 
     /// Notes a ring the daemon made since our flag was set (it cleared the flag), and
-    /// reads the rings that landed while any are owed.
+    /// reads the rings that landed while any are owed. The flag is looked at again after
+    /// the read: the daemon may have cleared it and rung between the first look and the
+    /// read, and a ring read is one whose clear is visible by then (the daemon clears,
+    /// then writes; the eventfd orders its write before our read), so every ring read is
+    /// counted as owed first and `owed` never falls below the rings still to come.
     fn settle(&mut self, region: &Region) {
+        self.note_clear(region);
+        if self.owed > 0 {
+            let read = proto::drain(self.fd.as_raw_fd());
+            self.count_read(region, read);
+        }
+    }
+
+    /// A clear of our flag by the daemon: one ring owed.
+    fn note_clear(&mut self, region: &Region) {
         if self.armed && !region.ring(Dir::ToProcess).asleep() {
             self.armed = false;
             self.owed += 1;
         }
-        if self.owed > 0 {
-            let read = proto::drain(self.fd.as_raw_fd());
-            self.owed = self.owed.saturating_sub(read);
-        }
+    }
+
+    /// `read` rings were just read from the doorbell: their clears are counted first.
+    fn count_read(&mut self, region: &Region, read: u64) {
+        self.note_clear(region);
+        self.owed = self.owed.saturating_sub(read);
     }
 }
 
@@ -819,6 +834,33 @@ mod tests {
         take_one(&region);
         assert!(w.arm(&region).unwrap());
         assert!(!rung(&w), "the hidden ring was read");
+
+        // A clear and its ring that come between `settle`'s look at the flag and its
+        // read (a ring owed and not landed, the flag set again; then the daemon clears
+        // and rings, and the owed ring lands, before the read): both rings are counted,
+        // none is owed after, and the next arm sets the flag again (else the process
+        // would sleep with the flag clear, and the daemon ring nobody).
+        assert!(daemon.push(&SlotHeader::Frame, b"r").unwrap());
+        assert!(daemon.consumer_needs_wake());
+        w.settle(&region);
+        assert_eq!((w.armed, w.owed), (false, 1), "its ring not landed yet");
+        take_one(&region);
+        region.ring(Dir::ToProcess).set_sleeping();
+        w.armed = true;
+        assert!(daemon.push(&SlotHeader::Frame, b"s").unwrap());
+        assert!(daemon.consumer_needs_wake());
+        proto::ring(bell);
+        proto::ring(bell);
+        let read = proto::drain(bell);
+        assert_eq!(read, 2);
+        w.count_read(&region, read);
+        assert_eq!((w.armed, w.owed), (false, 0));
+        take_one(&region);
+        assert!(w.arm(&region).unwrap());
+        assert!(
+            region.ring(Dir::ToProcess).asleep(),
+            "armed again: the daemon rings"
+        );
 
         // A slot published while the flag is set: the arm says so, and the daemon's ring
         // for it is read at the next.
