@@ -171,11 +171,11 @@ pub(crate) fn destroy_cq(cq: *mut ibv_cq) -> c_int {
         // Its completions go, in the device's context and in each shard's copy, and
         // its id names nothing from then on (the contexts' own EBUSY cannot fire: no QP
         // of the device uses it, checked above).
-        // A shard says again what its copies hold (lock-free polls look at that count).
         let _ = inner.uroce.destroy_cq(e.id);
         for s in &inner.shards {
             let mut st = s.lock();
             let _ = st.uroce.destroy_cq(e.id);
+            // What its copies hold, said again: lock-free polls look at that count.
             s.publish(&st);
         }
         inner.armed.remove(&e.id.0);

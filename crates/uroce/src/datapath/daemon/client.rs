@@ -845,8 +845,8 @@ mod tests {
         w.settle(&region);
         assert_eq!((w.armed, w.owed), (false, 1), "its ring not landed yet");
         take_one(&region);
-        region.ring(Dir::ToProcess).set_sleeping();
-        w.armed = true;
+        assert!(w.arm(&region).unwrap(), "armed again, the ring still owed");
+        assert_eq!((w.armed, w.owed), (true, 1));
         assert!(daemon.push(&SlotHeader::Frame, b"s").unwrap());
         assert!(daemon.consumer_needs_wake());
         proto::ring(bell);
