@@ -273,20 +273,19 @@ mod tests {
     fn the_icrc_fits_the_identification_found() {
         let t: Vec<u8> = (0..1100u32).map(|i| (i * 13) as u8).collect();
         let mut bases = icrc::IdentBases::default();
-        let v4 = with_ident;
-        let stored = v4(0x0203).icrc(&t).unwrap();
+        let stored = with_ident(0x0203).icrc(&t).unwrap();
         for guess in [0x0203, 0, 2, 0xffff] {
-            let mut d = v4(guess);
+            let mut d = with_ident(guess);
             let computed = d.icrc(&t).unwrap();
             assert!(d.fit_icrc(t.len(), computed, stored, &mut bases));
-            assert_eq!(d, v4(0x0203), "guess {guess}");
+            assert_eq!(d, with_ident(0x0203), "guess {guess}");
         }
         let mut damaged = t.clone();
         damaged[700] ^= 0x10;
-        let mut d = v4(2);
+        let mut d = with_ident(2);
         let computed = d.icrc(&damaged).unwrap();
         assert!(!d.fit_icrc(t.len(), computed, stored, &mut bases));
-        assert_eq!(d, v4(2), "left as it was");
+        assert_eq!(d, with_ident(2), "left as it was");
         assert_eq!(bases.len(), 1);
         let mut d = DatagramRepr::roce(
             IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1)),
@@ -303,23 +302,22 @@ mod tests {
 
     #[test]
     fn a_whole_datagram_is_fitted_by_the_icrc_it_carries() {
-        let at = with_ident;
         let body: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
-        let icrc = at(5).icrc(&body).unwrap();
+        let icrc = with_ident(5).icrc(&body).unwrap();
         let mut roce = body.clone();
         roce.extend_from_slice(&icrc.to_le_bytes());
         let mut bases = icrc::IdentBases::default();
-        let mut d = at(5);
+        let mut d = with_ident(5);
         assert_eq!(d.fit_icrc_of(&roce, &mut bases), Some((icrc, false)));
-        let mut d2 = at(9);
+        let mut d2 = with_ident(9);
         assert_eq!(d2.fit_icrc_of(&roce, &mut bases), Some((icrc, true)));
         assert_eq!(d2, d, "moved to the identification it was sent with");
         roce[100] ^= 1;
-        let mut d3 = at(9);
+        let mut d3 = with_ident(9);
         let (computed, moved) = d3.fit_icrc_of(&roce, &mut bases).unwrap();
         assert_ne!(computed, icrc);
         assert!(!moved);
-        assert_eq!(d3, at(9), "a damaged datagram leaves the guess");
+        assert_eq!(d3, with_ident(9), "a damaged datagram leaves the guess");
         assert_eq!(d.fit_icrc_of(&roce[..3], &mut bases), None, "too short");
     }
 
