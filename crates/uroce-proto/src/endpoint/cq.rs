@@ -69,6 +69,14 @@ impl CqTable {
         CqId(self.0.len() as u32 - 1)
     }
 
+    /// Makes the ids below `id` that this table has not given name nothing (a CQ
+    /// mirrored from another context takes the id that context gave it).
+    pub(crate) fn skip_to(&mut self, id: usize) {
+        while self.0.len() < id {
+            self.0.push(None);
+        }
+    }
+
     /// Ids given so far (destroyed ones included).
     pub(crate) fn ids(&self) -> usize {
         self.0.len()
