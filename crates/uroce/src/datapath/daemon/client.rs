@@ -302,8 +302,7 @@ impl Wake {
     /// a flag found clear while `armed` is one ring owed. A ring left unread keeps the
     /// descriptor readable: every poll on it (`DaemonBackend::receive`'s, and the
     /// engine's progress thread's on `wait_fds`) would return at once, a busy loop until
-    /// the daemon rang again. Rings were left unread so before: one that landed just
-    /// after the check that drained, and one whose clear the flag, set again, hid.
+    /// the daemon rang again.
     fn arm(&mut self, region: &Region) -> io::Result<bool> {
         self.settle(region);
         let ring = region.ring(Dir::ToProcess);
