@@ -31,7 +31,7 @@ use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
@@ -163,6 +163,10 @@ struct Client {
     /// (local delivery).
     rx_lock: Mutex<()>,
     broken: AtomicBool,
+    /// When its connection closed (set once, by the control thread). The send thread
+    /// that serves it then takes what its ring still holds, up to [`LEFT_DRAIN`], and
+    /// forgets it ([`retire_left`]).
+    left: OnceLock<Instant>,
 }
 
 impl Client {
@@ -780,6 +784,7 @@ fn send_loop(
         for c in woken.drain(..) {
             c.wake();
         }
+        retire_left(d, &mine);
         if work > 0 {
             last_work = Instant::now();
             continue;
@@ -816,6 +821,44 @@ fn send_loop(
                 proto::drain(c.to_daemon.as_raw_fd());
             }
         }
+    }
+}
+
+/// How long a send thread keeps taking the sends of a process that left before it
+/// forgets the process anyway (a ring another process keeps filling through a mapping
+/// it inherited would otherwise keep it for ever).
+const LEFT_DRAIN: Duration = Duration::from_millis(500);
+
+/// Forgets each of `mine` that left ([`Client::left`]) once its ring to the daemon is
+/// empty (taken by [`drain`] first: what it published before it went still goes out,
+/// the way a NIC sends what was handed to it), broken, or [`LEFT_DRAIN`] after it left:
+/// its QPNs, listens and communication IDs go, its class of the fast path is free, and
+/// its rings go when the threads let go of them.
+fn retire_left(d: &Daemon, mine: &[Arc<Client>]) {
+    for c in mine {
+        let Some(when) = c.left.get() else {
+            continue;
+        };
+        let empty = !matches!(c.region.ring(Dir::ToDaemon).next_slot(), Ok(Some(_)));
+        if !(empty || c.broken.load(Ordering::Relaxed) || when.elapsed() >= LEFT_DRAIN) {
+            continue;
+        }
+        let gone = d
+            .clients
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&c.id);
+        if gone.is_none() {
+            continue;
+        }
+        d.switch
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget(c.id, Instant::now());
+        if let Some(f) = &d.fast {
+            f.release(c.id);
+        }
+        d.generation.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -1214,21 +1257,16 @@ fn control_loop(
         }
         for i in gone.into_iter().rev() {
             let conn = conns.swap_remove(i);
-            if let Some(id) = conn.client {
-                // Its QPNs, listens and communication IDs go at once; its rings when the
-                // threads let go of them.
-                d.clients
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&id);
-                d.switch
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .forget(id, Instant::now());
-                if let Some(f) = &d.fast {
-                    f.release(id);
-                }
-                d.generation.fetch_add(1, Ordering::Release);
+            // What it published before it went is still sent (a program may exit as soon
+            // as its last send completes, or hold other processes' packets its socket
+            // took): the send thread serving it takes its ring, then forgets it.
+            let left = conn.client.and_then(|id| {
+                let clients = d.clients.read().unwrap_or_else(|e| e.into_inner());
+                clients.get(&id).cloned()
+            });
+            if let Some(c) = left {
+                let _ = c.left.set(Instant::now());
+                proto::ring(senders[c.id as usize % senders.len()].1.as_raw_fd());
             }
         }
         if !conns.is_empty() {
@@ -1277,6 +1315,7 @@ fn handle(
                 control,
                 rx_lock: Mutex::new(()),
                 broken: AtomicBool::new(false),
+                left: OnceLock::new(),
             });
             d.clients
                 .write()

@@ -425,6 +425,126 @@ fn send_coalesced_runs(
     }
 }
 
+/// Starts `uroce daemon --iface IFACE --backend udp EXTRA` in `ns` and waits until it
+/// answers.
+fn start_daemon(ns: &str, iface: &str, extra: &[&str]) -> std::process::Child {
+    let mut args = vec!["daemon", "--iface", iface, "--backend", "udp"];
+    args.extend(extra);
+    let daemon = common::uroce_in(ns, &args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting uroce daemon");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !common::uroce_in(ns, &["daemon", "--check", "--iface", iface])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        assert!(Instant::now() < deadline, "uroce daemon did not come up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    daemon
+}
+
+/// Stops a daemon from [`start_daemon`]; what it said (its counters last).
+fn stop_daemon(daemon: std::process::Child) -> String {
+    // SAFETY: signalling our own child (`ip netns exec` execs the daemon).
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let d = daemon.wait_with_output().unwrap();
+    String::from_utf8_lossy(&d.stderr).into_owned()
+}
+
+/// Starts `tests/c/ud_fanout.c --recv COUNT` in `ns` through `uroce run`; the child and
+/// its QPN (the first line it prints).
+fn start_fanout_receiver(
+    ns: &str,
+    iface: &str,
+    exe: &std::path::Path,
+    count: u32,
+) -> (std::process::Child, u32) {
+    let count = count.to_string();
+    let mut r = uroce_run(ns, iface, "udp", &[exe.to_str().unwrap(), "--recv", &count])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting a receiver");
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(r.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let qpn = line
+        .strip_prefix("qpn 0x")
+        .and_then(|h| u32::from_str_radix(h.trim(), 16).ok())
+        .unwrap_or_else(|| panic!("a receiver said {line:?}"));
+    (r, qpn)
+}
+
+/// A process whose sends go through its ring to the daemon (no fast path) leaves with
+/// `_exit` the moment its last UD SEND completes, and the daemon, stopped meanwhile
+/// (SIGSTOP), finds the process gone and its ring full of sends when it runs again: it
+/// takes them before it forgets the process, and the receiver on the same address gets
+/// every message, each byte checked. (The daemon used to forget a process, and what its
+/// ring held, as soon as its connection closed: most of them were lost.)
+#[test]
+fn a_process_that_exits_at_its_last_completion_loses_no_send() {
+    if !can_run(&[]) {
+        return;
+    }
+    let Some(exe) = common::c_program("ud_fanout") else {
+        return;
+    };
+    let pair = VethPair::create("sdx", 1500).unwrap();
+    let (ns, iface) = (&pair.ns[0], &pair.ifaces[0]);
+    let daemon = start_daemon(ns, iface, &["--no-fast-path"]);
+    // Fewer than a ring holds: none waits for room, none is dropped for want of it.
+    const COUNT: u32 = 512;
+    let (receiver, qpn) = start_fanout_receiver(ns, iface, &exe, COUNT);
+    let dest = format!("{qpn:#x}");
+    let count = COUNT.to_string();
+    let mut sender = uroce_run(
+        ns,
+        iface,
+        "udp",
+        &[exe.to_str().unwrap(), "--send", &dest, &count],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("starting the sender");
+    let mut line = String::new();
+    use std::io::{BufRead, Write};
+    std::io::BufReader::new(sender.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "the sender said {line:?}");
+    let signal = |sig| {
+        // SAFETY: signalling our own child (`ip netns exec` execs the daemon).
+        unsafe { libc::kill(daemon.id() as i32, sig) };
+    };
+    signal(libc::SIGSTOP);
+    let sent = sender
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"go\n")
+        .map(|_| sender.wait_with_output());
+    signal(libc::SIGCONT);
+    let sent = sent.expect("telling the sender to go").unwrap();
+    let got = receiver.wait_with_output().unwrap();
+    let err = stop_daemon(daemon);
+    assert!(sent.status.success(), "the sender: {}", text(&sent));
+    assert!(
+        got.status.success(),
+        "the receiver: {}\nthe daemon: {err}",
+        text(&got)
+    );
+    assert!(err.contains(&format!("local {COUNT},")), "{err}");
+}
+
 /// Two processes on one address through the daemon over UDP, each with a UD QP, and a
 /// peer sending runs of UD datagrams to both from ONE source port, each run coalesced
 /// (as a NIC's GRO coalesces a flow): the kernel steers a run whole to the socket of its
@@ -443,41 +563,14 @@ fn a_coalesced_run_for_two_processes_reaches_both() {
     };
     let pair = VethPair::create("sdg", 1500).unwrap();
     let (ns, iface) = (&pair.ns[0], &pair.ifaces[0]);
-    let daemon = common::uroce_in(ns, &["daemon", "--iface", iface, "--backend", "udp"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting uroce daemon");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !common::uroce_in(ns, &["daemon", "--check", "--iface", iface])
-        .output()
-        .unwrap()
-        .status
-        .success()
-    {
-        assert!(Instant::now() < deadline, "uroce daemon did not come up");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let daemon = start_daemon(ns, iface, &[]);
     const ROUNDS: u32 = 8;
     const PER_RUN: u32 = 16;
-    let each = (ROUNDS * PER_RUN / 2).to_string();
     let mut receivers = Vec::new();
     let mut qpns = [0u32; 2];
     for q in qpns.iter_mut() {
-        let mut r = uroce_run(ns, iface, "udp", &[exe.to_str().unwrap(), "--recv", &each])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting a receiver");
-        let mut line = String::new();
-        use std::io::BufRead;
-        std::io::BufReader::new(r.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        *q = line
-            .strip_prefix("qpn 0x")
-            .and_then(|h| u32::from_str_radix(h.trim(), 16).ok())
-            .unwrap_or_else(|| panic!("a receiver said {line:?}"));
+        let (r, qpn) = start_fanout_receiver(ns, iface, &exe, ROUNDS * PER_RUN / 2);
+        *q = qpn;
         receivers.push(r);
     }
     assert_ne!(qpns[0] >> 18, qpns[1] >> 18, "two classes: {qpns:x?}");
@@ -492,10 +585,7 @@ fn a_coalesced_run_for_two_processes_reaches_both() {
         .into_iter()
         .map(|r| r.wait_with_output().unwrap())
         .collect();
-    // SAFETY: signalling our own child (`ip netns exec` execs the daemon).
-    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
-    let d = daemon.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&d.stderr);
+    let err = stop_daemon(daemon);
     for o in &outs {
         // With the daemon's counters (passed on, refused, dropped at a full ring): where
         // a message was lost.
