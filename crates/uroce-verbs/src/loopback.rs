@@ -102,6 +102,10 @@ impl Backend for Loopback {
         self.inner.wait_fds()
     }
 
+    fn holds_received(&self) -> bool {
+        self.pending() || self.inner.holds_received()
+    }
+
     fn rx_overruns(&self) -> u64 {
         self.inner.rx_overruns()
     }

@@ -241,6 +241,10 @@ impl Backend for BySource {
         self.backends.iter().flat_map(|b| b.wait_fds()).collect()
     }
 
+    fn holds_received(&self) -> bool {
+        self.backends.iter().any(|b| b.holds_received())
+    }
+
     fn needs_link_addresses(&self) -> bool {
         self.backends[0].needs_link_addresses()
     }

@@ -190,27 +190,37 @@ impl Backend for Member {
         } = self;
         let count = group.len();
         let mut mine = 0;
-        inner.receive(wait, max - n, &mut |r| {
-            let to = match &r {
-                Received::Datagram { roce, .. } => class_of(roce, count),
-                Received::Frame(_) => None,
-            };
-            match (to, &r) {
-                (Some(k), Received::Datagram { datagram, roce, .. }) if k != *class => {
-                    let inbox = &group.inboxes[k];
-                    let mut q = inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
-                    if q.park(**datagram, roce) {
-                        *handed_over += 1;
+        // On through what the inner backend still holds while all it hands up is another
+        // member's: the socket does not show segments taken already as readable, so a
+        // caller told "nothing" would sleep with this member's own packets behind them.
+        let mut wait = wait;
+        loop {
+            let got = inner.receive(wait, max - n, &mut |r| {
+                let to = match &r {
+                    Received::Datagram { roce, .. } => class_of(roce, count),
+                    Received::Frame(_) => None,
+                };
+                match (to, &r) {
+                    (Some(k), Received::Datagram { datagram, roce, .. }) if k != *class => {
+                        let inbox = &group.inboxes[k];
+                        let mut q = inbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+                        if q.park(**datagram, roce) {
+                            *handed_over += 1;
+                        }
+                        drop(q);
+                        ring(inbox.bell.as_raw_fd());
                     }
-                    drop(q);
-                    ring(inbox.bell.as_raw_fd());
+                    _ => {
+                        handle(r);
+                        mine += 1;
+                    }
                 }
-                _ => {
-                    handle(r);
-                    mine += 1;
-                }
+            })?;
+            if mine > 0 || got == 0 || !inner.holds_received() {
+                break;
             }
-        })?;
+            wait = Duration::ZERO;
+        }
         Ok(n + mine)
     }
 
@@ -218,6 +228,10 @@ impl Backend for Member {
         let mut v = self.inner.wait_fds();
         v.push(self.my_inbox().bell.as_raw_fd());
         v
+    }
+
+    fn holds_received(&self) -> bool {
+        !self.taken.is_empty() || self.inner.holds_received()
     }
 
     fn needs_link_addresses(&self) -> bool {
@@ -271,6 +285,9 @@ mod tests {
             }
             Ok(n)
         }
+        fn holds_received(&self) -> bool {
+            !self.0.is_empty()
+        }
     }
 
     fn datagram() -> DatagramRepr {
@@ -296,6 +313,27 @@ mod tests {
         })
         .unwrap();
         got
+    }
+
+    /// A run longer than a receive's batch, all of it another member's but its last
+    /// packets: one receive hands those up (it used to report nothing after the first
+    /// batch, all handed over, and its caller slept with them still held), and the other
+    /// member finds every one of its own.
+    #[test]
+    fn a_members_own_packets_behind_a_batch_of_others_are_handed_up_at_once() {
+        let group = Group::new(2).unwrap();
+        let mut run: Vec<Vec<u8>> = (0..150).map(|k| packet(2, k as u8)).collect();
+        run.extend((0..3).map(|k| packet(5, k)));
+        let mut one = Member::new(Box::new(Canned(run)), 1, group.clone());
+        let mut zero = Member::new(Box::new(Canned(Vec::new())), 0, group.clone());
+        assert_eq!(taken(&mut one), vec![(5, 0), (5, 1), (5, 2)]);
+        assert!(!one.holds_received());
+        assert_eq!(one.handed_over, 150);
+        let mut theirs = taken(&mut zero);
+        theirs.extend(taken(&mut zero));
+        theirs.extend(taken(&mut zero));
+        let want: Vec<(u32, u8)> = (0..150).map(|k| (2, k as u8)).collect();
+        assert_eq!(theirs, want);
     }
 
     /// A run steered to member 1 with packets of classes 0 and 2 in it: member 1 keeps

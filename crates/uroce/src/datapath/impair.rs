@@ -114,6 +114,10 @@ impl<B: Backend> Backend for Impaired<B> {
         self.inner.wait_fds()
     }
 
+    fn holds_received(&self) -> bool {
+        self.inner.holds_received()
+    }
+
     fn rx_overruns(&self) -> u64 {
         self.inner.rx_overruns()
     }

@@ -110,6 +110,14 @@ pub trait Backend {
         Vec::new()
     }
 
+    /// Whether packets this backend took from the kernel already wait in it for the next
+    /// [`Backend::receive`] (GRO segments left from the last call, a wrapper's copies):
+    /// [`Backend::wait_fds`] do not show them. A wrapper that hands some of what its
+    /// inner backend receives elsewhere asks this before it reports nothing received.
+    fn holds_received(&self) -> bool {
+        false
+    }
+
     /// Whether `send_with` takes datagrams whose payload stays in registered memory
     /// ([`Transmit::in_place`], from [`crate::verbs::Context::poll_transmit_in_place`]):
     /// the UDP backend hands the kernel a gather list, where the others need the whole
@@ -293,6 +301,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn wait_fds(&self) -> Vec<std::os::fd::RawFd> {
         (**self).wait_fds()
+    }
+    fn holds_received(&self) -> bool {
+        (**self).holds_received()
     }
     fn needs_link_addresses(&self) -> bool {
         (**self).needs_link_addresses()

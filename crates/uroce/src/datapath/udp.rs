@@ -887,6 +887,11 @@ impl Backend for UdpBackend {
         vec![self.rx.as_raw_fd()]
     }
 
+    /// Segments of a coalesced datagram received and not handed up yet.
+    fn holds_received(&self) -> bool {
+        self.rx_at.0 < self.rx_have
+    }
+
     fn rx_overruns(&self) -> u64 {
         socket_drops(self.rx.as_raw_fd())
     }
@@ -1087,13 +1092,6 @@ fn next_segment(len: usize, seg: usize, at: usize) -> Option<(usize, usize)> {
 }
 
 impl UdpBackend {
-    /// Whether packets received from the socket (segments of a coalesced datagram) wait
-    /// in this backend's buffer for the next [`Backend::receive`]: the socket no longer
-    /// shows them as readable.
-    pub(crate) fn holds_received(&self) -> bool {
-        self.rx_at.0 < self.rx_have
-    }
-
     /// Hands up to `max` received packets, from where the last call left off, to
     /// `handle`; returns how many.
     fn hand_up(&mut self, max: usize, handle: &mut dyn FnMut(Received<'_>)) -> usize {

@@ -734,6 +734,10 @@ impl Backend for DaemonBackend {
         v
     }
 
+    fn holds_received(&self) -> bool {
+        self.fast.as_ref().is_some_and(|f| f.udp.holds_received())
+    }
+
     fn claim_qpns(&mut self, count: u32) -> io::Result<Option<(u32, u32)>> {
         self.control.claim_qpns(count).map(Some)
     }
