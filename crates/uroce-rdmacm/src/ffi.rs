@@ -330,12 +330,6 @@ pub(crate) fn drain(fd: std::os::fd::RawFd) {
     let _ = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
 }
 
-/// `poll(2)` on `fds` for up to `ms` milliseconds.
-pub(crate) fn poll(fds: &mut [libc::pollfd], ms: c_int) {
-    // SAFETY: a live array of pollfds, of its length.
-    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

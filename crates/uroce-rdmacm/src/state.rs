@@ -512,8 +512,7 @@ fn cm_thread() {
                 revents: 0,
             })
             .collect();
-        let ms = timeout.as_micros().div_ceil(1000) as c_int;
-        crate::ffi::poll(&mut pfds, ms);
+        let _ = uroce::datapath::wait::poll(&mut pfds, timeout);
         for p in &pfds {
             if p.revents != 0 {
                 crate::ffi::drain(p.fd);

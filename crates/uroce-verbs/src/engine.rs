@@ -704,7 +704,7 @@ impl Shared {
             }
             // The descriptors are this device's own (the backend's outlive the thread:
             // `stop` joins before they close); `watch` is at most their number.
-            ffi::poll(&mut pfds[..watch], wait);
+            let _ = uroce::datapath::wait::poll(&mut pfds[..watch], wait);
             if pfds[0].revents != 0 {
                 // Our non-blocking wake-up eventfd: its whole count.
                 let _ = ffi::eventfd_read(pfds[0].fd);

@@ -324,26 +324,6 @@ pub(crate) fn pollfds(wake: std::os::fd::RawFd, fds: Vec<std::os::fd::RawFd>) ->
         .collect()
 }
 
-/// `ppoll(2)` on `pfds` for up to `timeout` (microseconds count: the progress thread's
-/// back-off is tens of them, which `poll(2)`'s milliseconds would round up to one), the
-/// signal mask left as it is: its return value.
-pub(crate) fn poll(pfds: &mut [libc::pollfd], timeout: std::time::Duration) -> c_int {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: `pfds` is a live, writable array of its length; `ts` a live timespec; a
-    // null mask leaves the thread's signal mask alone.
-    unsafe {
-        libc::ppoll(
-            pfds.as_mut_ptr(),
-            pfds.len() as libc::nfds_t,
-            &ts,
-            std::ptr::null(),
-        )
-    }
-}
-
 /// Sets the calling thread's timer slack (`PR_SET_TIMERSLACK`) to `ns` nanoseconds: how
 /// much later than asked the kernel may end its timed sleeps. Best effort.
 pub(crate) fn set_timer_slack(ns: u64) {

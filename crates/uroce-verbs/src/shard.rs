@@ -309,7 +309,7 @@ impl Shard {
                 p.revents = 0;
             }
             self.asleep.store(true, Ordering::Relaxed);
-            ffi::poll(&mut pfds, wait);
+            let _ = uroce::datapath::wait::poll(&mut pfds, wait);
             self.asleep.store(false, Ordering::Relaxed);
             if pfds[0].revents != 0 {
                 let _ = ffi::eventfd_read(pfds[0].fd);

@@ -221,17 +221,9 @@ impl Backend for BySource {
                 revents: 0,
             })
             .collect();
-        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-        // SAFETY: an array of pollfds of the given length, alive for the call.
-        let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-        if r == 0 {
-            // The wait ran out with nothing readable: no part has anything to ask for.
+        if super::wait::poll(&mut p, timeout)? == 0 {
+            // The wait ran out with nothing readable (or a signal came): no part has
+            // anything to ask for.
             return Ok(0);
         }
         self.receive_each(max, true, handle)

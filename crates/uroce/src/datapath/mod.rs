@@ -17,6 +17,7 @@
 //! - [`daemon`]: the shared datapath, `uroce daemon`'s rings and the process's end of them
 //!   ([`daemon::DaemonBackend`]).
 //! - [`choice`]: which of AF_XDP and UDP `auto` takes on an interface, and why.
+//! - [`wait`]: waiting on descriptors to the microsecond (`ppoll`).
 //! - [`holder`]: which process holds an interface's XDP hook or a UDP port, for errors
 //!   that name it.
 //!
@@ -32,6 +33,7 @@ pub mod holder;
 pub mod impair;
 pub mod notify;
 pub mod udp;
+pub mod wait;
 pub mod worker;
 pub mod xdp;
 

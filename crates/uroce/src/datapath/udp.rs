@@ -981,28 +981,9 @@ impl Backend for UdpBackend {
         // Without a timeout the non-blocking recvmmsg below is the test: a receive that
         // finds datagrams makes one system call instead of poll and recvmmsg (an empty one
         // still makes one: recvmmsg's EAGAIN instead of poll's 0).
-        if !timeout.is_zero() {
-            let mut pfd = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-            // SAFETY: one valid pollfd for an open socket.
-            let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                // A signal (Ctrl-C is handled by the caller's loop) is just an early
-                // wake-up.
-                return if e.kind() == io::ErrorKind::Interrupted {
-                    Ok(0)
-                } else {
-                    Err(e)
-                };
-            }
-            if r == 0 {
-                return Ok(0);
-            }
+        // A signal (Ctrl-C is handled by the caller's loop) is just an early wake-up.
+        if !timeout.is_zero() && !super::wait::readable(fd, timeout)? {
+            return Ok(0);
         }
         let slot = self.rx_slot;
         let slots = self.rxbuf.len() / slot;

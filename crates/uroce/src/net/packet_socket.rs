@@ -130,24 +130,7 @@ impl PacketSocket {
 
     /// Waits up to `timeout` for a frame to read; true when one is there.
     pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // Round up so a wait for 0.3 ms does not spin.
-        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(e)
-            };
-        }
-        Ok(r > 0)
+        crate::datapath::wait::readable(self.fd.as_raw_fd(), timeout)
     }
 }
 

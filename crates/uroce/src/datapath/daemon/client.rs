@@ -690,9 +690,7 @@ impl Backend for DaemonBackend {
                         revents: 0,
                     })
                     .collect();
-                let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-                // SAFETY: `fds` holds valid pollfds for descriptors this backend owns.
-                unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+                crate::datapath::wait::poll(&mut fds, timeout)?;
                 got = f.receive(&self.region, &mut self.outbox, max, handle)?;
             }
         }

@@ -452,14 +452,7 @@ pub fn drain(fd: RawFd) -> u64 {
 
 /// Waits up to `timeout` for `fd` to become readable; true when it did.
 pub fn wait_readable(fd: RawFd, timeout: std::time::Duration) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: one pollfd.
-    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+    crate::datapath::wait::readable(fd, timeout).unwrap_or(false)
 }
 
 #[cfg(test)]

@@ -965,10 +965,7 @@ impl Backend for XdpBackend {
         for (p, s) in pfds.iter_mut().zip(&self.socks) {
             p.fd = s.fd.as_raw_fd();
         }
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: valid pollfds for our sockets.
-        let r = unsafe { libc::poll(pfds.as_mut_ptr(), n as libc::nfds_t, ms) };
-        if r > 0 {
+        if super::wait::poll(&mut pfds[..n], timeout)? > 0 {
             count = self.drain(max, handle);
         }
         Ok(count)
