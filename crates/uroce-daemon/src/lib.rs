@@ -30,8 +30,8 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
@@ -163,14 +163,18 @@ struct Client {
     /// (local delivery).
     rx_lock: Mutex<()>,
     broken: AtomicBool,
-    /// When its connection closed (set once, by the control thread). The send thread
-    /// that serves it then takes what its ring still holds, up to [`LEFT_DRAIN`], and
+    /// Its connection closed (set once, by the control thread, which drops its listens
+    /// then). The send thread that serves it then takes what its ring still holds and
     /// forgets it ([`retire_left`]).
-    left: OnceLock<Instant>,
+    left: AtomicBool,
+    /// Slots that thread took from its ring since it left (bounded by
+    /// [`LEFT_DRAIN_SLOTS`]).
+    taken_since_left: AtomicUsize,
 }
 
 impl Client {
-    /// Cuts the process off (the control thread then forgets it).
+    /// Cuts the process off (its connection closes; it is then forgotten as one that
+    /// left, [`retire_left`]).
     fn cut(&self) {
         if !self.broken.swap(true, Ordering::Relaxed) {
             // SAFETY: shutdown on a socket descriptor this Client owns.
@@ -750,6 +754,17 @@ fn receive_from(d: &Daemon, dp: &Datapath, woken: &mut Vec<Arc<Client>>) -> usiz
 }
 
 /// Takes the sends of the processes whose id is `k` modulo `threads`.
+/// The processes send thread `k` of `threads` serves.
+fn clients_of(d: &Daemon, k: usize, threads: usize) -> Vec<Arc<Client>> {
+    d.clients
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .filter(|c| c.id as usize % threads == k)
+        .cloned()
+        .collect()
+}
+
 fn send_loop(
     d: &Daemon,
     k: usize,
@@ -768,18 +783,15 @@ fn send_loop(
         let g = d.generation.load(Ordering::Acquire);
         if g != seen {
             seen = g;
-            mine = d
-                .clients
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .values()
-                .filter(|c| c.id as usize % threads == k)
-                .cloned()
-                .collect();
+            mine = clients_of(d, k, threads);
         }
         let mut work = 0;
         for c in &mine {
-            work += drain(d, c, &mut buf, &mut woken);
+            let n = drain(d, c, &mut buf, &mut woken);
+            if n > 0 && c.left.load(Ordering::Acquire) {
+                c.taken_since_left.fetch_add(n, Ordering::Relaxed);
+            }
+            work += n;
         }
         for c in woken.drain(..) {
             c.wake();
@@ -822,25 +834,43 @@ fn send_loop(
             }
         }
     }
+    // Stopping: what processes that left published still goes out (nothing reads their
+    // rings after this).
+    for c in clients_of(d, k, threads) {
+        while c.left.load(Ordering::Acquire)
+            && c.taken_since_left.load(Ordering::Relaxed) < LEFT_DRAIN_SLOTS
+        {
+            let n = drain(d, &c, &mut buf, &mut woken);
+            if n == 0 {
+                break;
+            }
+            c.taken_since_left.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+    for c in woken.drain(..) {
+        c.wake();
+    }
 }
 
-/// How long a send thread keeps taking the sends of a process that left before it
-/// forgets the process anyway (a ring another process keeps filling through a mapping
-/// it inherited would otherwise keep it for ever).
-const LEFT_DRAIN: Duration = Duration::from_millis(500);
+/// Most slots a send thread takes from the ring of a process that left before it
+/// forgets the process anyway: twice what the ring holds, so what it published before
+/// it went is taken whole however long the thread waited for a core, and a ring another
+/// process keeps filling through a mapping it inherited does not keep it for ever.
+const LEFT_DRAIN_SLOTS: usize = 2 * SLOTS as usize;
 
 /// Forgets each of `mine` that left ([`Client::left`]) once its ring to the daemon is
 /// empty (taken by [`drain`] first: what it published before it went still goes out,
-/// the way a NIC sends what was handed to it), broken, or [`LEFT_DRAIN`] after it left:
-/// its QPNs, listens and communication IDs go, its class of the fast path is free, and
-/// its rings go when the threads let go of them.
+/// the way a NIC sends what was handed to it), broken, or [`LEFT_DRAIN_SLOTS`] were
+/// taken since it left: its QPNs and communication IDs go, its class of the fast path
+/// is free, and its rings go when the threads let go of them.
 fn retire_left(d: &Daemon, mine: &[Arc<Client>]) {
     for c in mine {
-        let Some(when) = c.left.get() else {
+        if !c.left.load(Ordering::Acquire) {
             continue;
-        };
+        }
         let empty = !matches!(c.region.ring(Dir::ToDaemon).next_slot(), Ok(Some(_)));
-        if !(empty || c.broken.load(Ordering::Relaxed) || when.elapsed() >= LEFT_DRAIN) {
+        let enough = c.taken_since_left.load(Ordering::Relaxed) >= LEFT_DRAIN_SLOTS;
+        if !(empty || enough || c.broken.load(Ordering::Relaxed)) {
             continue;
         }
         let gone = d
@@ -1184,7 +1214,10 @@ fn control_loop(
             return Ok(());
         }
         if let Some(l) = args.linger {
-            if conns.is_empty() && last_seen.elapsed() >= Duration::from_secs(l) {
+            // Processes that left count until their sends are taken.
+            let none = conns.is_empty()
+                && (d.clients.read().unwrap_or_else(|e| e.into_inner())).is_empty();
+            if none && last_seen.elapsed() >= Duration::from_secs(l) {
                 return Ok(());
             }
         }
@@ -1265,7 +1298,11 @@ fn control_loop(
                 clients.get(&id).cloned()
             });
             if let Some(c) = left {
-                let _ = c.left.set(Instant::now());
+                d.switch
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .stop_listening(c.id);
+                c.left.store(true, Ordering::Release);
                 proto::ring(senders[c.id as usize % senders.len()].1.as_raw_fd());
             }
         }
@@ -1303,7 +1340,7 @@ fn handle(
             ];
             let control = conn.fd.try_clone().map_err(errno)?;
             // The fast path's socket, taken once nothing can fail any more (a class goes
-            // back when the connection of the client it was given to closes).
+            // back when the client it was given to has left and is forgotten).
             let fast = d.fast.as_ref().and_then(|f| f.take(id));
             let client = Arc::new(Client {
                 id,
@@ -1315,7 +1352,8 @@ fn handle(
                 control,
                 rx_lock: Mutex::new(()),
                 broken: AtomicBool::new(false),
-                left: OnceLock::new(),
+                left: AtomicBool::new(false),
+                taken_since_left: AtomicUsize::new(0),
             });
             d.clients
                 .write()

@@ -257,6 +257,12 @@ impl Switch {
         }
     }
 
+    /// Drops `client`'s listens (it left: a server started again may listen on its
+    /// service at once, while what it sent last is still being taken).
+    pub fn stop_listening(&mut self, client: ClientId) {
+        self.listeners.retain(|_, c| *c != client);
+    }
+
     /// Forgets `client`: its QPNs go to quarantine, its listens and communication IDs
     /// are dropped.
     pub fn forget(&mut self, client: ClientId, now: Instant) {
@@ -490,6 +496,23 @@ mod tests {
             first >= FIRST_BLOCK * QPN_BLOCK && first >> shift == 0,
             "{first:#x}"
         );
+    }
+
+    /// A process that left gives its listens up at once, before it is forgotten: a
+    /// server started again takes its service, and requests reach the new one.
+    #[test]
+    fn a_process_that_left_gives_up_its_listens_at_once() {
+        let mut s = Switch::new(0);
+        let sid: u64 = 0x0106_0000_0000_1c07;
+        assert_eq!(s.listen(7, sid, ip("10.0.0.1"), true), Ok(()));
+        assert_eq!(
+            s.listen(8, sid, ip("10.0.0.1"), true),
+            Err(libc::EADDRINUSE)
+        );
+        s.stop_listening(7);
+        assert_eq!(s.listen(8, sid, ip("10.0.0.1"), true), Ok(()));
+        let req = ud(1, 1, attr::REQ, &[(8, &sid.to_be_bytes())]);
+        assert_eq!(s.route(ip("10.0.0.1"), &req), Some(8));
     }
 
     #[test]

@@ -521,19 +521,35 @@ fn a_process_that_exits_at_its_last_completion_loses_no_send() {
         .read_line(&mut line)
         .unwrap();
     assert_eq!(line.trim(), "ready", "the sender said {line:?}");
-    let signal = |sig| {
-        // SAFETY: signalling our own child (`ip netns exec` execs the daemon).
-        unsafe { libc::kill(daemon.id() as i32, sig) };
-    };
-    signal(libc::SIGSTOP);
-    let sent = sender
+    /// Lets the daemon run again when dropped, whatever happened while it was stopped.
+    struct Stopped(i32);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(self.0, libc::SIGCONT) };
+        }
+    }
+    // SAFETY: signalling our own child (`ip netns exec` execs the daemon).
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGSTOP) };
+    let stopped = Stopped(daemon.id() as i32);
+    sender
         .stdin
         .take()
         .unwrap()
         .write_all(b"go\n")
-        .map(|_| sender.wait_with_output());
-    signal(libc::SIGCONT);
-    let sent = sent.expect("telling the sender to go").unwrap();
+        .expect("telling the sender to go");
+    // It needs nothing from the daemon to send 512 (they fit in its ring); bounded all
+    // the same, so a sender that waits on the stopped daemon fails the test.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sender.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = sender.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(stopped);
+    let sent = sender.wait_with_output().unwrap();
     let got = receiver.wait_with_output().unwrap();
     let err = stop_daemon(daemon);
     assert!(sent.status.success(), "the sender: {}", text(&sent));
