@@ -97,6 +97,16 @@ struct FastPath {
     /// The class given last: the next search starts after it, so that classes are used
     /// in turn and a class's quarantined QPNs (a process that just left) rest.
     last: Mutex<usize>,
+    /// The daemon's own backend on each class's socket (at `k - 1`), made when the class
+    /// is first let go: the receive thread reads a free class's socket
+    /// ([`FastPath::idle`]). The kernel still steers a coalesced run by its first
+    /// packet, so a run led by a packet for the QPNs of a process that left reaches that
+    /// socket, and the other processes' packets in it must be switched to them as the
+    /// process would have passed them on (that process's own are for nobody now).
+    readers: Vec<Mutex<Option<UdpBackend>>>,
+    /// Bumped whenever a class is taken or let go: the receive thread then looks again
+    /// at which sockets it reads.
+    changed: AtomicU64,
 }
 
 impl FastPath {
@@ -108,17 +118,53 @@ impl FastPath {
         let k = (0..n).map(|i| 1 + (*last + i) % n).find(|&k| o[k] == 0)?;
         *last = k;
         o[k] = client;
+        self.changed.fetch_add(1, Ordering::Release);
         let sock = &self.sockets[k - 1];
         uroce::datapath::udp::drain_socket(sock);
         Some((k as u8, sock.as_raw_fd()))
     }
 
-    /// `client` left: its class is free again (its QPNs are quarantined by the switch).
+    /// `client` left: its class is free again (its QPNs are quarantined by the switch),
+    /// and its socket is read by the daemon until the class is taken again.
     fn release(&self, client: ClientId) {
         let mut o = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        for c in o.iter_mut().filter(|c| **c == client) {
+        for (k, c) in o.iter_mut().enumerate().filter(|(_, c)| **c == client) {
             *c = 0;
+            let mut r = self.readers[k - 1]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if r.is_none() {
+                // Coalescing, as the process's was: what the kernel queued coalesced is
+                // read whole, its segments told apart. (Without a reader, a class whose
+                // socket no process reads keeps what is queued until it is taken again,
+                // which drops it.)
+                *r = self.sockets[k - 1]
+                    .try_clone()
+                    .and_then(|s| UdpBackend::from_class_socket(self.addr, s, true))
+                    .ok();
+            }
         }
+        self.changed.fetch_add(1, Ordering::Release);
+    }
+
+    /// The free classes that have a reader, with their sockets' descriptors.
+    fn idle(&self) -> Vec<(usize, RawFd)> {
+        let o = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        (1..o.len())
+            .filter(|&k| o[k] == 0)
+            .filter(|&k| {
+                (self.readers[k - 1]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()))
+                .is_some()
+            })
+            .map(|k| (k, self.sockets[k - 1].as_raw_fd()))
+            .collect()
+    }
+
+    /// Whether class `k` is free.
+    fn is_free(&self, k: usize) -> bool {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner())[k] == 0
     }
 }
 
@@ -366,6 +412,8 @@ fn open_datapaths(
                             sockets: socks,
                             owners: Mutex::new(vec![0; n]),
                             last: Mutex::new(0),
+                            readers: (1..n).map(|_| Mutex::new(None)).collect(),
+                            changed: AtomicU64::new(0),
                         });
                         UdpBackend::from_class_socket(ip, zero, false)
                     }
@@ -653,46 +701,89 @@ fn epoll_add(ep: RawFd, fd: RawFd, data: u64) -> std::io::Result<()> {
 /// `poll(2)`, as a NIC's queue engine would (a wake-up costs a round trip tens of
 /// microseconds).
 fn receive_loop(d: &Daemon, spin: Duration) {
-    // Which datapath each descriptor is of.
-    let mut fds: Vec<(RawFd, usize)> = Vec::new();
-    for (k, dp) in d.datapaths.iter().enumerate() {
-        let b = dp.backend.lock().unwrap_or_else(|e| e.into_inner());
-        fds.extend(b.wait_fds().into_iter().map(|fd| (fd, k)));
-    }
     let mut woken: Vec<Arc<Client>> = Vec::new();
-    let mut ready = vec![true; d.datapaths.len()];
-    let mut p: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&(fd, _)| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+    // Which source each descriptor is of: datapath `k`, then the free classes of the
+    // fast path whose sockets the daemon reads (`Source::Class`), looked at again when
+    // one is taken or let go.
+    let mut fds: Vec<(RawFd, Source)> = Vec::new();
+    let mut seen = None;
+    let mut ready: Vec<bool> = Vec::new();
+    let mut p: Vec<libc::pollfd> = Vec::new();
     let mut last_rx = Instant::now();
+    let mut spins = 0u32;
     while !d.stop.load(Ordering::Relaxed) {
+        let changed = d.fast.as_ref().map(|f| f.changed.load(Ordering::Acquire));
+        if seen != Some(changed) {
+            seen = Some(changed);
+            fds.clear();
+            for (k, dp) in d.datapaths.iter().enumerate() {
+                let b = dp.backend.lock().unwrap_or_else(|e| e.into_inner());
+                fds.extend(b.wait_fds().into_iter().map(|fd| (fd, Source::Datapath(k))));
+            }
+            if let Some(f) = &d.fast {
+                fds.extend(f.idle().into_iter().map(|(k, fd)| (fd, Source::Class(k))));
+            }
+            p = fds
+                .iter()
+                .map(|&(fd, _)| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            ready = vec![true; fds.len()];
+        }
         if fds.is_empty() {
             std::thread::sleep(Duration::from_millis(1));
             ready.fill(true);
         } else if !spin.is_zero() && last_rx.elapsed() < spin {
             std::hint::spin_loop();
-            ready.fill(true);
+            // The datapaths each time, the free classes' sockets (rarely used) now and
+            // then: a system call each.
+            spins = spins.wrapping_add(1);
+            let classes_too = spins % 64 == 0;
+            for (r, (_, source)) in ready.iter_mut().zip(&fds) {
+                *r = classes_too || matches!(source, Source::Datapath(_));
+            }
         } else {
             for pfd in p.iter_mut() {
                 pfd.revents = 0;
             }
-            // SAFETY: an array of pollfds of the given length.
-            unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, 100) };
-            ready.fill(false);
-            for (pfd, &(_, k)) in p.iter().zip(&fds) {
-                ready[k] |= pfd.revents != 0;
+            let _ = uroce::datapath::wait::poll(&mut p, Duration::from_millis(100));
+            for (r, pfd) in ready.iter_mut().zip(&p) {
+                *r = pfd.revents != 0;
             }
         }
         let mut got = 0;
-        for (k, dp) in d.datapaths.iter().enumerate() {
-            if ready[k] {
-                got += receive_from(d, dp, &mut woken);
+        // Each datapath once, whatever number of its descriptors were ready.
+        let mut done = vec![false; d.datapaths.len()];
+        for (&(_, source), &r) in fds.iter().zip(&ready) {
+            if !r {
+                continue;
             }
+            got += match source {
+                Source::Datapath(k) if !done[k] => {
+                    done[k] = true;
+                    let dp = &d.datapaths[k];
+                    receive_from(d, &mut woken, &mut |h| {
+                        let mut b = dp.backend.lock().unwrap_or_else(|e| e.into_inner());
+                        b.receive(Duration::ZERO, 64, h).unwrap_or(0)
+                    })
+                }
+                Source::Datapath(_) => 0,
+                Source::Class(k) => {
+                    let f = d.fast.as_ref().expect("a class without a fast path");
+                    receive_from(d, &mut woken, &mut |h| {
+                        // Taken since the descriptors were gathered: its process reads it.
+                        if !f.is_free(k) {
+                            return 0;
+                        }
+                        let mut r = f.readers[k - 1].lock().unwrap_or_else(|e| e.into_inner());
+                        r.as_mut()
+                            .map_or(0, |b| b.receive(Duration::ZERO, 64, h).unwrap_or(0))
+                    })
+                }
+            };
         }
         if got > 0 {
             last_rx = Instant::now();
@@ -700,49 +791,60 @@ fn receive_loop(d: &Daemon, spin: Duration) {
     }
 }
 
-/// Takes what one datapath received until it has nothing left; how many frames.
-fn receive_from(d: &Daemon, dp: &Datapath, woken: &mut Vec<Arc<Client>>) -> usize {
+/// What the receive thread reads.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    /// One of the daemon's datapaths (by index).
+    Datapath(usize),
+    /// The socket of a free class of the fast path (by class).
+    Class(usize),
+}
+
+/// A receive of up to 64 packets from one source, handing each to the closure it is
+/// given; how many.
+type Take<'a> = dyn FnMut(&mut dyn FnMut(Received<'_>)) -> usize + 'a;
+
+/// Takes what one source received (`take`) until it has nothing left, switching each
+/// packet to the process whose QPN it is (or by QP 1's rules); how many frames.
+fn receive_from(d: &Daemon, woken: &mut Vec<Arc<Client>>, take: &mut Take<'_>) -> usize {
     let mut total = 0;
     loop {
-        // Locks in the one order every thread takes them: clients, switch, datapath.
+        // Locks in the one order every thread takes them: clients, switch, datapath
+        // (`take` takes its source's).
         let clients = d.clients.read().unwrap_or_else(|e| e.into_inner());
         let switch = d.switch.read().unwrap_or_else(|e| e.into_inner());
-        let mut backend = dp.backend.lock().unwrap_or_else(|e| e.into_inner());
-        let n = backend
-            .receive(Duration::ZERO, 64, &mut |r| {
-                d.stats.rx.fetch_add(1, Ordering::Relaxed);
-                let (dst, roce, header, data) = match r {
-                    Received::Frame(f) => match locate(f) {
-                        Some((dst, at)) => (dst, &f[at..], SlotHeader::Frame, f),
-                        None => {
-                            d.stats.rx_unrouted.fetch_add(1, Ordering::Relaxed);
-                            return;
-                        }
-                    },
-                    Received::Datagram { datagram, roce } => (
-                        datagram.dst(),
-                        roce,
-                        SlotHeader::Datagram {
-                            datagram: *datagram,
-                            dst_mac: [0; 6],
-                        },
-                        roce,
-                    ),
-                };
-                match switch.route(dst, roce).and_then(|c| clients.get(&c)) {
-                    Some(c) => {
-                        if c.deliver(&d.stats, &header, data) && !woken.iter().any(|w| w.id == c.id)
-                        {
-                            woken.push(c.clone());
-                        }
-                    }
+        let n = take(&mut |r| {
+            d.stats.rx.fetch_add(1, Ordering::Relaxed);
+            let (dst, roce, header, data) = match r {
+                Received::Frame(f) => match locate(f) {
+                    Some((dst, at)) => (dst, &f[at..], SlotHeader::Frame, f),
                     None => {
                         d.stats.rx_unrouted.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                },
+                Received::Datagram { datagram, roce } => (
+                    datagram.dst(),
+                    roce,
+                    SlotHeader::Datagram {
+                        datagram: *datagram,
+                        dst_mac: [0; 6],
+                    },
+                    roce,
+                ),
+            };
+            match switch.route(dst, roce).and_then(|c| clients.get(&c)) {
+                Some(c) => {
+                    if c.deliver(&d.stats, &header, data) && !woken.iter().any(|w| w.id == c.id) {
+                        woken.push(c.clone());
                     }
                 }
-            })
-            .unwrap_or(0);
-        drop((backend, switch, clients));
+                None => {
+                    d.stats.rx_unrouted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        drop((switch, clients));
         for c in woken.drain(..) {
             c.wake();
         }

@@ -360,31 +360,40 @@ fn fanout_message(qpn: u32, seq: u32) -> Vec<u8> {
     m
 }
 
-/// Sends, from `src` port 0xc123 in the current thread's namespace, `rounds` runs of
-/// `per_run` UD SENDs to `dst`, alternating between the QPNs `qpns` (a run's first
-/// packet for `qpns[round % 2]`), each run ONE datagram with UDP_SEGMENT: the kernel
-/// keeps a run whole up to the receiving socket, as a NIC's GRO coalesces a flow's
-/// packets (one source address and port), and the receiving host steers it whole by its
-/// first packet's QPN.
-fn send_coalesced_runs(
+/// A peer's runs of UD SENDs to two QPNs on one host ([`send_coalesced_runs`]).
+struct Runs {
     src: std::net::Ipv4Addr,
     dst: std::net::Ipv4Addr,
     qpns: [u32; 2],
-    rounds: u32,
-    per_run: u32,
-) {
+    /// The next sequence number of each QPN's messages.
+    seq: [u32; 2],
+}
+
+/// Sends, from `src` port 0xc123 in the current thread's namespace, `rounds` runs of
+/// `per_run` UD SENDs to `dst`, alternating between the QPNs `qpns` (a run's first
+/// packet for `qpns[lead(round)]`), each run ONE datagram with UDP_SEGMENT: the kernel
+/// keeps a run whole up to the receiving socket, as a NIC's GRO coalesces a flow's
+/// packets (one source address and port), and the receiving host steers it whole by its
+/// first packet's QPN.
+fn send_coalesced_runs(runs: &mut Runs, rounds: u32, per_run: u32, lead: fn(u32) -> u32) {
     use std::os::fd::AsRawFd;
     use uroce::wire::{BthRepr, DatagramRepr, DethRepr, ExtHeaders, FrameRepr, Opcode};
     const SPORT: u16 = 0xc123;
+    let Runs {
+        src,
+        dst,
+        qpns,
+        seq,
+    } = runs;
+    let (src, dst) = (*src, *dst);
     let sock = std::net::UdpSocket::bind((src, SPORT)).expect("binding the sender's socket");
     let d = DatagramRepr::roce(src.into(), dst.into(), SPORT, 0).unwrap();
-    let mut seq = [0u32; 2];
     let mut psn = 0;
     for round in 0..rounds {
         let mut run = Vec::new();
         let mut size = 0;
         for k in 0..per_run {
-            let which = ((round + k) % 2) as usize;
+            let which = ((lead(round) + k) % 2) as usize;
             let msg = fanout_message(qpns[which], seq[which]);
             seq[which] += 1;
             let frame = FrameRepr {
@@ -561,6 +570,66 @@ fn a_process_that_exits_at_its_last_completion_loses_no_send() {
     assert!(err.contains(&format!("local {COUNT},")), "{err}");
 }
 
+/// [`send_coalesced_runs`] from a thread in namespace `ns`.
+fn send_from(ns: &str, runs: &mut Runs, rounds: u32, per_run: u32, lead: fn(u32) -> u32) {
+    let ns = ns.to_string();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            uroce_tools::netns::enter(&ns).expect("setns");
+            send_coalesced_runs(runs, rounds, per_run, lead);
+        });
+    });
+}
+
+/// A process that leaves while a peer still sends to its QPN, from the port it shares
+/// with another process's QPN on that host: each coalesced run led by a packet for the
+/// process that left reaches its class's socket, which no process reads now. The daemon
+/// reads that socket and switches the other process's packets to it (the first
+/// process's own it counts as for nobody), so the other process gets every message.
+#[test]
+fn a_run_led_by_a_packet_for_a_process_that_left_reaches_the_others() {
+    if !can_run(&[]) {
+        return;
+    }
+    let Some(exe) = common::c_program("ud_fanout") else {
+        return;
+    };
+    let pair = VethPair::create("sdo", 1500).unwrap();
+    let (ns, iface) = (&pair.ns[0], &pair.ifaces[0]);
+    let daemon = start_daemon(ns, iface, &[]);
+    const PER_RUN: u32 = 16;
+    const LATER: u32 = 4;
+    // The first takes one run's share and leaves; the second takes all its messages.
+    let (first, a) = start_fanout_receiver(ns, iface, &exe, PER_RUN / 2);
+    let (second, b) = start_fanout_receiver(ns, iface, &exe, PER_RUN / 2 * (1 + LATER));
+    assert_ne!(a >> 18, b >> 18, "two classes: {a:#x} {b:#x}");
+    let mut runs = Runs {
+        src: pair.addrs[1],
+        dst: pair.addrs[0],
+        qpns: [a, b],
+        seq: [0; 2],
+    };
+    send_from(&pair.ns[1], &mut runs, 1, PER_RUN, |_| 0);
+    let first = first.wait_with_output().unwrap();
+    assert!(first.status.success(), "the first: {}", text(&first));
+    // Runs led by the first's QPN, each half the second's.
+    send_from(&pair.ns[1], &mut runs, LATER, PER_RUN, |_| 0);
+    let second = second.wait_with_output().unwrap();
+    let err = stop_daemon(daemon);
+    assert!(
+        second.status.success(),
+        "the second: {}\nthe daemon: {err}",
+        text(&second)
+    );
+    let unrouted: u64 = err
+        .split("(unrouted ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no counters from the daemon: {err}"));
+    assert!(unrouted >= u64::from(LATER * PER_RUN / 2), "{err}");
+}
+
 /// Two processes on one address through the daemon over UDP, each with a UD QP, and a
 /// peer sending runs of UD datagrams to both from ONE source port, each run coalesced
 /// (as a NIC's GRO coalesces a flow): the kernel steers a run whole to the socket of its
@@ -590,13 +659,13 @@ fn a_coalesced_run_for_two_processes_reaches_both() {
         receivers.push(r);
     }
     assert_ne!(qpns[0] >> 18, qpns[1] >> 18, "two classes: {qpns:x?}");
-    let (src, dst, ns1) = (pair.addrs[1], pair.addrs[0], pair.ns[1].clone());
-    std::thread::spawn(move || {
-        uroce_tools::netns::enter(&ns1).expect("setns");
-        send_coalesced_runs(src, dst, qpns, ROUNDS, PER_RUN);
-    })
-    .join()
-    .expect("the sender");
+    let mut runs = Runs {
+        src: pair.addrs[1],
+        dst: pair.addrs[0],
+        qpns,
+        seq: [0; 2],
+    };
+    send_from(&pair.ns[1], &mut runs, ROUNDS, PER_RUN, |round| round % 2);
     let outs: Vec<Output> = receivers
         .into_iter()
         .map(|r| r.wait_with_output().unwrap())
