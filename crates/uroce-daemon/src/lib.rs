@@ -90,26 +90,41 @@ pub struct Args {
 /// class only, so the kernel steers its datagrams straight to its socket.
 struct FastPath {
     addr: IpAddr,
-    /// Socket of class `k` at `k - 1`.
-    sockets: Vec<std::net::UdpSocket>,
+    /// Class `k`'s socket at `k - 1`.
+    classes: Vec<Mutex<Class>>,
     /// The process holding each class (index `k`; 0: free; class 0 is never given).
     owners: Mutex<Vec<ClientId>>,
     /// The class given last: the next search starts after it, so that classes are used
     /// in turn and a class's quarantined QPNs (a process that just left) rest.
     last: Mutex<usize>,
-    /// The daemon's own backend on each class's socket (at `k - 1`), made when the class
-    /// is first let go: the receive thread reads a free class's socket
-    /// ([`FastPath::idle`]). The kernel still steers a coalesced run by its first
-    /// packet, so a run led by a packet for the QPNs of a process that left reaches that
-    /// socket, and the other processes' packets in it must be switched to them as the
-    /// process would have passed them on (that process's own are for nobody now).
-    readers: Vec<Mutex<Option<UdpBackend>>>,
     /// Bumped whenever a class is taken or let go: the receive thread then looks again
     /// at which sockets it reads.
     changed: AtomicU64,
 }
 
+/// A class's socket, kept open for the daemon's life (the kernel renumbers a reuseport
+/// group's sockets when one closes): kept, or read by the daemon itself. Exactly one
+/// of the two holds it.
+struct Class {
+    /// Never given yet, or given to the process holding the class.
+    kept: Option<std::net::UdpSocket>,
+    /// Free after a process held it. The kernel still steers a coalesced run by its
+    /// first packet, so a run led by a packet for the QPNs of a process that left
+    /// reaches this socket, and the other processes' packets in it must be switched to
+    /// them as that process would have passed them on (its own are for nobody now).
+    /// Coalescing, as the process's was: what the kernel queued coalesced is read whole,
+    /// its segments told apart.
+    read: Option<Box<UdpBackend>>,
+}
+
 impl FastPath {
+    /// Class `k`'s socket, locked.
+    fn class(&self, k: usize) -> std::sync::MutexGuard<'_, Class> {
+        self.classes[k - 1]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     /// A free class for `client`, its socket emptied of what an earlier holder left.
     fn take(&self, client: ClientId) -> Option<(u8, RawFd)> {
         let mut o = self.owners.lock().unwrap_or_else(|e| e.into_inner());
@@ -118,10 +133,17 @@ impl FastPath {
         let k = (0..n).map(|i| 1 + (*last + i) % n).find(|&k| o[k] == 0)?;
         *last = k;
         o[k] = client;
-        self.changed.fetch_add(1, Ordering::Release);
-        let sock = &self.sockets[k - 1];
+        // The daemon reads it no more (a receive under way ends first: this waits for
+        // its lock), and what it took and did not switch yet goes.
+        let mut c = self.class(k);
+        if let Some(b) = c.read.take() {
+            c.kept = Some(b.into_socket());
+        }
+        let sock = c.kept.as_ref().expect("a class's socket");
         uroce::datapath::udp::drain_socket(sock);
-        Some((k as u8, sock.as_raw_fd()))
+        let fd = sock.as_raw_fd();
+        self.changed.fetch_add(1, Ordering::Release);
+        Some((k as u8, fd))
     }
 
     /// `client` left: its class is free again (its QPNs are quarantined by the switch),
@@ -130,41 +152,35 @@ impl FastPath {
         let mut o = self.owners.lock().unwrap_or_else(|e| e.into_inner());
         for (k, c) in o.iter_mut().enumerate().filter(|(_, c)| **c == client) {
             *c = 0;
-            let mut r = self.readers[k - 1]
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            if r.is_none() {
-                // Coalescing, as the process's was: what the kernel queued coalesced is
-                // read whole, its segments told apart. (Without a reader, a class whose
-                // socket no process reads keeps what is queued until it is taken again,
-                // which drops it.)
-                *r = self.sockets[k - 1]
-                    .try_clone()
-                    .and_then(|s| UdpBackend::from_class_socket(self.addr, s, true))
-                    .ok();
+            let mut class = self.class(k);
+            // Built on a copy of the descriptor, which replaces the kept one once it
+            // works: the socket is never closed, even when this fails (without a
+            // reader, what the socket holds waits until the class is taken again, which
+            // drops it).
+            let reader = (class.kept.as_ref())
+                .map(|s| {
+                    s.try_clone()
+                        .and_then(|dup| UdpBackend::from_class_socket(self.addr, dup, true))
+                })
+                .and_then(Result::ok);
+            if let Some(b) = reader {
+                class.kept = None;
+                class.read = Some(Box::new(b));
             }
         }
         self.changed.fetch_add(1, Ordering::Release);
     }
 
-    /// The free classes that have a reader, with their sockets' descriptors.
+    /// The free classes the daemon reads, with their sockets' descriptors.
     fn idle(&self) -> Vec<(usize, RawFd)> {
         let o = self.owners.lock().unwrap_or_else(|e| e.into_inner());
         (1..o.len())
             .filter(|&k| o[k] == 0)
-            .filter(|&k| {
-                (self.readers[k - 1]
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner()))
-                .is_some()
+            .filter_map(|k| {
+                let c = self.class(k);
+                c.read.as_ref().map(|b| (k, b.wait_fds()[0]))
             })
-            .map(|k| (k, self.sockets[k - 1].as_raw_fd()))
             .collect()
-    }
-
-    /// Whether class `k` is free.
-    fn is_free(&self, k: usize) -> bool {
-        self.owners.lock().unwrap_or_else(|e| e.into_inner())[k] == 0
     }
 }
 
@@ -409,10 +425,17 @@ fn open_datapaths(
                         let n = socks.len() + 1;
                         *fast.borrow_mut() = Some(FastPath {
                             addr: ip,
-                            sockets: socks,
+                            classes: socks
+                                .into_iter()
+                                .map(|s| {
+                                    Mutex::new(Class {
+                                        kept: Some(s),
+                                        read: None,
+                                    })
+                                })
+                                .collect(),
                             owners: Mutex::new(vec![0; n]),
                             last: Mutex::new(0),
-                            readers: (1..n).map(|_| Mutex::new(None)).collect(),
                             changed: AtomicU64::new(0),
                         });
                         UdpBackend::from_class_socket(ip, zero, false)
@@ -711,6 +734,7 @@ fn receive_loop(d: &Daemon, spin: Duration) {
     let mut p: Vec<libc::pollfd> = Vec::new();
     let mut last_rx = Instant::now();
     let mut spins = 0u32;
+    let mut done = vec![false; d.datapaths.len()];
     while !d.stop.load(Ordering::Relaxed) {
         let changed = d.fast.as_ref().map(|f| f.changed.load(Ordering::Acquire));
         if seen != Some(changed) {
@@ -756,7 +780,7 @@ fn receive_loop(d: &Daemon, spin: Duration) {
         }
         let mut got = 0;
         // Each datapath once, whatever number of its descriptors were ready.
-        let mut done = vec![false; d.datapaths.len()];
+        done.fill(false);
         for (&(_, source), &r) in fds.iter().zip(&ready) {
             if !r {
                 continue;
@@ -774,12 +798,10 @@ fn receive_loop(d: &Daemon, spin: Duration) {
                 Source::Class(k) => {
                     let f = d.fast.as_ref().expect("a class without a fast path");
                     receive_from(d, &mut woken, &mut |h| {
-                        // Taken since the descriptors were gathered: its process reads it.
-                        if !f.is_free(k) {
-                            return 0;
-                        }
-                        let mut r = f.readers[k - 1].lock().unwrap_or_else(|e| e.into_inner());
-                        r.as_mut()
+                        // None: taken since the descriptors were gathered (its process
+                        // reads it).
+                        let mut c = f.class(k);
+                        (c.read.as_mut())
                             .map_or(0, |b| b.receive(Duration::ZERO, 64, h).unwrap_or(0))
                     })
                 }

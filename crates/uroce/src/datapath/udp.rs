@@ -450,6 +450,12 @@ impl UdpBackend {
         Self::with_socket(local, 0, rx, true, coalesce)
     }
 
+    /// The socket it receives on, given back (a class socket the caller keeps in its
+    /// group); what it took and did not hand up yet is dropped.
+    pub fn into_socket(self) -> UdpSocket {
+        self.rx
+    }
+
     /// One of `count` backends on `local`, for the loop with index `index`: all share UDP
     /// port 4791 (SO_REUSEPORT), and a classic BPF program attached to the group hands
     /// each datagram to socket `DestQP mod count`, so it reaches the loop whose context
@@ -530,6 +536,12 @@ impl UdpBackend {
         // port would be coalesced and reach the first one's loop.
         let gro =
             offloads_wanted() && coalesce && setsockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1).is_ok();
+        if !gro {
+            // Said off too: a socket handed over (a class of the daemon's group) may have
+            // had it on from an earlier holder, and coalesced runs would not fit this
+            // backend's slots (their tails cut off).
+            let _ = setsockopt_int(fd, libc::SOL_UDP, UDP_GRO, 0);
+        }
         let (slot, slots) = if gro {
             (GRO_SLOT, GRO_SLOTS)
         } else {
