@@ -457,6 +457,22 @@ fn start_daemon(ns: &str, iface: &str, extra: &[&str]) -> std::process::Child {
     daemon
 }
 
+/// What the tests of `tests/c/ud_fanout.c` start with: the program, a veth pair named
+/// after `tag`, and a daemon over UDP (with `extra` options) on its first namespace's
+/// interface; None, said why, where the machine cannot run them.
+fn fanout_setup(
+    tag: &str,
+    extra: &[&str],
+) -> Option<(std::path::PathBuf, VethPair, std::process::Child)> {
+    if !can_run(&[]) {
+        return None;
+    }
+    let exe = common::c_program("ud_fanout")?;
+    let pair = VethPair::create(tag, 1500).unwrap();
+    let daemon = start_daemon(&pair.ns[0], &pair.ifaces[0], extra);
+    Some((exe, pair, daemon))
+}
+
 /// Stops a daemon from [`start_daemon`]; what it said (its counters last).
 fn stop_daemon(daemon: std::process::Child) -> String {
     // SAFETY: signalling our own child (`ip netns exec` execs the daemon).
@@ -473,22 +489,36 @@ fn start_fanout_receiver(
     exe: &std::path::Path,
     count: u32,
 ) -> (std::process::Child, u32) {
-    let count = count.to_string();
-    let mut r = uroce_run(ns, iface, "udp", &[exe.to_str().unwrap(), "--recv", &count])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting a receiver");
-    let mut line = String::new();
-    use std::io::BufRead;
-    std::io::BufReader::new(r.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (r, line) = start_fanout(ns, iface, exe, &["--recv", &count.to_string()]);
     let qpn = line
         .strip_prefix("qpn 0x")
         .and_then(|h| u32::from_str_radix(h.trim(), 16).ok())
         .unwrap_or_else(|| panic!("a receiver said {line:?}"));
     (r, qpn)
+}
+
+/// Starts `tests/c/ud_fanout.c ARGS` in `ns` through `uroce run`, its standard streams
+/// piped; the child and the first line it prints.
+fn start_fanout(
+    ns: &str,
+    iface: &str,
+    exe: &std::path::Path,
+    args: &[&str],
+) -> (std::process::Child, String) {
+    let mut all = vec![exe.to_str().unwrap()];
+    all.extend(args);
+    let mut child = uroce_run(ns, iface, "udp", &all)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting ud_fanout");
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
 }
 
 /// A process whose sends go through its ring to the daemon (no fast path) leaves with
@@ -499,36 +529,17 @@ fn start_fanout_receiver(
 /// ring held, as soon as its connection closed: most of them were lost.)
 #[test]
 fn a_process_that_exits_at_its_last_completion_loses_no_send() {
-    if !can_run(&[]) {
-        return;
-    }
-    let Some(exe) = common::c_program("ud_fanout") else {
+    let Some((exe, pair, daemon)) = fanout_setup("sdx", &["--no-fast-path"]) else {
         return;
     };
-    let pair = VethPair::create("sdx", 1500).unwrap();
     let (ns, iface) = (&pair.ns[0], &pair.ifaces[0]);
-    let daemon = start_daemon(ns, iface, &["--no-fast-path"]);
     // Fewer than a ring holds: none waits for room, none is dropped for want of it.
     const COUNT: u32 = 512;
     let (receiver, qpn) = start_fanout_receiver(ns, iface, &exe, COUNT);
     let dest = format!("{qpn:#x}");
     let count = COUNT.to_string();
-    let mut sender = uroce_run(
-        ns,
-        iface,
-        "udp",
-        &[exe.to_str().unwrap(), "--send", &dest, &count],
-    )
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("starting the sender");
-    let mut line = String::new();
-    use std::io::{BufRead, Write};
-    std::io::BufReader::new(sender.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut sender, line) = start_fanout(ns, iface, &exe, &["--send", &dest, &count]);
+    use std::io::Write;
     assert_eq!(line.trim(), "ready", "the sender said {line:?}");
     /// Lets the daemon run again when dropped, whatever happened while it was stopped.
     struct Stopped(i32);
@@ -588,15 +599,10 @@ fn send_from(ns: &str, runs: &mut Runs, rounds: u32, per_run: u32, lead: fn(u32)
 /// process's own it counts as for nobody), so the other process gets every message.
 #[test]
 fn a_run_led_by_a_packet_for_a_process_that_left_reaches_the_others() {
-    if !can_run(&[]) {
-        return;
-    }
-    let Some(exe) = common::c_program("ud_fanout") else {
+    let Some((exe, pair, daemon)) = fanout_setup("sdo", &[]) else {
         return;
     };
-    let pair = VethPair::create("sdo", 1500).unwrap();
     let (ns, iface) = (&pair.ns[0], &pair.ifaces[0]);
-    let daemon = start_daemon(ns, iface, &[]);
     const PER_RUN: u32 = 16;
     const LATER: u32 = 4;
     // The first takes one run's share and leaves; the second takes all its messages.
@@ -640,15 +646,10 @@ fn a_run_led_by_a_packet_for_a_process_that_left_reaches_the_others() {
 /// its messages in them.)
 #[test]
 fn a_coalesced_run_for_two_processes_reaches_both() {
-    if !can_run(&[]) {
-        return;
-    }
-    let Some(exe) = common::c_program("ud_fanout") else {
+    let Some((exe, pair, daemon)) = fanout_setup("sdg", &[]) else {
         return;
     };
-    let pair = VethPair::create("sdg", 1500).unwrap();
     let (ns, iface) = (&pair.ns[0], &pair.ifaces[0]);
-    let daemon = start_daemon(ns, iface, &[]);
     const ROUNDS: u32 = 8;
     const PER_RUN: u32 = 16;
     let mut receivers = Vec::new();
