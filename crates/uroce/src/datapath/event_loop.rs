@@ -16,6 +16,14 @@ use crate::verbs::{AsyncEvent, Context};
 /// call), when a port is watched.
 const PORT_CHECK: Duration = Duration::from_millis(50);
 
+/// A wait shorter than this (a timer due within it: a lossy RC QP's recovery probe,
+/// some round trips away; DCQCN's pacing) polls busily instead of sleeping, as a NIC
+/// driver's busy poll would. Measured (`uroce perf write` over veth, the server dropping
+/// 1% of what it receives, builds taking turns): sleeping in `ppoll` until such a timer
+/// gave 0.54x to 0.69x the throughput in 4 pairs, at less CPU a second but more a byte
+/// (the wake-ups come late), and 0.67x to 0.74x in 2 more with a timer slack of 1 us.
+const SPIN_BELOW: Duration = Duration::from_millis(1);
+
 /// The link under a port, and when to look at it next.
 struct PortWatch {
     port: u8,
@@ -104,6 +112,12 @@ impl<B: Backend> Endpoint<B> {
         let wait = ctx
             .poll_timeout()
             .map_or(max_wait, |t| t.saturating_duration_since(now).min(max_wait));
+        // A timer due sooner than that is waited for busily: see [`SPIN_BELOW`].
+        let wait = if wait < SPIN_BELOW {
+            Duration::ZERO
+        } else {
+            wait
+        };
         let got = backend.receive(wait, 64, &mut |r| {
             let _ = ctx.handle_received(Instant::now(), r);
         })?;
