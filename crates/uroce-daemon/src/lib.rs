@@ -877,7 +877,6 @@ fn receive_from(d: &Daemon, woken: &mut Vec<Arc<Client>>, take: &mut Take<'_>) -
     }
 }
 
-/// Takes the sends of the processes whose id is `k` modulo `threads`.
 /// The processes send thread `k` of `threads` serves.
 fn clients_of(d: &Daemon, k: usize, threads: usize) -> Vec<Arc<Client>> {
     d.clients
@@ -889,6 +888,7 @@ fn clients_of(d: &Daemon, k: usize, threads: usize) -> Vec<Arc<Client>> {
         .collect()
 }
 
+/// Takes the sends of the processes whose id is `k` modulo `threads`.
 fn send_loop(
     d: &Daemon,
     k: usize,
