@@ -100,6 +100,9 @@ struct FastPath {
     /// Bumped whenever a class is taken or let go: the receive thread then looks again
     /// at which sockets it reads.
     changed: AtomicU64,
+    /// Rung with each bump: wakes the receive thread from its wait, which does not
+    /// watch a class's socket let go meanwhile.
+    bell: OwnedFd,
 }
 
 /// A class's socket, kept open for the daemon's life (the kernel renumbers a reuseport
@@ -143,6 +146,7 @@ impl FastPath {
         uroce::datapath::udp::drain_socket(sock);
         let fd = sock.as_raw_fd();
         self.changed.fetch_add(1, Ordering::Release);
+        proto::ring(self.bell.as_raw_fd());
         Some((k as u8, fd))
     }
 
@@ -169,6 +173,7 @@ impl FastPath {
             }
         }
         self.changed.fetch_add(1, Ordering::Release);
+        proto::ring(self.bell.as_raw_fd());
     }
 
     /// The free classes the daemon reads, with their sockets' descriptors.
@@ -437,6 +442,7 @@ fn open_datapaths(
                             owners: Mutex::new(vec![0; n]),
                             last: Mutex::new(0),
                             changed: AtomicU64::new(0),
+                            bell: proto::eventfd()?,
                         });
                         UdpBackend::from_class_socket(ip, zero, false)
                     }
@@ -745,6 +751,7 @@ fn receive_loop(d: &Daemon, spin: Duration) {
                 fds.extend(b.wait_fds().into_iter().map(|fd| (fd, Source::Datapath(k))));
             }
             if let Some(f) = &d.fast {
+                fds.push((f.bell.as_raw_fd(), Source::Bell));
                 fds.extend(f.idle().into_iter().map(|(k, fd)| (fd, Source::Class(k))));
             }
             p = fds
@@ -795,6 +802,17 @@ fn receive_loop(d: &Daemon, spin: Duration) {
                     })
                 }
                 Source::Datapath(_) => 0,
+                Source::Bell => {
+                    // Rung for a change, looked at on the next turn.
+                    proto::drain(
+                        d.fast
+                            .as_ref()
+                            .expect("a fast path's bell")
+                            .bell
+                            .as_raw_fd(),
+                    );
+                    0
+                }
                 Source::Class(k) => {
                     let f = d.fast.as_ref().expect("a class without a fast path");
                     receive_from(d, &mut woken, &mut |h| {
@@ -820,6 +838,8 @@ enum Source {
     Datapath(usize),
     /// The socket of a free class of the fast path (by class).
     Class(usize),
+    /// [`FastPath::bell`].
+    Bell,
 }
 
 /// A receive of up to 64 packets from one source, handing each to the closure it is
