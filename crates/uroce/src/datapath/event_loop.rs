@@ -1,6 +1,8 @@
 //! Driving a [`Context`] from a [`Backend`]: frames out, frames in, timers, in a loop the
-//! application calls. `max_wait` zero busy-polls; above zero the loop sleeps on the
-//! socket when there is nothing to do.
+//! application calls. A `max_wait` under [`SPIN_BELOW`] (zero, or a sub-millisecond
+//! idle sleep) busy-polls; above it the loop sleeps on the socket when there is nothing
+//! to do, until a frame comes or a timer is due (one due sooner than [`SPIN_BELOW`] is
+//! waited for busily too).
 
 use std::io;
 use std::sync::Arc;
@@ -17,7 +19,9 @@ use crate::verbs::{AsyncEvent, Context};
 const PORT_CHECK: Duration = Duration::from_millis(50);
 
 /// A wait shorter than this (a timer due within it: a lossy RC QP's recovery probe,
-/// some round trips away; DCQCN's pacing) polls busily instead of sleeping, as a NIC
+/// some round trips away; DCQCN's pacing; or the caller's own `max_wait`, such as the
+/// 200 us idle sleeps of `uroce perf --threads` and the perftest loops, which so poll
+/// busily as they did under `poll(2)`) polls busily instead of sleeping, as a NIC
 /// driver's busy poll would. Measured (`uroce perf write` over veth, the server dropping
 /// 1% of what it receives, builds taking turns): sleeping in `ppoll` until such a timer
 /// gave 0.55x to 0.69x the throughput in 4 pairs, at less CPU a second but more a byte
@@ -97,8 +101,9 @@ impl<B: Backend> Endpoint<B> {
     }
 
     /// One round: build every ready frame in the backend's memory and hand the batch to
-    /// the kernel, wait up to `max_wait` (less if a timer is due sooner) for frames, take
-    /// up to 64 of them in place, run due timers; how many frames came in. No allocation.
+    /// the kernel, wait up to `max_wait` (less if a timer is due sooner; none, busily,
+    /// under [`SPIN_BELOW`]) for frames, take up to 64 of them in place, run due timers;
+    /// how many frames came in. No allocation.
     pub fn poll(&mut self, max_wait: Duration) -> io::Result<usize> {
         let now = Instant::now();
         let Self {

@@ -21,6 +21,10 @@ use super::daemon::proto::{drain, eventfd, ring};
 use super::{Backend, Received, Transmit};
 use crate::wire::DatagramRepr;
 
+/// Receives in a row, all of whose packets were other members', before a receive
+/// reports nothing ([`Member`]'s `receive`): 16 batches.
+const HANDED_OVER_ROUNDS: usize = 15;
+
 /// Most packets an inbox holds; past it, packets for that member are lost as on a
 /// congested link (RC retransmits).
 const DEPTH: usize = 4096;
@@ -193,8 +197,12 @@ impl Backend for Member {
         // On through what the inner backend still holds while all it hands up is another
         // member's: the socket does not show segments taken already as readable, so a
         // caller told "nothing" would sleep with this member's own packets behind them.
+        // Bounded all the same: an inner backend of several sockets (`BySource`) reads a
+        // fresh batch on one while another holds some, and a stream of other members'
+        // packets must not keep the caller from its timers (that stream keeps a socket
+        // readable, so the caller does not sleep long).
         let mut wait = wait;
-        loop {
+        for round in 0.. {
             let got = inner.receive(wait, max - n, &mut |r| {
                 let to = match &r {
                     Received::Datagram { roce, .. } => class_of(roce, count),
@@ -216,7 +224,7 @@ impl Backend for Member {
                     }
                 }
             })?;
-            if mine > 0 || got == 0 || !inner.holds_received() {
+            if mine > 0 || got == 0 || !inner.holds_received() || round >= HANDED_OVER_ROUNDS {
                 break;
             }
             wait = Duration::ZERO;
