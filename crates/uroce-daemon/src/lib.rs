@@ -154,23 +154,25 @@ impl FastPath {
     /// and its socket is read by the daemon until the class is taken again.
     fn release(&self, client: ClientId) {
         let mut o = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        for (k, c) in o.iter_mut().enumerate().filter(|(_, c)| **c == client) {
-            *c = 0;
-            let mut class = self.class(k);
-            // Built on a copy of the descriptor, which replaces the kept one once it
-            // works: the socket is never closed, even when this fails (without a
-            // reader, what the socket holds waits until the class is taken again, which
-            // drops it).
-            let reader = (class.kept.as_ref())
-                .map(|s| {
-                    s.try_clone()
-                        .and_then(|dup| UdpBackend::from_class_socket(self.addr, dup, true))
-                })
-                .and_then(Result::ok);
-            if let Some(b) = reader {
-                class.kept = None;
-                class.read = Some(Box::new(b));
-            }
+        let Some(k) = o.iter().position(|&c| c == client) else {
+            // It held none (the fast path off, or no class free when it came).
+            return;
+        };
+        o[k] = 0;
+        let mut class = self.class(k);
+        // Built on a copy of the descriptor, which replaces the kept one once it
+        // works: the socket is never closed, even when this fails (without a
+        // reader, what the socket holds waits until the class is taken again, which
+        // drops it).
+        let reader = (class.kept.as_ref())
+            .map(|s| {
+                s.try_clone()
+                    .and_then(|dup| UdpBackend::from_class_socket(self.addr, dup, true))
+            })
+            .and_then(Result::ok);
+        if let Some(b) = reader {
+            class.kept = None;
+            class.read = Some(Box::new(b));
         }
         self.changed.fetch_add(1, Ordering::Release);
         proto::ring(self.bell.as_raw_fd());

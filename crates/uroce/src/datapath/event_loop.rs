@@ -22,10 +22,11 @@ const PORT_CHECK: Duration = Duration::from_millis(50);
 /// some round trips away; DCQCN's pacing; or the caller's own `max_wait`, such as the
 /// 200 us idle sleeps of `uroce perf --threads` and the perftest loops, which so poll
 /// busily as they did under `poll(2)`) polls busily instead of sleeping, as a NIC
-/// driver's busy poll would. Measured (`scripts/bench-loss-ab.sh`: `uroce perf write` over
-/// veth, the server dropping 1% of what it receives, builds taking turns): sleeping in `ppoll` until such a timer
-/// gave 0.55x to 0.69x the throughput in 4 pairs, at less CPU a second but more a byte
-/// (the wake-ups come late), and 0.67x to 0.74x in 2 more with a timer slack of 1 us.
+/// driver's busy poll would. Measured (`scripts/bench-loss-ab.sh`: `uroce perf write`
+/// over veth, the server dropping 1% of what it receives, builds taking turns): sleeping
+/// in `ppoll` until such a timer gave 0.55x to 0.69x the throughput in 4 pairs, at less
+/// CPU a second but more a byte (the wake-ups come late), and 0.67x to 0.74x in 2 more
+/// with a timer slack of 1 us.
 const SPIN_BELOW: Duration = Duration::from_millis(1);
 
 /// The link under a port, and when to look at it next.

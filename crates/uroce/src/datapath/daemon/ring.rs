@@ -220,12 +220,6 @@ impl<'a> Ring<'a> {
         Ok(self.used(index, tail)? < SLOTS)
     }
 
-    /// Whether the consumer has taken every published slot (the producer's view).
-    pub fn is_drained(&self) -> bool {
-        let head = self.head().load(Ordering::Relaxed);
-        self.tail().load(Ordering::Acquire) == head
-    }
-
     /// The index of the next slot to publish (the producer's).
     pub fn published(&self) -> u32 {
         self.head().load(Ordering::Relaxed)
